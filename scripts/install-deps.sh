@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what bulwark needs to build, test and run on Debian 12, as root.
+# Idempotent: packages already present are skipped, so a second run costs a
+# dpkg query and nothing else.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config make git
+  # The trainer: libtorch's C++ API. libtorch pulls the netlib reference BLAS;
+  # OpenBLAS replaces it through update-alternatives and is ~30x faster.
+  libtorch-dev libopenblas0-pthread libgloo-dev
+  libsentencepiece-dev
+  # The default corpus (King James Bible) and its dump tool.
+  bible-kjv bible-kjv-text
+  nlohmann-json3-dev
+  libgtest-dev libgmock-dev
+)
+if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
+  # The Python reference for bench/trainer_throughput.
+  packages+=(python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps: need root to install: ${missing[*]} (run as root, or install them yourself)" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,45 @@
+#include "trainer/adamw.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace bulwark::trainer {
+
+double LearningRate(int64_t step, int64_t total, int64_t warmup, double peak, double min_ratio) {
+  if (step < warmup) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  double span = std::max<int64_t>(1, total - warmup);
+  double progress = std::min(1.0, static_cast<double>(step - warmup) / span);
+  double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
+  return peak * (min_ratio + (1.0 - min_ratio) * cosine);
+}
+
+AdamW::AdamW(ParamStore& store, int64_t begin, int64_t end, AdamWOptions opts)
+    : store_(store), begin_(begin), end_(std::max(begin, end)), opts_(opts) {
+  m_ = torch::zeros({end_ - begin_}, torch::kFloat32);
+  v_ = torch::zeros({end_ - begin_}, torch::kFloat32);
+  denom_ = torch::empty({end_ - begin_}, torch::kFloat32);
+}
+
+void AdamW::Step(double lr, int64_t t) {
+  torch::NoGradGuard no_grad;
+  const double bc1 = 1.0 - std::pow(opts_.beta1, static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(opts_.beta2, static_cast<double>(t));
+  // Group by group so that weight decay applies to matrices only; each group
+  // is contiguous in the store, so this is at most a few large slices.
+  for (const ParamGroup& g : store_.groups()) {
+    int64_t b = std::max(g.begin, begin_), e = std::min(g.end, end_);
+    if (b >= e) continue;
+    auto p = store_.params().narrow(0, b, e - b);
+    auto grad = store_.grads().narrow(0, b, e - b);
+    auto m = m_.narrow(0, b - begin_, e - b);
+    auto v = v_.narrow(0, b - begin_, e - b);
+    auto denom = denom_.narrow(0, b - begin_, e - b);
+    m.mul_(opts_.beta1).add_(grad, 1.0 - opts_.beta1);
+    v.mul_(opts_.beta2).addcmul_(grad, grad, 1.0 - opts_.beta2);
+    torch::sqrt_out(denom, v).div_(std::sqrt(bc2)).add_(opts_.eps);
+    if (g.weight_decay && opts_.weight_decay > 0) p.mul_(1.0 - lr * opts_.weight_decay);
+    p.addcdiv_(m, denom, -lr / bc1);
+  }
+}
+
+}  // namespace bulwark::trainer

@@ -1,0 +1,130 @@
+#include "trainer/checkpoint.h"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "common/files.h"
+#include "trainer/checkpoint_dir.h"
+
+namespace bulwark::trainer {
+namespace {
+
+void AddFloats(RecordWriter& w, const std::string& name, const torch::Tensor& t) {
+  auto c = t.contiguous();
+  w.Add(name, c.data_ptr<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
+}
+
+Status CopyFloats(const RecordReader& r, const std::string& name, int64_t src_offset, torch::Tensor dst) {
+  auto bytes = r.Get(name);
+  if (!bytes.ok()) return bytes.status();
+  size_t need = static_cast<size_t>(src_offset + dst.numel()) * sizeof(float);
+  if (bytes->size() < need) return Status::Corrupt(r.where() + ": section '" + name + "' is too short");
+  std::memcpy(dst.data_ptr<float>(), bytes->data() + src_offset * sizeof(float), dst.numel() * sizeof(float));
+  return Status::OK();
+}
+
+// A writer exists for rank 0 always, and for every rank when sharded.
+bool WritesShard(const TrainConfig& cfg, int rank) { return rank == 0 || cfg.shard_optimizer; }
+
+}  // namespace
+
+Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, ParamStore& store, AdamW& opt, const TrainState& st) {
+  std::string step_dir = JoinPath(cfg.ckpt_dir, StepDirName(st.step));
+  Status local = MakeDirs(step_dir);
+  if (local.ok() && WritesShard(cfg, comm.rank())) {
+    nlohmann::json meta = {
+        {"step", st.step},           {"world_size", comm.world_size()}, {"rank", comm.rank()},
+        {"shape", cfg.model.ShapeString()}, {"optimizer", cfg.optimizer}, {"seed", cfg.seed},
+        {"data_cursor", st.data_cursor}, {"num_params", store.num_params()},
+        {"opt_begin", opt.begin()},  {"opt_end", std::min(opt.end(), store.num_params())},
+        {"has_params", comm.rank() == 0}};
+    RecordWriter w("ckpt");
+    w.Add("meta", meta.dump());
+    if (comm.rank() == 0) AddFloats(w, "params", store.ParamsView());
+    int64_t n = std::min(opt.end(), store.num_params()) - opt.begin();
+    AddFloats(w, "adam_m", opt.m().narrow(0, 0, std::max<int64_t>(n, 0)));
+    AddFloats(w, "adam_v", opt.v().narrow(0, 0, std::max<int64_t>(n, 0)));
+    auto rng = at::detail::getDefaultCPUGenerator().get_state();
+    w.Add("rng", rng.data_ptr(), static_cast<size_t>(rng.numel()));
+    local = w.WriteAtomic(JoinPath(step_dir, ShardFileName(comm.rank())));
+  }
+  // Every rank learns whether every file landed before rank 0 marks the
+  // checkpoint complete: a failed write anywhere leaves it incomplete.
+  auto ok = torch::tensor({local.ok() ? 0.0f : 1.0f});
+  std::vector<torch::Tensor> v{ok};
+  BULWARK_RETURN_IF_ERROR(comm.AllReduceSum(v));
+  if (!local.ok()) return local.Annotate("saving checkpoint");
+  if (ok.item<float>() != 0.0f) return Status::IOError("saving checkpoint: another rank failed to write its shard");
+  if (comm.rank() != 0) return Status::OK();
+  std::vector<std::string> files;
+  for (int r = 0; r < comm.world_size(); ++r)
+    if (WritesShard(cfg, r)) files.push_back(ShardFileName(r));
+  BULWARK_RETURN_IF_ERROR(WriteCompleteMarker(step_dir, st.step, comm.world_size(), files));
+  return PruneCheckpoints(cfg.ckpt_dir, cfg.ckpt_keep);
+}
+
+Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& comm, ParamStore& store, AdamW& opt,
+                                                 const std::function<void(const std::string&)>& note) {
+  auto found = FindNewestValid(cfg.ckpt_dir, [&](const std::string& dir, const Status& why) {
+    note("checkpoint " + dir + " skipped: " + why.message());
+  });
+  // All ranks read the same directory, but a file may change between their
+  // reads; they must agree on one step or none.
+  auto step = torch::tensor({found ? static_cast<double>(found->step) : -1.0}, torch::kFloat64);
+  auto mine = step.clone();
+  BULWARK_RETURN_IF_ERROR(comm.Broadcast(step, 0));
+  if (!mine.equal(step)) {
+    return Status::FailedPrecondition("ranks disagree on the newest valid checkpoint in " + cfg.ckpt_dir +
+                                      " (rank 0 chose step " + std::to_string(step.item<int64_t>()) + ")");
+  }
+  if (!found) return std::optional<TrainState>();
+
+  TrainState st;
+  st.step = found->step;
+  bool have_params = false;
+  int64_t want_b = opt.begin(), want_e = std::min(opt.end(), store.num_params());
+  int64_t covered = 0;
+  for (const RecordReader& r : found->shards) {
+    nlohmann::json meta;
+    try {
+      meta = nlohmann::json::parse(*r.Get("meta"));
+    } catch (const std::exception& e) {
+      return Status::Corrupt(r.where() + ": unreadable meta: " + e.what());
+    }
+    auto mismatch = [&](const std::string& what, const std::string& theirs, const std::string& ours) {
+      return Status::InvalidArgument("checkpoint " + r.where() + " has " + what + " " + theirs + " but this run has " +
+                                     ours + "; resume with matching settings or use another --ckpt-dir");
+    };
+    if (meta["shape"] != cfg.model.ShapeString())
+      return mismatch("model shape", meta["shape"].get<std::string>(), cfg.model.ShapeString());
+    if (meta["optimizer"] != cfg.optimizer)
+      return mismatch("optimizer", meta["optimizer"].get<std::string>(), cfg.optimizer);
+    if (meta["seed"].get<uint64_t>() != cfg.seed)
+      return mismatch("seed", meta["seed"].dump(), std::to_string(cfg.seed));
+    st.data_cursor = meta["data_cursor"].get<uint64_t>();
+    if (meta["has_params"].get<bool>()) {
+      BULWARK_RETURN_IF_ERROR(CopyFloats(r, "params", 0, store.ParamsView()));
+      auto rng = r.Get("rng");
+      auto state = torch::empty({static_cast<int64_t>(rng->size())}, torch::kUInt8);
+      std::memcpy(state.data_ptr(), rng->data(), rng->size());
+      at::Generator gen = at::detail::getDefaultCPUGenerator();  // a handle: shares the default
+      gen.set_state(state);
+      have_params = true;
+    }
+    int64_t b = meta["opt_begin"].get<int64_t>(), e = meta["opt_end"].get<int64_t>();
+    int64_t ob = std::max(b, want_b), oe = std::min(e, want_e);
+    if (ob < oe) {
+      BULWARK_RETURN_IF_ERROR(CopyFloats(r, "adam_m", ob - b, opt.m().narrow(0, ob - want_b, oe - ob)));
+      BULWARK_RETURN_IF_ERROR(CopyFloats(r, "adam_v", ob - b, opt.v().narrow(0, ob - want_b, oe - ob)));
+      covered += oe - ob;
+    }
+  }
+  if (!have_params) return Status::Corrupt(found->dir + " holds no parameters (rank-0.bin missing from its marker)");
+  if (covered != want_e - want_b) {
+    return Status::Corrupt(found->dir + ": the optimizer state of parameters [" + std::to_string(want_b) + ", " +
+                           std::to_string(want_e) + ") is not fully covered by its shards");
+  }
+  return std::optional<TrainState>(st);
+}
+
+}  // namespace bulwark::trainer

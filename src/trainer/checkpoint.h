@@ -1,0 +1,39 @@
+// What a training checkpoint holds and how a rank saves and restores it.
+//
+// Per writer (rank 0 alone, or every rank under --shard-optimizer):
+//   meta   JSON: step, world size, rank, model shape, optimizer, seed,
+//          data cursor, parameter count, the optimizer range [begin, end)
+//   params all parameters, float32 (rank 0 only; every rank holds the same)
+//   adam_m, adam_v  the optimizer state of [begin, end)
+//   rng    the CPU generator's state
+// Restoring reads the optimizer state for the rank's own range from whichever
+// files overlap it, so a run may resume with another world size.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "common/status.h"
+#include "trainer/adamw.h"
+#include "trainer/config.h"
+#include "trainer/dist.h"
+#include "trainer/params.h"
+
+namespace bulwark::trainer {
+
+struct TrainState {
+  int64_t step = 0;          // optimizer steps completed
+  uint64_t data_cursor = 0;  // global samples consumed (sampler.h)
+};
+
+// Collective: every rank calls it at the same step.
+Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, ParamStore& store, AdamW& opt, const TrainState& st);
+
+// Collective. Loads the newest valid checkpoint in cfg.ckpt_dir into `store`
+// and `opt`; nullopt when there is none. Skipped candidates are reported
+// through `note` (one line each). A checkpoint of another model shape,
+// optimizer or seed is an error, not a skip: loading on would be wrong.
+Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& comm, ParamStore& store, AdamW& opt,
+                                                 const std::function<void(const std::string&)>& note);
+
+}  // namespace bulwark::trainer

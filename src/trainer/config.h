@@ -1,0 +1,76 @@
+// What bulwark-train is asked to do: the model's shape and the run's settings.
+//
+// Settings come from three layers, later ones winning: a named preset
+// (--config tiny|small) or a config file (--config FILE, "key = value" lines),
+// then command-line flags. Keys in files and flags are the same names, so
+// `--batch-size 8` and `batch-size = 8` mean one thing. An unknown key is an
+// error that names it and the nearest known key, never silently ignored.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace bulwark::trainer {
+
+struct ModelConfig {
+  int vocab_size = 0;  // 0: take it from the data's tokenizer
+  int d_model = 256;   // C
+  int n_layers = 4;
+  int n_heads = 4;
+  int ffn = 768;       // hidden width of the SwiGLU MLP
+  int context = 128;   // T, the longest sequence the model sees
+  std::string init = "standard";  // standard: N(0, 0.02); normalized: unit-norm rows
+
+  int head_dim() const { return d_model / n_heads; }
+  // One line naming every shape field; two configs with equal strings build
+  // models whose parameters are interchangeable.
+  std::string ShapeString() const;
+  Status Validate() const;
+};
+
+struct TrainConfig {
+  ModelConfig model;
+  std::string preset = "small";
+  std::string data_dir = "data/kjv";
+  int batch_size = 16;        // B: sequences per rank per step
+  int64_t steps = 1000;
+  double lr = 2e-3;
+  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
+  int64_t warmup_steps = 50;
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double grad_clip = 1.0;     // 0 disables clipping
+  int64_t eval_every = 200;   // 0 disables evaluation
+  int eval_batches = 8;
+  uint64_t seed = 1337;
+  int threads = 0;            // 0: one per core this process may use
+  std::string ckpt_dir;       // empty: no checkpoints
+  int64_t ckpt_every = 0;
+  int ckpt_keep = 3;
+  bool resume = false;
+  std::string log_format = "human";  // human | json
+  int64_t log_every = 1;      // json: a line every N steps
+  bool shard_optimizer = false;
+  double dist_timeout_s = 60;
+  double bucket_mb = 4;       // gradient all-reduce bucket size
+  std::string optimizer = "adamw";
+  int64_t stop_at = 0;        // stop after this step as if preempted; 0: never
+
+  Status Validate() const;
+};
+
+// Applies `--config` (a preset name or a file) and then every other flag.
+// `args` excludes the program and subcommand names.
+Result<TrainConfig> ParseTrainArgs(const std::vector<std::string>& args);
+
+// The presets, also what `--config NAME` selects.
+Result<TrainConfig> Preset(const std::string& name);
+// Sets one key from its text value; keys use '-' or '_' interchangeably.
+Status SetKey(TrainConfig& cfg, const std::string& key, const std::string& value);
+// Help text listing every key with its current value in `cfg`.
+std::string UsageText(const TrainConfig& cfg);
+
+}  // namespace bulwark::trainer

@@ -1,0 +1,145 @@
+#include "trainer/dist.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+
+namespace bulwark::trainer {
+namespace {
+
+Result<int> EnvInt(const char* name, int lo, int hi) {
+  const char* v = std::getenv(name);
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (!*v || *end || x < lo || x > hi) {
+    return Status::InvalidArgument(std::string(name) + "='" + v + "' must be an integer in [" + std::to_string(lo) +
+                                   ", " + std::to_string(hi) + "]");
+  }
+  return static_cast<int>(x);
+}
+
+}  // namespace
+
+Result<DistEnv> ReadDistEnv() {
+  const char* names[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+  int set = 0;
+  for (const char* n : names) set += std::getenv(n) != nullptr;
+  DistEnv env;
+  if (set == 0) return env;
+  if (set != 4) {
+    std::string missing;
+    for (const char* n : names)
+      if (!std::getenv(n)) missing += std::string(missing.empty() ? "" : ", ") + n;
+    return Status::InvalidArgument("distributed environment is incomplete: " + missing +
+                                   " not set (set all of RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, or none)");
+  }
+  auto world = EnvInt("WORLD_SIZE", 1, 1 << 20);
+  if (!world.ok()) return world.status();
+  auto rank = EnvInt("RANK", 0, *world - 1);
+  if (!rank.ok()) return rank.status();
+  auto port = EnvInt("MASTER_PORT", 1, 65535);
+  if (!port.ok()) return port.status();
+  env.world_size = *world;
+  env.rank = *rank;
+  env.master_port = *port;
+  env.master_addr = std::getenv("MASTER_ADDR");
+  if (std::getenv("LOCAL_RANK")) {
+    auto lr = EnvInt("LOCAL_RANK", 0, 1 << 20);
+    if (!lr.ok()) return lr.status();
+    env.local_rank = *lr;
+  }
+  return env;
+}
+
+Result<std::unique_ptr<Comm>> Comm::Connect(const DistEnv& env, double timeout_s) {
+  std::unique_ptr<Comm> c(new Comm());
+  c->env_ = env;
+  if (env.world_size == 1) return c;
+  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  try {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(env.master_port);
+    opts.isServer = env.rank == 0;
+    opts.numWorkers = env.world_size;
+    opts.waitWorkers = true;
+    opts.timeout = timeout;
+    c->store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    auto o = c10d::ProcessGroupGloo::Options::create(timeout);
+    // Bind Gloo's transport where the store is reachable: loopback for a
+    // local cluster, otherwise this host's own address.
+    bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
+    o->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                  : c10d::ProcessGroupGloo::createDefaultDevice());
+    c->pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c->store_, env.rank, env.world_size, o);
+  } catch (const std::exception& e) {
+    return Status::Unavailable("rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
+                               " failed for rank " + std::to_string(env.rank) + " of " +
+                               std::to_string(env.world_size) + ": " + e.what());
+  }
+  return c;
+}
+
+Comm::~Comm() = default;
+
+Status Comm::Fail(const std::string& op, const std::exception& e) {
+  std::string what = e.what();
+  if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);  // c10 appends a backtrace
+  return Status::Unavailable(op + " failed on rank " + std::to_string(env_.rank) +
+                             " (a peer died, hung or was cut off): " + what);
+}
+
+Status Comm::AllReduceSum(std::vector<torch::Tensor>& tensors) {
+  if (!pg_) return Status::OK();
+  try {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<std::vector<at::Tensor>> holders(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      holders[i] = {tensors[i]};
+      works.push_back(pg_->allreduce(holders[i]));
+    }
+    for (auto& w : works) w->wait();
+  } catch (const std::exception& e) {
+    return Fail("all-reduce", e);
+  }
+  return Status::OK();
+}
+
+Status Comm::AllGatherChunks(torch::Tensor& flat) {
+  if (!pg_) return Status::OK();
+  try {
+    auto chunks = flat.chunk(env_.world_size);
+    std::vector<at::Tensor> input{chunks[env_.rank].clone()};
+    std::vector<std::vector<at::Tensor>> output(1);
+    for (auto& c : chunks) output[0].push_back(c);
+    pg_->allgather(output, input)->wait();
+  } catch (const std::exception& e) {
+    return Fail("all-gather", e);
+  }
+  return Status::OK();
+}
+
+Status Comm::Broadcast(torch::Tensor& t, int root) {
+  if (!pg_) return Status::OK();
+  try {
+    std::vector<at::Tensor> v{t};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    pg_->broadcast(v, o)->wait();
+  } catch (const std::exception& e) {
+    return Fail("broadcast", e);
+  }
+  return Status::OK();
+}
+
+Status Comm::Barrier() {
+  if (!pg_) return Status::OK();
+  try {
+    pg_->barrier()->wait();
+  } catch (const std::exception& e) {
+    return Fail("barrier", e);
+  }
+  return Status::OK();
+}
+
+}  // namespace bulwark::trainer

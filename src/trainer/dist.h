@@ -1,0 +1,60 @@
+// Data-parallel communication: the torchrun environment contract and the few
+// collectives the trainer uses, over c10d's ProcessGroupGloo and a TCPStore.
+//
+// Every collective returns a Status. A peer that died shows up as
+// "Connection closed/reset by peer" within about a second; one that hangs,
+// as a timeout after --dist-timeout. Both come back as kUnavailable so the
+// trainer can end with its distinct exit code instead of hanging.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace c10d {
+class ProcessGroupGloo;
+class Store;
+}  // namespace c10d
+
+namespace bulwark::trainer {
+
+// The torchrun variables. All absent: a single process (rank 0 of 1).
+struct DistEnv {
+  int rank = 0, world_size = 1, local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+};
+// Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; some but not
+// all set, or values out of range, is an error naming the variable.
+Result<DistEnv> ReadDistEnv();
+
+class Comm {
+ public:
+  // Rendezvous at MASTER_ADDR:MASTER_PORT (rank 0 hosts the store). For a
+  // world of one, no sockets are opened and every collective is a no-op.
+  static Result<std::unique_ptr<Comm>> Connect(const DistEnv& env, double timeout_s);
+  ~Comm();
+
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+
+  // Sums each tensor across ranks in place. Tensors are sent together and
+  // waited for together, so several buckets are in flight at once.
+  Status AllReduceSum(std::vector<torch::Tensor>& tensors);
+  // `flat` has world_size equal chunks; rank r's chunk is gathered to all.
+  Status AllGatherChunks(torch::Tensor& flat);
+  Status Broadcast(torch::Tensor& t, int root);
+  Status Barrier();
+
+ private:
+  Comm() = default;
+  Status Fail(const std::string& op, const std::exception& e);
+  DistEnv env_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+};
+
+}  // namespace bulwark::trainer

@@ -1,0 +1,67 @@
+// bulwark-train: the C++ LLM trainer that bulwark supervises.
+//   bulwark-train prepare --corpus kjv --out data/kjv
+//   bulwark-train --config small --data data/kjv [--key value ...]
+// Exit codes: common/exit_codes.h.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/exit_codes.h"
+#include "trainer/config.h"
+#include "trainer/train.h"
+
+using namespace bulwark;
+
+namespace {
+
+int Fail(const Status& s) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "\nbulwark-train: error: %s\n", s.message().c_str());
+  return ExitCodeFor(s);
+}
+
+// `prepare` runs in bulwark-prepare, installed beside this binary (see
+// prepare_main.cc for why it cannot live in this process).
+int ExecPrepare(char** argv) {
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
+  dir = dir.substr(0, dir.rfind('/') + 1);
+  std::string tool = dir + "bulwark-prepare";
+  argv[0] = tool.data();
+  ::execv(tool.c_str(), argv);
+  return Fail(Status::NotFound("cannot run " + tool + " (" + std::strerror(errno) +
+                               "); build it with the trainer (make -C build bulwark-prepare)"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    if (!args.empty() && args[0] == "prepare") return ExecPrepare(argv);
+    for (const auto& a : args) {
+      if (a == "--help" || a == "-h" || a == "help") {
+        auto cfg = trainer::ParseTrainArgs({});
+        std::fputs(trainer::UsageText(*cfg).c_str(), stdout);
+        return kExitOk;
+      }
+    }
+    auto cfg = trainer::ParseTrainArgs(args);
+    if (!cfg.ok()) return Fail(cfg.status());
+    Status valid = cfg->Validate();
+    if (!valid.ok()) return Fail(valid);
+    Status s = trainer::Train(*cfg);
+    return s.ok() ? kExitOk : Fail(s);
+  } catch (const std::exception& e) {
+    // libtorch reports shape errors and the like by throwing; they are bugs
+    // or unsupported settings, never a reason to die without a word.
+    std::string what = e.what();
+    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    return Fail(Status::Internal(what));
+  }
+}

@@ -1,0 +1,75 @@
+// A LLaMA-style decoder on the libtorch C++ API:
+//   token embedding -> n_layers x [RMSNorm -> causal attention with RoPE -> +,
+//                                  RMSNorm -> SwiGLU MLP -> +]
+//   -> RMSNorm -> untied LM head.
+// Shapes: B batch, T time (<= context), C d_model, H heads, D = C/H head dim,
+// F ffn width, V vocabulary.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "trainer/config.h"
+
+namespace bulwark::trainer {
+
+struct RMSNormImpl : torch::nn::Module {
+  explicit RMSNormImpl(int64_t dim, double eps = 1e-5);
+  torch::Tensor forward(const torch::Tensor& x);  // (..., C) -> (..., C)
+  torch::Tensor weight;  // (C), starts at 1
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+// Rotary position embedding in the "rotate half" convention: dimension i of
+// the first half pairs with i + D/2. Returns x rotated by position.
+// x: (B, H, T, D); cos, sin: (T, D/2).
+torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+// cos/sin tables for positions [0, T) with the usual base 10000.
+std::pair<torch::Tensor, torch::Tensor> RopeTables(int64_t T, int64_t D, double base = 10000.0);
+
+struct AttentionImpl : torch::nn::Module {
+  AttentionImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};  // (C, C) each
+  int64_t n_heads;
+};
+TORCH_MODULE(Attention);
+
+struct MlpImpl : torch::nn::Module {
+  MlpImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
+  torch::nn::Linear gate{nullptr}, up{nullptr};   // (F, C)
+  torch::nn::Linear down{nullptr};                // (C, F)
+};
+TORCH_MODULE(Mlp);
+
+struct BlockImpl : torch::nn::Module {
+  BlockImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  RMSNorm attn_norm{nullptr}, mlp_norm{nullptr};
+  Attention attn{nullptr};
+  Mlp mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+struct TransformerImpl : torch::nn::Module {
+  explicit TransformerImpl(const ModelConfig& cfg);
+  // idx: (B, T) int64 token ids -> logits (B, T, V)
+  torch::Tensor forward(const torch::Tensor& idx);
+  // Mean cross-entropy of next-token prediction; targets (B, T).
+  torch::Tensor Loss(const torch::Tensor& idx, const torch::Tensor& targets);
+  // Re-draws every weight from `seed` with the configured init.
+  void Initialize(uint64_t seed);
+
+  ModelConfig cfg;
+  torch::nn::Embedding tok_emb{nullptr};  // (V, C)
+  torch::nn::ModuleList blocks;
+  RMSNorm final_norm{nullptr};
+  torch::nn::Linear lm_head{nullptr};     // (V, C)
+  torch::Tensor rope_cos, rope_sin;       // (context, D/2), buffers
+};
+TORCH_MODULE(Transformer);
+
+int64_t CountParameters(torch::nn::Module& m);
+
+}  // namespace bulwark::trainer

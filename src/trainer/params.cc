@@ -1,0 +1,49 @@
+#include "trainer/params.h"
+
+#include "common/checksum.h"
+
+namespace bulwark::trainer {
+
+ParamStore::ParamStore(torch::nn::Module& module, int64_t padded_to) {
+  auto named = module.named_parameters(/*recurse=*/true);
+  std::vector<std::pair<std::string, torch::Tensor>> decay, no_decay;
+  for (auto& p : named) (p.value().dim() >= 2 ? decay : no_decay).emplace_back(p.key(), p.value());
+
+  int64_t n = 0;
+  auto add_group = [&](const char* name, auto& list, bool wd) {
+    int64_t begin = n;
+    for (auto& [pname, t] : list) {
+      entries_.push_back({pname, n, t.numel(), t.sizes().vec()});
+      n += t.numel();
+    }
+    groups_.push_back({name, begin, n, wd});
+  };
+  add_group("decay", decay, true);
+  add_group("no_decay", no_decay, false);
+  num_params_ = n;
+
+  int64_t padded = (n + padded_to - 1) / padded_to * padded_to;
+  params_ = torch::zeros({padded}, torch::kFloat32);
+  grads_ = torch::zeros({n + 1}, torch::kFloat32);
+
+  torch::NoGradGuard no_grad;
+  size_t i = 0;
+  for (auto* list : {&decay, &no_decay}) {
+    for (auto& [pname, t] : *list) {
+      const ParamEntry& e = entries_[i++];
+      auto pview = params_.narrow(0, e.offset, e.numel).view(e.shape);
+      pview.copy_(t);
+      t.set_data(pview);
+      // A defined gradient is accumulated into in place by autograd (no grad
+      // mode during backward), so backward writes straight into the flat buffer.
+      t.mutable_grad() = grads_.narrow(0, e.offset, e.numel).view(e.shape);
+    }
+  }
+}
+
+std::string ParamStore::Checksum() {
+  auto p = ParamsView().contiguous();
+  return Hex64(Checksum64(p.data_ptr<float>(), static_cast<size_t>(p.numel()) * sizeof(float)));
+}
+
+}  // namespace bulwark::trainer

@@ -1,0 +1,201 @@
+// The training loop, top to bottom: setup, then per step
+//   maybe-eval -> forward/backward -> all-reduce -> clip -> AdamW -> log -> maybe-checkpoint.
+#include "trainer/train.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "trainer/adamw.h"
+#include "trainer/checkpoint.h"
+#include "trainer/dist.h"
+#include "trainer/model.h"
+#include "trainer/params.h"
+#include "trainer/progress.h"
+#include "trainer/sampler.h"
+#include "trainer/tokens.h"
+
+namespace bulwark::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ----------------------------------------------------------------------------
+// Batches
+
+// Fills idx and targets (B, T) with the samples at global positions
+// [first, first + B) of the sampler's order.
+void MakeBatch(const std::vector<uint16_t>& tokens, Sampler& sampler, uint64_t first, int B, int T,
+               torch::Tensor& idx, torch::Tensor& targets) {
+  auto* x = idx.data_ptr<int64_t>();
+  auto* y = targets.data_ptr<int64_t>();
+  for (int b = 0; b < B; ++b) {
+    uint64_t start = sampler.SampleStart(first + b);
+    for (int t = 0; t < T; ++t) {
+      x[b * T + t] = tokens[start + t];
+      y[b * T + t] = tokens[start + t + 1];
+    }
+  }
+}
+
+// Mean validation loss over the first eval_batches*B*W validation samples in
+// order; each rank evaluates its share and the sums are all-reduced.
+Result<double> Evaluate(const TrainConfig& cfg, Comm& comm, Transformer& model, const std::vector<uint16_t>& val) {
+  torch::NoGradGuard no_grad;
+  const int B = cfg.batch_size, T = cfg.model.context;
+  const uint64_t n_samples = (val.size() - 1) / T;
+  auto idx = torch::empty({B, T}, torch::kInt64), tgt = torch::empty({B, T}, torch::kInt64);
+  double sum = 0, count = 0;
+  for (int i = 0; i < cfg.eval_batches; ++i) {
+    uint64_t first = (static_cast<uint64_t>(i) * comm.world_size() + comm.rank()) * B;
+    if (first + B > n_samples) break;
+    auto* x = idx.data_ptr<int64_t>();
+    auto* y = tgt.data_ptr<int64_t>();
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t) {
+        x[b * T + t] = val[(first + b) * T + t];
+        y[b * T + t] = val[(first + b) * T + t + 1];
+      }
+    sum += model->Loss(idx, tgt).item<double>();
+    count += 1;
+  }
+  auto acc = torch::tensor({sum, count}, torch::kFloat64);
+  std::vector<torch::Tensor> v{acc};
+  BULWARK_RETURN_IF_ERROR(comm.AllReduceSum(v));
+  if (acc[1].item<double>() == 0) {
+    return Status::InvalidArgument("the validation split is smaller than one batch of " + std::to_string(B) +
+                                   " x " + std::to_string(T) + " tokens; lower --batch-size or --eval-batches");
+  }
+  return acc[0].item<double>() / acc[1].item<double>();
+}
+
+}  // namespace
+
+Status Train(const TrainConfig& cfg_in) {
+  TrainConfig cfg = cfg_in;
+  const auto t_start = Clock::now();
+
+  // --------------------------------------------------------------------------
+  // Setup: threads, data, rendezvous, model, optimizer, resume.
+  int threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);  // libtorch defaults to 1 on this platform
+
+  auto data = LoadDataSet(cfg.data_dir);
+  if (!data.ok()) return data.status();
+  if (cfg.model.vocab_size == 0) cfg.model.vocab_size = data->vocab_size;
+  if (cfg.model.vocab_size < data->vocab_size) {
+    return Status::InvalidArgument("--vocab-size " + std::to_string(cfg.model.vocab_size) +
+                                   " is smaller than the tokenizer's " + std::to_string(data->vocab_size) +
+                                   " in " + cfg.data_dir);
+  }
+  Sampler sampler(data->train.size(), cfg.model.context, cfg.seed);
+  if (sampler.num_samples() < static_cast<uint64_t>(cfg.batch_size)) {
+    return Status::InvalidArgument("the training split of " + cfg.data_dir + " holds fewer than --batch-size " +
+                                   "samples of --context tokens");
+  }
+
+  auto env = ReadDistEnv();
+  if (!env.ok()) return env.status();
+  auto comm_or = Comm::Connect(*env, cfg.dist_timeout_s);
+  if (!comm_or.ok()) return comm_or.status();
+  Comm& comm = **comm_or;
+  const int W = comm.world_size(), rank = comm.rank();
+  Progress progress(cfg.log_format == "json", rank == 0, cfg.log_every);
+
+  Transformer model(cfg.model);
+  model->Initialize(cfg.seed);
+  ParamStore store(*model, cfg.shard_optimizer ? W : 1);
+  int64_t opt_begin = 0, opt_end = store.num_params();
+  if (cfg.shard_optimizer) {
+    int64_t chunk = store.params().numel() / W;
+    opt_begin = rank * chunk;
+    opt_end = std::min(store.num_params(), opt_begin + chunk);
+  }
+  AdamW opt(store, opt_begin, opt_end, {cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
+
+  TrainState st;
+  if (cfg.resume) {
+    auto loaded = LoadCheckpoint(cfg, comm, store, opt, [&](const std::string& s) { progress.Note(s); });
+    if (!loaded.ok()) return loaded.status();
+    if (*loaded) {
+      st = **loaded;
+      progress.Note("resumed from " + cfg.ckpt_dir + " at step " + std::to_string(st.step));
+    } else {
+      progress.Note("no valid checkpoint in " + cfg.ckpt_dir + "; starting from step 0");
+    }
+  }
+  progress.Start({{"params", store.num_params()}, {"world_size", W}, {"steps", cfg.steps},
+                  {"start_step", st.step}, {"threads", threads}, {"shape", cfg.model.ShapeString()},
+                  {"shard_optimizer", cfg.shard_optimizer}});
+
+  // Gradient buckets: slices of the flat gradient buffer; the loss rides in
+  // the last one (params.h).
+  std::vector<torch::Tensor> buckets;
+  const int64_t bucket = std::max<int64_t>(1, static_cast<int64_t>(cfg.bucket_mb * (1 << 20) / sizeof(float)));
+  for (int64_t b = 0; b < store.grads().numel(); b += bucket) {
+    buckets.push_back(store.grads().narrow(0, b, std::min(bucket, store.grads().numel() - b)));
+  }
+
+  const int B = cfg.batch_size, T = cfg.model.context;
+  auto idx = torch::empty({B, T}, torch::kInt64), targets = torch::empty({B, T}, torch::kInt64);
+  double loss_value = std::nan("");
+  const int64_t tokens_per_step = static_cast<int64_t>(B) * T * W;
+
+  // --------------------------------------------------------------------------
+  // The loop. `st.step` counts completed steps; step s+1 is being computed.
+  while (st.step < cfg.steps) {
+    if (cfg.eval_every > 0 && st.step % cfg.eval_every == 0) {
+      auto val = Evaluate(cfg, comm, model, data->val);
+      if (!val.ok()) return val.status();
+      progress.Eval(st.step, *val);
+    }
+    const auto t0 = Clock::now();
+
+    // ---- forward and backward on this rank's share of the global batch
+    store.ZeroGrad();
+    MakeBatch(data->train, sampler, st.data_cursor + static_cast<uint64_t>(rank) * B, B, T, idx, targets);
+    auto loss = model->Loss(idx, targets);
+    loss.backward();
+    store.LossSlot().fill_(loss.item<float>());
+
+    // ---- average gradients (and the loss) across data-parallel ranks
+    if (W > 1) {
+      BULWARK_RETURN_IF_ERROR(comm.AllReduceSum(buckets));
+      store.grads().div_(W);
+    }
+    loss_value = store.LossSlot().item<double>();
+
+    // ---- clip, update, re-assemble sharded parameters
+    double grad_norm = store.GradsView().norm().item<double>();
+    if (cfg.grad_clip > 0 && grad_norm > cfg.grad_clip) store.GradsView().mul_(cfg.grad_clip / (grad_norm + 1e-6));
+    const double lr = LearningRate(st.step, cfg.steps, cfg.warmup_steps, cfg.lr, cfg.min_lr_ratio);
+    opt.Step(lr, st.step + 1);
+    if (cfg.shard_optimizer && W > 1) BULWARK_RETURN_IF_ERROR(comm.AllGatherChunks(store.params()));
+
+    st.step += 1;
+    st.data_cursor += static_cast<uint64_t>(B) * W;
+
+    // ---- report
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    progress.Step({st.step, cfg.steps, loss_value, lr, grad_norm, ms, tokens_per_step * 1000.0 / ms});
+
+    // ---- checkpoint
+    if (cfg.ckpt_every > 0 && (st.step % cfg.ckpt_every == 0 || st.step == cfg.steps)) {
+      BULWARK_RETURN_IF_ERROR(SaveCheckpoint(cfg, comm, store, opt, st));
+    }
+    if (cfg.stop_at > 0 && st.step >= cfg.stop_at) break;  // as if preempted
+  }
+
+  if (cfg.eval_every > 0 && st.step == cfg.steps) {
+    auto val = Evaluate(cfg, comm, model, data->val);
+    if (!val.ok()) return val.status();
+    progress.Eval(st.step, *val);
+  }
+  double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  progress.Done(st.step, loss_value, store.Checksum(), seconds);
+  return Status::OK();
+}
+
+}  // namespace bulwark::trainer

@@ -1,0 +1,123 @@
+#include "support/process.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace bulwark::testing {
+namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+std::string ProcessResult::LastLine() const {
+  size_t end = out.find_last_not_of("\n");
+  if (end == std::string::npos) return "";
+  size_t start = out.find_last_of('\n', end);
+  return out.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+Process::Process(std::vector<std::string> argv, std::map<std::string, std::string> env) {
+  std::string dir = MakeTempDir();
+  out_path_ = dir + "/stdout";
+  err_path_ = dir + "/stderr";
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    if (!env.count(kv.substr(0, kv.find('=')))) envs.push_back(kv);
+  }
+  for (auto& [k, v] : env) envs.push_back(k + "=" + v);
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    int o = ::open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(o, 1);
+    ::dup2(e, 2);
+    std::vector<char*> av, ev;
+    for (auto& a : argv) av.push_back(a.data());
+    av.push_back(nullptr);
+    for (auto& x : envs) ev.push_back(x.data());
+    ev.push_back(nullptr);
+    ::execve(av[0], av.data(), ev.data());
+    ::_exit(127);
+  }
+}
+
+Process::~Process() {
+  if (!waited_ && pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+ProcessResult Process::Wait(double timeout_s) {
+  ProcessResult r;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  int status = 0;
+  for (;;) {
+    pid_t w = ::waitpid(pid_, &status, WNOHANG);
+    if (w == pid_) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+      r.timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  waited_ = true;
+  if (WIFEXITED(status) && !r.timed_out) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  r.out = Slurp(out_path_);
+  r.err = Slurp(err_path_);
+  std::string dir = out_path_.substr(0, out_path_.rfind('/'));
+  ::unlink(out_path_.c_str());
+  ::unlink(err_path_.c_str());
+  ::rmdir(dir.c_str());
+  return r;
+}
+
+std::string BinDir() { return BULWARK_BIN_DIR; }
+
+std::string MakeTempDir() {
+  char tmpl[] = "/tmp/bulwark-test-XXXXXX";
+  char* d = ::mkdtemp(tmpl);
+  if (!d) throw std::runtime_error("mkdtemp failed");
+  return d;
+}
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+}  // namespace bulwark::testing

@@ -1,0 +1,248 @@
+// bulwark-train as a user runs it: real processes, real Gloo rendezvous over
+// loopback, real files. The tiny preset keeps each run to seconds.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/files.h"
+#include "common/record_file.h"
+#include "support/process.h"
+#include "trainer/checkpoint_dir.h"
+
+namespace bulwark {
+namespace {
+
+using testing::ProcessResult;
+using nlohmann::json;
+
+std::string* g_data = nullptr;  // prepared once for the suite
+
+class Trainer : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (g_data) return;
+    g_data = new std::string(testing::MakeTempDir() + "/kjv");
+    auto r = testing::Run({testing::BinDir() + "/bulwark-train", "prepare", "--corpus", "kjv", "--out", *g_data,
+                           "--vocab-size", "512", "--quiet"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  void SetUp() override { dir_ = testing::MakeTempDir(); }
+  void TearDown() override {
+    if (!HasFailure()) RemoveTree(dir_);
+  }
+
+  std::vector<std::string> Args(std::vector<std::string> extra) {
+    std::vector<std::string> a = {testing::BinDir() + "/bulwark-train", "--config", "tiny", "--data", *g_data,
+                                  "--eval-every", "0", "--threads", "1", "--log-format", "json"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  // Runs `ranks` processes with the torchrun environment; returns each result.
+  std::vector<ProcessResult> Launch(int ranks, std::vector<std::string> extra) {
+    if (ranks == 1) return {testing::Run(Args(extra))};
+    std::string port = std::to_string(testing::FreePort());
+    std::vector<std::unique_ptr<testing::Process>> procs;
+    for (int r = 0; r < ranks; ++r) {
+      procs.push_back(std::make_unique<testing::Process>(
+          Args(extra), std::map<std::string, std::string>{{"RANK", std::to_string(r)},
+                                                          {"LOCAL_RANK", std::to_string(r)},
+                                                          {"WORLD_SIZE", std::to_string(ranks)},
+                                                          {"MASTER_ADDR", "127.0.0.1"},
+                                                          {"MASTER_PORT", port}}));
+    }
+    std::vector<ProcessResult> out;
+    for (auto& p : procs) out.push_back(p->Wait());
+    return out;
+  }
+  // The done line's checksum, after checking that every rank agrees on it.
+  std::string Checksum(const std::vector<ProcessResult>& rs, int64_t expect_step) {
+    std::string sum;
+    for (size_t r = 0; r < rs.size(); ++r) {
+      EXPECT_EQ(rs[r].exit_code, 0) << "rank " << r << ":\n" << rs[r].err;
+      json done = json::parse(rs[r].LastLine(), nullptr, false);
+      EXPECT_EQ(done.value("event", ""), "done") << rs[r].out;
+      EXPECT_EQ(done.value("step", -1), expect_step);
+      std::string s = done.value("param_checksum", "");
+      if (r == 0) sum = s;
+      EXPECT_EQ(s, sum) << "rank " << r << " disagrees with rank 0";
+    }
+    return sum;
+  }
+  std::vector<float> SavedParams(const std::string& ckpt, int64_t step) {
+    auto rec = RecordReader::Open(ckpt + "/" + trainer::StepDirName(step) + "/rank-0.bin", "ckpt");
+    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+    if (!rec.ok()) return {};
+    auto bytes = *rec->Get("params");
+    std::vector<float> v(bytes.size() / sizeof(float));
+    std::memcpy(v.data(), bytes.data(), bytes.size());
+    return v;
+  }
+  std::string dir_;
+};
+
+// ---------------------------------------------------------------- learning
+
+TEST_F(Trainer, LossFallsOnTinyConfig) {
+  auto r = testing::Run(Args({"--steps", "150", "--eval-every", "150"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<double> val;
+  for (size_t p = 0, e; p < r.out.size(); p = e + 1) {
+    e = r.out.find('\n', p);
+    json j = json::parse(r.out.substr(p, e - p), nullptr, false);
+    if (j.value("event", "") == "eval") val.push_back(j["val_loss"].get<double>());
+  }
+  ASSERT_EQ(val.size(), 2u) << r.out;
+  EXPECT_NEAR(val[0], std::log(512.0), 0.3);  // untrained: about uniform
+  EXPECT_LT(val[1], val[0] - 1.0) << "validation loss " << val[0] << " -> " << val[1];
+}
+
+// ---------------------------------------------------------------- exact resume
+
+struct ResumeCase {
+  int ranks;
+  bool sharded;
+  int stop_at;
+};
+
+void PrintTo(const ResumeCase& c, std::ostream* os) {
+  *os << c.ranks << " rank(s)" << (c.sharded ? ", sharded" : "") << ", stop at " << c.stop_at;
+}
+
+class ExactResume : public Trainer, public ::testing::WithParamInterface<ResumeCase> {};
+
+TEST_P(ExactResume, StopAndResumeIsBitwiseEqualToStraight) {
+  auto [ranks, sharded, stop_at] = GetParam();
+  std::vector<std::string> common = {"--steps", "24", "--ckpt-every", "8", "--batch-size", "4"};
+  if (sharded) common.push_back("--shard-optimizer");
+  auto with = [&](std::vector<std::string> more) {
+    auto a = common;
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  std::string straight = Checksum(Launch(ranks, with({"--ckpt-dir", dir_ + "/a"})), 24);
+  Checksum(Launch(ranks, with({"--ckpt-dir", dir_ + "/b", "--stop-at", std::to_string(stop_at)})), stop_at);
+  std::string resumed = Checksum(Launch(ranks, with({"--ckpt-dir", dir_ + "/b", "--resume"})), 24);
+  EXPECT_EQ(resumed, straight);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ExactResume,
+                         ::testing::Values(ResumeCase{1, false, 16}, ResumeCase{1, false, 13},
+                                           ResumeCase{2, false, 16}, ResumeCase{2, true, 13}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.ranks) + "Ranks" + (info.param.sharded ? "Sharded" : "") +
+                                  "StopAt" + std::to_string(info.param.stop_at);
+                         });
+
+// ---------------------------------------------------------------- data parallel
+
+TEST_F(Trainer, TwoRanksOfBatchBMatchOneRankOfBatch2B) {
+  auto one = Launch(1, {"--steps", "10", "--batch-size", "8", "--ckpt-dir", dir_ + "/one", "--ckpt-every", "10"});
+  Checksum(one, 10);
+  auto two = Launch(2, {"--steps", "10", "--batch-size", "4", "--ckpt-dir", dir_ + "/two", "--ckpt-every", "10"});
+  Checksum(two, 10);
+  auto a = SavedParams(dir_ + "/one", 10), b = SavedParams(dir_ + "/two", 10);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  double max_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(a[i] - b[i])));
+  EXPECT_LT(max_diff, 2e-4) << "parameters differ beyond float reordering";
+}
+
+TEST_F(Trainer, ShardedCheckpointReshardsToAnotherWorldSize) {
+  // Two ranks of batch 4 stop at step 8; one rank of batch 8 (same global
+  // batch and data) resumes. Its optimizer state comes from both shard files.
+  Checksum(Launch(2, {"--steps", "16", "--batch-size", "4", "--shard-optimizer", "--ckpt-dir", dir_ + "/r",
+                      "--ckpt-every", "8", "--stop-at", "8"}),
+           8);
+  auto reference = Launch(2, {"--steps", "16", "--batch-size", "4", "--shard-optimizer", "--ckpt-dir",
+                              dir_ + "/ref", "--ckpt-every", "16"});
+  Checksum(reference, 16);
+  auto resumed = Launch(1, {"--steps", "16", "--batch-size", "8", "--shard-optimizer", "--ckpt-dir", dir_ + "/r",
+                            "--ckpt-every", "8", "--resume"});
+  Checksum(resumed, 16);
+  auto a = SavedParams(dir_ + "/ref", 16), b = SavedParams(dir_ + "/r", 16);
+  ASSERT_EQ(a.size(), b.size());
+  double max_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(a[i] - b[i])));
+  EXPECT_LT(max_diff, 2e-4);
+}
+
+TEST_F(Trainer, DeadPeerEndsSurvivorWithPeerLostExitCode) {
+  std::string port = std::to_string(testing::FreePort());
+  auto env = [&](int r) {
+    return std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                              {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
+  };
+  testing::Process r0(Args({"--steps", "100000", "--dist-timeout", "20"}), env(0));
+  testing::Process r1(Args({"--steps", "100000", "--dist-timeout", "20"}), env(1));
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // let them rendezvous and train
+  ::kill(r1.pid(), SIGKILL);
+  auto t0 = std::chrono::steady_clock::now();
+  auto res = r0.Wait(30);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(res.exit_code, 3) << res.err;
+  EXPECT_NE(res.err.find("a peer died"), std::string::npos) << res.err;
+  EXPECT_LT(took, 20.0);
+  r1.Wait(5);
+}
+
+// ---------------------------------------------------------------- checkpoints and bad input
+
+TEST_F(Trainer, CorruptNewestCheckpointIsSkippedAndResumeStaysExact) {
+  std::string straight = Checksum(Launch(1, {"--steps", "20", "--ckpt-dir", dir_ + "/a", "--ckpt-every", "5"}), 20);
+  Checksum(Launch(1, {"--steps", "20", "--ckpt-dir", dir_ + "/b", "--ckpt-every", "5", "--stop-at", "15"}), 15);
+  std::string shard = dir_ + "/b/" + trainer::StepDirName(15) + "/rank-0.bin";
+  std::string bytes = *ReadFile(shard);
+  bytes[bytes.size() / 2] ^= 0x01;
+  ASSERT_TRUE(WriteFileAtomic(shard, bytes).ok());
+  auto r = Launch(1, {"--steps", "20", "--ckpt-dir", dir_ + "/b", "--ckpt-every", "5", "--resume"});
+  EXPECT_EQ(Checksum(r, 20), straight);
+  EXPECT_NE(r[0].out.find("step-00000015 skipped: "), std::string::npos) << r[0].out;
+  EXPECT_NE(r[0].out.find("checksum mismatch"), std::string::npos);
+  EXPECT_NE(r[0].out.find("resumed from " + dir_ + "/b at step 10"), std::string::npos);
+}
+
+// One line on stderr naming the problem, a usage exit code, no files left.
+void ExpectUsageError(const ProcessResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  size_t lines = 0;
+  for (char c : r.err) lines += c == '\n';
+  EXPECT_LE(lines, 2u) << r.err;
+}
+
+TEST_F(Trainer, UnknownFlagIsOneLineError) {
+  auto r = testing::Run(Args({"--learning-rate", "1", "--ckpt-dir", dir_ + "/c", "--ckpt-every", "1"}));
+  ExpectUsageError(r, "unknown flag '--learning-rate'");
+  EXPECT_FALSE(PathExists(dir_ + "/c"));
+}
+
+TEST_F(Trainer, MissingDataSaysHowToPrepare) {
+  auto r = testing::Run({testing::BinDir() + "/bulwark-train", "--config", "tiny", "--data", dir_ + "/none"});
+  ExpectUsageError(r, "bulwark-train prepare --corpus kjv --out " + dir_ + "/none");
+}
+
+TEST_F(Trainer, MissingCorpusLeavesNoOutput) {
+  auto r = testing::Run({testing::BinDir() + "/bulwark-train", "prepare", "--corpus", dir_ + "/nope.txt", "--out",
+                         dir_ + "/out"});
+  ExpectUsageError(r, "nope.txt");
+  EXPECT_TRUE(ListDir(dir_).empty());
+}
+
+TEST_F(Trainer, CheckpointOfAnotherShapeIsRefused) {
+  Checksum(Launch(1, {"--steps", "2", "--ckpt-dir", dir_ + "/c", "--ckpt-every", "2"}), 2);
+  auto r = testing::Run(Args({"--steps", "4", "--d-model", "32", "--ckpt-dir", dir_ + "/c", "--resume"}));
+  ExpectUsageError(r, "has model shape");
+  EXPECT_NE(r.err.find("d_model=64"), std::string::npos);
+}
+
+TEST_F(Trainer, IncompleteDistributedEnvironmentIsRefused) {
+  testing::Process p(Args({"--steps", "2"}), {{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+  ExpectUsageError(p.Wait(), "MASTER_ADDR, MASTER_PORT not set");
+}
+
+}  // namespace
+}  // namespace bulwark
