@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -17,6 +18,19 @@
 using namespace bulwark;
 
 namespace {
+
+// libgomp reads OMP_WAIT_POLICY once, when it is loaded, before main(). Its
+// default (threads spin after each parallel region) starves OpenBLAS's own
+// threads on a small machine: measured on 2 cores, a step of the small model
+// took 1070 ms spinning and 424 ms passive. So unless the user chose a
+// policy, set PASSIVE and re-execute this binary (same pid, same arguments)
+// so that libgomp sees it. Setting it from a .preinit_array hook does not
+// work: glibc's own initializer resets the environment after it runs.
+void PreferPassiveOpenMPWaits(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY")) return;
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: run on as we are
+}
 
 int Fail(const Status& s) {
   std::fflush(stdout);
@@ -41,6 +55,7 @@ int ExecPrepare(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  PreferPassiveOpenMPWaits(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     if (!args.empty() && args[0] == "prepare") return ExecPrepare(argv);

@@ -1,0 +1,33 @@
+# bulwark: the two entry points of the README, and the steps they share.
+# Every target installs what is missing first, so each works on a fresh
+# Debian 12 machine as root.
+JOBS ?= $(shell nproc)
+BUILD ?= build
+
+.PHONY: all deps build demo test bench clean
+
+all: build
+
+deps:
+	bash scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The main job: prepare the default corpus and train the small model.
+demo: build
+	bash scripts/demo.sh
+
+# Every test, through CTest.
+test: build
+	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure --timeout 600
+
+# Benchmarks print their figures; they never fail on a number.
+bench:
+	BULWARK_BENCH=1 bash scripts/install-deps.sh
+	$(MAKE) build
+	bash bench/trainer_throughput/run.sh
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,163 @@
+"""The small bulwark model written in PyTorch for Python: the reference that
+bench/trainer_throughput compares bulwark-train against.
+
+Same architecture (LLaMA-style: RMSNorm, RoPE, causal attention, SwiGLU,
+untied head), same batch, context, threads, data and optimizer settings as
+`bulwark-train --config small`. Written the way a PyTorch user would write it
+(eager mode; torch 1.13 has no fused attention), timed over the same steps.
+
+Prints one JSON line: {"tokens_per_s": ..., "step_ms": ..., "params": ...}.
+"""
+import argparse
+import json
+import math
+import struct
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def read_tokens(path):
+    """Reads a bulwark RecordFile token shard (src/common/record_file.h)."""
+    data = open(path, "rb").read()
+    assert data[:8] == b"BLWKREC\0", f"{path}: not a bulwark record"
+    (count,) = struct.unpack_from("<I", data, 12)
+    p, sections = 48, {}
+    for _ in range(count):
+        (nlen,) = struct.unpack_from("<I", data, p)
+        name = data[p + 4 : p + 4 + nlen].decode()
+        p += 4 + nlen
+        (dlen,) = struct.unpack_from("<Q", data, p)
+        p += 8
+        sections[name] = data[p : p + dlen]
+        p += dlen
+    meta = json.loads(sections["meta"])
+    return np.frombuffer(sections["tokens"], dtype=np.uint16), meta["vocab_size"]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope_tables(T, D, base=10000.0):
+    inv = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    return ang.cos().float(), ang.sin().float()
+
+
+def apply_rope(x, cos, sin):
+    T, half = x.size(2), x.size(3) // 2
+    c, s = cos[:T], sin[:T]
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], -1)
+
+
+class Block(nn.Module):
+    def __init__(self, d, h, f):
+        super().__init__()
+        self.h = h
+        self.attn_norm, self.mlp_norm = RMSNorm(d), RMSNorm(d)
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, d, bias=False) for _ in range(4))
+        self.gate, self.up = nn.Linear(d, f, bias=False), nn.Linear(d, f, bias=False)
+        self.down = nn.Linear(f, d, bias=False)
+
+    def attention(self, x, cos, sin):
+        B, T, C = x.shape
+        heads = lambda t: t.view(B, T, self.h, C // self.h).transpose(1, 2)
+        q = apply_rope(heads(self.wq(x)), cos, sin)
+        k = apply_rope(heads(self.wk(x)), cos, sin)
+        v = heads(self.wv(x))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.h))
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        att = att.masked_fill(mask, float("-inf")).softmax(-1)
+        return self.wo((att @ v).transpose(1, 2).contiguous().view(B, T, C))
+
+    def forward(self, x, cos, sin):
+        x = x + self.attention(self.attn_norm(x), cos, sin)
+        h = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Transformer(nn.Module):
+    def __init__(self, V, d, L, h, f, T):
+        super().__init__()
+        self.tok_emb = nn.Embedding(V, d)
+        self.blocks = nn.ModuleList(Block(d, h, f) for _ in range(L))
+        self.final_norm = RMSNorm(d)
+        self.lm_head = nn.Linear(d, V, bias=False)
+        cos, sin = rope_tables(T, d // h)
+        self.register_buffer("cos", cos)
+        self.register_buffer("sin", sin)
+        for p in self.parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx, targets):
+        x = self.tok_emb(idx)
+        for b in self.blocks:
+            x = b(x, self.cos, self.sin)
+        logits = self.lm_head(self.final_norm(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--per-step", action="store_true", help="also print every timed step's ms")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1337)
+    tokens, vocab = read_tokens(f"{args.data}/train-000.bin")
+    B, T = args.batch_size, args.context
+    model = Transformer(vocab, 256, 4, 4, 768, T)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=2e-3, betas=(0.9, 0.95), eps=1e-8)
+    rng = np.random.default_rng(0)
+    n_samples = (len(tokens) - 1) // T
+
+    def batch():
+        starts = rng.integers(0, n_samples, B) * T
+        x = np.stack([tokens[s : s + T] for s in starts]).astype(np.int64)
+        y = np.stack([tokens[s + 1 : s + T + 1] for s in starts]).astype(np.int64)
+        return torch.from_numpy(x), torch.from_numpy(y)
+
+    times = []
+    for step in range(args.warmup + args.steps):
+        x, y = batch()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss.item()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    ms = 1000 * float(np.median(times))
+    res = {"tokens_per_s": B * T / (ms / 1000), "step_ms": ms,
+           "params": sum(p.numel() for p in model.parameters()), "torch": torch.__version__}
+    if args.per_step:
+        res["step_ms_all"] = [1000 * t for t in times]
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
