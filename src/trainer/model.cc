@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "trainer/kernels.h"
+
 namespace bulwark::trainer {
 namespace F = torch::nn::functional;
 
@@ -12,10 +14,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  auto rms = torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return x * rms * weight;
-}
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return kernels::RmsNorm(x, weight, eps); }
 
 // ----------------------------------------------------------------------------
 // Rotary position embedding
@@ -49,13 +48,11 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg) : n_heads(cfg.n_heads) {
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_heads, D = C / H;
-  auto heads = [&](const torch::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };  // (B, H, T, D)
-  auto q = ApplyRope(heads(wq(x)), cos, sin);
-  auto k = ApplyRope(heads(wk(x)), cos, sin);
-  auto v = heads(wv(x));
-  auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));  // (B, H, T, T)
-  auto future = torch::ones({T, T}, torch::kBool).triu(1);  // true above the diagonal: positions not yet seen
-  att = att.masked_fill(future, -std::numeric_limits<float>::infinity()).softmax(-1);
+  auto q = kernels::RopeHeads(wq(x), H, cos, sin);  // (B, H, T, D)
+  auto k = kernels::RopeHeads(wk(x), H, cos, sin);
+  auto v = wv(x).view({B, T, H, D}).transpose(1, 2);
+  // Scores (B, H, T, T); the softmax scales and masks positions j > i.
+  auto att = kernels::CausalSoftmax(torch::matmul(q, k.transpose(-2, -1)), 1.0 / std::sqrt(static_cast<double>(D)));
   auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
   return wo(y);
 }
@@ -66,7 +63,7 @@ MlpImpl::MlpImpl(const ModelConfig& cfg) {
   down = register_module("down", torch::nn::Linear(torch::nn::LinearOptions(cfg.ffn, cfg.d_model).bias(false)));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return down(F::silu(gate(x)) * up(x)); }
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return down(kernels::SwiGlu(gate(x), up(x))); }
 
 BlockImpl::BlockImpl(const ModelConfig& cfg) {
   attn_norm = register_module("attn_norm", RMSNorm(cfg.d_model));
@@ -102,7 +99,7 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& idx) {
 
 torch::Tensor TransformerImpl::Loss(const torch::Tensor& idx, const torch::Tensor& targets) {
   auto logits = forward(idx);
-  return F::cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
+  return kernels::CrossEntropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
 }
 
 void TransformerImpl::Initialize(uint64_t seed) {

@@ -52,7 +52,8 @@ void Progress::Step(const StepReport& r) {
   if (json_) {
     if (r.step % log_every_ == 0 || r.step == r.total) {
       Emit({{"event", "step"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-            {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}});
+            {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"forward_ms", r.forward_ms},
+            {"backward_ms", r.backward_ms}, {"comm_ms", r.comm_ms}, {"optimizer_ms", r.optimizer_ms}});
     }
     return;
   }

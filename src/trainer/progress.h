@@ -17,6 +17,9 @@ struct StepReport {
   int64_t step = 0, total = 0;
   double loss = 0, lr = 0, grad_norm = 0;
   double step_ms = 0, tokens_per_s = 0;
+  // Where the step's time went: forward (with batch assembly), backward,
+  // gradient all-reduce, optimizer (clip, update, parameter all-gather).
+  double forward_ms = 0, backward_ms = 0, comm_ms = 0, optimizer_ms = 0;
 };
 
 class Progress {

@@ -157,8 +157,10 @@ Status Train(const TrainConfig& cfg_in) {
     store.ZeroGrad();
     MakeBatch(data->train, sampler, st.data_cursor + static_cast<uint64_t>(rank) * B, B, T, idx, targets);
     auto loss = model->Loss(idx, targets);
+    const auto t_fwd = Clock::now();
     loss.backward();
     store.LossSlot().fill_(loss.item<float>());
+    const auto t_bwd = Clock::now();
 
     // ---- average gradients (and the loss) across data-parallel ranks
     if (W > 1) {
@@ -166,6 +168,7 @@ Status Train(const TrainConfig& cfg_in) {
       store.grads().div_(W);
     }
     loss_value = store.LossSlot().item<double>();
+    const auto t_comm = Clock::now();
 
     // ---- clip, update, re-assemble sharded parameters
     double grad_norm = store.GradsView().norm().item<double>();
@@ -178,8 +181,14 @@ Status Train(const TrainConfig& cfg_in) {
     st.data_cursor += static_cast<uint64_t>(B) * W;
 
     // ---- report
-    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    progress.Step({st.step, cfg.steps, loss_value, lr, grad_norm, ms, tokens_per_step * 1000.0 / ms});
+    const auto t_end = Clock::now();
+    auto ms_between = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    double ms = ms_between(t0, t_end);
+    progress.Step({st.step, cfg.steps, loss_value, lr, grad_norm, ms, tokens_per_step * 1000.0 / ms,
+                   ms_between(t0, t_fwd), ms_between(t_fwd, t_bwd), ms_between(t_bwd, t_comm),
+                   ms_between(t_comm, t_end)});
 
     // ---- checkpoint
     if (cfg.ckpt_every > 0 && (st.step % cfg.ckpt_every == 0 || st.step == cfg.steps)) {

@@ -1,0 +1,33 @@
+// Fused CPU kernels for the model's memory-bound layers, each a libtorch
+// autograd Function with a hand-written backward (llm.c's approach).
+//
+// Why: at the small config the matmuls already run at the BLAS peak, so the
+// rest of a step is elementwise passes over activations. Eager libtorch
+// makes 4-8 passes for an RMSNorm or a masked softmax and its backward; these
+// make one or two. Every kernel is deterministic for any thread count:
+// reductions across rows use fixed blocks summed in a fixed order, so exact
+// resume never depends on scheduling.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace bulwark::trainer::kernels {
+
+// y = x * rsqrt(mean(x^2) + eps) * weight over the last dimension.
+torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+// silu(gate) * up, elementwise.
+torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up);
+
+// softmax(scale * scores) over the last dimension with positions j > i
+// masked out (causal); scores (..., T, T).
+torch::Tensor CausalSoftmax(const torch::Tensor& scores, double scale);
+
+// Rotary embedding and head split in one pass: x (B, T, H*D) from a linear
+// layer -> (B, H, T, D) rotated ("rotate half" convention, tables (T', D/2)).
+torch::Tensor RopeHeads(const torch::Tensor& x, int64_t heads, const torch::Tensor& cos, const torch::Tensor& sin);
+
+// Mean cross-entropy of logits (N, V) against int64 targets (N).
+torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets);
+
+}  // namespace bulwark::trainer::kernels
