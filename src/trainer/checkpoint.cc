@@ -35,7 +35,7 @@ Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, ParamStore& store, Ada
     nlohmann::json meta = {
         {"step", st.step},           {"world_size", comm.world_size()}, {"rank", comm.rank()},
         {"shape", cfg.model.ShapeString()}, {"optimizer", cfg.optimizer}, {"seed", cfg.seed},
-        {"data_cursor", st.data_cursor}, {"num_params", store.num_params()},
+        {"data_cursor", st.data_cursor}, {"loss", st.loss}, {"num_params", store.num_params()},
         {"opt_begin", opt.begin()},  {"opt_end", std::min(opt.end(), store.num_params())},
         {"has_params", comm.rank() == 0}};
     RecordWriter w("ckpt");
@@ -102,6 +102,7 @@ Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& c
     if (meta["seed"].get<uint64_t>() != cfg.seed)
       return mismatch("seed", meta["seed"].dump(), std::to_string(cfg.seed));
     st.data_cursor = meta["data_cursor"].get<uint64_t>();
+    if (meta["loss"].is_number()) st.loss = meta["loss"].get<double>();
     if (meta["has_params"].get<bool>()) {
       BULWARK_RETURN_IF_ERROR(CopyFloats(r, "params", 0, store.ParamsView()));
       auto rng = r.Get("rng");

@@ -24,6 +24,7 @@ namespace bulwark::trainer {
 struct TrainState {
   int64_t step = 0;          // optimizer steps completed
   uint64_t data_cursor = 0;  // global samples consumed (sampler.h)
+  double loss = 0;           // mean training loss of the last step, for reports
 };
 
 // Collective: every rank calls it at the same step.

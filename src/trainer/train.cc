@@ -140,7 +140,6 @@ Status Train(const TrainConfig& cfg_in) {
 
   const int B = cfg.batch_size, T = cfg.model.context;
   auto idx = torch::empty({B, T}, torch::kInt64), targets = torch::empty({B, T}, torch::kInt64);
-  double loss_value = std::nan("");
   const int64_t tokens_per_step = static_cast<int64_t>(B) * T * W;
 
   // --------------------------------------------------------------------------
@@ -167,7 +166,7 @@ Status Train(const TrainConfig& cfg_in) {
       BULWARK_RETURN_IF_ERROR(comm.AllReduceSum(buckets));
       store.grads().div_(W);
     }
-    loss_value = store.LossSlot().item<double>();
+    st.loss = store.LossSlot().item<double>();
     const auto t_comm = Clock::now();
 
     // ---- clip, update, re-assemble sharded parameters
@@ -186,7 +185,7 @@ Status Train(const TrainConfig& cfg_in) {
       return std::chrono::duration<double, std::milli>(b - a).count();
     };
     double ms = ms_between(t0, t_end);
-    progress.Step({st.step, cfg.steps, loss_value, lr, grad_norm, ms, tokens_per_step * 1000.0 / ms,
+    progress.Step({st.step, cfg.steps, st.loss, lr, grad_norm, ms, tokens_per_step * 1000.0 / ms,
                    ms_between(t0, t_fwd), ms_between(t_fwd, t_bwd), ms_between(t_bwd, t_comm),
                    ms_between(t_comm, t_end)});
 
@@ -203,7 +202,7 @@ Status Train(const TrainConfig& cfg_in) {
     progress.Eval(st.step, *val);
   }
   double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
-  progress.Done(st.step, loss_value, store.Checksum(), seconds);
+  progress.Done(st.step, st.loss, store.Checksum(), seconds);
   return Status::OK();
 }
 
