@@ -1,0 +1,56 @@
+// Actions: what the policy tells the actuation layer (agents, cluster
+// backend) to do.
+//
+// Every action carries an id derived from the state it was decided in, so the
+// same decision made twice (a repeated reconcile, a duplicated event) yields
+// the same id and the actuator treats the repeat as a no-op. Ids are never
+// reused for a different decision: they embed the placement generation or
+// the incident they belong to.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "controller/job.h"
+#include "controller/machine.h"
+
+namespace bulwark::controller {
+
+enum class ActionKind {
+  kEvict,             // take `machine` out of service until an operator returns it
+  kActivate,          // wake standby `machine` into the job
+  kRestartAll,        // (re)start every rank on `placement`, from the newest checkpoint
+  kWaitForMachines,   // hold the job: `count` machines missing, none on standby
+  kStopJob,           // give up; `reason` says why and what a human should do
+  kReplenishStandby,  // the standby pool is `count` machines short of its target
+};
+
+const char* ActionKindName(ActionKind k);
+
+struct Action {
+  ActionKind kind = ActionKind::kEvict;
+  std::string id;
+  MachineId machine;            // kEvict, kActivate
+  Placement placement;          // kRestartAll
+  int64_t checkpoint_step = 0;  // kRestartAll: latest checkpoint reported (0: none); advisory
+  int count = 0;                // kWaitForMachines, kReplenishStandby
+  int64_t incident = 0;         // the incident it belongs to, 0 for none
+  std::string reason;
+
+  // "restart_all restart-all/g3: ..." for logs and test failures.
+  std::string ToString() const;
+};
+
+// Constructors; each builds the id from its arguments.
+Action EvictAction(const MachineId& machine, int64_t incident, std::string reason);
+Action ActivateAction(const MachineId& machine, int64_t generation);
+Action RestartAllAction(Placement placement, int64_t checkpoint_step, std::string reason);
+Action WaitForMachinesAction(int missing, int64_t generation);
+Action StopJobAction(int64_t incident, std::string reason);
+Action ReplenishStandbyAction(int deficit, int target, int64_t standby_arrivals);
+
+// The actions of `kind` in `actions`, in order: for tests and the simulator.
+std::vector<Action> OfKind(const std::vector<Action>& actions, ActionKind kind);
+
+}  // namespace bulwark::controller

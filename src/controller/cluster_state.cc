@@ -1,0 +1,82 @@
+#include "controller/cluster_state.h"
+
+namespace bulwark::controller {
+
+MachineStatus* ClusterState::FindMachine(const MachineId& id) {
+  auto it = machines.find(id);
+  return it == machines.end() ? nullptr : &it->second;
+}
+
+const MachineStatus* ClusterState::FindMachine(const MachineId& id) const {
+  auto it = machines.find(id);
+  return it == machines.end() ? nullptr : &it->second;
+}
+
+bool ClusterState::IsActive(const MachineId& id) const {
+  const MachineStatus* m = FindMachine(id);
+  return m != nullptr && m->state == MachineState::kActive;
+}
+
+Result<MachineStatus*> AddMachine(ClusterState& state, const MachineId& id, Time at) {
+  if (id.empty()) return Status::InvalidArgument("a machine needs a non-empty id");
+  if (state.machines.count(id) != 0) {
+    return Status::FailedPrecondition("machine " + id + " is already known");
+  }
+  MachineStatus m;
+  m.id = id;
+  m.state = MachineState::kJoining;
+  m.state_since = at;
+  MachineStatus& added = state.machines.emplace(id, std::move(m)).first->second;
+  ++state.machines_in_state[static_cast<int>(MachineState::kJoining)];
+  return &added;
+}
+
+Status SetMachineState(ClusterState& state, const MachineId& id, MachineState to, Time at,
+                       std::string reason) {
+  MachineStatus* m = state.FindMachine(id);
+  if (m == nullptr) return Status::NotFound("machine " + id + " is not known to the controller");
+  const MachineState from = m->state;
+  BULWARK_RETURN_IF_ERROR(m->MoveTo(to, at, std::move(reason)));
+  --state.machines_in_state[static_cast<int>(from)];
+  ++state.machines_in_state[static_cast<int>(to)];
+  if (from == MachineState::kStandby) state.standbys.erase(id);
+  if (to == MachineState::kStandby) {
+    state.standbys.insert(id);
+    ++state.standby_arrivals;
+  }
+  return Status::OK();
+}
+
+Status SetJobState(ClusterState& state, JobState to, Time at) {
+  Status st = CheckJobTransition(state.job, to);
+  if (!st.ok()) return st.Annotate("job " + state.spec.id);
+  state.job = to;
+  state.job_since = at;
+  return Status::OK();
+}
+
+Status Apply(ClusterState& state, const Action& action, Time now) {
+  switch (action.kind) {
+    case ActionKind::kEvict:
+      return SetMachineState(state, action.machine, MachineState::kEvicted, now, action.reason);
+    case ActionKind::kActivate:
+      return SetMachineState(state, action.machine, MachineState::kActive, now, "activated into the job");
+    case ActionKind::kRestartAll:
+      state.placement = action.placement;
+      state.restart_pending = false;
+      state.restart_reason.clear();
+      state.last_restart_at = now;
+      return SetJobState(state, JobState::kRestarting, now);
+    case ActionKind::kWaitForMachines:
+      if (state.job == JobState::kWaitingForMachines) return Status::OK();
+      return SetJobState(state, JobState::kWaitingForMachines, now);
+    case ActionKind::kStopJob:
+      if (state.job == JobState::kStopped) return Status::OK();
+      return SetJobState(state, JobState::kStopped, now);
+    case ActionKind::kReplenishStandby:
+      return Status::OK();  // a request to the cluster backend; the pool changes when machines join
+  }
+  return Status::Internal("unknown action kind");
+}
+
+}  // namespace bulwark::controller

@@ -1,0 +1,90 @@
+// ClusterState: everything the policy knows, in memory. The policy reads and
+// changes it; the later store layer persists it; nothing here does I/O.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "controller/action.h"
+#include "controller/incident.h"
+#include "controller/job.h"
+#include "controller/ledger.h"
+#include "controller/machine.h"
+#include "controller/time.h"
+
+namespace bulwark::controller {
+
+// A crash of a rank that named no machine (no hardware signature).
+struct CrashRecord {
+  Time at{};
+  MachineId machine;
+  std::string signature;
+  int64_t progress_epoch = 0;  // ClusterState::progress_epoch when it happened
+};
+
+struct ClusterState {
+  // Desired.
+  JobSpec spec;
+
+  // Decided.
+  JobState job = JobState::kPending;
+  Time job_since{};
+  Placement placement;
+  // A reattempt asked for a restart on the same machines; Reconcile issues it.
+  bool restart_pending = false;
+  std::string restart_reason;
+  std::optional<Time> last_restart_at;  // rank exits observed before it are stale
+
+  // Observed.
+  std::map<MachineId, MachineStatus> machines;  // ordered: decisions are deterministic
+  int64_t last_step = 0;
+  // Step of the latest checkpoint reported; 0 = none. Advisory: agents
+  // restore the newest complete copy they hold, which the first step after
+  // a restart reveals (Incident::restored_step).
+  int64_t checkpoint_step = 0;
+  // Bumped by the first step after each restart; crashes of an older epoch
+  // no longer count against the restart budget.
+  int64_t progress_epoch = 0;
+  std::vector<CrashRecord> crashes;  // software crashes within the crash window
+
+  // Derived indexes, kept by SetMachineState so that a reconcile of a
+  // 10,000-machine fleet does not scan it.
+  std::array<int, kNumMachineStates> machines_in_state{};
+  std::set<MachineId> standbys;  // machines in kStandby, in id order
+  // Machines that ever entered kStandby. With the pool's shortfall it names
+  // a replenish request: the shortfall only shrinks when a machine arrives.
+  int64_t standby_arrivals = 0;
+
+  IncidentLog incidents;
+  Ledger ledger;
+
+  MachineStatus* FindMachine(const MachineId& id);
+  const MachineStatus* FindMachine(const MachineId& id) const;
+  int CountIn(MachineState s) const { return machines_in_state[static_cast<int>(s)]; }
+  // True when `id` is active, i.e. placed in the job (every active machine
+  // holds a slot of the placement, and a placed machine that is not active
+  // is a slot to fill).
+  bool IsActive(const MachineId& id) const;
+};
+
+// Registers a new machine in kJoining. FailedPrecondition if it is known.
+Result<MachineStatus*> AddMachine(ClusterState& state, const MachineId& id, Time at);
+// The only way a machine's state changes: checks the transition and keeps
+// the derived indexes in step.
+Status SetMachineState(ClusterState& state, const MachineId& id, MachineState to, Time at,
+                       std::string reason);
+// The only way the job's state changes (see CheckJobTransition).
+Status SetJobState(ClusterState& state, JobState to, Time at);
+
+// Applies a decided action to the state: what the actuator is about to make
+// true. Applying the action that matches the current state again (a repeat
+// of the same wait) changes nothing.
+Status Apply(ClusterState& state, const Action& action, Time now);
+
+}  // namespace bulwark::controller

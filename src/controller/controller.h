@@ -1,0 +1,62 @@
+// Controller: the policy with its state, for one job. Events in, actions
+// out, time passed in; no I/O. The gRPC server, the SQLite store and the
+// scale simulator all drive this same class.
+//
+//   auto c = Controller::Create(spec, config, {"m01", "m02", "s01"}, now);
+//   auto start = c->Reconcile(now);               // Activate..., RestartAll
+//   auto acts = c->Handle(RankExited{...}, now);  // decide and act
+//
+// Not thread-safe: the caller serializes events (one controller per job, as
+// in ByteRobust, each on its own goroutine or thread).
+#pragma once
+
+#include <vector>
+
+#include "common/status.h"
+#include "controller/action.h"
+#include "controller/cluster_state.h"
+#include "controller/event.h"
+#include "controller/ledger.h"
+#include "controller/policy_config.h"
+#include "controller/standby_pool.h"
+#include "controller/time.h"
+
+namespace bulwark::controller {
+
+class Controller {
+ public:
+  // A controller for `spec`, with `standbys` registered as self-checked
+  // standbys. Nothing is started until the first Reconcile. Starts the
+  // ledger at `now`. InvalidArgument for a bad spec, config or machine list.
+  static Result<Controller> Create(JobSpec spec, PolicyConfig config,
+                                   const std::vector<MachineId>& standbys, Time now);
+
+  // Handles one event observed by an agent, monitor or operator, then
+  // reconciles. Returns the actions to carry out, in order. InvalidArgument
+  // when `now` is earlier than a previous call's; NotFound or
+  // FailedPrecondition (with nothing changed) for an event that names an
+  // unknown machine or asks the impossible. Observation times later than
+  // `now` (agent clock skew) are taken as `now`.
+  Result<std::vector<Action>> Handle(const Event& event, Time now);
+
+  // Compares desired with actual and acts on the difference; returns no
+  // actions when the world already matches.
+  Result<std::vector<Action>> Reconcile(Time now);
+
+  const ClusterState& state() const { return state_; }
+  const PolicyConfig& config() const { return config_; }
+  const std::vector<Incident>& incidents() const { return state_.incidents.all(); }
+  StandbyReport standby() const;
+  TimeBreakdown Cumulative(Time now) const { return state_.ledger.Cumulative(now); }
+  TimeBreakdown Window(Time now) const { return state_.ledger.Window(now); }
+
+ private:
+  explicit Controller(PolicyConfig config) : config_(std::move(config)) {}
+  Status Advance(Time now);
+
+  PolicyConfig config_;
+  ClusterState state_;
+  Time last_now_{};
+};
+
+}  // namespace bulwark::controller

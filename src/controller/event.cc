@@ -1,0 +1,81 @@
+#include "controller/event.h"
+
+namespace bulwark::controller {
+namespace {
+
+template <class... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;
+
+}  // namespace
+
+const char* InspectionKindName(InspectionKind k) {
+  switch (k) {
+    case InspectionKind::kDevice: return "device";
+    case InspectionKind::kDisk: return "disk";
+    case InspectionKind::kMemory: return "memory";
+    case InspectionKind::kProcess: return "process";
+  }
+  return "unknown";
+}
+
+const char* EventKindName(EventKind k) {
+  static constexpr const char* kNames[kNumEventKinds] = {
+      "rank_exited",   "machine_heartbeat_lost", "inspection_failed",
+      "network_alert", "machine_joined",         "step_completed",
+      "checkpoint_saved", "operator_returned",   "manual_restart",
+  };
+  int i = static_cast<int>(k);
+  return i >= 0 && i < kNumEventKinds ? kNames[i] : "unknown";
+}
+
+Time ObservedAt(const Event& e) {
+  return std::visit([](const auto& x) { return x.observed; }, e);
+}
+
+std::optional<Time> FaultTimeOf(const Event& e) {
+  if (const auto* x = std::get_if<RankExited>(&e)) return x->observed;
+  if (const auto* x = std::get_if<MachineHeartbeatLost>(&e)) return x->last_heartbeat;
+  if (const auto* x = std::get_if<NetworkAlert>(&e)) return x->observed;
+  return std::nullopt;
+}
+
+std::string Describe(const Event& e) {
+  return std::visit(
+      Overloaded{
+          [](const RankExited& x) {
+            std::string s = "rank " + std::to_string(x.rank) + " on " + x.machine;
+            s += x.signal != 0 ? " killed by signal " + std::to_string(x.signal)
+                               : " exited with code " + std::to_string(x.exit_code);
+            if (!x.log_signature.empty()) s += " (" + x.log_signature + ")";
+            return s;
+          },
+          [](const MachineHeartbeatLost& x) {
+            return "machine " + x.machine + " lost its heartbeat (last heard " +
+                   FormatTime(x.last_heartbeat) + ")";
+          },
+          [](const InspectionFailed& x) {
+            std::string s = std::string(InspectionKindName(x.kind)) + " inspection failed on " + x.machine;
+            return x.detail.empty() ? s : s + ": " + x.detail;
+          },
+          [](const NetworkAlert& x) {
+            std::string s = "network alert on " + x.machine;
+            return x.detail.empty() ? s : s + ": " + x.detail;
+          },
+          [](const MachineJoined& x) {
+            std::string s = "machine " + x.machine + " joined, self-check " +
+                            (x.self_check_passed ? "passed" : "failed");
+            return x.detail.empty() ? s : s + ": " + x.detail;
+          },
+          [](const StepCompleted& x) { return "step " + std::to_string(x.step) + " completed"; },
+          [](const CheckpointSaved& x) { return "checkpoint of step " + std::to_string(x.step) + " saved"; },
+          [](const OperatorReturned& x) { return "operator returned machine " + x.machine; },
+          [](const ManualRestart& x) { return "manual restart: " + x.reason; },
+      },
+      e);
+}
+
+}  // namespace bulwark::controller

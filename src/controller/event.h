@@ -1,0 +1,128 @@
+// Events: what agents, monitors and operators report to the controller.
+//
+// Each event carries the time it was observed (on the virtual clock); the
+// controller is told separately when it handles it (`now`), and the gap is
+// part of detection time. Events are facts, never commands: the policy may
+// ignore a late or duplicate one.
+//
+// Adding a kind (hangs, slowdowns, NaN losses are next): add a struct, append
+// it to Event and EventKind in the same position, give it a name in
+// event.cc, and give it a rule in policy.cc's table. static_asserts keep the
+// three lists in step.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "controller/job.h"
+#include "controller/machine.h"
+#include "controller/time.h"
+
+namespace bulwark::controller {
+
+// A rank process ended. exit_code 0 with no signal is a clean exit; anything
+// else is a crash. log_signature is what the agent's log matcher found in
+// the rank's last output: "cuda_error", "xid", "ecc", "oom", "nccl",
+// "nccl_hardware", "connection_reset", "segfault", "exception", or empty.
+struct RankExited {
+  MachineId machine;
+  RankId rank = 0;
+  int exit_code = 0;
+  int signal = 0;
+  std::string log_signature;
+  Time observed{};
+};
+
+// The machine's agent stopped sending heartbeats: the machine is down, or cut
+// off, which for a training job is the same thing.
+struct MachineHeartbeatLost {
+  MachineId machine;
+  Time last_heartbeat{};  // when it was last heard from: the fault time
+  Time observed{};
+};
+
+enum class InspectionKind { kDevice, kDisk, kMemory, kProcess };
+const char* InspectionKindName(InspectionKind k);
+
+// A real-time inspection on the machine failed (GPU lost, disk read-only,
+// host memory errors, training process in a bad state).
+struct InspectionFailed {
+  MachineId machine;
+  InspectionKind kind = InspectionKind::kDevice;
+  std::string detail;
+  Time observed{};
+};
+
+// A NIC went down or flapped. Flaps usually heal on their own.
+struct NetworkAlert {
+  MachineId machine;
+  std::string detail;
+  Time observed{};
+};
+
+// A machine registered and ran its self-check (image, libraries, devices).
+struct MachineJoined {
+  MachineId machine;
+  bool self_check_passed = false;
+  std::string detail;
+  Time observed{};
+};
+
+// The job finished training step `step` (steps count from 1; a job restored
+// from the checkpoint of step k completes k+1 next).
+struct StepCompleted {
+  int64_t step = 0;
+  Time observed{};
+};
+
+// A complete checkpoint of step `step` was written (in memory or on disk).
+struct CheckpointSaved {
+  int64_t step = 0;
+  Time observed{};
+};
+
+// An operator repaired an evicted machine and hands it back; it must pass a
+// self-check (MachineJoined) before it serves again.
+struct OperatorReturned {
+  MachineId machine;
+  Time observed{};
+};
+
+// An operator asked for a restart (a code fix, a config change).
+struct ManualRestart {
+  std::string reason;
+  Time observed{};
+};
+
+using Event = std::variant<RankExited, MachineHeartbeatLost, InspectionFailed, NetworkAlert,
+                           MachineJoined, StepCompleted, CheckpointSaved, OperatorReturned,
+                           ManualRestart>;
+
+// One value per alternative of Event, in the same order.
+enum class EventKind {
+  kRankExited,
+  kMachineHeartbeatLost,
+  kInspectionFailed,
+  kNetworkAlert,
+  kMachineJoined,
+  kStepCompleted,
+  kCheckpointSaved,
+  kOperatorReturned,
+  kManualRestart,
+};
+constexpr int kNumEventKinds = 9;
+static_assert(std::variant_size_v<Event> == kNumEventKinds, "Event and EventKind must match");
+
+inline EventKind KindOf(const Event& e) { return static_cast<EventKind>(e.index()); }
+const char* EventKindName(EventKind k);
+Time ObservedAt(const Event& e);
+// When the fault itself happened, where the event tells: a rank's exit time,
+// a machine's last heartbeat. Empty when only the observation time is known
+// (a failed inspection found a device that broke at some unknown earlier time).
+std::optional<Time> FaultTimeOf(const Event& e);
+// One line for logs and incident causes: "rank 5 on m02 exited with code 1 (exception)".
+std::string Describe(const Event& e);
+
+}  // namespace bulwark::controller

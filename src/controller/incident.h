@@ -1,0 +1,82 @@
+// Incidents: one fault episode each, from its first symptom to training
+// resumed (or given up on), with the timings ETTR is made of.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "controller/machine.h"
+#include "controller/time.h"
+
+namespace bulwark::controller {
+
+// Explicit: a clear indicator (exit code, log signature, failed inspection,
+// lost machine). Implicit: no indicator (hang, slowdown, NaN). Manual: an
+// operator restarted the job.
+enum class IncidentClass { kExplicit, kImplicit, kManual };
+
+// How the episode was (or is being) handled; the latest decision wins, so an
+// incident that first reattempted and then evicted reads kEvictedAndReplaced.
+enum class Resolution {
+  kOpen,                // detected, nothing decided yet
+  kReattempt,           // restart in place on the same machines
+  kEvictedAndReplaced,  // bad machines out, standbys in, restart
+  kWaiting,             // machines evicted and no standby: the job waits
+  kStopped,             // the policy gave up; a human must act
+};
+
+const char* IncidentClassName(IncidentClass c);
+const char* ResolutionName(Resolution r);
+
+struct Incident {
+  int64_t id = 0;
+  IncidentClass cls = IncidentClass::kExplicit;
+  std::string cause;                // first symptom, then any later ones ("; then ...")
+  std::vector<MachineId> evicted;   // in eviction order
+  Resolution resolution = Resolution::kOpen;
+  std::string why;                  // the policy's reason for its latest decision
+
+  std::optional<Time> fault;        // when it happened, if the event said
+  Time detected{};                  // when the controller learned of it
+  std::optional<Time> localized;    // when the culprit (or "software") was named
+  std::optional<Time> decision;     // first recovery decision: restart, wait or stop
+  std::optional<Time> recovered;    // first StepCompleted after the restart
+  std::optional<Time> waiting_since;  // set while the job waits for machines
+  Duration waited{0};               // total time spent waiting for machines
+
+  int64_t step_at_fault = 0;              // last step completed before the fault
+  std::optional<int64_t> restored_step;   // checkpoint the job resumed from
+  bool closed = false;                    // recovered or stopped
+
+  // detected - fault; zero when the fault time is unknown.
+  Duration DetectDuration() const;
+  // localized - detected.
+  std::optional<Duration> LocalizeDuration() const;
+  // recovered - decision, including any wait for machines (see `waited`).
+  std::optional<Duration> RecoverDuration() const;
+  // step_at_fault - restored_step: steps that must be computed again.
+  std::optional<int64_t> LostSteps() const;
+  // One line: "incident 3 (explicit, evicted_and_replaced): <cause>; evicted m02; <why>".
+  std::string Summary() const;
+};
+
+// The incidents of one job, oldest first, and at most one open at a time:
+// faults that arrive before the job recovers belong to the same episode.
+class IncidentLog {
+ public:
+  // The open incident, or nullptr.
+  Incident* Current();
+  const Incident* Current() const;
+  // Opens an incident, or joins the open one (appending `cause`). Ids start at 1.
+  Incident& OpenOrJoin(IncidentClass cls, const std::string& cause, std::optional<Time> fault,
+                       Time detected, int64_t step_at_fault);
+  const std::vector<Incident>& all() const { return incidents_; }
+  const Incident* Find(int64_t id) const;
+
+ private:
+  std::vector<Incident> incidents_;
+};
+
+}  // namespace bulwark::controller

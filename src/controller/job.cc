@@ -1,0 +1,57 @@
+#include "controller/job.h"
+
+namespace bulwark::controller {
+namespace {
+
+using J = JobState;
+
+// kAllowed[from][to], in enum order: Pending, Restarting, Running, Waiting, Stopped.
+constexpr bool kAllowed[kNumJobStates][kNumJobStates] = {
+    //            Pend   Rstr   Run    Wait   Stop
+    /* Pend */ {false, true, false, true, true},
+    /* Rstr */ {false, true, true, true, true},
+    /* Run  */ {false, true, false, true, true},
+    /* Wait */ {false, true, false, false, true},
+    /* Stop */ {false, false, false, false, false},
+};
+
+}  // namespace
+
+Status JobSpec::Validate() const {
+  if (world_size <= 0) return Status::InvalidArgument("job " + id + ": world_size must be positive");
+  if (ranks_per_machine <= 0) {
+    return Status::InvalidArgument("job " + id + ": ranks_per_machine must be positive");
+  }
+  if (world_size % ranks_per_machine != 0) {
+    return Status::InvalidArgument("job " + id + ": world_size " + std::to_string(world_size) +
+                                   " is not a multiple of ranks_per_machine " +
+                                   std::to_string(ranks_per_machine));
+  }
+  return Status::OK();
+}
+
+int Placement::SlotOf(const MachineId& machine) const {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i] == machine) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const char* JobStateName(JobState s) {
+  switch (s) {
+    case J::kPending: return "pending";
+    case J::kRestarting: return "restarting";
+    case J::kRunning: return "running";
+    case J::kWaitingForMachines: return "waiting for machines";
+    case J::kStopped: return "stopped";
+  }
+  return "unknown";
+}
+
+Status CheckJobTransition(JobState from, JobState to) {
+  if (kAllowed[static_cast<int>(from)][static_cast<int>(to)]) return Status::OK();
+  return Status::FailedPrecondition(std::string("illegal job transition ") + JobStateName(from) +
+                                    " -> " + JobStateName(to));
+}
+
+}  // namespace bulwark::controller

@@ -1,0 +1,68 @@
+// The job: what is wanted (JobSpec), what was decided (Placement) and where
+// the job is in its lifecycle (JobState).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "controller/machine.h"
+
+namespace bulwark::controller {
+
+using JobId = std::string;
+using RankId = int;
+
+// Desired state, written by the user and never by the policy.
+struct JobSpec {
+  JobId id;
+  int world_size = 0;         // ranks in the job
+  int ranks_per_machine = 1;  // LOCAL_RANK runs 0..ranks_per_machine-1
+  std::string command;        // what each rank runs
+
+  // world_size / ranks_per_machine, valid only after Validate().
+  int MachinesNeeded() const { return world_size / ranks_per_machine; }
+  // InvalidArgument naming the field when the spec cannot be placed.
+  Status Validate() const;
+};
+
+// Rank -> machine, decided by the controller. Slot i hosts ranks
+// [i*ranks_per_machine, (i+1)*ranks_per_machine). A replacement machine takes
+// over the slot of the one it replaces, so every rank keeps its id and with
+// it its checkpoint shard and its place in the parallel groups.
+struct Placement {
+  int64_t generation = 0;  // bumped by every RestartAll; 0 = never started
+  int ranks_per_machine = 1;
+  std::vector<MachineId> slots;
+
+  bool empty() const { return slots.empty(); }
+  int world_size() const { return static_cast<int>(slots.size()) * ranks_per_machine; }
+  const MachineId& MachineOf(RankId rank) const { return slots[rank / ranks_per_machine]; }
+  // Slot index of `machine`, or -1 when it hosts no rank.
+  int SlotOf(const MachineId& machine) const;
+  bool Contains(const MachineId& machine) const { return SlotOf(machine) >= 0; }
+};
+
+// The job's lifecycle.
+//
+//   kPending ─> kRestarting <─> kRunning
+//       │          │  ▲            │
+//       └──> kWaitingForMachines <─┘   (every state but kStopped -> kStopped)
+//
+// kRestarting: ranks were (re)started and no step has completed since; the
+//   first StepCompleted moves to kRunning and ends the open incident.
+// kWaitingForMachines: the placement lacks healthy machines and the standby
+//   pool cannot fill it; surviving ranks cannot progress without the full
+//   world, so the job holds until a machine joins.
+// kStopped is terminal: the policy gave up (crash loop, code bug) and a human
+//   must act; a new attempt is a new job.
+enum class JobState { kPending, kRestarting, kRunning, kWaitingForMachines, kStopped };
+constexpr int kNumJobStates = 5;
+
+const char* JobStateName(JobState s);
+// OK for a legal step (kRestarting -> kRestarting is one: a restart before the
+// first step); FailedPrecondition naming from and to otherwise.
+Status CheckJobTransition(JobState from, JobState to);
+
+}  // namespace bulwark::controller

@@ -1,0 +1,133 @@
+#include "controller/ledger.h"
+
+#include <algorithm>
+
+namespace bulwark::controller {
+
+const char* TimeCategoryName(TimeCategory c) {
+  switch (c) {
+    case TimeCategory::kProductive: return "productive";
+    case TimeCategory::kStartup: return "startup";
+    case TimeCategory::kDetection: return "detection";
+    case TimeCategory::kLocalization: return "localization";
+    case TimeCategory::kRecovery: return "recovery";
+    case TimeCategory::kRecomputation: return "recomputation";
+    case TimeCategory::kWaiting: return "waiting";
+    case TimeCategory::kManual: return "manual";
+  }
+  return "unknown";
+}
+
+double TimeBreakdown::ettr() const {
+  if (wall.count() <= 0) return 0.0;
+  return static_cast<double>(productive().count()) / static_cast<double>(wall.count());
+}
+
+Ledger::Ledger(Duration window) : window_(window) {}
+
+void Ledger::Start(Time t) {
+  if (started_) return;
+  started_ = true;
+  start_ = t;
+  open_start_ = t;
+  phase_ = TimeCategory::kStartup;
+}
+
+TimeCategory Ledger::OpenCategory() const {
+  if (phase_) return *phase_;
+  return last_step_ + 1 > high_water_ ? TimeCategory::kProductive : TimeCategory::kRecomputation;
+}
+
+void Ledger::Close(Time end, TimeCategory category) {
+  if (end > open_start_) {
+    if (!segments_.empty() && segments_.back().category == category &&
+        segments_.back().end == open_start_) {
+      segments_.back().end = end;  // merging keeps a steady job at one segment
+    } else {
+      segments_.push_back({open_start_, end, category});
+    }
+  }
+  open_start_ = std::max(open_start_, end);
+}
+
+void Ledger::StepCompleted(int64_t step, Time t) {
+  if (!started_ || stopped_) return;
+  if (t < open_start_) {
+    // A late report of a step that finished before the current segment
+    // began: it moves the step counters but cannot end a phase that started
+    // after it.
+    last_step_ = std::max(last_step_, step);
+    high_water_ = std::max(high_water_, step);
+    return;
+  }
+  if (phase_) {
+    // The first step after startup, recovery or a manual restart ends that
+    // phase; its own compute time is part of the phase.
+    Close(t, *phase_);
+    phase_.reset();
+  } else {
+    Close(t, step > high_water_ ? TimeCategory::kProductive : TimeCategory::kRecomputation);
+  }
+  last_step_ = step;
+  high_water_ = std::max(high_water_, step);
+}
+
+void Ledger::FaultDetected(std::optional<Time> fault_at, Time detected) {
+  if (!started_ || stopped_) return;
+  detected = Clamp(detected);
+  Time fault = fault_at ? std::min(Clamp(*fault_at), detected) : detected;
+  // While running, the step in flight at the fault is lost work.
+  Close(fault, phase_ ? *phase_ : TimeCategory::kRecomputation);
+  Close(detected, TimeCategory::kDetection);
+  phase_ = TimeCategory::kLocalization;
+}
+
+Status Ledger::Enter(TimeCategory phase, Time t) {
+  if (phase == TimeCategory::kProductive || phase == TimeCategory::kRecomputation ||
+      phase == TimeCategory::kDetection) {
+    return Status::InvalidArgument(std::string("ledger: ") + TimeCategoryName(phase) +
+                                   " time comes from steps and faults, not from Enter");
+  }
+  if (!started_ || stopped_) {
+    return Status::FailedPrecondition(std::string("ledger: cannot enter ") + TimeCategoryName(phase) +
+                                      (started_ ? " after Stop" : " before Start"));
+  }
+  t = Clamp(t);
+  Close(t, phase_ ? *phase_ : TimeCategory::kRecomputation);
+  phase_ = phase;
+  return Status::OK();
+}
+
+void Ledger::Stop(Time t) {
+  if (!started_ || stopped_) return;
+  t = Clamp(t);
+  Close(t, phase_ ? *phase_ : TimeCategory::kRecomputation);
+  stopped_ = true;
+}
+
+TimeBreakdown Ledger::Between(Time from, Time to) const {
+  TimeBreakdown b;
+  if (!started_) return b;
+  from = std::max(from, start_);
+  if (stopped_) to = std::min(to, open_start_);
+  if (to <= from) return b;
+  b.wall = to - from;
+  auto add = [&](Time s, Time e, TimeCategory c) {
+    s = std::max(s, from);
+    e = std::min(e, to);
+    if (e > s) b.by_category[static_cast<int>(c)] += e - s;
+  };
+  // Segments are sorted and contiguous: skip straight to the first that ends
+  // after `from`, so a window query costs O(log n + segments in the window).
+  auto it = std::upper_bound(segments_.begin(), segments_.end(), from,
+                             [](Time t, const Segment& s) { return t < s.end; });
+  for (; it != segments_.end() && it->start < to; ++it) add(it->start, it->end, it->category);
+  if (!stopped_) add(open_start_, to, OpenCategory());
+  return b;
+}
+
+TimeBreakdown Ledger::Cumulative(Time now) const { return Between(start_, now); }
+
+TimeBreakdown Ledger::Window(Time now) const { return Between(now - window_, now); }
+
+}  // namespace bulwark::controller

@@ -1,0 +1,375 @@
+#include "controller/policy.h"
+
+#include <algorithm>
+
+#include "controller/reconcile.h"
+
+namespace bulwark::controller {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Helpers shared by the rules
+// ---------------------------------------------------------------------------
+
+// Ranks exist only while the job is (re)starting or running; crashes and
+// steps reported in any other state are leftovers of ranks already stopped.
+bool RanksAreLive(JobState s) { return s == JobState::kRestarting || s == JobState::kRunning; }
+
+// Opens an incident, or joins the open one: faults that arrive before the job
+// recovers belong to the same episode. A new explicit or implicit incident
+// starts the ledger's detection and localization; a manual one its manual phase.
+Result<Incident*> OpenIncident(RuleContext& ctx, IncidentClass cls, const std::string& cause,
+                               std::optional<Time> fault) {
+  const bool fresh = ctx.state.incidents.Current() == nullptr;
+  Incident& inc = ctx.state.incidents.OpenOrJoin(cls, cause, fault, ctx.now, ctx.state.last_step);
+  if (fresh) {
+    if (cls == IncidentClass::kManual) {
+      BULWARK_RETURN_IF_ERROR(ctx.state.ledger.Enter(TimeCategory::kManual, ctx.now));
+    } else {
+      ctx.state.ledger.FaultDetected(fault, ctx.now);
+    }
+  }
+  if (!inc.localized) inc.localized = ctx.now;
+  return &inc;
+}
+
+// High-confidence machine fault: evict at once, skipping diagnostics. Fast
+// coarse isolation beats precise localization: one healthy machine evicted
+// costs less than thousands of GPUs idling while we diagnose. Reconcile then
+// swaps a standby into the freed slot.
+Status EvictForFault(RuleContext& ctx, const MachineId& machine, const std::string& cause,
+                     std::optional<Time> fault) {
+  const MachineStatus* m = ctx.state.FindMachine(machine);
+  if (m == nullptr) return Status::NotFound("machine " + machine + " is not known to the controller");
+  if (m->state == MachineState::kEvicted) return Status::OK();  // a repeat report: already out
+  int64_t incident = 0;
+  // Only a machine in a live job makes a fault episode; a standby that dies
+  // just shrinks the pool.
+  if (m->state == MachineState::kActive && ctx.state.job != JobState::kStopped) {
+    Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kExplicit, cause, fault);
+    if (!inc.ok()) return inc.status();
+    (*inc)->evicted.push_back(machine);
+    (*inc)->resolution = Resolution::kEvictedAndReplaced;
+    (*inc)->why = "evicted " + machine + " at once: " + cause;
+    incident = (*inc)->id;
+  }
+  return Emit(ctx, EvictAction(machine, incident, cause));
+}
+
+Status StopJob(RuleContext& ctx, const std::string& cause, std::optional<Time> fault,
+               const std::string& why) {
+  Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kExplicit, cause, fault);
+  if (!inc.ok()) return inc.status();
+  (*inc)->why = why;
+  return Emit(ctx, StopJobAction((*inc)->id, why));
+}
+
+// Time lists stay sorted even when reports arrive out of order, so pruning
+// is one binary search.
+void InsertSorted(std::vector<Time>& times, Time t) {
+  times.insert(std::upper_bound(times.begin(), times.end(), t), t);
+}
+// Drops the entries earlier than `cutoff`.
+void PruneBefore(std::vector<Time>& times, Time cutoff) {
+  times.erase(times.begin(), std::lower_bound(times.begin(), times.end(), cutoff));
+}
+
+// A crash that names no machine: a software error, or a transient one.
+// The ladder, cheapest first:
+//   the same non-empty signature on another machine since the last progress
+//       -> stop: the code (or data) is broken, restarting will not help;
+//   max_crashes_without_progress crashes within the window since progress
+//       -> stop: a crash loop, never an endless one;
+//   a second crash on the same machine within the window (progress or not)
+//       -> evict it: the machine is suspect even without a signature;
+//   otherwise -> reattempt: restart in place on the same machines.
+Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::string& signature,
+                       Time observed, const std::string& cause) {
+  ClusterState& s = ctx.state;
+  MachineStatus* m = s.FindMachine(machine);
+  if (m == nullptr) return Status::NotFound("machine " + machine + " is not known to the controller");
+  if (!RanksAreLive(s.job) || m->state != MachineState::kActive) return Status::OK();
+  // Ranks that died at or before the latest restart are the restart's own
+  // victims, or the echo (connection reset, NCCL error) of a fault already
+  // handled: they are part of that episode, not a new crash.
+  if (s.last_restart_at && observed <= *s.last_restart_at) return Status::OK();
+
+  const Time cutoff = observed - ctx.config.crash_window;
+  s.crashes.erase(std::remove_if(s.crashes.begin(), s.crashes.end(),
+                                 [&](const CrashRecord& c) { return c.at < cutoff; }),
+                  s.crashes.end());
+  PruneBefore(m->crashes, cutoff);
+
+  // Look back first, then record this crash.
+  int since_progress = 0;
+  MachineId same_signature_on;  // another machine that failed the same way
+  for (const CrashRecord& c : s.crashes) {
+    if (c.progress_epoch != s.progress_epoch) continue;
+    ++since_progress;
+    if (!signature.empty() && c.signature == signature && c.machine != machine) {
+      same_signature_on = c.machine;
+    }
+  }
+  const bool recurs_here = !m->crashes.empty();
+  s.crashes.push_back({observed, machine, signature, s.progress_epoch});
+  InsertSorted(m->crashes, observed);
+  const std::string window = FormatDuration(ctx.config.crash_window);
+
+  if (!same_signature_on.empty()) {
+    return StopJob(ctx, cause, observed,
+                   "stopped: software error '" + signature + "' on " + same_signature_on + " and " +
+                       machine + " within " + window +
+                       " without a completed step: a code or data bug, not a machine; fix or "
+                       "roll back the code, then resubmit");
+  }
+  if (since_progress + 1 >= ctx.config.max_crashes_without_progress) {
+    return StopJob(ctx, cause, observed,
+                   "stopped: " + std::to_string(since_progress + 1) + " crashes within " + window +
+                       " without a completed step: a crash loop; read the ranks' logs, fix, then "
+                       "resubmit");
+  }
+  if (recurs_here) {
+    Status st = EvictForFault(ctx, machine, cause + "; crashed again within " + window, observed);
+    if (!st.ok()) return st;
+    if (Incident* inc = s.incidents.Current()) {
+      inc->why = "evicted " + machine + ": its ranks crashed twice within " + window;
+    }
+    return Status::OK();
+  }
+  Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kExplicit, cause, observed);
+  if (!inc.ok()) return inc.status();
+  (*inc)->resolution = Resolution::kReattempt;
+  (*inc)->why = "reattempt in place: no machine indicated, first crash on " + machine;
+  s.restart_pending = true;
+  s.restart_reason = cause;
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Rules, one per event kind
+// ---------------------------------------------------------------------------
+
+Status OnRankExited(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<RankExited>(e);
+  if (ctx.state.FindMachine(x.machine) == nullptr) {
+    return Status::NotFound("machine " + x.machine + " is not known to the controller");
+  }
+  // A clean exit is no fault; the job's completion is reported on its own.
+  if (x.exit_code == 0 && x.signal == 0) return Status::OK();
+  // A hardware signature condemns the machine whenever it was seen, so
+  // unlike a software crash it is never dismissed as stale.
+  if (ctx.config.hardware_signatures.count(x.log_signature) != 0) {
+    return EvictForFault(ctx, x.machine, Describe(e), FaultTimeOf(e));
+  }
+  return OnSoftwareCrash(ctx, x.machine, x.log_signature, x.observed, Describe(e));
+}
+
+Status OnHeartbeatLost(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<MachineHeartbeatLost>(e);
+  return EvictForFault(ctx, x.machine, Describe(e), FaultTimeOf(e));
+}
+
+Status OnInspectionFailed(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<InspectionFailed>(e);
+  if (ctx.config.evicting_inspections.count(x.kind) != 0) {
+    return EvictForFault(ctx, x.machine, Describe(e), FaultTimeOf(e));
+  }
+  return OnSoftwareCrash(ctx, x.machine, std::string(InspectionKindName(x.kind)) + "_inspection",
+                         x.observed, Describe(e));
+}
+
+// NIC flaps usually heal within seconds; only a repeat within the window
+// says the NIC or its link is bad.
+Status OnNetworkAlert(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<NetworkAlert>(e);
+  MachineStatus* m = ctx.state.FindMachine(x.machine);
+  if (m == nullptr) return Status::NotFound("machine " + x.machine + " is not known to the controller");
+  if (m->state == MachineState::kEvicted) return Status::OK();
+  PruneBefore(m->network_alerts, x.observed - ctx.config.network_alert_window);
+  // The same alert delivered twice is one alert.
+  if (std::find(m->network_alerts.begin(), m->network_alerts.end(), x.observed) !=
+      m->network_alerts.end()) {
+    return Status::OK();
+  }
+  InsertSorted(m->network_alerts, x.observed);
+  if (static_cast<int>(m->network_alerts.size()) < ctx.config.network_alerts_to_evict) {
+    return Status::OK();  // recorded and tolerated
+  }
+  const Time first = m->network_alerts.front();
+  return EvictForFault(ctx, x.machine,
+                       std::to_string(m->network_alerts.size()) + " network alerts on " + x.machine +
+                           " within " + FormatDuration(ctx.config.network_alert_window) +
+                           (x.detail.empty() ? "" : ": " + x.detail),
+                       first);
+}
+
+Status OnMachineJoined(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<MachineJoined>(e);
+  MachineStatus* m = ctx.state.FindMachine(x.machine);
+  if (m == nullptr) {
+    Result<MachineStatus*> added = AddMachine(ctx.state, x.machine, ctx.now);
+    if (!added.ok()) return added.status();
+    m = *added;
+  }
+  switch (m->state) {
+    case MachineState::kEvicted:
+      return Status::FailedPrecondition("machine " + x.machine + " is evicted (" + m->last_reason +
+                                        "); it rejoins only after an operator returns it");
+    case MachineState::kJoining:
+      if (x.self_check_passed) {
+        return SetMachineState(ctx.state, x.machine, MachineState::kStandby, ctx.now,
+                               "self-check passed");
+      }
+      break;
+    default:
+      if (x.self_check_passed) return Status::OK();  // already serving: a repeated join
+      break;
+  }
+  // A failed self-check keeps the machine out of the pool, and out of the
+  // fleet until an operator has looked at it.
+  return EvictForFault(ctx, x.machine, Describe(e), std::nullopt);
+}
+
+Status OnStepCompleted(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<StepCompleted>(e);
+  ClusterState& s = ctx.state;
+  if (!RanksAreLive(s.job)) return Status::OK();
+  if (s.last_restart_at && x.observed <= *s.last_restart_at) return Status::OK();  // the old run's
+  s.last_step = x.step;
+  s.ledger.StepCompleted(x.step, x.observed);
+  if (s.job != JobState::kRestarting) return Status::OK();
+  // The first step after a restart: the job is back, the episode is over,
+  // and the restart budget is renewed (progress, not count, bounds restarts).
+  BULWARK_RETURN_IF_ERROR(SetJobState(s, JobState::kRunning, ctx.now));
+  ++s.progress_epoch;
+  if (Incident* inc = s.incidents.Current()) {
+    inc->recovered = x.observed;
+    inc->restored_step = x.step - 1;
+    inc->closed = true;
+  }
+  return Status::OK();
+}
+
+Status OnCheckpointSaved(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<CheckpointSaved>(e);
+  // The latest report wins, not the highest: after a restore the job saves
+  // lower steps again, and a copy above them may have died with a machine.
+  ctx.state.checkpoint_step = x.step;
+  return Status::OK();
+}
+
+Status OnOperatorReturned(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<OperatorReturned>(e);
+  MachineStatus* m = ctx.state.FindMachine(x.machine);
+  if (m == nullptr) return Status::NotFound("machine " + x.machine + " is not known to the controller");
+  if (m->state != MachineState::kEvicted) {
+    return Status::FailedPrecondition("machine " + x.machine + " is " + MachineStateName(m->state) +
+                                      ", not evicted; only evicted machines are returned");
+  }
+  // Repaired: its old flaps and crashes say nothing about it any more.
+  m->network_alerts.clear();
+  m->crashes.clear();
+  return SetMachineState(ctx.state, x.machine, MachineState::kJoining, ctx.now,
+                         "returned by an operator; awaiting its self-check");
+}
+
+Status OnManualRestart(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<ManualRestart>(e);
+  if (!RanksAreLive(ctx.state.job)) {
+    return Status::FailedPrecondition(std::string("job is ") + JobStateName(ctx.state.job) +
+                                      ": there are no running ranks to restart");
+  }
+  Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kManual, "manual restart: " + x.reason,
+                                       std::nullopt);
+  if (!inc.ok()) return inc.status();
+  (*inc)->resolution = Resolution::kReattempt;
+  (*inc)->why = "restart in place, as the operator asked";
+  ctx.state.restart_pending = true;
+  ctx.state.restart_reason = "manual: " + x.reason;
+  return Status::OK();
+}
+
+// The rule table, indexed by EventKind. Order is checked at compile time.
+constexpr std::array<RuleEntry, kNumEventKinds> kRules = {{
+    {EventKind::kRankExited, OnRankExited},
+    {EventKind::kMachineHeartbeatLost, OnHeartbeatLost},
+    {EventKind::kInspectionFailed, OnInspectionFailed},
+    {EventKind::kNetworkAlert, OnNetworkAlert},
+    {EventKind::kMachineJoined, OnMachineJoined},
+    {EventKind::kStepCompleted, OnStepCompleted},
+    {EventKind::kCheckpointSaved, OnCheckpointSaved},
+    {EventKind::kOperatorReturned, OnOperatorReturned},
+    {EventKind::kManualRestart, OnManualRestart},
+}};
+
+constexpr bool RulesInEventOrder() {
+  for (int i = 0; i < kNumEventKinds; ++i) {
+    if (static_cast<int>(kRules[i].kind) != i || kRules[i].rule == nullptr) return false;
+  }
+  return true;
+}
+static_assert(RulesInEventOrder(), "kRules must list one rule per EventKind, in enum order");
+
+}  // namespace
+
+const std::array<RuleEntry, kNumEventKinds>& RuleTable() { return kRules; }
+
+Status Emit(RuleContext& ctx, Action action) {
+  ClusterState& s = ctx.state;
+  Incident* inc = s.incidents.Current();
+  switch (action.kind) {
+    case ActionKind::kRestartAll:
+      if (inc != nullptr) {
+        if (!inc->decision) inc->decision = ctx.now;
+        if (inc->waiting_since) {
+          inc->waited += ctx.now - *inc->waiting_since;
+          inc->waiting_since.reset();
+        }
+        if (inc->resolution == Resolution::kWaiting) inc->resolution = Resolution::kEvictedAndReplaced;
+        action.incident = inc->id;
+      }
+      BULWARK_RETURN_IF_ERROR(s.ledger.Enter(
+          inc == nullptr ? TimeCategory::kStartup
+                         : (inc->cls == IncidentClass::kManual ? TimeCategory::kManual
+                                                               : TimeCategory::kRecovery),
+          ctx.now));
+      break;
+    case ActionKind::kWaitForMachines:
+      if (s.job == JobState::kWaitingForMachines) break;  // already waiting: a repeat
+      if (inc != nullptr) {
+        if (!inc->decision) inc->decision = ctx.now;
+        inc->resolution = Resolution::kWaiting;
+        inc->waiting_since = ctx.now;
+        action.incident = inc->id;
+      }
+      BULWARK_RETURN_IF_ERROR(s.ledger.Enter(TimeCategory::kWaiting, ctx.now));
+      break;
+    case ActionKind::kStopJob:
+      if (inc != nullptr) {
+        if (!inc->decision) inc->decision = ctx.now;
+        inc->resolution = Resolution::kStopped;
+        inc->closed = true;
+      }
+      s.ledger.Stop(ctx.now);
+      break;
+    case ActionKind::kEvict:
+    case ActionKind::kActivate:
+    case ActionKind::kReplenishStandby:
+      break;
+  }
+  BULWARK_RETURN_IF_ERROR(Apply(s, action, ctx.now));
+  ctx.actions.push_back(std::move(action));
+  return Status::OK();
+}
+
+Status Decide(RuleContext& ctx, const Event& event) {
+  const RuleEntry& entry = kRules[static_cast<size_t>(KindOf(event))];
+  Status st = entry.rule(ctx, event);
+  if (!st.ok()) return st.Annotate(EventKindName(entry.kind));
+  for (Action& a : Reconcile(ctx.state, ctx.config, ctx.now)) {
+    BULWARK_RETURN_IF_ERROR(Emit(ctx, std::move(a)));
+  }
+  return Status::OK();
+}
+
+}  // namespace bulwark::controller

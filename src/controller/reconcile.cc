@@ -1,0 +1,78 @@
+#include "controller/reconcile.h"
+
+#include <algorithm>
+
+namespace bulwark::controller {
+namespace {
+
+// Slots that need a machine: past the end of the placement, or holding a
+// machine that is no longer active (evicted, diagnosing).
+std::vector<int> OpenSlots(const ClusterState& state, int needed) {
+  std::vector<int> open;
+  for (int i = 0; i < needed; ++i) {
+    if (i >= static_cast<int>(state.placement.slots.size()) ||
+        !state.IsActive(state.placement.slots[i])) {
+      open.push_back(i);
+    }
+  }
+  return open;
+}
+
+}  // namespace
+
+StandbyReport StandbyStatus(const ClusterState& state, const PolicyConfig& config) {
+  const int needed = state.spec.MachinesNeeded();
+  const int standbys = static_cast<int>(state.standbys.size());
+  // Standbys that the job's own open slots will take are not spares.
+  const int open = std::max(0, needed - state.CountIn(MachineState::kActive));
+  return MakeStandbyReport(needed, std::max(0, standbys - open), config.daily_failure_rate,
+                           config.standby_quantile);
+}
+
+std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& config, Time now) {
+  std::vector<Action> out;
+  if (state.job == JobState::kStopped) return out;
+  const int needed = state.spec.MachinesNeeded();
+
+  // Observe and compare. Every active machine holds a slot, so the count
+  // answers "does the world match?" without a scan; only a mismatch (rare)
+  // looks at the slots.
+  if (state.CountIn(MachineState::kActive) < needed || state.placement.empty()) {
+    std::vector<int> open = OpenSlots(state, needed);
+    const int available = static_cast<int>(state.standbys.size());
+    if (available >= static_cast<int>(open.size())) {
+      Placement next = state.placement;
+      next.generation += 1;
+      next.ranks_per_machine = state.spec.ranks_per_machine;
+      next.slots.resize(needed);
+      std::string reason = state.placement.empty() ? "start on " + std::to_string(needed) + " machine(s)"
+                                                   : "replace";
+      auto standby = state.standbys.begin();
+      for (int slot : open) {
+        if (!state.placement.empty()) {
+          reason += " " + state.placement.slots[slot] + "->" + *standby;
+        }
+        next.slots[slot] = *standby;
+        out.push_back(ActivateAction(*standby, next.generation));
+        ++standby;
+      }
+      out.push_back(RestartAllAction(std::move(next), state.checkpoint_step, reason));
+    } else {
+      out.push_back(WaitForMachinesAction(static_cast<int>(open.size()) - available,
+                                          state.placement.generation));
+    }
+  } else if (state.restart_pending) {
+    Placement next = state.placement;
+    next.generation += 1;
+    out.push_back(RestartAllAction(std::move(next), state.checkpoint_step,
+                                   "reattempt in place: " + state.restart_reason));
+  }
+
+  const StandbyReport pool = StandbyStatus(state, config);
+  if (pool.deficit() > 0) {
+    out.push_back(ReplenishStandbyAction(pool.deficit(), pool.target, state.standby_arrivals));
+  }
+  return out;
+}
+
+}  // namespace bulwark::controller
