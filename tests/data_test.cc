@@ -192,7 +192,9 @@ class CheckpointDir : public ::testing::Test {
     RecordWriter w("ckpt");
     w.Add("tag", tag);
     ASSERT_TRUE(w.WriteAtomic(JoinPath(d, ShardFileName(0))).ok());
-    if (complete) ASSERT_TRUE(WriteCompleteMarker(d, step, 1, {ShardFileName(0)}).ok());
+    if (complete) {
+      ASSERT_TRUE(WriteCompleteMarker(d, step, 1, {ShardFileName(0)}).ok());
+    }
   }
   std::string dir_;
   std::vector<std::string> skipped_;

@@ -98,10 +98,11 @@ TEST(ParamStore, ParametersAndGradientsLiveInTheFlatBuffers) {
     EXPECT_TRUE(p.data_ptr<float>() >= store.params().data_ptr<float>());
   }
   EXPECT_GT(store.GradsView().abs().sum().item<double>(), 0);
-  // Groups: matrices decay, vectors do not.
-  ASSERT_EQ(store.groups().size(), 2u);
+  // Groups: matrices decay, vectors do not; no POET group without POET.
+  ASSERT_EQ(store.groups().size(), 3u);
   EXPECT_TRUE(store.groups()[0].weight_decay);
   EXPECT_EQ(store.groups()[1].end, store.num_params());
+  EXPECT_EQ(store.poet_group().begin, store.poet_group().end);
 }
 
 TEST(AdamW, MatchesLibtorchAdamW) {

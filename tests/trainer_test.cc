@@ -8,80 +8,15 @@
 #include <thread>
 
 #include "common/files.h"
-#include "common/record_file.h"
-#include "support/process.h"
+#include "support/trainer_fixture.h"
 #include "trainer/checkpoint_dir.h"
 
 namespace bulwark {
 namespace {
 
 using testing::ProcessResult;
+using testing::Trainer;
 using nlohmann::json;
-
-std::string* g_data = nullptr;  // prepared once for the suite
-
-class Trainer : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (g_data) return;
-    g_data = new std::string(testing::MakeTempDir() + "/kjv");
-    auto r = testing::Run({testing::BinDir() + "/bulwark-train", "prepare", "--corpus", "kjv", "--out", *g_data,
-                           "--vocab-size", "512", "--quiet"});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-  }
-  void SetUp() override { dir_ = testing::MakeTempDir(); }
-  void TearDown() override {
-    if (!HasFailure()) RemoveTree(dir_);
-  }
-
-  std::vector<std::string> Args(std::vector<std::string> extra) {
-    std::vector<std::string> a = {testing::BinDir() + "/bulwark-train", "--config", "tiny", "--data", *g_data,
-                                  "--eval-every", "0", "--threads", "1", "--log-format", "json"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
-  }
-  // Runs `ranks` processes with the torchrun environment; returns each result.
-  std::vector<ProcessResult> Launch(int ranks, std::vector<std::string> extra) {
-    if (ranks == 1) return {testing::Run(Args(extra))};
-    std::string port = std::to_string(testing::FreePort());
-    std::vector<std::unique_ptr<testing::Process>> procs;
-    for (int r = 0; r < ranks; ++r) {
-      procs.push_back(std::make_unique<testing::Process>(
-          Args(extra), std::map<std::string, std::string>{{"RANK", std::to_string(r)},
-                                                          {"LOCAL_RANK", std::to_string(r)},
-                                                          {"WORLD_SIZE", std::to_string(ranks)},
-                                                          {"MASTER_ADDR", "127.0.0.1"},
-                                                          {"MASTER_PORT", port}}));
-    }
-    std::vector<ProcessResult> out;
-    for (auto& p : procs) out.push_back(p->Wait());
-    return out;
-  }
-  // The done line's checksum, after checking that every rank agrees on it.
-  std::string Checksum(const std::vector<ProcessResult>& rs, int64_t expect_step) {
-    std::string sum;
-    for (size_t r = 0; r < rs.size(); ++r) {
-      EXPECT_EQ(rs[r].exit_code, 0) << "rank " << r << ":\n" << rs[r].err;
-      json done = json::parse(rs[r].LastLine(), nullptr, false);
-      EXPECT_EQ(done.value("event", ""), "done") << rs[r].out;
-      EXPECT_EQ(done.value("step", -1), expect_step);
-      std::string s = done.value("param_checksum", "");
-      if (r == 0) sum = s;
-      EXPECT_EQ(s, sum) << "rank " << r << " disagrees with rank 0";
-    }
-    return sum;
-  }
-  std::vector<float> SavedParams(const std::string& ckpt, int64_t step) {
-    auto rec = RecordReader::Open(ckpt + "/" + trainer::StepDirName(step) + "/rank-0.bin", "ckpt");
-    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
-    if (!rec.ok()) return {};
-    auto bytes = *rec->Get("params");
-    std::vector<float> v(bytes.size() / sizeof(float));
-    std::memcpy(v.data(), bytes.data(), bytes.size());
-    return v;
-  }
-  std::string dir_;
-};
 
 // ---------------------------------------------------------------- learning
 
@@ -206,42 +141,35 @@ TEST_F(Trainer, CorruptNewestCheckpointIsSkippedAndResumeStaysExact) {
 }
 
 // One line on stderr naming the problem, a usage exit code, no files left.
-void ExpectUsageError(const ProcessResult& r, const std::string& needle) {
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-  size_t lines = 0;
-  for (char c : r.err) lines += c == '\n';
-  EXPECT_LE(lines, 2u) << r.err;
-}
 
 TEST_F(Trainer, UnknownFlagIsOneLineError) {
   auto r = testing::Run(Args({"--learning-rate", "1", "--ckpt-dir", dir_ + "/c", "--ckpt-every", "1"}));
-  ExpectUsageError(r, "unknown flag '--learning-rate'");
+  testing::ExpectUsageError(r, "unknown flag '--learning-rate'");
   EXPECT_FALSE(PathExists(dir_ + "/c"));
 }
 
 TEST_F(Trainer, MissingDataSaysHowToPrepare) {
   auto r = testing::Run({testing::BinDir() + "/bulwark-train", "--config", "tiny", "--data", dir_ + "/none"});
-  ExpectUsageError(r, "bulwark-train prepare --corpus kjv --out " + dir_ + "/none");
+  testing::ExpectUsageError(r, "bulwark-train prepare --corpus kjv --out " + dir_ + "/none");
 }
 
 TEST_F(Trainer, MissingCorpusLeavesNoOutput) {
   auto r = testing::Run({testing::BinDir() + "/bulwark-train", "prepare", "--corpus", dir_ + "/nope.txt", "--out",
                          dir_ + "/out"});
-  ExpectUsageError(r, "nope.txt");
+  testing::ExpectUsageError(r, "nope.txt");
   EXPECT_TRUE(ListDir(dir_).empty());
 }
 
 TEST_F(Trainer, CheckpointOfAnotherShapeIsRefused) {
   Checksum(Launch(1, {"--steps", "2", "--ckpt-dir", dir_ + "/c", "--ckpt-every", "2"}), 2);
   auto r = testing::Run(Args({"--steps", "4", "--d-model", "32", "--ckpt-dir", dir_ + "/c", "--resume"}));
-  ExpectUsageError(r, "has model shape");
+  testing::ExpectUsageError(r, "has model shape");
   EXPECT_NE(r.err.find("d_model=64"), std::string::npos);
 }
 
 TEST_F(Trainer, IncompleteDistributedEnvironmentIsRefused) {
   testing::Process p(Args({"--steps", "2"}), {{"RANK", "0"}, {"WORLD_SIZE", "2"}});
-  ExpectUsageError(p.Wait(), "MASTER_ADDR, MASTER_PORT not set");
+  testing::ExpectUsageError(p.Wait(), "MASTER_ADDR, MASTER_PORT not set");
 }
 
 }  // namespace

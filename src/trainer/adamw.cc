@@ -20,15 +20,17 @@ AdamW::AdamW(ParamStore& store, int64_t begin, int64_t end, AdamWOptions opts)
   denom_ = torch::empty({end_ - begin_}, torch::kFloat32);
 }
 
-void AdamW::Step(double lr, int64_t t) {
+void AdamW::Step(double base_lr, int64_t base_t, double poet_lr, int64_t poet_t) {
   torch::NoGradGuard no_grad;
-  const double bc1 = 1.0 - std::pow(opts_.beta1, static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(opts_.beta2, static_cast<double>(t));
   // Group by group so that weight decay applies to matrices only; each group
   // is contiguous in the store, so this is at most a few large slices.
   for (const ParamGroup& g : store_.groups()) {
     int64_t b = std::max(g.begin, begin_), e = std::min(g.end, end_);
     if (b >= e) continue;
+    const double lr = g.poet ? poet_lr : base_lr;
+    const double t = static_cast<double>(g.poet ? poet_t : base_t);
+    const double bc1 = 1.0 - std::pow(opts_.beta1, t);
+    const double bc2 = 1.0 - std::pow(opts_.beta2, t);
     auto p = store_.params().narrow(0, b, e - b);
     auto grad = store_.grads().narrow(0, b, e - b);
     auto m = m_.narrow(0, b - begin_, e - b);
@@ -40,6 +42,14 @@ void AdamW::Step(double lr, int64_t t) {
     if (g.weight_decay && opts_.weight_decay > 0) p.mul_(1.0 - lr * opts_.weight_decay);
     p.addcdiv_(m, denom, -lr / bc1);
   }
+}
+
+void AdamW::ResetPoetMoments() {
+  const ParamGroup& g = store_.poet_group();
+  int64_t b = std::max(g.begin, begin_), e = std::min(g.end, end_);
+  if (b >= e) return;
+  m_.narrow(0, b - begin_, e - b).zero_();
+  v_.narrow(0, b - begin_, e - b).zero_();
 }
 
 }  // namespace bulwark::trainer

@@ -23,9 +23,12 @@ class AdamW {
  public:
   AdamW(ParamStore& store, int64_t begin, int64_t end, AdamWOptions opts);
 
-  // One update of the owned range with the gradients in the store.
-  // `t` is the 1-based count of updates so far, for bias correction.
-  void Step(double lr, int64_t t);
+  // One update of the owned range with the gradients in the store. `t` is
+  // the 1-based count of updates so far, for bias correction; POET's group
+  // has its own learning rate and count (updates since its last merge).
+  void Step(double lr, int64_t t, double poet_lr = 0, int64_t poet_t = 1);
+  // Zeroes the moments of POET's group (merge-then-reinitialize).
+  void ResetPoetMoments();
 
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }

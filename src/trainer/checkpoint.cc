@@ -28,7 +28,8 @@ bool WritesShard(const TrainConfig& cfg, int rank) { return rank == 0 || cfg.sha
 
 }  // namespace
 
-Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, ParamStore& store, AdamW& opt, const TrainState& st) {
+Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& model, ParamStore& store, AdamW& opt,
+                      const TrainState& st) {
   std::string step_dir = JoinPath(cfg.ckpt_dir, StepDirName(st.step));
   Status local = MakeDirs(step_dir);
   if (local.ok() && WritesShard(cfg, comm.rank())) {
@@ -40,7 +41,13 @@ Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, ParamStore& store, Ada
         {"has_params", comm.rank() == 0}};
     RecordWriter w("ckpt");
     w.Add("meta", meta.dump());
-    if (comm.rank() == 0) AddFloats(w, "params", store.ParamsView());
+    if (comm.rank() == 0) {
+      AddFloats(w, "params", store.ParamsView());
+      for (auto& b : model.named_buffers()) {
+        auto t = b.value().contiguous();
+        w.Add("buffer:" + b.key(), t.data_ptr(), static_cast<size_t>(t.numel() * t.element_size()));
+      }
+    }
     int64_t n = std::min(opt.end(), store.num_params()) - opt.begin();
     AddFloats(w, "adam_m", opt.m().narrow(0, 0, std::max<int64_t>(n, 0)));
     AddFloats(w, "adam_v", opt.v().narrow(0, 0, std::max<int64_t>(n, 0)));
@@ -63,7 +70,8 @@ Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, ParamStore& store, Ada
   return PruneCheckpoints(cfg.ckpt_dir, cfg.ckpt_keep);
 }
 
-Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& comm, ParamStore& store, AdamW& opt,
+Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& model,
+                                                 ParamStore& store, AdamW& opt,
                                                  const std::function<void(const std::string&)>& note) {
   auto found = FindNewestValid(cfg.ckpt_dir, [&](const std::string& dir, const Status& why) {
     note("checkpoint " + dir + " skipped: " + why.message());
@@ -105,6 +113,16 @@ Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& c
     if (meta["loss"].is_number()) st.loss = meta["loss"].get<double>();
     if (meta["has_params"].get<bool>()) {
       BULWARK_RETURN_IF_ERROR(CopyFloats(r, "params", 0, store.ParamsView()));
+      torch::NoGradGuard no_grad;
+      for (auto& b : model.named_buffers()) {
+        auto bytes = r.Get("buffer:" + b.key());
+        if (!bytes.ok()) return bytes.status();
+        auto& t = b.value();
+        if (bytes->size() != static_cast<size_t>(t.numel() * t.element_size())) {
+          return Status::Corrupt(r.where() + ": buffer " + b.key() + " has the wrong size");
+        }
+        std::memcpy(t.data_ptr(), bytes->data(), bytes->size());
+      }
       auto rng = r.Get("rng");
       auto state = torch::empty({static_cast<int64_t>(rng->size())}, torch::kUInt8);
       std::memcpy(state.data_ptr(), rng->data(), rng->size());

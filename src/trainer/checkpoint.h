@@ -6,6 +6,9 @@
 //   params all parameters, float32 (rank 0 only; every rank holds the same)
 //   adam_m, adam_v  the optimizer state of [begin, end)
 //   rng    the CPU generator's state
+//   buffer:NAME  every module buffer (rank 0): POET's W0, permutations or
+//          index sets, which change at merges
+
 // Restoring reads the optimizer state for the rank's own range from whichever
 // files overlap it, so a run may resume with another world size.
 #pragma once
@@ -17,6 +20,7 @@
 #include "trainer/adamw.h"
 #include "trainer/config.h"
 #include "trainer/dist.h"
+#include "trainer/model.h"
 #include "trainer/params.h"
 
 namespace bulwark::trainer {
@@ -28,13 +32,15 @@ struct TrainState {
 };
 
 // Collective: every rank calls it at the same step.
-Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, ParamStore& store, AdamW& opt, const TrainState& st);
+Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& model, ParamStore& store, AdamW& opt,
+                      const TrainState& st);
 
 // Collective. Loads the newest valid checkpoint in cfg.ckpt_dir into `store`
 // and `opt`; nullopt when there is none. Skipped candidates are reported
 // through `note` (one line each). A checkpoint of another model shape,
 // optimizer or seed is an error, not a skip: loading on would be wrong.
-Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& comm, ParamStore& store, AdamW& opt,
+Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& model,
+                                                 ParamStore& store, AdamW& opt,
                                                  const std::function<void(const std::string&)>& note);
 
 }  // namespace bulwark::trainer

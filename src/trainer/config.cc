@@ -91,7 +91,7 @@ const std::vector<Key>& Keys() {
       BOOL_KEY("shard-optimizer", shard_optimizer, "ZeRO-1: each data-parallel rank keeps its own slice of the optimizer state"),
       DBL_KEY("dist-timeout", dist_timeout_s, "seconds a collective may wait for a peer"),
       DBL_KEY("bucket-mb", bucket_mb, "gradient all-reduce bucket size in MiB"),
-      STR_KEY("optimizer", optimizer, "adamw"),
+      STR_KEY("optimizer", optimizer, "adamw, or poet (block linears become R W0 P; the rest stays AdamW)"),
       INT_KEY("stop-at", stop_at, "stop after this step as if preempted (drills, tests); 0: never"),
       INT_KEY("vocab-size", model.vocab_size, "0 takes the tokenizer's vocabulary size"),
       INT_KEY("d-model", model.d_model, "model width"),
@@ -100,6 +100,15 @@ const std::vector<Key>& Keys() {
       INT_KEY("ffn", model.ffn, "SwiGLU hidden width"),
       INT_KEY("context", model.context, "sequence length"),
       STR_KEY("init", model.init, "weight init: standard or normalized"),
+      STR_KEY("poet-variant", model.poet.variant, "POET: bs (block-stochastic) or fs (fully stochastic)"),
+      INT_KEY("poet-block-size", model.poet.block_size, "POET-BS block size b"),
+      DBL_KEY("poet-fs-fraction", model.poet.fs_fraction, "POET-FS: rotated share of each side, in (0, 1]"),
+      INT_KEY("poet-neumann-terms", model.poet.neumann_terms, "Cayley-Neumann terms k (>= 1)"),
+      INT_KEY("poet-merge-every", model.poet.merge_every, "merge-then-reinitialize every N steps"),
+      STR_KEY("poet-init", model.poet.init, "W0 init: normalized, standard or uniform-spectrum"),
+      DBL_KEY("poet-lr", model.poet.lr, "POET learning rate, 0: from the block size"),
+      STR_KEY("poet-apply", model.poet.apply, "weight (form R W0 P) or activations (rotate x and y)"),
+      INT_KEY("poet-diag-every", model.poet.diag_every, "POET diagnostics every N steps, 0: off"),
   };
   return keys;
 }
@@ -182,7 +191,8 @@ Status ApplyConfigFile(TrainConfig& cfg, const std::string& path) {
 std::string ModelConfig::ShapeString() const {
   return "vocab=" + std::to_string(vocab_size) + " d_model=" + std::to_string(d_model) +
          " n_layers=" + std::to_string(n_layers) + " n_heads=" + std::to_string(n_heads) +
-         " ffn=" + std::to_string(ffn) + " context=" + std::to_string(context);
+         " ffn=" + std::to_string(ffn) + " context=" + std::to_string(context) +
+         (poet.enabled ? " " + poet.ShapeString() : "");
 }
 
 Status ModelConfig::Validate() const {
@@ -199,6 +209,22 @@ Status ModelConfig::Validate() const {
   }
   if (init != "standard" && init != "normalized") {
     return Status::InvalidArgument("--init '" + init + "' is not one of: standard, normalized");
+  }
+  if (!poet.enabled) return Status::OK();
+  BULWARK_RETURN_IF_ERROR(poet.Validate());
+  if (poet.variant == "bs") {
+    // Every block linear's both sides must split into whole blocks; name the
+    // first layer that does not, so the user knows which width to change.
+    const std::pair<const char*, int> sides[] = {{"blocks.*.attn.wq input", d_model},
+                                                 {"blocks.*.mlp.gate output", ffn}};
+    for (auto& [layer, width] : sides) {
+      if (width % poet.block_size != 0) {
+        return Status::InvalidArgument("--poet-block-size " + std::to_string(poet.block_size) +
+                                       " does not divide the width " + std::to_string(width) + " of layer " + layer +
+                                       "; choose a block size that divides both --d-model " +
+                                       std::to_string(d_model) + " and --ffn " + std::to_string(ffn));
+      }
+    }
   }
   return Status::OK();
 }
@@ -222,8 +248,11 @@ Status TrainConfig::Validate() const {
   if (log_format != "human" && log_format != "json") {
     return Status::InvalidArgument("--log-format '" + log_format + "' is not one of: human, json");
   }
-  if (optimizer != "adamw") {
-    return Status::InvalidArgument("--optimizer '" + optimizer + "' is not one of: adamw");
+  if (optimizer != "adamw" && optimizer != "poet") {
+    return Status::InvalidArgument("--optimizer '" + optimizer + "' is not one of: adamw, poet");
+  }
+  if (model.poet.enabled != (optimizer == "poet")) {
+    return Status::Internal("model.poet.enabled must follow --optimizer");
   }
   if ((ckpt_every > 0 || resume) && ckpt_dir.empty()) {
     return Status::InvalidArgument("--ckpt-every and --resume need --ckpt-dir DIR");
@@ -306,6 +335,7 @@ Result<TrainConfig> ParseTrainArgs(const std::vector<std::string>& args) {
     }
     BULWARK_RETURN_IF_ERROR(k->set(cfg, value));
   }
+  cfg.model.poet.enabled = cfg.optimizer == "poet";
   return cfg;
 }
 

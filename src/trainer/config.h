@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "trainer/poet_options.h"
 
 namespace bulwark::trainer {
 
@@ -23,6 +24,7 @@ struct ModelConfig {
   int ffn = 768;       // hidden width of the SwiGLU MLP
   int context = 128;   // T, the longest sequence the model sees
   std::string init = "standard";  // standard: N(0, 0.02); normalized: unit-norm rows
+  PoetOptions poet;                // enabled by --optimizer poet
 
   int head_dim() const { return d_model / n_heads; }
   // One line naming every shape field; two configs with equal strings build

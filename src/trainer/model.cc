@@ -34,11 +34,44 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const 
 }
 
 // ----------------------------------------------------------------------------
+// Block linears
+
+BlockLinearImpl::BlockLinearImpl(int64_t in, int64_t out, const ModelConfig& cfg, int64_t layer) : in(in), out(out) {
+  if (cfg.poet.enabled) {
+    poet = register_module("poet", PoetLinear(in, out, cfg.poet, layer));
+  } else {
+    weight = register_parameter("weight", torch::empty({out, in}));
+  }
+}
+
+torch::Tensor BlockLinearImpl::forward(const torch::Tensor& x) {
+  return poet ? poet->forward(x) : torch::nn::functional::linear(x, weight);
+}
+
+void BlockLinearImpl::Initialize(at::Generator& gen, const ModelConfig& cfg) {
+  torch::NoGradGuard no_grad;
+  auto w = torch::empty({out, in});
+  w.normal_(0.0, 0.02, gen);
+  const std::string& scheme = poet ? cfg.poet.init : cfg.init;
+  if (scheme == "normalized") {
+    w.div_(w.norm(2, {1}, /*keepdim=*/true));  // each output neuron unit-norm
+  } else if (scheme == "uniform-spectrum") {
+    auto usv = torch::linalg::svd(w.to(torch::kFloat64), /*full_matrices=*/false, c10::nullopt);
+    w.copy_(torch::matmul(std::get<0>(usv), std::get<2>(usv)).to(torch::kFloat32));  // U V^T: every sigma = 1
+  }
+  if (poet) {
+    poet->SetInitialWeight(w);  // permutations are drawn by the model, from its seed
+  } else {
+    weight.copy_(w);
+  }
+}
+
+// ----------------------------------------------------------------------------
 // Attention and MLP
 
-AttentionImpl::AttentionImpl(const ModelConfig& cfg) : n_heads(cfg.n_heads) {
+AttentionImpl::AttentionImpl(const ModelConfig& cfg, int64_t& layer) : n_heads(cfg.n_heads) {
   auto lin = [&](const char* name) {
-    return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(cfg.d_model, cfg.d_model).bias(false)));
+    return register_module(name, BlockLinear(cfg.d_model, cfg.d_model, cfg, layer++));
   };
   wq = lin("wq");
   wk = lin("wk");
@@ -57,19 +90,19 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   return wo(y);
 }
 
-MlpImpl::MlpImpl(const ModelConfig& cfg) {
-  gate = register_module("gate", torch::nn::Linear(torch::nn::LinearOptions(cfg.d_model, cfg.ffn).bias(false)));
-  up = register_module("up", torch::nn::Linear(torch::nn::LinearOptions(cfg.d_model, cfg.ffn).bias(false)));
-  down = register_module("down", torch::nn::Linear(torch::nn::LinearOptions(cfg.ffn, cfg.d_model).bias(false)));
+MlpImpl::MlpImpl(const ModelConfig& cfg, int64_t& layer) {
+  gate = register_module("gate", BlockLinear(cfg.d_model, cfg.ffn, cfg, layer++));
+  up = register_module("up", BlockLinear(cfg.d_model, cfg.ffn, cfg, layer++));
+  down = register_module("down", BlockLinear(cfg.ffn, cfg.d_model, cfg, layer++));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return down(kernels::SwiGlu(gate(x), up(x))); }
 
-BlockImpl::BlockImpl(const ModelConfig& cfg) {
+BlockImpl::BlockImpl(const ModelConfig& cfg, int64_t& layer) {
   attn_norm = register_module("attn_norm", RMSNorm(cfg.d_model));
-  attn = register_module("attn", Attention(cfg));
+  attn = register_module("attn", Attention(cfg, layer));
   mlp_norm = register_module("mlp_norm", RMSNorm(cfg.d_model));
-  mlp = register_module("mlp", Mlp(cfg));
+  mlp = register_module("mlp", Mlp(cfg, layer));
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
@@ -83,7 +116,8 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& co
 TransformerImpl::TransformerImpl(const ModelConfig& c) : cfg(c) {
   tok_emb = register_module("tok_emb", torch::nn::Embedding(cfg.vocab_size, cfg.d_model));
   blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int i = 0; i < cfg.n_layers; ++i) blocks->push_back(Block(cfg));
+  int64_t layer = 0;
+  for (int i = 0; i < cfg.n_layers; ++i) blocks->push_back(Block(cfg, layer));
   final_norm = register_module("final_norm", RMSNorm(cfg.d_model));
   lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg.d_model, cfg.vocab_size).bias(false)));
   std::tie(rope_cos, rope_sin) = RopeTables(cfg.context, cfg.head_dim());
@@ -105,18 +139,31 @@ torch::Tensor TransformerImpl::Loss(const torch::Tensor& idx, const torch::Tenso
 void TransformerImpl::Initialize(uint64_t seed) {
   torch::NoGradGuard no_grad;
   auto gen = at::detail::createCPUGenerator(seed);
-  for (auto& p : named_parameters()) {
-    auto& t = p.value();
-    if (t.dim() == 1) {
-      t.fill_(1.0f);  // norm gains
-      continue;
-    }
-    t.normal_(0.0, 0.02, gen);
-    // Normalized init (POET's default for W0) applies to the block linears;
-    // embeddings and the LM head keep the standard draw.
-    bool block_linear = p.key().rfind("blocks.", 0) == 0;
-    if (cfg.init == "normalized" && block_linear) t.div_(t.norm(2, {1}, /*keepdim=*/true));
+  // Block linears draw their own weights (plain or POET's W0); everything
+  // else is a matrix drawn N(0, 0.02) or a norm gain set to one.
+  for (auto& m : modules(/*include_self=*/false)) {
+    if (auto* lin = m->as<BlockLinear>()) lin->Initialize(gen, cfg);
   }
+  for (auto& p : named_parameters()) {
+    if (p.key().find(".poet.") != std::string::npos) continue;  // Q starts at zero: R = P = I
+    bool block_linear = p.key().rfind("blocks.", 0) == 0 && p.value().dim() == 2;
+    if (block_linear) continue;
+    if (p.value().dim() == 1) p.value().fill_(1.0f);
+    else p.value().normal_(0.0, 0.02, gen);
+  }
+  for (auto& [name, layer] : PoetLayers()) layer->DrawIndices(seed, 0);
+}
+
+std::vector<std::pair<std::string, PoetLinear>> TransformerImpl::PoetLayers() {
+  std::vector<std::pair<std::string, PoetLinear>> out;
+  for (auto& m : named_modules()) {
+    if (auto* lin = m.value()->as<BlockLinear>(); lin && lin->poet) out.emplace_back(m.key(), lin->poet);
+  }
+  return out;
+}
+
+void TransformerImpl::MergePoet(uint64_t seed, int64_t count) {
+  for (auto& [name, layer] : PoetLayers()) layer->Merge(seed, count);
 }
 
 int64_t CountParameters(torch::nn::Module& m) {

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "trainer/config.h"
+#include "trainer/poet.h"
 
 namespace bulwark::trainer {
 
@@ -27,24 +28,39 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const 
 // cos/sin tables for positions [0, T) with the usual base 10000.
 std::pair<torch::Tensor, torch::Tensor> RopeTables(int64_t T, int64_t D, double base = 10000.0);
 
+// A linear layer inside a transformer block, without bias: a plain trained
+// weight (AdamW), or under --optimizer poet a PoetLinear whose weight is
+// R W0 P. The embedding and LM head are never reparameterized.
+struct BlockLinearImpl : torch::nn::Module {
+  // `layer` numbers block linears model-wide; POET seeds its draws with it.
+  BlockLinearImpl(int64_t in, int64_t out, const ModelConfig& cfg, int64_t layer);
+  torch::Tensor forward(const torch::Tensor& x);
+  // Draws the initial weight (the model's init, or POET's init for W0).
+  void Initialize(at::Generator& gen, const ModelConfig& cfg);
+  torch::Tensor weight;         // (out, in); undefined under POET
+  PoetLinear poet{nullptr};
+  int64_t in, out;
+};
+TORCH_MODULE(BlockLinear);
+
 struct AttentionImpl : torch::nn::Module {
-  AttentionImpl(const ModelConfig& cfg);
+  AttentionImpl(const ModelConfig& cfg, int64_t& layer);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
-  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};  // (C, C) each
+  BlockLinear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};  // (C, C) each
   int64_t n_heads;
 };
 TORCH_MODULE(Attention);
 
 struct MlpImpl : torch::nn::Module {
-  MlpImpl(const ModelConfig& cfg);
+  MlpImpl(const ModelConfig& cfg, int64_t& layer);
   torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
-  torch::nn::Linear gate{nullptr}, up{nullptr};   // (F, C)
-  torch::nn::Linear down{nullptr};                // (C, F)
+  BlockLinear gate{nullptr}, up{nullptr};         // (F, C)
+  BlockLinear down{nullptr};                      // (C, F)
 };
 TORCH_MODULE(Mlp);
 
 struct BlockImpl : torch::nn::Module {
-  BlockImpl(const ModelConfig& cfg);
+  BlockImpl(const ModelConfig& cfg, int64_t& layer);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   RMSNorm attn_norm{nullptr}, mlp_norm{nullptr};
   Attention attn{nullptr};
@@ -60,6 +76,11 @@ struct TransformerImpl : torch::nn::Module {
   torch::Tensor Loss(const torch::Tensor& idx, const torch::Tensor& targets);
   // Re-draws every weight from `seed` with the configured init.
   void Initialize(uint64_t seed);
+  // The POET layers in a fixed order (empty unless --optimizer poet), with
+  // their names, for merges and diagnostics.
+  std::vector<std::pair<std::string, PoetLinear>> PoetLayers();
+  // Folds every POET layer's rotations into its W0 (merge number `count`).
+  void MergePoet(uint64_t seed, int64_t count);
 
   ModelConfig cfg;
   torch::nn::Embedding tok_emb{nullptr};  // (V, C)

@@ -6,20 +6,24 @@ namespace bulwark::trainer {
 
 ParamStore::ParamStore(torch::nn::Module& module, int64_t padded_to) {
   auto named = module.named_parameters(/*recurse=*/true);
-  std::vector<std::pair<std::string, torch::Tensor>> decay, no_decay;
-  for (auto& p : named) (p.value().dim() >= 2 ? decay : no_decay).emplace_back(p.key(), p.value());
+  std::vector<std::pair<std::string, torch::Tensor>> decay, no_decay, poet;
+  for (auto& p : named) {
+    if (p.key().find(".poet.") != std::string::npos) poet.emplace_back(p.key(), p.value());
+    else (p.value().dim() >= 2 ? decay : no_decay).emplace_back(p.key(), p.value());
+  }
 
   int64_t n = 0;
-  auto add_group = [&](const char* name, auto& list, bool wd) {
+  auto add_group = [&](const char* name, auto& list, bool wd, bool is_poet) {
     int64_t begin = n;
     for (auto& [pname, t] : list) {
       entries_.push_back({pname, n, t.numel(), t.sizes().vec()});
       n += t.numel();
     }
-    groups_.push_back({name, begin, n, wd});
+    groups_.push_back({name, begin, n, wd, is_poet});
   };
-  add_group("decay", decay, true);
-  add_group("no_decay", no_decay, false);
+  add_group("decay", decay, true, false);
+  add_group("no_decay", no_decay, false, false);
+  add_group("poet", poet, false, true);  // POET parameters never decay
   num_params_ = n;
 
   int64_t padded = (n + padded_to - 1) / padded_to * padded_to;
@@ -28,7 +32,7 @@ ParamStore::ParamStore(torch::nn::Module& module, int64_t padded_to) {
 
   torch::NoGradGuard no_grad;
   size_t i = 0;
-  for (auto* list : {&decay, &no_decay}) {
+  for (auto* list : {&decay, &no_decay, &poet}) {
     for (auto& [pname, t] : *list) {
       const ParamEntry& e = entries_[i++];
       auto pview = params_.narrow(0, e.offset, e.numel).view(e.shape);

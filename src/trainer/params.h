@@ -7,8 +7,9 @@
 // memcpy. Parameters are re-pointed at views of the flat buffer, so the module
 // computes exactly as before.
 //
-// Layout: parameters are ordered by group (weight-decayed matrices first, then
-// vectors), so each group is one contiguous range. The gradient buffer has one
+// Layout: parameters are ordered by group (weight-decayed matrices, then
+// vectors, then POET's rotation parameters), so each group is one contiguous
+// range. The gradient buffer has one
 // extra slot at index num_params() that carries the step's loss through the
 // same all-reduce as the gradients.
 #pragma once
@@ -21,9 +22,10 @@
 namespace bulwark::trainer {
 
 struct ParamGroup {
-  std::string name;   // "decay" or "no_decay"
+  std::string name;    // "decay", "no_decay" or "poet"
   int64_t begin, end;  // element range in the flat buffer
   bool weight_decay;
+  bool poet;           // POET's Q: own learning rate, moments reset at merges
 };
 
 struct ParamEntry {
@@ -45,6 +47,7 @@ class ParamStore {
   torch::Tensor GradsView() { return grads_.narrow(0, 0, num_params_); }
   torch::Tensor LossSlot() { return grads_.narrow(0, num_params_, 1); }
   const std::vector<ParamGroup>& groups() const { return groups_; }
+  const ParamGroup& poet_group() const { return groups_.back(); }
   const std::vector<ParamEntry>& entries() const { return entries_; }
   void ZeroGrad() { grads_.zero_(); }
   // Hex checksum of the parameters' bytes: equal iff bitwise equal.

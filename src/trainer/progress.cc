@@ -101,6 +101,21 @@ void Progress::Note(const std::string& line) {
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 
+void Progress::PoetDiagnostics(int64_t step, const nlohmann::json& diag) {
+  if (!enabled_) return;
+  if (json_) {
+    nlohmann::json j = diag;
+    j["event"] = "poet_diag";
+    j["step"] = step;
+    Emit(j);
+    return;
+  }
+  ClearLine();
+  std::fprintf(stderr, "poet  step %lld: max orthogonality error %.2e, max spectrum drift %.2e, probe %.3f\n",
+               static_cast<long long>(step), diag["max_orth_error"].get<double>(),
+               diag["max_spectrum_drift"].get<double>(), diag["mean_probe"].get<double>());
+}
+
 void Progress::Done(int64_t step, double loss, const std::string& checksum, double seconds) {
   if (enabled_ && !json_) {
     ClearLine();

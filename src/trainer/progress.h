@@ -28,7 +28,8 @@ class Progress {
   void Start(const nlohmann::json& info);  // parameters, world size, resume point
   void Step(const StepReport& r);
   void Eval(int64_t step, double val_loss);
-  void Note(const std::string& line);      // one-off messages: skipped checkpoints, saves
+  void Note(const std::string& line);
+  void PoetDiagnostics(int64_t step, const nlohmann::json& diag);      // one-off messages: skipped checkpoints, saves
   void Done(int64_t step, double loss, const std::string& checksum, double seconds);
   static void Emit(const nlohmann::json& j);  // one JSON line on stdout, flushed
 

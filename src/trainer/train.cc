@@ -71,6 +71,37 @@ Result<double> Evaluate(const TrainConfig& cfg, Comm& comm, Transformer& model, 
   return acc[0].item<double>() / acc[1].item<double>();
 }
 
+// Steps at which POET last merged before step `step` runs (0: none yet).
+int64_t LastMerge(const TrainConfig& cfg, int64_t step) {
+  if (!cfg.model.poet.enabled) return 0;
+  return step / cfg.model.poet.merge_every * cfg.model.poet.merge_every;
+}
+
+// POET's clip threshold ramps from 0.1x back to 1x over the 10 steps after a
+// merge (the reference code's calc_poet_grad_clipping_value): the fresh
+// rotations start at the identity and their first gradients are the largest.
+double PoetClipRamp(const TrainConfig& cfg, int64_t step) {
+  int64_t last = LastMerge(cfg, step);
+  if (last == 0) return 1.0;
+  return 0.1 + 0.9 * std::min(1.0, static_cast<double>(step - last) / 10.0);
+}
+
+nlohmann::json DiagnosePoet(Transformer& model) {
+  nlohmann::json layers = nlohmann::json::array();
+  double worst_orth = 0, worst_drift = 0, probe_sum = 0;
+  auto poet_layers = model->PoetLayers();
+  for (auto& [name, layer] : poet_layers) {
+    PoetDiagnostics d = layer->Diagnose();
+    layers.push_back({{"layer", name}, {"orth_r", d.orth_error_r}, {"orth_p", d.orth_error_p},
+                      {"spectrum_drift", d.spectrum_drift}, {"probe", d.probe}});
+    worst_orth = std::max({worst_orth, d.orth_error_r, d.orth_error_p});
+    worst_drift = std::max(worst_drift, d.spectrum_drift);
+    probe_sum += d.probe;
+  }
+  return {{"max_orth_error", worst_orth}, {"max_spectrum_drift", worst_drift},
+          {"mean_probe", poet_layers.empty() ? 0.0 : probe_sum / poet_layers.size()}, {"layers", layers}};
+}
+
 }  // namespace
 
 Status Train(const TrainConfig& cfg_in) {
@@ -117,7 +148,7 @@ Status Train(const TrainConfig& cfg_in) {
 
   TrainState st;
   if (cfg.resume) {
-    auto loaded = LoadCheckpoint(cfg, comm, store, opt, [&](const std::string& s) { progress.Note(s); });
+    auto loaded = LoadCheckpoint(cfg, comm, *model, store, opt, [&](const std::string& s) { progress.Note(s); });
     if (!loaded.ok()) return loaded.status();
     if (*loaded) {
       st = **loaded;
@@ -126,7 +157,8 @@ Status Train(const TrainConfig& cfg_in) {
       progress.Note("no valid checkpoint in " + cfg.ckpt_dir + "; starting from step 0");
     }
   }
-  progress.Start({{"params", store.num_params()}, {"world_size", W}, {"steps", cfg.steps},
+  progress.Start({{"params", store.num_params()}, {"world_size", W}, {"optimizer", cfg.optimizer},
+                  {"poet_params", store.poet_group().end - store.poet_group().begin}, {"steps", cfg.steps},
                   {"start_step", st.step}, {"threads", threads}, {"shape", cfg.model.ShapeString()},
                   {"shard_optimizer", cfg.shard_optimizer}});
 
@@ -138,6 +170,7 @@ Status Train(const TrainConfig& cfg_in) {
     buckets.push_back(store.grads().narrow(0, b, std::min(bucket, store.grads().numel() - b)));
   }
 
+  const bool poet = cfg.model.poet.enabled;
   const int B = cfg.batch_size, T = cfg.model.context;
   auto idx = torch::empty({B, T}, torch::kInt64), targets = torch::empty({B, T}, torch::kInt64);
   const int64_t tokens_per_step = static_cast<int64_t>(B) * T * W;
@@ -171,13 +204,23 @@ Status Train(const TrainConfig& cfg_in) {
 
     // ---- clip, update, re-assemble sharded parameters
     double grad_norm = store.GradsView().norm().item<double>();
-    if (cfg.grad_clip > 0 && grad_norm > cfg.grad_clip) store.GradsView().mul_(cfg.grad_clip / (grad_norm + 1e-6));
+    const double clip = cfg.grad_clip * PoetClipRamp(cfg, st.step);
+    if (clip > 0 && grad_norm > clip) store.GradsView().mul_(clip / (grad_norm + 1e-6));
     const double lr = LearningRate(st.step, cfg.steps, cfg.warmup_steps, cfg.lr, cfg.min_lr_ratio);
-    opt.Step(lr, st.step + 1);
+    const double poet_lr =
+        LearningRate(st.step, cfg.steps, cfg.warmup_steps, cfg.model.poet.EffectiveLr(), cfg.min_lr_ratio);
+    opt.Step(lr, st.step + 1, poet_lr, st.step + 1 - LastMerge(cfg, st.step));
     if (cfg.shard_optimizer && W > 1) BULWARK_RETURN_IF_ERROR(comm.AllGatherChunks(store.params()));
 
     st.step += 1;
     st.data_cursor += static_cast<uint64_t>(B) * W;
+
+    // ---- POET: merge-then-reinitialize. Every rank merges the
+    // same parameters with the same draws, so no communication is needed.
+    if (poet && st.step % cfg.model.poet.merge_every == 0) {
+      model->MergePoet(cfg.seed, st.step / cfg.model.poet.merge_every);
+      opt.ResetPoetMoments();
+    }
 
     // ---- report
     const auto t_end = Clock::now();
@@ -189,9 +232,14 @@ Status Train(const TrainConfig& cfg_in) {
                    ms_between(t0, t_fwd), ms_between(t_fwd, t_bwd), ms_between(t_bwd, t_comm),
                    ms_between(t_comm, t_end)});
 
+    // ---- diagnostics, outside the timed step (an SVD per layer)
+    if (poet && cfg.model.poet.diag_every > 0 && st.step % cfg.model.poet.diag_every == 0 && rank == 0) {
+      progress.PoetDiagnostics(st.step, DiagnosePoet(model));
+    }
+
     // ---- checkpoint
     if (cfg.ckpt_every > 0 && (st.step % cfg.ckpt_every == 0 || st.step == cfg.steps)) {
-      BULWARK_RETURN_IF_ERROR(SaveCheckpoint(cfg, comm, store, opt, st));
+      BULWARK_RETURN_IF_ERROR(SaveCheckpoint(cfg, comm, *model, store, opt, st));
     }
     if (cfg.stop_at > 0 && st.step >= cfg.stop_at) break;  // as if preempted
   }
