@@ -17,7 +17,7 @@ packages=(
 )
 if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
   # The Python reference for bench/trainer_throughput.
-  packages+=(python3-torch python3-numpy)
+  packages+=(python3-torch python3-numpy python3-matplotlib)
 fi
 
 missing=()

@@ -99,6 +99,17 @@ TEST(Poet, SkewFromUpperIsSkewSymmetric) {
   EXPECT_EQ(q[1][0][1].item<float>(), upper[1][0].item<float>());
 }
 
+TEST(Poet, CayleyNeumannIsTheTruncatedSeriesForEveryK) {
+  auto q = SkewFromUpper(torch::randn({2, 7 * 6 / 2}, torch::kFloat64) * 0.3, 7);
+  auto eye = torch::eye(7, torch::kFloat64).expand_as(q);
+  for (int k = 1; k <= 5; ++k) {
+    auto sum = eye.clone(), power = eye.clone();
+    for (int i = 1; i <= k; ++i) sum = sum + (power = torch::matmul(power, q));
+    auto direct = torch::matmul(eye + q, sum);
+    EXPECT_LT((CayleyNeumann(q, k) - direct).abs().max().item<double>(), 1e-12) << "k=" << k;
+  }
+}
+
 TEST(Poet, CayleyNeumannGradientMatchesFiniteDifferences) {
   torch::manual_seed(3);
   const int64_t b = 5;

@@ -39,6 +39,13 @@ Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& mod
         {"data_cursor", st.data_cursor}, {"loss", st.loss}, {"num_params", store.num_params()},
         {"opt_begin", opt.begin()},  {"opt_end", std::min(opt.end(), store.num_params())},
         {"has_params", comm.rank() == 0}};
+    if (comm.rank() == 0) {
+      // Where each named parameter lives in "params", for tools that read
+      // checkpoints without this code (bench/poet_quality's spectra).
+      nlohmann::json layout = nlohmann::json::array();
+      for (const ParamEntry& e : store.entries()) layout.push_back({{"name", e.name}, {"offset", e.offset}, {"shape", e.shape}});
+      meta["layout"] = layout;
+    }
     RecordWriter w("ckpt");
     w.Add("meta", meta.dump());
     if (comm.rank() == 0) {

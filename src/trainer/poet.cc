@@ -19,10 +19,22 @@ torch::Tensor SkewFromUpper(const torch::Tensor& upper, int64_t b) {
 }
 
 torch::Tensor CayleyNeumann(const torch::Tensor& q, int terms) {
+  // (I + Q)(I + Q + ... + Q^k) = sum_i c_i Q^i with c_0 = c_(k+1) = 1 and
+  // c_i = 2 otherwise. Split into even and odd powers, R = E(A) + Q O(A)
+  // with A = Q^2: 1 + floor((k+1)/2) matmuls instead of Horner's k+1, which
+  // matters for POET-FS, whose single rotation is b x b with b = m/2.
+  const int top = terms + 1;
+  auto coeff = [&](int i) { return (i == 0 || i == top) ? 1.0 : 2.0; };
   auto eye = torch::eye(q.size(-1), q.options()).expand_as(q);
-  auto s = eye;  // Horner: I + Q(I + Q(... (I + Q)))
-  for (int i = 0; i < terms; ++i) s = eye + torch::matmul(q, s);
-  return s + torch::matmul(q, s);  // (I + Q) S
+  auto a = torch::matmul(q, q);
+  torch::Tensor even = eye * coeff(0), odd = eye * coeff(1);
+  torch::Tensor power = eye;  // A^j
+  for (int j = 1; 2 * j <= top; ++j) {
+    power = j == 1 ? a : torch::matmul(power, a);
+    even = even + power * coeff(2 * j);
+    if (2 * j + 1 <= top) odd = odd + power * coeff(2 * j + 1);
+  }
+  return even + torch::matmul(q, odd);
 }
 
 // ----------------------------------------------------------------------------
