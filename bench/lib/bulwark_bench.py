@@ -70,7 +70,7 @@ def checkpoint_tensors(ckpt_dir, step):
         n = int(np.prod(e["shape"]))
         out[e["name"]] = params[e["offset"]: e["offset"] + n].reshape(e["shape"])
     for k, v in sec.items():
-        if k.startswith("buffer:") and k.endswith(".w0"):
+        if k.startswith("buffer:") and (k.endswith(".w0") or k.endswith(".sigma0")):
             out[k[len("buffer:"):]] = np.frombuffer(v, dtype=np.float32)
     return out
 
