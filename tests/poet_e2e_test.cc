@@ -13,7 +13,9 @@ using testing::Trainer;
 class Poet : public Trainer {
  protected:
   std::vector<std::string> With(std::vector<std::string> more) {
-    std::vector<std::string> a = {"--optimizer", "poet", "--poet-block-size", "16", "--poet-merge-every", "10"};
+    return Plus({"--optimizer", "poet", "--poet-block-size", "16", "--poet-merge-every", "10"}, more);
+  }
+  static std::vector<std::string> Plus(std::vector<std::string> a, const std::vector<std::string>& more) {
     a.insert(a.end(), more.begin(), more.end());
     return a;
   }
@@ -22,29 +24,19 @@ class Poet : public Trainer {
 TEST_F(Poet, ExactResumeAcrossAMerge) {
   // Checkpoint at 8, stop at 13: the resumed run replays the merge at 10.
   auto args = With({"--steps", "24", "--ckpt-every", "8"});
-  auto plus = [&](std::vector<std::string> more) {
-    auto a = args;
-    a.insert(a.end(), more.begin(), more.end());
-    return a;
-  };
-  std::string straight = Checksum(Launch(1, plus({"--ckpt-dir", dir_ + "/a"})), 24);
-  Checksum(Launch(1, plus({"--ckpt-dir", dir_ + "/b", "--stop-at", "13"})), 13);
-  EXPECT_EQ(Checksum(Launch(1, plus({"--ckpt-dir", dir_ + "/b", "--resume"})), 24), straight);
+  std::string straight = Checksum(Launch(1, Plus(args, {"--ckpt-dir", dir_ + "/a"})), 24);
+  Checksum(Launch(1, Plus(args, {"--ckpt-dir", dir_ + "/b", "--stop-at", "13"})), 13);
+  EXPECT_EQ(Checksum(Launch(1, Plus(args, {"--ckpt-dir", dir_ + "/b", "--resume"})), 24), straight);
 }
 
 TEST_F(Poet, TwoShardedRanksAgreeAndResumeExactlyAcrossAMerge) {
   auto args = With({"--poet-variant", "fs", "--steps", "24", "--ckpt-every", "8", "--batch-size", "4",
                     "--shard-optimizer"});
-  auto plus = [&](std::vector<std::string> more) {
-    auto a = args;
-    a.insert(a.end(), more.begin(), more.end());
-    return a;
-  };
   // Checksum() also checks that both ranks hold bitwise-equal parameters:
   // they drew the same index sets at every merge without talking.
-  std::string straight = Checksum(Launch(2, plus({"--ckpt-dir", dir_ + "/a"})), 24);
-  Checksum(Launch(2, plus({"--ckpt-dir", dir_ + "/b", "--stop-at", "15"})), 15);
-  EXPECT_EQ(Checksum(Launch(2, plus({"--ckpt-dir", dir_ + "/b", "--resume"})), 24), straight);
+  std::string straight = Checksum(Launch(2, Plus(args, {"--ckpt-dir", dir_ + "/a"})), 24);
+  Checksum(Launch(2, Plus(args, {"--ckpt-dir", dir_ + "/b", "--stop-at", "15"})), 15);
+  EXPECT_EQ(Checksum(Launch(2, Plus(args, {"--ckpt-dir", dir_ + "/b", "--resume"})), 24), straight);
 }
 
 TEST_F(Poet, SpectrumStaysW0sThroughHundredsOfStepsAndManyMerges) {

@@ -11,7 +11,8 @@ Prints one JSON line: {"tokens_per_s": ..., "step_ms": ..., "params": ...}.
 import argparse
 import json
 import math
-import struct
+import os
+import sys
 import time
 
 import numpy as np
@@ -19,23 +20,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from bulwark_bench import read_record  # noqa: E402
+
 
 def read_tokens(path):
-    """Reads a bulwark RecordFile token shard (src/common/record_file.h)."""
-    data = open(path, "rb").read()
-    assert data[:8] == b"BLWKREC\0", f"{path}: not a bulwark record"
-    (count,) = struct.unpack_from("<I", data, 12)
-    p, sections = 48, {}
-    for _ in range(count):
-        (nlen,) = struct.unpack_from("<I", data, p)
-        name = data[p + 4 : p + 4 + nlen].decode()
-        p += 4 + nlen
-        (dlen,) = struct.unpack_from("<Q", data, p)
-        p += 8
-        sections[name] = data[p : p + dlen]
-        p += dlen
-    meta = json.loads(sections["meta"])
-    return np.frombuffer(sections["tokens"], dtype=np.uint16), meta["vocab_size"]
+    """Tokens and vocabulary size of a bulwark token shard."""
+    sec = read_record(path)
+    return np.frombuffer(sec["tokens"], dtype=np.uint16), json.loads(sec["meta"])["vocab_size"]
 
 
 class RMSNorm(nn.Module):

@@ -67,7 +67,7 @@ Status BuildInto(const PrepareOptions& opts, const std::string& tmp) {
   if (!lines.ok()) return lines.status();
   // Blocks of lines, every k-th to validation: held-out text from all over
   // the corpus, yet never a verse split from its neighbours.
-  int every = std::max(2, static_cast<int>(1.0 / opts.val_fraction + 0.5));
+  const size_t every = std::max<size_t>(2, static_cast<size_t>(1.0 / opts.val_fraction + 0.5));
   std::vector<const std::string*> train, val;
   for (size_t i = 0; i < lines->size(); ++i) {
     ((i / kBlockLines) % every == every - 1 ? val : train).push_back(&(*lines)[i]);
