@@ -14,6 +14,9 @@ packages=(
   bible-kjv bible-kjv-text
   nlohmann-json3-dev
   libgtest-dev libgmock-dev
+  # The control plane: gRPC wire protocol, SQLite state, stack capture.
+  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libsqlite3-dev elfutils
+  libyaml-cpp-dev
 )
 if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
   # The Python reference for bench/trainer_throughput.
