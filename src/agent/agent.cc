@@ -34,10 +34,11 @@ constexpr auto kLoopPeriod = std::chrono::milliseconds(100);
 // this long for the culprit's own report to reach the controller and the
 // restart to come back; if the restart comes first the exit is the fault's
 // echo and is dropped, so the incident names the culprit, not a survivor.
-// It outlasts the controller's heartbeat timeout (3 s), so that a dead peer
-// machine is found by its silence before a survivor is blamed.
+// It outlasts the controller's heartbeat timeout (2 s) plus a report period
+// and its tick, so that a dead peer machine is found by its silence before a
+// survivor is blamed.
 constexpr auto kPeerLostGrace = std::chrono::milliseconds(4000);
-constexpr auto kReportPeriod = std::chrono::milliseconds(1000);
+constexpr auto kReportPeriod = std::chrono::milliseconds(500);
 constexpr auto kInspectPeriod = std::chrono::milliseconds(1000);
 constexpr auto kCallDeadline = std::chrono::milliseconds(1500);
 constexpr auto kStreamDeadline = std::chrono::seconds(30);

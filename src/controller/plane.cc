@@ -187,6 +187,7 @@ Status Plane::Register(const wire::RegisterRequest& req, Time now) {
     a.acked_seq = 0;
   }
   a.last_heard = now;
+  a.heard_since_start = true;
   a.lost_reported = false;
   Log("machine " + req.machine() + " registered (incarnation " + std::to_string(req.incarnation()) + ")");
   return Status::OK();
@@ -206,6 +207,7 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
                                       std::to_string(a.incarnation) + "; register again");
   }
   a.last_heard = now;
+  a.heard_since_start = true;
   a.live_ranks.assign(req.live_ranks().begin(), req.live_ranks().end());
   a.generation = req.generation();
   const bool was_lost = a.lost_reported;
@@ -357,9 +359,9 @@ void Plane::Tick(Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   now = Now(now);
   if (!controller_ || done_step_) return;
-  if (now - started_ < options_.reconnect_grace) return;
   for (auto& [id, a] : agents_) {
-    if (a.lost_reported || now - a.last_heard <= options_.heartbeat_timeout) continue;
+    const Duration timeout = a.heard_since_start ? options_.heartbeat_timeout : options_.reconnect_grace;
+    if (a.lost_reported || now - a.last_heard <= timeout) continue;
     const MachineStatus* m = controller_->state().FindMachine(id);
     if (m == nullptr || m->state == MachineState::kEvicted) continue;
     a.lost_reported = true;

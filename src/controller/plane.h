@@ -33,10 +33,12 @@ struct PlaneOptions {
   std::string db_path;
   bool create = true;
   PolicyConfig policy;
-  // An agent silent this long is lost. Agents report every second.
-  Duration heartbeat_timeout = std::chrono::milliseconds(3000);
-  // After a (re)start no agent is judged lost for this long: the silence is
-  // the controller's own absence, and agents need a moment to reconnect.
+  // An agent silent this long is lost. Agents report every 500 ms, so this
+  // is four missed reports.
+  Duration heartbeat_timeout = std::chrono::milliseconds(2000);
+  // After a (re)start an agent not yet heard from is judged lost only after
+  // this long: the silence is the controller's own absence, and agents need
+  // a moment to reconnect. Agents that did reconnect get heartbeat_timeout.
   Duration reconnect_grace = std::chrono::milliseconds(10000);
 };
 
@@ -74,6 +76,7 @@ class Plane {
     int64_t acked_seq = 0;
     Time last_heard{};
     bool lost_reported = false;
+    bool heard_since_start = false;
     std::vector<int> live_ranks;
     int64_t generation = 0;
     std::optional<wire::Command> desired;
