@@ -188,9 +188,44 @@ TEST_F(Cluster, SurvivesCrashDeviceFailureControllerRestartAndMachineDown) {
   EXPECT_EQ(s["job"]["generation"], gen);
   EXPECT_EQ(Query("incidents").size(), incidents);
 
+  // 6. A second flap within the window condemns m01. No standby is left
+  // (m03 is dead), so the job waits; the operator returns m01 after repair
+  // and the job resumes on it.
+  const std::string nic = dir_ + "/machines/m01/health/nic";
+  WaitFor("m01's link back up", 10, [&](const json&) {
+    std::ifstream in(nic);
+    std::string state;
+    in >> state;
+    return state == "up";
+  });
+  Inject("nic-flap", "m01");
+  s = WaitFor("job waiting for a machine", 20, [&](const json& s) {
+    return MachineState(s, "m01") == "evicted" && s["job"]["state"] == "waiting for machines";
+  });
+  Report("nic-flap x2");
+  before = s["job"]["last_step"];
+  ret = Bulwark({"machine", "return", "--machine", "m01"});
+  ASSERT_EQ(ret.exit_code, 0) << ret.err;
+  s = WaitFor("job resumed on the returned m01", 30, [&](const json& s) {
+    return s["job"]["state"] == "running" && s["job"]["last_step"] > before + 20;
+  });
+  EXPECT_EQ(MachineState(s, "m01"), "active");
+
   json ledger = Query("ledger");
   EXPECT_GT(ledger["cumulative"]["ettr"].get<double>(), 0.0);
   std::printf("[ ledger ] %s\n", ledger["cumulative"].dump().c_str());
+}
+
+TEST_F(Cluster, FinishedJobIsReportedCompleted) {
+  auto up = Bulwark({"up", "--machines", "2"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  std::ofstream(root_ + "/job.yaml") << "name: short\nworld_size: 2\nargs: [--config, tiny, --data, " << *data_
+                                     << ", --steps, '40', --log-format, json, --threads, '1']\n";
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("completion", 60, [](const json& s) { return s["job"]["state"] == "completed"; });
+  EXPECT_EQ(s["job"]["done_step"], 40);
+  EXPECT_EQ(Query("incidents").size(), 0u);
 }
 
 TEST_F(Cluster, CallsWithoutTheTokenAreRefusedAndLogged) {
