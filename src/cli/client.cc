@@ -49,7 +49,14 @@ Result<ControlClient> ControlClient::Connect(const std::string& dir) {
   while (!c.address_.empty() && (c.address_.back() == '\n' || c.address_.back() == ' ')) c.address_.pop_back();
   Result<std::string> token = ReadToken(layout.token());
   if (token.ok()) c.token_ = *token;
-  c.stub_ = wire::ControlService::NewStub(grpc::CreateChannel(c.address_, grpc::InsecureChannelCredentials()));
+  // Short reconnect backoff: `up` polls a controller that is still starting,
+  // and gRPC's default backoff would add a second or more to every wait.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  c.stub_ = wire::ControlService::NewStub(
+      grpc::CreateCustomChannel(c.address_, grpc::InsecureChannelCredentials(), args));
   return c;
 }
 

@@ -143,7 +143,10 @@ Status Up(const Args& a) {
   BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached({self, "controller", "--init", "--dir", dir}, layout.controller_log()));
   Result<ControlClient> client = ControlClient::Connect(dir);
   if (!client.ok()) return client.status();
-  if (!WaitFor(15, [&] { return client->Status().ok(); })) {
+  // The controller writes its pid file once it listens. Calling before that
+  // costs a whole call deadline: gRPC holds a call made while its first
+  // connection attempt fails.
+  if (!WaitFor(15, [&] { return cluster::LivePid(layout.controller_pid()).ok() && client->Status().ok(); })) {
     return Status::Unavailable("controller did not come up within 15 s; see " + layout.controller_log());
   }
   const std::vector<std::string> ids = cluster::MachineIds(*machines + *standby);
@@ -168,15 +171,16 @@ Status Up(const Args& a) {
 
 Status Down(const Args& a) {
   const cluster::Layout layout{ClusterDir(a)};
-  int stopped = 0;
+  // Agents first, all at once (each stops its ranks on SIGTERM), then the
+  // controller: the whole cluster is gone within about two seconds.
+  std::vector<pid_t> agents;
   for (const std::string& id : ListDir(layout.machines())) {
-    if (Result<pid_t> pid = cluster::LivePid(layout.agent_pid(id)); pid.ok()) {
-      cluster::Terminate(*pid, 5000);
-      ++stopped;
-    }
+    if (Result<pid_t> pid = cluster::LivePid(layout.agent_pid(id)); pid.ok()) agents.push_back(*pid);
   }
+  cluster::Terminate(agents, 5000);
+  size_t stopped = agents.size();
   if (Result<pid_t> pid = cluster::LivePid(layout.controller_pid()); pid.ok()) {
-    cluster::Terminate(*pid, 5000);
+    cluster::Terminate({*pid}, 5000);
     ++stopped;
   }
   std::cout << "stopped " << stopped << " processes in " << layout.dir << "\n";

@@ -15,7 +15,7 @@ struct JobLaunch {
   std::vector<std::string> argv;             // what each rank runs
   std::map<std::string, std::string> env;    // added to the torchrun environment
   std::string master_addr = "127.0.0.1";
-  int master_port_base = 29500;              // generation g listens on base + g % 1000
+  int master_port_base = 29500;              // generation g listens on base + g % 1000; Submit randomizes it
 };
 
 }  // namespace bulwark::controller

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <random>
 
 #include "controller/actuator.h"
 #include "controller/codec.h"
@@ -309,6 +310,11 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
   }
   Result<Controller> c = Controller::Create(launch.spec, options_.policy, machines, now);
   if (!c.ok()) return c.status();
+  // A random base makes two clusters on one host (tests, demos) unlikely to
+  // collide on rank 0's port; it is journaled with the spec, so replay and
+  // every later generation agree on it.
+  std::random_device rd;
+  launch.master_port_base = 20000 + static_cast<int>(rd() % 30000);
   for (const std::string& a : launch.argv) launch.spec.command += (launch.spec.command.empty() ? "" : " ") + a;
   BULWARK_RETURN_IF_ERROR(store_->PutJob({launch.spec.id, EncodeLaunch(launch).dump(), ToMs(now)}));
   BULWARK_RETURN_IF_ERROR(

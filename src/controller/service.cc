@@ -73,11 +73,12 @@ class AgentServiceImpl final : public wire::AgentService::Service {
     if (auto st = CheckToken(ctx, token_, "Commands"); !st.ok()) return st;
     const int64_t stream = plane_->OpenStream(req->machine());
     std::string sent;
-    // Wakes at least once a second to notice a cancelled or superseded stream.
+    // Wakes four times a second to notice a cancelled or superseded stream
+    // (and a server shutting down, which waits for this handler).
     while (!ctx->IsCancelled()) {
       bool superseded = false;
-      std::optional<wire::Command> c =
-          plane_->NextCommand(req->machine(), stream, &sent, WallNow() + std::chrono::seconds(1), &superseded);
+      std::optional<wire::Command> c = plane_->NextCommand(
+          req->machine(), stream, &sent, WallNow() + std::chrono::milliseconds(250), &superseded);
       if (superseded) return grpc::Status(grpc::StatusCode::ABORTED, "a newer command stream replaced this one");
       if (c && !writer->Write(*c)) break;
     }
@@ -177,7 +178,7 @@ Status RunController(const ControllerOptions& options) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
     (*plane)->Tick(WallNow());
   }
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   return Status::OK();
 }
 

@@ -80,15 +80,21 @@ Result<pid_t> LivePid(const std::string& pid_file) {
   return pid;
 }
 
-Status Terminate(pid_t pid, int grace_ms) {
-  if (::kill(pid, SIGTERM) != 0) return Status::OK();  // already gone
+Status Terminate(const std::vector<pid_t>& pids, int grace_ms) {
+  for (pid_t pid : pids) ::kill(pid, SIGTERM);
+  auto alive = [&] {
+    int n = 0;
+    for (pid_t pid : pids) {
+      ::waitpid(pid, nullptr, WNOHANG);  // in case it is our own child (tests)
+      n += ::kill(pid, 0) == 0;
+    }
+    return n;
+  };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
-  while (std::chrono::steady_clock::now() < deadline) {
-    ::waitpid(pid, nullptr, WNOHANG);  // in case it is our own child (tests)
-    if (::kill(pid, 0) != 0) return Status::OK();
+  while (alive() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ::kill(pid, SIGKILL);
+  for (pid_t pid : pids) ::kill(pid, SIGKILL);
   return Status::OK();
 }
 

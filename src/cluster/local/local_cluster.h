@@ -26,7 +26,8 @@ Status SpawnDetached(const std::vector<std::string>& argv, const std::string& lo
 // The pid in `pid_file` if that process is alive; NotFound otherwise.
 Result<pid_t> LivePid(const std::string& pid_file);
 
-// SIGTERM, then SIGKILL after `grace_ms`; OK when it is gone.
-Status Terminate(pid_t pid, int grace_ms);
+// SIGTERM to all of `pids` at once, then SIGKILL to those still alive after
+// `grace_ms`; OK when they are gone.
+Status Terminate(const std::vector<pid_t>& pids, int grace_ms);
 
 }  // namespace bulwark::cluster
