@@ -2,6 +2,8 @@
 // job files, inspector.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
 
 #include "agent/inspector.h"
@@ -9,6 +11,7 @@
 #include "agent/signatures.h"
 #include "agent/supervisor.h"
 #include "cli/job_file.h"
+#include "common/token.h"
 #include "support/process.h"
 
 namespace bulwark {
@@ -127,6 +130,28 @@ TEST(Inspector, EmulatedDeviceAndNicAreRead) {
   agent::ResetEmulatedHealth(p);
   EXPECT_TRUE(agent::Inspect(p).device_ok);
   EXPECT_TRUE(agent::Inspect(p).nic_up);
+}
+
+// --- the cluster token ------------------------------------------------------
+
+TEST(Token, IsPrivateAndRefusedWhenOthersCanReadIt) {
+  const std::string path = testing::MakeTempDir() + "/token";
+  auto t = CreateToken(path);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->size(), 48u);
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto back = ReadToken(path);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, *t);
+  ::chmod(path.c_str(), 0644);
+  auto open = ReadToken(path);
+  ASSERT_FALSE(open.ok());
+  EXPECT_NE(open.status().message().find("chmod 600"), std::string::npos) << open.status().message();
+  auto missing = ReadToken(path + ".none");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("bulwark up"), std::string::npos);
 }
 
 // --- job files ------------------------------------------------------------

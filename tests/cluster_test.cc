@@ -112,14 +112,14 @@ TEST_F(Cluster, SurvivesCrashDeviceFailureControllerRestartAndMachineDown) {
   WriteJob();
   auto sub = Bulwark({"submit", root_ + "/job.yaml"});
   ASSERT_EQ(sub.exit_code, 0) << sub.err;
-  json s = WaitFor("first steps", 30, [](const json& s) { return s["job"]["last_step"] >= 30; });
+  json s = WaitFor("first steps", 45, [](const json& s) { return s["job"]["last_step"] >= 30; });
   ASSERT_EQ(s["job"]["placement"], json({"m01", "m02"}));
 
   // 1. A plain crash: reattempt in place, resume from the checkpoint.
   int64_t gen = s["job"]["generation"];
   int64_t before = s["job"]["last_step"];
   Inject("crash", "m01");
-  s = WaitFor("restart after crash", 30, [&](const json& s) {
+  s = WaitFor("restart after crash", 45, [&](const json& s) {
     return s["job"]["generation"] > gen && s["job"]["state"] == "running" && s["job"]["last_step"] > before + 20;
   });
   EXPECT_EQ(s["job"]["placement"], json({"m01", "m02"}));
@@ -135,7 +135,7 @@ TEST_F(Cluster, SurvivesCrashDeviceFailureControllerRestartAndMachineDown) {
   gen = s["job"]["generation"];
   before = s["job"]["last_step"];
   Inject("device-fail", "m02");
-  s = WaitFor("standby swapped in", 30, [&](const json& s) {
+  s = WaitFor("standby swapped in", 45, [&](const json& s) {
     return s["job"]["generation"] > gen && s["job"]["placement"] == json({"m01", "m03"}) &&
            s["job"]["last_step"] > before + 20 && s["job"]["state"] == "running";
   });
@@ -156,7 +156,7 @@ TEST_F(Cluster, SurvivesCrashDeviceFailureControllerRestartAndMachineDown) {
   }();
   controller_ = std::make_unique<testing::Process>(
       std::vector<std::string>{testing::BinDir() + "/bulwark", "controller", "--dir", dir_});
-  s = WaitFor("controller back with agents", 30, [&](const json& s) {
+  s = WaitFor("controller back with agents", 45, [&](const json& s) {
     return s["job"]["last_step"] > before + 60 && s["job"]["state"] == "running";
   });
   EXPECT_EQ(s["job"]["generation"], gen) << "a controller restart must not restart the job";
@@ -172,7 +172,7 @@ TEST_F(Cluster, SurvivesCrashDeviceFailureControllerRestartAndMachineDown) {
   s = Query("status");
   before = s["job"]["last_step"];
   Inject("machine-down", "m03");
-  s = WaitFor("m02 replaces m03", 40, [&](const json& s) {
+  s = WaitFor("m02 replaces m03", 45, [&](const json& s) {
     return s["job"]["placement"] == json({"m01", "m02"}) && s["job"]["last_step"] > before + 20 &&
            s["job"]["state"] == "running";
   });
@@ -199,14 +199,14 @@ TEST_F(Cluster, SurvivesCrashDeviceFailureControllerRestartAndMachineDown) {
     return state == "up";
   });
   Inject("nic-flap", "m01");
-  s = WaitFor("job waiting for a machine", 20, [&](const json& s) {
+  s = WaitFor("job waiting for a machine", 30, [&](const json& s) {
     return MachineState(s, "m01") == "evicted" && s["job"]["state"] == "waiting for machines";
   });
   Report("nic-flap x2");
   before = s["job"]["last_step"];
   ret = Bulwark({"machine", "return", "--machine", "m01"});
   ASSERT_EQ(ret.exit_code, 0) << ret.err;
-  s = WaitFor("job resumed on the returned m01", 30, [&](const json& s) {
+  s = WaitFor("job resumed on the returned m01", 45, [&](const json& s) {
     return s["job"]["state"] == "running" && s["job"]["last_step"] > before + 20;
   });
   EXPECT_EQ(MachineState(s, "m01"), "active");

@@ -260,6 +260,10 @@ class Agent {
   void Inject(const std::string& fault, int rank) {
     if (rank < 0) rank = supervisor_.FirstRank();
     Log("injecting " + fault + (rank >= 0 ? " (rank " + std::to_string(rank) + ")" : ""));
+    if ((fault == "crash" || fault == "kill") && rank < 0) {
+      Log("nothing to " + fault + ": no rank runs on this machine");
+      return;
+    }
     if (fault == "crash") {
       // What an uncaught C++ exception in a rank looks like: the runtime
       // prints the exception and calls abort().
@@ -270,9 +274,9 @@ class Agent {
                    "devices, cpu and meta! (injected by bulwark)\n", f);
         std::fclose(f);
       }
-      supervisor_.Signal(rank, SIGABRT);
+      if (Status st = supervisor_.Signal(rank, SIGABRT); !st.ok()) Log(st.ToString());
     } else if (fault == "kill") {
-      supervisor_.Signal(rank, SIGKILL);
+      if (Status st = supervisor_.Signal(rank, SIGKILL); !st.ok()) Log(st.ToString());
     } else if (fault == "machine-down") {
       // The agent and, through PDEATHSIG, its ranks die at once.
       ::kill(::getpid(), SIGKILL);

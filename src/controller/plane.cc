@@ -136,7 +136,8 @@ Plane::Agent& Plane::AgentFor(const std::string& machine) { return agents_[machi
 
 Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver) {
   for (const Action& a : actions) {
-    if (deliver) Log("action " + a.ToString());
+    // A repeated decision (same id) is a no-op everywhere; log it once.
+    if (deliver && logged_actions_.insert(a.id).second) Log("action " + a.ToString());
     for (MachineCommand& mc : Actuate(a, *launch_, controller_->state().placement)) {
       AgentFor(mc.machine).desired = std::move(mc.command);
     }

@@ -107,6 +107,7 @@ class Plane {
   Time last_now_{};
   Time started_{};
   std::optional<int64_t> done_step_;
+  std::set<std::string> logged_actions_;
 };
 
 }  // namespace bulwark::controller
