@@ -215,6 +215,7 @@ Status StatusCmd(const Args& a) {
   Result<json> s = client->Status();
   if (!s.ok()) return s.status();
   Print(*s, a.Has("json"), [](const json& j) {
+    if (j.contains("error")) std::cout << "CONTROLLER ERROR: " << j["error"].get<std::string>() << "\n";
     if (j["job"].is_null()) {
       std::cout << "no job submitted\n";
     } else {
@@ -255,6 +256,7 @@ Status LedgerCmd(const Args& a) {
   Result<json> s = client->Ledger();
   if (!s.ok()) return s.status();
   Print(*s, a.Has("json"), [](const json& j) {
+    if (j.contains("error")) std::cout << "CONTROLLER ERROR: " << j["error"].get<std::string>() << "\n";
     if (j["job"].is_null()) {
       std::cout << "no job submitted\n";
       return;

@@ -148,6 +148,7 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver) {
 
 Status Plane::HandleLocked(const Event& e, Time now, const json& origin) {
   if (!controller_) return Status::FailedPrecondition("no job is submitted yet");
+  if (!journal_error_.ok()) return journal_error_;
   Result<std::vector<Action>> actions = controller_->Handle(e, now);
   if (!actions.ok()) {
     Log("event refused by the policy: " + Describe(e) + ": " + actions.status().ToString());
@@ -162,7 +163,14 @@ Status Plane::HandleLocked(const Event& e, Time now, const json& origin) {
   json record{{"type", "event"}, {"event", EncodeEvent(e)}};
   if (!origin.is_null()) record["origin"] = origin;
   // Journal before acting: a decision that was acted on is always replayed.
-  BULWARK_RETURN_IF_ERROR(store_->Append(launch_->spec.id, ToMs(now), record.dump()));
+  if (Status st = store_->Append(launch_->spec.id, ToMs(now), record.dump()); !st.ok()) {
+    // The policy has changed its state but the journal does not say so:
+    // acting now could never be replayed. Keep the first error and decide
+    // nothing more (LevelDB's sticky background error).
+    journal_error_ = st.Annotate("controller stopped deciding (journal not written)");
+    Log(journal_error_.ToString() + "; fix the disk, then restart the controller: it replays the journal");
+    return journal_error_;
+  }
   if (KindOf(e) != EventKind::kStepCompleted) Log("event " + Describe(e));
   BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, /*deliver=*/true));
   if (KindOf(e) != EventKind::kStepCompleted || !actions->empty()) return SaveSnapshots(now);
@@ -198,6 +206,8 @@ Status Plane::Register(const wire::RegisterRequest& req, Time now) {
 Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   now = Now(now);
+  // Unacknowledged events stay with the agent until a restarted controller can journal them.
+  if (!journal_error_.ok()) return journal_error_;
   auto it = agents_.find(req.machine());
   if (it == agents_.end()) {
     return Status::FailedPrecondition("machine " + req.machine() + " reported before registering; register first");
@@ -380,6 +390,7 @@ json Plane::StatusJson(Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   now = Now(now);
   json j{{"controller_up_s", ToMs(now - started_) / 1000.0}};
+  if (!journal_error_.ok()) j["error"] = journal_error_.ToString();
   json machines = json::array();
   for (const auto& [id, a] : agents_) {
     json m{{"id", id}, {"dir", a.dir}, {"last_heard_s_ago", ToMs(now - a.last_heard) / 1000.0},

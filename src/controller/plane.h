@@ -108,6 +108,7 @@ class Plane {
   Time started_{};
   std::optional<int64_t> done_step_;
   std::set<std::string> logged_actions_;
+  Status journal_error_;  // sticky: set once, the plane decides nothing more
 };
 
 }  // namespace bulwark::controller
