@@ -14,6 +14,10 @@ packages=(
   bible-kjv bible-kjv-text
   nlohmann-json3-dev
   libgtest-dev libgmock-dev
+  # The control plane: gRPC wire protocol, SQLite state, YAML job specs, and
+  # eu-stack for the agent's stack capture (the next part of the issue).
+  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libsqlite3-dev
+  libyaml-cpp-dev elfutils
 )
 if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
   # The Python reference for bench/trainer_throughput.

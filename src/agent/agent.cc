@@ -1,0 +1,434 @@
+#include "agent/agent.h"
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "agent/inspector.h"
+#include "agent/monitor.h"
+#include "agent/signatures.h"
+#include "agent/supervisor.h"
+#include "bulwark.grpc.pb.h"
+#include "cluster/layout.h"
+#include "common/exit_codes.h"
+#include "common/files.h"
+#include "common/token.h"
+
+namespace bulwark::agent {
+namespace {
+
+using Clock = std::chrono::system_clock;
+constexpr auto kLoopPeriod = std::chrono::milliseconds(100);
+// A rank that exits with kExitPeerLost says a *peer* failed. Its report waits
+// this long for the culprit's own report to reach the controller and the
+// restart to come back; if the restart comes first the exit is the fault's
+// echo and is dropped, so the incident names the culprit, not a survivor.
+// It outlasts the controller's heartbeat timeout (2 s) plus a report period
+// and its tick, so that a dead peer machine is found by its silence before a
+// survivor is blamed.
+constexpr auto kPeerLostGrace = std::chrono::milliseconds(4000);
+constexpr auto kReportPeriod = std::chrono::milliseconds(500);
+constexpr auto kInspectPeriod = std::chrono::milliseconds(1000);
+constexpr auto kCallDeadline = std::chrono::milliseconds(1500);
+constexpr auto kStreamDeadline = std::chrono::seconds(30);
+constexpr auto kNicFlapDown = std::chrono::milliseconds(2000);
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+int64_t Ms(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+void Log(const std::string& line) {
+  std::fprintf(stderr, "agent: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+class Agent {
+ public:
+  Agent(AgentOptions o, std::string token, SignatureTable sigs)
+      : o_(std::move(o)), layout_{o_.dir}, token_(std::move(token)), sigs_(std::move(sigs)),
+        supervisor_(layout_.ranks(o_.machine)), incarnation_(Ms(Clock::now())) {
+    health_paths_ = {layout_.device(o_.machine), layout_.nic(o_.machine), layout_.machine(o_.machine)};
+  }
+
+  Status Run() {
+    std::thread commands([this] { CommandLoop(); });
+    auto next_report = Clock::now();
+    auto next_inspect = Clock::now();
+    while (!g_stop) {
+      ApplyCommands();
+      WatchRanks();
+      ReleaseEchoes();
+      if (Clock::now() >= next_inspect) {
+        InspectMachine();
+        next_inspect = Clock::now() + kInspectPeriod;
+      }
+      // Report at once when there is news; otherwise the heartbeat period.
+      if (Clock::now() >= next_report || !pending_.empty()) {
+        Report();
+        next_report = Clock::now() + kReportPeriod;
+      }
+      std::this_thread::sleep_for(kLoopPeriod);
+    }
+    supervisor_.StopAll();
+    {
+      // Ends a stream blocked in Read now rather than at its deadline.
+      std::lock_guard<std::mutex> lock(stream_mu_);
+      if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+    }
+    commands.join();
+    return Status::OK();
+  }
+
+ private:
+  // --- the controller connection ---------------------------------------
+  std::shared_ptr<grpc::Channel> Channel() {
+    std::lock_guard<std::mutex> lock(channel_mu_);
+    Result<std::string> addr = ReadFile(layout_.controller_addr());
+    std::string a = addr.ok() ? *addr : "";
+    while (!a.empty() && (a.back() == '\n' || a.back() == ' ')) a.pop_back();
+    if (!channel_ || a != channel_addr_) {
+      // gRPC's default reconnect backoff grows to minutes; a restarted
+      // controller must hear from its agents within its reconnect grace.
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+      args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+      channel_ = grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args);
+      channel_addr_ = a;
+    }
+    return channel_;
+  }
+
+  void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds deadline) {
+    ctx->AddMetadata(kTokenMetadataKey, token_);
+    ctx->set_deadline(Clock::now() + deadline);
+  }
+
+  bool Register() {
+    auto stub = wire::AgentService::NewStub(Channel());
+    grpc::ClientContext ctx;
+    Prepare(&ctx, kCallDeadline);
+    wire::RegisterRequest req;
+    req.set_machine(o_.machine);
+    req.set_machine_dir(layout_.machine(o_.machine));
+    req.set_incarnation(incarnation_);
+    wire::RegisterReply reply;
+    grpc::Status st = stub->Register(&ctx, req, &reply);
+    if (!st.ok()) {
+      if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) Log("controller refused registration: " + st.error_message());
+      return false;
+    }
+    Log("registered " + o_.machine + " with the controller");
+    return true;
+  }
+
+  // Reads commands into the queue the main thread drains. Reopens the stream
+  // whenever it ends: deadline, controller restart, network trouble.
+  void CommandLoop() {
+    while (!g_stop) {
+      auto stub = wire::AgentService::NewStub(Channel());
+      grpc::ClientContext ctx;
+      Prepare(&ctx, std::chrono::duration_cast<std::chrono::milliseconds>(kStreamDeadline));
+      {
+        std::lock_guard<std::mutex> lock(stream_mu_);
+        stream_ctx_ = &ctx;
+      }
+      wire::CommandStreamRequest req;
+      req.set_machine(o_.machine);
+      req.set_incarnation(incarnation_);
+      auto reader = stub->Commands(&ctx, req);
+      wire::Command c;
+      while (!g_stop && reader->Read(&c)) {
+        std::lock_guard<std::mutex> lock(queue_mu_);
+        queue_.push_back(c);
+      }
+      reader->Finish();
+      {
+        std::lock_guard<std::mutex> lock(stream_mu_);
+        stream_ctx_ = nullptr;
+      }
+      if (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+  }
+
+  void Report() {
+    if (!registered_) {
+      registered_ = Register();
+      if (!registered_) return;
+    }
+    auto stub = wire::AgentService::NewStub(Channel());
+    grpc::ClientContext ctx;
+    Prepare(&ctx, kCallDeadline);
+    wire::ReportRequest req;
+    req.set_machine(o_.machine);
+    req.set_incarnation(incarnation_);
+    req.set_generation(supervisor_.generation());
+    for (int r : supervisor_.LiveRanks()) req.add_live_ranks(r);
+    for (const wire::AgentEvent& e : pending_) *req.add_events() = e;
+    wire::ReportReply reply;
+    grpc::Status st = stub->Report(&ctx, req, &reply);
+    if (st.ok()) {
+      while (!pending_.empty() && pending_.front().seq() <= reply.acked_seq()) pending_.pop_front();
+      return;
+    }
+    // The controller forgot us (restarted without our registration): register again.
+    if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION) registered_ = false;
+    // Otherwise the events stay queued and go with the next report.
+  }
+
+  void Emit(wire::AgentEvent e) {
+    e.set_seq(++seq_);
+    if (e.observed_ms() == 0) e.set_observed_ms(Ms(Clock::now()));
+    e.set_generation(supervisor_.generation());
+    pending_.push_back(std::move(e));
+  }
+
+  // --- commands ------------------------------------------------------------
+  void ApplyCommands() {
+    std::deque<wire::Command> batch;
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      batch.swap(queue_);
+    }
+    if (!batch.empty()) WatchRanks();  // exits that happened before the command are observations
+    for (const wire::Command& c : batch) {
+      if (c.kind() == wire::Command::START_RANKS || c.kind() == wire::Command::STOP_RANKS) {
+        if (c.id() != applied_ && !echoes_.empty()) {
+          Log("dropping " + std::to_string(echoes_.size()) + " peer-lost exit(s): the restart answers them");
+          echoes_.clear();
+        }
+      }
+      switch (c.kind()) {
+        case wire::Command::START_RANKS: {
+          if (c.id() == applied_) break;  // already carrying it out
+          applied_ = c.id();
+          RankGroupSpec spec;
+          spec.generation = c.generation();
+          for (const auto& r : c.ranks()) spec.ranks.emplace_back(r.rank(), r.local_rank());
+          spec.world_size = c.world_size();
+          spec.local_world_size = c.local_world_size();
+          spec.master_addr = c.master_addr();
+          spec.master_port = c.master_port();
+          spec.argv.assign(c.argv().begin(), c.argv().end());
+          spec.env.insert(c.env().begin(), c.env().end());
+          followers_.clear();
+          // Followers start at each log's current end, before the rank writes.
+          for (const auto& r : spec.ranks) followers_.emplace(r.first, LogFollower(supervisor_.LogPath(r.first)));
+          Status st = supervisor_.Start(spec);
+          Log("generation " + std::to_string(spec.generation) + ": started " + std::to_string(spec.ranks.size()) +
+              " ranks (" + c.reason() + ")" + (st.ok() ? "" : ": " + st.ToString()));
+          reported_step_ = 0;
+          break;
+        }
+        case wire::Command::STOP_RANKS:
+          if (c.id() == applied_) break;
+          applied_ = c.id();
+          supervisor_.StopAll();
+          followers_.clear();
+          Log("stopped ranks (" + c.reason() + ")");
+          break;
+        case wire::Command::INJECT:
+          Inject(c.inject(), c.inject_rank());
+          break;
+        case wire::Command::RESET_HEALTH:
+          ResetEmulatedHealth(health_paths_);
+          device_reported_ = disk_reported_ = memory_reported_ = false;
+          Log("emulated device and NIC reset to healthy");
+          break;
+        default:
+          break;
+      }
+    }
+  }
+
+  // Emulated faults. Each only causes the fault; what follows (detection,
+  // event, decision, recovery) is the ordinary code path.
+  void Inject(const std::string& fault, int rank) {
+    if (rank < 0) rank = supervisor_.FirstRank();
+    Log("injecting " + fault + (rank >= 0 ? " (rank " + std::to_string(rank) + ")" : ""));
+    if ((fault == "crash" || fault == "kill") && rank < 0) {
+      Log("nothing to " + fault + ": no rank runs on this machine");
+      return;
+    }
+    if (fault == "crash") {
+      // What an uncaught C++ exception in a rank looks like: the runtime
+      // prints the exception and calls abort().
+      FILE* f = std::fopen(supervisor_.LogPath(rank).c_str(), "a");
+      if (f != nullptr) {
+        std::fputs("terminate called after throwing an instance of 'c10::Error'\n"
+                   "  what():  Expected all tensors to be on the same device, but found at least two "
+                   "devices, cpu and meta! (injected by bulwark)\n", f);
+        std::fclose(f);
+      }
+      if (Status st = supervisor_.Signal(rank, SIGABRT); !st.ok()) Log(st.ToString());
+    } else if (fault == "kill") {
+      if (Status st = supervisor_.Signal(rank, SIGKILL); !st.ok()) Log(st.ToString());
+    } else if (fault == "machine-down") {
+      // The agent and, through PDEATHSIG, its ranks die at once.
+      ::kill(::getpid(), SIGKILL);
+    } else if (fault == "device-fail") {
+      WriteFileAtomic(health_paths_.device,
+                      std::string("Xid 48: uncorrectable ECC error (double-bit) on device 0\n"));
+    } else if (fault == "nic-flap") {
+      WriteFileAtomic(health_paths_.nic, std::string("down\n"));
+      nic_up_at_ = Clock::now() + kNicFlapDown;
+    }
+  }
+
+  // --- observation -------------------------------------------------------
+  void WatchRanks() {
+    for (auto& [rank, f] : followers_) f.Poll();
+    auto r0 = followers_.find(0);
+    if (r0 != followers_.end() && r0->second.last_step() && *r0->second.last_step() != reported_step_) {
+      reported_step_ = *r0->second.last_step();
+      wire::AgentEvent e;
+      e.set_kind(wire::AgentEvent::STEP);
+      e.set_step(reported_step_);
+      // One step event per loop: the latest is all the policy needs.
+      if (!pending_.empty() && pending_.back().kind() == wire::AgentEvent::STEP) pending_.pop_back();
+      Emit(e);
+    }
+    for (const RankExit& x : supervisor_.Reap()) {
+      auto it = followers_.find(x.rank);
+      std::vector<std::string> tail;
+      if (it != followers_.end()) {
+        it->second.Poll();
+        tail = it->second.tail();
+      }
+      if (x.signal == 0 && x.exit_code == 0) {
+        if (x.rank == 0 && it != followers_.end() && it->second.done_step()) {
+          wire::AgentEvent e;
+          e.set_kind(wire::AgentEvent::JOB_DONE);
+          e.set_step(*it->second.done_step());
+          Emit(e);
+        }
+        continue;
+      }
+      wire::AgentEvent e;
+      e.set_kind(wire::AgentEvent::RANK_EXITED);
+      e.set_rank(x.rank);
+      e.set_exit_code(x.exit_code);
+      e.set_signal(x.signal);
+      e.set_signature(sigs_.Match(tail));
+      e.set_observed_ms(Ms(x.at));
+      if (x.signal == 0 && x.exit_code == kExitPeerLost) {
+        Log("rank " + std::to_string(x.rank) + " lost a peer (" + e.signature() + "); holding the report for the culprit's");
+        echoes_.push_back({x.at + kPeerLostGrace, e});
+        continue;
+      }
+      Log("rank " + std::to_string(x.rank) + " exited (code " + std::to_string(x.exit_code) + ", signal " +
+          std::to_string(x.signal) + ", signature '" + e.signature() + "')");
+      Emit(e);
+    }
+  }
+
+  // Reports the peer-lost exits whose grace ran out with no restart.
+  void ReleaseEchoes() {
+    const auto now = Clock::now();
+    while (!echoes_.empty() && echoes_.front().first <= now) {
+      Log("reporting rank " + std::to_string(echoes_.front().second.rank()) + "'s peer-lost exit: no restart came");
+      Emit(echoes_.front().second);
+      echoes_.pop_front();
+    }
+  }
+
+  void InspectMachine() {
+    if (nic_up_at_ && Clock::now() >= *nic_up_at_) {
+      WriteFileAtomic(health_paths_.nic, std::string("up\n"));
+      nic_up_at_.reset();
+    }
+    const HealthReading h = Inspect(health_paths_);
+    auto fail = [&](const char* kind, const std::string& detail) {
+      wire::AgentEvent e;
+      e.set_kind(wire::AgentEvent::INSPECTION_FAILED);
+      e.set_inspection(kind);
+      e.set_detail(detail);
+      Log(std::string("inspection failed: ") + kind + ": " + detail);
+      Emit(e);
+    };
+    // Each failure is reported when it appears, not every second after.
+    if (!h.device_ok && !device_reported_) fail("device", h.device_detail);
+    device_reported_ = !h.device_ok;
+    if (!h.disk_ok && !disk_reported_) fail("disk", h.disk_detail);
+    disk_reported_ = !h.disk_ok;
+    if (!h.memory_ok && !memory_reported_) fail("memory", h.memory_detail);
+    memory_reported_ = !h.memory_ok;
+    if (!h.nic_up && nic_was_up_) {
+      wire::AgentEvent e;
+      e.set_kind(wire::AgentEvent::NETWORK_ALERT);
+      e.set_detail("link down on " + o_.machine);
+      Log("network alert: link down");
+      Emit(e);
+    }
+    nic_was_up_ = h.nic_up;
+  }
+
+  AgentOptions o_;
+  cluster::Layout layout_;
+  std::string token_;
+  SignatureTable sigs_;
+  Supervisor supervisor_;
+  const int64_t incarnation_;
+  InspectorPaths health_paths_;
+
+  std::mutex channel_mu_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::string channel_addr_;
+  std::mutex stream_mu_;
+  grpc::ClientContext* stream_ctx_ = nullptr;
+  std::mutex queue_mu_;
+  std::deque<wire::Command> queue_;
+
+  // Main thread only.
+  bool registered_ = false;
+  int64_t seq_ = 0;
+  std::deque<wire::AgentEvent> pending_;
+  std::deque<std::pair<Clock::time_point, wire::AgentEvent>> echoes_;
+  std::string applied_;
+  std::map<int, LogFollower> followers_;
+  int64_t reported_step_ = 0;
+  bool device_reported_ = false, disk_reported_ = false, memory_reported_ = false;
+  bool nic_was_up_ = true;
+  std::optional<Clock::time_point> nic_up_at_;
+};
+
+}  // namespace
+
+Status RunAgent(const AgentOptions& options) {
+  const cluster::Layout layout{options.dir};
+  if (options.machine.empty()) return Status::InvalidArgument("agent: --machine is required");
+  Result<std::string> token = ReadToken(layout.token());
+  if (!token.ok()) return token.status();
+  Result<SignatureTable> sigs = SignatureTable::Load(options.builtin_signatures);
+  if (!sigs.ok()) return sigs.status();
+  if (PathExists(layout.signatures())) {
+    Result<SignatureTable> user = SignatureTable::Load(layout.signatures());
+    if (!user.ok()) return user.status();
+    sigs->Prepend(*user);
+  }
+  BULWARK_RETURN_IF_ERROR(MakeDirs(layout.health(options.machine)));
+  BULWARK_RETURN_IF_ERROR(MakeDirs(layout.ranks(options.machine)));
+  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.agent_pid(options.machine), std::to_string(::getpid()) + "\n"));
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  Log("machine " + options.machine + " up with " + std::to_string(sigs->size()) + " error signatures");
+  Agent agent(options, *token, std::move(*sigs));
+  return agent.Run();
+}
+
+}  // namespace bulwark::agent

@@ -1,0 +1,22 @@
+// The agent: one per machine. It registers with the controller, reports a
+// heartbeat with its observations about once a second, and carries out the
+// controller's commands: start the job's ranks, stop them, emulate a fault.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace bulwark::agent {
+
+struct AgentOptions {
+  std::string dir;      // the cluster directory (cluster/layout.h)
+  std::string machine;  // this machine's id
+  std::string builtin_signatures;  // the shipped config/signatures.tsv
+};
+
+// Runs until SIGTERM/SIGINT (ranks are stopped) or until a machine-down
+// injection kills the process outright.
+Status RunAgent(const AgentOptions& options);
+
+}  // namespace bulwark::agent

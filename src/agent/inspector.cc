@@ -1,0 +1,66 @@
+#include "agent/inspector.h"
+
+#include <sys/statvfs.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/files.h"
+
+namespace bulwark::agent {
+namespace {
+
+// Below these the ranks cannot write checkpoints or will be OOM-killed soon.
+constexpr unsigned long long kMinFreeDiskBytes = 64ull << 20;
+constexpr unsigned long long kMinAvailableMemoryKiB = 64ull << 10;
+
+std::string FirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+
+}  // namespace
+
+HealthReading Inspect(const InspectorPaths& paths) {
+  HealthReading r;
+  const std::string device = FirstLine(paths.device);
+  // A missing file is a healthy device: nothing has reported an error.
+  if (!device.empty() && device != "ok") {
+    r.device_ok = false;
+    r.device_detail = device;
+  }
+  r.nic_up = FirstLine(paths.nic) != "down";
+
+  struct statvfs vfs;
+  if (::statvfs(paths.disk.c_str(), &vfs) == 0) {
+    const unsigned long long free_bytes = static_cast<unsigned long long>(vfs.f_bavail) * vfs.f_frsize;
+    if (free_bytes < kMinFreeDiskBytes) {
+      r.disk_ok = false;
+      r.disk_detail = paths.disk + ": only " + std::to_string(free_bytes >> 20) + " MiB free";
+    }
+  }
+  std::ifstream mem("/proc/meminfo");
+  std::string key;
+  unsigned long long kib = 0;
+  std::string unit;
+  while (mem >> key >> kib >> unit) {
+    if (key == "MemAvailable:") {
+      if (kib < kMinAvailableMemoryKiB) {
+        r.memory_ok = false;
+        r.memory_detail = "only " + std::to_string(kib >> 10) + " MiB of memory available";
+      }
+      break;
+    }
+  }
+  return r;
+}
+
+void ResetEmulatedHealth(const InspectorPaths& paths) {
+  WriteFileAtomic(paths.device, std::string("ok\n"));
+  WriteFileAtomic(paths.nic, std::string("up\n"));
+}
+
+}  // namespace bulwark::agent

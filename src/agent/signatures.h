@@ -1,0 +1,34 @@
+// The table of log signatures that says why a rank died (config/signatures.tsv).
+#pragma once
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace bulwark::agent {
+
+class SignatureTable {
+ public:
+  // Parses "NAME<TAB>REGEX" lines; '#' starts a comment line. InvalidArgument
+  // names the file, the line and what is wrong with it.
+  static Result<SignatureTable> Parse(const std::string& text, const std::string& source);
+  static Result<SignatureTable> Load(const std::string& path);
+
+  // Puts `other`'s entries before this table's: user extensions win.
+  void Prepend(const SignatureTable& other);
+
+  // The first signature (in table order) matching any of `lines`; "" for none.
+  std::string Match(const std::vector<std::string>& lines) const;
+  size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    std::string name;
+    std::regex re;
+  };
+  std::vector<Entry> entries_;
+};
+
+}  // namespace bulwark::agent

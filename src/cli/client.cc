@@ -1,0 +1,120 @@
+#include "cli/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+
+#include "cluster/layout.h"
+#include "common/files.h"
+#include "common/token.h"
+
+namespace bulwark::cli {
+namespace {
+
+constexpr auto kDeadline = std::chrono::seconds(5);
+
+bulwark::Status FromGrpc(const grpc::Status& s, const std::string& what, const std::string& addr) {
+  if (s.ok()) return bulwark::Status::OK();
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return bulwark::Status::Unavailable(what + ": controller at " + addr + " does not answer (" +
+                                          s.error_message() + "); is the cluster up? ('bulwark up')");
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return bulwark::Status::InvalidArgument(what + ": " + s.error_message());
+    case grpc::StatusCode::NOT_FOUND:
+      return bulwark::Status::NotFound(what + ": " + s.error_message());
+    default:
+      return bulwark::Status::FailedPrecondition(what + ": " + s.error_message());
+  }
+}
+
+Result<nlohmann::json> ParseReply(const wire::JsonReply& r) {
+  nlohmann::json j = nlohmann::json::parse(r.json(), nullptr, false);
+  if (j.is_discarded()) return bulwark::Status::Internal("controller sent a report that is not JSON");
+  return j;
+}
+
+}  // namespace
+
+Result<ControlClient> ControlClient::Connect(const std::string& dir) {
+  const cluster::Layout layout{dir};
+  Result<std::string> addr = ReadFile(layout.controller_addr());
+  if (!addr.ok()) {
+    return bulwark::Status::NotFound("no cluster in " + dir + " (" + layout.controller_addr() +
+                                     " is missing); start one with 'bulwark up --dir " + dir + "'");
+  }
+  ControlClient c;
+  c.address_ = *addr;
+  while (!c.address_.empty() && (c.address_.back() == '\n' || c.address_.back() == ' ')) c.address_.pop_back();
+  Result<std::string> token = ReadToken(layout.token());
+  if (token.ok()) c.token_ = *token;
+  // Short reconnect backoff: `up` polls a controller that is still starting,
+  // and gRPC's default backoff would add a second or more to every wait.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  c.stub_ = wire::ControlService::NewStub(
+      grpc::CreateCustomChannel(c.address_, grpc::InsecureChannelCredentials(), args));
+  return c;
+}
+
+void ControlClient::Prepare(grpc::ClientContext* ctx) const {
+  ctx->set_deadline(std::chrono::system_clock::now() + kDeadline);
+  if (!token_.empty()) ctx->AddMetadata(kTokenMetadataKey, token_);
+}
+
+Result<std::string> ControlClient::Submit(const wire::SubmitRequest& req) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  wire::SubmitReply reply;
+  BULWARK_RETURN_IF_ERROR(FromGrpc(stub_->Submit(&ctx, req, &reply), "submit", address_));
+  return reply.job();
+}
+
+Result<nlohmann::json> ControlClient::Status() {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  wire::JsonReply r;
+  BULWARK_RETURN_IF_ERROR(FromGrpc(stub_->Status(&ctx, wire::QueryRequest(), &r), "status", address_));
+  return ParseReply(r);
+}
+
+Result<nlohmann::json> ControlClient::Incidents() {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  wire::JsonReply r;
+  BULWARK_RETURN_IF_ERROR(FromGrpc(stub_->Incidents(&ctx, wire::QueryRequest(), &r), "incidents", address_));
+  return ParseReply(r);
+}
+
+Result<nlohmann::json> ControlClient::Ledger() {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  wire::JsonReply r;
+  BULWARK_RETURN_IF_ERROR(FromGrpc(stub_->Ledger(&ctx, wire::QueryRequest(), &r), "ledger", address_));
+  return ParseReply(r);
+}
+
+bulwark::Status ControlClient::Inject(const std::string& machine, const std::string& fault, int rank) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  wire::InjectRequest req;
+  req.set_machine(machine);
+  req.set_fault(fault);
+  req.set_rank(rank);
+  wire::InjectReply reply;
+  return FromGrpc(stub_->Inject(&ctx, req, &reply), "inject", address_);
+}
+
+bulwark::Status ControlClient::ReturnMachine(const std::string& machine) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  wire::ReturnMachineRequest req;
+  req.set_machine(machine);
+  wire::ReturnMachineReply reply;
+  return FromGrpc(stub_->ReturnMachine(&ctx, req, &reply), "machine return", address_);
+}
+
+}  // namespace bulwark::cli

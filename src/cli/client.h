@@ -1,0 +1,35 @@
+// The CLI's connection to the controller: every call with a deadline and
+// the cluster token.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "bulwark.grpc.pb.h"
+#include "common/status.h"
+
+namespace bulwark::cli {
+
+class ControlClient {
+ public:
+  // Reads DIR/controller.addr and DIR/token (the token only matters to
+  // mutating calls; reads work without it).
+  static Result<ControlClient> Connect(const std::string& dir);
+
+  Result<std::string> Submit(const wire::SubmitRequest& req);
+  Result<nlohmann::json> Status();
+  Result<nlohmann::json> Incidents();
+  Result<nlohmann::json> Ledger();
+  bulwark::Status Inject(const std::string& machine, const std::string& fault, int rank);
+  bulwark::Status ReturnMachine(const std::string& machine);
+
+ private:
+  void Prepare(grpc::ClientContext* ctx) const;
+  std::string address_;
+  std::string token_;
+  std::shared_ptr<wire::ControlService::Stub> stub_;
+};
+
+}  // namespace bulwark::cli

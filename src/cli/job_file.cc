@@ -1,0 +1,115 @@
+#include "cli/job_file.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <set>
+
+#include "common/files.h"
+
+namespace bulwark::cli {
+namespace {
+
+Status FieldError(const std::string& source, const std::string& field, const std::string& what) {
+  return Status::InvalidArgument(source + ": field '" + field + "': " + what);
+}
+
+// A list of strings, or one string split on spaces.
+Result<std::vector<std::string>> Strings(const YAML::Node& n, const std::string& source, const std::string& field) {
+  std::vector<std::string> out;
+  if (n.IsScalar()) {
+    std::string s = n.as<std::string>(), word;
+    for (char c : s + " ") {
+      if (c == ' ') {
+        if (!word.empty()) out.push_back(word);
+        word.clear();
+      } else {
+        word += c;
+      }
+    }
+    return out;
+  }
+  if (!n.IsSequence()) return FieldError(source, field, "expected a list of strings");
+  for (const YAML::Node& item : n) {
+    if (!item.IsScalar()) return FieldError(source, field, "expected a list of strings, found a nested value");
+    out.push_back(item.as<std::string>());
+  }
+  return out;
+}
+
+Result<int> PositiveInt(const YAML::Node& n, const std::string& source, const std::string& field) {
+  const std::string text = n.IsScalar() ? n.as<std::string>() : "(not a number)";
+  try {
+    size_t used = 0;
+    const int v = std::stoi(text, &used);
+    if (used == text.size() && v > 0) return v;
+  } catch (const std::exception&) {
+  }
+  return FieldError(source, field, "expected a positive integer, got '" + text + "'");
+}
+
+}  // namespace
+
+Result<JobFile> ParseJobFile(const std::string& text, const std::string& source,
+                             const std::string& default_command) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(source + ": not valid YAML at line " + std::to_string(e.mark.line + 1) +
+                                   ": " + e.msg);
+  }
+  if (!root.IsMap()) return Status::InvalidArgument(source + ": expected a mapping of fields (name, world_size, ...)");
+  static const std::set<std::string> kKnown = {"name", "world_size", "ranks_per_machine", "command", "args", "env"};
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    if (kKnown.count(key) == 0) {
+      return FieldError(source, key, "unknown field; known: name, world_size, ranks_per_machine, command, args, env");
+    }
+  }
+  JobFile job;
+  if (!root["name"] || !root["name"].IsScalar() || root["name"].as<std::string>().empty()) {
+    return FieldError(source, "name", "required: the job's id, e.g. 'name: demo'");
+  }
+  job.name = root["name"].as<std::string>();
+  if (!root["world_size"]) return FieldError(source, "world_size", "required: the number of ranks");
+  Result<int> ws = PositiveInt(root["world_size"], source, "world_size");
+  if (!ws.ok()) return ws.status();
+  job.world_size = *ws;
+  if (root["ranks_per_machine"]) {
+    Result<int> rpm = PositiveInt(root["ranks_per_machine"], source, "ranks_per_machine");
+    if (!rpm.ok()) return rpm.status();
+    job.ranks_per_machine = *rpm;
+  }
+  if (job.world_size % job.ranks_per_machine != 0) {
+    return FieldError(source, "ranks_per_machine", "must divide world_size (" + std::to_string(job.world_size) + ")");
+  }
+  if (root["command"]) {
+    Result<std::vector<std::string>> c = Strings(root["command"], source, "command");
+    if (!c.ok()) return c.status();
+    if (c->empty()) return FieldError(source, "command", "is empty");
+    job.argv = *c;
+  } else {
+    job.argv = {default_command};
+  }
+  if (root["args"]) {
+    Result<std::vector<std::string>> a = Strings(root["args"], source, "args");
+    if (!a.ok()) return a.status();
+    job.argv.insert(job.argv.end(), a->begin(), a->end());
+  }
+  if (root["env"]) {
+    if (!root["env"].IsMap()) return FieldError(source, "env", "expected a mapping of NAME: value");
+    for (const auto& kv : root["env"]) {
+      if (!kv.second.IsScalar()) return FieldError(source, "env", "value of " + kv.first.as<std::string>() + " is not a string");
+      job.env[kv.first.as<std::string>()] = kv.second.as<std::string>();
+    }
+  }
+  return job;
+}
+
+Result<JobFile> LoadJobFile(const std::string& path, const std::string& default_command) {
+  Result<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseJobFile(*text, path, default_command);
+}
+
+}  // namespace bulwark::cli

@@ -1,0 +1,34 @@
+// JOB.yaml: what `bulwark submit` reads.
+//
+//   name: demo                 # required: the job id
+//   world_size: 2              # required: ranks in the job
+//   ranks_per_machine: 1       # default 1
+//   command: [/path/to/prog]   # default: bulwark-train next to bulwark
+//   args: [--config, tiny]     # appended to command
+//   env: {OMP_NUM_THREADS: "1"}
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace bulwark::cli {
+
+struct JobFile {
+  std::string name;
+  int world_size = 0;
+  int ranks_per_machine = 1;
+  std::vector<std::string> argv;  // command followed by args
+  std::map<std::string, std::string> env;
+};
+
+// Parses `text`; `source` names it in errors, which also name the field
+// ("job.yaml: field 'world_size': expected a positive integer, got 'two'").
+// `default_command` is used when the file has no `command`.
+Result<JobFile> ParseJobFile(const std::string& text, const std::string& source,
+                             const std::string& default_command);
+Result<JobFile> LoadJobFile(const std::string& path, const std::string& default_command);
+
+}  // namespace bulwark::cli

@@ -1,0 +1,341 @@
+// bulwark: the control plane's one binary.
+//
+//   bulwark up --machines N [--standby S] [--dir D]   controller + N+S agents
+//   bulwark down [--dir D]
+//   bulwark submit JOB.yaml [--dir D]
+//   bulwark status|incidents|ledger [--json] [--dir D]
+//   bulwark inject crash|kill|machine-down|device-fail|nic-flap --machine ID [--rank R]
+//   bulwark machine return --machine ID
+//   bulwark controller [--init] [--dir D]              (started by up)
+//   bulwark agent --machine ID [--dir D]               (started by up)
+//
+// D defaults to $BULWARK_DIR, else ./.bulwark. main only reads arguments and
+// turns the commands' Status into an exit code.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/agent.h"
+#include "cli/client.h"
+#include "cli/job_file.h"
+#include "cluster/layout.h"
+#include "cluster/local/local_cluster.h"
+#include "common/exit_codes.h"
+#include "common/files.h"
+#include "common/token.h"
+#include "controller/service.h"
+
+namespace bulwark::cli {
+namespace {
+
+using nlohmann::json;
+
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> flags;
+  bool Has(const std::string& k) const { return flags.count(k) != 0; }
+  std::string Get(const std::string& k, const std::string& def = "") const {
+    auto it = flags.find(k);
+    return it == flags.end() ? def : it->second;
+  }
+};
+
+const std::set<std::string> kBoolFlags = {"json", "init", "help"};
+
+Result<Args> ParseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) == 0) {
+      std::string key = s.substr(2), value;
+      const size_t eq = key.find('=');
+      if (eq != std::string::npos) {
+        value = key.substr(eq + 1);
+        key = key.substr(0, eq);
+      } else if (kBoolFlags.count(key) == 0) {
+        if (i + 1 >= argc) return Status::InvalidArgument("flag --" + key + " needs a value");
+        value = argv[++i];
+      }
+      a.flags[key] = value;
+    } else {
+      a.positional.push_back(s);
+    }
+  }
+  return a;
+}
+
+std::string ExeDir() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, static_cast<size_t>(n));
+  return p.substr(0, p.rfind('/'));
+}
+
+std::string ClusterDir(const Args& a) {
+  if (a.Has("dir")) return a.Get("dir");
+  if (const char* d = std::getenv("BULWARK_DIR")) return d;
+  return ".bulwark";
+}
+
+Result<int> IntFlag(const Args& a, const std::string& key, int def) {
+  if (!a.Has(key)) return def;
+  try {
+    return std::stoi(a.Get(key));
+  } catch (const std::exception&) {
+    return Status::InvalidArgument("--" + key + ": expected an integer, got '" + a.Get(key) + "'");
+  }
+}
+
+void Print(const json& j, bool as_json, const std::function<void(const json&)>& human) {
+  if (as_json) {
+    std::cout << j.dump(2) << "\n";
+  } else {
+    human(j);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// up / down
+// ---------------------------------------------------------------------------
+
+// Polls `ready` until it holds or `seconds` pass.
+bool WaitFor(double seconds, const std::function<bool()>& ready) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return ready();
+}
+
+Status Up(const Args& a) {
+  const std::string dir = ClusterDir(a);
+  const cluster::Layout layout{dir};
+  Result<int> machines = IntFlag(a, "machines", 0);
+  Result<int> standby = IntFlag(a, "standby", 0);
+  if (!machines.ok()) return machines.status();
+  if (!standby.ok()) return standby.status();
+  if (*machines <= 0 || *standby < 0) {
+    return Status::InvalidArgument("up: --machines must be positive and --standby not negative");
+  }
+  if (cluster::LivePid(layout.controller_pid()).ok()) {
+    return Status::FailedPrecondition("a cluster already runs in " + dir + "; 'bulwark down --dir " + dir + "' first");
+  }
+  BULWARK_RETURN_IF_ERROR(MakeDirs(layout.machines()));
+  Result<std::string> token = CreateToken(layout.token());
+  if (!token.ok()) return token.status();
+  Result<int> port = cluster::PickFreePort();
+  if (!port.ok()) return port.status();
+  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_addr(), "127.0.0.1:" + std::to_string(*port) + "\n"));
+  // A fresh cluster starts from a fresh database.
+  for (const char* suffix : {"", "-wal", "-shm"}) std::remove((layout.controller_db() + suffix).c_str());
+
+  const std::string self = ExeDir() + "/bulwark";
+  BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached({self, "controller", "--init", "--dir", dir}, layout.controller_log()));
+  Result<ControlClient> client = ControlClient::Connect(dir);
+  if (!client.ok()) return client.status();
+  // The controller writes its pid file once it listens. Calling before that
+  // costs a whole call deadline: gRPC holds a call made while its first
+  // connection attempt fails.
+  if (!WaitFor(15, [&] { return cluster::LivePid(layout.controller_pid()).ok() && client->Status().ok(); })) {
+    return Status::Unavailable("controller did not come up within 15 s; see " + layout.controller_log());
+  }
+  const std::vector<std::string> ids = cluster::MachineIds(*machines + *standby);
+  for (const std::string& id : ids) {
+    BULWARK_RETURN_IF_ERROR(MakeDirs(layout.machine(id)));
+    std::vector<std::string> argv = {self, "agent", "--machine", id, "--dir", dir};
+    if (a.Has("signatures")) argv.insert(argv.end(), {"--signatures", a.Get("signatures")});
+    BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(argv, layout.agent_log(id)));
+  }
+  const bool all = WaitFor(20, [&] {
+    Result<json> s = client->Status();
+    if (!s.ok()) return false;
+    int heard = 0;
+    for (const json& m : (*s)["machines"]) heard += m["last_heard_s_ago"].get<double>() < 3.0;
+    return heard >= static_cast<int>(ids.size());
+  });
+  if (!all) return Status::Unavailable("not every agent registered within 20 s; see " + layout.machines() + "/*/agent.log");
+  std::cout << "cluster up in " << dir << ": controller at 127.0.0.1:" << *port << ", " << ids.size()
+            << " machines (" << *machines << " for jobs, " << *standby << " standby)\n";
+  return Status::OK();
+}
+
+Status Down(const Args& a) {
+  const cluster::Layout layout{ClusterDir(a)};
+  // Agents first, all at once (each stops its ranks on SIGTERM), then the
+  // controller: the whole cluster is gone within about two seconds.
+  std::vector<pid_t> agents;
+  for (const std::string& id : ListDir(layout.machines())) {
+    if (Result<pid_t> pid = cluster::LivePid(layout.agent_pid(id)); pid.ok()) agents.push_back(*pid);
+  }
+  cluster::Terminate(agents, 5000);
+  size_t stopped = agents.size();
+  if (Result<pid_t> pid = cluster::LivePid(layout.controller_pid()); pid.ok()) {
+    cluster::Terminate({*pid}, 5000);
+    ++stopped;
+  }
+  std::cout << "stopped " << stopped << " processes in " << layout.dir << "\n";
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// job and reports
+// ---------------------------------------------------------------------------
+
+Status Submit(const Args& a) {
+  if (a.positional.size() < 2) return Status::InvalidArgument("submit: usage: bulwark submit JOB.yaml");
+  Result<JobFile> job = LoadJobFile(a.positional[1], ExeDir() + "/bulwark-train");
+  if (!job.ok()) return job.status();
+  Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
+  if (!client.ok()) return client.status();
+  wire::SubmitRequest req;
+  req.set_name(job->name);
+  req.set_world_size(job->world_size);
+  req.set_ranks_per_machine(job->ranks_per_machine);
+  for (const std::string& s : job->argv) req.add_argv(s);
+  for (const auto& [k, v] : job->env) (*req.mutable_env())[k] = v;
+  Result<std::string> id = client->Submit(req);
+  if (!id.ok()) return id.status();
+  std::cout << "submitted job " << *id << "\n";
+  return Status::OK();
+}
+
+Status StatusCmd(const Args& a) {
+  Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
+  if (!client.ok()) return client.status();
+  Result<json> s = client->Status();
+  if (!s.ok()) return s.status();
+  Print(*s, a.Has("json"), [](const json& j) {
+    if (j.contains("error")) std::cout << "CONTROLLER ERROR: " << j["error"].get<std::string>() << "\n";
+    if (j["job"].is_null()) {
+      std::cout << "no job submitted\n";
+    } else {
+      const json& job = j["job"];
+      std::cout << "job " << job["id"].get<std::string>() << ": " << job["state"].get<std::string>()
+                << ", step " << job["last_step"] << ", generation " << job["generation"]
+                << ", placement " << job["placement"].dump() << ", incidents " << job["incidents"] << "\n";
+    }
+    for (const json& m : j["machines"]) {
+      std::printf("  %-5s %-10s heard %.1fs ago, ranks %s  %s\n", m["id"].get<std::string>().c_str(),
+                  m["state"].get<std::string>().c_str(), m["last_heard_s_ago"].get<double>(),
+                  m["live_ranks"].dump().c_str(), m.value("reason", "").c_str());
+    }
+  });
+  return Status::OK();
+}
+
+Status IncidentsCmd(const Args& a) {
+  Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
+  if (!client.ok()) return client.status();
+  Result<json> s = client->Incidents();
+  if (!s.ok()) return s.status();
+  Print(*s, a.Has("json"), [](const json& j) {
+    if (j.empty()) std::cout << "no incidents\n";
+    for (const json& i : j) {
+      std::cout << i["summary"].get<std::string>() << "\n    detect " << i["detect_s"] << " s";
+      if (i.contains("recover_s")) std::cout << ", recover " << i["recover_s"] << " s";
+      if (i.contains("lost_steps")) std::cout << ", lost steps " << i["lost_steps"];
+      std::cout << "\n";
+    }
+  });
+  return Status::OK();
+}
+
+Status LedgerCmd(const Args& a) {
+  Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
+  if (!client.ok()) return client.status();
+  Result<json> s = client->Ledger();
+  if (!s.ok()) return s.status();
+  Print(*s, a.Has("json"), [](const json& j) {
+    if (j.contains("error")) std::cout << "CONTROLLER ERROR: " << j["error"].get<std::string>() << "\n";
+    if (j["job"].is_null()) {
+      std::cout << "no job submitted\n";
+      return;
+    }
+    for (const char* which : {"cumulative", "window"}) {
+      const json& b = j[which];
+      std::printf("%-10s ETTR %.3f over %.1f s:", which, b["ettr"].get<double>(), b["wall_s"].get<double>());
+      for (const auto& [k, v] : b["seconds"].items()) {
+        if (v.get<double>() > 0) std::printf(" %s %.1fs", k.c_str(), v.get<double>());
+      }
+      std::printf("\n");
+    }
+  });
+  return Status::OK();
+}
+
+Status InjectCmd(const Args& a) {
+  if (a.positional.size() < 2 || !a.Has("machine")) {
+    return Status::InvalidArgument("inject: usage: bulwark inject crash|kill|machine-down|device-fail|nic-flap --machine ID [--rank R]");
+  }
+  Result<int> rank = IntFlag(a, "rank", -1);
+  if (!rank.ok()) return rank.status();
+  Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
+  if (!client.ok()) return client.status();
+  BULWARK_RETURN_IF_ERROR(client->Inject(a.Get("machine"), a.positional[1], *rank));
+  std::cout << "injected " << a.positional[1] << " on " << a.Get("machine") << "\n";
+  return Status::OK();
+}
+
+Status MachineCmd(const Args& a) {
+  if (a.positional.size() < 2 || a.positional[1] != "return" || !a.Has("machine")) {
+    return Status::InvalidArgument("machine: usage: bulwark machine return --machine ID");
+  }
+  Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
+  if (!client.ok()) return client.status();
+  BULWARK_RETURN_IF_ERROR(client->ReturnMachine(a.Get("machine")));
+  std::cout << "returned " << a.Get("machine") << " to the fleet; it rejoins after its self-check\n";
+  return Status::OK();
+}
+
+Status Run(const Args& a) {
+  const std::string cmd = a.positional.empty() ? "help" : a.positional[0];
+  if (cmd == "up") return Up(a);
+  if (cmd == "down") return Down(a);
+  if (cmd == "submit") return Submit(a);
+  if (cmd == "status") return StatusCmd(a);
+  if (cmd == "incidents") return IncidentsCmd(a);
+  if (cmd == "ledger") return LedgerCmd(a);
+  if (cmd == "inject") return InjectCmd(a);
+  if (cmd == "machine") return MachineCmd(a);
+  if (cmd == "controller") return controller::RunController({ClusterDir(a), a.Has("init")});
+  if (cmd == "agent") {
+    agent::AgentOptions o;
+    o.dir = ClusterDir(a);
+    o.machine = a.Get("machine");
+    o.builtin_signatures = a.Get("signatures", BULWARK_SIGNATURES_FILE);
+    return agent::RunAgent(o);
+  }
+  std::cout << "usage: bulwark up|down|submit|status|incidents|ledger|inject|machine|controller|agent [flags]\n"
+               "  up --machines N [--standby S]      start a local cluster (controller + N+S agents)\n"
+               "  down                               stop it\n"
+               "  submit JOB.yaml                    run a job (fields: name, world_size, ranks_per_machine,\n"
+               "                                     command, args, env)\n"
+               "  status|incidents|ledger [--json]\n"
+               "  inject crash|kill|machine-down|device-fail|nic-flap --machine ID [--rank R]\n"
+               "  machine return --machine ID        hand a repaired machine back\n"
+               "every command takes --dir D (default $BULWARK_DIR, else ./.bulwark)\n";
+  return cmd == "help" ? Status::OK() : Status::InvalidArgument("unknown command '" + cmd + "'");
+}
+
+}  // namespace
+}  // namespace bulwark::cli
+
+int main(int argc, char** argv) {
+  auto args = bulwark::cli::ParseArgs(argc, argv);
+  bulwark::Status st = args.ok() ? bulwark::cli::Run(*args) : args.status();
+  if (!st.ok()) {
+    std::fprintf(stderr, "bulwark: %s\n", st.message().c_str());
+    return bulwark::ExitCodeFor(st);
+  }
+  return 0;
+}

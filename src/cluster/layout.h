@@ -1,0 +1,41 @@
+// Where everything of a local cluster lives on disk: the one place that
+// builds these names (the controller, the agents and the CLI all use it).
+//
+//   DIR/token                 cluster token (0600)
+//   DIR/controller.addr       host:port the controller serves on
+//   DIR/controller.db         SQLite state
+//   DIR/controller.{pid,log}
+//   DIR/machines/ID/agent.{pid,log}
+//   DIR/machines/ID/ranks/rank-R.log     each rank's stdout and stderr
+//   DIR/machines/ID/ranks/rank-R.pid
+//   DIR/machines/ID/health/device        emulated device health ("ok" or an error)
+//   DIR/machines/ID/health/nic           emulated link state ("up" or "down")
+#pragma once
+
+#include <string>
+
+namespace bulwark::cluster {
+
+struct Layout {
+  std::string dir;
+
+  std::string token() const { return dir + "/token"; }
+  std::string controller_addr() const { return dir + "/controller.addr"; }
+  std::string controller_db() const { return dir + "/controller.db"; }
+  std::string controller_pid() const { return dir + "/controller.pid"; }
+  std::string controller_log() const { return dir + "/controller.log"; }
+  std::string signatures() const { return dir + "/signatures.tsv"; }
+  std::string machines() const { return dir + "/machines"; }
+  std::string machine(const std::string& id) const { return machines() + "/" + id; }
+  std::string agent_pid(const std::string& id) const { return machine(id) + "/agent.pid"; }
+  std::string agent_log(const std::string& id) const { return machine(id) + "/agent.log"; }
+  std::string ranks(const std::string& id) const { return machine(id) + "/ranks"; }
+  std::string rank_log(const std::string& id, int rank) const {
+    return ranks(id) + "/rank-" + std::to_string(rank) + ".log";
+  }
+  std::string health(const std::string& id) const { return machine(id) + "/health"; }
+  std::string device(const std::string& id) const { return health(id) + "/device"; }
+  std::string nic(const std::string& id) const { return health(id) + "/nic"; }
+};
+
+}  // namespace bulwark::cluster

@@ -1,0 +1,101 @@
+#include "cluster/local/local_cluster.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "common/files.h"
+
+namespace bulwark::cluster {
+
+std::vector<std::string> MachineIds(int total) {
+  std::vector<std::string> ids;
+  for (int i = 1; i <= total; ++i) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "m%02d", i);
+    ids.push_back(buf);
+  }
+  return ids;
+}
+
+Result<int> PickFreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return Status::IOError(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    return Status::IOError(std::string("picking a free port: ") + std::strerror(errno));
+  }
+  ::close(fd);
+  return static_cast<int>(ntohs(a.sin_port));
+}
+
+Status SpawnDetached(const std::vector<std::string>& argv, const std::string& log) {
+  std::vector<std::string> args = argv;
+  std::vector<char*> cargv;
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IOError("log " + log + ": " + std::strerror(errno));
+  const pid_t child = ::fork();
+  if (child < 0) {
+    ::close(fd);
+    return Status::IOError(std::string("fork: ") + std::strerror(errno));
+  }
+  if (child == 0) {
+    // Double fork: the daemon is reparented to init and never becomes our zombie.
+    ::setsid();
+    if (::fork() != 0) ::_exit(0);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    ::execv(cargv[0], cargv.data());
+    ::_exit(127);
+  }
+  ::close(fd);
+  ::waitpid(child, nullptr, 0);
+  return Status::OK();
+}
+
+Result<pid_t> LivePid(const std::string& pid_file) {
+  Result<std::string> text = ReadFile(pid_file);
+  if (!text.ok()) return Status::NotFound("no pid file " + pid_file);
+  const pid_t pid = static_cast<pid_t>(std::atol(text->c_str()));
+  if (pid <= 0 || ::kill(pid, 0) != 0) return Status::NotFound("process in " + pid_file + " is not running");
+  return pid;
+}
+
+Status Terminate(const std::vector<pid_t>& pids, int grace_ms) {
+  for (pid_t pid : pids) ::kill(pid, SIGTERM);
+  auto alive = [&] {
+    int n = 0;
+    for (pid_t pid : pids) {
+      ::waitpid(pid, nullptr, WNOHANG);  // in case it is our own child (tests)
+      n += ::kill(pid, 0) == 0;
+    }
+    return n;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
+  while (alive() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (pid_t pid : pids) ::kill(pid, SIGKILL);
+  return Status::OK();
+}
+
+}  // namespace bulwark::cluster

@@ -1,0 +1,33 @@
+// The local backend: every machine is an agent process on this host, with
+// its own directory (cluster/layout.h). This file holds the process
+// mechanics of `bulwark up` and `bulwark down`; waiting for the controller
+// and agents to answer is the CLI's, which speaks gRPC.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace bulwark::cluster {
+
+// Machine ids of a cluster with `total` machines: m01, m02, ...
+std::vector<std::string> MachineIds(int total);
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+Result<int> PickFreePort();
+
+// Starts `argv` in its own session, detached from this process (it outlives
+// the CLI), with stdout and stderr appended to `log`.
+Status SpawnDetached(const std::vector<std::string>& argv, const std::string& log);
+
+// The pid in `pid_file` if that process is alive; NotFound otherwise.
+Result<pid_t> LivePid(const std::string& pid_file);
+
+// SIGTERM to all of `pids` at once, then SIGKILL to those still alive after
+// `grace_ms`; OK when they are gone.
+Status Terminate(const std::vector<pid_t>& pids, int grace_ms);
+
+}  // namespace bulwark::cluster

@@ -1,0 +1,63 @@
+#include "controller/actuator.h"
+
+namespace bulwark::controller {
+namespace {
+
+wire::Command Stop(const std::string& id, const std::string& reason) {
+  wire::Command c;
+  c.set_kind(wire::Command::STOP_RANKS);
+  c.set_id(id);
+  c.set_reason(reason);
+  return c;
+}
+
+}  // namespace
+
+int MasterPort(const JobLaunch& launch, int64_t generation) {
+  return launch.master_port_base + static_cast<int>(generation % 1000);
+}
+
+std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launch,
+                                    const Placement& current) {
+  std::vector<MachineCommand> out;
+  switch (action.kind) {
+    case ActionKind::kRestartAll: {
+      const Placement& p = action.placement;
+      for (size_t slot = 0; slot < p.slots.size(); ++slot) {
+        wire::Command c;
+        c.set_kind(wire::Command::START_RANKS);
+        c.set_id(action.id);
+        c.set_generation(p.generation);
+        c.set_world_size(p.world_size());
+        c.set_local_world_size(p.ranks_per_machine);
+        c.set_master_addr(launch.master_addr);
+        c.set_master_port(MasterPort(launch, p.generation));
+        for (const std::string& a : launch.argv) c.add_argv(a);
+        for (const auto& [k, v] : launch.env) (*c.mutable_env())[k] = v;
+        c.set_reason(action.reason);
+        for (int local = 0; local < p.ranks_per_machine; ++local) {
+          wire::RankLaunch* r = c.add_ranks();
+          r->set_rank(static_cast<int>(slot) * p.ranks_per_machine + local);
+          r->set_local_rank(local);
+        }
+        out.push_back({p.slots[slot], std::move(c)});
+      }
+      break;
+    }
+    case ActionKind::kEvict:
+      out.push_back({action.machine, Stop(action.id, action.reason)});
+      break;
+    case ActionKind::kWaitForMachines:
+    case ActionKind::kStopJob:
+      // Survivors cannot progress without the full world: stop them rather
+      // than let them hang in a collective until their timeout.
+      for (const MachineId& m : current.slots) out.push_back({m, Stop(action.id, action.reason)});
+      break;
+    case ActionKind::kActivate:
+    case ActionKind::kReplenishStandby:
+      break;
+  }
+  return out;
+}
+
+}  // namespace bulwark::controller

@@ -1,0 +1,34 @@
+// Actuator: turns the policy's Actions into commands for agents. Pure: it
+// decides which machine must be told what; the plane delivers.
+//
+// Commands are desired state (START_RANKS of generation g, or STOP_RANKS),
+// and their ids come from the action ids, so a decision actuated twice (a
+// replay after a controller restart, a resent command after a reconnect) is
+// a no-op on the agent.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bulwark.pb.h"
+#include "controller/action.h"
+#include "controller/launch.h"
+
+namespace bulwark::controller {
+
+struct MachineCommand {
+  MachineId machine;
+  wire::Command command;
+};
+
+// The commands that carry out `action` for the job `launch`. Activate and
+// ReplenishStandby need none here: an activated standby gets its ranks with
+// the RestartAll that follows, and the local backend has no machines to buy.
+std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launch,
+                                    const Placement& current);
+
+// The port rank 0 listens on for `generation`: a fresh one per generation, so
+// a restart never waits for the previous run's socket to leave TIME_WAIT.
+int MasterPort(const JobLaunch& launch, int64_t generation);
+
+}  // namespace bulwark::controller

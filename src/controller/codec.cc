@@ -1,0 +1,185 @@
+#include "controller/codec.h"
+
+namespace bulwark::controller {
+namespace {
+
+using nlohmann::json;
+
+int64_t Ms(Time t) { return ToMs(t); }
+double Seconds(Duration d) { return static_cast<double>(d.count()) / 1000.0; }
+
+InspectionKind InspectionFromName(const std::string& s, bool* ok) {
+  *ok = true;
+  for (InspectionKind k : {InspectionKind::kDevice, InspectionKind::kDisk, InspectionKind::kMemory,
+                           InspectionKind::kProcess}) {
+    if (s == InspectionKindName(k)) return k;
+  }
+  *ok = false;
+  return InspectionKind::kDevice;
+}
+
+// A field of `j` as T, or InvalidArgument naming it.
+template <typename T>
+Status Get(const json& j, const char* field, T* out) {
+  auto it = j.find(field);
+  if (it == j.end()) return Status::InvalidArgument(std::string("journal record lacks field '") + field + "'");
+  try {
+    *out = it->get<T>();
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(std::string("journal record field '") + field + "': " + e.what());
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+json EncodeEvent(const Event& e) {
+  json j;
+  j["kind"] = EventKindName(KindOf(e));
+  j["observed"] = Ms(ObservedAt(e));
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, RankExited>) {
+          j["machine"] = x.machine;
+          j["rank"] = x.rank;
+          j["exit_code"] = x.exit_code;
+          j["signal"] = x.signal;
+          j["signature"] = x.log_signature;
+        } else if constexpr (std::is_same_v<T, MachineHeartbeatLost>) {
+          j["machine"] = x.machine;
+          j["last_heartbeat"] = Ms(x.last_heartbeat);
+        } else if constexpr (std::is_same_v<T, InspectionFailed>) {
+          j["machine"] = x.machine;
+          j["inspection"] = InspectionKindName(x.kind);
+          j["detail"] = x.detail;
+        } else if constexpr (std::is_same_v<T, NetworkAlert>) {
+          j["machine"] = x.machine;
+          j["detail"] = x.detail;
+        } else if constexpr (std::is_same_v<T, MachineJoined>) {
+          j["machine"] = x.machine;
+          j["passed"] = x.self_check_passed;
+          j["detail"] = x.detail;
+        } else if constexpr (std::is_same_v<T, StepCompleted> || std::is_same_v<T, CheckpointSaved>) {
+          j["step"] = x.step;
+        } else if constexpr (std::is_same_v<T, OperatorReturned>) {
+          j["machine"] = x.machine;
+        } else if constexpr (std::is_same_v<T, ManualRestart>) {
+          j["reason"] = x.reason;
+        }
+      },
+      e);
+  return j;
+}
+
+Result<Event> DecodeEvent(const json& j) {
+  std::string kind;
+  int64_t observed_ms = 0;
+  BULWARK_RETURN_IF_ERROR(Get(j, "kind", &kind));
+  BULWARK_RETURN_IF_ERROR(Get(j, "observed", &observed_ms));
+  const Time observed = TimeFromMs(observed_ms);
+  std::string machine;
+  if (j.contains("machine")) BULWARK_RETURN_IF_ERROR(Get(j, "machine", &machine));
+
+  if (kind == EventKindName(EventKind::kRankExited)) {
+    RankExited x{machine, 0, 0, 0, "", observed};
+    BULWARK_RETURN_IF_ERROR(Get(j, "rank", &x.rank));
+    BULWARK_RETURN_IF_ERROR(Get(j, "exit_code", &x.exit_code));
+    BULWARK_RETURN_IF_ERROR(Get(j, "signal", &x.signal));
+    BULWARK_RETURN_IF_ERROR(Get(j, "signature", &x.log_signature));
+    return Event(x);
+  }
+  if (kind == EventKindName(EventKind::kMachineHeartbeatLost)) {
+    int64_t last = 0;
+    BULWARK_RETURN_IF_ERROR(Get(j, "last_heartbeat", &last));
+    return Event(MachineHeartbeatLost{machine, TimeFromMs(last), observed});
+  }
+  if (kind == EventKindName(EventKind::kInspectionFailed)) {
+    std::string name, detail;
+    BULWARK_RETURN_IF_ERROR(Get(j, "inspection", &name));
+    BULWARK_RETURN_IF_ERROR(Get(j, "detail", &detail));
+    bool ok = false;
+    InspectionKind k = InspectionFromName(name, &ok);
+    if (!ok) return Status::InvalidArgument("journal record field 'inspection': unknown kind '" + name + "'");
+    return Event(InspectionFailed{machine, k, detail, observed});
+  }
+  if (kind == EventKindName(EventKind::kNetworkAlert)) {
+    std::string detail;
+    BULWARK_RETURN_IF_ERROR(Get(j, "detail", &detail));
+    return Event(NetworkAlert{machine, detail, observed});
+  }
+  if (kind == EventKindName(EventKind::kMachineJoined)) {
+    MachineJoined x{machine, false, "", observed};
+    BULWARK_RETURN_IF_ERROR(Get(j, "passed", &x.self_check_passed));
+    BULWARK_RETURN_IF_ERROR(Get(j, "detail", &x.detail));
+    return Event(x);
+  }
+  if (kind == EventKindName(EventKind::kStepCompleted) || kind == EventKindName(EventKind::kCheckpointSaved)) {
+    int64_t step = 0;
+    BULWARK_RETURN_IF_ERROR(Get(j, "step", &step));
+    if (kind == EventKindName(EventKind::kStepCompleted)) return Event(StepCompleted{step, observed});
+    return Event(CheckpointSaved{step, observed});
+  }
+  if (kind == EventKindName(EventKind::kOperatorReturned)) return Event(OperatorReturned{machine, observed});
+  if (kind == EventKindName(EventKind::kManualRestart)) {
+    std::string reason;
+    BULWARK_RETURN_IF_ERROR(Get(j, "reason", &reason));
+    return Event(ManualRestart{reason, observed});
+  }
+  return Status::InvalidArgument("journal record field 'kind': unknown event kind '" + kind + "'");
+}
+
+json EncodeLaunch(const JobLaunch& l) {
+  return json{{"id", l.spec.id},
+              {"world_size", l.spec.world_size},
+              {"ranks_per_machine", l.spec.ranks_per_machine},
+              {"argv", l.argv},
+              {"env", l.env},
+              {"master_addr", l.master_addr},
+              {"master_port_base", l.master_port_base}};
+}
+
+Result<JobLaunch> DecodeLaunch(const json& j) {
+  JobLaunch l;
+  BULWARK_RETURN_IF_ERROR(Get(j, "id", &l.spec.id));
+  BULWARK_RETURN_IF_ERROR(Get(j, "world_size", &l.spec.world_size));
+  BULWARK_RETURN_IF_ERROR(Get(j, "ranks_per_machine", &l.spec.ranks_per_machine));
+  BULWARK_RETURN_IF_ERROR(Get(j, "argv", &l.argv));
+  BULWARK_RETURN_IF_ERROR(Get(j, "env", &l.env));
+  BULWARK_RETURN_IF_ERROR(Get(j, "master_addr", &l.master_addr));
+  BULWARK_RETURN_IF_ERROR(Get(j, "master_port_base", &l.master_port_base));
+  for (const std::string& a : l.argv) l.spec.command += (l.spec.command.empty() ? "" : " ") + a;
+  return l;
+}
+
+json IncidentJson(const Incident& i) {
+  json j{{"id", i.id},
+         {"class", IncidentClassName(i.cls)},
+         {"cause", i.cause},
+         {"evicted", i.evicted},
+         {"resolution", ResolutionName(i.resolution)},
+         {"why", i.why},
+         {"detected_ms", Ms(i.detected)},
+         {"detect_s", Seconds(i.DetectDuration())},
+         {"step_at_fault", i.step_at_fault},
+         {"closed", i.closed},
+         {"summary", i.Summary()}};
+  if (i.fault) j["fault_ms"] = Ms(*i.fault);
+  if (auto d = i.LocalizeDuration()) j["localize_s"] = Seconds(*d);
+  if (auto d = i.RecoverDuration()) j["recover_s"] = Seconds(*d);
+  if (i.restored_step) j["restored_step"] = *i.restored_step;
+  if (i.decision) j["decision_ms"] = Ms(*i.decision);
+  if (i.recovered) j["recovered_ms"] = Ms(*i.recovered);
+  if (auto l = i.LostSteps()) j["lost_steps"] = *l;
+  return j;
+}
+
+json BreakdownJson(const TimeBreakdown& b) {
+  json by;
+  for (int c = 0; c < kNumTimeCategories; ++c) {
+    by[TimeCategoryName(static_cast<TimeCategory>(c))] = Seconds(b.by_category[c]);
+  }
+  return json{{"wall_s", Seconds(b.wall)}, {"ettr", b.ettr()}, {"seconds", by}};
+}
+
+}  // namespace bulwark::controller

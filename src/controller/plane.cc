@@ -1,0 +1,451 @@
+#include "controller/plane.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "controller/actuator.h"
+#include "controller/codec.h"
+
+namespace bulwark::controller {
+namespace {
+
+using nlohmann::json;
+
+Result<Event> EventFromAgent(const std::string& machine, const wire::AgentEvent& a) {
+  const Time observed = TimeFromMs(a.observed_ms());
+  switch (a.kind()) {
+    case wire::AgentEvent::RANK_EXITED:
+      return Event(RankExited{machine, a.rank(), a.exit_code(), a.signal(), a.signature(), observed});
+    case wire::AgentEvent::INSPECTION_FAILED: {
+      for (InspectionKind k : {InspectionKind::kDevice, InspectionKind::kDisk, InspectionKind::kMemory,
+                               InspectionKind::kProcess}) {
+        if (a.inspection() == InspectionKindName(k)) return Event(InspectionFailed{machine, k, a.detail(), observed});
+      }
+      return Status::InvalidArgument("agent " + machine + " reported unknown inspection '" + a.inspection() + "'");
+    }
+    case wire::AgentEvent::NETWORK_ALERT:
+      return Event(NetworkAlert{machine, a.detail(), observed});
+    case wire::AgentEvent::STEP:
+      return Event(StepCompleted{a.step(), observed});
+    default:
+      return Status::InvalidArgument("agent " + machine + " reported an event of unknown kind " +
+                                     std::to_string(a.kind()));
+  }
+}
+
+}  // namespace
+
+void Plane::Log(const std::string& line) {
+  std::fprintf(stderr, "controller: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+Time Plane::Now(Time now) {
+  // The policy refuses time going backwards; the wall clock may step back.
+  if (now < last_now_) now = last_now_;
+  last_now_ = now;
+  return now;
+}
+
+Result<std::unique_ptr<Plane>> Plane::Open(PlaneOptions options, Time now) {
+  BULWARK_RETURN_IF_ERROR(options.policy.Validate());
+  Result<std::unique_ptr<Store>> store = Store::Open(options.db_path, options.create);
+  if (!store.ok()) return store.status();
+  std::unique_ptr<Plane> p(new Plane(std::move(options)));
+  p->store_ = std::move(*store);
+  p->started_ = now;
+  BULWARK_RETURN_IF_ERROR(p->Rebuild(now));
+  return p;
+}
+
+Status Plane::Rebuild(Time now) {
+  Result<std::vector<MachineRow>> machines = store_->Machines();
+  if (!machines.ok()) return machines.status();
+  for (const MachineRow& m : *machines) {
+    Agent& a = agents_[m.id];
+    a.dir = m.dir;
+    // A restarted controller has heard from nobody yet: give every agent a
+    // full timeout to reconnect before calling it lost.
+    a.last_heard = now;
+  }
+  Result<std::optional<JobRow>> job = store_->Job();
+  if (!job.ok()) return job.status();
+  if (!job->has_value()) return Status::OK();
+  const JobRow& row = **job;
+  json spec;
+  try {
+    spec = json::parse(row.spec_json);
+  } catch (const std::exception& e) {
+    return Status::Corrupt("job " + row.id + " in " + store_->path() + ": unreadable spec: " + e.what());
+  }
+  Result<JobLaunch> launch = DecodeLaunch(spec);
+  if (!launch.ok()) return launch.status().Annotate("job " + row.id);
+  launch_ = std::move(*launch);
+
+  Result<std::vector<JournalEntry>> journal = store_->Journal(row.id);
+  if (!journal.ok()) return journal.status();
+  size_t replayed = 0;
+  for (const JournalEntry& entry : *journal) {
+    const Time at = Now(TimeFromMs(entry.now_ms));
+    json r;
+    try {
+      r = json::parse(entry.json);
+    } catch (const std::exception& e) {
+      return Status::Corrupt("journal entry " + std::to_string(entry.seq) + " of job " + row.id + ": " + e.what());
+    }
+    const std::string type = r.value("type", "");
+    Result<std::vector<Action>> actions = std::vector<Action>{};
+    if (type == "create") {
+      Result<Controller> c = Controller::Create(launch_->spec, options_.policy,
+                                                r.at("standbys").get<std::vector<MachineId>>(), at);
+      if (!c.ok()) return c.status().Annotate("replaying job " + row.id);
+      controller_.emplace(std::move(*c));
+    } else if (!controller_) {
+      return Status::Corrupt("journal of job " + row.id + " does not begin with its creation");
+    } else if (type == "reconcile") {
+      actions = controller_->Reconcile(at);
+    } else if (type == "event") {
+      Result<Event> e = DecodeEvent(r.at("event"));
+      if (!e.ok()) return e.status().Annotate("journal entry " + std::to_string(entry.seq));
+      actions = controller_->Handle(*e, at);
+      if (r.contains("origin")) {
+        Agent& a = agents_[r["origin"].value("machine", "")];
+        a.incarnation = r["origin"].value("incarnation", int64_t{0});
+        a.acked_seq = r["origin"].value("seq", int64_t{0});
+      }
+    } else if (type == "done") {
+      done_step_ = r.value("step", int64_t{0});
+    } else if (type == "origin") {
+      Agent& a = agents_[r.value("machine", "")];
+      a.incarnation = r.value("incarnation", int64_t{0});
+      a.acked_seq = r.value("seq", int64_t{0});
+    }
+    // Replay must take the same path the live controller took; a refusal
+    // here means the journal and the policy disagree.
+    if (!actions.ok()) return actions.status().Annotate("replaying journal entry " + std::to_string(entry.seq));
+    BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, /*deliver=*/false));
+    ++replayed;
+  }
+  Log("rebuilt job " + row.id + " from " + std::to_string(replayed) + " journal entries");
+  return Status::OK();
+}
+
+Plane::Agent& Plane::AgentFor(const std::string& machine) { return agents_[machine]; }
+
+Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver) {
+  for (const Action& a : actions) {
+    // A repeated decision (same id) is a no-op everywhere; log it once.
+    if (deliver && logged_actions_.insert(a.id).second) Log("action " + a.ToString());
+    for (MachineCommand& mc : Actuate(a, *launch_, controller_->state().placement)) {
+      AgentFor(mc.machine).desired = std::move(mc.command);
+    }
+  }
+  if (deliver) changed_.notify_all();
+  return Status::OK();
+}
+
+Status Plane::HandleLocked(const Event& e, Time now, const json& origin) {
+  if (!controller_) return Status::FailedPrecondition("no job is submitted yet");
+  if (!journal_error_.ok()) return journal_error_;
+  Result<std::vector<Action>> actions = controller_->Handle(e, now);
+  if (!actions.ok()) {
+    Log("event refused by the policy: " + Describe(e) + ": " + actions.status().ToString());
+    if (!origin.is_null()) {
+      // Still remember it was seen, so that a restart does not apply it later.
+      json record = origin;
+      record["type"] = "origin";
+      store_->Append(launch_->spec.id, ToMs(now), record.dump());
+    }
+    return actions.status();
+  }
+  json record{{"type", "event"}, {"event", EncodeEvent(e)}};
+  if (!origin.is_null()) record["origin"] = origin;
+  // Journal before acting: a decision that was acted on is always replayed.
+  if (Status st = store_->Append(launch_->spec.id, ToMs(now), record.dump()); !st.ok()) {
+    // The policy has changed its state but the journal does not say so:
+    // acting now could never be replayed. Keep the first error and decide
+    // nothing more (LevelDB's sticky background error).
+    journal_error_ = st.Annotate("controller stopped deciding (journal not written)");
+    Log(journal_error_.ToString() + "; fix the disk, then restart the controller: it replays the journal");
+    return journal_error_;
+  }
+  if (KindOf(e) != EventKind::kStepCompleted) Log("event " + Describe(e));
+  BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, /*deliver=*/true));
+  if (KindOf(e) != EventKind::kStepCompleted || !actions->empty()) return SaveSnapshots(now);
+  return Status::OK();
+}
+
+Status Plane::SaveSnapshots(Time now) {
+  BULWARK_RETURN_IF_ERROR(store_->PutSnapshot("incidents", IncidentsLocked().dump()));
+  BULWARK_RETURN_IF_ERROR(store_->PutSnapshot("ledger", LedgerLocked(now).dump()));
+  json p{{"generation", controller_->state().placement.generation},
+         {"slots", controller_->state().placement.slots}};
+  return store_->PutSnapshot("placement", p.dump());
+}
+
+Status Plane::Register(const wire::RegisterRequest& req, Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  now = Now(now);
+  if (req.machine().empty()) return Status::InvalidArgument("register: machine id is empty");
+  BULWARK_RETURN_IF_ERROR(store_->PutMachine({req.machine(), req.machine_dir(), ToMs(now)}));
+  Agent& a = AgentFor(req.machine());
+  a.dir = req.machine_dir();
+  if (a.incarnation != req.incarnation()) {
+    a.incarnation = req.incarnation();
+    a.acked_seq = 0;
+  }
+  a.last_heard = now;
+  a.heard_since_start = true;
+  a.lost_reported = false;
+  Log("machine " + req.machine() + " registered (incarnation " + std::to_string(req.incarnation()) + ")");
+  return Status::OK();
+}
+
+Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  now = Now(now);
+  // Unacknowledged events stay with the agent until a restarted controller can journal them.
+  if (!journal_error_.ok()) return journal_error_;
+  auto it = agents_.find(req.machine());
+  if (it == agents_.end()) {
+    return Status::FailedPrecondition("machine " + req.machine() + " reported before registering; register first");
+  }
+  Agent& a = it->second;
+  if (a.incarnation != req.incarnation()) {
+    return Status::FailedPrecondition("machine " + req.machine() + " reported as incarnation " +
+                                      std::to_string(req.incarnation()) + " but registered as " +
+                                      std::to_string(a.incarnation) + "; register again");
+  }
+  a.last_heard = now;
+  a.heard_since_start = true;
+  a.live_ranks.assign(req.live_ranks().begin(), req.live_ranks().end());
+  a.generation = req.generation();
+  const bool was_lost = a.lost_reported;
+  a.lost_reported = false;
+
+  if (controller_) {
+    const MachineStatus* m = controller_->state().FindMachine(req.machine());
+    // A machine the job has not seen, or one an operator returned, joins
+    // once it reports: the local backend's self-check is its agent being up.
+    if (m == nullptr || m->state == MachineState::kJoining) {
+      HandleLocked(MachineJoined{req.machine(), true, "agent reporting", now}, now, nullptr);
+    } else if (was_lost) {
+      Log("machine " + req.machine() + " is heard from again; it stays " + MachineStateName(m->state));
+    }
+  }
+  for (const wire::AgentEvent& ev : req.events()) {
+    if (ev.seq() <= a.acked_seq) continue;  // a resend of something applied
+    a.acked_seq = ev.seq();
+    const json origin{{"machine", req.machine()}, {"incarnation", a.incarnation}, {"seq", ev.seq()}};
+    if (ev.kind() == wire::AgentEvent::JOB_DONE) {
+      if (!done_step_ && launch_) {
+        done_step_ = ev.step();
+        json record = origin;
+        record["type"] = "done";
+        record["step"] = ev.step();
+        store_->Append(launch_->spec.id, ToMs(now), record.dump());
+        Log("job " + launch_->spec.id + " finished at step " + std::to_string(ev.step()));
+        SaveSnapshots(now);
+      }
+      continue;
+    }
+    // A finished job has nothing left to protect: its ranks' exits and its
+    // machines' faults are no longer incidents.
+    if (done_step_ || !controller_) continue;
+    // Steps read from a previous generation's ranks (read before the agent
+    // applied the restart) are not progress of the current run.
+    if (ev.kind() == wire::AgentEvent::STEP && ev.generation() != controller_->state().placement.generation) continue;
+    Result<Event> e = EventFromAgent(req.machine(), ev);
+    if (!e.ok()) {
+      Log(e.status().ToString());
+      continue;
+    }
+    HandleLocked(*e, now, origin);
+  }
+  return a.acked_seq;
+}
+
+int64_t Plane::OpenStream(const std::string& machine) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t id = next_stream_++;
+  AgentFor(machine).stream = id;
+  changed_.notify_all();  // wakes an older stream so that it sees it is superseded
+  return id;
+}
+
+std::optional<wire::Command> Plane::NextCommand(const std::string& machine, int64_t stream,
+                                                std::string* sent_desired, Time until,
+                                                bool* superseded) {
+  std::unique_lock<std::mutex> lock(mu_);
+  *superseded = false;
+  const auto deadline = std::chrono::system_clock::time_point(std::chrono::milliseconds(ToMs(until)));
+  for (;;) {
+    Agent& a = AgentFor(machine);
+    if (a.stream != stream) {
+      *superseded = true;
+      return std::nullopt;
+    }
+    if (!a.oneshots.empty()) {
+      wire::Command c = std::move(a.oneshots.front());
+      a.oneshots.pop_front();
+      return c;
+    }
+    if (a.desired && a.desired->id() != *sent_desired) {
+      *sent_desired = a.desired->id();
+      return *a.desired;
+    }
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) return std::nullopt;
+  }
+}
+
+Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  now = Now(now);
+  BULWARK_RETURN_IF_ERROR(launch.spec.Validate());
+  if (controller_) {
+    return Status::FailedPrecondition("job " + launch_->spec.id + " is already running on this cluster; "
+                                      "run 'bulwark down' and 'bulwark up' for a new one");
+  }
+  // Every machine whose agent is up serves the job or waits on standby.
+  std::vector<MachineId> machines;
+  for (const auto& [id, a] : agents_) {
+    if (now - a.last_heard <= options_.heartbeat_timeout) machines.push_back(id);
+  }
+  if (static_cast<int>(machines.size()) < launch.spec.MachinesNeeded()) {
+    return Status::FailedPrecondition(
+        "job " + launch.spec.id + " needs " + std::to_string(launch.spec.MachinesNeeded()) +
+        " machines but " + std::to_string(machines.size()) +
+        " agents are up; start more with 'bulwark up --machines N' or lower world_size");
+  }
+  Result<Controller> c = Controller::Create(launch.spec, options_.policy, machines, now);
+  if (!c.ok()) return c.status();
+  // A random base makes two clusters on one host (tests, demos) unlikely to
+  // collide on rank 0's port; it is journaled with the spec, so replay and
+  // every later generation agree on it.
+  std::random_device rd;
+  launch.master_port_base = 20000 + static_cast<int>(rd() % 30000);
+  for (const std::string& a : launch.argv) launch.spec.command += (launch.spec.command.empty() ? "" : " ") + a;
+  BULWARK_RETURN_IF_ERROR(store_->PutJob({launch.spec.id, EncodeLaunch(launch).dump(), ToMs(now)}));
+  BULWARK_RETURN_IF_ERROR(
+      store_->Append(launch.spec.id, ToMs(now), json{{"type", "create"}, {"standbys", machines}}.dump()));
+  controller_.emplace(std::move(*c));
+  launch_ = std::move(launch);
+  Result<std::vector<Action>> actions = controller_->Reconcile(now);
+  if (!actions.ok()) return actions.status();
+  BULWARK_RETURN_IF_ERROR(store_->Append(launch_->spec.id, ToMs(now), json{{"type", "reconcile"}}.dump()));
+  BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, true));
+  BULWARK_RETURN_IF_ERROR(SaveSnapshots(now));
+  Log("job " + launch_->spec.id + " submitted: " + launch_->spec.command);
+  return launch_->spec.id;
+}
+
+Status Plane::Inject(const std::string& machine, const std::string& fault, int rank) {
+  static const std::set<std::string> kFaults = {"crash", "kill", "machine-down", "device-fail", "nic-flap"};
+  if (kFaults.count(fault) == 0) {
+    return Status::InvalidArgument("unknown fault '" + fault + "'; use crash, kill, machine-down, device-fail or nic-flap");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
+  wire::Command c;
+  c.set_kind(wire::Command::INJECT);
+  c.set_id("inject/" + fault);
+  c.set_inject(fault);
+  c.set_inject_rank(rank);
+  agents_[machine].oneshots.push_back(std::move(c));
+  changed_.notify_all();
+  Log("injecting " + fault + " on " + machine);
+  return Status::OK();
+}
+
+Status Plane::ReturnMachine(const std::string& machine, Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  now = Now(now);
+  if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
+  BULWARK_RETURN_IF_ERROR(HandleLocked(OperatorReturned{machine, now}, now, nullptr));
+  wire::Command c;
+  c.set_kind(wire::Command::RESET_HEALTH);
+  c.set_id("reset-health");
+  agents_[machine].oneshots.push_back(std::move(c));
+  changed_.notify_all();
+  return Status::OK();
+}
+
+void Plane::Tick(Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  now = Now(now);
+  if (!controller_ || done_step_) return;
+  for (auto& [id, a] : agents_) {
+    const Duration timeout = a.heard_since_start ? options_.heartbeat_timeout : options_.reconnect_grace;
+    if (a.lost_reported || now - a.last_heard <= timeout) continue;
+    const MachineStatus* m = controller_->state().FindMachine(id);
+    if (m == nullptr || m->state == MachineState::kEvicted) continue;
+    a.lost_reported = true;
+    HandleLocked(MachineHeartbeatLost{id, a.last_heard, now}, now, nullptr);
+  }
+}
+
+json Plane::StatusJson(Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  now = Now(now);
+  json j{{"controller_up_s", ToMs(now - started_) / 1000.0}};
+  if (!journal_error_.ok()) j["error"] = journal_error_.ToString();
+  json machines = json::array();
+  for (const auto& [id, a] : agents_) {
+    json m{{"id", id}, {"dir", a.dir}, {"last_heard_s_ago", ToMs(now - a.last_heard) / 1000.0},
+           {"live_ranks", a.live_ranks}, {"generation", a.generation}, {"state", "registered"}};
+    if (controller_) {
+      if (const MachineStatus* s = controller_->state().FindMachine(id)) {
+        m["state"] = MachineStateName(s->state);
+        m["reason"] = s->last_reason;
+      }
+    }
+    machines.push_back(m);
+  }
+  j["machines"] = machines;
+  if (!controller_) {
+    j["job"] = nullptr;
+    return j;
+  }
+  const ClusterState& s = controller_->state();
+  j["job"] = json{{"id", launch_->spec.id},
+                  {"state", done_step_ ? "completed" : JobStateName(s.job)},
+                  {"policy_state", JobStateName(s.job)},
+                  {"world_size", launch_->spec.world_size},
+                  {"command", launch_->spec.command},
+                  {"generation", s.placement.generation},
+                  {"placement", s.placement.slots},
+                  {"last_step", s.last_step},
+                  {"done_step", done_step_ ? json(*done_step_) : json(nullptr)},
+                  {"incidents", controller_->incidents().size()}};
+  const StandbyReport r = controller_->standby();
+  j["standby"] = json{{"target", r.target}, {"available", r.available}, {"deficit", r.deficit()}};
+  return j;
+}
+
+json Plane::IncidentsJson() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return IncidentsLocked();
+}
+
+json Plane::IncidentsLocked() {
+  json out = json::array();
+  if (!controller_) return out;
+  for (const Incident& i : controller_->incidents()) out.push_back(IncidentJson(i));
+  return out;
+}
+
+json Plane::LedgerJson(Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return LedgerLocked(Now(now));
+}
+
+json Plane::LedgerLocked(Time now) {
+  if (!controller_) return json{{"job", nullptr}};
+  return json{{"job", launch_->spec.id},
+              {"cumulative", BreakdownJson(controller_->Cumulative(now))},
+              {"window", BreakdownJson(controller_->Window(now))}};
+}
+
+}  // namespace bulwark::controller

@@ -1,0 +1,114 @@
+// Plane: the controller process's state and its rules of engagement with the
+// world, behind one mutex. It owns the Store and the policy's Controller,
+// tracks agent liveness, and keeps for every machine the command it should
+// be carrying out. The gRPC service (service.h) only adapts RPCs to it.
+//
+// Durability: every accepted event is journaled before it is actuated, and
+// Open() rebuilds the Controller by replaying the journal, so a controller
+// killed at any point comes back with the same fleet, placement, incidents
+// and ledger; agents reconnect and are resent their current command, which
+// they ignore when they already carry it out (the job trains on meanwhile).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "bulwark.pb.h"
+#include "controller/controller.h"
+#include "controller/launch.h"
+#include "controller/store.h"
+
+namespace bulwark::controller {
+
+struct PlaneOptions {
+  std::string db_path;
+  bool create = true;
+  PolicyConfig policy;
+  // An agent silent this long is lost. Agents report every 500 ms, so this
+  // is four missed reports.
+  Duration heartbeat_timeout = std::chrono::milliseconds(2000);
+  // After a (re)start an agent not yet heard from is judged lost only after
+  // this long: the silence is the controller's own absence, and agents need
+  // a moment to reconnect. Agents that did reconnect get heartbeat_timeout.
+  Duration reconnect_grace = std::chrono::milliseconds(10000);
+};
+
+class Plane {
+ public:
+  static Result<std::unique_ptr<Plane>> Open(PlaneOptions options, Time now);
+
+  // --- agents -------------------------------------------------------------
+  Status Register(const wire::RegisterRequest& req, Time now);
+  // Applies the events not yet applied; returns the highest seq applied.
+  Result<int64_t> Report(const wire::ReportRequest& req, Time now);
+  // Blocks until there is a command for `machine` that this stream has not
+  // sent (`sent_desired` is the id of the last desired command it sent) or
+  // `until` passes. A newer stream for the machine ends older ones: they get
+  // nullopt with *superseded set.
+  std::optional<wire::Command> NextCommand(const std::string& machine, int64_t stream,
+                                           std::string* sent_desired, Time until, bool* superseded);
+  int64_t OpenStream(const std::string& machine);
+
+  // --- operators ----------------------------------------------------------
+  Result<std::string> Submit(JobLaunch launch, Time now);
+  Status Inject(const std::string& machine, const std::string& fault, int rank);
+  Status ReturnMachine(const std::string& machine, Time now);
+  nlohmann::json StatusJson(Time now);
+  nlohmann::json IncidentsJson();
+  nlohmann::json LedgerJson(Time now);
+
+  // Detects lost agents; called a few times a second.
+  void Tick(Time now);
+
+ private:
+  struct Agent {
+    std::string dir;
+    int64_t incarnation = 0;
+    int64_t acked_seq = 0;
+    Time last_heard{};
+    bool lost_reported = false;
+    bool heard_since_start = false;
+    std::vector<int> live_ranks;
+    int64_t generation = 0;
+    std::optional<wire::Command> desired;
+    std::deque<wire::Command> oneshots;
+    int64_t stream = 0;  // the newest command stream's number
+  };
+
+  explicit Plane(PlaneOptions o) : options_(std::move(o)) {}
+  Status Rebuild(Time now);
+  Time Now(Time now);
+  // Journals, hands to the policy and actuates; the only path for events.
+  Status HandleLocked(const Event& e, Time now, const nlohmann::json& origin);
+  Status AfterDecision(const std::vector<Action>& actions, bool deliver);
+  Status SaveSnapshots(Time now);
+  nlohmann::json IncidentsLocked();
+  nlohmann::json LedgerLocked(Time now);
+  Agent& AgentFor(const std::string& machine);
+  void Log(const std::string& line);
+
+  PlaneOptions options_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::unique_ptr<Store> store_;
+  std::optional<Controller> controller_;
+  std::optional<JobLaunch> launch_;
+  std::map<std::string, Agent> agents_;
+  int64_t next_stream_ = 1;
+  Time last_now_{};
+  Time started_{};
+  std::optional<int64_t> done_step_;
+  std::set<std::string> logged_actions_;
+  Status journal_error_;  // sticky: set once, the plane decides nothing more
+};
+
+}  // namespace bulwark::controller

@@ -1,0 +1,185 @@
+#include "controller/service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "bulwark.grpc.pb.h"
+#include "cluster/layout.h"
+#include "common/files.h"
+#include "common/token.h"
+#include "controller/codec.h"
+#include "controller/plane.h"
+
+namespace bulwark::controller {
+namespace {
+
+Time WallNow() {
+  return TimeFromMs(std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count());
+}
+
+grpc::Status ToGrpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
+  switch (s.code()) {
+    case Status::Code::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case Status::Code::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case Status::Code::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
+    case Status::Code::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    default: break;
+  }
+  return grpc::Status(code, s.message());
+}
+
+// Refuses (and logs) a call that does not carry the cluster token.
+grpc::Status CheckToken(grpc::ServerContext* ctx, const std::string& token, const char* call) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(kTokenMetadataKey);
+  if (it != md.end() && std::string(it->second.data(), it->second.size()) == token) return grpc::Status::OK;
+  std::fprintf(stderr, "controller: refused %s from %s: %s\n", call, ctx->peer().c_str(),
+               it == md.end() ? "no cluster token" : "wrong cluster token");
+  std::fflush(stderr);
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      std::string(call) + ": missing or wrong cluster token; pass the --dir the "
+                                          "cluster was started with (bulwark up writes DIR/token)");
+}
+
+class AgentServiceImpl final : public wire::AgentService::Service {
+ public:
+  AgentServiceImpl(Plane* plane, std::string token) : plane_(plane), token_(std::move(token)) {}
+
+  grpc::Status Register(grpc::ServerContext* ctx, const wire::RegisterRequest* req, wire::RegisterReply*) override {
+    if (auto st = CheckToken(ctx, token_, "Register"); !st.ok()) return st;
+    return ToGrpc(plane_->Register(*req, WallNow()));
+  }
+
+  grpc::Status Report(grpc::ServerContext* ctx, const wire::ReportRequest* req, wire::ReportReply* reply) override {
+    if (auto st = CheckToken(ctx, token_, "Report"); !st.ok()) return st;
+    Result<int64_t> acked = plane_->Report(*req, WallNow());
+    if (!acked.ok()) return ToGrpc(acked.status());
+    reply->set_acked_seq(*acked);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Commands(grpc::ServerContext* ctx, const wire::CommandStreamRequest* req,
+                        grpc::ServerWriter<wire::Command>* writer) override {
+    if (auto st = CheckToken(ctx, token_, "Commands"); !st.ok()) return st;
+    const int64_t stream = plane_->OpenStream(req->machine());
+    std::string sent;
+    // Wakes four times a second to notice a cancelled or superseded stream
+    // (and a server shutting down, which waits for this handler).
+    while (!ctx->IsCancelled()) {
+      bool superseded = false;
+      std::optional<wire::Command> c = plane_->NextCommand(
+          req->machine(), stream, &sent, WallNow() + std::chrono::milliseconds(250), &superseded);
+      if (superseded) return grpc::Status(grpc::StatusCode::ABORTED, "a newer command stream replaced this one");
+      if (c && !writer->Write(*c)) break;
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  Plane* plane_;
+  std::string token_;
+};
+
+class ControlServiceImpl final : public wire::ControlService::Service {
+ public:
+  ControlServiceImpl(Plane* plane, std::string token) : plane_(plane), token_(std::move(token)) {}
+
+  grpc::Status Submit(grpc::ServerContext* ctx, const wire::SubmitRequest* req, wire::SubmitReply* reply) override {
+    if (auto st = CheckToken(ctx, token_, "Submit"); !st.ok()) return st;
+    JobLaunch l;
+    l.spec.id = req->name();
+    l.spec.world_size = req->world_size();
+    l.spec.ranks_per_machine = req->ranks_per_machine();
+    l.argv.assign(req->argv().begin(), req->argv().end());
+    l.env.insert(req->env().begin(), req->env().end());
+    Result<std::string> id = plane_->Submit(std::move(l), WallNow());
+    if (!id.ok()) return ToGrpc(id.status());
+    reply->set_job(*id);
+    return grpc::Status::OK;
+  }
+  // Reads are open to anyone who can reach the controller: they change nothing.
+  grpc::Status Status(grpc::ServerContext*, const wire::QueryRequest*, wire::JsonReply* r) override {
+    r->set_json(plane_->StatusJson(WallNow()).dump());
+    return grpc::Status::OK;
+  }
+  grpc::Status Incidents(grpc::ServerContext*, const wire::QueryRequest*, wire::JsonReply* r) override {
+    r->set_json(plane_->IncidentsJson().dump());
+    return grpc::Status::OK;
+  }
+  grpc::Status Ledger(grpc::ServerContext*, const wire::QueryRequest*, wire::JsonReply* r) override {
+    r->set_json(plane_->LedgerJson(WallNow()).dump());
+    return grpc::Status::OK;
+  }
+  grpc::Status Inject(grpc::ServerContext* ctx, const wire::InjectRequest* req, wire::InjectReply*) override {
+    if (auto st = CheckToken(ctx, token_, "Inject"); !st.ok()) return st;
+    return ToGrpc(plane_->Inject(req->machine(), req->fault(), req->rank()));
+  }
+  grpc::Status ReturnMachine(grpc::ServerContext* ctx, const wire::ReturnMachineRequest* req,
+                             wire::ReturnMachineReply*) override {
+    if (auto st = CheckToken(ctx, token_, "ReturnMachine"); !st.ok()) return st;
+    return ToGrpc(plane_->ReturnMachine(req->machine(), WallNow()));
+  }
+
+ private:
+  Plane* plane_;
+  std::string token_;
+};
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+}  // namespace
+
+Status RunController(const ControllerOptions& options) {
+  const cluster::Layout layout{options.dir};
+  Result<std::string> token = ReadToken(layout.token());
+  if (!token.ok()) return token.status();
+  Result<std::string> addr = ReadFile(layout.controller_addr());
+  if (!addr.ok()) return addr.status().Annotate("controller address (written by 'bulwark up')");
+  std::string address = *addr;
+  while (!address.empty() && (address.back() == '\n' || address.back() == ' ')) address.pop_back();
+
+  PlaneOptions po;
+  po.db_path = layout.controller_db();
+  po.create = options.init;
+  Result<std::unique_ptr<Plane>> plane = Plane::Open(po, WallNow());
+  if (!plane.ok()) return plane.status();
+
+  AgentServiceImpl agents(plane->get(), *token);
+  ControlServiceImpl control(plane->get(), *token);
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound);
+  builder.RegisterService(&agents);
+  builder.RegisterService(&control);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound == 0) {
+    return Status::Unavailable("controller: cannot listen on " + address + " (in use?); stop what holds it "
+                               "or run 'bulwark down' first");
+  }
+  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_pid(), std::to_string(::getpid()) + "\n"));
+  std::fprintf(stderr, "controller: serving on %s\n", address.c_str());
+  std::fflush(stderr);
+
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  // The liveness tick: heartbeat loss is the one fault no agent can report.
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    (*plane)->Tick(WallNow());
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  return Status::OK();
+}
+
+}  // namespace bulwark::controller

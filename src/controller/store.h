@@ -1,0 +1,84 @@
+// Store: the controller's durable state in one SQLite file.
+//
+// The source of truth is the journal: the job's creation and every event the
+// policy accepted, each with the `now` it was handled at. The policy is pure
+// and deterministic, so replaying the journal through a fresh Controller
+// rebuilds exactly the state, incidents and ledger the killed controller had
+// (see plane.cc). Beside it the store keeps what operators and agents need
+// without a replay: registered machines, the submitted job, and snapshots of
+// the placement, incidents and ledger written after every change.
+//
+// Every write is one transaction in WAL mode with synchronous=FULL, so a
+// SIGKILL at any point leaves the last committed change and nothing torn.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+struct sqlite3;
+
+namespace bulwark::controller {
+
+struct MachineRow {
+  std::string id;
+  std::string dir;
+  int64_t registered_ms = 0;
+};
+
+// The job as submitted: the policy's JobSpec plus how to launch a rank.
+struct JobRow {
+  std::string id;
+  std::string spec_json;  // codec.h: JobLaunch
+  int64_t created_ms = 0;
+};
+
+struct JournalEntry {
+  int64_t seq = 0;
+  int64_t now_ms = 0;
+  std::string json;  // codec.h: a create, event or reconcile record
+};
+
+class Store {
+ public:
+  // Opens the database at `path`. With `create` a missing file is made and
+  // the schema installed; without it a missing file is NotFound (a controller
+  // restarted with the wrong --dir must not start from nothing). A file that
+  // is not a bulwark database is Corrupt, naming the path.
+  static Result<std::unique_ptr<Store>> Open(const std::string& path, bool create);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  Status PutMachine(const MachineRow& m);
+  Result<std::vector<MachineRow>> Machines() const;
+
+  // One job per cluster for now: PutJob fails with FailedPrecondition when
+  // one is already there.
+  Status PutJob(const JobRow& job);
+  Result<std::optional<JobRow>> Job() const;
+
+  Status Append(const std::string& job, int64_t now_ms, const std::string& json);
+  Result<std::vector<JournalEntry>> Journal(const std::string& job) const;
+
+  // Named JSON documents (placement, incidents, ledger, completion):
+  // replaced wholesale, read by the CLI and by people with sqlite3.
+  Status PutSnapshot(const std::string& name, const std::string& json);
+  Result<std::optional<std::string>> Snapshot(const std::string& name) const;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  Store(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  Status Exec(const std::string& sql) const;
+  Status Error(const std::string& what) const;
+
+  sqlite3* db_;
+  std::string path_;
+};
+
+}  // namespace bulwark::controller

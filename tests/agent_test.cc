@@ -1,0 +1,201 @@
+// The agent's pure parts: signature table, log follower, torchrun env,
+// job files, inspector.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "agent/inspector.h"
+#include "agent/monitor.h"
+#include "agent/signatures.h"
+#include "agent/supervisor.h"
+#include "cli/job_file.h"
+#include "common/token.h"
+#include "support/process.h"
+
+namespace bulwark {
+namespace {
+
+agent::SignatureTable Shipped() {
+  auto t = agent::SignatureTable::Load(BULWARK_SIGNATURES_FILE);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return *t;
+}
+
+TEST(Signatures, ShippedTableClassifiesCommonDeaths) {
+  const agent::SignatureTable t = Shipped();
+  EXPECT_EQ(t.Match({"RuntimeError: CUDA error: an illegal memory access was encountered"}), "cuda_error");
+  EXPECT_EQ(t.Match({"NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."}), "xid");
+  EXPECT_EQ(t.Match({"kernel: uncorrectable ECC error detected"}), "ecc");
+  EXPECT_EQ(t.Match({"torch.OutOfMemoryError: CUDA out of memory."}), "oom");
+  EXPECT_EQ(t.Match({"terminate called after throwing an instance of 'std::bad_alloc'"}), "oom");
+  EXPECT_EQ(t.Match({"[pair.cc:589] Read error: Connection reset by peer"}), "connection_reset");
+  EXPECT_EQ(t.Match({"Segmentation fault (core dumped)"}), "segfault");
+  EXPECT_EQ(t.Match({"Traceback (most recent call last):", "ValueError: bad"}), "exception");
+  EXPECT_EQ(t.Match({"{\"event\":\"step\",\"step\":3}", "all good"}), "");
+}
+
+TEST(Signatures, UserLinesComeBeforeShippedOnes) {
+  agent::SignatureTable t = Shipped();
+  auto user = agent::SignatureTable::Parse("# mine\nmy_flaky_fs\tStale file handle\nnccl_hardware\tConnection reset\n", "u.tsv");
+  ASSERT_TRUE(user.ok()) << user.status().ToString();
+  t.Prepend(*user);
+  EXPECT_EQ(t.Match({"open: Stale file handle"}), "my_flaky_fs");
+  EXPECT_EQ(t.Match({"Connection reset by peer"}), "nccl_hardware");
+}
+
+TEST(Signatures, MalformedLineNamesFileAndLine) {
+  auto t = agent::SignatureTable::Parse("ok\tfine\nno tab here\n", "sigs.tsv");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("sigs.tsv:2"), std::string::npos) << t.status().message();
+  auto bad = agent::SignatureTable::Parse("x\t(unclosed\n", "sigs.tsv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad regex"), std::string::npos) << bad.status().message();
+}
+
+TEST(LogFollower, PicksStepsAndDoneAndKeepsTheTail) {
+  const std::string path = testing::MakeTempDir() + "/rank-0.log";
+  std::ofstream(path) << "{\"event\":\"step\",\"step\":99}\n";  // an earlier generation's
+  agent::LogFollower f(path);
+  {
+    std::ofstream out(path, std::ios::app);
+    out << "{\"event\":\"note\",\"message\":\"resumed\"}\n{\"event\":\"step\",\"step\":4,\"loss\":3.2}\n";
+    out << "{\"event\":\"done\",\"step\":5,\"loss\":3.1}\npartial";
+  }
+  f.Poll();
+  ASSERT_TRUE(f.last_step().has_value());
+  EXPECT_EQ(*f.last_step(), 4);
+  ASSERT_TRUE(f.done_step().has_value());
+  EXPECT_EQ(*f.done_step(), 5);
+  EXPECT_EQ(f.tail().size(), 3u);  // "partial" waits for its newline
+}
+
+TEST(Supervisor, TorchrunEnvIsComplete) {
+  agent::RankGroupSpec s;
+  s.generation = 3;
+  s.world_size = 4;
+  s.local_world_size = 2;
+  s.master_addr = "127.0.0.1";
+  s.master_port = 29503;
+  s.env = {{"OMP_NUM_THREADS", "1"}};
+  auto env = agent::TorchrunEnv(s, 3, 1);
+  EXPECT_EQ(env["RANK"], "3");
+  EXPECT_EQ(env["LOCAL_RANK"], "1");
+  EXPECT_EQ(env["WORLD_SIZE"], "4");
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+  EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
+  EXPECT_EQ(env["MASTER_PORT"], "29503");
+  EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "2");
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+}
+
+TEST(Supervisor, ReportsExitCodeAndSignalOfRealProcesses) {
+  const std::string dir = testing::MakeTempDir();
+  agent::Supervisor sup(dir);
+  agent::RankGroupSpec s;
+  s.generation = 1;
+  s.ranks = {{0, 0}, {1, 1}};
+  s.world_size = 2;
+  s.argv = {"/bin/sh", "-c", "echo rank $RANK; if [ $RANK = 0 ]; then exit 7; else kill -SEGV $$; fi"};
+  ASSERT_TRUE(sup.Start(s).ok());
+  std::vector<agent::RankExit> exits;
+  for (int i = 0; i < 200 && exits.size() < 2; ++i) {
+    for (auto& e : sup.Reap()) exits.push_back(e);
+    usleep(10000);
+  }
+  ASSERT_EQ(exits.size(), 2u);
+  for (const auto& e : exits) {
+    if (e.rank == 0) {
+      EXPECT_EQ(e.exit_code, 7);
+    } else {
+      EXPECT_EQ(e.signal, SIGSEGV);
+    }
+  }
+  std::ifstream log(sup.LogPath(1));
+  std::string all((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(all.find("rank 1"), std::string::npos);
+}
+
+TEST(Inspector, EmulatedDeviceAndNicAreRead) {
+  const std::string dir = testing::MakeTempDir();
+  agent::InspectorPaths p{dir + "/device", dir + "/nic", dir};
+  EXPECT_TRUE(agent::Inspect(p).device_ok);  // no file: nothing reported an error
+  std::ofstream(p.device) << "Xid 48: uncorrectable ECC error\n";
+  std::ofstream(p.nic) << "down\n";
+  auto h = agent::Inspect(p);
+  EXPECT_FALSE(h.device_ok);
+  EXPECT_EQ(h.device_detail, "Xid 48: uncorrectable ECC error");
+  EXPECT_FALSE(h.nic_up);
+  agent::ResetEmulatedHealth(p);
+  EXPECT_TRUE(agent::Inspect(p).device_ok);
+  EXPECT_TRUE(agent::Inspect(p).nic_up);
+}
+
+// --- the cluster token ------------------------------------------------------
+
+TEST(Token, IsPrivateAndRefusedWhenOthersCanReadIt) {
+  const std::string path = testing::MakeTempDir() + "/token";
+  auto t = CreateToken(path);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->size(), 48u);
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto back = ReadToken(path);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, *t);
+  ::chmod(path.c_str(), 0644);
+  auto open = ReadToken(path);
+  ASSERT_FALSE(open.ok());
+  EXPECT_NE(open.status().message().find("chmod 600"), std::string::npos) << open.status().message();
+  auto missing = ReadToken(path + ".none");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("bulwark up"), std::string::npos);
+}
+
+// --- job files ------------------------------------------------------------
+
+TEST(JobFile, ParsesFieldsAndDefaultsTheCommand) {
+  auto j = cli::ParseJobFile("name: demo\nworld_size: 4\nranks_per_machine: 2\nargs: [--config, tiny]\n"
+                             "env: {OMP_NUM_THREADS: 1}\n", "job.yaml", "/bin/bulwark-train");
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(j->name, "demo");
+  EXPECT_EQ(j->world_size, 4);
+  EXPECT_EQ(j->ranks_per_machine, 2);
+  EXPECT_EQ(j->argv, (std::vector<std::string>{"/bin/bulwark-train", "--config", "tiny"}));
+  EXPECT_EQ(j->env.at("OMP_NUM_THREADS"), "1");
+}
+
+TEST(JobFile, AnyCommandWorks) {
+  auto j = cli::ParseJobFile("name: x\nworld_size: 1\ncommand: python3 train.py\n", "job.yaml", "unused");
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(j->argv, (std::vector<std::string>{"python3", "train.py"}));
+}
+
+void ExpectFieldError(const std::string& yaml, const std::string& field) {
+  auto j = cli::ParseJobFile(yaml, "job.yaml", "t");
+  ASSERT_FALSE(j.ok()) << yaml;
+  EXPECT_EQ(j.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(j.status().message().find("job.yaml: field '" + field + "'"), std::string::npos) << j.status().message();
+}
+
+TEST(JobFile, MalformedSpecNamesTheField) {
+  ExpectFieldError("world_size: 2\n", "name");
+  ExpectFieldError("name: a\n", "world_size");
+  ExpectFieldError("name: a\nworld_size: two\n", "world_size");
+  ExpectFieldError("name: a\nworld_size: -1\n", "world_size");
+  ExpectFieldError("name: a\nworld_size: 3\nranks_per_machine: 2\n", "ranks_per_machine");
+  ExpectFieldError("name: a\nworld_size: 1\nargs: {a: b}\n", "args");
+  ExpectFieldError("name: a\nworld_size: 1\nenv: [x]\n", "env");
+  ExpectFieldError("name: a\nworld_size: 1\nwrold_size: 2\n", "wrold_size");
+}
+
+TEST(JobFile, BrokenYamlSaysWhere) {
+  auto j = cli::ParseJobFile("name: [unclosed\n", "job.yaml", "t");
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(j.status().message().find("job.yaml: not valid YAML at line"), std::string::npos) << j.status().message();
+}
+
+}  // namespace
+}  // namespace bulwark

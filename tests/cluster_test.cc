@@ -1,0 +1,283 @@
+// End to end: a real local cluster (controller + agents as processes) runs
+// the tiny trainer while faults are injected. Every wait polls `bulwark
+// status --json` against a deadline; nothing relies on a fixed sleep.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "bulwark.grpc.pb.h"
+#include "support/process.h"
+
+namespace bulwark {
+namespace {
+
+using nlohmann::json;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+class Cluster : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new std::string(testing::MakeTempDir() + "/data");
+    auto r = testing::Run({testing::BinDir() + "/bulwark-train", "prepare", "--corpus", "kjv", "--out", *data_}, {}, 120);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+
+  void SetUp() override { root_ = testing::MakeTempDir(); dir_ = root_ + "/cluster"; }
+  void TearDown() override {
+    Bulwark({"down"});
+    controller_.reset();
+  }
+
+  testing::ProcessResult Bulwark(std::vector<std::string> args, double timeout_s = 60) {
+    args.insert(args.begin(), testing::BinDir() + "/bulwark");
+    args.insert(args.end(), {"--dir", dir_});
+    return testing::Run(args, {}, timeout_s);
+  }
+
+  json Query(const std::string& what) {
+    auto r = Bulwark({what, "--json"}, 10);
+    if (r.exit_code != 0) return json();
+    json j = json::parse(r.out, nullptr, false);
+    return j.is_discarded() ? json() : j;
+  }
+
+  // Polls status until `pred` holds; fails the test with the last status
+  // and the controller log when `seconds` pass.
+  json WaitFor(const std::string& what, double seconds, const std::function<bool(const json&)>& pred) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+    json s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      s = Query("status");
+      if (!s.is_null() && !s["job"].is_null() && pred(s)) return s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    std::ifstream log(dir_ + "/controller.log");
+    std::string text((std::istreambuf_iterator<char>(log)), {});
+    ADD_FAILURE() << "timed out waiting for " << what << "; last status: " << s.dump()
+                  << "\nincidents: " << Query("incidents").dump() << "\ncontroller log:\n" << text;
+    return s;
+  }
+
+  static std::string MachineState(const json& s, const std::string& id) {
+    for (const json& m : s["machines"]) if (m["id"] == id) return m["state"];
+    return "";
+  }
+
+  void WriteJob() {
+    std::ofstream(root_ + "/job.yaml")
+        << "name: tiny\nworld_size: 2\n"
+        << "args: [--config, tiny, --data, " << *data_ << ", --steps, '1000000', --log-format, json, "
+        << "--ckpt-dir, " << root_ << "/ckpt, --ckpt-every, '20', --resume, --threads, '1', --dist-timeout, '10']\n"
+        << "env: {OMP_NUM_THREADS: '1'}\n";
+  }
+
+  void Inject(const std::string& fault, const std::string& machine) {
+    inject_ms_ = NowMs();
+    auto r = Bulwark({"inject", fault, "--machine", machine});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+
+  // The newest incident's timings as seen from the injection.
+  void Report(const std::string& fault) {
+    json inc = Query("incidents");
+    ASSERT_TRUE(inc.is_array() && !inc.empty());
+    const json& i = inc.back();
+    std::printf("[ timing ] %-12s detect %.3f s (inject->controller), recover %.3f s (decision->first step), lost steps %s: %s\n",
+                fault.c_str(), (i["detected_ms"].get<int64_t>() - inject_ms_) / 1000.0,
+                i.value("recover_s", -1.0), i.contains("lost_steps") ? i["lost_steps"].dump().c_str() : "?",
+                i["summary"].get<std::string>().c_str());
+  }
+
+  static std::string* data_;
+  std::string root_, dir_;
+  int64_t inject_ms_ = 0;
+  std::unique_ptr<testing::Process> controller_;
+};
+std::string* Cluster::data_ = nullptr;
+
+TEST_F(Cluster, SurvivesCrashDeviceFailureControllerRestartAndMachineDown) {
+  auto up = Bulwark({"up", "--machines", "2", "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  WriteJob();
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("first steps", 45, [](const json& s) { return s["job"]["last_step"] >= 30; });
+  ASSERT_EQ(s["job"]["placement"], json({"m01", "m02"}));
+
+  // 1. A plain crash: reattempt in place, resume from the checkpoint.
+  int64_t gen = s["job"]["generation"];
+  int64_t before = s["job"]["last_step"];
+  Inject("crash", "m01");
+  s = WaitFor("restart after crash", 45, [&](const json& s) {
+    return s["job"]["generation"] > gen && s["job"]["state"] == "running" && s["job"]["last_step"] > before + 20;
+  });
+  EXPECT_EQ(s["job"]["placement"], json({"m01", "m02"}));
+  Report("crash");
+  json inc = Query("incidents");
+  ASSERT_EQ(inc.size(), 1u);
+  EXPECT_EQ(inc[0]["resolution"], "reattempt");
+  EXPECT_NE(inc[0]["cause"].get<std::string>().find("rank 0 on m01"), std::string::npos) << inc.dump();
+  EXPECT_NE(inc[0]["cause"].get<std::string>().find("exception"), std::string::npos) << inc.dump();
+  EXPECT_GT(inc[0]["restored_step"].get<int64_t>(), 0);  // resumed from a checkpoint, not from scratch
+
+  // 2. An uncorrectable device error: evict, swap in the standby.
+  gen = s["job"]["generation"];
+  before = s["job"]["last_step"];
+  Inject("device-fail", "m02");
+  s = WaitFor("standby swapped in", 45, [&](const json& s) {
+    return s["job"]["generation"] > gen && s["job"]["placement"] == json({"m01", "m03"}) &&
+           s["job"]["last_step"] > before + 20 && s["job"]["state"] == "running";
+  });
+  EXPECT_EQ(MachineState(s, "m02"), "evicted");
+  Report("device-fail");
+
+  // 3. The controller dies by SIGKILL and comes back: the job trains on
+  // meanwhile and nothing is lost.
+  gen = s["job"]["generation"];
+  std::ifstream pidf(dir_ + "/controller.pid");
+  pid_t pid = 0;
+  pidf >> pid;
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  const int64_t rank_log_size_at_kill = [&] {
+    struct stat st;
+    return ::stat((dir_ + "/machines/m01/ranks/rank-0.log").c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
+  }();
+  controller_ = std::make_unique<testing::Process>(
+      std::vector<std::string>{testing::BinDir() + "/bulwark", "controller", "--dir", dir_});
+  s = WaitFor("controller back with agents", 45, [&](const json& s) {
+    return s["job"]["last_step"] > before + 60 && s["job"]["state"] == "running";
+  });
+  EXPECT_EQ(s["job"]["generation"], gen) << "a controller restart must not restart the job";
+  EXPECT_EQ(Query("incidents").size(), 2u);
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ + "/machines/m01/ranks/rank-0.log").c_str(), &st), 0);
+  EXPECT_GT(static_cast<int64_t>(st.st_size), rank_log_size_at_kill);
+
+  // 4. The operator returns m02; then m03 dies outright: m02 takes over.
+  auto ret = Bulwark({"machine", "return", "--machine", "m02"});
+  ASSERT_EQ(ret.exit_code, 0) << ret.err;
+  WaitFor("m02 back on standby", 20, [&](const json& s) { return MachineState(s, "m02") == "standby"; });
+  s = Query("status");
+  before = s["job"]["last_step"];
+  Inject("machine-down", "m03");
+  s = WaitFor("m02 replaces m03", 45, [&](const json& s) {
+    return s["job"]["placement"] == json({"m01", "m02"}) && s["job"]["last_step"] > before + 20 &&
+           s["job"]["state"] == "running";
+  });
+  EXPECT_EQ(MachineState(s, "m03"), "evicted");
+  Report("machine-down");
+
+  // 5. A single NIC flap is tolerated: no new incident.
+  const size_t incidents = Query("incidents").size();
+  gen = s["job"]["generation"];
+  Inject("nic-flap", "m01");
+  before = s["job"]["last_step"];
+  s = WaitFor("training past the flap", 20, [&](const json& s) { return s["job"]["last_step"] > before + 100; });
+  EXPECT_EQ(s["job"]["generation"], gen);
+  EXPECT_EQ(Query("incidents").size(), incidents);
+
+  // 6. A second flap within the window condemns m01. No standby is left
+  // (m03 is dead), so the job waits; the operator returns m01 after repair
+  // and the job resumes on it.
+  const std::string nic = dir_ + "/machines/m01/health/nic";
+  WaitFor("m01's link back up", 10, [&](const json&) {
+    std::ifstream in(nic);
+    std::string state;
+    in >> state;
+    return state == "up";
+  });
+  Inject("nic-flap", "m01");
+  s = WaitFor("job waiting for a machine", 30, [&](const json& s) {
+    return MachineState(s, "m01") == "evicted" && s["job"]["state"] == "waiting for machines";
+  });
+  Report("nic-flap x2");
+  before = s["job"]["last_step"];
+  ret = Bulwark({"machine", "return", "--machine", "m01"});
+  ASSERT_EQ(ret.exit_code, 0) << ret.err;
+  s = WaitFor("job resumed on the returned m01", 45, [&](const json& s) {
+    return s["job"]["state"] == "running" && s["job"]["last_step"] > before + 20;
+  });
+  EXPECT_EQ(MachineState(s, "m01"), "active");
+
+  json ledger = Query("ledger");
+  EXPECT_GT(ledger["cumulative"]["ettr"].get<double>(), 0.0);
+  std::printf("[ ledger ] %s\n", ledger["cumulative"].dump().c_str());
+}
+
+TEST_F(Cluster, FinishedJobIsReportedCompleted) {
+  auto up = Bulwark({"up", "--machines", "2"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  std::ofstream(root_ + "/job.yaml") << "name: short\nworld_size: 2\nargs: [--config, tiny, --data, " << *data_
+                                     << ", --steps, '40', --log-format, json, --threads, '1']\n";
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("completion", 60, [](const json& s) { return s["job"]["state"] == "completed"; });
+  EXPECT_EQ(s["job"]["done_step"], 40);
+  EXPECT_EQ(Query("incidents").size(), 0u);
+}
+
+TEST_F(Cluster, CallsWithoutTheTokenAreRefusedAndLogged) {
+  auto up = Bulwark({"up", "--machines", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ + "/token").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  std::ifstream addr_file(dir_ + "/controller.addr");
+  std::string addr;
+  addr_file >> addr;
+  auto stub = wire::AgentService::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  for (const char* token : {"", "not-the-token"}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (*token) ctx.AddMetadata("x-bulwark-token", token);
+    wire::RegisterRequest req;
+    req.set_machine("intruder");
+    wire::RegisterReply reply;
+    grpc::Status g = stub->Register(&ctx, req, &reply);
+    EXPECT_EQ(g.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token;
+  }
+  // A CLI without the token (another directory with only the address) may
+  // read but not act.
+  const std::string other = root_ + "/other";
+  ASSERT_EQ(::mkdir(other.c_str(), 0700), 0);
+  std::ofstream(other + "/controller.addr") << addr << "\n";
+  auto read = testing::Run({testing::BinDir() + "/bulwark", "status", "--dir", other});
+  EXPECT_EQ(read.exit_code, 0) << read.err;
+  auto act = testing::Run({testing::BinDir() + "/bulwark", "inject", "kill", "--machine", "m01", "--dir", other});
+  EXPECT_NE(act.exit_code, 0);
+  EXPECT_NE(act.err.find("cluster token"), std::string::npos) << act.err;
+
+  std::ifstream log(dir_ + "/controller.log");
+  std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("refused Register"), std::string::npos) << text;
+  EXPECT_NE(text.find("refused Inject"), std::string::npos) << text;
+  EXPECT_EQ(Query("status")["machines"].size(), 1u) << "the intruder must not be registered";
+}
+
+TEST_F(Cluster, RestartWithoutDatabaseIsAClearError) {
+  // A controller pointed at a directory with no database must not start
+  // from nothing (it would forget the job).
+  ASSERT_EQ(::mkdir(dir_.c_str(), 0700), 0);
+  std::ofstream(dir_ + "/controller.addr") << "127.0.0.1:1\n";
+  { std::ofstream t(dir_ + "/token"); t << "x\n"; }
+  ::chmod((dir_ + "/token").c_str(), 0600);
+  auto r = testing::Run({testing::BinDir() + "/bulwark", "controller", "--dir", dir_}, {}, 20);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("controller.db does not exist"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace bulwark
