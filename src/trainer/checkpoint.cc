@@ -5,6 +5,7 @@
 
 #include "common/files.h"
 #include "trainer/checkpoint_dir.h"
+#include "trainer/progress.h"
 
 namespace bulwark::trainer {
 namespace {
@@ -74,7 +75,11 @@ Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& mod
   for (int r = 0; r < comm.world_size(); ++r)
     if (WritesShard(cfg, r)) files.push_back(ShardFileName(r));
   BULWARK_RETURN_IF_ERROR(WriteCompleteMarker(step_dir, st.step, comm.world_size(), files));
-  return PruneCheckpoints(cfg.ckpt_dir, cfg.ckpt_keep);
+  BULWARK_RETURN_IF_ERROR(PruneCheckpoints(cfg.ckpt_dir, cfg.ckpt_keep));
+  // Rank 0 announces every complete checkpoint on stdout (even in human
+  // mode): supervisors learn the newest restorable step from it.
+  Progress::Emit({{"event", "checkpoint"}, {"step", st.step}, {"dir", step_dir}});
+  return Status::OK();
 }
 
 Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& model,

@@ -129,12 +129,14 @@ Status Train(const TrainConfig& cfg_in) {
 
   auto env = ReadDistEnv();
   if (!env.ok()) return env.status();
+  const auto t_data = Clock::now();
   auto comm_or = Comm::Connect(*env, cfg.dist_timeout_s);
   if (!comm_or.ok()) return comm_or.status();
   Comm& comm = **comm_or;
   const int W = comm.world_size(), rank = comm.rank();
   Progress progress(cfg.log_format == "json", rank == 0, cfg.log_every);
 
+  const auto t_rendezvous = Clock::now();
   Transformer model(cfg.model);
   model->Initialize(cfg.seed);
   ParamStore store(*model, cfg.shard_optimizer ? W : 1);
@@ -146,6 +148,7 @@ Status Train(const TrainConfig& cfg_in) {
   }
   AdamW opt(store, opt_begin, opt_end, {cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
 
+  const auto t_init = Clock::now();
   TrainState st;
   if (cfg.resume) {
     auto loaded = LoadCheckpoint(cfg, comm, *model, store, opt, [&](const std::string& s) { progress.Note(s); });
@@ -157,7 +160,15 @@ Status Train(const TrainConfig& cfg_in) {
       progress.Note("no valid checkpoint in " + cfg.ckpt_dir + "; starting from step 0");
     }
   }
-  progress.Start({{"params", store.num_params()}, {"world_size", W}, {"optimizer", cfg.optimizer},
+  const auto t_ready = Clock::now();
+  auto ms = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  // Where a (re)start's seconds go, for the supervisor's recovery breakdown;
+  // the time from spawn to main() is the supervisor's to measure.
+  progress.Start({{"data_ms", ms(t_start, t_data)}, {"rendezvous_ms", ms(t_data, t_rendezvous)},
+                  {"init_ms", ms(t_rendezvous, t_init)}, {"checkpoint_load_ms", ms(t_init, t_ready)},
+                  {"params", store.num_params()}, {"world_size", W}, {"optimizer", cfg.optimizer},
                   {"poet_params", store.poet_group().end - store.poet_group().begin}, {"steps", cfg.steps},
                   {"start_step", st.step}, {"threads", threads}, {"shape", cfg.model.ShapeString()},
                   {"shard_optimizer", cfg.shard_optimizer}});
@@ -224,9 +235,7 @@ Status Train(const TrainConfig& cfg_in) {
 
     // ---- report
     const auto t_end = Clock::now();
-    auto ms_between = [](Clock::time_point a, Clock::time_point b) {
-      return std::chrono::duration<double, std::milli>(b - a).count();
-    };
+    const auto& ms_between = ms;
     double ms = ms_between(t0, t_end);
     progress.Step({st.step, cfg.steps, st.loss, lr, grad_norm, ms, tokens_per_step * 1000.0 / ms,
                    ms_between(t0, t_fwd), ms_between(t_fwd, t_bwd), ms_between(t_bwd, t_comm),
