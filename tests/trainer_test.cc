@@ -113,7 +113,8 @@ TEST_F(Trainer, DeadPeerEndsSurvivorWithPeerLostExitCode) {
   };
   testing::Process r0(Args({"--steps", "100000", "--dist-timeout", "20"}), env(0));
   testing::Process r1(Args({"--steps", "100000", "--dist-timeout", "20"}), env(1));
-  std::this_thread::sleep_for(std::chrono::seconds(3));  // let them rendezvous and train
+  // Kill rank 1 once the pair is training (rank 0 has logged a step).
+  ASSERT_TRUE(r0.WaitForOutput("\"event\":\"step\"", 120)) << r0.OutputSoFar();
   ::kill(r1.pid(), SIGKILL);
   auto t0 = std::chrono::steady_clock::now();
   auto res = r0.Wait(30);

@@ -35,6 +35,13 @@ void PreferPassiveOpenMPWaits(char** argv) {
 int Fail(const Status& s) {
   std::fflush(stdout);
   std::fprintf(stderr, "\nbulwark-train: error: %s\n", s.message().c_str());
+  if (s.code() == Status::Code::kUnavailable) {
+    // A peer is gone: other collectives may still be queued in Gloo's worker
+    // threads, and the process group's destructor would wait on them. Leave
+    // now, so the exit comes within --dist-timeout as promised.
+    std::fflush(stderr);
+    std::_Exit(ExitCodeFor(s));
+  }
   return ExitCodeFor(s);
 }
 

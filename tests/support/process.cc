@@ -97,6 +97,22 @@ ProcessResult Process::Wait(double timeout_s) {
   return r;
 }
 
+std::string Process::OutputSoFar() const { return Slurp(out_path_); }
+
+bool Process::WaitForOutput(const std::string& needle, double timeout_s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (OutputSoFar().find(needle) != std::string::npos) return true;
+    siginfo_t info{};
+    // Peek without reaping, so Wait() still collects the exit status.
+    if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 std::string BinDir() { return BULWARK_BIN_DIR; }
 
 std::string MakeTempDir() {

@@ -26,6 +26,11 @@ class Process {
   Process& operator=(const Process&) = delete;
   pid_t pid() const { return pid_; }
   ProcessResult Wait(double timeout_s = 120);
+  // What the child has written to stdout so far.
+  std::string OutputSoFar() const;
+  // Polls stdout until it contains `needle`; false after `timeout_s` or if
+  // the child exits first.
+  bool WaitForOutput(const std::string& needle, double timeout_s);
 
  private:
   pid_t pid_ = -1;
