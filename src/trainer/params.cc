@@ -45,9 +45,15 @@ ParamStore::ParamStore(torch::nn::Module& module, int64_t padded_to) {
   }
 }
 
-std::string ParamStore::Checksum() {
+std::string ParamStore::Checksum(const std::vector<torch::Tensor>& state) {
+  bulwark::Checksum sum;
   auto p = ParamsView().contiguous();
-  return Hex64(Checksum64(p.data_ptr<float>(), static_cast<size_t>(p.numel()) * sizeof(float)));
+  sum.Update(p.data_ptr<float>(), static_cast<size_t>(p.numel()) * sizeof(float));
+  for (const auto& t : state) {
+    auto c = t.contiguous();
+    sum.Update(c.data_ptr(), static_cast<size_t>(c.numel() * c.element_size()));
+  }
+  return sum.HexDigest();
 }
 
 }  // namespace bulwark::trainer

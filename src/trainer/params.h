@@ -50,8 +50,9 @@ class ParamStore {
   const ParamGroup& poet_group() const { return groups_.back(); }
   const std::vector<ParamEntry>& entries() const { return entries_; }
   void ZeroGrad() { grads_.zero_(); }
-  // Hex checksum of the parameters' bytes: equal iff bitwise equal.
-  std::string Checksum();
+  // Hex checksum of the parameters' bytes, then of `state` (tensors that are
+  // not trained but change, like POET's W0): equal iff bitwise equal.
+  std::string Checksum(const std::vector<torch::Tensor>& state = {});
 
  private:
   int64_t num_params_ = 0;

@@ -259,7 +259,11 @@ Status Train(const TrainConfig& cfg_in) {
     progress.Eval(st.step, *val);
   }
   double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
-  progress.Done(st.step, st.loss, store.Checksum(), seconds);
+  // The checksum covers POET's W0 too: with Q reset at a merge, the
+  // parameters alone would not show a difference in the merged weights.
+  std::vector<torch::Tensor> state;
+  for (auto& [name, layer] : model->PoetLayers()) state.push_back(layer->w0);
+  progress.Done(st.step, st.loss, store.Checksum(state), seconds);
   return Status::OK();
 }
 
