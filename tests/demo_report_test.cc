@@ -59,7 +59,7 @@ TEST(DemoReport, HeadlineLedgerAndEveryInjectionAreShown) {
   EXPECT_NE(r->markdown.find("tolerated: no incident"), std::string::npos);
   EXPECT_NE(r->svg.find("1. crash m01"), std::string::npos);
   EXPECT_NE(r->svg.find("2. nic-flap m02"), std::string::npos);
-  EXPECT_NE(r->svg.find("#1 reattempt: detect 1.0 s, recover 4.0 s, lost 7 steps"), std::string::npos);
+  EXPECT_NE(r->svg.find("#1 reattempt: detect 1.00 s, recover 4.0 s, lost 7 steps"), std::string::npos);
 }
 
 TEST(DemoReport, TextFromTheClusterIsEscaped) {

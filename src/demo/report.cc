@@ -76,6 +76,14 @@ std::string Opt(const json& j, const char* key, const char* fmt) {
   return j.contains(key) && j[key].is_number() ? Fmt(fmt, j[key].get<double>()) : "–";
 }
 
+// Detection as the demo measures it: from the injection to the controller's
+// incident. The incident's own detect_s starts at the fault time the agent
+// reported, which for a repeated NIC flap is the first flap.
+std::string DetectS(const json& entry, const json& inc, const char* fmt) {
+  if (!entry.contains("at_ms") || !inc.contains("detected_ms")) return "–";
+  return Fmt(fmt, std::max(0.0, (inc["detected_ms"].get<double>() - entry["at_ms"].get<double>()) / 1000));
+}
+
 // ---------------------------------------------------------------------------
 // SVG timeline
 // ---------------------------------------------------------------------------
@@ -101,7 +109,7 @@ std::string Svg(const json& run, const json& tl, double t0, double t1) {
   const json& incidents = run["incidents"];
   const json& cum = run["ledger"]["cumulative"];
   const double row_h = 24, ledger_y = 56, rows_y = 112;
-  const double ettr_y = rows_y + row_h * schedule.size() + 24, ettr_h = 90;
+  const double ettr_y = rows_y + row_h * schedule.size() + 24, ettr_h = 90;  // labels sit left of the plot
   const double axis_y = ettr_y + ettr_h + 6, legend_y = axis_y + 34;
   const double height = legend_y + 22 * 4 + 10;
   std::ostringstream o;
@@ -123,13 +131,17 @@ std::string Svg(const json& run, const json& tl, double t0, double t1) {
   }
 
   // One row per injected fault: its marker, the incident's phases, figures.
+  // Backgrounds and marker lines first, so no line crosses a label.
   Text(o, 10, rows_y - 10, "faults injected", "font-weight='bold'");
+  for (size_t r = 0; r < schedule.size(); ++r) {
+    const double y = rows_y + r * row_h, x = f.X(schedule[r]["at_ms"].get<double>());
+    if (r % 2 == 0) Rect(o, 0, y - 2, 1080, row_h, "#f4f6f8", "");
+    o << "<line x1='" << Fmt("%.1f", x) << "' y1='" << ledger_y + 32 << "' x2='" << Fmt("%.1f", x) << "' y2='" << y + 4
+      << "' stroke='#bbb' stroke-width='1' stroke-dasharray='2,3'/>\n";
+  }
   for (size_t r = 0; r < schedule.size(); ++r) {
     const json& e = schedule[r];
     const double y = rows_y + r * row_h, at = e["at_ms"].get<double>();
-    if (r % 2 == 0) Rect(o, 0, y - 2, 1080, row_h, "#f4f6f8", "");
-    o << "<line x1='" << Fmt("%.1f", f.X(at)) << "' y1='" << ledger_y << "' x2='" << Fmt("%.1f", f.X(at)) << "' y2='"
-      << y + row_h - 4 << "' stroke='#333' stroke-width='1' stroke-dasharray='2,3'/>\n";
     Text(o, 10, y + 15, std::to_string(r + 1) + ". " + e["fault"].get<std::string>() + " " + e["machine"].get<std::string>());
     const json* inc = FindIncident(incidents, e.value("incident", json()));
     std::string note;
@@ -138,23 +150,28 @@ std::string Svg(const json& run, const json& tl, double t0, double t1) {
       note = e.value("note", std::string("no incident: tolerated, training went on"));
       o << "<circle cx='" << Fmt("%.1f", f.X(at)) << "' cy='" << y + 10 << "' r='4' fill='#333'/>\n";
     } else {
-      const double det = (*inc)["detected_ms"].get<double>();
-      const double fault = inc->contains("fault_ms") ? (*inc)["fault_ms"].get<double>() : at;
-      const double dec = inc->value("decision_ms", det);
-      const double rec = inc->value("recovered_ms", dec);
-      Rect(o, f.X(std::min(at, fault)), y + 2, f.X(det) - f.X(std::min(at, fault)), 16, ColourOf("detection"), "detection");
-      Rect(o, f.X(det), y + 2, f.X(dec) - f.X(det), 16, ColourOf("localization"), "localization");
-      const bool waited = (*inc)["why"].get<std::string>().find("wait") != std::string::npos ||
-                          (*inc)["resolution"] == "waiting";
-      Rect(o, f.X(dec), y + 2, f.X(rec) - f.X(dec), 16, ColourOf(waited ? "waiting" : "recovery"), "recovery");
-      note_x = f.X(rec) + 8;
+      // The ledger's own segments from the injection until the lost steps
+      // are redone: the same colours as the bar above, clipped to this fault.
+      double end = inc->value("recovered_ms", (*inc)["detected_ms"].get<double>());
+      for (const json& s : tl) {
+        if (s["start_ms"].get<double>() <= end + 1 && s["end_ms"].get<double>() > end && s["category"] == "recomputation") {
+          end = s["end_ms"].get<double>();
+        }
+      }
+      for (const json& s : tl) {
+        const double a = std::max(at, s["start_ms"].get<double>()), b = std::min(end, s["end_ms"].get<double>());
+        if (b <= a) continue;
+        const std::string cat = s["category"].get<std::string>();
+        Rect(o, f.X(a), y + 2, f.X(b) - f.X(a), 16, ColourOf(cat), cat + " " + Fmt("%.1f s", (b - a) / 1000));
+      }
+      note_x = f.X(end) + 8;
       note = "#" + std::to_string((*inc)["id"].get<int64_t>()) + " " + (*inc)["resolution"].get<std::string>() +
-             ": detect " + Opt(*inc, "detect_s", "%.1f s") + ", recover " + Opt(*inc, "recover_s", "%.1f s") +
+             ": detect " + DetectS(e, *inc, "%.2f s") + ", recover " + Opt(*inc, "recover_s", "%.1f s") +
              ", lost " + (inc->contains("lost_steps") ? (*inc)["lost_steps"].dump() : "?") + " steps";
       if (!inc->value("evicted", json::array()).empty()) note += ", evicted " + (*inc)["evicted"][0].get<std::string>();
     }
     // Late faults would run their note off the right edge: put it left.
-    if (note_x > f.left + f.width - 330) {
+    if (note_x > f.left + f.width - 360) {
       Text(o, f.X(at) - 8, y + 15, note, "text-anchor='end' fill='#222'");
     } else {
       Text(o, note_x, y + 15, note, "fill='#222'");
@@ -163,7 +180,8 @@ std::string Svg(const json& run, const json& tl, double t0, double t1) {
 
   // Sliding-window ETTR, so the dips read as what each incident cost.
   const double window_s = std::max(10.0, std::round((t1 - t0) / 1000 / 5));
-  Text(o, 10, ettr_y + 14, "ETTR, " + Fmt("%.0f s", window_s) + " window", "font-weight='bold'");
+  Text(o, 10, ettr_y + ettr_h / 2 - 4, "sliding ETTR", "font-weight='bold'");
+  Text(o, 10, ettr_y + ettr_h / 2 + 12, Fmt("%.0f s", window_s) + " window", "fill='#666'");
   for (double v : {0.0, 0.5, 1.0}) {
     const double y = ettr_y + ettr_h * (1 - v);
     o << "<line x1='" << f.left << "' y1='" << y << "' x2='" << f.left + f.width << "' y2='" << y
@@ -252,20 +270,20 @@ json SlidingEttr(const json& timeline, double window_s, int points) {
 std::string IncidentTable(const json& incidents, const json& schedule) {
   std::ostringstream o;
   char line[512];
-  std::snprintf(line, sizeof line, "  %-3s %-13s %-5s %-4s %-21s %8s %9s %5s  %s\n", "#", "injected", "on", "inc", "resolution",
+  std::snprintf(line, sizeof line, "  %-3s %-14s %-5s %-4s %-21s %8s %9s %5s  %s\n", "#", "injected", "on", "inc", "resolution",
                 "detect", "recover", "lost", "cause");
   o << line;
   for (size_t r = 0; r < schedule.size(); ++r) {
     const json& e = schedule[r];
     const json* inc = FindIncident(incidents, e.value("incident", json()));
     if (inc == nullptr) {
-      std::snprintf(line, sizeof line, "  %-3zu %-13s %-5s %-4s %s\n", r + 1, e["fault"].get<std::string>().c_str(),
+      std::snprintf(line, sizeof line, "  %-3zu %-14s %-5s %-4s %s\n", r + 1, e["fault"].get<std::string>().c_str(),
                     e["machine"].get<std::string>().c_str(), "-", e.value("note", std::string("tolerated, no incident")).c_str());
     } else {
-      std::snprintf(line, sizeof line, "  %-3zu %-13s %-5s %-4lld %-21s %8s %9s %5s  %s\n", r + 1,
+      std::snprintf(line, sizeof line, "  %-3zu %-14s %-5s %-4lld %-21s %8s %9s %5s  %s\n", r + 1,
                     e["fault"].get<std::string>().c_str(), e["machine"].get<std::string>().c_str(),
                     static_cast<long long>((*inc)["id"].get<int64_t>()), (*inc)["resolution"].get<std::string>().c_str(),
-                    Opt(*inc, "detect_s", "%.2f s").c_str(), Opt(*inc, "recover_s", "%.1f s").c_str(),
+                    DetectS(e, *inc, "%.2f s").c_str(), Opt(*inc, "recover_s", "%.1f s").c_str(),
                     inc->contains("lost_steps") ? (*inc)["lost_steps"].dump().c_str() : "?",
                     (*inc)["cause"].get<std::string>().substr(0, 90).c_str());
     }
@@ -307,12 +325,12 @@ Result<Report> RenderReport(const json& run) {
     if (inc == nullptr) {
       md << "– | " << Cell(e.value("note", std::string("tolerated, no incident"))) << " | | | | |\n";
     } else {
-      md << "#" << (*inc)["id"] << " | " << (*inc)["resolution"].get<std::string>() << " | " << Opt(*inc, "detect_s", "%.2f s")
+      md << "#" << (*inc)["id"] << " | " << (*inc)["resolution"].get<std::string>() << " | " << DetectS(e, *inc, "%.2f s")
          << " | " << Opt(*inc, "recover_s", "%.1f s") << " | " << (inc->contains("lost_steps") ? (*inc)["lost_steps"].dump() : "?")
          << " | " << Cell((*inc)["cause"].get<std::string>()) << " |\n";
     }
   }
-  md << "\nDetect: fault (or injection) to the controller knowing. Recover: the controller's restart decision to the "
+  md << "\nDetect: injection to the controller's incident. Recover: the controller's restart decision to the "
         "first training step after it, including any wait for a machine. Lost steps: completed steps redone after "
         "resuming from the last checkpoint.\n";
   rep.markdown = md.str();
@@ -338,8 +356,10 @@ Result<Report> RenderReport(const json& run) {
   h << "<h2>Incidents</h2>\n<table><tr><th>id</th><th>class</th><th>resolution</th><th>detect s</th><th>recover s</th>"
        "<th>lost steps</th><th>cause</th><th>why</th></tr>\n";
   for (const json& i : run["incidents"]) {
+    json entry = json::object();  // the injection that opened it, if any
+    for (const json& e : run["schedule"]) if (e.value("incident", json()) == i["id"]) entry = e;
     h << "<tr><td>" << i["id"] << "</td><td>" << Escape(i.value("class", "")) << "</td><td>" << Escape(i.value("resolution", ""))
-      << "</td><td>" << Opt(i, "detect_s", "%.2f") << "</td><td>" << Opt(i, "recover_s", "%.1f") << "</td><td>"
+      << "</td><td>" << DetectS(entry, i, "%.2f") << "</td><td>" << Opt(i, "recover_s", "%.1f") << "</td><td>"
       << (i.contains("lost_steps") ? i["lost_steps"].dump() : "?") << "</td><td>" << Escape(i.value("cause", ""))
       << "</td><td>" << Escape(i.value("why", "")) << "</td></tr>\n";
   }
