@@ -1,5 +1,5 @@
 // bulwark bench-recovery: every explicit fault class `repeat` times on a
-// 2-machine cluster with 4 standbys, one fault at a time. Per class: median
+// 2-machine cluster with `repeat`+1 standbys, one fault at a time. Per class: median
 // detect (injection → controller) and recover (decision → first step), and
 // where the recovery seconds go:
 //   localize      detected → restart decided (controller)
@@ -44,9 +44,9 @@ Status RunRecoveryBench(const BenchOptions& o) {
   const std::string dir = o.out + "/cluster", ckpt = o.out + "/ckpt";
   RunChild({"/bin/rm", "-rf", dir, ckpt}, 30);
   BULWARK_RETURN_IF_ERROR(MakeDirs(o.out));
-  // 3 machine-downs use up 3 standbys for good (their agents are dead); the
-  // machines evicted by device-fail and NIC flaps are returned after each.
-  Result<std::unique_ptr<Session>> sp = Session::Up(o.exe_dir, dir, 2, 4);
+  // Each machine-down uses up a standby for good (its agent is dead); every
+  // other evicted machine is returned after its incident.
+  Result<std::unique_ptr<Session>> sp = Session::Up(o.exe_dir, dir, 2, o.repeat + 1);
   if (!sp.ok()) return sp.status();
   Session& s = **sp;
   BULWARK_RETURN_IF_ERROR(s.Submit("bench", 2,
@@ -112,11 +112,15 @@ Status RunRecoveryBench(const BenchOptions& o) {
                   static_cast<long long>(x["lost_steps"].get<int64_t>()));
       std::fflush(stdout);
       samples.push_back(x);
-      // A repaired machine goes back to the pool so the next fault finds a standby.
-      if (std::string(fault) == "device-fail" || std::string(fault) == "nic-flap") {
-        BULWARK_RETURN_IF_ERROR(s.Return(victim));
-        Result<json> back = s.WaitFor(victim + " back on standby", 30,
-                                      [&](const json& x) { return Session::MachineState(x, victim) == "standby"; });
+      // Evicted machines whose agent lives (all but machine-down's) go back
+      // to the pool, so the next fault finds a standby. The policy also
+      // evicts after repeated software faults on one machine.
+      for (const json& m : (*closed)["evicted"]) {
+        const std::string id = m.get<std::string>();
+        if (std::string(fault) == "machine-down" && id == victim) continue;
+        BULWARK_RETURN_IF_ERROR(s.Return(id));
+        Result<json> back = s.WaitFor(id + " back on standby", 30,
+                                      [&](const json& x) { return Session::MachineState(x, id) == "standby"; });
         if (!back.ok()) return back.status();
       }
     }
