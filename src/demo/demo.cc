@@ -147,8 +147,12 @@ Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
       if (!up.ok()) return up.status();
     }
     live.Say(std::string("inject ") + p.fault + " on " + victim + " at step " + std::to_string(Step(*st)) + ": " + p.why);
-    json entry{{"at_ms", WallMs()}, {"fault", p.fault}, {"machine", victim}, {"step", Step(*st)}, {"incident", nullptr}};
-    BULWARK_RETURN_IF_ERROR(s.Inject(p.fault, victim));
+    int64_t sent_ms = 0;
+    Result<int> sends = s.Inject(p.fault, victim, &sent_ms);
+    if (!sends.ok()) return sends.status();
+    if (*sends > 1) live.Say("the agent missed the first injection command (lost on its command stream); sent again");
+    json entry{{"at_ms", sent_ms}, {"fault", p.fault}, {"machine", victim}, {"step", Step(*st)}, {"incident", nullptr},
+               {"sends", *sends}};
     live.Phase(std::string(p.fault) + " on " + victim);
 
     if (p.expect == Expect::kTolerated) {

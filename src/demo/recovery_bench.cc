@@ -66,20 +66,30 @@ Status RunRecoveryBench(const BenchOptions& o) {
       if (!st.ok()) return st.status();
       const std::string victim = Session::SlotMachine(*st, static_cast<size_t>(k % 2));
       const int64_t before = (*st)["job"].value("incidents", int64_t{0});
-      int64_t inject_ms = WallMs();
-      BULWARK_RETURN_IF_ERROR(s.Inject(fault, victim));
+      int64_t inject_ms = 0;
+      Result<int> sends = s.Inject(fault, victim, &inject_ms);
+      if (!sends.ok()) return sends.status();
+      int resends = *sends - 1;
       if (std::string(fault) == "nic-flap") {
         // The first flap is tolerated; the second within the window evicts.
         // Detection is timed from the second.
-        Result<json> up = s.WaitFor("link of " + victim + " back up", 15, [&](const json&) {
-          std::ifstream in(s.layout().nic(victim));
-          std::string state;
-          in >> state;
-          return state == "up";
-        });
+        // The agent applies the flap a moment after the call returns: see the
+        // link go down, then come back, before the second.
+        auto link_is = [&](const std::string& want) {
+          return [&, want](const json&) {
+            std::ifstream in(s.layout().nic(victim));
+            std::string state;
+            in >> state;
+            return state == want;
+          };
+        };
+        Result<json> down = s.WaitFor("link of " + victim + " down", 10, link_is("down"));
+        if (!down.ok()) return down.status();
+        Result<json> up = s.WaitFor("link of " + victim + " back up", 15, link_is("up"));
         if (!up.ok()) return up.status();
-        inject_ms = WallMs();
-        BULWARK_RETURN_IF_ERROR(s.Inject(fault, victim));
+        sends = s.Inject(fault, victim, &inject_ms);
+        if (!sends.ok()) return sends.status();
+        resends += *sends - 1;
       }
       Result<json> inc = s.AwaitNewIncident(before, 30);
       if (!inc.ok()) return inc.status();
@@ -89,7 +99,7 @@ Status RunRecoveryBench(const BenchOptions& o) {
       if (!st.ok()) return st.status();
 
       json x{{"fault", fault}, {"machine", victim}, {"incident", (*closed)["id"]},
-             {"resolution", (*closed)["resolution"]},
+             {"resolution", (*closed)["resolution"]}, {"resends", resends},
              {"detect_s", ((*closed)["detected_ms"].get<int64_t>() - inject_ms) / 1000.0},
              {"recover_s", closed->value("recover_s", -1.0)}, {"lost_steps", closed->value("lost_steps", int64_t{-1})}};
       const double localize_ms = closed->value("decision_ms", int64_t{0}) - (*closed)["detected_ms"].get<int64_t>();
@@ -107,9 +117,10 @@ Status RunRecoveryBench(const BenchOptions& o) {
         x["first_step_s"] = first->value("step_ms", 0.0) / 1000.0;
         x["spawn_s"] = x["recover_s"].get<double>() - phases - x["first_step_s"].get<double>();
       }
-      std::printf("  %-12s #%d on %s: detect %.2f s, recover %.2f s (%s), lost %lld steps\n", fault, k + 1, victim.c_str(),
+      std::printf("  %-12s #%d on %s: detect %.2f s, recover %.2f s (%s), lost %lld steps%s\n", fault, k + 1, victim.c_str(),
                   x["detect_s"].get<double>(), x["recover_s"].get<double>(), x["resolution"].get<std::string>().c_str(),
-                  static_cast<long long>(x["lost_steps"].get<int64_t>()));
+                  static_cast<long long>(x["lost_steps"].get<int64_t>()),
+                  resends > 0 ? " (the agent missed the first injection command; sent again)" : "");
       std::fflush(stdout);
       samples.push_back(x);
       // Evicted machines whose agent lives (all but machine-down's) go back

@@ -128,8 +128,29 @@ Status Session::Submit(const std::string& name, int world_size, const std::vecto
 Result<json> Session::StatusJson() { return client_.Status(); }
 Result<json> Session::Incidents() { return client_.Incidents(); }
 Result<json> Session::Ledger() { return client_.Ledger(); }
-bulwark::Status Session::Inject(const std::string& fault, const std::string& machine) {
-  return client_.Inject(machine, fault, -1);
+namespace {
+int CountLines(const std::string& path, const std::string& needle) {
+  std::ifstream in(path);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) n += line.find(needle) != std::string::npos;
+  return n;
+}
+}  // namespace
+
+Result<int> Session::Inject(const std::string& fault, const std::string& machine, int64_t* sent_ms) {
+  const std::string log = layout_.agent_log(machine), needle = "injecting " + fault;
+  const int before = CountLines(log, needle);
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    *sent_ms = WallMs();
+    BULWARK_RETURN_IF_ERROR(client_.Inject(machine, fault, -1));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (CountLines(log, needle) > before) return attempt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  return bulwark::Status::Unavailable("the agent on " + machine + " did not act on '" + fault + "' after 2 sends; see " + log);
 }
 bulwark::Status Session::Return(const std::string& machine) { return client_.ReturnMachine(machine); }
 
