@@ -60,9 +60,12 @@ Status RunRecoveryBench(const BenchOptions& o) {
   json samples = json::array();
   for (const char* fault : {"crash", "kill", "machine-down", "device-fail", "nic-flap"}) {
     for (int k = 0; k < o.repeat; ++k) {
-      // Past a checkpoint since the last restart, as a steady job would be.
+      // Past a checkpoint since the last restart, and some seconds of steady
+      // training, so the run's ETTR is not only faults back to back.
       const int64_t target = step(*st) + 25;
-      st = s.WaitFor("training to step " + std::to_string(target), 120, [&](const json& x) { return step(x) >= target; });
+      const int64_t not_before = WallMs() + 8000;
+      st = s.WaitFor("training to step " + std::to_string(target), 120,
+                     [&](const json& x) { return step(x) >= target && WallMs() >= not_before; });
       if (!st.ok()) return st.status();
       const std::string victim = Session::SlotMachine(*st, static_cast<size_t>(k % 2));
       const int64_t before = (*st)["job"].value("incidents", int64_t{0});
