@@ -269,7 +269,7 @@ Status RunDemo(const DemoOptions& o) {
       {"incidents", *incidents},
       {"ledger", *ledger},
       {"outcome", {{"completed", outcome.ok()}, {"step", (*st)["job"].value("last_step", int64_t{0})}, {"loss", loss},
-                   {"message", outcome.ok() ? "every fault was recovered from" : outcome.message()}}}};
+                   {"message", outcome.ok() ? "Every fault was recovered from." : outcome.message()}}}};
   const Status wrote = WriteReport(o, record, o.json);
   if (o.json) std::cout << record.dump(2) << "\n";
   if (!outcome.ok()) return outcome;

@@ -112,13 +112,15 @@ std::string Svg(const json& run, const json& tl, double t0, double t1) {
   const double ettr_y = rows_y + row_h * schedule.size() + 24, ettr_h = 90;  // labels sit left of the plot
   const double axis_y = ettr_y + ettr_h + 6, legend_y = axis_y + 34;
   const double height = legend_y + 22 * 4 + 10;
+  // Operator actions (a machine handed back) share the rows but are not faults.
+  const auto faults = std::count_if(schedule.begin(), schedule.end(), [](const json& e) { return e["fault"] != "machine return"; });
   std::ostringstream o;
   o << "<svg xmlns='http://www.w3.org/2000/svg' width='1080' height='" << height << "' viewBox='0 0 1080 " << height
     << "' font-family='DejaVu Sans, Arial, sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n";
   Text(o, 10, 24,
        "ETTR " + Fmt("%.1f%%", 100 * cum.value("ettr", 0.0)) + " — " + Fmt("%.0f s", cum["seconds"].value("productive", 0.0)) +
            " productive of " + Fmt("%.0f s", cum.value("wall_s", 0.0)) + " wall, " + std::to_string(incidents.size()) +
-           " incidents, " + std::to_string(schedule.size()) + " faults injected",
+           " incidents, " + std::to_string(faults) + " faults injected",
        "font-size='17' font-weight='bold'");
 
   // Where the time went: the ledger's own segments, one bar.
