@@ -231,7 +231,7 @@ Status RunDemo(const DemoOptions& o) {
   BULWARK_RETURN_IF_ERROR(MakeDirs(o.out));
   std::fprintf(stderr, "== bulwark demo: %d machines + %d standby train the %s model (%d steps, checkpoint every %d) "
                        "while faults are injected\n", o.machines, o.standby, o.config.c_str(), o.steps, o.ckpt_every);
-  Result<std::unique_ptr<Session>> s = Session::Up(o.exe_dir, dir, o.machines, o.standby);
+  Result<std::unique_ptr<Session>> s = Session::Up(o.exe_dir, dir, o.machines, o.standby, o.json);
   if (!s.ok()) return s.status();
   Session& session = **s;
   const int64_t started = WallMs();

@@ -17,13 +17,14 @@ int64_t WallMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-Status RunChild(const std::vector<std::string>& argv, double timeout_s) {
+Status RunChild(const std::vector<std::string>& argv, double timeout_s, bool stdout_to_stderr) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid < 0) return Status::Internal("fork failed for " + argv[0]);
   if (pid == 0) {
+    if (stdout_to_stderr) ::dup2(2, 1);
     ::execv(args[0], args.data());
     _exit(127);
   }
@@ -92,16 +93,18 @@ std::optional<json> FirstStepAfterLastStart(const std::string& log) {
   return step;
 }
 
-Result<std::unique_ptr<Session>> Session::Up(const std::string& exe_dir, const std::string& dir, int machines, int standby) {
-  BULWARK_RETURN_IF_ERROR(RunChild({exe_dir + "/bulwark", "up", "--machines", std::to_string(machines), "--standby",
-                                    std::to_string(standby), "--dir", dir},
-                                   60));
-  Result<cli::ControlClient> client = cli::ControlClient::Connect(dir);
+Result<std::unique_ptr<Session>> Session::Up(const std::string& exe_dir, const std::string& dir, int machines, int standby,
+                                             bool quiet_stdout) {
+  const Status up = RunChild({exe_dir + "/bulwark", "up", "--machines", std::to_string(machines), "--standby",
+                              std::to_string(standby), "--dir", dir},
+                             60, quiet_stdout);
+  Result<cli::ControlClient> client = up.ok() ? cli::ControlClient::Connect(dir) : Result<cli::ControlClient>(up);
   if (!client.ok()) {
-    RunChild({exe_dir + "/bulwark", "down", "--dir", dir}, 30);
+    // A half-started cluster (controller up, an agent missing) goes down too.
+    RunChild({exe_dir + "/bulwark", "down", "--dir", dir}, 30, quiet_stdout);
     return client.status();
   }
-  return std::unique_ptr<Session>(new Session(exe_dir, cluster::Layout{dir}, std::move(*client)));
+  return std::unique_ptr<Session>(new Session(exe_dir, cluster::Layout{dir}, std::move(*client), quiet_stdout));
 }
 
 Session::~Session() { Down(); }
@@ -109,7 +112,7 @@ Session::~Session() { Down(); }
 Status Session::Down() {
   if (down_) return Status::OK();
   down_ = true;
-  return RunChild({exe_dir_ + "/bulwark", "down", "--dir", layout_.dir}, 30);
+  return RunChild({exe_dir_ + "/bulwark", "down", "--dir", layout_.dir}, 30, quiet_stdout_);
 }
 
 Status Session::Submit(const std::string& name, int world_size, const std::vector<std::string>& args,

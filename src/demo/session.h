@@ -25,9 +25,10 @@ using nlohmann::json;
 // Milliseconds since the epoch: the controller stamps incidents with these.
 int64_t WallMs();
 
-// Runs argv to completion with stdout/stderr inherited; Unavailable when it
-// takes more than `timeout_s` (it is killed), Internal on a non-zero exit.
-Status RunChild(const std::vector<std::string>& argv, double timeout_s);
+// Runs argv to completion with stdout/stderr inherited (its stdout sent to
+// stderr with `stdout_to_stderr`, to keep a JSON stdout clean); Unavailable
+// when it takes more than `timeout_s` (it is killed), Internal on a non-zero exit.
+Status RunChild(const std::vector<std::string>& argv, double timeout_s, bool stdout_to_stderr = false);
 
 // The newest JSON event of `kind` ("step", "start") in a rank's log, and the
 // first "step" after the newest "start" (the first step of the latest run).
@@ -37,7 +38,8 @@ std::optional<json> FirstStepAfterLastStart(const std::string& log);
 class Session {
  public:
   // `bulwark up --machines N --standby S --dir DIR`, then connects.
-  static Result<std::unique_ptr<Session>> Up(const std::string& exe_dir, const std::string& dir, int machines, int standby);
+  static Result<std::unique_ptr<Session>> Up(const std::string& exe_dir, const std::string& dir, int machines, int standby,
+                                             bool quiet_stdout = false);
   ~Session();  // Down(), ignoring its result: the caller already failed
 
   Status Down();
@@ -73,11 +75,12 @@ class Session {
   static std::string MachineState(const json& s, const std::string& id);
 
  private:
-  Session(std::string exe_dir, cluster::Layout layout, cli::ControlClient client)
-      : exe_dir_(std::move(exe_dir)), layout_(std::move(layout)), client_(std::move(client)) {}
+  Session(std::string exe_dir, cluster::Layout layout, cli::ControlClient client, bool quiet_stdout)
+      : exe_dir_(std::move(exe_dir)), layout_(std::move(layout)), client_(std::move(client)), quiet_stdout_(quiet_stdout) {}
   std::string exe_dir_;
   cluster::Layout layout_;
   cli::ControlClient client_;
+  bool quiet_stdout_;
   bool down_ = false;
 };
 
