@@ -15,7 +15,8 @@ build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: prepare the default corpus and train the small model.
+# The main job: prepare the default corpus if missing, then `bulwark demo`:
+# a 4-machine local cluster trains the small model through every fault class.
 demo: build
 	bash scripts/demo.sh
 
@@ -28,6 +29,7 @@ bench:
 	BULWARK_BENCH=1 bash scripts/install-deps.sh
 	$(MAKE) build
 	bash bench/trainer_throughput/run.sh
+	bash bench/recovery/run.sh
 
 clean:
 	rm -rf $(BUILD)

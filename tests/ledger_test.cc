@@ -186,3 +186,33 @@ TEST(Ledger, CategoriesAlwaysSumToWallTime) {
 
 }  // namespace
 }  // namespace bulwark::controller
+
+namespace bulwark::controller {
+namespace {
+
+TEST(Ledger, TimelineIsContiguousAndMatchesCumulative) {
+  // The report draws the timeline; it must tile the wall time exactly,
+  // the open segment included, and agree with the cumulative split.
+  Ledger l;
+  l.Start(S(0));
+  Time t = Steps(l, 1, 10, S(5));
+  l.FaultDetected(t + Secs(1), t + Secs(2));
+  ASSERT_TRUE(l.Enter(TimeCategory::kRecovery, t + Secs(3)).ok());
+  t = Steps(l, 8, 12, t + Secs(6));
+  const Time now = t + Secs(1);
+  const std::vector<LedgerSegment> tl = l.Timeline(now);
+  ASSERT_FALSE(tl.empty());
+  EXPECT_EQ(tl.front().start, S(0));
+  EXPECT_EQ(tl.back().end, now);
+  TimeBreakdown from_timeline;
+  for (size_t i = 0; i < tl.size(); ++i) {
+    if (i > 0) {
+      EXPECT_EQ(tl[i].start, tl[i - 1].end);
+    }
+    from_timeline.by_category[static_cast<int>(tl[i].category)] += tl[i].end - tl[i].start;
+  }
+  EXPECT_EQ(from_timeline.by_category, l.Cumulative(now).by_category);
+}
+
+}  // namespace
+}  // namespace bulwark::controller

@@ -6,6 +6,8 @@
 //   bulwark status|incidents|ledger [--json] [--dir D]
 //   bulwark inject crash|kill|machine-down|device-fail|nic-flap --machine ID [--rank R]
 //   bulwark machine return --machine ID
+//   bulwark demo [--json] [--out runs/demo] [--data data/kjv] [--steps N]  the main job (src/demo/demo.h)
+//   bulwark bench-recovery [--repeat 3] [--config tiny]  recovery figures per fault class
 //   bulwark controller [--init] [--dir D]              (started by up)
 //   bulwark agent --machine ID [--dir D]               (started by up)
 //
@@ -32,6 +34,7 @@
 #include "common/files.h"
 #include "common/token.h"
 #include "controller/service.h"
+#include "demo/demo.h"
 
 namespace bulwark::cli {
 namespace {
@@ -297,6 +300,46 @@ Status MachineCmd(const Args& a) {
   return Status::OK();
 }
 
+// ---------------------------------------------------------------------------
+// demo and bench-recovery (src/demo/)
+// ---------------------------------------------------------------------------
+
+Status DemoCmd(const Args& a) {
+  demo::DemoOptions o;
+  o.exe_dir = ExeDir();
+  o.out = a.Get("out", o.out);
+  o.data = a.Get("data", o.data);
+  o.config = a.Get("config", o.config);
+  o.json = a.Has("json");
+  for (auto [key, field] : std::initializer_list<std::pair<const char*, int*>>{
+           {"steps", &o.steps}, {"batch-size", &o.batch}, {"ckpt-every", &o.ckpt_every}, {"threads", &o.threads}, {"machines", &o.machines},
+           {"standby", &o.standby}, {"gap", &o.gap_steps}}) {
+    Result<int> v = IntFlag(a, key, *field);
+    if (!v.ok()) return v.status();
+    *field = *v;
+  }
+  if (o.machines < 4 || o.standby != 2) {
+    // Two evictions use up the standbys and the third leaves the job waiting.
+    return Status::InvalidArgument("demo: the schedule is written for --machines 4 or more and --standby 2");
+  }
+  return demo::RunDemo(o);
+}
+
+Status BenchRecoveryCmd(const Args& a) {
+  demo::BenchOptions o;
+  o.exe_dir = ExeDir();
+  o.out = a.Get("out", o.out);
+  o.data = a.Get("data", o.data);
+  o.config = a.Get("config", o.config);
+  Result<int> repeat = IntFlag(a, "repeat", o.repeat);
+  Result<int> threads = IntFlag(a, "threads", o.threads);
+  if (!repeat.ok()) return repeat.status();
+  if (!threads.ok()) return threads.status();
+  o.repeat = *repeat;
+  o.threads = *threads;
+  return demo::RunRecoveryBench(o);
+}
+
 Status Run(const Args& a) {
   const std::string cmd = a.positional.empty() ? "help" : a.positional[0];
   if (cmd == "up") return Up(a);
@@ -307,6 +350,8 @@ Status Run(const Args& a) {
   if (cmd == "ledger") return LedgerCmd(a);
   if (cmd == "inject") return InjectCmd(a);
   if (cmd == "machine") return MachineCmd(a);
+  if (cmd == "demo") return DemoCmd(a);
+  if (cmd == "bench-recovery") return BenchRecoveryCmd(a);
   if (cmd == "controller") return controller::RunController({ClusterDir(a), a.Has("init")});
   if (cmd == "agent") {
     agent::AgentOptions o;
@@ -315,7 +360,7 @@ Status Run(const Args& a) {
     o.builtin_signatures = a.Get("signatures", BULWARK_SIGNATURES_FILE);
     return agent::RunAgent(o);
   }
-  std::cout << "usage: bulwark up|down|submit|status|incidents|ledger|inject|machine|controller|agent [flags]\n"
+  std::cout << "usage: bulwark up|down|submit|status|incidents|ledger|inject|machine|demo|bench-recovery|controller|agent [flags]\n"
                "  up --machines N [--standby S]      start a local cluster (controller + N+S agents)\n"
                "  down                               stop it\n"
                "  submit JOB.yaml                    run a job (fields: name, world_size, ranks_per_machine,\n"
@@ -323,6 +368,9 @@ Status Run(const Args& a) {
                "  status|incidents|ledger [--json]\n"
                "  inject crash|kill|machine-down|device-fail|nic-flap --machine ID [--rank R]\n"
                "  machine return --machine ID        hand a repaired machine back\n"
+               "  demo [--json] [--out runs/demo]    4 machines + 2 standby train the small model through every\n"
+               "                                     fault class; live line, tables, report.{html,md,json}\n"
+               "  bench-recovery [--repeat 3]        detect/recover medians per fault class (tiny model)\n"
                "every command takes --dir D (default $BULWARK_DIR, else ./.bulwark)\n";
   return cmd == "help" ? Status::OK() : Status::InvalidArgument("unknown command '" + cmd + "'");
 }

@@ -49,6 +49,7 @@ class Controller {
   StandbyReport standby() const;
   TimeBreakdown Cumulative(Time now) const { return state_.ledger.Cumulative(now); }
   TimeBreakdown Window(Time now) const { return state_.ledger.Window(now); }
+  std::vector<LedgerSegment> Timeline(Time now) const { return state_.ledger.Timeline(now); }
 
  private:
   explicit Controller(PolicyConfig config) : config_(std::move(config)) {}

@@ -130,4 +130,10 @@ TimeBreakdown Ledger::Cumulative(Time now) const { return Between(start_, now); 
 
 TimeBreakdown Ledger::Window(Time now) const { return Between(now - window_, now); }
 
+std::vector<LedgerSegment> Ledger::Timeline(Time now) const {
+  std::vector<LedgerSegment> out = segments_;
+  if (started_ && !stopped_ && now > open_start_) out.push_back({open_start_, now, OpenCategory()});
+  return out;
+}
+
 }  // namespace bulwark::controller

@@ -56,6 +56,13 @@ struct TimeBreakdown {
   double ettr() const;
 };
 
+// One stretch of the timeline: [start, end) spent in one category.
+struct LedgerSegment {
+  Time start;
+  Time end;
+  TimeCategory category;
+};
+
 class Ledger {
  public:
   explicit Ledger(Duration window = std::chrono::hours(1));
@@ -77,6 +84,9 @@ class Ledger {
   TimeBreakdown Cumulative(Time now) const;
   // Over [now - window, now], clipped to the job's life.
   TimeBreakdown Window(Time now) const;
+  // Every segment from Start() to now (or Stop()), oldest first, the open
+  // one included as it would close at `now`: what a report draws.
+  std::vector<LedgerSegment> Timeline(Time now) const;
 
   Duration window() const { return window_; }
   bool started() const { return started_; }
@@ -85,11 +95,7 @@ class Ledger {
   int64_t high_water_step() const { return high_water_; }
 
  private:
-  struct Segment {
-    Time start;
-    Time end;
-    TimeCategory category;
-  };
+  using Segment = LedgerSegment;
 
   Time Clamp(Time t) const { return t < open_start_ ? open_start_ : t; }
   // The category of the open segment: the current phase, or while running

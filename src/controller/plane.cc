@@ -443,9 +443,17 @@ json Plane::LedgerJson(Time now) {
 
 json Plane::LedgerLocked(Time now) {
   if (!controller_) return json{{"job", nullptr}};
+  // The segments themselves, so a report can draw where the time went.
+  json timeline = json::array();
+  for (const LedgerSegment& s : controller_->Timeline(now)) {
+    timeline.push_back({{"start_ms", ToMs(s.start)}, {"end_ms", ToMs(s.end)}, {"category", TimeCategoryName(s.category)}});
+  }
   return json{{"job", launch_->spec.id},
+              {"now_ms", ToMs(now)},
+              {"window_s", ToMs(controller_->state().ledger.window()) / 1000.0},
               {"cumulative", BreakdownJson(controller_->Cumulative(now))},
-              {"window", BreakdownJson(controller_->Window(now))}};
+              {"window", BreakdownJson(controller_->Window(now))},
+              {"timeline", timeline}};
 }
 
 }  // namespace bulwark::controller

@@ -1,0 +1,280 @@
+// bulwark demo: the scenario, its live line and its report files. The
+// schedule is data (kSchedule); RunSchedule walks it, waiting with a
+// deadline at every stage, and any stage that overruns ends the demo with a
+// message that names it.
+#include "demo/demo.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "common/files.h"
+#include "demo/report.h"
+#include "demo/session.h"
+
+namespace bulwark::demo {
+namespace {
+
+// One entry of the fault schedule. `slot` picks the victim by its place in
+// the job (rank slot), resolved at injection time, since evictions move ranks.
+enum class Expect {
+  kRecovers,   // an incident, then training resumes on its own
+  kTolerated,  // no incident: training goes on
+  kWaits,      // an incident and the job waits: no standby left
+};
+struct Planned {
+  const char* fault;
+  size_t slot;
+  Expect expect;
+  const char* why;  // printed as it happens
+};
+
+// Every explicit class; the second NIC flap on the same machine within the
+// policy's window evicts it. With 2 standbys, machine-down and device-fail
+// use them up, so the flap eviction leaves the job waiting until the demo
+// returns the repaired device-fail machine.
+const Planned kSchedule[] = {
+    {"crash", 0, Expect::kRecovers, "rank throws: reattempt in place from the last checkpoint"},
+    {"kill", 1, Expect::kRecovers, "rank SIGKILLed: reattempt in place"},
+    {"machine-down", 2, Expect::kRecovers, "agent and ranks gone: evict on heartbeat loss, swap in a standby"},
+    {"device-fail", 3, Expect::kRecovers, "Xid/ECC error: evict, swap in a standby"},
+    {"nic-flap", 1, Expect::kTolerated, "one link flap: tolerated"},
+    {"nic-flap", 1, Expect::kWaits, "second flap within 5 min: evict; no standby left, so the job waits"},
+};
+
+// The status line, rewritten in place on a terminal and printed every 5 s
+// otherwise. It asks the ledger and reads rank 0's log at most once a second.
+class LiveLine {
+ public:
+  LiveLine(Session* s, int steps) : s_(s), steps_(steps), tty_(::isatty(2)) {}
+
+  void Phase(const std::string& p) { phase_ = p; }
+
+  void Update(const json& st) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_query_ > std::chrono::seconds(1)) {
+      last_query_ = now;
+      if (Result<json> l = s_->Ledger(); l.ok() && l->contains("cumulative")) ettr_ = (*l)["cumulative"].value("ettr", 0.0);
+      const std::string m0 = Session::SlotMachine(st, 0);
+      if (!m0.empty()) {
+        if (auto e = LastEvent(s_->layout().rank_log(m0, 0), "step")) loss_ = e->value("loss", loss_);
+      }
+    }
+    if (st["job"].is_null()) return;
+    int standby = 0;
+    for (const json& m : st["machines"]) standby += m["state"] == "standby";
+    char line[300];
+    std::snprintf(line, sizeof line, "step %4lld/%d  loss %5.2f  ETTR %5.1f%%  incidents %lld  standby %d  %-20s | %s",
+                  static_cast<long long>(st["job"].value("last_step", int64_t{0})), steps_, loss_, 100 * ettr_,
+                  static_cast<long long>(st["job"].value("incidents", int64_t{0})), standby,
+                  st["job"].value("state", std::string()).c_str(), phase_.c_str());
+    if (tty_) {
+      std::fprintf(stderr, "\r%-150s", line);
+    } else if (now - last_print_ > std::chrono::seconds(5)) {
+      last_print_ = now;
+      std::fprintf(stderr, "%s\n", line);
+    }
+  }
+
+  // A line that stays (an event), above the live one.
+  void Say(const std::string& msg) {
+    if (tty_) std::fprintf(stderr, "\r%-150s\r", "");
+    std::fprintf(stderr, "== %s\n", msg.c_str());
+  }
+
+ private:
+  Session* s_;
+  int steps_;
+  bool tty_;
+  std::string phase_;
+  double loss_ = 0, ettr_ = 0;
+  std::chrono::steady_clock::time_point last_query_{}, last_print_{};
+};
+
+// Seconds a stage may take. Generous: 4 ranks restart on 2 cores, and a
+// loaded host slows everything; a stage that overruns these is a failure.
+constexpr double kDetectS = 30, kRecoverS = 150;
+
+struct Run {
+  json schedule = json::array();
+  std::string returned;  // the machine handed back after the wait
+};
+
+int64_t Step(const json& s) { return s["job"].value("last_step", int64_t{0}); }
+
+// Training moves `gap` steps past `from`; the deadline scales with the
+// observed pace (`s_per_step`, 0 until known).
+Result<json> AwaitSteps(Session& s, LiveLine& live, int64_t target, double s_per_step) {
+  const double limit = s_per_step > 0 ? 60 + 4 * s_per_step * std::max<int64_t>(1, target) : 240;
+  return s.WaitFor("training to step " + std::to_string(target), limit,
+                   [&](const json& st) { return Step(st) >= target || st["job"]["state"] == "completed"; },
+                   [&](const json& st) { live.Update(st); });
+}
+
+Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
+  auto tick = [&](const json& st) { live.Update(st); };
+  live.Phase("starting " + std::to_string(o.machines) + " ranks");
+  const auto t_start = std::chrono::steady_clock::now();
+  Result<json> st = s.WaitFor("the job's first step", 180, [](const json& st) { return Step(st) >= 1; }, tick);
+  if (!st.ok()) return st.status();
+  const auto t_first = std::chrono::steady_clock::now();
+  const int64_t first = Step(*st);
+  st = AwaitSteps(s, live, first + o.gap_steps, 0);
+  if (!st.ok()) return st.status();
+  const double s_per_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_first).count() /
+                            std::max<int64_t>(1, Step(*st) - first);
+  live.Say("job started in " + std::to_string(static_cast<int>(std::chrono::duration<double>(t_first - t_start).count())) +
+           " s; " + std::to_string(s_per_step).substr(0, 4) + " s/step");
+
+  std::string device_failed;  // alive after eviction: the one to hand back
+  for (const Planned& p : kSchedule) {
+    const std::string victim = Session::SlotMachine(*st, p.slot);
+    if (victim.empty()) return Status::Internal("no machine in slot " + std::to_string(p.slot) + " to inject " + p.fault);
+    const int64_t before = (*st)["job"].value("incidents", int64_t{0});
+    const int64_t gen = (*st)["job"].value("generation", int64_t{0});
+    if (std::string(p.fault) == "nic-flap") {
+      // A flap while the link is still down from the last one is one flap.
+      Result<json> up = s.WaitFor("link of " + victim + " back up", 15, [&](const json&) {
+        std::ifstream in(s.layout().nic(victim));
+        std::string state;
+        in >> state;
+        return state != "down";
+      }, tick);
+      if (!up.ok()) return up.status();
+    }
+    live.Say(std::string("inject ") + p.fault + " on " + victim + " at step " + std::to_string(Step(*st)) + ": " + p.why);
+    int64_t sent_ms = 0;
+    Result<int> sends = s.Inject(p.fault, victim, &sent_ms);
+    if (!sends.ok()) return sends.status();
+    if (*sends > 1) live.Say("the agent missed the first injection command (lost on its command stream); sent again");
+    json entry{{"at_ms", sent_ms}, {"fault", p.fault}, {"machine", victim}, {"step", Step(*st)}, {"incident", nullptr},
+               {"sends", *sends}};
+    live.Phase(std::string(p.fault) + " on " + victim);
+
+    if (p.expect == Expect::kTolerated) {
+      st = AwaitSteps(s, live, Step(*st) + o.gap_steps, s_per_step);
+      if (!st.ok()) return st.status();
+      const bool quiet = (*st)["job"].value("incidents", int64_t{0}) == before && (*st)["job"]["generation"] == gen;
+      entry["note"] = quiet ? "tolerated: no incident, no restart" : "expected to be tolerated, but the job restarted";
+      live.Say(entry["note"].get<std::string>());
+      run.schedule.push_back(entry);
+      continue;
+    }
+    Result<json> inc = s.AwaitNewIncident(before, kDetectS, tick);
+    if (!inc.ok()) return Status::Unavailable(std::string("no incident for ") + p.fault + " on " + victim + ": " + inc.status().message());
+    entry["incident"] = (*inc)["id"];
+    run.schedule.push_back(entry);
+    live.Say("detected in " + std::to_string(((*inc)["detected_ms"].get<int64_t>() - entry["at_ms"].get<int64_t>()) / 1000.0).substr(0, 4) +
+             " s: " + (*inc)["cause"].get<std::string>());
+
+    if (p.expect == Expect::kWaits) {
+      st = s.WaitFor("the job to wait for a machine", kDetectS,
+                     [](const json& st) { return st["job"]["state"] == "waiting for machines"; }, tick);
+      if (!st.ok()) return st.status();
+      live.Say("no standby left: the job waits for a machine (" + victim + " evicted)");
+      live.Phase("waiting for a machine");
+      // Long enough to see in the timeline, as an operator's repair would be.
+      const auto wait_until = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+      s.WaitFor("a pause", 10, [&](const json&) { return std::chrono::steady_clock::now() > wait_until; }, tick);
+      if (device_failed.empty()) return Status::Internal("no repaired machine to return");
+      BULWARK_RETURN_IF_ERROR(s.Return(device_failed));
+      run.returned = device_failed;
+      run.schedule.push_back({{"at_ms", WallMs()}, {"fault", "machine return"}, {"machine", device_failed},
+                              {"step", Step(*st)}, {"incident", nullptr}, {"note", "repaired machine handed back; the job resumes on it"}});
+      live.Say("returned " + device_failed + " (repaired) to the fleet; the job resumes on it");
+      live.Phase("resuming on " + device_failed);
+    }
+    Result<json> closed = s.AwaitClosed((*inc)["id"].get<int64_t>(), kRecoverS, tick);
+    if (!closed.ok()) return Status::Unavailable(std::string("the job did not recover from ") + p.fault + " on " + victim + ": " + closed.status().message());
+    if (std::string(p.fault) == "device-fail") device_failed = victim;
+    live.Say("recovered: " + (*closed)["resolution"].get<std::string>() + ", recover " +
+             std::to_string((*closed).value("recover_s", 0.0)).substr(0, 4) + " s, lost steps " +
+             (closed->contains("lost_steps") ? (*closed)["lost_steps"].dump() : "?"));
+    st = s.StatusJson();
+    if (!st.ok()) return st.status();
+    live.Phase("training");
+    st = AwaitSteps(s, live, Step(*st) + o.gap_steps, s_per_step);
+    if (!st.ok()) return st.status();
+  }
+  live.Phase("training to the end");
+  st = s.WaitFor("training to complete", 60 + 4 * s_per_step * o.steps,
+                 [](const json& st) { return st["job"]["state"] == "completed"; }, tick);
+  return st.ok() ? Status::OK() : st.status();
+}
+
+Status WriteReport(const DemoOptions& o, const json& record, bool quiet) {
+  // The raw record first: if rendering refuses it, it is still there to read.
+  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(o.out + "/report.json", record.dump(2) + "\n"));
+  Result<Report> rep = RenderReport(record);
+  if (!rep.ok()) return rep.status();
+  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(o.out + "/report.html", rep->html));
+  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(o.out + "/report.svg", rep->svg));
+  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(o.out + "/report.md", rep->markdown));
+  std::ostream& out = quiet ? std::cerr : std::cout;
+  out << "\nincidents\n" << IncidentTable(record["incidents"], record["schedule"]) << "\nledger\n"
+      << LedgerTable(record["ledger"]) << "\nreport: " << o.out << "/report.html (timeline), report.md, report.json\n";
+  return Status::OK();
+}
+
+}  // namespace
+
+Status RunDemo(const DemoOptions& o) {
+  if (!std::ifstream(o.data + "/tokenizer.model").good()) {
+    return Status::NotFound("no prepared corpus in " + o.data + "; run '" + o.exe_dir + "/bulwark-train prepare --corpus kjv --out " + o.data + "' (or make demo)");
+  }
+  const std::string dir = o.out + "/cluster", ckpt = o.out + "/ckpt";
+  RunChild({"/bin/rm", "-rf", dir, ckpt}, 30);
+  BULWARK_RETURN_IF_ERROR(MakeDirs(o.out));
+  std::fprintf(stderr, "== bulwark demo: %d machines + %d standby train the %s model (%d steps, checkpoint every %d) "
+                       "while faults are injected\n", o.machines, o.standby, o.config.c_str(), o.steps, o.ckpt_every);
+  Result<std::unique_ptr<Session>> s = Session::Up(o.exe_dir, dir, o.machines, o.standby, o.json);
+  if (!s.ok()) return s.status();
+  Session& session = **s;
+  const int64_t started = WallMs();
+  BULWARK_RETURN_IF_ERROR(session.Submit(
+      "demo", o.machines,
+      {"--config", o.config, "--data", o.data, "--steps", std::to_string(o.steps), "--batch-size", std::to_string(o.batch),
+       "--log-format", "json", "--ckpt-dir", ckpt,
+       "--ckpt-every", std::to_string(o.ckpt_every), "--resume", "--threads", std::to_string(o.threads), "--dist-timeout", "10"},
+      {{"OMP_NUM_THREADS", std::to_string(o.threads)}}));
+
+  LiveLine live(&session, o.steps);
+  Run run;
+  const Status outcome = RunSchedule(session, o, live, run);
+  live.Say(outcome.ok() ? "training completed" : "DEMO FAILED: " + outcome.message());
+
+  // The report is written on failure too: it shows how far things got.
+  Result<json> incidents = session.Incidents();
+  Result<json> ledger = session.Ledger();
+  Result<json> st = session.StatusJson();
+  const Status down = session.Down();
+  if (!incidents.ok() || !ledger.ok() || !st.ok()) {
+    return outcome.ok() ? Status::Unavailable("could not read the controller's incidents and ledger at the end") : outcome;
+  }
+  json loss = nullptr;
+  const std::string m0 = Session::SlotMachine(*st, 0);
+  if (auto done = LastEvent(session.layout().rank_log(m0, 0), "done")) loss = (*done)["loss"];
+  const json record{
+      {"title", "bulwark demo: " + std::to_string(o.machines) + " machines train the " + o.config + " model through " +
+                    std::to_string(std::size(kSchedule)) + " injected faults"},
+      {"started_ms", started},
+      {"ended_ms", WallMs()},
+      {"setup", {{"machines", o.machines}, {"standby", o.standby}, {"config", o.config}, {"steps", o.steps},
+                 {"batch_per_rank", o.batch}, {"ckpt_every", o.ckpt_every}, {"threads_per_rank", o.threads}}},
+      {"schedule", run.schedule},
+      {"incidents", *incidents},
+      {"ledger", *ledger},
+      {"outcome", {{"completed", outcome.ok()}, {"step", (*st)["job"].value("last_step", int64_t{0})}, {"loss", loss},
+                   {"message", outcome.ok() ? "Every fault was recovered from." : outcome.message()}}}};
+  const Status wrote = WriteReport(o, record, o.json);
+  if (o.json) std::cout << record.dump(2) << "\n";
+  if (!outcome.ok()) return outcome;
+  if (!down.ok()) return down;
+  return wrote;
+}
+
+}  // namespace bulwark::demo

@@ -1,0 +1,48 @@
+// `bulwark demo`, the project's main job: a local cluster trains the small
+// model data-parallel while a schedule injects every explicit fault class;
+// a live status line while it runs, then the incident table, the ledger and
+// a report (HTML with an SVG timeline, Markdown, JSON) in `out`.
+//
+// `bulwark bench-recovery`: each fault class several times on a small
+// cluster; median detect and recover seconds per class and where the
+// recovery seconds go. Prints figures, never judges them.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace bulwark::demo {
+
+struct DemoOptions {
+  std::string exe_dir;              // where bulwark and bulwark-train live
+  std::string out = "runs/demo";    // report files, checkpoints and the cluster dir
+  std::string data = "data/kjv";    // a prepared corpus (bulwark-train prepare)
+  std::string config = "small";
+  int steps = 300;                  // the job's total; must outlast the schedule
+  int batch = 4;                    // sequences per rank per step: 4 ranks share 2 cores
+  int ckpt_every = 10;              // lost work per fault is at most this many steps
+  int threads = 1;                  // per rank: 4 ranks share 2 cores
+  int machines = 4;                 // one rank each
+  int standby = 2;
+  int gap_steps = 15;               // training between faults, so each shows in the timeline
+  bool json = false;                // the run record on stdout; progress on stderr
+};
+
+// OK when every fault was recovered from and training completed; otherwise
+// the first failure, after the report of what happened was written and the
+// cluster brought down.
+Status RunDemo(const DemoOptions& o);
+
+struct BenchOptions {
+  std::string exe_dir;
+  std::string out = "runs/bench-recovery";
+  std::string data = "data/kjv";
+  std::string config = "tiny";
+  int repeat = 3;
+  int threads = 1;
+};
+
+Status RunRecoveryBench(const BenchOptions& o);
+
+}  // namespace bulwark::demo

@@ -1,0 +1,111 @@
+// The demo report is a pure function of the run record: these tests feed it
+// a small hand-made run (one reattempt, one tolerated flap, one wait) and
+// check what a reader relies on.
+#include <gtest/gtest.h>
+
+#include "demo/report.h"
+
+namespace bulwark::demo {
+namespace {
+
+using nlohmann::json;
+
+json Segment(int64_t a, int64_t b, const char* c) { return {{"start_ms", a}, {"end_ms", b}, {"category", c}}; }
+
+json Breakdown(double wall, double productive, double detection, double recovery) {
+  return {{"wall_s", wall}, {"ettr", productive / wall},
+          {"seconds", {{"productive", productive}, {"detection", detection}, {"recovery", recovery}, {"startup", 0.0}}}};
+}
+
+json SampleRun() {
+  const int64_t t0 = 1'000'000;
+  json incident{{"id", 1}, {"class", "explicit"}, {"cause", "rank 0 on m01 exited: <uncaught exception>"},
+                {"evicted", json::array()}, {"resolution", "reattempt"}, {"why", "software fault"},
+                {"detected_ms", t0 + 11'000}, {"fault_ms", t0 + 10'000}, {"decision_ms", t0 + 11'000},
+                {"recovered_ms", t0 + 15'000}, {"detect_s", 1.0}, {"recover_s", 4.0}, {"lost_steps", 7}, {"closed", true}};
+  return {{"title", "test run"},
+          {"started_ms", t0},
+          {"ended_ms", t0 + 40'000},
+          {"setup", {{"machines", 4}}},
+          {"schedule", {{{"at_ms", t0 + 10'000}, {"fault", "crash"}, {"machine", "m01"}, {"incident", 1}},
+                        {{"at_ms", t0 + 25'000}, {"fault", "nic-flap"}, {"machine", "m02"}, {"incident", nullptr},
+                         {"note", "tolerated: no incident, no restart"}}}},
+          {"incidents", {incident}},
+          {"ledger", {{"cumulative", Breakdown(40, 35, 1, 4)}, {"window", Breakdown(40, 35, 1, 4)}, {"window_s", 3600},
+                      {"timeline", {Segment(t0, t0 + 10'000, "productive"), Segment(t0 + 10'000, t0 + 11'000, "detection"),
+                                    Segment(t0 + 11'000, t0 + 15'000, "recovery"), Segment(t0 + 15'000, t0 + 40'000, "productive")}}}},
+          {"outcome", {{"completed", true}, {"step", 300}, {"loss", 4.25}, {"message", "every fault was recovered from"}}}};
+}
+
+TEST(DemoReport, HtmlIsSelfContainedWithTheTimelineInline) {
+  Result<Report> r = RenderReport(SampleRun());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(r->html.find("<svg"), std::string::npos);
+  EXPECT_NE(r->html.find(r->svg), std::string::npos);
+  // No network resources: no scripts, links, images or stylesheets to fetch.
+  for (const char* bad : {"<script", "<link", "<img", "src=", "href=", "@import"}) {
+    EXPECT_EQ(r->html.find(bad), std::string::npos) << bad;
+  }
+}
+
+TEST(DemoReport, HeadlineLedgerAndEveryInjectionAreShown) {
+  Result<Report> r = RenderReport(SampleRun());
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->svg.find("ETTR 87.5%"), std::string::npos);
+  EXPECT_NE(r->markdown.find("ETTR **87.5%**"), std::string::npos);
+  EXPECT_NE(r->markdown.find("Training completed"), std::string::npos);
+  EXPECT_NE(r->markdown.find("| recovery | 4.0 | 10.0% |"), std::string::npos) << r->markdown;
+  EXPECT_NE(r->markdown.find("| 1 | crash | m01 | +10.0 s | #1 | reattempt | 1.00 s | 4.0 s | 7 |"), std::string::npos) << r->markdown;
+  EXPECT_NE(r->markdown.find("tolerated: no incident"), std::string::npos);
+  EXPECT_NE(r->svg.find("1. crash m01"), std::string::npos);
+  EXPECT_NE(r->svg.find("2. nic-flap m02"), std::string::npos);
+  EXPECT_NE(r->svg.find("#1 reattempt: detect 1.00 s, recover 4.0 s, lost 7 steps"), std::string::npos);
+}
+
+TEST(DemoReport, TextFromTheClusterIsEscaped) {
+  Result<Report> r = RenderReport(SampleRun());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->html.find("<uncaught"), std::string::npos);
+  EXPECT_NE(r->html.find("&lt;uncaught exception&gt;"), std::string::npos);
+}
+
+TEST(DemoReport, AFailedRunSaysSo) {
+  json run = SampleRun();
+  run["outcome"] = {{"completed", false}, {"step", 120}, {"message", "the job did not recover from kill on m02"}};
+  Result<Report> r = RenderReport(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->markdown.find("Training did NOT complete"), std::string::npos);
+  EXPECT_NE(r->html.find("did not recover from kill on m02"), std::string::npos);
+}
+
+TEST(DemoReport, MissingPartsAreRefusedByName) {
+  json run = SampleRun();
+  run.erase("ledger");
+  EXPECT_EQ(RenderReport(run).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(RenderReport(run).status().message().find("'ledger'"), std::string::npos);
+  run = SampleRun();
+  run["ledger"]["timeline"] = json::array();
+  EXPECT_EQ(RenderReport(run).status().code(), Status::Code::kInvalidArgument);
+}
+
+TEST(DemoReport, SlidingEttrDipsAfterTheFaultAndRecovers) {
+  const json tl = SampleRun()["ledger"]["timeline"];
+  const json pts = SlidingEttr(tl, 10, 41);  // a point a second over 40 s
+  ASSERT_EQ(pts.size(), 41u);
+  EXPECT_DOUBLE_EQ(pts[10][1].get<double>(), 1.0);   // all productive so far
+  EXPECT_DOUBLE_EQ(pts[15][1].get<double>(), 0.5);   // [5, 15]: 5 s productive, 5 s lost
+  EXPECT_DOUBLE_EQ(pts[40][1].get<double>(), 1.0);   // [30, 40]: back to productive
+}
+
+TEST(DemoReport, TerminalTablesListEveryInjection) {
+  const json run = SampleRun();
+  const std::string t = IncidentTable(run["incidents"], run["schedule"]);
+  EXPECT_NE(t.find("crash"), std::string::npos);
+  EXPECT_NE(t.find("reattempt"), std::string::npos);
+  EXPECT_NE(t.find("tolerated"), std::string::npos);
+  const std::string l = LedgerTable(run["ledger"]);
+  EXPECT_NE(l.find("ETTR 87.5% cumulative"), std::string::npos) << l;
+}
+
+}  // namespace
+}  // namespace bulwark::demo
