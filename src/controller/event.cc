@@ -54,8 +54,10 @@ std::string Describe(const Event& e) {
             return s;
           },
           [](const MachineHeartbeatLost& x) {
-            return "machine " + x.machine + " lost its heartbeat (last heard " +
-                   FormatTime(x.last_heartbeat) + ")";
+            // A duration, not a time: the plane's clock is wall time, the
+            // simulator's is virtual, and only the difference means the same.
+            return "machine " + x.machine + " lost its heartbeat (silent for " +
+                   FormatDuration(x.observed - x.last_heartbeat) + ")";
           },
           [](const InspectionFailed& x) {
             std::string s = std::string(InspectionKindName(x.kind)) + " inspection failed on " + x.machine;

@@ -300,6 +300,12 @@ std::optional<wire::Command> Plane::NextCommand(const std::string& machine, int6
   }
 }
 
+void Plane::Requeue(const std::string& machine, wire::Command command) {
+  std::lock_guard<std::mutex> lock(mu_);
+  AgentFor(machine).oneshots.push_front(std::move(command));
+  changed_.notify_all();
+}
+
 Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   now = Now(now);

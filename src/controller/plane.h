@@ -57,6 +57,9 @@ class Plane {
   std::optional<wire::Command> NextCommand(const std::string& machine, int64_t stream,
                                            std::string* sent_desired, Time until, bool* superseded);
   int64_t OpenStream(const std::string& machine);
+  // Puts back a one-time command (an injection) that a closing stream could
+  // not write, so the agent's next stream delivers it instead of losing it.
+  void Requeue(const std::string& machine, wire::Command command);
 
   // --- operators ----------------------------------------------------------
   Result<std::string> Submit(JobLaunch launch, Time now);

@@ -80,7 +80,13 @@ class AgentServiceImpl final : public wire::AgentService::Service {
       std::optional<wire::Command> c = plane_->NextCommand(
           req->machine(), stream, &sent, WallNow() + std::chrono::milliseconds(250), &superseded);
       if (superseded) return grpc::Status(grpc::StatusCode::ABORTED, "a newer command stream replaced this one");
-      if (c && !writer->Write(*c)) break;
+      if (c && !writer->Write(*c)) {
+        // A desired-state command is resent on the next stream anyway; a
+        // one-time command taken off its queue would be lost. (Seen: an
+        // injection dropped while an agent's stream was reconnecting.)
+        if (c->id() != sent) plane_->Requeue(req->machine(), std::move(*c));
+        break;
+      }
     }
     return grpc::Status::OK;
   }
