@@ -168,5 +168,19 @@ TEST(Plane, SubmitWithTooFewAgentsSaysHowMany) {
   EXPECT_NE(id.status().message().find("needs 2 machines but 1"), std::string::npos) << id.status().message();
 }
 
+TEST(Plane, UnknownMachineIsNotFoundByName) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE((*p)->Register(Reg("m01"), TimeFromMs(1000)).ok());
+  Status inject = (*p)->Inject("m99", "crash", 0);
+  EXPECT_EQ(inject.code(), Status::Code::kNotFound);
+  EXPECT_NE(inject.message().find("m99"), std::string::npos) << inject.message();
+  Status ret = (*p)->ReturnMachine("m42", TimeFromMs(1100));
+  EXPECT_EQ(ret.code(), Status::Code::kNotFound);
+  EXPECT_NE(ret.message().find("m42"), std::string::npos) << ret.message();
+}
+
 }  // namespace
 }  // namespace bulwark::controller
