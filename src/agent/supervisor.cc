@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "common/files.h"
@@ -47,9 +48,18 @@ Status Supervisor::Start(const RankGroupSpec& spec) {
 
     // Everything the child needs is built before fork: after it, only
     // async-signal-safe calls.
+    // The job's and torchrun's variables replace the agent's own: getenv
+    // returns the first match, so a duplicate would let the agent's win.
+    std::map<std::string, std::string> mine = TorchrunEnv(spec, rank, local);
+    // Without it bulwark-train re-executes itself once to set it (docs/
+    // trainer.md: libgomp's spinning starves OpenBLAS), ~0.4 s per restart.
+    if (!std::getenv("OMP_WAIT_POLICY")) mine.emplace("OMP_WAIT_POLICY", "PASSIVE");
     std::vector<std::string> envs;
-    for (char** e = environ; *e; ++e) envs.emplace_back(*e);
-    for (const auto& [k, v] : TorchrunEnv(spec, rank, local)) envs.push_back(k + "=" + v);
+    for (char** e = environ; *e; ++e) {
+      std::string kv = *e;
+      if (!mine.count(kv.substr(0, kv.find('=')))) envs.push_back(std::move(kv));
+    }
+    for (const auto& [k, v] : mine) envs.push_back(k + "=" + v);
     std::vector<char*> envp, argv;
     for (auto& s : envs) envp.push_back(s.data());
     envp.push_back(nullptr);
