@@ -119,7 +119,7 @@ class Agent {
   }
 
   bool Register() {
-    auto stub = wire::AgentService::NewStub(Channel());
+    auto rpc = wire::AgentService::NewStub(Channel());
     grpc::ClientContext ctx;
     Prepare(&ctx, kCallDeadline);
     wire::RegisterRequest req;
@@ -127,7 +127,7 @@ class Agent {
     req.set_machine_dir(layout_.machine(o_.machine));
     req.set_incarnation(incarnation_);
     wire::RegisterReply reply;
-    grpc::Status st = stub->Register(&ctx, req, &reply);
+    grpc::Status st = rpc->Register(&ctx, req, &reply);
     if (!st.ok()) {
       if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) Log("controller refused registration: " + st.error_message());
       return false;
@@ -140,7 +140,7 @@ class Agent {
   // whenever it ends: deadline, controller restart, network trouble.
   void CommandLoop() {
     while (!g_stop) {
-      auto stub = wire::AgentService::NewStub(Channel());
+      auto rpc = wire::AgentService::NewStub(Channel());
       grpc::ClientContext ctx;
       Prepare(&ctx, std::chrono::duration_cast<std::chrono::milliseconds>(kStreamDeadline));
       {
@@ -150,7 +150,7 @@ class Agent {
       wire::CommandStreamRequest req;
       req.set_machine(o_.machine);
       req.set_incarnation(incarnation_);
-      auto reader = stub->Commands(&ctx, req);
+      auto reader = rpc->Commands(&ctx, req);
       wire::Command c;
       while (!g_stop && reader->Read(&c)) {
         std::lock_guard<std::mutex> lock(queue_mu_);
@@ -170,7 +170,7 @@ class Agent {
       registered_ = Register();
       if (!registered_) return;
     }
-    auto stub = wire::AgentService::NewStub(Channel());
+    auto rpc = wire::AgentService::NewStub(Channel());
     grpc::ClientContext ctx;
     Prepare(&ctx, kCallDeadline);
     wire::ReportRequest req;
@@ -180,7 +180,7 @@ class Agent {
     for (int r : supervisor_.LiveRanks()) req.add_live_ranks(r);
     for (const wire::AgentEvent& e : pending_) *req.add_events() = e;
     wire::ReportReply reply;
-    grpc::Status st = stub->Report(&ctx, req, &reply);
+    grpc::Status st = rpc->Report(&ctx, req, &reply);
     if (st.ok()) {
       while (!pending_.empty() && pending_.front().seq() <= reply.acked_seq()) pending_.pop_front();
       return;

@@ -55,7 +55,7 @@ Result<ControlClient> ControlClient::Connect(const std::string& dir) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  c.stub_ = wire::ControlService::NewStub(
+  c.rpc_ = wire::ControlService::NewStub(
       grpc::CreateCustomChannel(c.address_, grpc::InsecureChannelCredentials(), args));
   return c;
 }
@@ -69,7 +69,7 @@ Result<std::string> ControlClient::Submit(const wire::SubmitRequest& req) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   wire::SubmitReply reply;
-  BULWARK_RETURN_IF_ERROR(FromGrpc(stub_->Submit(&ctx, req, &reply), "submit", address_));
+  BULWARK_RETURN_IF_ERROR(FromGrpc(rpc_->Submit(&ctx, req, &reply), "submit", address_));
   return reply.job();
 }
 
@@ -77,7 +77,7 @@ Result<nlohmann::json> ControlClient::Status() {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   wire::JsonReply r;
-  BULWARK_RETURN_IF_ERROR(FromGrpc(stub_->Status(&ctx, wire::QueryRequest(), &r), "status", address_));
+  BULWARK_RETURN_IF_ERROR(FromGrpc(rpc_->Status(&ctx, wire::QueryRequest(), &r), "status", address_));
   return ParseReply(r);
 }
 
@@ -85,7 +85,7 @@ Result<nlohmann::json> ControlClient::Incidents() {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   wire::JsonReply r;
-  BULWARK_RETURN_IF_ERROR(FromGrpc(stub_->Incidents(&ctx, wire::QueryRequest(), &r), "incidents", address_));
+  BULWARK_RETURN_IF_ERROR(FromGrpc(rpc_->Incidents(&ctx, wire::QueryRequest(), &r), "incidents", address_));
   return ParseReply(r);
 }
 
@@ -93,7 +93,7 @@ Result<nlohmann::json> ControlClient::Ledger() {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   wire::JsonReply r;
-  BULWARK_RETURN_IF_ERROR(FromGrpc(stub_->Ledger(&ctx, wire::QueryRequest(), &r), "ledger", address_));
+  BULWARK_RETURN_IF_ERROR(FromGrpc(rpc_->Ledger(&ctx, wire::QueryRequest(), &r), "ledger", address_));
   return ParseReply(r);
 }
 
@@ -105,7 +105,7 @@ bulwark::Status ControlClient::Inject(const std::string& machine, const std::str
   req.set_fault(fault);
   req.set_rank(rank);
   wire::InjectReply reply;
-  return FromGrpc(stub_->Inject(&ctx, req, &reply), "inject", address_);
+  return FromGrpc(rpc_->Inject(&ctx, req, &reply), "inject", address_);
 }
 
 bulwark::Status ControlClient::ReturnMachine(const std::string& machine) {
@@ -114,7 +114,7 @@ bulwark::Status ControlClient::ReturnMachine(const std::string& machine) {
   wire::ReturnMachineRequest req;
   req.set_machine(machine);
   wire::ReturnMachineReply reply;
-  return FromGrpc(stub_->ReturnMachine(&ctx, req, &reply), "machine return", address_);
+  return FromGrpc(rpc_->ReturnMachine(&ctx, req, &reply), "machine return", address_);
 }
 
 }  // namespace bulwark::cli

@@ -29,7 +29,7 @@ class ControlClient {
   void Prepare(grpc::ClientContext* ctx) const;
   std::string address_;
   std::string token_;
-  std::shared_ptr<wire::ControlService::Stub> stub_;
+  std::shared_ptr<wire::ControlService::Stub> rpc_;
 };
 
 }  // namespace bulwark::cli

@@ -223,12 +223,8 @@ Status WriteReport(const DemoOptions& o, const json& record, bool quiet) {
 }  // namespace
 
 Status RunDemo(const DemoOptions& o) {
-  if (!std::ifstream(o.data + "/tokenizer.model").good()) {
-    return Status::NotFound("no prepared corpus in " + o.data + "; run '" + o.exe_dir + "/bulwark-train prepare --corpus kjv --out " + o.data + "' (or make demo)");
-  }
+  BULWARK_RETURN_IF_ERROR(PrepareRunDir(o.exe_dir, o.data, o.out));
   const std::string dir = o.out + "/cluster", ckpt = o.out + "/ckpt";
-  RunChild({"/bin/rm", "-rf", dir, ckpt}, 30);
-  BULWARK_RETURN_IF_ERROR(MakeDirs(o.out));
   std::fprintf(stderr, "== bulwark demo: %d machines + %d standby train the %s model (%d steps, checkpoint every %d) "
                        "while faults are injected\n", o.machines, o.standby, o.config.c_str(), o.steps, o.ckpt_every);
   Result<std::unique_ptr<Session>> s = Session::Up(o.exe_dir, dir, o.machines, o.standby, o.json);

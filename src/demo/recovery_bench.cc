@@ -38,12 +38,8 @@ const char* const kPhases[] = {"localize", "spawn", "data", "rendezvous", "init"
 }  // namespace
 
 Status RunRecoveryBench(const BenchOptions& o) {
-  if (!std::ifstream(o.data + "/tokenizer.model").good()) {
-    return Status::NotFound("no prepared corpus in " + o.data + "; run '" + o.exe_dir + "/bulwark-train prepare --corpus kjv --out " + o.data + "'");
-  }
+  BULWARK_RETURN_IF_ERROR(PrepareRunDir(o.exe_dir, o.data, o.out));
   const std::string dir = o.out + "/cluster", ckpt = o.out + "/ckpt";
-  RunChild({"/bin/rm", "-rf", dir, ckpt}, 30);
-  BULWARK_RETURN_IF_ERROR(MakeDirs(o.out));
   // Each machine-down uses up a standby for good (its agent is dead); every
   // other evicted machine is returned after its incident.
   Result<std::unique_ptr<Session>> sp = Session::Up(o.exe_dir, dir, 2, o.repeat + 1);

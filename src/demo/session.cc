@@ -9,6 +9,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/files.h"
+
 #include "bulwark.grpc.pb.h"
 
 namespace bulwark::demo {
@@ -210,6 +212,16 @@ std::string Session::SlotMachine(const json& s, size_t slot) {
 std::string Session::MachineState(const json& s, const std::string& id) {
   for (const json& m : s["machines"]) if (m["id"] == id) return m["state"];
   return "";
+}
+
+Status PrepareRunDir(const std::string& exe_dir, const std::string& data, const std::string& out) {
+  if (!PathExists(data + "/tokenizer.model")) {
+    return Status::NotFound("no prepared corpus in " + data + "; run '" + exe_dir + "/bulwark-train prepare --corpus kjv --out " +
+                            data + "' (or make demo)");
+  }
+  BULWARK_RETURN_IF_ERROR(RemoveTree(out + "/cluster"));
+  BULWARK_RETURN_IF_ERROR(RemoveTree(out + "/ckpt"));
+  return MakeDirs(out);
 }
 
 }  // namespace bulwark::demo

@@ -30,6 +30,10 @@ int64_t WallMs();
 // when it takes more than `timeout_s` (it is killed), Internal on a non-zero exit.
 Status RunChild(const std::vector<std::string>& argv, double timeout_s, bool stdout_to_stderr = false);
 
+// Checks that `data` holds a prepared corpus (the error says how to make one)
+// and clears a previous run's cluster and checkpoints under `out`.
+Status PrepareRunDir(const std::string& exe_dir, const std::string& data, const std::string& out);
+
 // The newest JSON event of `kind` ("step", "start") in a rank's log, and the
 // first "step" after the newest "start" (the first step of the latest run).
 std::optional<json> LastEvent(const std::string& log, const std::string& kind);
