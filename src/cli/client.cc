@@ -73,29 +73,19 @@ Result<std::string> ControlClient::Submit(const wire::SubmitRequest& req) {
   return reply.job();
 }
 
-Result<nlohmann::json> ControlClient::Status() {
+Result<nlohmann::json> ControlClient::Query(QueryRpc rpc, const char* what) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   wire::JsonReply r;
-  BULWARK_RETURN_IF_ERROR(FromGrpc(rpc_->Status(&ctx, wire::QueryRequest(), &r), "status", address_));
+  BULWARK_RETURN_IF_ERROR(FromGrpc(((*rpc_).*rpc)(&ctx, wire::QueryRequest(), &r), what, address_));
   return ParseReply(r);
 }
 
-Result<nlohmann::json> ControlClient::Incidents() {
-  grpc::ClientContext ctx;
-  Prepare(&ctx);
-  wire::JsonReply r;
-  BULWARK_RETURN_IF_ERROR(FromGrpc(rpc_->Incidents(&ctx, wire::QueryRequest(), &r), "incidents", address_));
-  return ParseReply(r);
-}
+Result<nlohmann::json> ControlClient::Status() { return Query(&wire::ControlService::Stub::Status, "status"); }
 
-Result<nlohmann::json> ControlClient::Ledger() {
-  grpc::ClientContext ctx;
-  Prepare(&ctx);
-  wire::JsonReply r;
-  BULWARK_RETURN_IF_ERROR(FromGrpc(rpc_->Ledger(&ctx, wire::QueryRequest(), &r), "ledger", address_));
-  return ParseReply(r);
-}
+Result<nlohmann::json> ControlClient::Incidents() { return Query(&wire::ControlService::Stub::Incidents, "incidents"); }
+
+Result<nlohmann::json> ControlClient::Ledger() { return Query(&wire::ControlService::Stub::Ledger, "ledger"); }
 
 bulwark::Status ControlClient::Inject(const std::string& machine, const std::string& fault, int rank) {
   grpc::ClientContext ctx;

@@ -26,6 +26,10 @@ class ControlClient {
   bulwark::Status ReturnMachine(const std::string& machine);
 
  private:
+  using QueryRpc = grpc::Status (wire::ControlService::Stub::*)(grpc::ClientContext*, const wire::QueryRequest&,
+                                                                 wire::JsonReply*);
+  // The read-only queries: one call, a JSON reply.
+  Result<nlohmann::json> Query(QueryRpc rpc, const char* what);
   void Prepare(grpc::ClientContext* ctx) const;
   std::string address_;
   std::string token_;

@@ -98,6 +98,18 @@ Result<int> IntFlag(const Args& a, const std::string& key, int def) {
   }
 }
 
+void Print(const json& j, bool as_json, const std::function<void(const json&)>& human);
+
+// A read-only query of the controller, printed as JSON (--json) or for a person.
+Status Show(const Args& a, Result<json> (ControlClient::*query)(), const std::function<void(const json&)>& human) {
+  Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
+  if (!client.ok()) return client.status();
+  Result<json> r = ((*client).*query)();
+  if (!r.ok()) return r.status();
+  Print(*r, a.Has("json"), human);
+  return Status::OK();
+}
+
 void Print(const json& j, bool as_json, const std::function<void(const json&)>& human) {
   if (as_json) {
     std::cout << j.dump(2) << "\n";
@@ -213,11 +225,7 @@ Status Submit(const Args& a) {
 }
 
 Status StatusCmd(const Args& a) {
-  Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
-  if (!client.ok()) return client.status();
-  Result<json> s = client->Status();
-  if (!s.ok()) return s.status();
-  Print(*s, a.Has("json"), [](const json& j) {
+  return Show(a, &ControlClient::Status, [](const json& j) {
     if (j.contains("error")) std::cout << "CONTROLLER ERROR: " << j["error"].get<std::string>() << "\n";
     if (j["job"].is_null()) {
       std::cout << "no job submitted\n";
@@ -233,15 +241,10 @@ Status StatusCmd(const Args& a) {
                   m["live_ranks"].dump().c_str(), m.value("reason", "").c_str());
     }
   });
-  return Status::OK();
 }
 
 Status IncidentsCmd(const Args& a) {
-  Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
-  if (!client.ok()) return client.status();
-  Result<json> s = client->Incidents();
-  if (!s.ok()) return s.status();
-  Print(*s, a.Has("json"), [](const json& j) {
+  return Show(a, &ControlClient::Incidents, [](const json& j) {
     if (j.empty()) std::cout << "no incidents\n";
     for (const json& i : j) {
       std::cout << i["summary"].get<std::string>() << "\n    detect " << i["detect_s"] << " s";
@@ -250,15 +253,10 @@ Status IncidentsCmd(const Args& a) {
       std::cout << "\n";
     }
   });
-  return Status::OK();
 }
 
 Status LedgerCmd(const Args& a) {
-  Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
-  if (!client.ok()) return client.status();
-  Result<json> s = client->Ledger();
-  if (!s.ok()) return s.status();
-  Print(*s, a.Has("json"), [](const json& j) {
+  return Show(a, &ControlClient::Ledger, [](const json& j) {
     if (j.contains("error")) std::cout << "CONTROLLER ERROR: " << j["error"].get<std::string>() << "\n";
     if (j["job"].is_null()) {
       std::cout << "no job submitted\n";
@@ -273,7 +271,6 @@ Status LedgerCmd(const Args& a) {
       std::printf("\n");
     }
   });
-  return Status::OK();
 }
 
 Status InjectCmd(const Args& a) {
