@@ -17,9 +17,11 @@
 
 #include "agent/inspector.h"
 #include "agent/monitor.h"
+#include "agent/shard_store.h"
 #include "agent/signatures.h"
 #include "agent/supervisor.h"
 #include "bulwark.grpc.pb.h"
+#include "client/shard_socket.h"
 #include "cluster/layout.h"
 #include "common/exit_codes.h"
 #include "common/files.h"
@@ -58,9 +60,9 @@ void Log(const std::string& line) {
 
 class Agent {
  public:
-  Agent(AgentOptions o, std::string token, SignatureTable sigs)
+  Agent(AgentOptions o, std::string token, SignatureTable sigs, std::unique_ptr<ShardStore> shards)
       : o_(std::move(o)), layout_{o_.dir}, token_(std::move(token)), sigs_(std::move(sigs)),
-        supervisor_(layout_.ranks(o_.machine)), incarnation_(Ms(Clock::now())) {
+        supervisor_(layout_.ranks(o_.machine)), incarnation_(Ms(Clock::now())), shards_(std::move(shards)) {
     health_paths_ = {layout_.device(o_.machine), layout_.nic(o_.machine), layout_.machine(o_.machine)};
   }
 
@@ -126,6 +128,7 @@ class Agent {
     req.set_machine(o_.machine);
     req.set_machine_dir(layout_.machine(o_.machine));
     req.set_incarnation(incarnation_);
+    req.set_shard_addr(shards_->addr());
     wire::RegisterReply reply;
     grpc::Status st = rpc->Register(&ctx, req, &reply);
     if (!st.ok()) {
@@ -178,6 +181,12 @@ class Agent {
     req.set_incarnation(incarnation_);
     req.set_generation(supervisor_.generation());
     for (int r : supervisor_.LiveRanks()) req.add_live_ranks(r);
+    for (const ShardHolding& h : shards_->Holdings()) {
+      wire::ShardCopy* c = req.add_shards();
+      c->set_rank(h.rank);
+      c->set_step(h.step);
+      c->set_backup(h.backup);
+    }
     for (const wire::AgentEvent& e : pending_) *req.add_events() = e;
     wire::ReportReply reply;
     grpc::Status st = rpc->Report(&ctx, req, &reply);
@@ -225,6 +234,17 @@ class Agent {
           spec.master_port = c.master_port();
           spec.argv.assign(c.argv().begin(), c.argv().end());
           spec.env.insert(c.env().begin(), c.env().end());
+          spec.env[client::kShardSocketEnv] = ShardSocketPath();
+          ShardRoutes routes;
+          routes.backup_machine = c.backup_machine();
+          routes.backup_addr = c.backup_addr();
+          for (const auto& src : c.restore_from()) routes.restore_from.push_back({src.rank(), src.machine(), src.addr()});
+          routes.durable_dir = c.durable_dir();
+          routes.persist_every = c.persist_every();
+          std::vector<int> ranks;
+          for (const auto& r : spec.ranks) ranks.push_back(r.first);
+          // Fetching copies from peers overlaps the ranks' start-up.
+          shards_->SetRoutes(routes, ranks);
           followers_.clear();
           // Followers start at each log's current end, before the rank writes.
           for (const auto& r : spec.ranks) followers_.emplace(r.first, LogFollower(supervisor_.LogPath(r.first)));
@@ -260,7 +280,7 @@ class Agent {
   void Inject(const std::string& fault, int rank) {
     if (rank < 0) rank = supervisor_.FirstRank();
     Log("injecting " + fault + (rank >= 0 ? " (rank " + std::to_string(rank) + ")" : ""));
-    if ((fault == "crash" || fault == "kill") && rank < 0) {
+    if ((fault == "crash" || fault == "kill" || fault == "corrupt-shard") && rank < 0) {
       Log("nothing to " + fault + ": no rank runs on this machine");
       return;
     }
@@ -275,6 +295,12 @@ class Agent {
         std::fclose(f);
       }
       if (Status st = supervisor_.Signal(rank, SIGABRT); !st.ok()) Log(st.ToString());
+    } else if (fault == "corrupt-shard") {
+      // Bit rot in the newest in-memory shard, then the rank dies: the
+      // restore must notice the damage and take another copy.
+      Log(shards_->Corrupt(rank) ? "flipped a bit in rank " + std::to_string(rank) + "'s newest shard"
+                                 : "rank " + std::to_string(rank) + " has no shard in memory to corrupt");
+      if (Status st = supervisor_.Signal(rank, SIGKILL); !st.ok()) Log(st.ToString());
     } else if (fault == "kill") {
       if (Status st = supervisor_.Signal(rank, SIGKILL); !st.ok()) Log(st.ToString());
     } else if (fault == "machine-down") {
@@ -289,6 +315,8 @@ class Agent {
     }
   }
 
+  std::string ShardSocketPath() const { return layout_.machine(o_.machine) + "/shards.sock"; }
+
   // --- observation -------------------------------------------------------
   void WatchRanks() {
     for (auto& [rank, f] : followers_) f.Poll();
@@ -301,6 +329,20 @@ class Agent {
       // One step event per loop: the latest is all the policy needs.
       if (!pending_.empty() && pending_.back().kind() == wire::AgentEvent::STEP) pending_.pop_back();
       Emit(e);
+    }
+    for (auto& [rank, f] : followers_) {
+      if (auto r = f.TakeRestore()) {
+        wire::AgentEvent e;
+        e.set_kind(wire::AgentEvent::RESTORED);
+        e.set_rank(rank);
+        e.set_step(r->step);
+        e.set_source(r->source);
+        e.set_newest_step(r->newest_step);
+        e.set_restore_ms(r->ms);
+        Log("ranks restored step " + std::to_string(r->step) + " from " + r->source + " (newest surviving step " +
+            std::to_string(r->newest_step) + ", " + std::to_string(static_cast<int>(r->ms)) + " ms)");
+        Emit(e);
+      }
     }
     for (const RankExit& x : supervisor_.Reap()) {
       auto it = followers_.find(x.rank);
@@ -384,6 +426,7 @@ class Agent {
   Supervisor supervisor_;
   const int64_t incarnation_;
   InspectorPaths health_paths_;
+  std::unique_ptr<ShardStore> shards_;
 
   std::mutex channel_mu_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -427,7 +470,10 @@ Status RunAgent(const AgentOptions& options) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
   Log("machine " + options.machine + " up with " + std::to_string(sigs->size()) + " error signatures");
-  Agent agent(options, *token, std::move(*sigs));
+  auto shards = ShardStore::Start(options.machine, layout.machine(options.machine) + "/shards.sock", "127.0.0.1",
+                                 [](const std::string& line) { Log("shards: " + line); });
+  if (!shards.ok()) return shards.status();
+  Agent agent(options, *token, std::move(*sigs), std::move(*shards));
   return agent.Run();
 }
 

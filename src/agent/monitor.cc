@@ -47,6 +47,10 @@ void LogFollower::Consume(const std::string& line) {
   const std::string ev = j["event"].is_string() ? j["event"].get<std::string>() : "";
   if (ev == "step") last_step_ = j["step"].get<int64_t>();
   if (ev == "done") done_step_ = j["step"].get<int64_t>();
+  if (ev == "restore") {
+    restore_ = Restore{j["step"].get<int64_t>(), j.value("newest_step", j["step"].get<int64_t>()),
+                       j.value("source", std::string("unknown")), j.value("ms", 0.0)};
+  }
 }
 
 }  // namespace bulwark::agent

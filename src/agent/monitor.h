@@ -26,6 +26,18 @@ class LogFollower {
   std::optional<int64_t> done_step() const { return done_step_; }
   std::vector<std::string> tail() const { return {tail_.begin(), tail_.end()}; }
 
+  // The trainer's `restore` event, once: which checkpoint it resumed from.
+  struct Restore {
+    int64_t step = 0, newest_step = 0;
+    std::string source;
+    double ms = 0;
+  };
+  std::optional<Restore> TakeRestore() {
+    auto r = restore_;
+    restore_.reset();
+    return r;
+  }
+
  private:
   std::string path_;
   uint64_t offset_ = 0;
@@ -33,6 +45,7 @@ class LogFollower {
   std::deque<std::string> tail_;
   std::optional<int64_t> last_step_;
   std::optional<int64_t> done_step_;
+  std::optional<Restore> restore_;
 };
 
 }  // namespace bulwark::agent

@@ -93,6 +93,8 @@ const std::vector<Key>& Keys() {
       DBL_KEY("bucket-mb", bucket_mb, "gradient all-reduce bucket size in MiB"),
       STR_KEY("optimizer", optimizer, "adamw, or poet (block linears become R W0 P; the rest stays AdamW)"),
       INT_KEY("stop-at", stop_at, "stop after this step as if preempted (drills, tests); 0: never"),
+      STR_KEY("memory-ckpt", memory_ckpt, "every-step in-memory checkpoints via the agent: auto, on or off"),
+      BOOL_KEY("step-checksum", step_checksum, "print a parameter checksum with every step (tests)"),
       INT_KEY("vocab-size", model.vocab_size, "0 takes the tokenizer's vocabulary size"),
       INT_KEY("d-model", model.d_model, "model width"),
       INT_KEY("n-layers", model.n_layers, "transformer blocks"),
@@ -245,6 +247,9 @@ Status TrainConfig::Validate() const {
                                    "--weight-decay must not be negative");
   }
   if (min_lr_ratio < 0 || min_lr_ratio > 1) return Status::InvalidArgument("--min-lr-ratio must lie in [0, 1]");
+  if (memory_ckpt != "auto" && memory_ckpt != "on" && memory_ckpt != "off") {
+    return Status::InvalidArgument("--memory-ckpt '" + memory_ckpt + "' is not one of: auto, on, off");
+  }
   if (log_format != "human" && log_format != "json") {
     return Status::InvalidArgument("--log-format '" + log_format + "' is not one of: human, json");
   }

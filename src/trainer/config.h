@@ -60,6 +60,10 @@ struct TrainConfig {
   double bucket_mb = 4;       // gradient all-reduce bucket size
   std::string optimizer = "adamw";
   int64_t stop_at = 0;        // stop after this step as if preempted; 0: never
+  // Every-step in-memory checkpoints through the agent (memory_checkpoint.h):
+  // auto = when an agent offers its shard socket, on = required, off.
+  std::string memory_ckpt = "auto";
+  bool step_checksum = false;  // a parameter checksum in every step line (tests)
 
   Status Validate() const;
 };

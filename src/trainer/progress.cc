@@ -51,9 +51,12 @@ void Progress::Step(const StepReport& r) {
   ema_ms_ = ema_ms_ == 0 ? r.step_ms : 0.9 * ema_ms_ + 0.1 * r.step_ms;
   if (json_) {
     if (r.step % log_every_ == 0 || r.step == r.total) {
-      Emit({{"event", "step"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-            {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"forward_ms", r.forward_ms},
-            {"backward_ms", r.backward_ms}, {"comm_ms", r.comm_ms}, {"optimizer_ms", r.optimizer_ms}});
+      nlohmann::json j = {{"event", "step"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                          {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"forward_ms", r.forward_ms},
+                          {"backward_ms", r.backward_ms}, {"comm_ms", r.comm_ms}, {"optimizer_ms", r.optimizer_ms}};
+      if (r.ckpt_block_ms >= 0) j["ckpt_block_ms"] = r.ckpt_block_ms;
+      if (!r.checksum.empty()) j["checksum"] = r.checksum;
+      Emit(j);
     }
     return;
   }

@@ -11,6 +11,7 @@
 #include "trainer/adamw.h"
 #include "trainer/checkpoint.h"
 #include "trainer/dist.h"
+#include "trainer/memory_checkpoint.h"
 #include "trainer/model.h"
 #include "trainer/params.h"
 #include "trainer/progress.h"
@@ -139,7 +140,9 @@ Status Train(const TrainConfig& cfg_in) {
   const auto t_rendezvous = Clock::now();
   Transformer model(cfg.model);
   model->Initialize(cfg.seed);
-  ParamStore store(*model, cfg.shard_optimizer ? W : 1);
+  // Padded to the world size even unsharded: in-memory checkpoint shards
+  // split the state the way ZeRO-1 does.
+  ParamStore store(*model, W);
   int64_t opt_begin = 0, opt_end = store.num_params();
   if (cfg.shard_optimizer) {
     int64_t chunk = store.params().numel() / W;
@@ -150,12 +153,39 @@ Status Train(const TrainConfig& cfg_in) {
 
   const auto t_init = Clock::now();
   TrainState st;
-  if (cfg.resume) {
+  auto note = [&](const std::string& s) { progress.Note(s); };
+  auto memory = MemoryCheckpoint::Open(cfg, comm, model, store, opt, note);
+  if (!memory.ok()) return memory.status();
+  MemoryCheckpoint* mem = memory->get();
+  bool restored = false;
+  if (mem != nullptr) {
+    // The fastest copies first: this machine's memory, a backup peer's,
+    // durable storage; the disk checkpoints below are the last resort.
+    auto outcome = mem->Restore(&st);
+    if (!outcome.ok()) return outcome.status();
+    if (*outcome) {
+      restored = true;
+      const RestoreOutcome& o = **outcome;
+      std::vector<torch::Tensor> w0;
+      for (auto& [name, layer] : model->PoetLayers()) w0.push_back(layer->w0);
+      if (rank == 0) {
+        Progress::Emit({{"event", "restore"}, {"step", o.step}, {"source", o.source}, {"sources", o.sources},
+                        {"newest_step", o.newest_step}, {"ms", o.ms}, {"checksum", store.Checksum(w0)}});
+      }
+      progress.Note("restored step " + std::to_string(o.step) + " from " + o.source + " in " +
+                    std::to_string(static_cast<int>(o.ms)) + " ms");
+    }
+  }
+  if (cfg.resume && !restored) {
     auto loaded = LoadCheckpoint(cfg, comm, *model, store, opt, [&](const std::string& s) { progress.Note(s); });
     if (!loaded.ok()) return loaded.status();
     if (*loaded) {
       st = **loaded;
       progress.Note("resumed from " + cfg.ckpt_dir + " at step " + std::to_string(st.step));
+      if (rank == 0) {
+        Progress::Emit({{"event", "restore"}, {"step", st.step}, {"source", "disk"}, {"newest_step", st.step},
+                        {"ms", std::chrono::duration<double, std::milli>(Clock::now() - t_init).count()}});
+      }
     } else {
       progress.Note("no valid checkpoint in " + cfg.ckpt_dir + "; starting from step 0");
     }
@@ -220,6 +250,8 @@ Status Train(const TrainConfig& cfg_in) {
     const double lr = LearningRate(st.step, cfg.steps, cfg.warmup_steps, cfg.lr, cfg.min_lr_ratio);
     const double poet_lr =
         LearningRate(st.step, cfg.steps, cfg.warmup_steps, cfg.model.poet.EffectiveLr(), cfg.min_lr_ratio);
+    // The update changes what the background copy of the last step reads.
+    if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->WaitCopied());
     opt.Step(lr, st.step + 1, poet_lr, st.step + 1 - LastMerge(cfg, st.step));
     if (cfg.shard_optimizer && W > 1) BULWARK_RETURN_IF_ERROR(comm.AllGatherChunks(store.params()));
 
@@ -233,13 +265,23 @@ Status Train(const TrainConfig& cfg_in) {
       opt.ResetPoetMoments();
     }
 
+    // ---- in-memory checkpoint: copied during the next forward and backward
+    if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->Save(st));
+
     // ---- report
     const auto t_end = Clock::now();
     const auto& ms_between = ms;
     double ms = ms_between(t0, t_end);
-    progress.Step({st.step, cfg.steps, st.loss, lr, grad_norm, ms, tokens_per_step * 1000.0 / ms,
-                   ms_between(t0, t_fwd), ms_between(t_fwd, t_bwd), ms_between(t_bwd, t_comm),
-                   ms_between(t_comm, t_end)});
+    StepReport report{st.step, cfg.steps, st.loss, lr, grad_norm, ms, tokens_per_step * 1000.0 / ms,
+                      ms_between(t0, t_fwd), ms_between(t_fwd, t_bwd), ms_between(t_bwd, t_comm),
+                      ms_between(t_comm, t_end)};
+    if (mem != nullptr) report.ckpt_block_ms = mem->TakeBlockedMs();
+    if (cfg.step_checksum) {
+      std::vector<torch::Tensor> w0;
+      for (auto& [name, layer] : model->PoetLayers()) w0.push_back(layer->w0);
+      report.checksum = store.Checksum(w0);
+    }
+    progress.Step(report);
 
     // ---- diagnostics, outside the timed step (an SVD per layer)
     if (poet && cfg.model.poet.diag_every > 0 && st.step % cfg.model.poet.diag_every == 0 && rank == 0) {

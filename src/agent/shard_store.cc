@@ -1,0 +1,522 @@
+#include "agent/shard_store.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "agent/shard_transfer.h"
+#include "client/shard_client.h"
+#include "client/shard_image.h"
+#include "client/shard_region.h"
+#include "client/shard_socket.h"
+#include "common/files.h"
+
+namespace bulwark::agent {
+
+using client::ShardHeader;
+using client::ShardRegion;
+using RegionPtr = std::shared_ptr<ShardRegion>;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int kTransferTimeoutS = 10;
+constexpr int kDurableKeep = 2;  // persisted steps kept per rank
+
+double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+int64_t NewestStep(const RegionPtr& r) {
+  if (!r) return -1;
+  auto sealed = r->SealedSlots();
+  return sealed.empty() ? -1 : sealed.front().info.step;
+}
+
+}  // namespace
+
+class ShardStore::Impl {
+ public:
+  std::string machine_, socket_path_, host_;
+  std::function<void(const std::string&)> log_;
+  int unix_fd_ = -1, tcp_fd_ = -1, tcp_port_ = 0;
+  int wake_[2] = {-1, -1};
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  struct Primary {
+    RegionPtr current, previous;
+  };
+  struct Fetched {
+    std::string machine;
+    RegionPtr region;
+  };
+  struct Work {
+    int rank, slot;
+    int64_t step;
+    RegionPtr region;
+    int64_t conn;
+  };
+  std::map<int, Primary> primaries_;
+  std::map<int, RegionPtr> backups_;
+  std::map<int, std::vector<Fetched>> fetched_;
+  ShardRoutes routes_;
+  bool fetching_ = false;
+  std::deque<Work> work_;
+  std::map<int64_t, int> conns_;                  // connection id -> fd
+  std::vector<std::pair<int64_t, int>> waiting_;  // (connection, rank) restores waiting for fetches
+  int64_t next_conn_ = 1;
+  ShardStats stats_;
+  bool stop_ = false;
+  std::thread local_, tcp_, worker_, fetcher_;
+
+  void Wake() {
+    char c = 1;
+    (void)!::write(wake_[1], &c, 1);
+  }
+
+  // --- ranks (Unix socket) ---------------------------------------------
+  void LocalLoop() {
+    for (;;) {
+      std::vector<pollfd> fds{{unix_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+      std::vector<int64_t> ids;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stop_) return;
+        for (auto& [id, fd] : conns_) {
+          fds.push_back({fd, POLLIN, 0});
+          ids.push_back(id);
+        }
+      }
+      if (::poll(fds.data(), fds.size(), 500) < 0) continue;
+      if (fds[1].revents & POLLIN) {
+        char buf[64];
+        (void)!::read(wake_[0], buf, sizeof buf);
+        AnswerWaiting();
+      }
+      if (fds[0].revents & POLLIN) {
+        int c = ::accept4(unix_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c >= 0) {
+          std::lock_guard<std::mutex> lock(mu_);
+          conns_[next_conn_++] = c;
+        }
+      }
+      for (size_t i = 2; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        int fd = -1;
+        auto msg = client::RecvShardMessage(fds[i].fd, &fd, 0);
+        if (!msg.ok()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          ::close(fds[i].fd);
+          conns_.erase(ids[i - 2]);
+          continue;
+        }
+        Handle(ids[i - 2], fds[i].fd, *msg, fd);
+      }
+    }
+  }
+
+  void Handle(int64_t conn, int sock, const std::string& msg, int fd) {
+    auto w = client::SplitWords(msg);
+    if (w.size() == 3 && w[0] == "RESTORE") {
+      int rank = std::atoi(w[1].c_str());
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fetching_) {
+        waiting_.emplace_back(conn, rank);
+      } else {
+        OfferLocked(sock, rank);
+      }
+    } else if (w.size() == 3 && w[0] == "REGION" && fd >= 0) {
+      int rank = std::atoi(w[1].c_str());
+      auto region = ShardRegion::Map(fd);
+      if (!region.ok()) {
+        (void)client::SendShardMessage(sock, "ERROR " + region.status().message());
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      Primary& p = primaries_[rank];
+      // The previous run's images stay until this run seals one: a crash
+      // before that must still find them.
+      if (NewestStep(p.current) >= 0) p.previous = p.current;
+      p.current = std::make_shared<ShardRegion>(std::move(*region));
+      (void)client::SendShardMessage(sock, "OK");
+    } else if (w.size() == 3 && w[0] == "SAVED") {
+      int slot = std::atoi(w[1].c_str());
+      int64_t step = std::atoll(w[2].c_str());
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [rank, p] : primaries_) {
+        if (!p.current || slot < 0 || slot >= p.current->num_slots()) continue;
+        client::ShardInfo info;
+        if (!client::PeekShardHeader(p.current->slot(slot), p.current->slot_capacity(), &info, nullptr) ||
+            info.step != step || info.rank != rank) {
+          continue;
+        }
+        p.previous.reset();
+        work_.push_back({rank, slot, step, p.current, conn});
+        work_cv_.notify_all();
+        return;
+      }
+      (void)client::SendShardMessage(sock, "RELEASED " + w[1]);  // nothing to do with it
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
+  }
+
+  void OfferLocked(int sock, int rank) {
+    auto offer = [&](const RegionPtr& r, const std::string& source) {
+      if (NewestStep(r) >= 0) (void)client::SendShardMessage(sock, "COPY " + source, r->fd());
+    };
+    auto p = primaries_.find(rank);
+    if (p != primaries_.end()) {
+      offer(p->second.current, "memory");
+      offer(p->second.previous, "memory");
+    }
+    auto b = backups_.find(rank);
+    if (b != backups_.end()) offer(b->second, "memory");
+    for (const Fetched& f : fetched_[rank]) offer(f.region, "peer:" + f.machine);
+    if (!routes_.durable_dir.empty()) (void)client::SendShardMessage(sock, "DURABLE " + routes_.durable_dir);
+    (void)client::SendShardMessage(sock, "END");
+  }
+
+  void AnswerWaiting() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fetching_) return;
+    for (auto& [conn, rank] : waiting_) {
+      auto it = conns_.find(conn);
+      if (it != conns_.end()) OfferLocked(it->second, rank);
+    }
+    waiting_.clear();
+  }
+
+  // --- sending, persisting, releasing ---------------------------------
+  void WorkLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      work_cv_.wait(lock, [&] { return stop_ || !work_.empty(); });
+      if (stop_) return;
+      Work w = work_.front();
+      work_.pop_front();
+      bool superseded = false;
+      for (const Work& later : work_) superseded |= later.rank == w.rank;
+      ShardRoutes routes = routes_;
+      lock.unlock();
+      if (superseded) {
+        std::lock_guard<std::mutex> l(mu_);
+        ++stats_.superseded;
+      } else {
+        Process(w, routes);
+      }
+      lock.lock();
+      auto it = conns_.find(w.conn);
+      if (it != conns_.end()) (void)client::SendShardMessage(it->second, "RELEASED " + std::to_string(w.slot));
+    }
+  }
+
+  void Process(const Work& w, const ShardRoutes& routes) {
+    const uint8_t* image = w.region->slot(w.slot);
+    size_t bytes = 0;
+    if (!client::PeekShardHeader(image, w.region->slot_capacity(), nullptr, &bytes)) return;
+    if (!routes.backup_addr.empty()) {
+      auto t = Clock::now();
+      Status st = Push(routes.backup_addr, w.rank, w.step, image, bytes);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (st.ok()) {
+        ++stats_.pushed;
+        stats_.last_push_ms = MsSince(t);
+        if (stats_.push_failures > 0) log_("backups to " + routes.backup_machine + " flow again");
+        stats_.push_failures = 0;
+      } else if (stats_.push_failures++ == 0) {
+        log_("backup of rank " + std::to_string(w.rank) + " to " + routes.backup_machine + " failed: " + st.ToString());
+      }
+    }
+    if (routes.persist_every > 0 && !routes.durable_dir.empty() && w.step % routes.persist_every == 0) {
+      auto t = Clock::now();
+      std::string path = client::DurableShardPath(routes.durable_dir, w.step, w.rank);
+      Status st = MakeDirs(path.substr(0, path.rfind('/')));
+      if (st.ok()) st = WriteFileAtomic(path, image, bytes);
+      if (st.ok()) Prune(routes.durable_dir, w.rank);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (st.ok()) {
+        ++stats_.persisted;
+        stats_.last_persist_ms = MsSince(t);
+        log_("persisted rank " + std::to_string(w.rank) + " step " + std::to_string(w.step) + " (" +
+             std::to_string(bytes >> 20) + " MiB) in " + std::to_string(static_cast<int>(stats_.last_persist_ms)) + " ms");
+      } else {
+        log_("persisting rank " + std::to_string(w.rank) + " step " + std::to_string(w.step) + " failed: " + st.ToString());
+      }
+    }
+  }
+
+  static Status Push(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes) {
+    auto fd = DialTcp(addr, kTransferTimeoutS);
+    if (!fd.ok()) return fd.status();
+    std::string head = "PUSH " + std::to_string(rank) + " " + std::to_string(step) + " " + std::to_string(bytes) + "\n";
+    Status st = SendAll(*fd, head.data(), head.size());
+    if (st.ok()) st = SendAll(*fd, image, bytes);
+    if (st.ok()) {
+      auto reply = RecvLine(*fd);
+      if (!reply.ok()) st = reply.status();
+      else if (*reply != "OK") st = Status::Unavailable("backup peer answered: " + *reply);
+    }
+    ::close(*fd);
+    return st;
+  }
+
+  static void Prune(const std::string& dir, int rank) {
+    auto steps = client::DurableSteps(dir, rank);
+    for (size_t i = kDurableKeep; i < steps.size(); ++i) {
+      std::string path = client::DurableShardPath(dir, steps[i], rank);
+      ::unlink(path.c_str());
+      ::rmdir(path.substr(0, path.rfind('/')).c_str());  // fails while other ranks' files remain
+    }
+  }
+
+  // --- peers (TCP) -------------------------------------------------------
+  void TcpLoop() {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stop_) return;
+      }
+      pollfd p{tcp_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 200) <= 0) continue;
+      int c = ::accept4(tcp_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      SetTimeouts(c, kTransferTimeoutS);
+      Status st = Serve(c);
+      if (!st.ok()) log_("shard transfer from a peer failed: " + st.ToString());
+      ::close(c);
+    }
+  }
+
+  Status Serve(int c) {
+    auto line = RecvLine(c);
+    if (!line.ok()) return line.status();
+    auto w = client::SplitWords(*line);
+    if (w.size() == 4 && w[0] == "PUSH") return Receive(c, std::atoi(w[1].c_str()), std::strtoull(w[3].c_str(), nullptr, 10));
+    if (w.size() == 2 && w[0] == "FETCH") return SendCopies(c, std::atoi(w[1].c_str()));
+    return Status::InvalidArgument("unknown shard transfer request '" + *line + "'");
+  }
+
+  // Receives into the older of the rank's two backup slots; the header goes
+  // in last, so a transfer cut short never looks like a complete image.
+  Status Receive(int c, int rank, uint64_t bytes) {
+    if (bytes < sizeof(ShardHeader) || bytes > (uint64_t{64} << 30)) return Status::InvalidArgument("implausible shard size");
+    RegionPtr region;
+    int slot = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      RegionPtr& r = backups_[rank];
+      if (!r || r->slot_capacity() < bytes) {
+        auto made = ShardRegion::Create("bulwark-backup-rank-" + std::to_string(rank), bytes, 2);
+        if (!made.ok()) return made.status();
+        r = std::make_shared<ShardRegion>(std::move(*made));
+      }
+      region = r;
+      auto sealed = region->SealedSlots();
+      slot = region->OldestSlot(sealed.empty() ? -1 : sealed.front().slot);
+    }
+    uint8_t* dst = region->slot(slot);
+    ShardHeader header;
+    std::memset(dst, 0, sizeof header);  // unsealed while receiving
+    BULWARK_RETURN_IF_ERROR(RecvAll(c, &header, sizeof header));
+    BULWARK_RETURN_IF_ERROR(RecvAll(c, dst + sizeof header, bytes - sizeof header));
+    uint64_t seal = header.header_checksum;
+    header.header_checksum = 0;
+    std::memcpy(dst, &header, sizeof header);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    std::memcpy(dst + offsetof(ShardHeader, header_checksum), &seal, sizeof seal);
+    return SendAll(c, "OK\n", 3);
+  }
+
+  Status SendCopies(int c, int rank) {
+    std::vector<std::pair<RegionPtr, int>> copies;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto add = [&](const RegionPtr& r) {
+        if (!r) return;
+        for (const auto& s : r->SealedSlots())
+          if (s.info.rank == rank) copies.emplace_back(r, s.slot);
+      };
+      auto p = primaries_.find(rank);
+      if (p != primaries_.end()) {
+        add(p->second.current);
+        add(p->second.previous);
+      }
+      auto b = backups_.find(rank);
+      if (b != backups_.end()) add(b->second);
+    }
+    std::string head = "COPIES " + std::to_string(copies.size()) + "\n";
+    BULWARK_RETURN_IF_ERROR(SendAll(c, head.data(), head.size()));
+    for (auto& [r, slot] : copies) {
+      size_t bytes = 0;
+      std::vector<uint8_t> blank(sizeof(ShardHeader), 0);
+      const uint8_t* src = r->slot(slot);
+      // Overwritten since it was listed: send an unsealed header instead.
+      if (!client::PeekShardHeader(src, r->slot_capacity(), nullptr, &bytes)) {
+        bytes = sizeof(ShardHeader);
+        src = blank.data();
+      }
+      std::string line = "COPY " + std::to_string(bytes) + "\n";
+      BULWARK_RETURN_IF_ERROR(SendAll(c, line.data(), line.size()));
+      BULWARK_RETURN_IF_ERROR(SendAll(c, src, bytes));
+    }
+    return Status::OK();
+  }
+
+  // Pulls every copy `source` holds of its rank into a fresh region.
+  Result<RegionPtr> Fetch(const ShardRoutes::Source& source) {
+    auto fd = DialTcp(source.addr, kTransferTimeoutS);
+    if (!fd.ok()) return fd.status();
+    std::string req = "FETCH " + std::to_string(source.rank) + "\n";
+    std::vector<std::string> images;
+    Status st = SendAll(*fd, req.data(), req.size());
+    if (st.ok()) {
+      auto head = RecvLine(*fd);
+      auto w = head.ok() ? client::SplitWords(*head) : std::vector<std::string>{};
+      if (!head.ok()) st = head.status();
+      else if (w.size() != 2 || w[0] != "COPIES") st = Status::Corrupt("unexpected answer '" + *head + "'");
+      for (int i = 0; st.ok() && i < std::atoi(w[1].c_str()); ++i) {
+        auto line = RecvLine(*fd);
+        if (!line.ok()) {
+          st = line.status();
+          break;
+        }
+        auto lw = client::SplitWords(*line);
+        uint64_t n = lw.size() == 2 ? std::strtoull(lw[1].c_str(), nullptr, 10) : 0;
+        if (n == 0 || n > (uint64_t{64} << 30)) {
+          st = Status::Corrupt("bad copy header '" + *line + "'");
+          break;
+        }
+        images.emplace_back(n, '\0');
+        st = RecvAll(*fd, images.back().data(), n);
+      }
+    }
+    ::close(*fd);
+    BULWARK_RETURN_IF_ERROR(st);
+    if (images.empty()) return RegionPtr();
+    size_t cap = 0;
+    for (const auto& s : images) cap = std::max(cap, s.size());
+    auto region = ShardRegion::Create("bulwark-fetched-rank-" + std::to_string(source.rank), cap,
+                                      static_cast<int>(images.size()));
+    if (!region.ok()) return region.status();
+    for (size_t i = 0; i < images.size(); ++i) std::memcpy(region->slot(static_cast<int>(i)), images[i].data(), images[i].size());
+    return std::make_shared<ShardRegion>(std::move(*region));
+  }
+
+  void FetchAll(ShardRoutes routes, std::vector<int> ranks) {
+    auto t = Clock::now();
+    for (const auto& s : routes.restore_from) {
+      if (std::find(ranks.begin(), ranks.end(), s.rank) == ranks.end()) continue;
+      auto r = Fetch(s);
+      if (!r.ok()) {
+        log_("fetching rank " + std::to_string(s.rank) + "'s shard from " + s.machine + " failed: " + r.status().ToString());
+        continue;
+      }
+      if (!*r) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      fetched_[s.rank].push_back({s.machine, *r});
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fetching_ = false;
+      stats_.last_fetch_ms = MsSince(t);
+    }
+    Wake();
+  }
+};
+
+Result<std::unique_ptr<ShardStore>> ShardStore::Start(const std::string& machine, const std::string& socket_path,
+                                                      const std::string& host,
+                                                      std::function<void(const std::string&)> log) {
+  auto impl = std::make_unique<Impl>();
+  impl->machine_ = machine;
+  impl->socket_path_ = socket_path;
+  impl->host_ = host;
+  impl->log_ = std::move(log);
+  auto u = client::ListenShardSocket(socket_path);
+  if (!u.ok()) return u.status();
+  impl->unix_fd_ = *u;
+  auto t = ListenTcp(host, &impl->tcp_port_);
+  if (!t.ok()) return t.status();
+  impl->tcp_fd_ = *t;
+  if (::pipe2(impl->wake_, O_CLOEXEC) != 0) return Status::IOError("pipe for the shard store");
+  Impl* p = impl.get();
+  p->local_ = std::thread([p] { p->LocalLoop(); });
+  p->tcp_ = std::thread([p] { p->TcpLoop(); });
+  p->worker_ = std::thread([p] { p->WorkLoop(); });
+  return std::unique_ptr<ShardStore>(new ShardStore(std::move(impl)));
+}
+
+ShardStore::ShardStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ShardStore::~ShardStore() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu_);
+    impl_->stop_ = true;
+  }
+  impl_->work_cv_.notify_all();
+  impl_->Wake();
+  for (std::thread* t : {&impl_->local_, &impl_->tcp_, &impl_->worker_, &impl_->fetcher_})
+    if (t->joinable()) t->join();
+  for (auto& [id, fd] : impl_->conns_) ::close(fd);
+  for (int fd : {impl_->unix_fd_, impl_->tcp_fd_, impl_->wake_[0], impl_->wake_[1]})
+    if (fd >= 0) ::close(fd);
+  ::unlink(impl_->socket_path_.c_str());
+}
+
+std::string ShardStore::addr() const { return impl_->host_ + ":" + std::to_string(impl_->tcp_port_); }
+
+void ShardStore::SetRoutes(const ShardRoutes& routes, const std::vector<int>& ranks) {
+  if (impl_->fetcher_.joinable()) impl_->fetcher_.join();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu_);
+    impl_->routes_ = routes;
+    for (int r : ranks) impl_->fetched_.erase(r);
+    impl_->fetching_ = true;
+  }
+  Impl* p = impl_.get();
+  impl_->fetcher_ = std::thread([p, routes, ranks] { p->FetchAll(routes, ranks); });
+}
+
+std::vector<ShardHolding> ShardStore::Holdings() const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  std::vector<ShardHolding> out;
+  for (const auto& [rank, p] : impl_->primaries_) {
+    int64_t s = std::max(NewestStep(p.current), NewestStep(p.previous));
+    if (s >= 0) out.push_back({rank, s, false});
+  }
+  for (const auto& [rank, r] : impl_->backups_) {
+    int64_t s = NewestStep(r);
+    if (s >= 0) out.push_back({rank, s, true});
+  }
+  return out;
+}
+
+ShardStats ShardStore::Stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  return impl_->stats_;
+}
+
+bool ShardStore::Corrupt(int rank) {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  auto p = impl_->primaries_.find(rank);
+  if (p == impl_->primaries_.end()) return false;
+  for (const RegionPtr& r : {p->second.current, p->second.previous}) {
+    if (!r) continue;
+    auto sealed = r->SealedSlots();
+    if (!sealed.empty()) return client::CorruptShardImage(r->slot(sealed.front().slot), r->slot_capacity());
+  }
+  return false;
+}
+
+}  // namespace bulwark::agent

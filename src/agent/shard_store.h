@@ -1,0 +1,78 @@
+// ShardStore: the agent's side of every-step in-memory checkpoints.
+//
+// It holds, in this machine's memory:
+//   primary  the regions its ranks write their shards into (client/), kept
+//            after a rank dies so a rank restarted in place restores from
+//            them; the region of the previous run of a rank stays until the
+//            new run has sealed an image of its own;
+//   backup   the newest two images of ranks on other machines, pushed here
+//            by their agents;
+//   fetched  copies of this machine's ranks' shards pulled from the
+//            machines the controller named, before a restore.
+//
+// For each image a rank seals it pushes a copy to the backup peer the
+// controller chose, persists every `persist_every` steps, then releases the
+// slot back to the rank. A newer image of the same rank supersedes an older
+// one still waiting: only the newest is worth sending.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace bulwark::agent {
+
+struct ShardRoutes {
+  struct Source {
+    int rank = 0;
+    std::string machine, addr;
+  };
+  std::string backup_machine, backup_addr;  // empty: no peer
+  std::vector<Source> restore_from;         // other machines holding copies of our ranks
+  std::string durable_dir;                  // empty: no persistence
+  int persist_every = 0;
+};
+
+struct ShardHolding {
+  int rank = 0;
+  int64_t step = 0;
+  bool backup = false;
+};
+
+// What the store did lately, for the agent's log and the benchmarks.
+struct ShardStats {
+  int64_t pushed = 0, persisted = 0, superseded = 0, push_failures = 0;
+  double last_push_ms = 0, last_persist_ms = 0, last_fetch_ms = 0;
+};
+
+class ShardStore {
+ public:
+  // Listens on the Unix socket `socket_path` for ranks and on an ephemeral
+  // TCP port of `host` for peers. `log` receives one line per notable thing.
+  static Result<std::unique_ptr<ShardStore>> Start(const std::string& machine, const std::string& socket_path,
+                                                   const std::string& host,
+                                                   std::function<void(const std::string&)> log);
+  ~ShardStore();
+
+  std::string addr() const;  // host:port of the shard server
+  // Routes for the ranks being started now; fetches copies of `ranks` from
+  // the sources before any of them asks to restore.
+  void SetRoutes(const ShardRoutes& routes, const std::vector<int>& ranks);
+  std::vector<ShardHolding> Holdings() const;
+  ShardStats Stats() const;
+  // Emulated memory corruption: flips a bit in the newest image `rank` wrote
+  // here. False when there is none.
+  bool Corrupt(int rank);
+
+  class Impl;
+
+ private:
+  explicit ShardStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bulwark::agent

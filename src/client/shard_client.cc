@@ -1,0 +1,204 @@
+#include "client/shard_client.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "client/shard_socket.h"
+#include "common/files.h"
+
+namespace bulwark::client {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// The agent releases a slot once it is sent and persisted; a slot held this
+// long means the agent is stuck, and training must not stall behind it.
+constexpr int kReleaseTimeoutMs = 60000;
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+std::string DurableShardPath(const std::string& dir, int64_t step, int rank) {
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%08lld/rank-%d.shard", static_cast<long long>(step), rank);
+  return JoinPath(dir, name);
+}
+
+std::vector<int64_t> DurableSteps(const std::string& dir, int rank) {
+  std::vector<int64_t> steps;
+  for (const std::string& e : ListDir(dir)) {
+    long long s = 0;
+    char tail = 0;
+    if (std::sscanf(e.c_str(), "step-%lld%c", &s, &tail) != 1) continue;
+    if (PathExists(DurableShardPath(dir, s, rank))) steps.push_back(s);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
+Result<ShardView> ShardCopy::Open() {
+  if (region_ != nullptr) {
+    return ReadShardImage(region_->slot(slot_), region_->slot_capacity(),
+                          source + " copy of step " + std::to_string(info.step));
+  }
+  if (data_.empty()) {
+    auto bytes = ReadFile(path_);
+    if (!bytes.ok()) return bytes.status();
+    data_ = std::move(*bytes);
+  }
+  return ReadShardImage(data_.data(), data_.size(), path_);
+}
+
+Result<std::unique_ptr<ShardClient>> ShardClient::Connect(const std::string& socket_path, int rank, int world_size) {
+  auto s = ConnectShardSocket(socket_path);
+  if (!s.ok()) return s.status();
+  std::unique_ptr<ShardClient> c(new ShardClient());
+  c->sock_ = *s;
+  c->rank_ = rank;
+  c->world_size_ = world_size;
+  c->copier_ = std::thread([p = c.get()] { p->CopyLoop(); });
+  return c;
+}
+
+ShardClient::~ShardClient() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (copier_.joinable()) copier_.join();
+  if (sock_ >= 0) ::close(sock_);
+}
+
+Result<std::vector<ShardCopy>> ShardClient::Copies(int timeout_ms) {
+  BULWARK_RETURN_IF_ERROR(
+      SendShardMessage(sock_, "RESTORE " + std::to_string(rank_) + " " + std::to_string(world_size_)));
+  std::vector<ShardCopy> out;
+  std::string durable;
+  for (;;) {
+    int fd = -1;
+    auto msg = RecvShardMessage(sock_, &fd, timeout_ms);
+    if (!msg.ok()) return msg.status().Annotate("asking the agent for this rank's shard copies");
+    auto w = SplitWords(*msg);
+    if (w.empty()) continue;
+    if (w[0] == "END") break;
+    if (w[0] == "DURABLE" && w.size() == 2) durable = w[1];
+    if (w[0] != "COPY" || w.size() != 2 || fd < 0) {
+      if (fd >= 0) ::close(fd);
+      continue;
+    }
+    auto region = ShardRegion::Map(fd);
+    if (!region.ok()) continue;
+    offered_.push_back(std::make_unique<ShardRegion>(std::move(*region)));
+    for (const auto& s : offered_.back()->SealedSlots()) {
+      if (s.info.rank != rank_) continue;  // the agent filters; a mixup must not restore another rank
+      ShardCopy c;
+      c.source = w[1];
+      c.info = s.info;
+      c.region_ = offered_.back().get();
+      c.slot_ = s.slot;
+      c.bytes_ = s.bytes;
+      out.push_back(std::move(c));
+    }
+  }
+  if (!durable.empty()) {
+    for (int64_t step : DurableSteps(durable, rank_)) {
+      ShardCopy c;
+      c.source = "durable";
+      c.info = {step, rank_, world_size_};
+      c.path_ = DurableShardPath(durable, step, rank_);
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+Status ShardClient::OpenRegion(size_t image_bytes) {
+  auto r = ShardRegion::Create("bulwark-shard-rank-" + std::to_string(rank_), image_bytes, 2);
+  if (!r.ok()) return r.status();
+  region_ = std::move(*r);
+  BULWARK_RETURN_IF_ERROR(SendShardMessage(
+      sock_, "REGION " + std::to_string(rank_) + " " + std::to_string(world_size_), region_.fd()));
+  int fd = -1;
+  auto reply = RecvShardMessage(sock_, &fd, 10000);
+  if (!reply.ok()) return reply.status().Annotate("handing the shard region to the agent");
+  if (reply->rfind("OK", 0) != 0) return Status::Unavailable("the agent refused the shard region: " + *reply);
+  return Status::OK();
+}
+
+Status ShardClient::WaitReleased(int slot) {
+  while (in_agent_[slot]) {
+    int fd = -1;
+    auto msg = RecvShardMessage(sock_, &fd, kReleaseTimeoutMs);
+    if (fd >= 0) ::close(fd);
+    if (!msg.ok()) return msg.status().Annotate("waiting for the agent to release shard slot " + std::to_string(slot));
+    auto w = SplitWords(*msg);
+    if (w.size() == 2 && w[0] == "RELEASED") {
+      int s = std::atoi(w[1].c_str());
+      if (s == 0 || s == 1) in_agent_[s] = false;
+    }
+  }
+  return Status::OK();
+}
+
+Status ShardClient::BeginSave(const ShardInfo& info, std::string meta, std::vector<ShardSection> sections) {
+  if (!region_.valid()) return Status::FailedPrecondition("BeginSave before OpenRegion");
+  BULWARK_RETURN_IF_ERROR(WaitCopied());
+  const int slot = next_slot_;
+  auto t = Clock::now();
+  Status st = WaitReleased(slot);
+  blocked_ms_ += MsSince(t);
+  BULWARK_RETURN_IF_ERROR(st);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = Job{slot, info, std::move(meta), std::move(sections)};
+    in_agent_[slot] = true;  // announced by the copier when sealed
+  }
+  cv_.notify_all();
+  next_slot_ = 1 - slot;
+  return Status::OK();
+}
+
+Status ShardClient::WaitCopied() {
+  auto t = Clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !job_.has_value(); });
+  blocked_ms_ += MsSince(t);
+  Status st = copy_status_;
+  copy_status_ = Status::OK();
+  return st;
+}
+
+double ShardClient::TakeBlockedMs() {
+  double v = blocked_ms_;
+  blocked_ms_ = 0;
+  return v;
+}
+
+void ShardClient::CopyLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || job_.has_value(); });
+    if (stop_) return;
+    Job job = *job_;
+    lock.unlock();
+    Status st = WriteShardImage(region_.slot(job.slot), region_.slot_capacity(), job.info, job.meta, job.sections);
+    if (st.ok()) {
+      st = SendShardMessage(sock_, "SAVED " + std::to_string(job.slot) + " " + std::to_string(job.info.step));
+    }
+    lock.lock();
+    if (!st.ok()) {
+      copy_status_ = st;
+      in_agent_[job.slot] = false;
+    }
+    job_.reset();
+    cv_.notify_all();
+  }
+}
+
+}  // namespace bulwark::client

@@ -1,0 +1,105 @@
+// ShardClient: a rank's side of every-step in-memory checkpoints.
+//
+// Saving: the rank owns a two-slot region of shared memory that its agent
+// maps. After each optimizer step it starts copying its shard into one slot
+// on a background thread, so the copy overlaps the next step's forward and
+// backward, while the other slot keeps the previous complete image. It
+// blocks only (1) before the next optimizer step, if the copy is still
+// running (the update would change what is being copied), and (2) before
+// reusing a slot the agent is still sending to the backup peer or
+// persisting. Both waits are measured.
+//
+// Restoring: the agent offers every copy of the rank's shard it can reach
+// (its memory, copies it fetched from peers, durable storage); the caller
+// verifies them and agrees with the other ranks on a step (the trainer's
+// memory_checkpoint.h).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/shard_image.h"
+#include "client/shard_region.h"
+#include "common/status.h"
+
+namespace bulwark::client {
+
+// Where durable copies live: DIR/step-00000100/rank-3.shard.
+std::string DurableShardPath(const std::string& dir, int64_t step, int rank);
+// The steps with a durable copy of `rank` under `dir`, newest first.
+std::vector<int64_t> DurableSteps(const std::string& dir, int rank);
+
+// One copy of the rank's shard that a restore may use.
+class ShardCopy {
+ public:
+  std::string source;  // "memory", "peer:m03", "durable"
+  ShardInfo info;      // from the header; the payload is checked by Open
+  // Verifies and returns the image; for durable copies, reads the file first.
+  Result<ShardView> Open();
+  size_t bytes() const { return bytes_; }
+
+ private:
+  friend class ShardClient;
+  const ShardRegion* region_ = nullptr;
+  int slot_ = -1;
+  std::string path_;
+  std::string data_;  // a durable file's bytes once read
+  size_t bytes_ = 0;
+};
+
+class ShardClient {
+ public:
+  // Connects to the agent at `socket_path` for `rank` of `world_size`.
+  static Result<std::unique_ptr<ShardClient>> Connect(const std::string& socket_path, int rank, int world_size);
+  ~ShardClient();
+
+  // Every copy the agent offers, memory first, then peers, then durable
+  // storage; newest step first within each. Waits for the agent's fetches
+  // from peers (it starts them when it starts the ranks).
+  Result<std::vector<ShardCopy>> Copies(int timeout_ms = 60000);
+
+  // Creates this rank's region for images of up to `image_bytes` and hands it
+  // to the agent. Copies from Copies() stay valid.
+  Status OpenRegion(size_t image_bytes);
+  // Starts sealing an image of `sections` into the next slot in the
+  // background. The sections' bytes must not change until WaitCopied().
+  Status BeginSave(const ShardInfo& info, std::string meta, std::vector<ShardSection> sections);
+  // Blocks until the image begun by BeginSave is sealed and announced.
+  Status WaitCopied();
+  // Milliseconds spent blocked in BeginSave and WaitCopied since the last call.
+  double TakeBlockedMs();
+
+ private:
+  ShardClient() = default;
+  Status WaitReleased(int slot);
+  void CopyLoop();
+
+  int sock_ = -1;
+  int rank_ = 0, world_size_ = 1;
+  std::vector<std::unique_ptr<ShardRegion>> offered_;  // regions the agent handed over
+  ShardRegion region_;
+  int next_slot_ = 0;
+  std::atomic<bool> in_agent_[2] = {false, false};  // SAVED sent, RELEASED not yet received
+  double blocked_ms_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  struct Job {
+    int slot;
+    ShardInfo info;
+    std::string meta;
+    std::vector<ShardSection> sections;
+  };
+  std::optional<Job> job_;  // set by BeginSave, cleared by the copier when sealed
+  Status copy_status_;
+  bool stop_ = false;
+  std::thread copier_;
+};
+
+}  // namespace bulwark::client

@@ -1,0 +1,303 @@
+#include "trainer/memory_checkpoint.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "client/shard_socket.h"
+
+namespace bulwark::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kMetaCapacity = 64 << 10;
+constexpr int kMaxCandidates = 16;  // distinct steps one rank offers to the agreement
+
+// Restore sources from fastest to slowest; the outcome names the slowest used.
+int SourceRank(const std::string& source) {
+  if (source == "memory") return 0;
+  if (source.rfind("peer", 0) == 0) return 1;
+  return 2;
+}
+
+}  // namespace
+
+MemoryCheckpoint::MemoryCheckpoint(const TrainConfig& cfg, Comm& comm, Transformer& model, ParamStore& store,
+                                   AdamW& opt, Note note)
+    : cfg_(cfg), comm_(comm), model_(model), store_(store), opt_(opt), note_(std::move(note)) {
+  const int W = comm.world_size(), r = comm.rank();
+  const int64_t chunk = store.params().numel() / W;
+  begin_ = std::min<int64_t>(store.num_params(), r * chunk);
+  end_ = std::min<int64_t>(store.num_params(), begin_ + chunk);
+  for (auto& b : model->named_buffers()) buffer_bytes_ += b.value().numel() * b.value().element_size();
+  const int64_t unit = 4 * W;  // gathered as floats in W equal chunks
+  const int64_t padded = (buffer_bytes_ + unit - 1) / unit * unit;
+  buf_begin_ = std::min(buffer_bytes_, r * (padded / W));
+  buf_end_ = std::min(buffer_bytes_, buf_begin_ + padded / W);
+}
+
+Result<std::unique_ptr<MemoryCheckpoint>> MemoryCheckpoint::Open(const TrainConfig& cfg, Comm& comm,
+                                                                 Transformer& model, ParamStore& store, AdamW& opt,
+                                                                 Note note) {
+  if (cfg.memory_ckpt == "off") return std::unique_ptr<MemoryCheckpoint>();
+  const char* socket = std::getenv(client::kShardSocketEnv);
+  std::unique_ptr<client::ShardClient> c;
+  Status why = Status::OK();
+  if (socket == nullptr || *socket == '\0') {
+    why = Status::FailedPrecondition(std::string(client::kShardSocketEnv) +
+                                     " is unset: no agent offers shared memory for checkpoints; run under bulwark or "
+                                     "use --memory-ckpt off");
+  } else {
+    auto connected = client::ShardClient::Connect(socket, comm.rank(), comm.world_size());
+    if (connected.ok()) c = std::move(*connected);
+    else why = connected.status();
+  }
+  // All ranks or none: a mixed world would disagree in Restore's collectives.
+  auto missing = torch::tensor({c ? 0.0 : 1.0}, torch::kFloat64);
+  std::vector<torch::Tensor> v{missing};
+  BULWARK_RETURN_IF_ERROR(comm.AllReduceSum(v));
+  if (missing.item<double>() > 0) {
+    if (cfg.memory_ckpt == "on") {
+      return why.ok() ? Status::FailedPrecondition("another rank has no agent for in-memory checkpoints")
+                      : why.Annotate("--memory-ckpt on");
+    }
+    if (!why.ok() && socket != nullptr) note("in-memory checkpoints off: " + why.message());
+    return std::unique_ptr<MemoryCheckpoint>();
+  }
+  std::unique_ptr<MemoryCheckpoint> m(new MemoryCheckpoint(cfg, comm, model, store, opt, std::move(note)));
+  m->client_ = std::move(c);
+  return m;
+}
+
+std::vector<client::ShardSection> MemoryCheckpoint::Sections() {
+  const size_t n = static_cast<size_t>(end_ - begin_) * sizeof(float);
+  const int64_t moment = begin_ - opt_.begin();
+  return {{"params", store_.params().data_ptr<float>() + begin_, n},
+          {"adam_m", opt_.m().data_ptr<float>() + moment, n},
+          {"adam_v", opt_.v().data_ptr<float>() + moment, n},
+          {"buffers", buffer_stage_.data(), buffer_stage_.size()},
+          {"rng", rng_stage_.data(), rng_stage_.size()}};
+}
+
+std::string MemoryCheckpoint::Meta(const TrainState& st) const {
+  nlohmann::json meta = {{"step", st.step},
+                         {"data_cursor", st.data_cursor},
+                         {"loss", st.loss},
+                         {"world_size", comm_.world_size()},
+                         {"rank", comm_.rank()},
+                         {"shape", cfg_.model.ShapeString()},
+                         {"optimizer", cfg_.optimizer},
+                         {"seed", cfg_.seed},
+                         {"num_params", store_.num_params()},
+                         {"begin", begin_},
+                         {"end", end_},
+                         {"buffer_bytes", buffer_bytes_},
+                         {"buffer_begin", buf_begin_},
+                         {"buffer_end", buf_end_}};
+  return meta.dump();
+}
+
+// Buffers change only at POET merges; copying them every step would double
+// a POET shard's size for nothing.
+void MemoryCheckpoint::StageBuffers() {
+  buffer_stage_.resize(static_cast<size_t>(buf_end_ - buf_begin_));
+  int64_t at = 0;
+  for (auto& b : model_->named_buffers()) {
+    auto t = b.value().contiguous();
+    const int64_t n = t.numel() * t.element_size();
+    const int64_t lo = std::max(at, buf_begin_), hi = std::min(at + n, buf_end_);
+    if (lo < hi) std::memcpy(buffer_stage_.data() + (lo - buf_begin_), static_cast<uint8_t*>(t.data_ptr()) + (lo - at), hi - lo);
+    at += n;
+  }
+  buffers_staged_ = true;
+}
+
+Status MemoryCheckpoint::Save(const TrainState& st) {
+  BULWARK_RETURN_IF_ERROR(client_->WaitCopied());
+  const bool merged = cfg_.model.poet.enabled && st.step % cfg_.model.poet.merge_every == 0;
+  if (!buffers_staged_ || merged) StageBuffers();
+  auto rng = at::detail::getDefaultCPUGenerator().get_state();
+  rng_stage_.assign(rng.data_ptr<uint8_t>(), rng.data_ptr<uint8_t>() + rng.numel());
+  if (!region_open_) {
+    BULWARK_RETURN_IF_ERROR(client_->OpenRegion(client::ShardImageSize(Sections(), kMetaCapacity)));
+    region_open_ = true;
+  }
+  return client_->BeginSave({st.step, comm_.rank(), comm_.world_size()}, Meta(st), Sections());
+}
+
+Status MemoryCheckpoint::Check(const client::ShardView& v, const std::string& where) const {
+  nlohmann::json meta = nlohmann::json::parse(v.meta, nullptr, false);
+  if (!meta.is_object()) return Status::Corrupt(where + ": unreadable meta");
+  auto differs = [&](const char* key, const nlohmann::json& ours) -> Status {
+    if (!meta.contains(key) || meta[key] != ours) {
+      return Status::InvalidArgument(where + " has " + key + " " + (meta.contains(key) ? meta[key].dump() : "(none)") +
+                                     ", this run has " + ours.dump());
+    }
+    return Status::OK();
+  };
+  BULWARK_RETURN_IF_ERROR(differs("shape", cfg_.model.ShapeString()));
+  BULWARK_RETURN_IF_ERROR(differs("optimizer", cfg_.optimizer));
+  BULWARK_RETURN_IF_ERROR(differs("seed", cfg_.seed));
+  BULWARK_RETURN_IF_ERROR(differs("world_size", comm_.world_size()));
+  BULWARK_RETURN_IF_ERROR(differs("rank", comm_.rank()));
+  BULWARK_RETURN_IF_ERROR(differs("begin", begin_));
+  BULWARK_RETURN_IF_ERROR(differs("end", end_));
+  BULWARK_RETURN_IF_ERROR(differs("buffer_bytes", buffer_bytes_));
+  const size_t n = static_cast<size_t>(end_ - begin_) * sizeof(float);
+  for (const char* s : {"params", "adam_m", "adam_v"}) {
+    auto it = v.sections.find(s);
+    if (it == v.sections.end() || it->second.second != n) return Status::Corrupt(where + ": section " + s + " missing or mis-sized");
+  }
+  auto b = v.sections.find("buffers");
+  if (b == v.sections.end() || b->second.second != static_cast<size_t>(buf_end_ - buf_begin_)) {
+    return Status::Corrupt(where + ": section buffers missing or mis-sized");
+  }
+  if (v.sections.count("rng") == 0) return Status::Corrupt(where + ": no rng section");
+  return Status::OK();
+}
+
+Result<std::optional<int64_t>> MemoryCheckpoint::Agree(const std::vector<int64_t>& mine, int64_t* newest) {
+  const int W = comm_.world_size();
+  auto table = torch::zeros({W, kMaxCandidates}, torch::kFloat64);
+  auto row = table[comm_.rank()];
+  for (size_t i = 0; i < mine.size() && i < static_cast<size_t>(kMaxCandidates); ++i) row[i] = static_cast<double>(mine[i] + 1);
+  std::vector<torch::Tensor> v{table};
+  BULWARK_RETURN_IF_ERROR(comm_.AllReduceSum(v));
+  std::vector<std::set<int64_t>> have(W);
+  for (int r = 0; r < W; ++r)
+    for (int i = 0; i < kMaxCandidates; ++i) {
+      int64_t s = static_cast<int64_t>(table[r][i].item<double>()) - 1;
+      if (s >= 0) {
+        have[r].insert(s);
+        *newest = std::max(*newest, s);
+      }
+    }
+  std::optional<int64_t> best;
+  for (int64_t s : have[0]) {
+    bool all = true;
+    for (int r = 1; r < W && all; ++r) all = have[r].count(s) > 0;
+    if (all) best = s;  // sets iterate ascending: the last common one is the newest
+  }
+  return best;
+}
+
+Status MemoryCheckpoint::Load(const client::ShardView& v, TrainState* st) {
+  torch::NoGradGuard no_grad;
+  nlohmann::json meta = nlohmann::json::parse(v.meta);
+  const size_t n = static_cast<size_t>(end_ - begin_) * sizeof(float);
+  std::memcpy(store_.params().data_ptr<float>() + begin_, v.sections.at("params").first, n);
+  std::memcpy(opt_.m().data_ptr<float>() + (begin_ - opt_.begin()), v.sections.at("adam_m").first, n);
+  std::memcpy(opt_.v().data_ptr<float>() + (begin_ - opt_.begin()), v.sections.at("adam_v").first, n);
+  const auto& rng = v.sections.at("rng");
+  auto state = torch::empty({static_cast<int64_t>(rng.second)}, torch::kUInt8);
+  std::memcpy(state.data_ptr(), rng.first, rng.second);
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  gen.set_state(state);
+  st->step = meta["step"].get<int64_t>();
+  st->data_cursor = meta["data_cursor"].get<uint64_t>();
+  st->loss = meta["loss"].get<double>();
+
+  // Every rank restored its slice; the all-gathers give everyone the rest.
+  const int W = comm_.world_size();
+  if (W > 1) {
+    BULWARK_RETURN_IF_ERROR(comm_.AllGatherChunks(store_.params()));
+    if (!cfg_.shard_optimizer) {
+      for (torch::Tensor* moment : {&opt_.m(), &opt_.v()}) {
+        auto full = torch::zeros({store_.params().numel()}, torch::kFloat32);
+        full.narrow(0, begin_, end_ - begin_).copy_(moment->narrow(0, begin_, end_ - begin_));
+        BULWARK_RETURN_IF_ERROR(comm_.AllGatherChunks(full));
+        moment->copy_(full.narrow(0, 0, moment->numel()));
+      }
+    }
+  }
+  const int64_t unit = 4 * W;
+  const int64_t padded = (buffer_bytes_ + unit - 1) / unit * unit;
+  auto blob = torch::zeros({padded / 4}, torch::kFloat32);
+  auto* bytes = reinterpret_cast<uint8_t*>(blob.data_ptr<float>());
+  const auto& buf = v.sections.at("buffers");
+  std::memcpy(bytes + buf_begin_, buf.first, buf.second);
+  if (W > 1 && padded > 0) BULWARK_RETURN_IF_ERROR(comm_.AllGatherChunks(blob));
+  int64_t at = 0;
+  for (auto& b : model_->named_buffers()) {
+    auto& t = b.value();
+    const int64_t k = t.numel() * t.element_size();
+    std::memcpy(t.data_ptr(), bytes + at, k);
+    at += k;
+  }
+  buffers_staged_ = false;
+  return Status::OK();
+}
+
+Result<std::optional<RestoreOutcome>> MemoryCheckpoint::Restore(TrainState* st) {
+  const auto t0 = Clock::now();
+  auto copies = client_->Copies();
+  if (!copies.ok()) return copies.status();
+  // Verified copies by index into `copies`, in the agent's order: memory,
+  // then peers, then durable storage.
+  std::vector<std::pair<size_t, client::ShardView>> good;
+  auto verify = [&](bool durable) {
+    std::vector<int64_t> steps;
+    for (size_t i = 0; i < copies->size(); ++i) {
+      client::ShardCopy& c = (*copies)[i];
+      if ((c.source == "durable") != durable) continue;
+      const std::string where = "rank " + std::to_string(comm_.rank()) + "'s " + c.source + " copy of step " +
+                                std::to_string(c.info.step);
+      auto view = c.Open();
+      Status st = view.ok() ? Check(*view, where) : view.status();
+      if (!st.ok()) {
+        note_(st.message() + "; trying the next copy");
+        continue;
+      }
+      good.emplace_back(i, *view);
+    }
+    for (const auto& [i, v] : good) steps.push_back(v.info.step);
+    std::sort(steps.rbegin(), steps.rend());
+    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+    return steps;
+  };
+  int64_t newest = -1;
+  auto agreed = Agree(verify(false), &newest);
+  if (!agreed.ok()) return agreed.status();
+  const int64_t newest_in_memory = newest;
+  if (!*agreed) {
+    // No step every rank holds in memory: fall back to durable storage.
+    agreed = Agree(verify(true), &newest);
+    if (!agreed.ok()) return agreed.status();
+  }
+  if (!*agreed) return std::optional<RestoreOutcome>();
+  const int64_t step = **agreed;
+
+  RestoreOutcome out;
+  out.step = step;
+  std::string mine;
+  for (const auto& [i, v] : good) {
+    if (v.info.step != step) continue;
+    mine = (*copies)[i].source;
+    BULWARK_RETURN_IF_ERROR(Load(v, st));
+    break;
+  }
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+
+  // Everyone learns every rank's source and time: rank 0 reports them.
+  const int W = comm_.world_size();
+  auto table = torch::zeros({W, 2}, torch::kFloat64);
+  table[comm_.rank()][0] = SourceRank(mine);
+  table[comm_.rank()][1] = ms;
+  std::vector<torch::Tensor> v{table};
+  BULWARK_RETURN_IF_ERROR(comm_.AllReduceSum(v));
+  const char* names[] = {"memory", "peer", "durable"};
+  int worst = 0;
+  for (int r = 0; r < W; ++r) {
+    int s = static_cast<int>(table[r][0].item<double>());
+    out.sources.push_back(names[s]);
+    worst = std::max(worst, s);
+    out.ms = std::max(out.ms, table[r][1].item<double>());
+  }
+  out.source = names[worst];
+  out.newest_step = std::max(newest_in_memory, newest);
+  return std::optional<RestoreOutcome>(out);
+}
+
+}  // namespace bulwark::trainer

@@ -1,0 +1,88 @@
+// Every-step in-memory checkpoints, the trainer's side.
+//
+// A rank's shard is its slice of the state: the parameters, AdamW moments
+// and module buffers of the range it owns in the ZeRO-1 split (r*S, with
+// S = padded/W; with an unsharded optimizer the moments are replicated and
+// the same split applies), plus its data position, step and RNG. Together
+// the W shards are the whole state, each 1/W of it, so every rank copies
+// the same amount each step, sharded optimizer or not.
+//
+// Saving goes through client::ShardClient: the copy runs in the background
+// during the next forward and backward; WaitCopied() must come before the
+// next optimizer step changes what is being copied.
+//
+// Restoring: each rank lists the copies its agent offers (its machine's
+// memory, copies fetched from backup peers), verifies them, and the ranks
+// agree on the newest step that every rank holds; only if there is none do
+// they look at durable storage. Each rank loads that step from its fastest
+// good copy and the ranks all-gather the rest.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/shard_client.h"
+#include "common/status.h"
+#include "trainer/adamw.h"
+#include "trainer/checkpoint.h"
+#include "trainer/config.h"
+#include "trainer/dist.h"
+#include "trainer/model.h"
+#include "trainer/params.h"
+
+namespace bulwark::trainer {
+
+struct RestoreOutcome {
+  int64_t step = 0;
+  int64_t newest_step = 0;     // the newest step any rank's sources held
+  std::string source;          // the slowest kind any rank used: memory < peer < durable
+  std::vector<std::string> sources;  // per rank
+  double ms = 0;               // slowest rank's restore time
+};
+
+class MemoryCheckpoint {
+ public:
+  using Note = std::function<void(const std::string&)>;
+  // nullptr when in-memory checkpoints are off: --memory-ckpt off, or auto
+  // with no agent. Every rank decides the same way (an agent runs them all).
+  static Result<std::unique_ptr<MemoryCheckpoint>> Open(const TrainConfig& cfg, Comm& comm, Transformer& model,
+                                                        ParamStore& store, AdamW& opt, Note note);
+
+  // Collective. Restores the newest step every rank can restore into the
+  // model, store, optimizer and `st`; nullopt when the ranks share none.
+  Result<std::optional<RestoreOutcome>> Restore(TrainState* st);
+
+  // Starts saving the state after step st.step (call after the update).
+  Status Save(const TrainState& st);
+  // Call before the next optimizer step.
+  Status WaitCopied() { return client_->WaitCopied(); }
+  double TakeBlockedMs() { return client_->TakeBlockedMs(); }
+
+ private:
+  MemoryCheckpoint(const TrainConfig& cfg, Comm& comm, Transformer& model, ParamStore& store, AdamW& opt, Note note);
+  std::vector<client::ShardSection> Sections();
+  std::string Meta(const TrainState& st) const;
+  void StageBuffers();
+  Status Check(const client::ShardView& v, const std::string& where) const;
+  Status Load(const client::ShardView& v, TrainState* st);
+  Result<std::optional<int64_t>> Agree(const std::vector<int64_t>& mine, int64_t* newest);
+
+  const TrainConfig& cfg_;
+  Comm& comm_;
+  Transformer& model_;
+  ParamStore& store_;
+  AdamW& opt_;
+  Note note_;
+  std::unique_ptr<client::ShardClient> client_;
+  int64_t begin_ = 0, end_ = 0;             // this rank's parameter range
+  int64_t buffer_bytes_ = 0, buf_begin_ = 0, buf_end_ = 0;  // its byte range of the buffers
+  std::vector<uint8_t> buffer_stage_;        // its buffer bytes, refreshed when buffers change
+  bool buffers_staged_ = false;
+  std::vector<uint8_t> rng_stage_;
+  bool region_open_ = false;
+};
+
+}  // namespace bulwark::trainer
