@@ -1,0 +1,218 @@
+// In-memory checkpoint shards without libtorch or a cluster: the image
+// format, shared-memory regions, and a rank's client talking to real agent
+// shard stores (Unix socket, TCP between stores, durable directory) in one
+// process.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "agent/shard_store.h"
+#include "client/shard_client.h"
+#include "client/shard_image.h"
+#include "client/shard_region.h"
+#include "common/files.h"
+#include "support/process.h"
+
+namespace bulwark {
+namespace {
+
+using client::ShardClient;
+using client::ShardRegion;
+
+std::vector<client::ShardSection> Sections(const std::vector<float>& params, const std::string& extra) {
+  return {{"params", params.data(), params.size() * sizeof(float)}, {"extra", extra.data(), extra.size()}};
+}
+
+bool Eventually(const std::function<bool()>& pred, double seconds = 10) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+TEST(ShardImage, RoundTripsAndRejectsTornOrCorruptImages) {
+  std::vector<float> params(10000);
+  for (size_t i = 0; i < params.size(); ++i) params[i] = static_cast<float>(i) * 0.5f;
+  auto sections = Sections(params, "hello");
+  std::vector<uint8_t> slot(client::ShardImageSize(sections, 10) + 100);
+  ASSERT_TRUE(client::WriteShardImage(slot.data(), slot.size(), {7, 1, 2}, "{\"step\":7}", sections).ok());
+
+  auto v = client::ReadShardImage(slot.data(), slot.size(), "test");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->info.step, 7);
+  EXPECT_EQ(v->info.rank, 1);
+  EXPECT_EQ(v->meta, "{\"step\":7}");
+  ASSERT_EQ(v->sections["params"].second, params.size() * sizeof(float));
+  EXPECT_EQ(std::memcmp(v->sections["params"].first, params.data(), params.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(v->sections["extra"].first), 5), "hello");
+
+  // Too small a slot is refused before anything is written.
+  EXPECT_FALSE(client::WriteShardImage(slot.data(), 100, {8, 1, 2}, "{}", sections).ok());
+
+  // One flipped bit: the header is intact, the payload checksum is not.
+  std::vector<uint8_t> bad = slot;
+  ASSERT_TRUE(client::CorruptShardImage(bad.data(), bad.size()));
+  EXPECT_TRUE(client::PeekShardHeader(bad.data(), bad.size(), nullptr, nullptr));
+  auto c = client::ReadShardImage(bad.data(), bad.size(), "memory copy");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Status::Code::kCorrupt);
+  EXPECT_NE(c.status().message().find("fails its checksum"), std::string::npos) << c.status().ToString();
+
+  // A writer that died midway leaves the header unsealed.
+  std::vector<uint8_t> torn = slot;
+  std::memset(torn.data() + offsetof(client::ShardHeader, header_checksum), 0, 8);
+  EXPECT_FALSE(client::PeekShardHeader(torn.data(), torn.size(), nullptr, nullptr));
+  EXPECT_FALSE(client::ReadShardImage(torn.data(), torn.size(), "torn").ok());
+  // So does a truncated copy.
+  EXPECT_FALSE(client::ReadShardImage(slot.data(), v->image_bytes - 1, "short").ok());
+}
+
+TEST(ShardRegion, IsSharedBetweenMappingsAndOrdersSealedSlots) {
+  auto r = ShardRegion::Create("test", 1 << 16, 2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto other = ShardRegion::Map(::dup(r->fd()));
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->num_slots(), 2);
+  EXPECT_TRUE(other->SealedSlots().empty());
+  std::vector<float> p(100, 1.0f);
+  ASSERT_TRUE(client::WriteShardImage(r->slot(1), r->slot_capacity(), {5, 0, 1}, "{}", Sections(p, "")).ok());
+  ASSERT_TRUE(client::WriteShardImage(r->slot(0), r->slot_capacity(), {6, 0, 1}, "{}", Sections(p, "")).ok());
+  auto sealed = other->SealedSlots();  // written through one mapping, seen through the other
+  ASSERT_EQ(sealed.size(), 2u);
+  EXPECT_EQ(sealed[0].info.step, 6);
+  EXPECT_EQ(sealed[1].info.step, 5);
+  EXPECT_EQ(other->OldestSlot(0), 1);
+  EXPECT_FALSE(ShardRegion::Map(::memfd_create("not-a-region", 0)).ok());
+}
+
+class Stores : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTempDir();
+    durable_ = dir_ + "/durable";
+    for (const char* m : {"a", "b", "c"}) {
+      auto s = agent::ShardStore::Start(m, dir_ + "/" + m + ".sock", "127.0.0.1", [](const std::string&) {});
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      stores_[m] = std::move(*s);
+    }
+  }
+  int64_t Holds(const std::string& m, int rank, bool backup) {
+    for (const auto& h : stores_[m]->Holdings())
+      if (h.rank == rank && h.backup == backup) return h.step;
+    return -1;
+  }
+  std::vector<float> StateAt(int64_t step) { return std::vector<float>(50000, static_cast<float>(step)); }
+
+  // Rank 0 on machine a saves steps 1..n, backing up to b, persisting every 2.
+  void Train(int n) {
+    agent::ShardRoutes routes;
+    routes.backup_machine = "b";
+    routes.backup_addr = stores_["b"]->addr();
+    routes.durable_dir = durable_;
+    routes.persist_every = 2;
+    stores_["a"]->SetRoutes(routes, {0});
+    auto c = ShardClient::Connect(dir_ + "/a.sock", 0, 1);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    auto copies = (*c)->Copies();
+    ASSERT_TRUE(copies.ok());
+    EXPECT_TRUE(copies->empty());
+    std::vector<float> params;
+    ASSERT_TRUE((*c)->OpenRegion(client::ShardImageSize(Sections(StateAt(0), "x"), 4096)).ok());
+    for (int step = 1; step <= n; ++step) {
+      ASSERT_TRUE((*c)->WaitCopied().ok());  // before the "update"
+      params = StateAt(step);
+      ASSERT_TRUE((*c)->BeginSave({step, 0, 1}, "{\"step\":" + std::to_string(step) + "}", Sections(params, "x")).ok());
+    }
+    ASSERT_TRUE((*c)->WaitCopied().ok());
+    ASSERT_TRUE(Eventually([&] { return Holds("b", 0, true) == n; })) << "backup never reached b";
+    client_ = std::move(*c);  // the rank lives on until the test "kills" it
+  }
+
+  std::string dir_, durable_;
+  std::map<std::string, std::unique_ptr<agent::ShardStore>> stores_;
+  std::unique_ptr<ShardClient> client_;
+};
+
+TEST_F(Stores, KeepBackupAndDurableCopiesAndOfferThemAtRestore) {
+  Train(5);
+  EXPECT_EQ(Holds("a", 0, false), 5);
+  EXPECT_EQ(client::DurableSteps(durable_, 0), (std::vector<int64_t>{4, 2}));
+  EXPECT_TRUE(Eventually([&] { return stores_["a"]->Stats().pushed + stores_["a"]->Stats().superseded == 5; }));
+  client_.reset();  // the rank dies; a's memory keeps its region
+
+  // Restart in place on a: memory first, newest first, then durable.
+  {
+    stores_["a"]->SetRoutes({"b", stores_["b"]->addr(), {{0, "b", stores_["b"]->addr()}}, durable_, 2}, {0});
+    auto c = ShardClient::Connect(dir_ + "/a.sock", 0, 1);
+    ASSERT_TRUE(c.ok());
+    auto copies = (*c)->Copies();
+    ASSERT_TRUE(copies.ok()) << copies.status().ToString();
+    ASSERT_GE(copies->size(), 4u);
+    EXPECT_EQ((*copies)[0].source, "memory");
+    EXPECT_EQ((*copies)[0].info.step, 5);
+    auto v = (*copies)[0].Open();
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(reinterpret_cast<const float*>(v->sections["params"].first)[123], 5.0f);
+    EXPECT_EQ(copies->back().source, "durable");
+    bool peer = false;
+    for (auto& cp : *copies) peer |= cp.source == "peer:b" && cp.info.step == 5;
+    EXPECT_TRUE(peer) << "b's backup fetched as a peer copy";
+  }
+
+  // a is gone; c replaces it and restores from b's backup.
+  stores_.erase("a");
+  stores_["c"]->SetRoutes({"b", stores_["b"]->addr(), {{0, "b", stores_["b"]->addr()}}, durable_, 2}, {0});
+  auto c = ShardClient::Connect(dir_ + "/c.sock", 0, 1);
+  ASSERT_TRUE(c.ok());
+  auto copies = (*c)->Copies();
+  ASSERT_TRUE(copies.ok());
+  ASSERT_FALSE(copies->empty());
+  EXPECT_EQ((*copies)[0].source, "peer:b");
+  EXPECT_EQ((*copies)[0].info.step, 5);
+  auto v = (*copies)[0].Open();
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(reinterpret_cast<const float*>(v->sections["params"].first)[49999], 5.0f);
+}
+
+TEST_F(Stores, CorruptMemoryCopyIsDetectedAndOthersRemain) {
+  Train(3);
+  ASSERT_TRUE(stores_["a"]->Corrupt(0));
+  client_.reset();
+  stores_["a"]->SetRoutes({"b", stores_["b"]->addr(), {{0, "b", stores_["b"]->addr()}}, durable_, 2}, {0});
+  auto c = ShardClient::Connect(dir_ + "/a.sock", 0, 1);
+  ASSERT_TRUE(c.ok());
+  auto copies = (*c)->Copies();
+  ASSERT_TRUE(copies.ok());
+  ASSERT_EQ((*copies)[0].source, "memory");
+  ASSERT_EQ((*copies)[0].info.step, 3);
+  auto bad = (*copies)[0].Open();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Status::Code::kCorrupt);
+  int good_at_3 = 0;
+  for (auto& cp : *copies)
+    if (cp.info.step == 3 && cp.Open().ok()) ++good_at_3;
+  EXPECT_EQ(good_at_3, 1) << "b's backup of step 3 is intact";
+}
+
+TEST_F(Stores, UnreachablePeerCostsNothingButItsCopy) {
+  agent::ShardRoutes routes;
+  routes.restore_from = {{0, "gone", "127.0.0.1:1"}};
+  routes.durable_dir = durable_;
+  stores_["c"]->SetRoutes(routes, {0});
+  auto c = ShardClient::Connect(dir_ + "/c.sock", 0, 1);
+  ASSERT_TRUE(c.ok());
+  auto copies = (*c)->Copies();
+  ASSERT_TRUE(copies.ok()) << copies.status().ToString();
+  EXPECT_TRUE(copies->empty());
+  EXPECT_FALSE(ShardClient::Connect(dir_ + "/nobody.sock", 0, 1).ok());
+}
+
+}  // namespace
+}  // namespace bulwark
