@@ -216,6 +216,125 @@ TEST_F(Cluster, SurvivesCrashDeviceFailureControllerRestartAndMachineDown) {
   std::printf("[ ledger ] %s\n", ledger["cumulative"].dump().c_str());
 }
 
+// Every-step in-memory checkpoints (issue 5). Each fault must cost at most
+// one step, and the restored parameters must be bitwise those the job had
+// at that step before the fault (--step-checksum prints them every step).
+class MemoryCheckpoints : public Cluster {
+ protected:
+  // The checksum rank 0 printed after `step`, searching every log it ever
+  // wrote on any machine (it moves with its slot).
+  std::string ChecksumAt(int64_t step) {
+    for (const char* m : {"m01", "m02", "m03", "m04", "m05"}) {
+      std::ifstream in(dir_ + "/machines/" + m + "/ranks/rank-0.log");
+      std::string line;
+      while (std::getline(in, line)) {
+        json j = json::parse(line, nullptr, false);
+        if (j.is_object() && j.value("event", "") == "step" && j.value("step", int64_t{-1}) == step) return j.value("checksum", "");
+      }
+    }
+    return "";
+  }
+  // The newest restore event of rank 0, on the machine now in slot 0.
+  json LastRestore(const json& status) {
+    std::ifstream in(dir_ + "/machines/" + status["job"]["placement"][0].get<std::string>() + "/ranks/rank-0.log");
+    std::string line;
+    json last;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("event", "") == "restore") last = j;
+    }
+    return last;
+  }
+  std::string ReadAll(const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+  // Injects `fault` on each of `machines` and waits until the job has run
+  // 20 steps past its restart; returns the closed incident.
+  json Survive(const std::string& fault, const std::vector<std::string>& machines, json* status) {
+    json s = Query("status");
+    const int64_t gen = s["job"]["generation"];
+    const size_t incidents = Query("incidents").size();
+    for (const std::string& m : machines) Inject(fault, m);
+    *status = WaitFor(fault + " recovered", 60, [&](const json& x) {
+      return x["job"]["generation"] > gen && x["job"]["state"] == "running" && x["job"]["incidents"] > incidents;
+    });
+    json inc = Query("incidents");
+    EXPECT_GT(inc.size(), incidents);
+    Report(fault);
+    return inc.empty() ? json() : inc.back();
+  }
+  // The restore after the newest incident: from `source`, at most `max_lost`
+  // steps lost, bitwise the state of the restored step.
+  json ExpectRestore(const json& status, const json& incident, const std::string& source, int64_t max_lost) {
+    json r = LastRestore(status);
+    EXPECT_TRUE(r.is_object()) << "no restore event in rank 0's log";
+    if (!r.is_object()) return r;
+    EXPECT_EQ(r["source"], source) << r.dump();
+    EXPECT_EQ(r["sources"].size(), 2u) << r.dump();
+    const int64_t step = r["step"];
+    EXPECT_EQ(incident.value("restored_step", int64_t{-1}), step) << incident.dump();
+    EXPECT_EQ(incident.value("restore_source", ""), source) << incident.dump();
+    EXPECT_LE(incident.value("lost_steps", int64_t{99}), max_lost) << incident.dump();
+    EXPECT_LE(r["newest_step"].get<int64_t>() - step, max_lost) << r.dump();
+    const std::string before = ChecksumAt(step);
+    EXPECT_FALSE(before.empty()) << "step " << step << " is not in any rank-0 log";
+    EXPECT_EQ(r["checksum"], before) << "parameters after the restore differ from those of step " << step;
+    return r;
+  }
+};
+
+TEST_F(MemoryCheckpoints, EveryFaultCostsAtMostOneStepAndRestoresBitwise) {
+  auto up = Bulwark({"up", "--machines", "2", "--standby", "3"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  // No disk checkpoints: every restore below comes from the in-memory
+  // system, persistence included.
+  std::ofstream(root_ + "/job.yaml")
+      << "name: tiny\nworld_size: 2\ncheckpoint: {persist_every: 10}\n"
+      << "args: [--config, tiny, --data, " << *data_ << ", --steps, '1000000', --log-format, json, "
+      << "--threads, '1', --dist-timeout, '10', --step-checksum, --memory-ckpt, 'on']\n"
+      << "env: {OMP_NUM_THREADS: '1'}\n";
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("first steps", 60, [](const json& s) { return s["job"]["last_step"] >= 30; });
+  ASSERT_EQ(s["job"]["placement"], json({"m01", "m02"}));
+
+  // 1. A killed rank restarts in place and restores from its machine's memory.
+  json inc = Survive("kill", {"m01"}, &s);
+  EXPECT_EQ(s["job"]["placement"], json({"m01", "m02"}));
+  ExpectRestore(s, inc, "memory", 1);
+
+  // 2. Bit rot in rank 1's newest shard, then the rank dies: the checksum
+  // catches it and the copy comes from elsewhere.
+  WaitFor("steps after the restart", 30, [&](const json& x) { return x["job"]["last_step"] > s["job"]["last_step"].get<int64_t>() + 20; });
+  inc = Survive("corrupt-shard", {"m02"}, &s);
+  EXPECT_NE(ReadAll(dir_ + "/machines/m02/ranks/rank-1.log").find("fails its checksum"), std::string::npos)
+      << "rank 1 did not report the corrupt copy";
+  json r = LastRestore(s);
+  ASSERT_TRUE(r.is_object());
+  const std::string agent = ReadAll(dir_ + "/machines/m02/agent.log");
+  const size_t at = agent.rfind("shard of step ");
+  ASSERT_NE(at, std::string::npos) << agent;
+  const int64_t corrupted = std::stoll(agent.substr(at + 14));
+  if (r["step"] == corrupted) EXPECT_EQ(r["sources"][1], "peer") << r.dump();
+  EXPECT_EQ(r["checksum"], ChecksumAt(r["step"])) << r.dump();
+  EXPECT_LE(inc.value("lost_steps", int64_t{99}), 1) << inc.dump();
+
+  // 3. A dead machine: a standby takes its slot and its rank restores from
+  // the backup peer.
+  WaitFor("steps after the restart", 30, [&](const json& x) { return x["job"]["last_step"] > s["job"]["last_step"].get<int64_t>() + 20; });
+  inc = Survive("machine-down", {"m02"}, &s);
+  EXPECT_EQ(s["job"]["placement"], json({"m01", "m03"}));
+  ExpectRestore(s, inc, "peer", 1);
+
+  // 4. A machine and its backup peer dead together: durable storage.
+  WaitFor("steps past a persisted one", 30, [&](const json& x) { return x["job"]["last_step"] > s["job"]["last_step"].get<int64_t>() + 25; });
+  inc = Survive("machine-down", {"m01", "m03"}, &s);
+  EXPECT_EQ(s["job"]["placement"], json({"m04", "m05"}));
+  ExpectRestore(s, inc, "durable", 1000000);
+  EXPECT_EQ(LastRestore(s)["step"].get<int64_t>() % 10, 0) << "durable copies are taken every 10 steps";
+}
+
 TEST_F(Cluster, FinishedJobIsReportedCompleted) {
   auto up = Bulwark({"up", "--machines", "2"});
   ASSERT_EQ(up.exit_code, 0) << up.err;

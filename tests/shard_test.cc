@@ -183,7 +183,7 @@ TEST_F(Stores, KeepBackupAndDurableCopiesAndOfferThemAtRestore) {
 
 TEST_F(Stores, CorruptMemoryCopyIsDetectedAndOthersRemain) {
   Train(3);
-  ASSERT_TRUE(stores_["a"]->Corrupt(0));
+  ASSERT_EQ(stores_["a"]->Corrupt(0), std::optional<int64_t>(3));
   client_.reset();
   stores_["a"]->SetRoutes({"b", stores_["b"]->addr(), {{0, "b", stores_["b"]->addr()}}, durable_, 2}, {0});
   auto c = ShardClient::Connect(dir_ + "/a.sock", 0, 1);

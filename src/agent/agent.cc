@@ -298,8 +298,9 @@ class Agent {
     } else if (fault == "corrupt-shard") {
       // Bit rot in the newest in-memory shard, then the rank dies: the
       // restore must notice the damage and take another copy.
-      Log(shards_->Corrupt(rank) ? "flipped a bit in rank " + std::to_string(rank) + "'s newest shard"
-                                 : "rank " + std::to_string(rank) + " has no shard in memory to corrupt");
+      std::optional<int64_t> step = shards_->Corrupt(rank);
+      Log(step ? "flipped a bit in rank " + std::to_string(rank) + "'s shard of step " + std::to_string(*step)
+               : "rank " + std::to_string(rank) + " has no shard in memory to corrupt");
       if (Status st = supervisor_.Signal(rank, SIGKILL); !st.ok()) Log(st.ToString());
     } else if (fault == "kill") {
       if (Status st = supervisor_.Signal(rank, SIGKILL); !st.ok()) Log(st.ToString());

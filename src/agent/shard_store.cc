@@ -507,16 +507,18 @@ ShardStats ShardStore::Stats() const {
   return impl_->stats_;
 }
 
-bool ShardStore::Corrupt(int rank) {
+std::optional<int64_t> ShardStore::Corrupt(int rank) {
   std::lock_guard<std::mutex> lock(impl_->mu_);
   auto p = impl_->primaries_.find(rank);
-  if (p == impl_->primaries_.end()) return false;
+  if (p == impl_->primaries_.end()) return std::nullopt;
   for (const RegionPtr& r : {p->second.current, p->second.previous}) {
     if (!r) continue;
     auto sealed = r->SealedSlots();
-    if (!sealed.empty()) return client::CorruptShardImage(r->slot(sealed.front().slot), r->slot_capacity());
+    if (!sealed.empty() && client::CorruptShardImage(r->slot(sealed.front().slot), r->slot_capacity())) {
+      return sealed.front().info.step;
+    }
   }
-  return false;
+  return std::nullopt;
 }
 
 }  // namespace bulwark::agent

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,8 @@ class ShardStore {
   std::vector<ShardHolding> Holdings() const;
   ShardStats Stats() const;
   // Emulated memory corruption: flips a bit in the newest image `rank` wrote
-  // here. False when there is none.
-  bool Corrupt(int rank);
+  // here; returns its step, nullopt when there is none.
+  std::optional<int64_t> Corrupt(int rank);
 
   class Impl;
 

@@ -8,6 +8,7 @@
 //   bulwark machine return --machine ID
 //   bulwark demo [--json] [--out runs/demo] [--data data/kjv] [--steps N]  the main job (src/demo/demo.h)
 //   bulwark bench-recovery [--repeat 3] [--config tiny]  recovery figures per fault class
+//   bulwark bench-checkpoint [--rounds 2] [--config small] in-memory checkpoint cost and restores
 //   bulwark controller [--init] [--dir D]              (started by up)
 //   bulwark agent --machine ID [--dir D]               (started by up)
 //
@@ -337,6 +338,23 @@ Status BenchRecoveryCmd(const Args& a) {
   return demo::RunRecoveryBench(o);
 }
 
+Status BenchCheckpointCmd(const Args& a) {
+  demo::CheckpointBenchOptions o;
+  o.exe_dir = ExeDir();
+  o.out = a.Get("out", o.out);
+  o.data = a.Get("data", o.data);
+  o.config = a.Get("config", o.config);
+  for (auto [key, field] : std::initializer_list<std::pair<const char*, int*>>{
+           {"rounds", &o.rounds}, {"steps", &o.steps}, {"warmup", &o.warmup}, {"threads", &o.threads},
+           {"persist-every", &o.persist_every}}) {
+    Result<int> v = IntFlag(a, key, *field);
+    if (!v.ok()) return v.status();
+    *field = *v;
+  }
+  if (o.steps <= o.warmup) return Status::InvalidArgument("bench-checkpoint: --steps must exceed --warmup");
+  return demo::RunCheckpointBench(o);
+}
+
 Status Run(const Args& a) {
   const std::string cmd = a.positional.empty() ? "help" : a.positional[0];
   if (cmd == "up") return Up(a);
@@ -349,6 +367,7 @@ Status Run(const Args& a) {
   if (cmd == "machine") return MachineCmd(a);
   if (cmd == "demo") return DemoCmd(a);
   if (cmd == "bench-recovery") return BenchRecoveryCmd(a);
+  if (cmd == "bench-checkpoint") return BenchCheckpointCmd(a);
   if (cmd == "controller") return controller::RunController({ClusterDir(a), a.Has("init")});
   if (cmd == "agent") {
     agent::AgentOptions o;
@@ -357,7 +376,7 @@ Status Run(const Args& a) {
     o.builtin_signatures = a.Get("signatures", BULWARK_SIGNATURES_FILE);
     return agent::RunAgent(o);
   }
-  std::cout << "usage: bulwark up|down|submit|status|incidents|ledger|inject|machine|demo|bench-recovery|controller|agent [flags]\n"
+  std::cout << "usage: bulwark up|down|submit|status|incidents|ledger|inject|machine|demo|bench-recovery|bench-checkpoint|controller|agent [flags]\n"
                "  up --machines N [--standby S]      start a local cluster (controller + N+S agents)\n"
                "  down                               stop it\n"
                "  submit JOB.yaml                    run a job (fields: name, world_size, ranks_per_machine,\n"
@@ -368,6 +387,7 @@ Status Run(const Args& a) {
                "  demo [--json] [--out runs/demo]    4 machines + 2 standby train the small model through every\n"
                "                                     fault class; live line, tables, report.{html,md,json}\n"
                "  bench-recovery [--repeat 3]        detect/recover medians per fault class (tiny model)\n"
+               "  bench-checkpoint [--rounds 2]      in-memory checkpoint overhead and restore times (small model)\n"
                "every command takes --dir D (default $BULWARK_DIR, else ./.bulwark)\n";
   return cmd == "help" ? Status::OK() : Status::InvalidArgument("unknown command '" + cmd + "'");
 }

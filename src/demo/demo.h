@@ -45,4 +45,19 @@ struct BenchOptions {
 
 Status RunRecoveryBench(const BenchOptions& o);
 
+struct CheckpointBenchOptions {
+  std::string exe_dir;
+  std::string out = "runs/bench-checkpoint";
+  std::string data = "data/kjv";
+  std::string config = "small";
+  int rounds = 2;
+  int steps = 40;
+  int warmup = 5;
+  int threads = 1;
+  int persist_every = 20;
+};
+
+// bench/checkpoint_overhead (checkpoint_bench.cc).
+Status RunCheckpointBench(const CheckpointBenchOptions& o);
+
 }  // namespace bulwark::demo

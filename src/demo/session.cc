@@ -47,10 +47,6 @@ Status RunChild(const std::vector<std::string>& argv, double timeout_s, bool std
   return Status::OK();
 }
 
-namespace {
-
-// The JSON event lines of a rank log, oldest first. Rank logs hold stderr
-// too, so lines that are not JSON objects are skipped.
 std::vector<json> Events(const std::string& log) {
   std::ifstream in(log);
   std::vector<json> out;
@@ -62,6 +58,8 @@ std::vector<json> Events(const std::string& log) {
   }
   return out;
 }
+
+namespace {
 
 std::string Tail(const std::string& path, size_t bytes) {
   std::ifstream in(path);
@@ -118,9 +116,11 @@ Status Session::Down() {
 }
 
 Status Session::Submit(const std::string& name, int world_size, const std::vector<std::string>& args,
-                       const std::map<std::string, std::string>& env) {
+                       const std::map<std::string, std::string>& env, int persist_every) {
   wire::SubmitRequest req;
   req.set_name(name);
+  req.set_persist_every(persist_every);
+  req.set_durable_dir(layout_.dir + "/durable/" + name);
   req.set_world_size(world_size);
   req.set_ranks_per_machine(1);
   req.add_argv(exe_dir_ + "/bulwark-train");

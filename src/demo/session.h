@@ -37,6 +37,8 @@ Status PrepareRunDir(const std::string& exe_dir, const std::string& data, const 
 // The newest JSON event of `kind` ("step", "start") in a rank's log, and the
 // first "step" after the newest "start" (the first step of the latest run).
 std::optional<json> LastEvent(const std::string& log, const std::string& kind);
+// Every JSON event line of a rank log, oldest first (stderr lines skipped).
+std::vector<json> Events(const std::string& log);
 std::optional<json> FirstStepAfterLastStart(const std::string& log);
 
 class Session {
@@ -47,8 +49,10 @@ class Session {
   ~Session();  // Down(), ignoring its result: the caller already failed
 
   Status Down();
+  // In-memory checkpoint shards are persisted every `persist_every` steps
+  // (0: never) under DIR/durable/NAME.
   Status Submit(const std::string& name, int world_size, const std::vector<std::string>& args,
-                const std::map<std::string, std::string>& env);
+                const std::map<std::string, std::string>& env, int persist_every = 50);
   Result<json> StatusJson();
   Result<json> Incidents();
   Result<json> Ledger();

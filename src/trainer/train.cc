@@ -153,7 +153,16 @@ Status Train(const TrainConfig& cfg_in) {
 
   const auto t_init = Clock::now();
   TrainState st;
-  auto note = [&](const std::string& s) { progress.Note(s); };
+  // Restore notes from every rank: a corrupt copy on rank 3 matters as much
+  // as one on rank 0, and only rank 0 has a progress line.
+  auto note = [&](const std::string& s) {
+    if (rank == 0) {
+      progress.Note(s);
+    } else {
+      std::fprintf(stderr, "rank %d: %s\n", rank, s.c_str());
+      std::fflush(stderr);
+    }
+  };
   auto memory = MemoryCheckpoint::Open(cfg, comm, model, store, opt, note);
   if (!memory.ok()) return memory.status();
   MemoryCheckpoint* mem = memory->get();
