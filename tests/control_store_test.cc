@@ -364,6 +364,30 @@ TEST(Plane, RestartRoutesTheStandbysRanksToTheEvictedMachinesBackupPeer) {
   EXPECT_EQ(m01.restore_from(0).machine(), "m02");
 }
 
+TEST(Plane, SilentMachinesCopiesAreNotOfferedForARestore) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  for (const char* m : {"m01", "m02", "s01"}) ASSERT_TRUE((*p)->Register(RegWithShards(m), TimeFromMs(1000)).ok());
+  ASSERT_TRUE((*p)->Submit(Launch(), TimeFromMs(1000)).ok());
+  ASSERT_TRUE((*p)->Report(Holding("m01", {{0, 9, false}, {1, 9, true}}), TimeFromMs(2000)).ok());
+  ASSERT_TRUE((*p)->Report(Holding("m02", {{1, 9, false}, {0, 9, true}}), TimeFromMs(2000)).ok());
+  // m02 goes silent; the others keep reporting.
+  for (int64_t t : {3000, 4000, 5000}) {
+    ASSERT_TRUE((*p)->Report(Holding("m01", {{0, 9, false}, {1, 9, true}}), TimeFromMs(t)).ok());
+    ASSERT_TRUE((*p)->Report(Report("s01", {}), TimeFromMs(t)).ok());
+  }
+  (*p)->Tick(TimeFromMs(5000));
+  EXPECT_EQ((*p)->StatusJson(TimeFromMs(5000))["job"]["placement"].dump(), R"(["m01","s01"])");
+  // Rank 0's backup died with m02: only m01's own memory is left for it.
+  EXPECT_EQ(Desired(**p, "m01", 5000).restore_from_size(), 0);
+  const wire::Command s01 = Desired(**p, "s01", 5000);
+  ASSERT_EQ(s01.restore_from_size(), 1);
+  EXPECT_EQ(s01.restore_from(0).machine(), "m01");
+  EXPECT_EQ(s01.backup_machine(), "m01");
+}
+
 TEST(Plane, RestoreReportIsRecordedInTheIncidentAndSurvivesARestart) {
   PlaneOptions o;
   o.db_path = testing::MakeTempDir() + "/c.db";
