@@ -2,8 +2,12 @@
 // from its journal after the controller process is gone.
 #include <gtest/gtest.h>
 
+#include <sqlite3.h>
+
 #include <fstream>
 
+#include "controller/actuator.h"
+#include "controller/codec.h"
 #include "controller/plane.h"
 #include "controller/store.h"
 #include "support/process.h"
@@ -16,8 +20,8 @@ TEST(Store, ReopenAfterCloseKeepsEverything) {
   {
     auto s = Store::Open(path, /*create=*/true);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
-    ASSERT_TRUE((*s)->PutMachine({"m01", "/tmp/m01", 10}).ok());
-    ASSERT_TRUE((*s)->PutMachine({"m02", "/tmp/m02", 11}).ok());
+    ASSERT_TRUE((*s)->PutMachine({"m01", "/tmp/m01", 10, "127.0.0.1:7001"}).ok());
+    ASSERT_TRUE((*s)->PutMachine({"m02", "/tmp/m02", 11, ""}).ok());
     ASSERT_TRUE((*s)->PutJob({"demo", "{\"x\":1}", 12}).ok());
     ASSERT_TRUE((*s)->Append("demo", 13, "{\"type\":\"create\"}").ok());
     ASSERT_TRUE((*s)->Append("demo", 14, "{\"type\":\"reconcile\"}").ok());
@@ -29,6 +33,7 @@ TEST(Store, ReopenAfterCloseKeepsEverything) {
   ASSERT_TRUE(machines.ok());
   ASSERT_EQ(machines->size(), 2u);
   EXPECT_EQ((*machines)[1].dir, "/tmp/m02");
+  EXPECT_EQ((*machines)[0].shard_addr, "127.0.0.1:7001");
   auto job = (*s)->Job();
   ASSERT_TRUE(job.ok() && job->has_value());
   EXPECT_EQ((*job)->spec_json, "{\"x\":1}");
@@ -39,6 +44,29 @@ TEST(Store, ReopenAfterCloseKeepsEverything) {
   auto snap = (*s)->Snapshot("ledger");
   ASSERT_TRUE(snap.ok() && snap->has_value());
   EXPECT_EQ(**snap, "{\"ettr\":0.5}");
+}
+
+TEST(Store, DatabaseWithoutShardAddressesIsMigrated) {
+  // A database written before in-memory checkpoints: no shard_addr column.
+  const std::string path = testing::MakeTempDir() + "/c.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                         "INSERT INTO meta VALUES ('format', 'bulwark-controller-1');"
+                         "CREATE TABLE machines (id TEXT PRIMARY KEY, dir TEXT NOT NULL, registered_ms INTEGER NOT NULL);"
+                         "INSERT INTO machines VALUES ('m01', '/tmp/m01', 10);",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto s = Store::Open(path, /*create=*/false);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto machines = (*s)->Machines();
+  ASSERT_TRUE(machines.ok()) << machines.status().ToString();
+  ASSERT_EQ(machines->size(), 1u);
+  EXPECT_EQ((*machines)[0].shard_addr, "");
+  ASSERT_TRUE((*s)->PutMachine({"m01", "/tmp/m01", 20, "127.0.0.1:7001"}).ok());
+  EXPECT_EQ((*(*s)->Machines())[0].shard_addr, "127.0.0.1:7001");
 }
 
 TEST(Store, SecondJobIsRefused) {
@@ -112,6 +140,48 @@ JobLaunch Launch() {
   return l;
 }
 
+wire::RegisterRequest RegWithShards(const std::string& m) {
+  wire::RegisterRequest r = Reg(m);
+  r.set_shard_addr(m + ":7000");
+  return r;
+}
+
+wire::AgentEvent RestoredEvent(int64_t seq, int64_t step, const std::string& source, int64_t newest,
+                               int64_t gen, int64_t at_ms) {
+  wire::AgentEvent e;
+  e.set_kind(wire::AgentEvent::RESTORED);
+  e.set_seq(seq);
+  e.set_step(step);
+  e.set_source(source);
+  e.set_newest_step(newest);
+  e.set_restore_ms(750.5);
+  e.set_generation(gen);
+  e.set_observed_ms(at_ms);
+  return e;
+}
+
+// A report carrying the agent's current shard holdings.
+wire::ReportRequest Holding(const std::string& m, std::vector<std::tuple<int, int64_t, bool>> copies) {
+  wire::ReportRequest r = Report(m, {});
+  for (const auto& [rank, step, backup] : copies) {
+    wire::ShardCopy* c = r.add_shards();
+    c->set_rank(rank);
+    c->set_step(step);
+    c->set_backup(backup);
+  }
+  return r;
+}
+
+// The START_RANKS (or STOP_RANKS) command `machine` should be carrying out.
+wire::Command Desired(Plane& p, const std::string& machine, int64_t at_ms) {
+  const int64_t stream = p.OpenStream(machine);
+  std::string sent;
+  bool superseded = false;
+  std::optional<wire::Command> c = p.NextCommand(machine, stream, &sent, TimeFromMs(at_ms), &superseded);
+  EXPECT_TRUE(c.has_value()) << machine << " has no command";
+  return c.value_or(wire::Command{});
+}
+
 TEST(Plane, RebuildFromJournalRestoresPlacementIncidentsAndDedup) {
   PlaneOptions o;
   o.db_path = testing::MakeTempDir() + "/c.db";
@@ -157,6 +227,201 @@ TEST(Plane, StepsOfAnOldGenerationAreNotProgress) {
   EXPECT_EQ((*p)->StatusJson(TimeFromMs(2000))["job"]["last_step"], 0);
 }
 
+// --- in-memory checkpoints -------------------------------------------------
+
+TEST(Codec, CheckpointRestoredRoundTripsThroughTheJournal) {
+  const Event e = CheckpointRestored{41, "peer", 43, 812.5, TimeFromMs(9000)};
+  Result<Event> back = DecodeEvent(nlohmann::json::parse(EncodeEvent(e).dump()));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const auto* x = std::get_if<CheckpointRestored>(&*back);
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->step, 41);
+  EXPECT_EQ(x->source, "peer");
+  EXPECT_EQ(x->newest_step, 43);
+  EXPECT_EQ(x->restore_ms, 812.5);
+  EXPECT_EQ(ToMs(x->observed), 9000);
+  nlohmann::json missing = EncodeEvent(e);
+  missing.erase("source");
+  EXPECT_FALSE(DecodeEvent(missing).ok());
+}
+
+TEST(Codec, LaunchKeepsPersistSettingsAndOldLaunchesGetDefaults) {
+  JobLaunch l = Launch();
+  l.persist_every = 7;
+  l.durable_dir = "/shared/durable/demo";
+  Result<JobLaunch> back = DecodeLaunch(EncodeLaunch(l));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->persist_every, 7);
+  EXPECT_EQ(back->durable_dir, "/shared/durable/demo");
+  nlohmann::json old = EncodeLaunch(l);
+  old.erase("persist_every");
+  old.erase("durable_dir");
+  back = DecodeLaunch(old);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->persist_every, JobLaunch::kDefaultPersistEvery);
+  EXPECT_EQ(back->durable_dir, "");
+}
+
+TEST(Actuator, StartRanksCarriesBackupPeerRestoreSourcesAndPersistSettings) {
+  JobLaunch l = Launch();
+  l.spec.world_size = 4;
+  l.spec.ranks_per_machine = 2;
+  l.persist_every = 25;
+  l.durable_dir = "/shared/durable/demo";
+  Placement p;
+  p.generation = 2;
+  p.ranks_per_machine = 2;
+  p.slots = {"m01", "s01"};
+  const BackupPlan plan = PlanBackups(p, {{"m01", "m01:7000"}, {"s01", "s01:7000"}, {"m03", "m03:7000"}},
+                                      {{"m03", 2, 40, true}, {"m03", 3, 40, true}, {"m01", 0, 40, false}});
+  const Action restart = RestartAllAction(p, 40, "device failed on m02");
+  std::vector<MachineCommand> cmds = Actuate(restart, l, p, plan);
+  ASSERT_EQ(cmds.size(), 2u);
+  const wire::Command& m01 = cmds[0].command;
+  EXPECT_EQ(m01.kind(), wire::Command::START_RANKS);
+  EXPECT_EQ(m01.backup_machine(), "s01");
+  EXPECT_EQ(m01.backup_addr(), "s01:7000");
+  EXPECT_EQ(m01.restore_from_size(), 0);  // its own memory holds ranks 0 and 1
+  EXPECT_EQ(m01.persist_every(), 25);
+  EXPECT_EQ(m01.durable_dir(), "/shared/durable/demo");
+  const wire::Command& s01 = cmds[1].command;
+  EXPECT_EQ(cmds[1].machine, "s01");
+  EXPECT_EQ(s01.backup_machine(), "m01");
+  ASSERT_EQ(s01.restore_from_size(), 2);
+  EXPECT_EQ(s01.restore_from(0).rank(), 2);
+  EXPECT_EQ(s01.restore_from(0).machine(), "m03");
+  EXPECT_EQ(s01.restore_from(0).addr(), "m03:7000");
+  EXPECT_EQ(s01.restore_from(0).step(), 40);
+  EXPECT_EQ(s01.restore_from(1).rank(), 3);
+
+  // Without a plan for this placement the ranks start without routes.
+  cmds = Actuate(restart, l, p, BackupPlan{});
+  ASSERT_EQ(cmds.size(), 2u);
+  EXPECT_EQ(cmds[1].command.backup_machine(), "");
+  EXPECT_EQ(cmds[1].command.restore_from_size(), 0);
+  EXPECT_EQ(cmds[1].command.persist_every(), 25);
+}
+
+TEST(Plane, StatusShowsShardHoldingsAndBackupPeers) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  for (const char* m : {"m01", "m02"}) ASSERT_TRUE((*p)->Register(RegWithShards(m), TimeFromMs(1000)).ok());
+  ASSERT_TRUE((*p)->Submit(Launch(), TimeFromMs(1000)).ok());
+  ASSERT_TRUE((*p)->Report(Holding("m01", {{0, 7, false}, {1, 6, true}}), TimeFromMs(2000)).ok());
+  ASSERT_TRUE((*p)->Report(Holding("m02", {{1, 7, false}, {0, 7, true}}), TimeFromMs(2000)).ok());
+  // Holdings are replaced, not accumulated: m01 dropped its old backup.
+  ASSERT_TRUE((*p)->Report(Holding("m01", {{0, 8, false}, {1, 8, true}}), TimeFromMs(2500)).ok());
+  auto s = (*p)->StatusJson(TimeFromMs(2500));
+  const auto& m01 = s["machines"][0];
+  EXPECT_EQ(m01["id"], "m01");
+  EXPECT_EQ(m01["shard_addr"], "m01:7000");
+  EXPECT_EQ(m01["shards"].dump(),
+            R"([{"copy":"primary","rank":0,"step":8},{"copy":"backup","rank":1,"step":8}])");
+  const auto& ck = s["job"]["checkpoints"];
+  EXPECT_EQ(ck["backup_peers"][0]["backup_machine"], "m02");
+  EXPECT_EQ(ck["backup_peers"][1]["backup_machine"], "m01");
+  EXPECT_EQ(ck["ranks"][1]["primary"].dump(), R"([{"machine":"m02","step":7}])");
+  EXPECT_EQ(ck["ranks"][1]["backups"].dump(), R"([{"machine":"m01","step":8}])");
+}
+
+TEST(Plane, RestartRoutesTheStandbysRanksToTheEvictedMachinesBackupPeer) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  for (const char* m : {"m01", "m02", "m03", "s01"}) {
+    ASSERT_TRUE((*p)->Register(RegWithShards(m), TimeFromMs(1000)).ok());
+  }
+  JobLaunch l = Launch();
+  l.spec.world_size = 3;
+  ASSERT_TRUE((*p)->Submit(l, TimeFromMs(1000)).ok());
+  // Ring m01 -> m02 -> m03 -> m01, one rank each, all at step 9.
+  ASSERT_TRUE((*p)->Report(Holding("m01", {{0, 9, false}, {2, 9, true}}), TimeFromMs(2000)).ok());
+  ASSERT_TRUE((*p)->Report(Holding("m02", {{1, 9, false}, {0, 9, true}}), TimeFromMs(2000)).ok());
+  ASSERT_TRUE((*p)->Report(Holding("m03", {{2, 9, false}, {1, 9, true}}), TimeFromMs(2000)).ok());
+  ASSERT_TRUE((*p)->Report(Report("s01", {}), TimeFromMs(2000)).ok());
+  // Every report carries the agent's holdings, the fault's too.
+  wire::ReportRequest fault = Holding("m02", {{1, 9, false}, {0, 9, true}});
+  *fault.add_events() = DeviceFailed(1, 3000);
+  ASSERT_TRUE((*p)->Report(fault, TimeFromMs(3000)).ok());
+  EXPECT_EQ((*p)->StatusJson(TimeFromMs(3000))["job"]["placement"].dump(), R"(["m01","s01","m03"])");
+
+  const wire::Command s01 = Desired(**p, "s01", 3000);
+  EXPECT_EQ(s01.kind(), wire::Command::START_RANKS);
+  EXPECT_EQ(s01.backup_machine(), "m03");
+  EXPECT_EQ(s01.backup_addr(), "m03:7000");
+  ASSERT_EQ(s01.restore_from_size(), 2);
+  EXPECT_EQ(s01.restore_from(0).machine(), "m03");  // m02's backup peer
+  EXPECT_EQ(s01.restore_from(0).step(), 9);
+  // m02 is evicted (its GPU failed) but its agent still reports, so its
+  // memory still serves; after the backup, as a primary left behind.
+  EXPECT_EQ(s01.restore_from(1).machine(), "m02");
+  const wire::Command m01 = Desired(**p, "m01", 3000);
+  EXPECT_EQ(m01.backup_machine(), "s01");  // its old peer was evicted
+  ASSERT_EQ(m01.restore_from_size(), 1);
+  EXPECT_EQ(m01.restore_from(0).machine(), "m02");
+}
+
+TEST(Plane, SilentMachinesCopiesAreNotOfferedForARestore) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  for (const char* m : {"m01", "m02", "s01"}) ASSERT_TRUE((*p)->Register(RegWithShards(m), TimeFromMs(1000)).ok());
+  ASSERT_TRUE((*p)->Submit(Launch(), TimeFromMs(1000)).ok());
+  ASSERT_TRUE((*p)->Report(Holding("m01", {{0, 9, false}, {1, 9, true}}), TimeFromMs(2000)).ok());
+  ASSERT_TRUE((*p)->Report(Holding("m02", {{1, 9, false}, {0, 9, true}}), TimeFromMs(2000)).ok());
+  // m02 goes silent; the others keep reporting.
+  for (int64_t t : {3000, 4000, 5000}) {
+    ASSERT_TRUE((*p)->Report(Holding("m01", {{0, 9, false}, {1, 9, true}}), TimeFromMs(t)).ok());
+    ASSERT_TRUE((*p)->Report(Report("s01", {}), TimeFromMs(t)).ok());
+  }
+  (*p)->Tick(TimeFromMs(5000));
+  EXPECT_EQ((*p)->StatusJson(TimeFromMs(5000))["job"]["placement"].dump(), R"(["m01","s01"])");
+  // Rank 0's backup died with m02: only m01's own memory is left for it.
+  EXPECT_EQ(Desired(**p, "m01", 5000).restore_from_size(), 0);
+  const wire::Command s01 = Desired(**p, "s01", 5000);
+  ASSERT_EQ(s01.restore_from_size(), 1);
+  EXPECT_EQ(s01.restore_from(0).machine(), "m01");
+  EXPECT_EQ(s01.backup_machine(), "m01");
+}
+
+TEST(Plane, RestoreReportIsRecordedInTheIncidentAndSurvivesARestart) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  {
+    auto p = Plane::Open(o, TimeFromMs(1000));
+    ASSERT_TRUE(p.ok());
+    for (const char* m : {"m01", "m02", "m03"}) ASSERT_TRUE((*p)->Register(RegWithShards(m), TimeFromMs(1000)).ok());
+    ASSERT_TRUE((*p)->Submit(Launch(), TimeFromMs(1100)).ok());
+    ASSERT_TRUE((*p)->Report(Report("m01", {Step(1, 5, 1, 2000)}), TimeFromMs(2000)).ok());
+    ASSERT_TRUE((*p)->Report(Report("m02", {DeviceFailed(1, 3000)}), TimeFromMs(3000)).ok());
+    // A restore read from the old generation's ranks is not this restart's.
+    ASSERT_TRUE((*p)->Report(Report("m01", {RestoredEvent(2, 1, "durable", 5, 1, 3500)}), TimeFromMs(3500)).ok());
+    EXPECT_FALSE((*p)->IncidentsJson()[0].contains("restore_source"));
+    ASSERT_TRUE((*p)->Report(Report("m01", {RestoredEvent(3, 4, "peer", 6, 2, 3600),
+                                            Step(4, 5, 2, 3700)}),
+                             TimeFromMs(3700)).ok());
+    auto inc = (*p)->IncidentsJson()[0];
+    EXPECT_EQ(inc["restore_source"], "peer");
+    EXPECT_EQ(inc["restored_step"], 4);
+    EXPECT_EQ(inc["restore_ms"], 750.5);
+    EXPECT_EQ(inc["step_at_fault"], 6);
+    EXPECT_EQ(inc["lost_steps"], 2);
+  }
+  o.create = false;
+  auto p = Plane::Open(o, TimeFromMs(5000));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto inc = (*p)->IncidentsJson()[0];
+  EXPECT_EQ(inc["restore_source"], "peer");
+  EXPECT_EQ(inc["lost_steps"], 2);
+  // The shard server addresses come back from the store, not from a new
+  // registration: backups of the next restart still have somewhere to go.
+  EXPECT_EQ((*p)->StatusJson(TimeFromMs(5000))["machines"][0]["shard_addr"], "m01:7000");
+}
+
 TEST(Plane, SubmitWithTooFewAgentsSaysHowMany) {
   PlaneOptions o;
   o.db_path = testing::MakeTempDir() + "/c.db";
@@ -166,6 +431,20 @@ TEST(Plane, SubmitWithTooFewAgentsSaysHowMany) {
   auto id = (*p)->Submit(Launch(), TimeFromMs(1000));
   ASSERT_FALSE(id.ok());
   EXPECT_NE(id.status().message().find("needs 2 machines but 1"), std::string::npos) << id.status().message();
+}
+
+TEST(Plane, NegativePersistIntervalIsRefused) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  for (const char* m : {"m01", "m02"}) ASSERT_TRUE((*p)->Register(Reg(m), TimeFromMs(1000)).ok());
+  JobLaunch l = Launch();
+  l.persist_every = -1;
+  auto id = (*p)->Submit(l, TimeFromMs(1000));
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(id.status().message().find("persist_every"), std::string::npos) << id.status().message();
 }
 
 TEST(Plane, UnknownMachineIsNotFoundByName) {

@@ -16,6 +16,7 @@ using testing::HeartbeatLost;
 using testing::Job;
 using testing::Joined;
 using testing::Lines;
+using testing::Restored;
 using testing::Returned;
 using testing::S;
 using testing::Secs;
@@ -338,6 +339,86 @@ TEST(Policy, UnknownMachineIsReportedNotInvented) {
   EXPECT_EQ(r.status().code(), Status::Code::kNotFound);
   EXPECT_NE(r.status().message().find("zz99"), std::string::npos);
   EXPECT_EQ(job.state().FindMachine("zz99"), nullptr);
+}
+
+// ---------------------------------------------------------------------------
+// In-memory checkpoints: the incident records what was restored
+// ---------------------------------------------------------------------------
+
+TEST(Policy, RestoreReportRecordsSourceStepAndTheProgressTheFaultLeft) {
+  Job job;
+  job.StartAndRun(10);
+  job.Do(DeviceFailed("m02", S(105)));
+  EXPECT_EQ(job.LastIncident().step_at_fault, 10);
+  // The ranks had reached step 12 (the controller's step reports lag), and
+  // the slowest one restored step 5 from durable storage.
+  job.Do(Restored(5, "durable", 12, 2300, S(130)));
+  const Incident& inc = job.LastIncident();
+  EXPECT_EQ(inc.restored_step, 5);
+  EXPECT_EQ(inc.restore_source, "durable");
+  EXPECT_EQ(inc.restore_ms, 2300);
+  EXPECT_EQ(inc.step_at_fault, 12);
+  EXPECT_EQ(inc.LostSteps(), 7);
+  EXPECT_FALSE(inc.closed);  // restored is not yet trained
+  // The first step reported after it is not 6: the restore report wins
+  // over the inference from the first step.
+  job.Do(Step(7, S(150)));
+  EXPECT_TRUE(job.LastIncident().closed);
+  EXPECT_EQ(job.LastIncident().restored_step, 5);
+}
+
+TEST(Policy, RestoreReportNeverLowersStepAtFault) {
+  Job job;
+  job.StartAndRun(10);
+  job.Do(DeviceFailed("m02", S(105)));
+  job.Do(Restored(10, "peer", 9, 840, S(130)));
+  EXPECT_EQ(job.LastIncident().step_at_fault, 10);
+  EXPECT_EQ(job.LastIncident().LostSteps(), 0);
+}
+
+TEST(Policy, WithoutRestoreReportTheFirstStepSaysWhatWasRestored) {
+  Job job;
+  job.StartAndRun(10);
+  job.Do(DeviceFailed("m02", S(105)));
+  job.Do(Step(11, S(160)));
+  const Incident& inc = job.LastIncident();
+  EXPECT_EQ(inc.restored_step, 10);
+  EXPECT_TRUE(inc.restore_source.empty());
+  EXPECT_FALSE(inc.restore_ms.has_value());
+  EXPECT_EQ(inc.LostSteps(), 0);
+}
+
+TEST(Policy, RestoreReportTrailingTheFirstStepStillBelongsToTheIncident) {
+  Job job;
+  job.StartAndRun(10);
+  job.Do(DeviceFailed("m02", S(105)));
+  job.Do(Step(10, S(160)));  // the inference says 9
+  job.Do(Restored(8, "peer", 10, 900, S(161)));
+  EXPECT_EQ(job.LastIncident().restored_step, 8);
+  EXPECT_EQ(job.LastIncident().restore_source, "peer");
+  EXPECT_EQ(job.LastIncident().LostSteps(), 2);
+  // A second report of the same restore changes nothing; the incident
+  // took its restore already.
+  job.Do(Restored(3, "durable", 10, 900, S(162)));
+  EXPECT_EQ(job.LastIncident().restored_step, 8);
+}
+
+TEST(Policy, RestoreByRanksSinceRestartedAgainIsIgnored) {
+  Job job;
+  job.StartAndRun(10);
+  job.Do(DeviceFailed("m02", S(105)));
+  job.Do(Crash("m01", "exception", S(120)));  // restarts again at 120
+  job.Do(Restored(4, "durable", 10, 500, S(115)), S(121));
+  EXPECT_FALSE(job.LastIncident().restore_ms.has_value());
+  EXPECT_FALSE(job.LastIncident().restored_step.has_value());
+}
+
+TEST(Policy, RestoreAtTheFirstStartIsNoIncident) {
+  Job job;
+  job.Reconcile(S(0));
+  job.Do(Restored(40, "durable", 40, 1200, S(5)));
+  job.Do(Step(41, S(10)));
+  EXPECT_TRUE(job.controller->incidents().empty());
 }
 
 TEST(Policy, TimeMustNotGoBackwards) {

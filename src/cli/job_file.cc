@@ -47,6 +47,18 @@ Result<int> PositiveInt(const YAML::Node& n, const std::string& source, const st
   return FieldError(source, field, "expected a positive integer, got '" + text + "'");
 }
 
+Result<int> NonNegativeInt(const YAML::Node& n, const std::string& source, const std::string& field,
+                           const std::string& hint) {
+  const std::string text = n.IsScalar() ? n.as<std::string>() : "(not a number)";
+  try {
+    size_t used = 0;
+    const int v = std::stoi(text, &used);
+    if (used == text.size() && v >= 0) return v;
+  } catch (const std::exception&) {
+  }
+  return FieldError(source, field, "expected a whole number of steps, 0 or more, got '" + text + "'; " + hint);
+}
+
 }  // namespace
 
 Result<JobFile> ParseJobFile(const std::string& text, const std::string& source,
@@ -59,11 +71,13 @@ Result<JobFile> ParseJobFile(const std::string& text, const std::string& source,
                                    ": " + e.msg);
   }
   if (!root.IsMap()) return Status::InvalidArgument(source + ": expected a mapping of fields (name, world_size, ...)");
-  static const std::set<std::string> kKnown = {"name", "world_size", "ranks_per_machine", "command", "args", "env"};
+  static const std::set<std::string> kKnown = {"name",    "world_size", "ranks_per_machine", "command",
+                                               "args",    "env",        "checkpoint"};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     if (kKnown.count(key) == 0) {
-      return FieldError(source, key, "unknown field; known: name, world_size, ranks_per_machine, command, args, env");
+      return FieldError(source, key,
+                        "unknown field; known: name, world_size, ranks_per_machine, command, args, env, checkpoint");
     }
   }
   JobFile job;
@@ -101,6 +115,22 @@ Result<JobFile> ParseJobFile(const std::string& text, const std::string& source,
     for (const auto& kv : root["env"]) {
       if (!kv.second.IsScalar()) return FieldError(source, "env", "value of " + kv.first.as<std::string>() + " is not a string");
       job.env[kv.first.as<std::string>()] = kv.second.as<std::string>();
+    }
+  }
+  if (const YAML::Node ck = root["checkpoint"]) {
+    static const char* kHint = "e.g. 'checkpoint: {persist_every: 50}'";
+    if (!ck.IsMap()) return FieldError(source, "checkpoint", std::string("expected a mapping, ") + kHint);
+    for (const auto& kv : ck) {
+      const std::string key = kv.first.as<std::string>();
+      if (key != "persist_every") {
+        return FieldError(source, "checkpoint." + key, std::string("unknown field; known: persist_every, ") + kHint);
+      }
+    }
+    if (ck["persist_every"]) {
+      Result<int> every = NonNegativeInt(ck["persist_every"], source, "checkpoint.persist_every",
+                                         "0 never persists, 50 persists every 50th step");
+      if (!every.ok()) return every.status();
+      job.persist_every = *every;
     }
   }
   return job;

@@ -6,6 +6,8 @@
 //   command: [/path/to/prog]   # default: bulwark-train next to bulwark
 //   args: [--config, tiny]     # appended to command
 //   env: {OMP_NUM_THREADS: "1"}
+//   checkpoint:                # optional; in-memory checkpoints are taken every step
+//     persist_every: 50        # also persist them to durable storage every N steps; 0: never
 #pragma once
 
 #include <map>
@@ -22,6 +24,11 @@ struct JobFile {
   int ranks_per_machine = 1;
   std::vector<std::string> argv;  // command followed by args
   std::map<std::string, std::string> env;
+  int persist_every = kDefaultPersistEvery;
+
+  // The controller's default (controller/launch.h), repeated here because
+  // the wire's 0 means "never", so the CLI must send the default itself.
+  static constexpr int kDefaultPersistEvery = 50;
 };
 
 // Parses `text`; `source` names it in errors, which also name the field

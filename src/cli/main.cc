@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -219,6 +220,13 @@ Status Submit(const Args& a) {
   req.set_ranks_per_machine(job->ranks_per_machine);
   for (const std::string& s : job->argv) req.add_argv(s);
   for (const auto& [k, v] : job->env) (*req.mutable_env())[k] = v;
+  req.set_persist_every(job->persist_every);
+  // Local clusters share one disk: the cluster directory outlives every
+  // machine, so it serves as the durable storage. Absolute, because the
+  // agents and ranks do not run in this process's directory.
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::absolute(ClusterDir(a), ec);
+  req.set_durable_dir(cluster::Layout{ec ? ClusterDir(a) : dir.string()}.durable(job->name));
   Result<std::string> id = client->Submit(req);
   if (!id.ok()) return id.status();
   std::cout << "submitted job " << *id << "\n";
@@ -250,6 +258,10 @@ Status IncidentsCmd(const Args& a) {
     for (const json& i : j) {
       std::cout << i["summary"].get<std::string>() << "\n    detect " << i["detect_s"] << " s";
       if (i.contains("recover_s")) std::cout << ", recover " << i["recover_s"] << " s";
+      if (i.contains("restore_source")) {
+        std::cout << ", restored step " << i["restored_step"] << " from " << i["restore_source"].get<std::string>();
+        if (i.contains("restore_ms")) std::printf(" in %.0f ms", i["restore_ms"].get<double>());
+      }
       if (i.contains("lost_steps")) std::cout << ", lost steps " << i["lost_steps"];
       std::cout << "\n";
     }

@@ -10,6 +10,7 @@
 //   DIR/machines/ID/ranks/rank-R.pid
 //   DIR/machines/ID/health/device        emulated device health ("ok" or an error)
 //   DIR/machines/ID/health/nic           emulated link state ("up" or "down")
+//   DIR/durable/JOB/                     checkpoint shards persisted every persist_every steps
 #pragma once
 
 #include <string>
@@ -36,6 +37,8 @@ struct Layout {
   std::string health(const std::string& id) const { return machine(id) + "/health"; }
   std::string device(const std::string& id) const { return health(id) + "/device"; }
   std::string nic(const std::string& id) const { return health(id) + "/nic"; }
+  // Outside machines/: persisted shards must outlive the machine that wrote them.
+  std::string durable(const std::string& job) const { return dir + "/durable/" + job; }
 };
 
 }  // namespace bulwark::cluster

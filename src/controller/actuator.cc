@@ -18,7 +18,7 @@ int MasterPort(const JobLaunch& launch, int64_t generation) {
 }
 
 std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launch,
-                                    const Placement& current) {
+                                    const Placement& current, const BackupPlan& routes) {
   std::vector<MachineCommand> out;
   switch (action.kind) {
     case ActionKind::kRestartAll: {
@@ -39,6 +39,20 @@ std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launc
           wire::RankLaunch* r = c.add_ranks();
           r->set_rank(static_cast<int>(slot) * p.ranks_per_machine + local);
           r->set_local_rank(local);
+        }
+        c.set_durable_dir(launch.durable_dir);
+        c.set_persist_every(launch.persist_every);
+        if (routes.slots.size() == p.slots.size() && routes.slots[slot].machine == p.slots[slot]) {
+          const SlotRoute& route = routes.slots[slot];
+          c.set_backup_machine(route.backup_machine);
+          c.set_backup_addr(route.backup_addr);
+          for (const RestoreSource& s : route.restore_from) {
+            wire::ShardSource* src = c.add_restore_from();
+            src->set_rank(s.rank);
+            src->set_machine(s.machine);
+            src->set_addr(s.addr);
+            src->set_step(s.step);
+          }
         }
         out.push_back({p.slots[slot], std::move(c)});
       }

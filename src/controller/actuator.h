@@ -12,6 +12,7 @@
 
 #include "bulwark.pb.h"
 #include "controller/action.h"
+#include "controller/backup_plan.h"
 #include "controller/launch.h"
 
 namespace bulwark::controller {
@@ -24,8 +25,13 @@ struct MachineCommand {
 // The commands that carry out `action` for the job `launch`. Activate and
 // ReplenishStandby need none here: an activated standby gets its ranks with
 // the RestartAll that follows, and the local backend has no machines to buy.
+// `routes` is PlanBackups for a RestartAll's placement: each START_RANKS
+// carries its slot's backup peer and restore sources. Other actions ignore
+// it, and a plan that does not match the placement slot for slot (an empty
+// one) leaves the routes out: the ranks then restore from their own memory
+// or durable storage and back up nowhere until the next restart.
 std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launch,
-                                    const Placement& current);
+                                    const Placement& current, const BackupPlan& routes);
 
 // The port rank 0 listens on for `generation`: a fresh one per generation, so
 // a restart never waits for the previous run's socket to leave TIME_WAIT.

@@ -66,6 +66,11 @@ json EncodeEvent(const Event& e) {
           j["machine"] = x.machine;
         } else if constexpr (std::is_same_v<T, ManualRestart>) {
           j["reason"] = x.reason;
+        } else if constexpr (std::is_same_v<T, CheckpointRestored>) {
+          j["step"] = x.step;
+          j["source"] = x.source;
+          j["newest_step"] = x.newest_step;
+          j["restore_ms"] = x.restore_ms;
         }
       },
       e);
@@ -126,6 +131,15 @@ Result<Event> DecodeEvent(const json& j) {
     BULWARK_RETURN_IF_ERROR(Get(j, "reason", &reason));
     return Event(ManualRestart{reason, observed});
   }
+  if (kind == EventKindName(EventKind::kCheckpointRestored)) {
+    CheckpointRestored x;
+    x.observed = observed;
+    BULWARK_RETURN_IF_ERROR(Get(j, "step", &x.step));
+    BULWARK_RETURN_IF_ERROR(Get(j, "source", &x.source));
+    BULWARK_RETURN_IF_ERROR(Get(j, "newest_step", &x.newest_step));
+    BULWARK_RETURN_IF_ERROR(Get(j, "restore_ms", &x.restore_ms));
+    return Event(x);
+  }
   return Status::InvalidArgument("journal record field 'kind': unknown event kind '" + kind + "'");
 }
 
@@ -136,7 +150,9 @@ json EncodeLaunch(const JobLaunch& l) {
               {"argv", l.argv},
               {"env", l.env},
               {"master_addr", l.master_addr},
-              {"master_port_base", l.master_port_base}};
+              {"master_port_base", l.master_port_base},
+              {"persist_every", l.persist_every},
+              {"durable_dir", l.durable_dir}};
 }
 
 Result<JobLaunch> DecodeLaunch(const json& j) {
@@ -148,6 +164,10 @@ Result<JobLaunch> DecodeLaunch(const json& j) {
   BULWARK_RETURN_IF_ERROR(Get(j, "env", &l.env));
   BULWARK_RETURN_IF_ERROR(Get(j, "master_addr", &l.master_addr));
   BULWARK_RETURN_IF_ERROR(Get(j, "master_port_base", &l.master_port_base));
+  // Jobs submitted before in-memory checkpoints lack these: they keep the
+  // defaults rather than fail to replay.
+  if (j.contains("persist_every")) BULWARK_RETURN_IF_ERROR(Get(j, "persist_every", &l.persist_every));
+  if (j.contains("durable_dir")) BULWARK_RETURN_IF_ERROR(Get(j, "durable_dir", &l.durable_dir));
   for (const std::string& a : l.argv) l.spec.command += (l.spec.command.empty() ? "" : " ") + a;
   return l;
 }
@@ -168,6 +188,8 @@ json IncidentJson(const Incident& i) {
   if (auto d = i.LocalizeDuration()) j["localize_s"] = Seconds(*d);
   if (auto d = i.RecoverDuration()) j["recover_s"] = Seconds(*d);
   if (i.restored_step) j["restored_step"] = *i.restored_step;
+  if (!i.restore_source.empty()) j["restore_source"] = i.restore_source;
+  if (i.restore_ms) j["restore_ms"] = *i.restore_ms;
   if (i.decision) j["decision_ms"] = Ms(*i.decision);
   if (i.recovered) j["recovered_ms"] = Ms(*i.recovered);
   if (auto l = i.LostSteps()) j["lost_steps"] = *l;

@@ -27,6 +27,7 @@ const char* EventKindName(EventKind k) {
       "rank_exited",   "machine_heartbeat_lost", "inspection_failed",
       "network_alert", "machine_joined",         "step_completed",
       "checkpoint_saved", "operator_returned",   "manual_restart",
+      "checkpoint_restored",
   };
   int i = static_cast<int>(k);
   return i >= 0 && i < kNumEventKinds ? kNames[i] : "unknown";
@@ -76,6 +77,12 @@ std::string Describe(const Event& e) {
           [](const CheckpointSaved& x) { return "checkpoint of step " + std::to_string(x.step) + " saved"; },
           [](const OperatorReturned& x) { return "operator returned machine " + x.machine; },
           [](const ManualRestart& x) { return "manual restart: " + x.reason; },
+          [](const CheckpointRestored& x) {
+            std::string s = "restored checkpoint of step " + std::to_string(x.step) + " from " +
+                            (x.source.empty() ? "an unnamed source" : x.source) + " in " +
+                            std::to_string(static_cast<int64_t>(x.restore_ms)) + " ms";
+            return x.newest_step > x.step ? s + " (newest held: step " + std::to_string(x.newest_step) + ")" : s;
+          },
       },
       e);
 }

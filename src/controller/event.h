@@ -83,6 +83,20 @@ struct CheckpointSaved {
   Time observed{};
 };
 
+// The restarted ranks restored the checkpoint of `step` (rank 0's agent
+// reports it once every rank has). `source` is where the slowest rank's
+// shard came from ("memory", "peer", "durable", "disk"); `newest_step` is
+// the newest step any source still held, i.e. the progress the fault left
+// behind, which the ranks know better than the controller's lagging step
+// reports; `restore_ms` is the slowest rank's restore.
+struct CheckpointRestored {
+  int64_t step = 0;
+  std::string source;
+  int64_t newest_step = 0;
+  double restore_ms = 0;
+  Time observed{};
+};
+
 // An operator repaired an evicted machine and hands it back; it must pass a
 // self-check (MachineJoined) before it serves again.
 struct OperatorReturned {
@@ -98,7 +112,7 @@ struct ManualRestart {
 
 using Event = std::variant<RankExited, MachineHeartbeatLost, InspectionFailed, NetworkAlert,
                            MachineJoined, StepCompleted, CheckpointSaved, OperatorReturned,
-                           ManualRestart>;
+                           ManualRestart, CheckpointRestored>;
 
 // One value per alternative of Event, in the same order.
 enum class EventKind {
@@ -111,8 +125,9 @@ enum class EventKind {
   kCheckpointSaved,
   kOperatorReturned,
   kManualRestart,
+  kCheckpointRestored,
 };
-constexpr int kNumEventKinds = 9;
+constexpr int kNumEventKinds = 10;
 static_assert(std::variant_size_v<Event> == kNumEventKinds, "Event and EventKind must match");
 
 inline EventKind KindOf(const Event& e) { return static_cast<EventKind>(e.index()); }

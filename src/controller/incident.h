@@ -48,6 +48,11 @@ struct Incident {
 
   int64_t step_at_fault = 0;              // last step completed before the fault
   std::optional<int64_t> restored_step;   // checkpoint the job resumed from
+  // Set by the ranks' RESTORED report: where the slowest rank's shard came
+  // from ("memory", "peer", "durable", "disk") and how long its restore
+  // took. Without one, restored_step is inferred from the first step.
+  std::string restore_source;
+  std::optional<double> restore_ms;
   bool closed = false;                    // recovered or stopped
 
   // detected - fault; zero when the fault time is unknown.
@@ -72,6 +77,9 @@ class IncidentLog {
   // Opens an incident, or joins the open one (appending `cause`). Ids start at 1.
   Incident& OpenOrJoin(IncidentClass cls, const std::string& cause, std::optional<Time> fault,
                        Time detected, int64_t step_at_fault);
+  // The newest incident, open or closed, or nullptr: late reports about a
+  // recovery (what was restored) still belong to it.
+  Incident* Last() { return incidents_.empty() ? nullptr : &incidents_.back(); }
   const std::vector<Incident>& all() const { return incidents_; }
   const Incident* Find(int64_t id) const;
 

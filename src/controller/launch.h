@@ -16,6 +16,17 @@ struct JobLaunch {
   std::map<std::string, std::string> env;    // added to the torchrun environment
   std::string master_addr = "127.0.0.1";
   int master_port_base = 29500;              // generation g listens on base + g % 1000; Submit randomizes it
+  // In-memory checkpoints are taken every step; every `persist_every` steps
+  // (0: never) the agents also write them to `durable_dir`, which survives
+  // losing a machine and its backup peer at once. 50 steps bounds what such
+  // a double fault loses to a minute or two of training at the step times
+  // we run, while the per-step copies cover the common single fault.
+  int persist_every = kDefaultPersistEvery;
+  // A directory every machine can reach; empty: the agent's default (the
+  // CLI fills in <cluster dir>/durable/<job>).
+  std::string durable_dir;
+
+  static constexpr int kDefaultPersistEvery = 50;
 };
 
 }  // namespace bulwark::controller

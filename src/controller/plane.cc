@@ -29,10 +29,33 @@ Result<Event> EventFromAgent(const std::string& machine, const wire::AgentEvent&
       return Event(NetworkAlert{machine, a.detail(), observed});
     case wire::AgentEvent::STEP:
       return Event(StepCompleted{a.step(), observed});
+    case wire::AgentEvent::RESTORED:
+      return Event(CheckpointRestored{a.step(), a.source(), a.newest_step(), a.restore_ms(), observed});
     default:
       return Status::InvalidArgument("agent " + machine + " reported an event of unknown kind " +
                                      std::to_string(a.kind()));
   }
+}
+
+// The job's in-memory checkpoints for `status`: each slot's backup peer and,
+// rank by rank, who holds a copy of its shard at which step.
+json CheckpointsJson(const Placement& p, const BackupPlan& plan, const std::vector<ShardHolding>& holdings) {
+  json peers = json::array();
+  for (size_t slot = 0; slot < plan.slots.size(); ++slot) {
+    const SlotRoute& r = plan.slots[slot];
+    peers.push_back({{"slot", slot}, {"machine", r.machine},
+                     {"backup_machine", r.backup_machine.empty() ? json(nullptr) : json(r.backup_machine)}});
+  }
+  json ranks = json::array();
+  for (RankId rank = 0; rank < p.world_size(); ++rank) {
+    json primaries = json::array(), backups = json::array();
+    for (const ShardHolding& h : holdings) {
+      if (h.rank != rank) continue;
+      (h.backup ? backups : primaries).push_back({{"machine", h.machine}, {"step", h.step}});
+    }
+    ranks.push_back({{"rank", rank}, {"machine", p.MachineOf(rank)}, {"primary", primaries}, {"backups", backups}});
+  }
+  return json{{"backup_peers", peers}, {"ranks", ranks}};
 }
 
 }  // namespace
@@ -66,6 +89,7 @@ Status Plane::Rebuild(Time now) {
   for (const MachineRow& m : *machines) {
     Agent& a = agents_[m.id];
     a.dir = m.dir;
+    a.shard_addr = m.shard_addr;
     // A restarted controller has heard from nobody yet: give every agent a
     // full timeout to reconnect before calling it lost.
     a.last_heard = now;
@@ -134,11 +158,25 @@ Status Plane::Rebuild(Time now) {
 
 Plane::Agent& Plane::AgentFor(const std::string& machine) { return agents_[machine]; }
 
+BackupPlan Plane::PlanLocked(const Placement& placement) const {
+  std::map<MachineId, std::string> addrs;
+  std::vector<ShardHolding> holdings;
+  for (const auto& [id, a] : agents_) {
+    if (!a.shard_addr.empty()) addrs[id] = a.shard_addr;
+    if (!a.lost_reported) holdings.insert(holdings.end(), a.shards.begin(), a.shards.end());
+  }
+  return PlanBackups(placement, addrs, holdings);
+}
+
 Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver) {
   for (const Action& a : actions) {
     // A repeated decision (same id) is a no-op everywhere; log it once.
     if (deliver && logged_actions_.insert(a.id).second) Log("action " + a.ToString());
-    for (MachineCommand& mc : Actuate(a, *launch_, controller_->state().placement)) {
+    // Routes come from the holdings reported now. On replay nothing has been
+    // reported yet, so a replayed restart carries peers but no sources; the
+    // agents already carry it out and ignore the resent id anyway.
+    const BackupPlan routes = a.kind == ActionKind::kRestartAll ? PlanLocked(a.placement) : BackupPlan{};
+    for (MachineCommand& mc : Actuate(a, *launch_, controller_->state().placement, routes)) {
       AgentFor(mc.machine).desired = std::move(mc.command);
     }
   }
@@ -189,12 +227,15 @@ Status Plane::Register(const wire::RegisterRequest& req, Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   now = Now(now);
   if (req.machine().empty()) return Status::InvalidArgument("register: machine id is empty");
-  BULWARK_RETURN_IF_ERROR(store_->PutMachine({req.machine(), req.machine_dir(), ToMs(now)}));
+  BULWARK_RETURN_IF_ERROR(
+      store_->PutMachine({req.machine(), req.machine_dir(), ToMs(now), req.shard_addr()}));
   Agent& a = AgentFor(req.machine());
   a.dir = req.machine_dir();
+  a.shard_addr = req.shard_addr();
   if (a.incarnation != req.incarnation()) {
     a.incarnation = req.incarnation();
     a.acked_seq = 0;
+    a.shards.clear();  // a new agent run tells what it holds in its first report
   }
   a.last_heard = now;
   a.heard_since_start = true;
@@ -222,6 +263,9 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
   a.heard_since_start = true;
   a.live_ranks.assign(req.live_ranks().begin(), req.live_ranks().end());
   a.generation = req.generation();
+  // The agent's current holdings, not a delta: copies it dropped are gone.
+  a.shards.clear();
+  for (const wire::ShardCopy& c : req.shards()) a.shards.push_back({req.machine(), c.rank(), c.step(), c.backup()});
   const bool was_lost = a.lost_reported;
   a.lost_reported = false;
 
@@ -254,9 +298,12 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
     // A finished job has nothing left to protect: its ranks' exits and its
     // machines' faults are no longer incidents.
     if (done_step_ || !controller_) continue;
-    // Steps read from a previous generation's ranks (read before the agent
-    // applied the restart) are not progress of the current run.
-    if (ev.kind() == wire::AgentEvent::STEP && ev.generation() != controller_->state().placement.generation) continue;
+    // Steps and restores read from a previous generation's ranks (read
+    // before the agent applied the restart) are not the current run's.
+    if ((ev.kind() == wire::AgentEvent::STEP || ev.kind() == wire::AgentEvent::RESTORED) &&
+        ev.generation() != controller_->state().placement.generation) {
+      continue;
+    }
     Result<Event> e = EventFromAgent(req.machine(), ev);
     if (!e.ok()) {
       Log(e.status().ToString());
@@ -310,6 +357,11 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   now = Now(now);
   BULWARK_RETURN_IF_ERROR(launch.spec.Validate());
+  if (launch.persist_every < 0) {
+    return Status::InvalidArgument("job " + launch.spec.id + ": persist_every is " +
+                                   std::to_string(launch.persist_every) +
+                                   "; use 0 to never persist checkpoints, or N to persist every N steps");
+  }
   if (controller_) {
     return Status::FailedPrecondition("job " + launch_->spec.id + " is already running on this cluster; "
                                       "run 'bulwark down' and 'bulwark up' for a new one");
@@ -399,8 +451,13 @@ json Plane::StatusJson(Time now) {
   if (!journal_error_.ok()) j["error"] = journal_error_.ToString();
   json machines = json::array();
   for (const auto& [id, a] : agents_) {
+    json shards = json::array();
+    for (const ShardHolding& h : a.shards) {
+      shards.push_back({{"rank", h.rank}, {"step", h.step}, {"copy", h.backup ? "backup" : "primary"}});
+    }
     json m{{"id", id}, {"dir", a.dir}, {"last_heard_s_ago", ToMs(now - a.last_heard) / 1000.0},
-           {"live_ranks", a.live_ranks}, {"generation", a.generation}, {"state", "registered"}};
+           {"live_ranks", a.live_ranks}, {"generation", a.generation}, {"state", "registered"},
+           {"shard_addr", a.shard_addr}, {"shards", shards}};
     if (controller_) {
       if (const MachineStatus* s = controller_->state().FindMachine(id)) {
         m["state"] = MachineStateName(s->state);
@@ -424,7 +481,12 @@ json Plane::StatusJson(Time now) {
                   {"placement", s.placement.slots},
                   {"last_step", s.last_step},
                   {"done_step", done_step_ ? json(*done_step_) : json(nullptr)},
-                  {"incidents", controller_->incidents().size()}};
+                  {"incidents", controller_->incidents().size()},
+                  {"persist_every", launch_->persist_every},
+                  {"durable_dir", launch_->durable_dir}};
+  std::vector<ShardHolding> holdings;
+  for (const auto& [id, a] : agents_) holdings.insert(holdings.end(), a.shards.begin(), a.shards.end());
+  j["job"]["checkpoints"] = CheckpointsJson(s.placement, PlanLocked(s.placement), holdings);
   const StandbyReport r = controller_->standby();
   j["standby"] = json{{"target", r.target}, {"available", r.available}, {"deficit", r.deficit()}};
   return j;

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bulwark.pb.h"
+#include "controller/backup_plan.h"
 #include "controller/controller.h"
 #include "controller/launch.h"
 #include "controller/store.h"
@@ -82,6 +83,12 @@ class Plane {
     bool heard_since_start = false;
     std::vector<int> live_ranks;
     int64_t generation = 0;
+    // In-memory checkpoints: where its shard server listens (from Register,
+    // kept in the store) and the shard copies it last reported holding
+    // (replaced by every report: runtime observations, not journaled;
+    // after a controller restart they return with the next reports).
+    std::string shard_addr;
+    std::vector<ShardHolding> shards;
     std::optional<wire::Command> desired;
     std::deque<wire::Command> oneshots;
     int64_t stream = 0;  // the newest command stream's number
@@ -97,6 +104,9 @@ class Plane {
   nlohmann::json IncidentsLocked();
   nlohmann::json LedgerLocked(Time now);
   Agent& AgentFor(const std::string& machine);
+  // Backup peers and restore sources for `placement` from what the agents
+  // last reported; a lost agent's holdings are not offered as sources.
+  BackupPlan PlanLocked(const Placement& placement) const;
   void Log(const std::string& line);
 
   PlaneOptions options_;

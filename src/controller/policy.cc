@@ -244,7 +244,9 @@ Status OnStepCompleted(RuleContext& ctx, const Event& e) {
   ++s.progress_epoch;
   if (Incident* inc = s.incidents.Current()) {
     inc->recovered = x.observed;
-    inc->restored_step = x.step - 1;
+    // The fallback when the ranks did not say what they restored: a job
+    // restored from step k completes k+1 first.
+    if (!inc->restore_ms) inc->restored_step = x.step - 1;
     inc->closed = true;
   }
   return Status::OK();
@@ -255,6 +257,30 @@ Status OnCheckpointSaved(RuleContext& ctx, const Event& e) {
   // The latest report wins, not the highest: after a restore the job saves
   // lower steps again, and a copy above them may have died with a machine.
   ctx.state.checkpoint_step = x.step;
+  return Status::OK();
+}
+
+// The ranks report what they restored, normally before their first step;
+// the report may still trail it (the step came from another agent), so a
+// recovered incident that heard no restore yet takes it too. A restore seen
+// before the latest restart belongs to ranks since restarted again.
+Status OnCheckpointRestored(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<CheckpointRestored>(e);
+  ClusterState& s = ctx.state;
+  if (!RanksAreLive(s.job)) return Status::OK();
+  if (s.last_restart_at && x.observed <= *s.last_restart_at) return Status::OK();
+  Incident* inc = s.incidents.Current();
+  if (inc == nullptr) {
+    Incident* last = s.incidents.Last();
+    if (last != nullptr && last->recovered && !last->restore_ms) inc = last;
+  }
+  if (inc == nullptr) return Status::OK();  // the job's first start: no episode to account
+  inc->restored_step = x.step;
+  inc->restore_source = x.source;
+  inc->restore_ms = x.restore_ms;
+  // The controller learns steps through lagging reports; a checkpoint of a
+  // later step proves the job got that far before the fault.
+  inc->step_at_fault = std::max(inc->step_at_fault, x.newest_step);
   return Status::OK();
 }
 
@@ -300,6 +326,7 @@ constexpr std::array<RuleEntry, kNumEventKinds> kRules = {{
     {EventKind::kCheckpointSaved, OnCheckpointSaved},
     {EventKind::kOperatorReturned, OnOperatorReturned},
     {EventKind::kManualRestart, OnManualRestart},
+    {EventKind::kCheckpointRestored, OnCheckpointRestored},
 }};
 
 constexpr bool RulesInEventOrder() {

@@ -108,6 +108,9 @@ class ControlServiceImpl final : public wire::ControlService::Service {
     l.spec.ranks_per_machine = req->ranks_per_machine();
     l.argv.assign(req->argv().begin(), req->argv().end());
     l.env.insert(req->env().begin(), req->env().end());
+    // As the wire says: 0 never persists. The CLI sends its own default.
+    l.persist_every = req->persist_every();
+    l.durable_dir = req->durable_dir();
     Result<std::string> id = plane_->Submit(std::move(l), WallNow());
     if (!id.ok()) return ToGrpc(id.status());
     reply->set_job(*id);

@@ -11,7 +11,8 @@ constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('format', 'bulwark-controller-1');
 CREATE TABLE IF NOT EXISTS machines (
-  id TEXT PRIMARY KEY, dir TEXT NOT NULL, registered_ms INTEGER NOT NULL);
+  id TEXT PRIMARY KEY, dir TEXT NOT NULL, registered_ms INTEGER NOT NULL,
+  shard_addr TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY, spec TEXT NOT NULL, created_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS journal (
@@ -66,6 +67,15 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, bool create)
                            " is not a usable bulwark database (" + st.message() +
                            "); move it aside and run 'bulwark up' again");
   }
+  // Databases written before in-memory checkpoints lack the shard server
+  // column; adding it is the whole migration (old rows read as no address).
+  if (!Stmt(db, "SELECT shard_addr FROM machines LIMIT 0").ok()) {
+    if (Status add = store->Exec("ALTER TABLE machines ADD COLUMN shard_addr TEXT NOT NULL DEFAULT ''");
+        !add.ok()) {
+      return Status::Corrupt("controller database " + path + ": cannot add the shard_addr column (" +
+                             add.message() + "); move it aside and run 'bulwark up' again");
+    }
+  }
   Stmt q(db, "SELECT value FROM meta WHERE key = 'format'");
   if (!q.ok() || q.Step() != SQLITE_ROW || q.Text(0) != "bulwark-controller-1") {
     return Status::Corrupt("controller database " + path + " has an unknown format; it was not "
@@ -91,21 +101,22 @@ Status Store::Error(const std::string& what) const {
 }
 
 Status Store::PutMachine(const MachineRow& m) {
-  Stmt s(db_, "INSERT INTO machines VALUES (?1, ?2, ?3) "
-              "ON CONFLICT(id) DO UPDATE SET dir = ?2, registered_ms = ?3");
+  Stmt s(db_, "INSERT INTO machines (id, dir, registered_ms, shard_addr) VALUES (?1, ?2, ?3, ?4) "
+              "ON CONFLICT(id) DO UPDATE SET dir = ?2, registered_ms = ?3, shard_addr = ?4");
   s.Bind(1, m.id);
   s.Bind(2, m.dir);
   s.Bind(3, m.registered_ms);
+  s.Bind(4, m.shard_addr);
   if (!s.ok() || s.Step() != SQLITE_DONE) return Error("recording machine " + m.id);
   return Status::OK();
 }
 
 Result<std::vector<MachineRow>> Store::Machines() const {
-  Stmt s(db_, "SELECT id, dir, registered_ms FROM machines ORDER BY id");
+  Stmt s(db_, "SELECT id, dir, registered_ms, shard_addr FROM machines ORDER BY id");
   if (!s.ok()) return Error("listing machines");
   std::vector<MachineRow> out;
   int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) out.push_back({s.Text(0), s.Text(1), s.Int(2)});
+  while ((rc = s.Step()) == SQLITE_ROW) out.push_back({s.Text(0), s.Text(1), s.Int(2), s.Text(3)});
   if (rc != SQLITE_DONE) return Error("listing machines");
   return out;
 }

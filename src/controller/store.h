@@ -28,6 +28,9 @@ struct MachineRow {
   std::string id;
   std::string dir;
   int64_t registered_ms = 0;
+  // Its agent's shard server. Kept because agents do not register again
+  // when only the controller restarted, and backups need the address.
+  std::string shard_addr;
 };
 
 // The job as submitted: the policy's JobSpec plus how to launch a rank.

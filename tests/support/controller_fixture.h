@@ -35,6 +35,9 @@ inline Event Joined(const MachineId& m, bool passed, Time at) {
 }
 inline Event Step(int64_t step, Time at) { return StepCompleted{step, at}; }
 inline Event Checkpoint(int64_t step, Time at) { return CheckpointSaved{step, at}; }
+inline Event Restored(int64_t step, const std::string& source, int64_t newest_step, double ms, Time at) {
+  return CheckpointRestored{step, source, newest_step, ms, at};
+}
 inline Event Returned(const MachineId& m, Time at) { return OperatorReturned{m, at}; }
 
 // "evict m02", "activate s01", "restart_all g2 m01,s01,m03,m04 ckpt 10",

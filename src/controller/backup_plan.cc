@@ -1,0 +1,56 @@
+#include "controller/backup_plan.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace bulwark::controller {
+
+bool SameEvictionUnit(const Placement& placement, int a, int b) {
+  return placement.slots[a] == placement.slots[b];
+}
+
+int BackupSlotOf(const Placement& placement, int slot) {
+  const int n = static_cast<int>(placement.slots.size());
+  for (int k = 1; k < n; ++k) {
+    const int peer = (slot + k) % n;
+    if (!SameEvictionUnit(placement, slot, peer)) return peer;
+  }
+  return -1;
+}
+
+BackupPlan PlanBackups(const Placement& placement, const std::map<MachineId, std::string>& shard_addrs,
+                       const std::vector<ShardHolding>& holdings) {
+  auto addr_of = [&](const MachineId& m) -> std::string {
+    auto it = shard_addrs.find(m);
+    return it == shard_addrs.end() ? std::string() : it->second;
+  };
+  BackupPlan plan;
+  const int rpm = placement.ranks_per_machine;
+  for (int slot = 0; slot < static_cast<int>(placement.slots.size()); ++slot) {
+    SlotRoute route;
+    route.machine = placement.slots[slot];
+    if (const int peer = BackupSlotOf(placement, slot); peer >= 0) {
+      route.backup_machine = placement.slots[peer];
+      route.backup_addr = addr_of(route.backup_machine);
+    }
+    for (RankId rank = slot * rpm; rank < (slot + 1) * rpm; ++rank) {
+      std::vector<RestoreSource> sources;
+      for (const ShardHolding& h : holdings) {
+        // The rank's own machine serves it from memory without being told;
+        // a holder without an address cannot serve it at all.
+        if (h.rank != rank || h.machine == route.machine) continue;
+        std::string addr = addr_of(h.machine);
+        if (addr.empty()) continue;
+        sources.push_back({rank, h.machine, std::move(addr), h.step, h.backup});
+      }
+      std::sort(sources.begin(), sources.end(), [](const RestoreSource& a, const RestoreSource& b) {
+        return std::make_tuple(-a.step, !a.backup, a.machine) < std::make_tuple(-b.step, !b.backup, b.machine);
+      });
+      route.restore_from.insert(route.restore_from.end(), sources.begin(), sources.end());
+    }
+    plan.slots.push_back(std::move(route));
+  }
+  return plan;
+}
+
+}  // namespace bulwark::controller
