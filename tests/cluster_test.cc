@@ -268,6 +268,7 @@ class MemoryCheckpoints : public Cluster {
   // steps lost, bitwise the state of the restored step.
   json ExpectRestore(const json& status, const json& incident, const std::string& source, int64_t max_lost) {
     json r = LastRestore(status);
+    std::printf("[ restore] %s\n", r.dump().c_str());
     EXPECT_TRUE(r.is_object()) << "no restore event in rank 0's log";
     if (!r.is_object()) return r;
     EXPECT_EQ(r["source"], source) << r.dump();
@@ -316,6 +317,7 @@ TEST_F(MemoryCheckpoints, EveryFaultCostsAtMostOneStepAndRestoresBitwise) {
   const size_t at = agent.rfind("shard of step ");
   ASSERT_NE(at, std::string::npos) << agent;
   const int64_t corrupted = std::stoll(agent.substr(at + 14));
+  std::printf("[ restore] corrupted rank 1's step %lld; %s\n", static_cast<long long>(corrupted), r.dump().c_str());
   if (r["step"] == corrupted) EXPECT_EQ(r["sources"][1], "peer") << r.dump();
   EXPECT_EQ(r["checksum"], ChecksumAt(r["step"])) << r.dump();
   EXPECT_LE(inc.value("lost_steps", int64_t{99}), 1) << inc.dump();
@@ -330,7 +332,8 @@ TEST_F(MemoryCheckpoints, EveryFaultCostsAtMostOneStepAndRestoresBitwise) {
   // 4. A machine and its backup peer dead together: durable storage.
   WaitFor("steps past a persisted one", 30, [&](const json& x) { return x["job"]["last_step"] > s["job"]["last_step"].get<int64_t>() + 25; });
   inc = Survive("machine-down", {"m01", "m03"}, &s);
-  EXPECT_EQ(s["job"]["placement"], json({"m04", "m05"}));
+  // Whichever silence the controller noticed first got the first standby.
+  EXPECT_TRUE(s["job"]["placement"] == json({"m04", "m05"}) || s["job"]["placement"] == json({"m05", "m04"})) << s.dump();
   ExpectRestore(s, inc, "durable", 1000000);
   EXPECT_EQ(LastRestore(s)["step"].get<int64_t>() % 10, 0) << "durable copies are taken every 10 steps";
 }

@@ -4,7 +4,7 @@
 //   bulwark down [--dir D]
 //   bulwark submit JOB.yaml [--dir D]
 //   bulwark status|incidents|ledger [--json] [--dir D]
-//   bulwark inject crash|kill|machine-down|device-fail|nic-flap --machine ID [--rank R]
+//   bulwark inject crash|kill|machine-down|device-fail|nic-flap|corrupt-shard --machine ID [--rank R]
 //   bulwark machine return --machine ID
 //   bulwark demo [--json] [--out runs/demo] [--data data/kjv] [--steps N]  the main job (src/demo/demo.h)
 //   bulwark bench-recovery [--repeat 3] [--config tiny]  recovery figures per fault class
@@ -288,7 +288,7 @@ Status LedgerCmd(const Args& a) {
 
 Status InjectCmd(const Args& a) {
   if (a.positional.size() < 2 || !a.Has("machine")) {
-    return Status::InvalidArgument("inject: usage: bulwark inject crash|kill|machine-down|device-fail|nic-flap --machine ID [--rank R]");
+    return Status::InvalidArgument("inject: usage: bulwark inject crash|kill|machine-down|device-fail|nic-flap|corrupt-shard --machine ID [--rank R]");
   }
   Result<int> rank = IntFlag(a, "rank", -1);
   if (!rank.ok()) return rank.status();
@@ -394,7 +394,7 @@ Status Run(const Args& a) {
                "  submit JOB.yaml                    run a job (fields: name, world_size, ranks_per_machine,\n"
                "                                     command, args, env)\n"
                "  status|incidents|ledger [--json]\n"
-               "  inject crash|kill|machine-down|device-fail|nic-flap --machine ID [--rank R]\n"
+               "  inject crash|kill|machine-down|device-fail|nic-flap|corrupt-shard --machine ID [--rank R]\n"
                "  machine return --machine ID        hand a repaired machine back\n"
                "  demo [--json] [--out runs/demo]    4 machines + 2 standby train the small model through every\n"
                "                                     fault class; live line, tables, report.{html,md,json}\n"

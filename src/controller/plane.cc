@@ -400,9 +400,9 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
 }
 
 Status Plane::Inject(const std::string& machine, const std::string& fault, int rank) {
-  static const std::set<std::string> kFaults = {"crash", "kill", "machine-down", "device-fail", "nic-flap"};
+  static const std::set<std::string> kFaults = {"crash", "kill", "machine-down", "device-fail", "nic-flap", "corrupt-shard"};
   if (kFaults.count(fault) == 0) {
-    return Status::InvalidArgument("unknown fault '" + fault + "'; use crash, kill, machine-down, device-fail or nic-flap");
+    return Status::InvalidArgument("unknown fault '" + fault + "'; use crash, kill, machine-down, device-fail, nic-flap or corrupt-shard");
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
