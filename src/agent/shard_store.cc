@@ -199,6 +199,7 @@ class ShardStore::Impl {
 
   // --- sending, persisting, releasing ---------------------------------
   void WorkLoop() {
+    client::LowerThreadPriority();
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       work_cv_.wait(lock, [&] { return stop_ || !work_.empty(); });
@@ -282,6 +283,7 @@ class ShardStore::Impl {
 
   // --- peers (TCP) -------------------------------------------------------
   void TcpLoop() {
+    client::LowerThreadPriority();
     for (;;) {
       {
         std::lock_guard<std::mutex> lock(mu_);

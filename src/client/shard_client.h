@@ -30,6 +30,10 @@
 
 namespace bulwark::client {
 
+// Lowers the calling thread's priority (nice 10): checkpoint work that
+// overlaps training should take idle cycles first.
+void LowerThreadPriority();
+
 // Where durable copies live: DIR/step-00000100/rank-3.shard.
 std::string DurableShardPath(const std::string& dir, int64_t step, int rank);
 // The steps with a durable copy of `rank` under `dir`, newest first.
@@ -64,6 +68,9 @@ class ShardClient {
   // from peers (it starts them when it starts the ranks).
   Result<std::vector<ShardCopy>> Copies(int timeout_ms = 60000);
 
+  // Unmaps the regions Copies() received; copies from it become invalid.
+  void ReleaseCopies() { offered_.clear(); }
+
   // Creates this rank's region for images of up to `image_bytes` and hands it
   // to the agent. Copies from Copies() stay valid.
   Status OpenRegion(size_t image_bytes);
@@ -74,6 +81,9 @@ class ShardClient {
   Status WaitCopied();
   // Milliseconds spent blocked in BeginSave and WaitCopied since the last call.
   double TakeBlockedMs();
+  // CPU milliseconds the background copies took since the last call: work
+  // that overlaps training (and competes with it for cores on a CPU host).
+  double TakeCopyCpuMs();
 
  private:
   ShardClient() = default;
@@ -87,6 +97,7 @@ class ShardClient {
   int next_slot_ = 0;
   std::atomic<bool> in_agent_[2] = {false, false};  // SAVED sent, RELEASED not yet received
   double blocked_ms_ = 0;
+  std::atomic<double> copy_ms_{0};
 
   std::mutex mu_;
   std::condition_variable cv_;

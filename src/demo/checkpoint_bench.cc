@@ -10,7 +10,10 @@
 // standby), a machine and its backup peer dead together (durable storage).
 // Figures only, never a judgement.
 #include <algorithm>
+#include <unistd.h>
+
 #include <cstdio>
+#include <sstream>
 
 #include "common/files.h"
 #include "demo/demo.h"
@@ -26,6 +29,12 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+std::string Fmt(double v, int decimals) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
 std::vector<std::string> TrainArgs(const CheckpointBenchOptions& o, int64_t steps, const std::string& memory) {
   return {"--config", o.config, "--data", o.data, "--steps", std::to_string(steps), "--log-format", "json",
           "--threads", std::to_string(o.threads), "--dist-timeout", "10", "--eval-every", "0",
@@ -33,8 +42,26 @@ std::vector<std::string> TrainArgs(const CheckpointBenchOptions& o, int64_t step
 }
 
 struct Throughput {
-  std::vector<double> step_ms, block_ms, tokens_per_s;
+  std::vector<double> step_ms, block_ms, copy_ms, tokens_per_s;
+  std::vector<double> agent_cpu_ms;  // per step, both agents together, one value per run
 };
+
+// CPU milliseconds a process has used (utime + stime), or -1.
+double ProcessCpuMs(const std::string& pid_file) {
+  Result<std::string> pid = ReadFile(pid_file);
+  if (!pid.ok()) return -1;
+  Result<std::string> stat = ReadFile("/proc/" + std::to_string(std::atoi(pid->c_str())) + "/stat");
+  if (!stat.ok()) return -1;
+  // Fields after the parenthesized command name; utime and stime are 14 and 15.
+  std::istringstream in(stat->substr(stat->rfind(')') + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i == 14) utime = std::atof(field.c_str());
+    if (i == 15) stime = std::atof(field.c_str());
+  }
+  return (utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
 
 // One job to completion on a fresh two-machine cluster; the steps after the
 // first `warmup` from rank 0's log.
@@ -49,15 +76,26 @@ Status MeasureOnce(const CheckpointBenchOptions& o, const std::string& memory, i
                               [](const json& x) { return x["job"].value("state", "") == "completed"; });
   if (!st.ok()) return st.status();
   const std::string log = s.layout().rank_log(Session::SlotMachine(*st, 0), 0);
+  Throughput run;
   for (const json& e : Events(log)) {
     if (e["event"] != "step" || e["step"].get<int64_t>() <= o.warmup) continue;
-    out->step_ms.push_back(e["step_ms"].get<double>());
-    out->tokens_per_s.push_back(e["tokens_per_s"].get<double>());
-    if (e.contains("ckpt_block_ms")) out->block_ms.push_back(e["ckpt_block_ms"].get<double>());
+    run.step_ms.push_back(e["step_ms"].get<double>());
+    run.tokens_per_s.push_back(e["tokens_per_s"].get<double>());
+    if (e.contains("ckpt_block_ms")) run.block_ms.push_back(e["ckpt_block_ms"].get<double>());
+    if (e.contains("ckpt_copy_cpu_ms")) run.copy_ms.push_back(e["ckpt_copy_cpu_ms"].get<double>());
   }
-  std::printf("  round %d, checkpoints %-3s: %zu steps, median %.1f ms/step%s\n", round, memory.c_str(),
-              out->step_ms.size(), Median(out->step_ms),
-              out->block_ms.empty() ? "" : (", median blocking " + std::to_string(Median(out->block_ms)) + " ms").c_str());
+  // The agents' CPU over the whole run: pushing and receiving backups and
+  // persisting is theirs (heartbeats and log following are in both modes).
+  double agents = 0;
+  for (const char* m : {"m01", "m02"}) agents += ProcessCpuMs(s.layout().agent_pid(m));
+  std::printf("  round %d, checkpoints %-3s: %zu steps, median %.1f ms/step, agents %.1f CPU ms/step%s\n", round,
+              memory.c_str(), run.step_ms.size(), Median(run.step_ms), agents / o.steps,
+              run.block_ms.empty() ? "" : (", median blocking " + Fmt(Median(run.block_ms), 3) + " ms, copy " +
+                                           Fmt(Median(run.copy_ms), 1) + " CPU ms").c_str());
+  for (auto [from, to] : {std::pair{&run.step_ms, &out->step_ms}, {&run.tokens_per_s, &out->tokens_per_s},
+                          {&run.block_ms, &out->block_ms}, {&run.copy_ms, &out->copy_ms}})
+    to->insert(to->end(), from->begin(), from->end());
+  out->agent_cpu_ms.push_back(agents / o.steps);
   std::fflush(stdout);
   return s.Down();
 }
@@ -144,6 +182,15 @@ Status RunCheckpointBench(const CheckpointBenchOptions& o) {
   std::printf("  %-22s %12.0f %14.1f %18.3f\n", "every step, in memory", tok_on * tokens_per_step, Median(on.step_ms), block);
   std::printf("  throughput loss %.2f%% (target <= 1%%); blocking %.3f%% of the step (target <= 0.5%%)\n", loss,
               100.0 * block / Median(on.step_ms));
+  // Where the loss goes on a host whose cores all train: the CPU the
+  // checkpoint path takes per step, against the CPU a step has.
+  const double agent_extra = Median(on.agent_cpu_ms) - Median(off.agent_cpu_ms);
+  const double copy = Median(on.copy_ms);
+  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  std::printf("  checkpoint CPU per step: %.1f ms copying in each of 2 ranks + %.1f ms in the agents (sending, "
+              "receiving, persisting) = %.1f%% of the %ld cores' %.0f ms\n",
+              copy, agent_extra, 100.0 * (2 * copy + agent_extra) / (cores * Median(on.step_ms)), cores,
+              cores * Median(on.step_ms));
   std::printf("\n  %-16s %-8s %11s %10s %6s\n", "restore after", "source", "restore ms", "recover s", "lost");
   for (const json& x : samples) {
     std::printf("  %-16s %-8s %11.0f %10.2f %6lld\n", x["case"].get<std::string>().c_str(),
@@ -153,6 +200,8 @@ Status RunCheckpointBench(const CheckpointBenchOptions& o) {
   std::printf("  (restore: the slowest rank, from asking its agent to holding the state; recover: restart decision -> first step)\n");
   const json record{{"config", o.config}, {"rounds", o.rounds}, {"steps", o.steps}, {"warmup", o.warmup},
                     {"off_step_ms", off.step_ms}, {"on_step_ms", on.step_ms}, {"on_block_ms", on.block_ms},
+                    {"on_copy_cpu_ms", on.copy_ms}, {"off_agent_cpu_ms_per_step", off.agent_cpu_ms},
+                    {"on_agent_cpu_ms_per_step", on.agent_cpu_ms},
                     {"throughput_loss_pct", loss}, {"median_block_ms", block}, {"restores", samples}};
   BULWARK_RETURN_IF_ERROR(WriteFileAtomic(o.out + "/result.json", record.dump(2) + "\n"));
   std::printf("  raw samples: %s/result.json\n", o.out.c_str());

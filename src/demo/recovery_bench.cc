@@ -100,7 +100,8 @@ Status RunRecoveryBench(const BenchOptions& o) {
       json x{{"fault", fault}, {"machine", victim}, {"incident", (*closed)["id"]},
              {"resolution", (*closed)["resolution"]}, {"resends", resends},
              {"detect_s", ((*closed)["detected_ms"].get<int64_t>() - inject_ms) / 1000.0},
-             {"recover_s", closed->value("recover_s", -1.0)}, {"lost_steps", closed->value("lost_steps", int64_t{-1})}};
+             {"recover_s", closed->value("recover_s", -1.0)}, {"lost_steps", closed->value("lost_steps", int64_t{-1})},
+             {"restore_source", closed->value("restore_source", "")}};
       const double localize_ms = closed->value("decision_ms", int64_t{0}) - (*closed)["detected_ms"].get<int64_t>();
       x["localize_s"] = localize_ms / 1000.0;
       // The trainer's phases, from rank 0's log of the restarted generation.
@@ -116,9 +117,10 @@ Status RunRecoveryBench(const BenchOptions& o) {
         x["first_step_s"] = first->value("step_ms", 0.0) / 1000.0;
         x["spawn_s"] = x["recover_s"].get<double>() - phases - x["first_step_s"].get<double>();
       }
-      std::printf("  %-12s #%d on %s: detect %.2f s, recover %.2f s (%s), lost %lld steps%s\n", fault, k + 1, victim.c_str(),
-                  x["detect_s"].get<double>(), x["recover_s"].get<double>(), x["resolution"].get<std::string>().c_str(),
-                  static_cast<long long>(x["lost_steps"].get<int64_t>()),
+      std::printf("  %-12s #%d on %s: detect %.2f s, recover %.2f s (%s), lost %lld steps, restored from %s%s\n", fault,
+                  k + 1, victim.c_str(), x["detect_s"].get<double>(), x["recover_s"].get<double>(),
+                  x["resolution"].get<std::string>().c_str(), static_cast<long long>(x["lost_steps"].get<int64_t>()),
+                  x["restore_source"].get<std::string>().empty() ? "?" : x["restore_source"].get<std::string>().c_str(),
                   resends > 0 ? " (the agent missed the first injection command; sent again)" : "");
       std::fflush(stdout);
       samples.push_back(x);

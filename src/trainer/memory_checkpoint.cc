@@ -266,7 +266,12 @@ Result<std::optional<RestoreOutcome>> MemoryCheckpoint::Restore(TrainState* st) 
     agreed = Agree(verify(true), &newest);
     if (!agreed.ok()) return agreed.status();
   }
-  if (!*agreed) return std::optional<RestoreOutcome>();
+  if (!*agreed) {
+    good.clear();
+    copies->clear();
+    client_->ReleaseCopies();
+    return std::optional<RestoreOutcome>();
+  }
   const int64_t step = **agreed;
 
   RestoreOutcome out;
@@ -297,6 +302,10 @@ Result<std::optional<RestoreOutcome>> MemoryCheckpoint::Restore(TrainState* st) 
   }
   out.source = names[worst];
   out.newest_step = std::max(newest_in_memory, newest);
+  // The agent keeps its copies; this process's mappings of them can go.
+  good.clear();
+  copies->clear();
+  client_->ReleaseCopies();
   return std::optional<RestoreOutcome>(out);
 }
 

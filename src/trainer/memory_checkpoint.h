@@ -60,6 +60,7 @@ class MemoryCheckpoint {
   // Call before the next optimizer step.
   Status WaitCopied() { return client_->WaitCopied(); }
   double TakeBlockedMs() { return client_->TakeBlockedMs(); }
+  double TakeCopyCpuMs() { return client_->TakeCopyCpuMs(); }
 
  private:
   MemoryCheckpoint(const TrainConfig& cfg, Comm& comm, Transformer& model, ParamStore& store, AdamW& opt, Note note);

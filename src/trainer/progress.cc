@@ -55,6 +55,7 @@ void Progress::Step(const StepReport& r) {
                           {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"forward_ms", r.forward_ms},
                           {"backward_ms", r.backward_ms}, {"comm_ms", r.comm_ms}, {"optimizer_ms", r.optimizer_ms}};
       if (r.ckpt_block_ms >= 0) j["ckpt_block_ms"] = r.ckpt_block_ms;
+      if (r.ckpt_copy_cpu_ms >= 0) j["ckpt_copy_cpu_ms"] = r.ckpt_copy_cpu_ms;
       if (!r.checksum.empty()) j["checksum"] = r.checksum;
       Emit(j);
     }

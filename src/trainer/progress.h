@@ -20,9 +20,10 @@ struct StepReport {
   // Where the step's time went: forward (with batch assembly), backward,
   // gradient all-reduce, optimizer (clip, update, parameter all-gather).
   double forward_ms = 0, backward_ms = 0, comm_ms = 0, optimizer_ms = 0;
-  // Time this step spent waiting on the in-memory checkpoint (negative: none
-  // taken), and the parameter checksum after it (--step-checksum).
-  double ckpt_block_ms = -1;
+  // Time this step spent waiting on the in-memory checkpoint and the CPU its
+  // background copy took (negative: none taken), and the parameter checksum
+  // after it (--step-checksum).
+  double ckpt_block_ms = -1, ckpt_copy_cpu_ms = -1;
   std::string checksum;
 };
 

@@ -284,7 +284,10 @@ Status Train(const TrainConfig& cfg_in) {
     StepReport report{st.step, cfg.steps, st.loss, lr, grad_norm, ms, tokens_per_step * 1000.0 / ms,
                       ms_between(t0, t_fwd), ms_between(t_fwd, t_bwd), ms_between(t_bwd, t_comm),
                       ms_between(t_comm, t_end)};
-    if (mem != nullptr) report.ckpt_block_ms = mem->TakeBlockedMs();
+    if (mem != nullptr) {
+      report.ckpt_block_ms = mem->TakeBlockedMs();
+      report.ckpt_copy_cpu_ms = mem->TakeCopyCpuMs();
+    }
     if (cfg.step_checksum) {
       std::vector<torch::Tensor> w0;
       for (auto& [name, layer] : model->PoetLayers()) w0.push_back(layer->w0);
