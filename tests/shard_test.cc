@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "agent/shard_store.h"
+#include "client/restore_point.h"
 #include "client/shard_client.h"
 #include "client/shard_image.h"
 #include "client/shard_region.h"
@@ -90,6 +91,36 @@ TEST(ShardRegion, IsSharedBetweenMappingsAndOrdersSealedSlots) {
   EXPECT_EQ(sealed[1].info.step, 5);
   EXPECT_EQ(other->OldestSlot(0), 1);
   EXPECT_FALSE(ShardRegion::Map(::memfd_create("not-a-region", 0)).ok());
+}
+
+TEST(RestorePoint, NewestStepEveryRankHoldsOnOneTimeline) {
+  using client::ShardPoint;
+  const uint64_t a = 0, b = client::NextTimeline(a, 700);
+  int64_t newest = -1;
+  // Rank 0 finished step 704, rank 1 died copying it: 703 it is, one lost.
+  auto p = client::NewestCommonPoint({{{704, a}, {703, a}}, {{703, a}, {702, a}}}, &newest);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->step, 703);
+  EXPECT_EQ(newest, 704);
+
+  // Step 720 exists on both ranks, but rank 1's copy is from the timeline
+  // abandoned by a restore to 700: the two must not be combined.
+  newest = -1;
+  p = client::NewestCommonPoint({{{720, b}, {719, b}, {700, a}}, {{720, a}, {719, a}, {700, a}}}, &newest);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->step, 700);
+  EXPECT_EQ(p->timeline, a);
+  EXPECT_EQ(newest, 720);
+
+  // Nothing in common: no restore from these copies.
+  newest = -1;
+  EXPECT_FALSE(client::NewestCommonPoint({{{5, a}}, {{6, a}}}, &newest).has_value());
+  EXPECT_EQ(newest, -1);
+  EXPECT_FALSE(client::NewestCommonPoint({}, &newest).has_value());
+  // Deterministic, and distinct per restore point.
+  EXPECT_EQ(client::NextTimeline(a, 700), b);
+  EXPECT_NE(client::NextTimeline(a, 701), b);
+  EXPECT_NE(client::NextTimeline(b, 700), b);
 }
 
 class Stores : public ::testing::Test {

@@ -77,7 +77,17 @@ class ShardStore::Impl {
   int64_t next_conn_ = 1;
   ShardStats stats_;
   bool stop_ = false;
+  std::atomic<bool> stopping_{false};  // read by connection threads without mu_
   std::thread local_, tcp_, worker_, fetcher_;
+  // Peer connections are served on their own threads (a backup stream stays
+  // open and must not hold up a fetch); the destructor waits for them.
+  int serving_ = 0;
+  std::condition_variable served_;
+  // The worker's connection to the backup peer, kept open across steps: a
+  // connection per push would leave thousands of sockets in TIME_WAIT, and
+  // one of their ports could be the next generation's rendezvous port.
+  int push_fd_ = -1;
+  std::string push_to_;
 
   void Wake() {
     char c = 1;
@@ -257,18 +267,36 @@ class ShardStore::Impl {
     }
   }
 
-  static Status Push(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes) {
-    auto fd = DialTcp(addr, kTransferTimeoutS);
-    if (!fd.ok()) return fd.status();
+  Status PushOnce(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes) {
+    if (push_fd_ < 0 || push_to_ != addr) {
+      if (push_fd_ >= 0) ::close(push_fd_);
+      push_fd_ = -1;
+      auto fd = DialTcp(addr, kTransferTimeoutS);
+      if (!fd.ok()) return fd.status();
+      push_fd_ = *fd;
+      push_to_ = addr;
+    }
     std::string head = "PUSH " + std::to_string(rank) + " " + std::to_string(step) + " " + std::to_string(bytes) + "\n";
-    Status st = SendAll(*fd, head.data(), head.size());
-    if (st.ok()) st = SendAll(*fd, image, bytes);
+    Status st = SendAll(push_fd_, head.data(), head.size());
+    if (st.ok()) st = SendAll(push_fd_, image, bytes);
     if (st.ok()) {
-      auto reply = RecvLine(*fd);
+      auto reply = RecvLine(push_fd_);
       if (!reply.ok()) st = reply.status();
       else if (*reply != "OK") st = Status::Unavailable("backup peer answered: " + *reply);
     }
-    ::close(*fd);
+    if (!st.ok()) {
+      ::close(push_fd_);
+      push_fd_ = -1;
+    }
+    return st;
+  }
+
+  // A kept connection may have been closed by the peer meanwhile (it
+  // restarted): one retry on a fresh connection.
+  Status Push(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes) {
+    const bool fresh = push_fd_ < 0 || push_to_ != addr;
+    Status st = PushOnce(addr, rank, step, image, bytes);
+    if (!st.ok() && !fresh) st = PushOnce(addr, rank, step, image, bytes);
     return st;
   }
 
@@ -294,10 +322,33 @@ class ShardStore::Impl {
       int c = ::accept4(tcp_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (c < 0) continue;
       SetTimeouts(c, kTransferTimeoutS);
-      Status st = Serve(c);
-      if (!st.ok()) log_("shard transfer from a peer failed: " + st.ToString());
-      ::close(c);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++serving_;
+      }
+      std::thread([this, c] { ServeConnection(c); }).detach();
     }
+  }
+
+  // Requests on one connection until the peer closes it or the store stops.
+  void ServeConnection(int c) {
+    client::LowerThreadPriority();
+    while (!stopping_) {
+      pollfd p{c, POLLIN, 0};
+      int r = ::poll(&p, 1, 500);
+      if (r == 0) continue;
+      char probe;
+      if (r < 0 || ::recv(c, &probe, 1, MSG_PEEK) <= 0) break;  // closed between requests: the normal end
+      Status st = Serve(c);
+      if (!st.ok()) {
+        log_("shard transfer from a peer failed: " + st.ToString());
+        break;
+      }
+    }
+    ::close(c);
+    std::lock_guard<std::mutex> lock(mu_);
+    --serving_;
+    served_.notify_all();
   }
 
   Status Serve(int c) {
@@ -465,11 +516,17 @@ ShardStore::~ShardStore() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu_);
     impl_->stop_ = true;
+    impl_->stopping_ = true;
   }
   impl_->work_cv_.notify_all();
   impl_->Wake();
   for (std::thread* t : {&impl_->local_, &impl_->tcp_, &impl_->worker_, &impl_->fetcher_})
     if (t->joinable()) t->join();
+  {
+    std::unique_lock<std::mutex> lock(impl_->mu_);
+    impl_->served_.wait(lock, [&] { return impl_->serving_ == 0; });
+  }
+  if (impl_->push_fd_ >= 0) ::close(impl_->push_fd_);
   for (auto& [id, fd] : impl_->conns_) ::close(fd);
   for (int fd : {impl_->unix_fd_, impl_->tcp_fd_, impl_->wake_[0], impl_->wake_[1]})
     if (fd >= 0) ::close(fd);

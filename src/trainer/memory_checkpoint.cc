@@ -15,6 +15,11 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMetaCapacity = 64 << 10;
 constexpr int kMaxCandidates = 16;  // distinct steps one rank offers to the agreement
 
+uint64_t TimelineOf(const client::ShardView& v) {
+  nlohmann::json meta = nlohmann::json::parse(v.meta, nullptr, false);
+  return meta.is_object() && meta.contains("timeline") ? meta["timeline"].get<uint64_t>() : 0;
+}
+
 // Restore sources from fastest to slowest; the outcome names the slowest used.
 int SourceRank(const std::string& source) {
   if (source == "memory") return 0;
@@ -95,7 +100,8 @@ std::string MemoryCheckpoint::Meta(const TrainState& st) const {
                          {"end", end_},
                          {"buffer_bytes", buffer_bytes_},
                          {"buffer_begin", buf_begin_},
-                         {"buffer_end", buf_end_}};
+                         {"buffer_end", buf_end_},
+                         {"timeline", timeline_}};
   return meta.dump();
 }
 
@@ -113,6 +119,11 @@ void MemoryCheckpoint::StageBuffers() {
   }
   buffers_staged_ = true;
 }
+
+// Disk checkpoints carry no timeline; a restore from one starts a timeline
+// that only other restores from the same step share (as they should: the
+// same checkpoint, the same deterministic steps after it).
+void MemoryCheckpoint::ResumedFromDisk(int64_t step) { timeline_ = client::NextTimeline(~uint64_t{0}, step); }
 
 Status MemoryCheckpoint::Save(const TrainState& st) {
   BULWARK_RETURN_IF_ERROR(client_->WaitCopied());
@@ -158,29 +169,29 @@ Status MemoryCheckpoint::Check(const client::ShardView& v, const std::string& wh
   return Status::OK();
 }
 
-Result<std::optional<int64_t>> MemoryCheckpoint::Agree(const std::vector<int64_t>& mine, int64_t* newest) {
+Result<std::optional<client::ShardPoint>> MemoryCheckpoint::Agree(const std::vector<client::ShardPoint>& mine,
+                                                                   int64_t* newest) {
+  // One row per rank of (step + 1, timeline's high and low 32 bits): exact
+  // in doubles, summed into place.
   const int W = comm_.world_size();
-  auto table = torch::zeros({W, kMaxCandidates}, torch::kFloat64);
+  auto table = torch::zeros({W, kMaxCandidates, 3}, torch::kFloat64);
   auto row = table[comm_.rank()];
-  for (size_t i = 0; i < mine.size() && i < static_cast<size_t>(kMaxCandidates); ++i) row[i] = static_cast<double>(mine[i] + 1);
+  for (size_t i = 0; i < mine.size() && i < static_cast<size_t>(kMaxCandidates); ++i) {
+    row[i][0] = static_cast<double>(mine[i].step + 1);
+    row[i][1] = static_cast<double>(mine[i].timeline >> 32);
+    row[i][2] = static_cast<double>(mine[i].timeline & 0xffffffffu);
+  }
   std::vector<torch::Tensor> v{table};
   BULWARK_RETURN_IF_ERROR(comm_.AllReduceSum(v));
-  std::vector<std::set<int64_t>> have(W);
+  auto acc = table.accessor<double, 3>();
+  std::vector<std::vector<client::ShardPoint>> held(W);
   for (int r = 0; r < W; ++r)
     for (int i = 0; i < kMaxCandidates; ++i) {
-      int64_t s = static_cast<int64_t>(table[r][i].item<double>()) - 1;
-      if (s >= 0) {
-        have[r].insert(s);
-        *newest = std::max(*newest, s);
-      }
+      if (acc[r][i][0] < 1) continue;
+      held[r].push_back({static_cast<int64_t>(acc[r][i][0]) - 1,
+                         (static_cast<uint64_t>(acc[r][i][1]) << 32) | static_cast<uint64_t>(acc[r][i][2])});
     }
-  std::optional<int64_t> best;
-  for (int64_t s : have[0]) {
-    bool all = true;
-    for (int r = 1; r < W && all; ++r) all = have[r].count(s) > 0;
-    if (all) best = s;  // sets iterate ascending: the last common one is the newest
-  }
-  return best;
+  return client::NewestCommonPoint(held, newest);
 }
 
 Status MemoryCheckpoint::Load(const client::ShardView& v, TrainState* st) {
@@ -238,7 +249,8 @@ Result<std::optional<RestoreOutcome>> MemoryCheckpoint::Restore(TrainState* st) 
   // then peers, then durable storage.
   std::vector<std::pair<size_t, client::ShardView>> good;
   auto verify = [&](bool durable) {
-    std::vector<int64_t> steps;
+    std::vector<client::ShardPoint> points;
+    std::string seen;
     for (size_t i = 0; i < copies->size(); ++i) {
       client::ShardCopy& c = (*copies)[i];
       if ((c.source == "durable") != durable) continue;
@@ -251,16 +263,18 @@ Result<std::optional<RestoreOutcome>> MemoryCheckpoint::Restore(TrainState* st) 
         continue;
       }
       good.emplace_back(i, *view);
+      seen += " " + c.source + ":" + std::to_string(c.info.step);
     }
-    for (const auto& [i, v] : good) steps.push_back(v.info.step);
-    std::sort(steps.rbegin(), steps.rend());
-    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
-    return steps;
+    for (const auto& [i, v] : good) points.push_back({v.info.step, TimelineOf(v)});
+    std::sort(points.rbegin(), points.rend());
+    points.erase(std::unique(points.begin(), points.end()), points.end());
+    note_("rank " + std::to_string(comm_.rank()) + " holds" + (seen.empty() ? std::string(" no usable copy") : seen) +
+          (durable ? " (durable storage)" : ""));
+    return points;
   };
   int64_t newest = -1;
   auto agreed = Agree(verify(false), &newest);
   if (!agreed.ok()) return agreed.status();
-  const int64_t newest_in_memory = newest;
   if (!*agreed) {
     // No step every rank holds in memory: fall back to durable storage.
     agreed = Agree(verify(true), &newest);
@@ -272,17 +286,19 @@ Result<std::optional<RestoreOutcome>> MemoryCheckpoint::Restore(TrainState* st) 
     client_->ReleaseCopies();
     return std::optional<RestoreOutcome>();
   }
-  const int64_t step = **agreed;
+  const int64_t step = (*agreed)->step;
+  const uint64_t timeline = (*agreed)->timeline;
 
   RestoreOutcome out;
   out.step = step;
   std::string mine;
   for (const auto& [i, v] : good) {
-    if (v.info.step != step) continue;
+    if (v.info.step != step || TimelineOf(v) != timeline) continue;
     mine = (*copies)[i].source;
     BULWARK_RETURN_IF_ERROR(Load(v, st));
     break;
   }
+  timeline_ = client::NextTimeline(timeline, step);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 
   // Everyone learns every rank's source and time: rank 0 reports them.
@@ -301,7 +317,7 @@ Result<std::optional<RestoreOutcome>> MemoryCheckpoint::Restore(TrainState* st) 
     out.ms = std::max(out.ms, table[r][1].item<double>());
   }
   out.source = names[worst];
-  out.newest_step = std::max(newest_in_memory, newest);
+  out.newest_step = newest;
   // The agent keeps its copies; this process's mappings of them can go.
   good.clear();
   copies->clear();

@@ -16,6 +16,13 @@
 // agree on the newest step that every rank holds; only if there is none do
 // they look at durable storage. Each rank loads that step from its fastest
 // good copy and the ranks all-gather the rest.
+//
+// Timelines: a restore to step S abandons whatever was computed after S, yet
+// copies of those abandoned steps may survive on other machines, and the
+// job will compute steps of the same numbers again. Every shard therefore
+// names its timeline, which a restore changes (a hash of the old timeline
+// and S), and ranks agree on a (step, timeline) pair: two copies of step 900
+// from different timelines are never mixed.
 #pragma once
 
 #include <functional>
@@ -24,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "client/restore_point.h"
 #include "client/shard_client.h"
 #include "common/status.h"
 #include "trainer/adamw.h"
@@ -55,6 +63,9 @@ class MemoryCheckpoint {
   // model, store, optimizer and `st`; nullopt when the ranks share none.
   Result<std::optional<RestoreOutcome>> Restore(TrainState* st);
 
+  // The run resumed from a disk checkpoint of `step`: a timeline of its own.
+  void ResumedFromDisk(int64_t step);
+
   // Starts saving the state after step st.step (call after the update).
   Status Save(const TrainState& st);
   // Call before the next optimizer step.
@@ -69,7 +80,8 @@ class MemoryCheckpoint {
   void StageBuffers();
   Status Check(const client::ShardView& v, const std::string& where) const;
   Status Load(const client::ShardView& v, TrainState* st);
-  Result<std::optional<int64_t>> Agree(const std::vector<int64_t>& mine, int64_t* newest);
+  // Collective: client::NewestCommonPoint over every rank's points.
+  Result<std::optional<client::ShardPoint>> Agree(const std::vector<client::ShardPoint>& mine, int64_t* newest);
 
   const TrainConfig& cfg_;
   Comm& comm_;
@@ -84,6 +96,7 @@ class MemoryCheckpoint {
   bool buffers_staged_ = false;
   std::vector<uint8_t> rng_stage_;
   bool region_open_ = false;
+  uint64_t timeline_ = 0;  // 0: the run that started from step 0
 };
 
 }  // namespace bulwark::trainer

@@ -191,6 +191,7 @@ Status Train(const TrainConfig& cfg_in) {
     if (*loaded) {
       st = **loaded;
       progress.Note("resumed from " + cfg.ckpt_dir + " at step " + std::to_string(st.step));
+      if (mem != nullptr) mem->ResumedFromDisk(st.step);
       if (rank == 0) {
         Progress::Emit({{"event", "restore"}, {"step", st.step}, {"source", "disk"}, {"newest_step", st.step},
                         {"ms", std::chrono::duration<double, std::milli>(Clock::now() - t_init).count()}});
