@@ -94,6 +94,20 @@ TEST(BackupPlan, PeerIsNeverTheSlotsOwnMachine) {
             (std::vector<std::string>{"m01->none", "m01->none"}));
 }
 
+TEST(BackupPlan, EachSlotHoldsTheBackupsOfTheSlotBeforeIt) {
+  const Placement p = Slots({"m01", "m02", "m03"});
+  const BackupPlan plan = PlanBackups(p, Addrs(p.slots), {});
+  EXPECT_EQ(plan.slots[0].backup_of, (std::vector<RankId>{4, 5}));  // m03's ranks, local rank order
+  EXPECT_EQ(plan.slots[1].backup_of, (std::vector<RankId>{0, 1}));
+  EXPECT_EQ(plan.slots[2].backup_of, (std::vector<RankId>{2, 3}));
+  EXPECT_TRUE(PlanBackups(Slots({"m01"}), Addrs({"m01"}), {}).slots[0].backup_of.empty());
+  // m02 would hold both m01 slots' backups: not one-to-one, so none is
+  // written locally and every backup goes over the network.
+  for (const SlotRoute& r : PlanBackups(Slots({"m01", "m01", "m02"}), Addrs({"m01", "m02"}), {}).slots) {
+    EXPECT_TRUE(r.backup_of.empty()) << r.machine;
+  }
+}
+
 TEST(BackupPlan, PeerWithoutAnAddressIsNamedButHasNoRoute) {
   const Placement p = Slots({"m01", "m02"});
   const BackupPlan plan = PlanBackups(p, {{"m01", "m01:7000"}}, {});

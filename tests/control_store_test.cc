@@ -284,6 +284,9 @@ TEST(Actuator, StartRanksCarriesBackupPeerRestoreSourcesAndPersistSettings) {
   EXPECT_EQ(m01.restore_from_size(), 0);  // its own memory holds ranks 0 and 1
   EXPECT_EQ(m01.persist_every(), 25);
   EXPECT_EQ(m01.durable_dir(), "/shared/durable/demo");
+  ASSERT_EQ(m01.backup_of_size(), 2);  // s01's ranks, whose backups m01 holds
+  EXPECT_EQ(m01.backup_of(0), 2);
+  EXPECT_EQ(m01.backup_of(1), 3);
   const wire::Command& s01 = cmds[1].command;
   EXPECT_EQ(cmds[1].machine, "s01");
   EXPECT_EQ(s01.backup_machine(), "m01");

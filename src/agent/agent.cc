@@ -235,6 +235,14 @@ class Agent {
           spec.argv.assign(c.argv().begin(), c.argv().end());
           spec.env.insert(c.env().begin(), c.env().end());
           spec.env[client::kShardSocketEnv] = ShardSocketPath();
+          // Local rank i holds the backup of backup_of[i] (a replicated-state
+          // job writes it from its own memory: client/shard_client.h).
+          for (size_t i = 0; i < spec.ranks.size(); ++i) {
+            const int local = spec.ranks[i].second;
+            if (local >= 0 && local < c.backup_of_size()) {
+              spec.rank_env[spec.ranks[i].first][client::kShardBackupOfEnv] = std::to_string(c.backup_of(local));
+            }
+          }
           ShardRoutes routes;
           routes.backup_machine = c.backup_machine();
           routes.backup_addr = c.backup_addr();

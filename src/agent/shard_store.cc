@@ -36,11 +36,16 @@ constexpr int kDurableKeep = 2;  // persisted steps kept per rank
 
 double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-int64_t NewestStep(const RegionPtr& r) {
+// The newest sealed image of `rank` in `r` (-1: none). A rank's region may
+// also hold the backup of another rank that it wrote itself.
+int64_t NewestStep(const RegionPtr& r, int rank) {
   if (!r) return -1;
-  auto sealed = r->SealedSlots();
-  return sealed.empty() ? -1 : sealed.front().info.step;
+  for (const auto& s : r->SealedSlots())
+    if (s.info.rank == rank) return s.info.step;
+  return -1;
 }
+
+bool HoldsRank(const RegionPtr& r, int rank) { return NewestStep(r, rank) >= 0; }
 
 }  // namespace
 
@@ -55,6 +60,7 @@ class ShardStore::Impl {
   std::condition_variable work_cv_;
   struct Primary {
     RegionPtr current, previous;
+    bool peer_writes = false;  // the backup peer writes this rank's backup itself: no push
   };
   struct Fetched {
     std::string machine;
@@ -65,6 +71,7 @@ class ShardStore::Impl {
     int64_t step;
     RegionPtr region;
     int64_t conn;
+    bool push;
   };
   std::map<int, Primary> primaries_;
   std::map<int, RegionPtr> backups_;
@@ -73,6 +80,7 @@ class ShardStore::Impl {
   bool fetching_ = false;
   std::deque<Work> work_;
   std::map<int64_t, int> conns_;                  // connection id -> fd
+  std::map<int64_t, int> owner_;                  // connection id -> the rank that registered its region
   std::vector<std::pair<int64_t, int>> waiting_;  // (connection, rank) restores waiting for fetches
   int64_t next_conn_ = 1;
   ShardStats stats_;
@@ -128,6 +136,7 @@ class ShardStore::Impl {
           std::lock_guard<std::mutex> lock(mu_);
           ::close(fds[i].fd);
           conns_.erase(ids[i - 2]);
+          owner_.erase(ids[i - 2]);
           continue;
         }
         Handle(ids[i - 2], fds[i].fd, *msg, fd);
@@ -145,8 +154,9 @@ class ShardStore::Impl {
       } else {
         OfferLocked(sock, rank);
       }
-    } else if (w.size() == 3 && w[0] == "REGION" && fd >= 0) {
+    } else if (w.size() >= 3 && w[0] == "REGION" && fd >= 0) {
       int rank = std::atoi(w[1].c_str());
+      const bool peer_writes = w.size() == 4 && w[3] == "PEERWRITES";
       auto region = ShardRegion::Map(fd);
       if (!region.ok()) {
         (void)client::SendShardMessage(sock, "ERROR " + region.status().message());
@@ -156,26 +166,29 @@ class ShardStore::Impl {
       Primary& p = primaries_[rank];
       // The previous run's images stay until this run seals one: a crash
       // before that must still find them.
-      if (NewestStep(p.current) >= 0) p.previous = p.current;
+      if (p.current && !p.current->SealedSlots().empty()) p.previous = p.current;
       p.current = std::make_shared<ShardRegion>(std::move(*region));
+      p.peer_writes = peer_writes;
+      owner_[conn] = rank;
       (void)client::SendShardMessage(sock, "OK");
     } else if (w.size() == 3 && w[0] == "SAVED") {
       int slot = std::atoi(w[1].c_str());
       int64_t step = std::atoll(w[2].c_str());
       std::lock_guard<std::mutex> lock(mu_);
-      for (auto& [rank, p] : primaries_) {
-        if (!p.current || slot < 0 || slot >= p.current->num_slots()) continue;
-        client::ShardInfo info;
-        if (!client::PeekShardHeader(p.current->slot(slot), p.current->slot_capacity(), &info, nullptr) ||
-            info.step != step || info.rank != rank) {
-          continue;
-        }
-        p.previous.reset();
-        work_.push_back({rank, slot, step, p.current, conn});
+      auto owner = owner_.find(conn);
+      auto p = owner == owner_.end() ? primaries_.end() : primaries_.find(owner->second);
+      client::ShardInfo info;
+      if (p != primaries_.end() && p->second.current && slot >= 0 && slot < p->second.current->num_slots() &&
+          client::PeekShardHeader(p->second.current->slot(slot), p->second.current->slot_capacity(), &info, nullptr) &&
+          info.step == step && info.rank == owner->second) {
+        p->second.previous.reset();
+        work_.push_back({info.rank, slot, step, p->second.current, conn, !p->second.peer_writes});
         work_cv_.notify_all();
         return;
       }
-      (void)client::SendShardMessage(sock, "RELEASED " + w[1]);  // nothing to do with it
+      // Another rank's backup written here from replicated state (it is
+      // where it must be already), or nothing we know: release at once.
+      (void)client::SendShardMessage(sock, "RELEASED " + w[1]);
     } else if (fd >= 0) {
       ::close(fd);
     }
@@ -183,12 +196,18 @@ class ShardStore::Impl {
 
   void OfferLocked(int sock, int rank) {
     auto offer = [&](const RegionPtr& r, const std::string& source) {
-      if (NewestStep(r) >= 0) (void)client::SendShardMessage(sock, "COPY " + source, r->fd());
+      if (HoldsRank(r, rank)) (void)client::SendShardMessage(sock, "COPY " + source, r->fd());
     };
+    // Its own region first, then any other rank's that holds its backup.
     auto p = primaries_.find(rank);
     if (p != primaries_.end()) {
       offer(p->second.current, "memory");
       offer(p->second.previous, "memory");
+    }
+    for (const auto& [owner, other] : primaries_) {
+      if (owner == rank) continue;
+      offer(other.current, "memory");
+      offer(other.previous, "memory");
     }
     auto b = backups_.find(rank);
     if (b != backups_.end()) offer(b->second, "memory");
@@ -236,7 +255,7 @@ class ShardStore::Impl {
     const uint8_t* image = w.region->slot(w.slot);
     size_t bytes = 0;
     if (!client::PeekShardHeader(image, w.region->slot_capacity(), nullptr, &bytes)) return;
-    if (!routes.backup_addr.empty()) {
+    if (w.push && !routes.backup_addr.empty()) {
       auto t = Clock::now();
       Status st = Push(routes.backup_addr, w.rank, w.step, image, bytes);
       std::lock_guard<std::mutex> lock(mu_);
@@ -400,10 +419,9 @@ class ShardStore::Impl {
         for (const auto& s : r->SealedSlots())
           if (s.info.rank == rank) copies.emplace_back(r, s.slot);
       };
-      auto p = primaries_.find(rank);
-      if (p != primaries_.end()) {
-        add(p->second.current);
-        add(p->second.previous);
+      for (const auto& [owner, p] : primaries_) {
+        add(p.current);
+        add(p.previous);
       }
       auto b = backups_.find(rank);
       if (b != backups_.end()) add(b->second);
@@ -549,15 +567,23 @@ void ShardStore::SetRoutes(const ShardRoutes& routes, const std::vector<int>& ra
 
 std::vector<ShardHolding> ShardStore::Holdings() const {
   std::lock_guard<std::mutex> lock(impl_->mu_);
-  std::vector<ShardHolding> out;
+  // Newest step per (rank, backup?): a region's images of other ranks are
+  // backups it wrote from replicated state.
+  std::map<std::pair<int, bool>, int64_t> newest;
+  auto scan = [&](const RegionPtr& r, int owner) {
+    if (!r) return;
+    for (const auto& s : r->SealedSlots()) {
+      int64_t& n = newest.try_emplace({s.info.rank, owner < 0 || s.info.rank != owner}, -1).first->second;
+      n = std::max(n, s.info.step);
+    }
+  };
   for (const auto& [rank, p] : impl_->primaries_) {
-    int64_t s = std::max(NewestStep(p.current), NewestStep(p.previous));
-    if (s >= 0) out.push_back({rank, s, false});
+    scan(p.current, rank);
+    scan(p.previous, rank);
   }
-  for (const auto& [rank, r] : impl_->backups_) {
-    int64_t s = NewestStep(r);
-    if (s >= 0) out.push_back({rank, s, true});
-  }
+  for (const auto& [rank, r] : impl_->backups_) scan(r, -1);
+  std::vector<ShardHolding> out;
+  for (const auto& [key, step] : newest) out.push_back({key.first, step, key.second});
   return out;
 }
 
@@ -572,9 +598,10 @@ std::optional<int64_t> ShardStore::Corrupt(int rank) {
   if (p == impl_->primaries_.end()) return std::nullopt;
   for (const RegionPtr& r : {p->second.current, p->second.previous}) {
     if (!r) continue;
-    auto sealed = r->SealedSlots();
-    if (!sealed.empty() && client::CorruptShardImage(r->slot(sealed.front().slot), r->slot_capacity())) {
-      return sealed.front().info.step;
+    for (const auto& s : r->SealedSlots()) {
+      if (s.info.rank != rank) continue;  // its own newest, not a backup it wrote
+      if (client::CorruptShardImage(r->slot(s.slot), r->slot_capacity())) return s.info.step;
+      break;
     }
   }
   return std::nullopt;

@@ -17,6 +17,9 @@ namespace bulwark::agent {
 
 std::map<std::string, std::string> TorchrunEnv(const RankGroupSpec& spec, int rank, int local_rank) {
   std::map<std::string, std::string> env = spec.env;
+  if (auto it = spec.rank_env.find(rank); it != spec.rank_env.end()) {
+    for (const auto& [k, v] : it->second) env[k] = v;
+  }
   env["RANK"] = std::to_string(rank);
   env["LOCAL_RANK"] = std::to_string(local_rank);
   env["WORLD_SIZE"] = std::to_string(spec.world_size);

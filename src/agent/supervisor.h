@@ -27,6 +27,7 @@ struct RankGroupSpec {
   int master_port = 0;
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
+  std::map<int, std::map<std::string, std::string>> rank_env;  // per global rank, over `env`
 };
 
 // The torchrun environment of one rank, plus the job's own variables: the

@@ -135,12 +135,18 @@ Result<std::vector<ShardCopy>> ShardClient::Copies(int timeout_ms) {
   return out;
 }
 
-Status ShardClient::OpenRegion(size_t image_bytes) {
-  auto r = ShardRegion::Create("bulwark-shard-rank-" + std::to_string(rank_), image_bytes, 2);
+Status ShardClient::OpenRegion(const std::vector<size_t>& images, bool peer_writes) {
+  if (images.empty() || 2 * images.size() > static_cast<size_t>(kMaxSlots)) {
+    return Status::InvalidArgument("a shard region holds 1 to " + std::to_string(kMaxSlots / 2) + " images");
+  }
+  const size_t capacity = *std::max_element(images.begin(), images.end());
+  auto r = ShardRegion::Create("bulwark-shard-rank-" + std::to_string(rank_), capacity, 2 * static_cast<int>(images.size()));
   if (!r.ok()) return r.status();
   region_ = std::move(*r);
+  images_ = static_cast<int>(images.size());
   BULWARK_RETURN_IF_ERROR(SendShardMessage(
-      sock_, "REGION " + std::to_string(rank_) + " " + std::to_string(world_size_), region_.fd()));
+      sock_, "REGION " + std::to_string(rank_) + " " + std::to_string(world_size_) + (peer_writes ? " PEERWRITES" : ""),
+      region_.fd()));
   int fd = -1;
   auto reply = RecvShardMessage(sock_, &fd, 10000);
   if (!reply.ok()) return reply.status().Annotate("handing the shard region to the agent");
@@ -157,27 +163,31 @@ Status ShardClient::WaitReleased(int slot) {
     auto w = SplitWords(*msg);
     if (w.size() == 2 && w[0] == "RELEASED") {
       int s = std::atoi(w[1].c_str());
-      if (s == 0 || s == 1) in_agent_[s] = false;
+      if (s >= 0 && s < kMaxSlots) in_agent_[s] = false;
     }
   }
   return Status::OK();
 }
 
-Status ShardClient::BeginSave(const ShardInfo& info, std::string meta, std::vector<ShardSection> sections) {
+Status ShardClient::BeginSave(std::vector<ShardImageParts> images) {
   if (!region_.valid()) return Status::FailedPrecondition("BeginSave before OpenRegion");
+  if (static_cast<int>(images.size()) != images_) {
+    return Status::InvalidArgument("BeginSave with " + std::to_string(images.size()) + " images, the region holds " +
+                                   std::to_string(images_));
+  }
   BULWARK_RETURN_IF_ERROR(WaitCopied());
-  const int slot = next_slot_;
   auto t = Clock::now();
-  Status st = WaitReleased(slot);
+  Status st = Status::OK();
+  for (int i = 0; i < images_ && st.ok(); ++i) st = WaitReleased(next_ + 2 * i);
   blocked_ms_ += MsSince(t);
   BULWARK_RETURN_IF_ERROR(st);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job_ = Job{slot, info, std::move(meta), std::move(sections)};
-    in_agent_[slot] = true;  // announced by the copier when sealed
+    job_ = Job{next_, std::move(images)};
+    for (int i = 0; i < images_; ++i) in_agent_[next_ + 2 * i] = true;  // announced by the copier when sealed
   }
   cv_.notify_all();
-  next_slot_ = 1 - slot;
+  next_ = 1 - next_;
   return Status::OK();
 }
 
@@ -207,17 +217,18 @@ void ShardClient::CopyLoop() {
     if (stop_) return;
     Job job = *job_;
     lock.unlock();
-    const double cpu0 = ThreadCpuMs();
-    Status st = WriteShardImage(region_.slot(job.slot), region_.slot_capacity(), job.info, job.meta, job.sections);
-    copy_ms_.store(copy_ms_.load() + ThreadCpuMs() - cpu0);
-    if (st.ok()) {
-      st = SendShardMessage(sock_, "SAVED " + std::to_string(job.slot) + " " + std::to_string(job.info.step));
+    Status st = Status::OK();
+    for (size_t i = 0; i < job.images.size(); ++i) {
+      const int slot = job.first_slot + 2 * static_cast<int>(i);
+      const ShardImageParts& im = job.images[i];
+      const double cpu0 = ThreadCpuMs();
+      if (st.ok()) st = WriteShardImage(region_.slot(slot), region_.slot_capacity(), im.info, im.meta, im.sections);
+      copy_ms_.store(copy_ms_.load() + ThreadCpuMs() - cpu0);
+      if (st.ok()) st = SendShardMessage(sock_, "SAVED " + std::to_string(slot) + " " + std::to_string(im.info.step));
+      if (!st.ok()) in_agent_[slot] = false;
     }
     lock.lock();
-    if (!st.ok()) {
-      copy_status_ = st;
-      in_agent_[job.slot] = false;
-    }
+    if (!st.ok()) copy_status_ = st;
     job_.reset();
     cv_.notify_all();
   }

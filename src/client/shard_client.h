@@ -9,6 +9,12 @@
 // reusing a slot the agent is still sending to the backup peer or
 // persisting. Both waits are measured.
 //
+// Replicated state: when every rank holds the whole state (data parallel,
+// unsharded optimizer), the rank that holds rank b's backup (its agent says
+// so in BULWARK_SHARD_BACKUP_OF) writes b's image itself, from its own
+// memory, into two more slots, and each rank tells its agent that its peer
+// does the same for it (PEERWRITES), so nothing crosses the network.
+//
 // Restoring: the agent offers every copy of the rank's shard it can reach
 // (its memory, copies it fetched from peers, durable storage); the caller
 // verifies them and agrees with the other ranks on a step (the trainer's
@@ -57,6 +63,13 @@ class ShardCopy {
   size_t bytes_ = 0;
 };
 
+// One image to seal: `sections` must stay unchanged until WaitCopied().
+struct ShardImageParts {
+  ShardInfo info;
+  std::string meta;
+  std::vector<ShardSection> sections;
+};
+
 class ShardClient {
  public:
   // Connects to the agent at `socket_path` for `rank` of `world_size`.
@@ -71,12 +84,17 @@ class ShardClient {
   // Unmaps the regions Copies() received; copies from it become invalid.
   void ReleaseCopies() { offered_.clear(); }
 
-  // Creates this rank's region for images of up to `image_bytes` and hands it
-  // to the agent. Copies from Copies() stay valid.
-  Status OpenRegion(size_t image_bytes);
-  // Starts sealing an image of `sections` into the next slot in the
-  // background. The sections' bytes must not change until WaitCopied().
-  Status BeginSave(const ShardInfo& info, std::string meta, std::vector<ShardSection> sections);
+  // Creates this rank's region, two slots for each of `images` images of up
+  // to that many bytes, and hands it to the agent; `peer_writes`: the backup
+  // peer writes this rank's backup itself (see above).
+  Status OpenRegion(const std::vector<size_t>& images, bool peer_writes = false);
+  Status OpenRegion(size_t image_bytes) { return OpenRegion(std::vector<size_t>{image_bytes}); }
+  // Starts sealing the images (as many as OpenRegion said, in that order)
+  // into their next slots in the background.
+  Status BeginSave(std::vector<ShardImageParts> images);
+  Status BeginSave(const ShardInfo& info, std::string meta, std::vector<ShardSection> sections) {
+    return BeginSave(std::vector<ShardImageParts>{{info, std::move(meta), std::move(sections)}});
+  }
   // Blocks until the image begun by BeginSave is sealed and announced.
   Status WaitCopied();
   // Milliseconds spent blocked in BeginSave and WaitCopied since the last call.
@@ -94,18 +112,18 @@ class ShardClient {
   int rank_ = 0, world_size_ = 1;
   std::vector<std::unique_ptr<ShardRegion>> offered_;  // regions the agent handed over
   ShardRegion region_;
-  int next_slot_ = 0;
-  std::atomic<bool> in_agent_[2] = {false, false};  // SAVED sent, RELEASED not yet received
+  static constexpr int kMaxSlots = 8;
+  int images_ = 1;
+  int next_ = 0;  // image i goes to slot 2*i + next_
+  std::atomic<bool> in_agent_[kMaxSlots] = {};  // SAVED sent, RELEASED not yet received
   double blocked_ms_ = 0;
   std::atomic<double> copy_ms_{0};
 
   std::mutex mu_;
   std::condition_variable cv_;
   struct Job {
-    int slot;
-    ShardInfo info;
-    std::string meta;
-    std::vector<ShardSection> sections;
+    int first_slot;  // image i goes to first_slot + 2*i
+    std::vector<ShardImageParts> images;
   };
   std::optional<Job> job_;  // set by BeginSave, cleared by the copier when sealed
   Status copy_status_;

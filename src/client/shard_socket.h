@@ -4,7 +4,9 @@
 //
 //   rank -> agent                      agent -> rank
 //   RESTORE <rank> <world>             COPY <source> (+fd) ... DURABLE <dir> END
-//   REGION <rank> <world> (+fd)        OK | ERROR <why>
+//   REGION <rank> <world> [PEERWRITES] (+fd)
+//                                      OK | ERROR <why>   (PEERWRITES: the backup
+//                                      peer writes this rank's backup itself)
 //   SAVED <slot> <step>                RELEASED <slot>   (sent and persisted)
 #pragma once
 
@@ -17,6 +19,8 @@ namespace bulwark::client {
 
 // The variable through which an agent tells its ranks where its socket is.
 constexpr const char* kShardSocketEnv = "BULWARK_SHARD_SOCKET";
+// The rank whose backup this rank holds (client/shard_client.h).
+constexpr const char* kShardBackupOfEnv = "BULWARK_SHARD_BACKUP_OF";
 
 Result<int> ConnectShardSocket(const std::string& path);
 Result<int> ListenShardSocket(const std::string& path);

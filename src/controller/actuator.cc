@@ -46,6 +46,7 @@ std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launc
           const SlotRoute& route = routes.slots[slot];
           c.set_backup_machine(route.backup_machine);
           c.set_backup_addr(route.backup_addr);
+          for (RankId r : route.backup_of) c.add_backup_of(r);
           for (const RestoreSource& s : route.restore_from) {
             wire::ShardSource* src = c.add_restore_from();
             src->set_rank(s.rank);

@@ -50,6 +50,20 @@ BackupPlan PlanBackups(const Placement& placement, const std::map<MachineId, std
     }
     plan.slots.push_back(std::move(route));
   }
+  // Who holds whose backup. Local writing (a replicated-state job) needs
+  // every slot to be the peer of exactly one slot, so that each rank knows
+  // its own backup is written by someone; otherwise none is listed and
+  // backups go over the network.
+  const int n = static_cast<int>(placement.slots.size());
+  std::vector<int> holders(n, 0);
+  for (int slot = 0; slot < n; ++slot)
+    if (const int peer = BackupSlotOf(placement, slot); peer >= 0) ++holders[peer];
+  if (n > 1 && std::all_of(holders.begin(), holders.end(), [](int h) { return h == 1; })) {
+    for (int slot = 0; slot < n; ++slot) {
+      const int peer = BackupSlotOf(placement, slot);
+      for (RankId rank = slot * rpm; rank < (slot + 1) * rpm; ++rank) plan.slots[peer].backup_of.push_back(rank);
+    }
+  }
   return plan;
 }
 

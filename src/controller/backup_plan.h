@@ -49,6 +49,10 @@ struct SlotRoute {
   // For the slot's ranks, rank by rank in ascending order; within a rank
   // newest step first (see PlanBackups).
   std::vector<RestoreSource> restore_from;
+  // The ranks whose backup peer this slot is, in local-rank order (empty for
+  // a one-slot job): a replicated-state job writes their backups here from
+  // its own memory.
+  std::vector<RankId> backup_of;
 };
 
 struct BackupPlan {

@@ -193,7 +193,8 @@ Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
     if (std::string(p.fault) == "device-fail") device_failed = victim;
     live.Say("recovered: " + (*closed)["resolution"].get<std::string>() + ", recover " +
              std::to_string((*closed).value("recover_s", 0.0)).substr(0, 4) + " s, lost steps " +
-             (closed->contains("lost_steps") ? (*closed)["lost_steps"].dump() : "?"));
+             (closed->contains("lost_steps") ? (*closed)["lost_steps"].dump() : "?") +
+             (closed->value("restore_source", "").empty() ? "" : ", restored from " + (*closed)["restore_source"].get<std::string>()));
     st = s.StatusJson();
     if (!st.ok()) return st.status();
     live.Phase("training");

@@ -170,6 +170,7 @@ std::string Svg(const json& run, const json& tl, double t0, double t1) {
       note = "#" + std::to_string((*inc)["id"].get<int64_t>()) + " " + (*inc)["resolution"].get<std::string>() +
              ": detect " + DetectS(e, *inc, "%.2f s") + ", recover " + Opt(*inc, "recover_s", "%.1f s") +
              ", lost " + (inc->contains("lost_steps") ? (*inc)["lost_steps"].dump() : "?") + " steps";
+      if (!inc->value("restore_source", "").empty()) note += " (" + (*inc)["restore_source"].get<std::string>() + ")";
       if (!inc->value("evicted", json::array()).empty()) note += ", evicted " + (*inc)["evicted"][0].get<std::string>();
     }
     // Late faults would run their note off the right edge: put it left.
@@ -269,11 +270,20 @@ json SlidingEttr(const json& timeline, double window_s, int points) {
   return out;
 }
 
+// "3", or "0 (memory)" when the incident says where the restore came from.
+std::string LostCell(const json& inc) {
+  std::string cell = inc.contains("lost_steps") ? inc["lost_steps"].dump() : "?";
+  if (inc.contains("restore_source") && !inc["restore_source"].get<std::string>().empty()) {
+    cell += " (" + inc["restore_source"].get<std::string>() + ")";
+  }
+  return cell;
+}
+
 std::string IncidentTable(const json& incidents, const json& schedule) {
   std::ostringstream o;
   char line[512];
-  std::snprintf(line, sizeof line, "  %-3s %-14s %-5s %-4s %-21s %8s %9s %5s  %s\n", "#", "injected", "on", "inc", "resolution",
-                "detect", "recover", "lost", "cause");
+  std::snprintf(line, sizeof line, "  %-3s %-14s %-5s %-4s %-21s %8s %9s %-14s %s\n", "#", "injected", "on", "inc", "resolution",
+                "detect", "recover", "lost (from)", "cause");
   o << line;
   for (size_t r = 0; r < schedule.size(); ++r) {
     const json& e = schedule[r];
@@ -282,11 +292,10 @@ std::string IncidentTable(const json& incidents, const json& schedule) {
       std::snprintf(line, sizeof line, "  %-3zu %-14s %-5s %-4s %s\n", r + 1, e["fault"].get<std::string>().c_str(),
                     e["machine"].get<std::string>().c_str(), "-", e.value("note", std::string("tolerated, no incident")).c_str());
     } else {
-      std::snprintf(line, sizeof line, "  %-3zu %-14s %-5s %-4lld %-21s %8s %9s %5s  %s\n", r + 1,
+      std::snprintf(line, sizeof line, "  %-3zu %-14s %-5s %-4lld %-21s %8s %9s %-14s %s\n", r + 1,
                     e["fault"].get<std::string>().c_str(), e["machine"].get<std::string>().c_str(),
                     static_cast<long long>((*inc)["id"].get<int64_t>()), (*inc)["resolution"].get<std::string>().c_str(),
-                    DetectS(e, *inc, "%.2f s").c_str(), Opt(*inc, "recover_s", "%.1f s").c_str(),
-                    inc->contains("lost_steps") ? (*inc)["lost_steps"].dump().c_str() : "?",
+                    DetectS(e, *inc, "%.2f s").c_str(), Opt(*inc, "recover_s", "%.1f s").c_str(), LostCell(*inc).c_str(),
                     (*inc)["cause"].get<std::string>().substr(0, 90).c_str());
     }
     o << line;
@@ -328,13 +337,13 @@ Result<Report> RenderReport(const json& run) {
       md << "– | " << Cell(e.value("note", std::string("tolerated, no incident"))) << " | | | | |\n";
     } else {
       md << "#" << (*inc)["id"] << " | " << (*inc)["resolution"].get<std::string>() << " | " << DetectS(e, *inc, "%.2f s")
-         << " | " << Opt(*inc, "recover_s", "%.1f s") << " | " << (inc->contains("lost_steps") ? (*inc)["lost_steps"].dump() : "?")
+         << " | " << Opt(*inc, "recover_s", "%.1f s") << " | " << LostCell(*inc)
          << " | " << Cell((*inc)["cause"].get<std::string>()) << " |\n";
     }
   }
   md << "\nDetect: injection to the controller's incident. Recover: the controller's restart decision to the "
         "first training step after it, including any wait for a machine. Lost steps: completed steps redone after "
-        "resuming from the last checkpoint.\n";
+        "resuming, and where the restored state came from (memory, the backup peer, durable storage, disk).\n";
   rep.markdown = md.str();
 
   // The page: the timeline first (it is the point), then the same tables.
@@ -362,7 +371,7 @@ Result<Report> RenderReport(const json& run) {
     for (const json& e : run["schedule"]) if (e.value("incident", json()) == i["id"]) entry = e;
     h << "<tr><td>" << i["id"] << "</td><td>" << Escape(i.value("class", "")) << "</td><td>" << Escape(i.value("resolution", ""))
       << "</td><td>" << DetectS(entry, i, "%.2f") << "</td><td>" << Opt(i, "recover_s", "%.1f") << "</td><td>"
-      << (i.contains("lost_steps") ? i["lost_steps"].dump() : "?") << "</td><td>" << Escape(i.value("cause", ""))
+      << Escape(LostCell(i)) << "</td><td>" << Escape(i.value("cause", ""))
       << "</td><td>" << Escape(i.value("why", "")) << "</td></tr>\n";
   }
   h << "</table>\n<p>Setup: <code>" << Escape(run["setup"].dump()) << "</code></p>\n</body></html>\n";

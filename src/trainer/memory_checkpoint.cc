@@ -32,15 +32,26 @@ int SourceRank(const std::string& source) {
 MemoryCheckpoint::MemoryCheckpoint(const TrainConfig& cfg, Comm& comm, Transformer& model, ParamStore& store,
                                    AdamW& opt, Note note)
     : cfg_(cfg), comm_(comm), model_(model), store_(store), opt_(opt), note_(std::move(note)) {
-  const int W = comm.world_size(), r = comm.rank();
-  const int64_t chunk = store.params().numel() / W;
-  begin_ = std::min<int64_t>(store.num_params(), r * chunk);
-  end_ = std::min<int64_t>(store.num_params(), begin_ + chunk);
   for (auto& b : model->named_buffers()) buffer_bytes_ += b.value().numel() * b.value().element_size();
-  const int64_t unit = 4 * W;  // gathered as floats in W equal chunks
+  mine_ = SliceOf(comm.rank());
+  begin_ = mine_.begin;
+  end_ = mine_.end;
+  buf_begin_ = mine_.buf_begin;
+  buf_end_ = mine_.buf_end;
+}
+
+MemoryCheckpoint::Slice MemoryCheckpoint::SliceOf(int rank) const {
+  const int W = comm_.world_size();
+  const int64_t chunk = store_.params().numel() / W;
+  Slice s;
+  s.rank = rank;
+  s.begin = std::min<int64_t>(store_.num_params(), rank * chunk);
+  s.end = std::min<int64_t>(store_.num_params(), s.begin + chunk);
+  const int64_t unit = 4 * W;  // buffers are gathered as floats in W equal chunks
   const int64_t padded = (buffer_bytes_ + unit - 1) / unit * unit;
-  buf_begin_ = std::min(buffer_bytes_, r * (padded / W));
-  buf_end_ = std::min(buffer_bytes_, buf_begin_ + padded / W);
+  s.buf_begin = std::min(buffer_bytes_, rank * (padded / W));
+  s.buf_end = std::min(buffer_bytes_, s.buf_begin + padded / W);
+  return s;
 }
 
 Result<std::unique_ptr<MemoryCheckpoint>> MemoryCheckpoint::Open(const TrainConfig& cfg, Comm& comm,
@@ -73,51 +84,58 @@ Result<std::unique_ptr<MemoryCheckpoint>> MemoryCheckpoint::Open(const TrainConf
   }
   std::unique_ptr<MemoryCheckpoint> m(new MemoryCheckpoint(cfg, comm, model, store, opt, std::move(note)));
   m->client_ = std::move(c);
+  // Replicated state: this rank holds everything rank `of` would save, so
+  // it writes that rank's backup itself (client/shard_client.h).
+  const char* of = std::getenv(client::kShardBackupOfEnv);
+  if (!cfg.shard_optimizer && comm.world_size() > 1 && of != nullptr && *of != '\0') {
+    const int b = std::atoi(of);
+    if (b >= 0 && b < comm.world_size() && b != comm.rank()) m->theirs_ = m->SliceOf(b);
+  }
   return m;
 }
 
-std::vector<client::ShardSection> MemoryCheckpoint::Sections() {
-  const size_t n = static_cast<size_t>(end_ - begin_) * sizeof(float);
-  const int64_t moment = begin_ - opt_.begin();
-  return {{"params", store_.params().data_ptr<float>() + begin_, n},
+std::vector<client::ShardSection> MemoryCheckpoint::Sections(const Slice& s) {
+  const size_t n = static_cast<size_t>(s.end - s.begin) * sizeof(float);
+  const int64_t moment = s.begin - opt_.begin();
+  return {{"params", store_.params().data_ptr<float>() + s.begin, n},
           {"adam_m", opt_.m().data_ptr<float>() + moment, n},
           {"adam_v", opt_.v().data_ptr<float>() + moment, n},
-          {"buffers", buffer_stage_.data(), buffer_stage_.size()},
+          {"buffers", s.buffer_stage.data(), s.buffer_stage.size()},
           {"rng", rng_stage_.data(), rng_stage_.size()}};
 }
 
-std::string MemoryCheckpoint::Meta(const TrainState& st) const {
+std::string MemoryCheckpoint::Meta(const TrainState& st, const Slice& s) const {
   nlohmann::json meta = {{"step", st.step},
                          {"data_cursor", st.data_cursor},
                          {"loss", st.loss},
                          {"world_size", comm_.world_size()},
-                         {"rank", comm_.rank()},
+                         {"rank", s.rank},
+                         {"written_by", comm_.rank()},
                          {"shape", cfg_.model.ShapeString()},
                          {"optimizer", cfg_.optimizer},
                          {"seed", cfg_.seed},
                          {"num_params", store_.num_params()},
-                         {"begin", begin_},
-                         {"end", end_},
+                         {"begin", s.begin},
+                         {"end", s.end},
                          {"buffer_bytes", buffer_bytes_},
-                         {"buffer_begin", buf_begin_},
-                         {"buffer_end", buf_end_},
+                         {"buffer_begin", s.buf_begin},
+                         {"buffer_end", s.buf_end},
                          {"timeline", timeline_}};
   return meta.dump();
 }
 
 // Buffers change only at POET merges; copying them every step would double
 // a POET shard's size for nothing.
-void MemoryCheckpoint::StageBuffers() {
-  buffer_stage_.resize(static_cast<size_t>(buf_end_ - buf_begin_));
+void MemoryCheckpoint::StageBuffers(Slice& s) {
+  s.buffer_stage.resize(static_cast<size_t>(s.buf_end - s.buf_begin));
   int64_t at = 0;
   for (auto& b : model_->named_buffers()) {
     auto t = b.value().contiguous();
     const int64_t n = t.numel() * t.element_size();
-    const int64_t lo = std::max(at, buf_begin_), hi = std::min(at + n, buf_end_);
-    if (lo < hi) std::memcpy(buffer_stage_.data() + (lo - buf_begin_), static_cast<uint8_t*>(t.data_ptr()) + (lo - at), hi - lo);
+    const int64_t lo = std::max(at, s.buf_begin), hi = std::min(at + n, s.buf_end);
+    if (lo < hi) std::memcpy(s.buffer_stage.data() + (lo - s.buf_begin), static_cast<uint8_t*>(t.data_ptr()) + (lo - at), hi - lo);
     at += n;
   }
-  buffers_staged_ = true;
 }
 
 // Disk checkpoints carry no timeline; a restore from one starts a timeline
@@ -128,14 +146,25 @@ void MemoryCheckpoint::ResumedFromDisk(int64_t step) { timeline_ = client::NextT
 Status MemoryCheckpoint::Save(const TrainState& st) {
   BULWARK_RETURN_IF_ERROR(client_->WaitCopied());
   const bool merged = cfg_.model.poet.enabled && st.step % cfg_.model.poet.merge_every == 0;
-  if (!buffers_staged_ || merged) StageBuffers();
+  if (!buffers_staged_ || merged) {
+    StageBuffers(mine_);
+    if (theirs_) StageBuffers(*theirs_);
+    buffers_staged_ = true;
+  }
+  // Every rank's generator is in the same state (same seed, same draws), so
+  // the backup of another rank carries this one's.
   auto rng = at::detail::getDefaultCPUGenerator().get_state();
   rng_stage_.assign(rng.data_ptr<uint8_t>(), rng.data_ptr<uint8_t>() + rng.numel());
+  std::vector<client::ShardImageParts> images;
+  images.push_back({{st.step, comm_.rank(), comm_.world_size()}, Meta(st, mine_), Sections(mine_)});
+  if (theirs_) images.push_back({{st.step, theirs_->rank, comm_.world_size()}, Meta(st, *theirs_), Sections(*theirs_)});
   if (!region_open_) {
-    BULWARK_RETURN_IF_ERROR(client_->OpenRegion(client::ShardImageSize(Sections(), kMetaCapacity)));
+    std::vector<size_t> sizes;
+    for (const auto& im : images) sizes.push_back(client::ShardImageSize(im.sections, kMetaCapacity));
+    BULWARK_RETURN_IF_ERROR(client_->OpenRegion(sizes, /*peer_writes=*/theirs_.has_value()));
     region_open_ = true;
   }
-  return client_->BeginSave({st.step, comm_.rank(), comm_.world_size()}, Meta(st), Sections());
+  return client_->BeginSave(std::move(images));
 }
 
 Status MemoryCheckpoint::Check(const client::ShardView& v, const std::string& where) const {

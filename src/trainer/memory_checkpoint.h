@@ -75,9 +75,17 @@ class MemoryCheckpoint {
 
  private:
   MemoryCheckpoint(const TrainConfig& cfg, Comm& comm, Transformer& model, ParamStore& store, AdamW& opt, Note note);
-  std::vector<client::ShardSection> Sections();
-  std::string Meta(const TrainState& st) const;
-  void StageBuffers();
+  // A rank's share of the state: parameter range and byte range of the
+  // buffers (staged: they change only at POET merges).
+  struct Slice {
+    int rank = 0;
+    int64_t begin = 0, end = 0, buf_begin = 0, buf_end = 0;
+    std::vector<uint8_t> buffer_stage;
+  };
+  Slice SliceOf(int rank) const;
+  std::vector<client::ShardSection> Sections(const Slice& s);
+  std::string Meta(const TrainState& st, const Slice& s) const;
+  void StageBuffers(Slice& s);
   Status Check(const client::ShardView& v, const std::string& where) const;
   Status Load(const client::ShardView& v, TrainState* st);
   // Collective: client::NewestCommonPoint over every rank's points.
@@ -90,9 +98,10 @@ class MemoryCheckpoint {
   AdamW& opt_;
   Note note_;
   std::unique_ptr<client::ShardClient> client_;
-  int64_t begin_ = 0, end_ = 0;             // this rank's parameter range
-  int64_t buffer_bytes_ = 0, buf_begin_ = 0, buf_end_ = 0;  // its byte range of the buffers
-  std::vector<uint8_t> buffer_stage_;        // its buffer bytes, refreshed when buffers change
+  int64_t buffer_bytes_ = 0;
+  Slice mine_;
+  int64_t begin_ = 0, end_ = 0, buf_begin_ = 0, buf_end_ = 0;  // mine_'s ranges, for restores
+  std::optional<Slice> theirs_;  // the rank whose backup this one writes (replicated state)
   bool buffers_staged_ = false;
   std::vector<uint8_t> rng_stage_;
   bool region_open_ = false;
