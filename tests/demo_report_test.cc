@@ -62,6 +62,17 @@ TEST(DemoReport, HeadlineLedgerAndEveryInjectionAreShown) {
   EXPECT_NE(r->svg.find("#1 reattempt: detect 1.00 s, recover 4.0 s, lost 7 steps"), std::string::npos);
 }
 
+TEST(DemoReport, WhereEachRestoreCameFromIsShownWithItsLostSteps) {
+  json run = SampleRun();
+  run["incidents"][0]["restore_source"] = "peer";
+  Result<Report> r = RenderReport(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->markdown.find("| 4.0 s | 7 (peer) |"), std::string::npos) << r->markdown;
+  EXPECT_NE(r->html.find("<td>7 (peer)</td>"), std::string::npos);
+  EXPECT_NE(r->svg.find("lost 7 steps (peer)"), std::string::npos);
+  EXPECT_NE(IncidentTable(run["incidents"], run["schedule"]).find("7 (peer)"), std::string::npos);
+}
+
 TEST(DemoReport, TextFromTheClusterIsEscaped) {
   Result<Report> r = RenderReport(SampleRun());
   ASSERT_TRUE(r.ok());

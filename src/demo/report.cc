@@ -282,7 +282,7 @@ std::string LostCell(const json& inc) {
 std::string IncidentTable(const json& incidents, const json& schedule) {
   std::ostringstream o;
   char line[512];
-  std::snprintf(line, sizeof line, "  %-3s %-14s %-5s %-4s %-21s %8s %9s %-14s %s\n", "#", "injected", "on", "inc", "resolution",
+  std::snprintf(line, sizeof line, "  %-3s %-14s %-5s %-4s %-21s %8s %9s  %-14s %s\n", "#", "injected", "on", "inc", "resolution",
                 "detect", "recover", "lost (from)", "cause");
   o << line;
   for (size_t r = 0; r < schedule.size(); ++r) {
@@ -292,7 +292,7 @@ std::string IncidentTable(const json& incidents, const json& schedule) {
       std::snprintf(line, sizeof line, "  %-3zu %-14s %-5s %-4s %s\n", r + 1, e["fault"].get<std::string>().c_str(),
                     e["machine"].get<std::string>().c_str(), "-", e.value("note", std::string("tolerated, no incident")).c_str());
     } else {
-      std::snprintf(line, sizeof line, "  %-3zu %-14s %-5s %-4lld %-21s %8s %9s %-14s %s\n", r + 1,
+      std::snprintf(line, sizeof line, "  %-3zu %-14s %-5s %-4lld %-21s %8s %9s  %-14s %s\n", r + 1,
                     e["fault"].get<std::string>().c_str(), e["machine"].get<std::string>().c_str(),
                     static_cast<long long>((*inc)["id"].get<int64_t>()), (*inc)["resolution"].get<std::string>().c_str(),
                     DetectS(e, *inc, "%.2f s").c_str(), Opt(*inc, "recover_s", "%.1f s").c_str(), LostCell(*inc).c_str(),
