@@ -245,9 +245,16 @@ Status StatusCmd(const Args& a) {
                 << ", placement " << job["placement"].dump() << ", incidents " << job["incidents"] << "\n";
     }
     for (const json& m : j["machines"]) {
-      std::printf("  %-5s %-10s heard %.1fs ago, ranks %s  %s\n", m["id"].get<std::string>().c_str(),
+      // The in-memory checkpoint copies it holds: "r0@812 backup r1@812".
+      std::string shards;
+      for (const json& c : m.value("shards", json::array())) {
+        shards += std::string(shards.empty() ? "" : " ") + (c.value("copy", "") == "backup" ? "backup " : "") + "r" +
+                  c["rank"].dump() + "@" + c["step"].dump();
+      }
+      std::printf("  %-5s %-10s heard %.1fs ago, ranks %s%s  %s\n", m["id"].get<std::string>().c_str(),
                   m["state"].get<std::string>().c_str(), m["last_heard_s_ago"].get<double>(),
-                  m["live_ranks"].dump().c_str(), m.value("reason", "").c_str());
+                  m["live_ranks"].dump().c_str(), shards.empty() ? "" : (", shards " + shards).c_str(),
+                  m.value("reason", "").c_str());
     }
   });
 }
