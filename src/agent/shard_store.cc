@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "agent/shard_store_impl.h"
 #include "agent/shard_transfer.h"
 #include "client/shard_client.h"
 #include "client/shard_image.h"
@@ -24,17 +25,11 @@
 
 namespace bulwark::agent {
 
-using client::ShardHeader;
 using client::ShardRegion;
-using RegionPtr = std::shared_ptr<ShardRegion>;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr int kTransferTimeoutS = 10;
 constexpr int kDurableKeep = 2;  // persisted steps kept per rank
-
-double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 // The newest sealed image of `rank` in `r` (-1: none). A rank's region may
 // also hold the backup of another rank that it wrote itself.
@@ -49,462 +44,201 @@ bool HoldsRank(const RegionPtr& r, int rank) { return NewestStep(r, rank) >= 0; 
 
 }  // namespace
 
-class ShardStore::Impl {
- public:
-  std::string machine_, socket_path_, host_;
-  std::function<void(const std::string&)> log_;
-  int unix_fd_ = -1, tcp_fd_ = -1, tcp_port_ = 0;
-  int wake_[2] = {-1, -1};
+void ShardStore::Impl::Wake() {
+  char c = 1;
+  (void)!::write(wake_[1], &c, 1);
+}
 
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;
-  struct Primary {
-    RegionPtr current, previous;
-    bool peer_writes = false;  // the backup peer writes this rank's backup itself: no push
-  };
-  struct Fetched {
-    std::string machine;
-    RegionPtr region;
-  };
-  struct Work {
-    int rank, slot;
-    int64_t step;
-    RegionPtr region;
-    int64_t conn;
-    bool push;
-  };
-  std::map<int, Primary> primaries_;
-  std::map<int, RegionPtr> backups_;
-  std::map<int, std::vector<Fetched>> fetched_;
-  ShardRoutes routes_;
-  bool fetching_ = false;
-  std::deque<Work> work_;
-  std::map<int64_t, int> conns_;                  // connection id -> fd
-  std::map<int64_t, int> owner_;                  // connection id -> the rank that registered its region
-  std::vector<std::pair<int64_t, int>> waiting_;  // (connection, rank) restores waiting for fetches
-  int64_t next_conn_ = 1;
-  ShardStats stats_;
-  bool stop_ = false;
-  std::atomic<bool> stopping_{false};  // read by connection threads without mu_
-  std::thread local_, tcp_, worker_, fetcher_;
-  // Peer connections are served on their own threads (a backup stream stays
-  // open and must not hold up a fetch); the destructor waits for them.
-  int serving_ = 0;
-  std::condition_variable served_;
-  // The worker's connection to the backup peer, kept open across steps: a
-  // connection per push would leave thousands of sockets in TIME_WAIT, and
-  // one of their ports could be the next generation's rendezvous port.
-  int push_fd_ = -1;
-  std::string push_to_;
-
-  void Wake() {
-    char c = 1;
-    (void)!::write(wake_[1], &c, 1);
-  }
-
-  // --- ranks (Unix socket) ---------------------------------------------
-  void LocalLoop() {
-    for (;;) {
-      std::vector<pollfd> fds{{unix_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-      std::vector<int64_t> ids;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (stop_) return;
-        for (auto& [id, fd] : conns_) {
-          fds.push_back({fd, POLLIN, 0});
-          ids.push_back(id);
-        }
-      }
-      if (::poll(fds.data(), fds.size(), 500) < 0) continue;
-      if (fds[1].revents & POLLIN) {
-        char buf[64];
-        (void)!::read(wake_[0], buf, sizeof buf);
-        AnswerWaiting();
-      }
-      if (fds[0].revents & POLLIN) {
-        int c = ::accept4(unix_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (c >= 0) {
-          std::lock_guard<std::mutex> lock(mu_);
-          conns_[next_conn_++] = c;
-        }
-      }
-      for (size_t i = 2; i < fds.size(); ++i) {
-        if (fds[i].revents == 0) continue;
-        int fd = -1;
-        auto msg = client::RecvShardMessage(fds[i].fd, &fd, 0);
-        if (!msg.ok()) {
-          std::lock_guard<std::mutex> lock(mu_);
-          ::close(fds[i].fd);
-          conns_.erase(ids[i - 2]);
-          owner_.erase(ids[i - 2]);
-          continue;
-        }
-        Handle(ids[i - 2], fds[i].fd, *msg, fd);
-      }
-    }
-  }
-
-  void Handle(int64_t conn, int sock, const std::string& msg, int fd) {
-    auto w = client::SplitWords(msg);
-    if (w.size() == 3 && w[0] == "RESTORE") {
-      int rank = std::atoi(w[1].c_str());
+void ShardStore::Impl::LocalLoop() {
+  for (;;) {
+    std::vector<pollfd> fds{{unix_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    std::vector<int64_t> ids;
+    {
       std::lock_guard<std::mutex> lock(mu_);
-      if (fetching_) {
-        waiting_.emplace_back(conn, rank);
-      } else {
-        OfferLocked(sock, rank);
-      }
-    } else if (w.size() >= 3 && w[0] == "REGION" && fd >= 0) {
-      int rank = std::atoi(w[1].c_str());
-      const bool peer_writes = w.size() == 4 && w[3] == "PEERWRITES";
-      auto region = ShardRegion::Map(fd);
-      if (!region.ok()) {
-        (void)client::SendShardMessage(sock, "ERROR " + region.status().message());
-        return;
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      Primary& p = primaries_[rank];
-      // The previous run's images stay until this run seals one: a crash
-      // before that must still find them.
-      if (p.current && !p.current->SealedSlots().empty()) p.previous = p.current;
-      p.current = std::make_shared<ShardRegion>(std::move(*region));
-      p.peer_writes = peer_writes;
-      owner_[conn] = rank;
-      (void)client::SendShardMessage(sock, "OK");
-    } else if (w.size() == 3 && w[0] == "SAVED") {
-      int slot = std::atoi(w[1].c_str());
-      int64_t step = std::atoll(w[2].c_str());
-      std::lock_guard<std::mutex> lock(mu_);
-      auto owner = owner_.find(conn);
-      auto p = owner == owner_.end() ? primaries_.end() : primaries_.find(owner->second);
-      client::ShardInfo info;
-      if (p != primaries_.end() && p->second.current && slot >= 0 && slot < p->second.current->num_slots() &&
-          client::PeekShardHeader(p->second.current->slot(slot), p->second.current->slot_capacity(), &info, nullptr) &&
-          info.step == step && info.rank == owner->second) {
-        p->second.previous.reset();
-        work_.push_back({info.rank, slot, step, p->second.current, conn, !p->second.peer_writes});
-        work_cv_.notify_all();
-        return;
-      }
-      // Another rank's backup written here from replicated state (it is
-      // where it must be already), or nothing we know: release at once.
-      (void)client::SendShardMessage(sock, "RELEASED " + w[1]);
-    } else if (fd >= 0) {
-      ::close(fd);
-    }
-  }
-
-  void OfferLocked(int sock, int rank) {
-    auto offer = [&](const RegionPtr& r, const std::string& source) {
-      if (HoldsRank(r, rank)) (void)client::SendShardMessage(sock, "COPY " + source, r->fd());
-    };
-    // Its own region first, then any other rank's that holds its backup.
-    auto p = primaries_.find(rank);
-    if (p != primaries_.end()) {
-      offer(p->second.current, "memory");
-      offer(p->second.previous, "memory");
-    }
-    for (const auto& [owner, other] : primaries_) {
-      if (owner == rank) continue;
-      offer(other.current, "memory");
-      offer(other.previous, "memory");
-    }
-    auto b = backups_.find(rank);
-    if (b != backups_.end()) offer(b->second, "memory");
-    for (const Fetched& f : fetched_[rank]) offer(f.region, "peer:" + f.machine);
-    if (!routes_.durable_dir.empty()) (void)client::SendShardMessage(sock, "DURABLE " + routes_.durable_dir);
-    (void)client::SendShardMessage(sock, "END");
-  }
-
-  void AnswerWaiting() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (fetching_) return;
-    for (auto& [conn, rank] : waiting_) {
-      auto it = conns_.find(conn);
-      if (it != conns_.end()) OfferLocked(it->second, rank);
-    }
-    waiting_.clear();
-  }
-
-  // --- sending, persisting, releasing ---------------------------------
-  void WorkLoop() {
-    client::LowerThreadPriority();
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      work_cv_.wait(lock, [&] { return stop_ || !work_.empty(); });
       if (stop_) return;
-      Work w = work_.front();
-      work_.pop_front();
-      bool superseded = false;
-      for (const Work& later : work_) superseded |= later.rank == w.rank;
-      ShardRoutes routes = routes_;
-      lock.unlock();
-      if (superseded) {
-        std::lock_guard<std::mutex> l(mu_);
-        ++stats_.superseded;
-      } else {
-        Process(w, routes);
-      }
-      lock.lock();
-      auto it = conns_.find(w.conn);
-      if (it != conns_.end()) (void)client::SendShardMessage(it->second, "RELEASED " + std::to_string(w.slot));
-    }
-  }
-
-  void Process(const Work& w, const ShardRoutes& routes) {
-    const uint8_t* image = w.region->slot(w.slot);
-    size_t bytes = 0;
-    if (!client::PeekShardHeader(image, w.region->slot_capacity(), nullptr, &bytes)) return;
-    if (w.push && !routes.backup_addr.empty()) {
-      auto t = Clock::now();
-      Status st = Push(routes.backup_addr, w.rank, w.step, image, bytes);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (st.ok()) {
-        ++stats_.pushed;
-        stats_.last_push_ms = MsSince(t);
-        if (stats_.push_failures > 0) log_("backups to " + routes.backup_machine + " flow again");
-        stats_.push_failures = 0;
-      } else if (stats_.push_failures++ == 0) {
-        log_("backup of rank " + std::to_string(w.rank) + " to " + routes.backup_machine + " failed: " + st.ToString());
+      for (auto& [id, fd] : conns_) {
+        fds.push_back({fd, POLLIN, 0});
+        ids.push_back(id);
       }
     }
-    if (routes.persist_every > 0 && !routes.durable_dir.empty() && w.step % routes.persist_every == 0) {
-      auto t = Clock::now();
-      std::string path = client::DurableShardPath(routes.durable_dir, w.step, w.rank);
-      Status st = MakeDirs(path.substr(0, path.rfind('/')));
-      if (st.ok()) st = WriteFileAtomic(path, image, bytes);
-      if (st.ok()) Prune(routes.durable_dir, w.rank);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (st.ok()) {
-        ++stats_.persisted;
-        stats_.last_persist_ms = MsSince(t);
-        log_("persisted rank " + std::to_string(w.rank) + " step " + std::to_string(w.step) + " (" +
-             std::to_string(bytes >> 20) + " MiB) in " + std::to_string(static_cast<int>(stats_.last_persist_ms)) + " ms");
-      } else {
-        log_("persisting rank " + std::to_string(w.rank) + " step " + std::to_string(w.step) + " failed: " + st.ToString());
-      }
+    if (::poll(fds.data(), fds.size(), 500) < 0) continue;
+    if (fds[1].revents & POLLIN) {
+      char buf[64];
+      (void)!::read(wake_[0], buf, sizeof buf);
+      AnswerWaiting();
     }
-  }
-
-  Status PushOnce(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes) {
-    if (push_fd_ < 0 || push_to_ != addr) {
-      if (push_fd_ >= 0) ::close(push_fd_);
-      push_fd_ = -1;
-      auto fd = DialTcp(addr, kTransferTimeoutS);
-      if (!fd.ok()) return fd.status();
-      push_fd_ = *fd;
-      push_to_ = addr;
-    }
-    std::string head = "PUSH " + std::to_string(rank) + " " + std::to_string(step) + " " + std::to_string(bytes) + "\n";
-    Status st = SendAll(push_fd_, head.data(), head.size());
-    if (st.ok()) st = SendAll(push_fd_, image, bytes);
-    if (st.ok()) {
-      auto reply = RecvLine(push_fd_);
-      if (!reply.ok()) st = reply.status();
-      else if (*reply != "OK") st = Status::Unavailable("backup peer answered: " + *reply);
-    }
-    if (!st.ok()) {
-      ::close(push_fd_);
-      push_fd_ = -1;
-    }
-    return st;
-  }
-
-  // A kept connection may have been closed by the peer meanwhile (it
-  // restarted): one retry on a fresh connection.
-  Status Push(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes) {
-    const bool fresh = push_fd_ < 0 || push_to_ != addr;
-    Status st = PushOnce(addr, rank, step, image, bytes);
-    if (!st.ok() && !fresh) st = PushOnce(addr, rank, step, image, bytes);
-    return st;
-  }
-
-  static void Prune(const std::string& dir, int rank) {
-    auto steps = client::DurableSteps(dir, rank);
-    for (size_t i = kDurableKeep; i < steps.size(); ++i) {
-      std::string path = client::DurableShardPath(dir, steps[i], rank);
-      ::unlink(path.c_str());
-      ::rmdir(path.substr(0, path.rfind('/')).c_str());  // fails while other ranks' files remain
-    }
-  }
-
-  // --- peers (TCP) -------------------------------------------------------
-  void TcpLoop() {
-    client::LowerThreadPriority();
-    for (;;) {
-      {
+    if (fds[0].revents & POLLIN) {
+      int c = ::accept4(unix_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c >= 0) {
         std::lock_guard<std::mutex> lock(mu_);
-        if (stop_) return;
+        conns_[next_conn_++] = c;
       }
-      pollfd p{tcp_fd_, POLLIN, 0};
-      if (::poll(&p, 1, 200) <= 0) continue;
-      int c = ::accept4(tcp_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c < 0) continue;
-      SetTimeouts(c, kTransferTimeoutS);
-      {
+    }
+    for (size_t i = 2; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      int fd = -1;
+      auto msg = client::RecvShardMessage(fds[i].fd, &fd, 0);
+      if (!msg.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
-        ++serving_;
-      }
-      std::thread([this, c] { ServeConnection(c); }).detach();
-    }
-  }
-
-  // Requests on one connection until the peer closes it or the store stops.
-  void ServeConnection(int c) {
-    client::LowerThreadPriority();
-    while (!stopping_) {
-      pollfd p{c, POLLIN, 0};
-      int r = ::poll(&p, 1, 500);
-      if (r == 0) continue;
-      char probe;
-      if (r < 0 || ::recv(c, &probe, 1, MSG_PEEK) <= 0) break;  // closed between requests: the normal end
-      Status st = Serve(c);
-      if (!st.ok()) {
-        log_("shard transfer from a peer failed: " + st.ToString());
-        break;
-      }
-    }
-    ::close(c);
-    std::lock_guard<std::mutex> lock(mu_);
-    --serving_;
-    served_.notify_all();
-  }
-
-  Status Serve(int c) {
-    auto line = RecvLine(c);
-    if (!line.ok()) return line.status();
-    auto w = client::SplitWords(*line);
-    if (w.size() == 4 && w[0] == "PUSH") return Receive(c, std::atoi(w[1].c_str()), std::strtoull(w[3].c_str(), nullptr, 10));
-    if (w.size() == 2 && w[0] == "FETCH") return SendCopies(c, std::atoi(w[1].c_str()));
-    return Status::InvalidArgument("unknown shard transfer request '" + *line + "'");
-  }
-
-  // Receives into the older of the rank's two backup slots; the header goes
-  // in last, so a transfer cut short never looks like a complete image.
-  Status Receive(int c, int rank, uint64_t bytes) {
-    if (bytes < sizeof(ShardHeader) || bytes > (uint64_t{64} << 30)) return Status::InvalidArgument("implausible shard size");
-    RegionPtr region;
-    int slot = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      RegionPtr& r = backups_[rank];
-      if (!r || r->slot_capacity() < bytes) {
-        auto made = ShardRegion::Create("bulwark-backup-rank-" + std::to_string(rank), bytes, 2);
-        if (!made.ok()) return made.status();
-        r = std::make_shared<ShardRegion>(std::move(*made));
-      }
-      region = r;
-      auto sealed = region->SealedSlots();
-      slot = region->OldestSlot(sealed.empty() ? -1 : sealed.front().slot);
-    }
-    uint8_t* dst = region->slot(slot);
-    ShardHeader header;
-    std::memset(dst, 0, sizeof header);  // unsealed while receiving
-    BULWARK_RETURN_IF_ERROR(RecvAll(c, &header, sizeof header));
-    BULWARK_RETURN_IF_ERROR(RecvAll(c, dst + sizeof header, bytes - sizeof header));
-    uint64_t seal = header.header_checksum;
-    header.header_checksum = 0;
-    std::memcpy(dst, &header, sizeof header);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    std::memcpy(dst + offsetof(ShardHeader, header_checksum), &seal, sizeof seal);
-    return SendAll(c, "OK\n", 3);
-  }
-
-  Status SendCopies(int c, int rank) {
-    std::vector<std::pair<RegionPtr, int>> copies;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto add = [&](const RegionPtr& r) {
-        if (!r) return;
-        for (const auto& s : r->SealedSlots())
-          if (s.info.rank == rank) copies.emplace_back(r, s.slot);
-      };
-      for (const auto& [owner, p] : primaries_) {
-        add(p.current);
-        add(p.previous);
-      }
-      auto b = backups_.find(rank);
-      if (b != backups_.end()) add(b->second);
-    }
-    std::string head = "COPIES " + std::to_string(copies.size()) + "\n";
-    BULWARK_RETURN_IF_ERROR(SendAll(c, head.data(), head.size()));
-    for (auto& [r, slot] : copies) {
-      size_t bytes = 0;
-      std::vector<uint8_t> blank(sizeof(ShardHeader), 0);
-      const uint8_t* src = r->slot(slot);
-      // Overwritten since it was listed: send an unsealed header instead.
-      if (!client::PeekShardHeader(src, r->slot_capacity(), nullptr, &bytes)) {
-        bytes = sizeof(ShardHeader);
-        src = blank.data();
-      }
-      std::string line = "COPY " + std::to_string(bytes) + "\n";
-      BULWARK_RETURN_IF_ERROR(SendAll(c, line.data(), line.size()));
-      BULWARK_RETURN_IF_ERROR(SendAll(c, src, bytes));
-    }
-    return Status::OK();
-  }
-
-  // Pulls every copy `source` holds of its rank into a fresh region.
-  Result<RegionPtr> Fetch(const ShardRoutes::Source& source) {
-    auto fd = DialTcp(source.addr, kTransferTimeoutS);
-    if (!fd.ok()) return fd.status();
-    std::string req = "FETCH " + std::to_string(source.rank) + "\n";
-    std::vector<std::string> images;
-    Status st = SendAll(*fd, req.data(), req.size());
-    if (st.ok()) {
-      auto head = RecvLine(*fd);
-      auto w = head.ok() ? client::SplitWords(*head) : std::vector<std::string>{};
-      if (!head.ok()) st = head.status();
-      else if (w.size() != 2 || w[0] != "COPIES") st = Status::Corrupt("unexpected answer '" + *head + "'");
-      for (int i = 0; st.ok() && i < std::atoi(w[1].c_str()); ++i) {
-        auto line = RecvLine(*fd);
-        if (!line.ok()) {
-          st = line.status();
-          break;
-        }
-        auto lw = client::SplitWords(*line);
-        uint64_t n = lw.size() == 2 ? std::strtoull(lw[1].c_str(), nullptr, 10) : 0;
-        if (n == 0 || n > (uint64_t{64} << 30)) {
-          st = Status::Corrupt("bad copy header '" + *line + "'");
-          break;
-        }
-        images.emplace_back(n, '\0');
-        st = RecvAll(*fd, images.back().data(), n);
-      }
-    }
-    ::close(*fd);
-    BULWARK_RETURN_IF_ERROR(st);
-    if (images.empty()) return RegionPtr();
-    size_t cap = 0;
-    for (const auto& s : images) cap = std::max(cap, s.size());
-    auto region = ShardRegion::Create("bulwark-fetched-rank-" + std::to_string(source.rank), cap,
-                                      static_cast<int>(images.size()));
-    if (!region.ok()) return region.status();
-    for (size_t i = 0; i < images.size(); ++i) std::memcpy(region->slot(static_cast<int>(i)), images[i].data(), images[i].size());
-    return std::make_shared<ShardRegion>(std::move(*region));
-  }
-
-  void FetchAll(ShardRoutes routes, std::vector<int> ranks) {
-    auto t = Clock::now();
-    for (const auto& s : routes.restore_from) {
-      if (std::find(ranks.begin(), ranks.end(), s.rank) == ranks.end()) continue;
-      auto r = Fetch(s);
-      if (!r.ok()) {
-        log_("fetching rank " + std::to_string(s.rank) + "'s shard from " + s.machine + " failed: " + r.status().ToString());
+        ::close(fds[i].fd);
+        conns_.erase(ids[i - 2]);
+        owner_.erase(ids[i - 2]);
         continue;
       }
-      if (!*r) continue;
-      std::lock_guard<std::mutex> lock(mu_);
-      fetched_[s.rank].push_back({s.machine, *r});
+      Handle(ids[i - 2], fds[i].fd, *msg, fd);
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      fetching_ = false;
-      stats_.last_fetch_ms = MsSince(t);
-    }
-    Wake();
   }
-};
+}
+
+void ShardStore::Impl::Handle(int64_t conn, int sock, const std::string& msg, int fd) {
+  auto w = client::SplitWords(msg);
+  if (w.size() == 3 && w[0] == "RESTORE") {
+    int rank = std::atoi(w[1].c_str());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fetching_) {
+      waiting_.emplace_back(conn, rank);
+    } else {
+      OfferLocked(sock, rank);
+    }
+  } else if (w.size() >= 3 && w[0] == "REGION" && fd >= 0) {
+    int rank = std::atoi(w[1].c_str());
+    const bool peer_writes = w.size() == 4 && w[3] == "PEERWRITES";
+    auto region = ShardRegion::Map(fd);
+    if (!region.ok()) {
+      (void)client::SendShardMessage(sock, "ERROR " + region.status().message());
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    Primary& p = primaries_[rank];
+    // The previous run's images stay until this run seals one: a crash
+    // before that must still find them.
+    if (p.current && !p.current->SealedSlots().empty()) p.previous = p.current;
+    p.current = std::make_shared<ShardRegion>(std::move(*region));
+    p.peer_writes = peer_writes;
+    owner_[conn] = rank;
+    (void)client::SendShardMessage(sock, "OK");
+  } else if (w.size() == 3 && w[0] == "SAVED") {
+    int slot = std::atoi(w[1].c_str());
+    int64_t step = std::atoll(w[2].c_str());
+    std::lock_guard<std::mutex> lock(mu_);
+    auto owner = owner_.find(conn);
+    auto p = owner == owner_.end() ? primaries_.end() : primaries_.find(owner->second);
+    client::ShardInfo info;
+    if (p != primaries_.end() && p->second.current && slot >= 0 && slot < p->second.current->num_slots() &&
+        client::PeekShardHeader(p->second.current->slot(slot), p->second.current->slot_capacity(), &info, nullptr) &&
+        info.step == step && info.rank == owner->second) {
+      p->second.previous.reset();
+      work_.push_back({info.rank, slot, step, p->second.current, conn, !p->second.peer_writes});
+      work_cv_.notify_all();
+      return;
+    }
+    // Another rank's backup written here from replicated state (it is
+    // where it must be already), or nothing we know: release at once.
+    (void)client::SendShardMessage(sock, "RELEASED " + w[1]);
+  } else if (fd >= 0) {
+    ::close(fd);
+  }
+}
+
+void ShardStore::Impl::OfferLocked(int sock, int rank) {
+  auto offer = [&](const RegionPtr& r, const std::string& source) {
+    if (HoldsRank(r, rank)) (void)client::SendShardMessage(sock, "COPY " + source, r->fd());
+  };
+  // Its own region first, then any other rank's that holds its backup.
+  auto p = primaries_.find(rank);
+  if (p != primaries_.end()) {
+    offer(p->second.current, "memory");
+    offer(p->second.previous, "memory");
+  }
+  for (const auto& [owner, other] : primaries_) {
+    if (owner == rank) continue;
+    offer(other.current, "memory");
+    offer(other.previous, "memory");
+  }
+  auto b = backups_.find(rank);
+  if (b != backups_.end()) offer(b->second, "memory");
+  for (const Fetched& f : fetched_[rank]) offer(f.region, "peer:" + f.machine);
+  if (!routes_.durable_dir.empty()) (void)client::SendShardMessage(sock, "DURABLE " + routes_.durable_dir);
+  (void)client::SendShardMessage(sock, "END");
+}
+
+void ShardStore::Impl::AnswerWaiting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fetching_) return;
+  for (auto& [conn, rank] : waiting_) {
+    auto it = conns_.find(conn);
+    if (it != conns_.end()) OfferLocked(it->second, rank);
+  }
+  waiting_.clear();
+}
+
+void ShardStore::Impl::WorkLoop() {
+  client::LowerThreadPriority();
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return stop_ || !work_.empty(); });
+    if (stop_) return;
+    Work w = work_.front();
+    work_.pop_front();
+    bool superseded = false;
+    for (const Work& later : work_) superseded |= later.rank == w.rank;
+    ShardRoutes routes = routes_;
+    lock.unlock();
+    if (superseded) {
+      std::lock_guard<std::mutex> l(mu_);
+      ++stats_.superseded;
+    } else {
+      Process(w, routes);
+    }
+    lock.lock();
+    auto it = conns_.find(w.conn);
+    if (it != conns_.end()) (void)client::SendShardMessage(it->second, "RELEASED " + std::to_string(w.slot));
+  }
+}
+
+void ShardStore::Impl::Process(const Work& w, const ShardRoutes& routes) {
+  const uint8_t* image = w.region->slot(w.slot);
+  size_t bytes = 0;
+  if (!client::PeekShardHeader(image, w.region->slot_capacity(), nullptr, &bytes)) return;
+  if (w.push && !routes.backup_addr.empty()) {
+    auto t = Clock::now();
+    Status st = Push(routes.backup_addr, w.rank, w.step, image, bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (st.ok()) {
+      ++stats_.pushed;
+      stats_.last_push_ms = MsSince(t);
+      if (stats_.push_failures > 0) log_("backups to " + routes.backup_machine + " flow again");
+      stats_.push_failures = 0;
+    } else if (stats_.push_failures++ == 0) {
+      log_("backup of rank " + std::to_string(w.rank) + " to " + routes.backup_machine + " failed: " + st.ToString());
+    }
+  }
+  if (routes.persist_every > 0 && !routes.durable_dir.empty() && w.step % routes.persist_every == 0) {
+    auto t = Clock::now();
+    std::string path = client::DurableShardPath(routes.durable_dir, w.step, w.rank);
+    Status st = MakeDirs(path.substr(0, path.rfind('/')));
+    if (st.ok()) st = WriteFileAtomic(path, image, bytes);
+    if (st.ok()) Prune(routes.durable_dir, w.rank);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (st.ok()) {
+      ++stats_.persisted;
+      stats_.last_persist_ms = MsSince(t);
+      log_("persisted rank " + std::to_string(w.rank) + " step " + std::to_string(w.step) + " (" +
+           std::to_string(bytes >> 20) + " MiB) in " + std::to_string(static_cast<int>(stats_.last_persist_ms)) + " ms");
+    } else {
+      log_("persisting rank " + std::to_string(w.rank) + " step " + std::to_string(w.step) + " failed: " + st.ToString());
+    }
+  }
+}
+
+void ShardStore::Impl::Prune(const std::string& dir, int rank) {
+  auto steps = client::DurableSteps(dir, rank);
+  for (size_t i = kDurableKeep; i < steps.size(); ++i) {
+    std::string path = client::DurableShardPath(dir, steps[i], rank);
+    ::unlink(path.c_str());
+    ::rmdir(path.substr(0, path.rfind('/')).c_str());  // fails while other ranks' files remain
+  }
+}
 
 Result<std::unique_ptr<ShardStore>> ShardStore::Start(const std::string& machine, const std::string& socket_path,
                                                       const std::string& host,

@@ -321,20 +321,28 @@ Status MachineCmd(const Args& a) {
 // demo and bench-recovery (src/demo/)
 // ---------------------------------------------------------------------------
 
-Status DemoCmd(const Args& a) {
-  demo::DemoOptions o;
+// The flags shared by the demo and the benchmarks, then integer flags that
+// keep their defaults when absent.
+template <typename Options>
+Status ReadRunFlags(const Args& a, Options& o, std::initializer_list<std::pair<const char*, int*>> ints) {
   o.exe_dir = ExeDir();
   o.out = a.Get("out", o.out);
   o.data = a.Get("data", o.data);
   o.config = a.Get("config", o.config);
-  o.json = a.Has("json");
-  for (auto [key, field] : std::initializer_list<std::pair<const char*, int*>>{
-           {"steps", &o.steps}, {"batch-size", &o.batch}, {"ckpt-every", &o.ckpt_every}, {"threads", &o.threads}, {"machines", &o.machines},
-           {"standby", &o.standby}, {"gap", &o.gap_steps}}) {
+  for (auto [key, field] : ints) {
     Result<int> v = IntFlag(a, key, *field);
     if (!v.ok()) return v.status();
     *field = *v;
   }
+  return Status::OK();
+}
+
+Status DemoCmd(const Args& a) {
+  demo::DemoOptions o;
+  o.json = a.Has("json");
+  BULWARK_RETURN_IF_ERROR(ReadRunFlags(a, o, {{"steps", &o.steps}, {"batch-size", &o.batch}, {"ckpt-every", &o.ckpt_every},
+                                              {"threads", &o.threads}, {"machines", &o.machines},
+                                              {"standby", &o.standby}, {"gap", &o.gap_steps}}));
   if (o.machines < 4 || o.standby != 2) {
     // Two evictions use up the standbys and the third leaves the job waiting.
     return Status::InvalidArgument("demo: the schedule is written for --machines 4 or more and --standby 2");
@@ -344,32 +352,14 @@ Status DemoCmd(const Args& a) {
 
 Status BenchRecoveryCmd(const Args& a) {
   demo::BenchOptions o;
-  o.exe_dir = ExeDir();
-  o.out = a.Get("out", o.out);
-  o.data = a.Get("data", o.data);
-  o.config = a.Get("config", o.config);
-  Result<int> repeat = IntFlag(a, "repeat", o.repeat);
-  Result<int> threads = IntFlag(a, "threads", o.threads);
-  if (!repeat.ok()) return repeat.status();
-  if (!threads.ok()) return threads.status();
-  o.repeat = *repeat;
-  o.threads = *threads;
+  BULWARK_RETURN_IF_ERROR(ReadRunFlags(a, o, {{"repeat", &o.repeat}, {"threads", &o.threads}}));
   return demo::RunRecoveryBench(o);
 }
 
 Status BenchCheckpointCmd(const Args& a) {
   demo::CheckpointBenchOptions o;
-  o.exe_dir = ExeDir();
-  o.out = a.Get("out", o.out);
-  o.data = a.Get("data", o.data);
-  o.config = a.Get("config", o.config);
-  for (auto [key, field] : std::initializer_list<std::pair<const char*, int*>>{
-           {"rounds", &o.rounds}, {"steps", &o.steps}, {"warmup", &o.warmup}, {"threads", &o.threads},
-           {"persist-every", &o.persist_every}}) {
-    Result<int> v = IntFlag(a, key, *field);
-    if (!v.ok()) return v.status();
-    *field = *v;
-  }
+  BULWARK_RETURN_IF_ERROR(ReadRunFlags(a, o, {{"rounds", &o.rounds}, {"steps", &o.steps}, {"warmup", &o.warmup},
+                                              {"threads", &o.threads}, {"persist-every", &o.persist_every}}));
   if (o.steps <= o.warmup) return Status::InvalidArgument("bench-checkpoint: --steps must exceed --warmup");
   return demo::RunCheckpointBench(o);
 }

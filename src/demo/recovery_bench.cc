@@ -22,13 +22,6 @@
 namespace bulwark::demo {
 namespace {
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // The targets the issue set, for the printout only.
 const std::map<std::string, std::string> kTargets = {
     {"crash", "< 1 s"}, {"kill", "< 1 s"}, {"machine-down", "< 3 s"}, {"device-fail", "< 2 s"}, {"nic-flap", "–"}};

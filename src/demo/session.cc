@@ -1,5 +1,7 @@
 #include "demo/session.h"
 
+#include <algorithm>
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,6 +47,13 @@ Status RunChild(const std::vector<std::string>& argv, double timeout_s, bool std
     return Status::Internal(argv[0] + " " + (argv.size() > 1 ? argv[1] : "") + " failed (status " + std::to_string(st) + ")");
   }
   return Status::OK();
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 std::vector<json> Events(const std::string& log) {

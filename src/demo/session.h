@@ -37,6 +37,9 @@ Status PrepareRunDir(const std::string& exe_dir, const std::string& data, const 
 // The newest JSON event of `kind` ("step", "start") in a rank's log, and the
 // first "step" after the newest "start" (the first step of the latest run).
 std::optional<json> LastEvent(const std::string& log, const std::string& kind);
+// The median of `v`; -1 when empty (benchmarks print it as such).
+double Median(std::vector<double> v);
+
 // Every JSON event line of a rank log, oldest first (stderr lines skipped).
 std::vector<json> Events(const std::string& log);
 std::optional<json> FirstStepAfterLastStart(const std::string& log);

@@ -1,0 +1,231 @@
+// The store's side towards other agents: receiving pushed backups, serving
+// copies to a machine about to restore, pushing and fetching (see
+// shard_transfer.h for the stream format).
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "agent/shard_store_impl.h"
+#include "agent/shard_transfer.h"
+#include "client/shard_client.h"
+#include "client/shard_image.h"
+#include "client/shard_socket.h"
+
+namespace bulwark::agent {
+
+using client::ShardHeader;
+using client::ShardRegion;
+
+Status ShardStore::Impl::PushOnce(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes) {
+  if (push_fd_ < 0 || push_to_ != addr) {
+    if (push_fd_ >= 0) ::close(push_fd_);
+    push_fd_ = -1;
+    auto fd = DialTcp(addr, kTransferTimeoutS);
+    if (!fd.ok()) return fd.status();
+    push_fd_ = *fd;
+    push_to_ = addr;
+  }
+  std::string head = "PUSH " + std::to_string(rank) + " " + std::to_string(step) + " " + std::to_string(bytes) + "\n";
+  Status st = SendAll(push_fd_, head.data(), head.size());
+  if (st.ok()) st = SendAll(push_fd_, image, bytes);
+  if (st.ok()) {
+    auto reply = RecvLine(push_fd_);
+    if (!reply.ok()) st = reply.status();
+    else if (*reply != "OK") st = Status::Unavailable("backup peer answered: " + *reply);
+  }
+  if (!st.ok()) {
+    ::close(push_fd_);
+    push_fd_ = -1;
+  }
+  return st;
+}
+
+// A kept connection may have been closed by the peer meanwhile (it
+// restarted): one retry on a fresh connection.
+Status ShardStore::Impl::Push(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes) {
+  const bool fresh = push_fd_ < 0 || push_to_ != addr;
+  Status st = PushOnce(addr, rank, step, image, bytes);
+  if (!st.ok() && !fresh) st = PushOnce(addr, rank, step, image, bytes);
+  return st;
+}
+
+void ShardStore::Impl::TcpLoop() {
+  client::LowerThreadPriority();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+    }
+    pollfd p{tcp_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) continue;
+    int c = ::accept4(tcp_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) continue;
+    SetTimeouts(c, kTransferTimeoutS);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++serving_;
+    }
+    std::thread([this, c] { ServeConnection(c); }).detach();
+  }
+}
+
+// Requests on one connection until the peer closes it or the store stops.
+void ShardStore::Impl::ServeConnection(int c) {
+  client::LowerThreadPriority();
+  while (!stopping_) {
+    pollfd p{c, POLLIN, 0};
+    int r = ::poll(&p, 1, 500);
+    if (r == 0) continue;
+    char probe;
+    if (r < 0 || ::recv(c, &probe, 1, MSG_PEEK) <= 0) break;  // closed between requests: the normal end
+    Status st = Serve(c);
+    if (!st.ok()) {
+      log_("shard transfer from a peer failed: " + st.ToString());
+      break;
+    }
+  }
+  ::close(c);
+  std::lock_guard<std::mutex> lock(mu_);
+  --serving_;
+  served_.notify_all();
+}
+
+Status ShardStore::Impl::Serve(int c) {
+  auto line = RecvLine(c);
+  if (!line.ok()) return line.status();
+  auto w = client::SplitWords(*line);
+  if (w.size() == 4 && w[0] == "PUSH") return Receive(c, std::atoi(w[1].c_str()), std::strtoull(w[3].c_str(), nullptr, 10));
+  if (w.size() == 2 && w[0] == "FETCH") return SendCopies(c, std::atoi(w[1].c_str()));
+  return Status::InvalidArgument("unknown shard transfer request '" + *line + "'");
+}
+
+// Receives into the older of the rank's two backup slots; the header goes
+// in last, so a transfer cut short never looks like a complete image.
+Status ShardStore::Impl::Receive(int c, int rank, uint64_t bytes) {
+  if (bytes < sizeof(ShardHeader) || bytes > (uint64_t{64} << 30)) return Status::InvalidArgument("implausible shard size");
+  RegionPtr region;
+  int slot = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RegionPtr& r = backups_[rank];
+    if (!r || r->slot_capacity() < bytes) {
+      auto made = ShardRegion::Create("bulwark-backup-rank-" + std::to_string(rank), bytes, 2);
+      if (!made.ok()) return made.status();
+      r = std::make_shared<ShardRegion>(std::move(*made));
+    }
+    region = r;
+    auto sealed = region->SealedSlots();
+    slot = region->OldestSlot(sealed.empty() ? -1 : sealed.front().slot);
+  }
+  uint8_t* dst = region->slot(slot);
+  ShardHeader header;
+  std::memset(dst, 0, sizeof header);  // unsealed while receiving
+  BULWARK_RETURN_IF_ERROR(RecvAll(c, &header, sizeof header));
+  BULWARK_RETURN_IF_ERROR(RecvAll(c, dst + sizeof header, bytes - sizeof header));
+  uint64_t seal = header.header_checksum;
+  header.header_checksum = 0;
+  std::memcpy(dst, &header, sizeof header);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::memcpy(dst + offsetof(ShardHeader, header_checksum), &seal, sizeof seal);
+  return SendAll(c, "OK\n", 3);
+}
+
+Status ShardStore::Impl::SendCopies(int c, int rank) {
+  std::vector<std::pair<RegionPtr, int>> copies;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto add = [&](const RegionPtr& r) {
+      if (!r) return;
+      for (const auto& s : r->SealedSlots())
+        if (s.info.rank == rank) copies.emplace_back(r, s.slot);
+    };
+    for (const auto& [owner, p] : primaries_) {
+      add(p.current);
+      add(p.previous);
+    }
+    auto b = backups_.find(rank);
+    if (b != backups_.end()) add(b->second);
+  }
+  std::string head = "COPIES " + std::to_string(copies.size()) + "\n";
+  BULWARK_RETURN_IF_ERROR(SendAll(c, head.data(), head.size()));
+  for (auto& [r, slot] : copies) {
+    size_t bytes = 0;
+    std::vector<uint8_t> blank(sizeof(ShardHeader), 0);
+    const uint8_t* src = r->slot(slot);
+    // Overwritten since it was listed: send an unsealed header instead.
+    if (!client::PeekShardHeader(src, r->slot_capacity(), nullptr, &bytes)) {
+      bytes = sizeof(ShardHeader);
+      src = blank.data();
+    }
+    std::string line = "COPY " + std::to_string(bytes) + "\n";
+    BULWARK_RETURN_IF_ERROR(SendAll(c, line.data(), line.size()));
+    BULWARK_RETURN_IF_ERROR(SendAll(c, src, bytes));
+  }
+  return Status::OK();
+}
+
+// Pulls every copy `source` holds of its rank into a fresh region.
+Result<RegionPtr> ShardStore::Impl::Fetch(const ShardRoutes::Source& source) {
+  auto fd = DialTcp(source.addr, kTransferTimeoutS);
+  if (!fd.ok()) return fd.status();
+  std::string req = "FETCH " + std::to_string(source.rank) + "\n";
+  std::vector<std::string> images;
+  Status st = SendAll(*fd, req.data(), req.size());
+  if (st.ok()) {
+    auto head = RecvLine(*fd);
+    auto w = head.ok() ? client::SplitWords(*head) : std::vector<std::string>{};
+    if (!head.ok()) st = head.status();
+    else if (w.size() != 2 || w[0] != "COPIES") st = Status::Corrupt("unexpected answer '" + *head + "'");
+    for (int i = 0; st.ok() && i < std::atoi(w[1].c_str()); ++i) {
+      auto line = RecvLine(*fd);
+      if (!line.ok()) {
+        st = line.status();
+        break;
+      }
+      auto lw = client::SplitWords(*line);
+      uint64_t n = lw.size() == 2 ? std::strtoull(lw[1].c_str(), nullptr, 10) : 0;
+      if (n == 0 || n > (uint64_t{64} << 30)) {
+        st = Status::Corrupt("bad copy header '" + *line + "'");
+        break;
+      }
+      images.emplace_back(n, '\0');
+      st = RecvAll(*fd, images.back().data(), n);
+    }
+  }
+  ::close(*fd);
+  BULWARK_RETURN_IF_ERROR(st);
+  if (images.empty()) return RegionPtr();
+  size_t cap = 0;
+  for (const auto& s : images) cap = std::max(cap, s.size());
+  auto region = ShardRegion::Create("bulwark-fetched-rank-" + std::to_string(source.rank), cap,
+                                    static_cast<int>(images.size()));
+  if (!region.ok()) return region.status();
+  for (size_t i = 0; i < images.size(); ++i) std::memcpy(region->slot(static_cast<int>(i)), images[i].data(), images[i].size());
+  return std::make_shared<ShardRegion>(std::move(*region));
+}
+
+void ShardStore::Impl::FetchAll(ShardRoutes routes, std::vector<int> ranks) {
+  auto t = Clock::now();
+  for (const auto& s : routes.restore_from) {
+    if (std::find(ranks.begin(), ranks.end(), s.rank) == ranks.end()) continue;
+    auto r = Fetch(s);
+    if (!r.ok()) {
+      log_("fetching rank " + std::to_string(s.rank) + "'s shard from " + s.machine + " failed: " + r.status().ToString());
+      continue;
+    }
+    if (!*r) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    fetched_[s.rank].push_back({s.machine, *r});
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fetching_ = false;
+    stats_.last_fetch_ms = MsSince(t);
+  }
+  Wake();
+}
+
+}  // namespace bulwark::agent

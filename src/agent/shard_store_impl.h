@@ -1,0 +1,117 @@
+// ShardStore::Impl: the store's state and threads, shared by shard_store.cc
+// (ranks: the Unix socket, sending, persisting, releasing) and
+// shard_peers.cc (other agents: receiving backups, serving and fetching
+// copies). Private to src/agent.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/shard_store.h"
+#include "client/shard_region.h"
+
+namespace bulwark::agent {
+
+using RegionPtr = std::shared_ptr<client::ShardRegion>;
+using Clock = std::chrono::steady_clock;
+
+// Every transfer between agents gives up after this long without progress.
+constexpr int kTransferTimeoutS = 10;
+
+inline double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+class ShardStore::Impl {
+ public:
+  std::string machine_, socket_path_, host_;
+  std::function<void(const std::string&)> log_;
+  int unix_fd_ = -1, tcp_fd_ = -1, tcp_port_ = 0;
+  int wake_[2] = {-1, -1};
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  struct Primary {
+    RegionPtr current, previous;
+    bool peer_writes = false;  // the backup peer writes this rank's backup itself: no push
+  };
+  struct Fetched {
+    std::string machine;
+    RegionPtr region;
+  };
+  struct Work {
+    int rank, slot;
+    int64_t step;
+    RegionPtr region;
+    int64_t conn;
+    bool push;
+  };
+  std::map<int, Primary> primaries_;
+  std::map<int, RegionPtr> backups_;
+  std::map<int, std::vector<Fetched>> fetched_;
+  ShardRoutes routes_;
+  bool fetching_ = false;
+  std::deque<Work> work_;
+  std::map<int64_t, int> conns_;                  // connection id -> fd
+  std::map<int64_t, int> owner_;                  // connection id -> the rank that registered its region
+  std::vector<std::pair<int64_t, int>> waiting_;  // (connection, rank) restores waiting for fetches
+  int64_t next_conn_ = 1;
+  ShardStats stats_;
+  bool stop_ = false;
+  std::atomic<bool> stopping_{false};  // read by connection threads without mu_
+  std::thread local_, tcp_, worker_, fetcher_;
+  // Peer connections are served on their own threads (a backup stream stays
+  // open and must not hold up a fetch); the destructor waits for them.
+  int serving_ = 0;
+  std::condition_variable served_;
+  // The worker's connection to the backup peer, kept open across steps: a
+  // connection per push would leave thousands of sockets in TIME_WAIT, and
+  // one of their ports could be the next generation's rendezvous port.
+  int push_fd_ = -1;
+  std::string push_to_;
+
+  void Wake();
+
+  // --- ranks (Unix socket) ---------------------------------------------
+  void LocalLoop();
+  void Handle(int64_t conn, int sock, const std::string& msg, int fd);
+  void OfferLocked(int sock, int rank);
+  void AnswerWaiting();
+
+  // --- sending, persisting, releasing ---------------------------------
+  void WorkLoop();
+  void Process(const Work& w, const ShardRoutes& routes);
+  Status PushOnce(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes);
+
+  // A kept connection may have been closed by the peer meanwhile (it
+  // restarted): one retry on a fresh connection.
+  Status Push(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes);
+  static void Prune(const std::string& dir, int rank);
+
+  // --- peers (TCP) -------------------------------------------------------
+  void TcpLoop();
+
+  // Requests on one connection until the peer closes it or the store stops.
+  void ServeConnection(int c);
+  Status Serve(int c);
+
+  // Receives into the older of the rank's two backup slots; the header goes
+  // in last, so a transfer cut short never looks like a complete image.
+  Status Receive(int c, int rank, uint64_t bytes);
+  Status SendCopies(int c, int rank);
+
+  // Pulls every copy `source` holds of its rank into a fresh region.
+  Result<RegionPtr> Fetch(const ShardRoutes::Source& source);
+  void FetchAll(ShardRoutes routes, std::vector<int> ranks);
+};
+
+}  // namespace bulwark::agent
