@@ -327,6 +327,9 @@ Result<std::optional<RestoreOutcome>> MemoryCheckpoint::Restore(TrainState* st) 
     BULWARK_RETURN_IF_ERROR(Load(v, st));
     break;
   }
+  // Cannot happen (the point was agreed from this rank's own list), but if it
+  // did the others would wait in Load's all-gathers: say so before they time out.
+  if (mine.empty()) return Status::Internal("rank " + std::to_string(comm_.rank()) + " lost its copy of the agreed step " + std::to_string(step));
   timeline_ = client::NextTimeline(timeline, step);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 
