@@ -6,7 +6,8 @@
 # dead machine (backup peer, onto a standby), a machine and its backup peer
 # dead together (durable storage). Figures only. Raw samples in
 # runs/bench-checkpoint/result.json. Extra flags go to `bulwark
-# bench-checkpoint` (--rounds N, --steps N, --config tiny, --persist-every N).
+# bench-checkpoint` (--rounds N, --steps N, --config tiny, --persist-every N,
+# --shard-optimizer: ZeRO-1, whose backups cross the network).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA=${BULWARK_DATA:-data/kjv}

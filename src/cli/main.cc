@@ -53,7 +53,7 @@ struct Args {
   }
 };
 
-const std::set<std::string> kBoolFlags = {"json", "init", "help"};
+const std::set<std::string> kBoolFlags = {"json", "init", "help", "shard-optimizer"};
 
 Result<Args> ParseArgs(int argc, char** argv) {
   Args a;
@@ -358,6 +358,7 @@ Status BenchRecoveryCmd(const Args& a) {
 
 Status BenchCheckpointCmd(const Args& a) {
   demo::CheckpointBenchOptions o;
+  o.shard_optimizer = a.Has("shard-optimizer");
   BULWARK_RETURN_IF_ERROR(ReadRunFlags(a, o, {{"rounds", &o.rounds}, {"steps", &o.steps}, {"warmup", &o.warmup},
                                               {"threads", &o.threads}, {"persist-every", &o.persist_every}}));
   if (o.steps <= o.warmup) return Status::InvalidArgument("bench-checkpoint: --steps must exceed --warmup");
@@ -396,7 +397,7 @@ Status Run(const Args& a) {
                "  demo [--json] [--out runs/demo]    4 machines + 2 standby train the small model through every\n"
                "                                     fault class; live line, tables, report.{html,md,json}\n"
                "  bench-recovery [--repeat 3]        detect/recover medians per fault class (tiny model)\n"
-               "  bench-checkpoint [--rounds 2]      in-memory checkpoint overhead and restore times (small model)\n"
+               "  bench-checkpoint [--rounds 2] [--shard-optimizer]  in-memory checkpoint overhead and restore times\n"
                "every command takes --dir D (default $BULWARK_DIR, else ./.bulwark)\n";
   return cmd == "help" ? Status::OK() : Status::InvalidArgument("unknown command '" + cmd + "'");
 }

@@ -29,9 +29,11 @@ std::string Fmt(double v, int decimals) {
 }
 
 std::vector<std::string> TrainArgs(const CheckpointBenchOptions& o, int64_t steps, const std::string& memory) {
-  return {"--config", o.config, "--data", o.data, "--steps", std::to_string(steps), "--log-format", "json",
-          "--threads", std::to_string(o.threads), "--dist-timeout", "10", "--eval-every", "0",
-          "--memory-ckpt", memory};
+  std::vector<std::string> args = {"--config", o.config, "--data", o.data, "--steps", std::to_string(steps),
+                                   "--log-format", "json", "--threads", std::to_string(o.threads),
+                                   "--dist-timeout", "10", "--eval-every", "0", "--memory-ckpt", memory};
+  if (o.shard_optimizer) args.push_back("--shard-optimizer");
+  return args;
 }
 
 struct Throughput {
@@ -98,8 +100,9 @@ Status MeasureOnce(const CheckpointBenchOptions& o, const std::string& memory, i
 Status RunCheckpointBench(const CheckpointBenchOptions& o) {
   BULWARK_RETURN_IF_ERROR(PrepareRunDir(o.exe_dir, o.data, o.out));
   std::printf("bench/checkpoint_overhead: %s config, 2 ranks (1 per machine, %d thread each), %d rounds of %d steps "
-              "(first %d not counted), persisting every %d steps\n",
-              o.config.c_str(), o.threads, o.rounds, o.steps, o.warmup, o.persist_every);
+              "(first %d not counted), persisting every %d steps, %s\n",
+              o.config.c_str(), o.threads, o.rounds, o.steps, o.warmup, o.persist_every,
+              o.shard_optimizer ? "ZeRO-1 (backups pushed to the peer)" : "replicated state (backups written by the peer)");
   std::map<std::string, Throughput> runs;
   for (int round = 1; round <= o.rounds; ++round) {
     for (const char* memory : {"off", "on"}) {
@@ -191,7 +194,7 @@ Status RunCheckpointBench(const CheckpointBenchOptions& o) {
                 static_cast<long long>(x["lost_steps"].get<int64_t>()));
   }
   std::printf("  (restore: the slowest rank, from asking its agent to holding the state; recover: restart decision -> first step)\n");
-  const json record{{"config", o.config}, {"rounds", o.rounds}, {"steps", o.steps}, {"warmup", o.warmup},
+  const json record{{"config", o.config}, {"shard_optimizer", o.shard_optimizer}, {"rounds", o.rounds}, {"steps", o.steps}, {"warmup", o.warmup},
                     {"off_step_ms", off.step_ms}, {"on_step_ms", on.step_ms}, {"on_block_ms", on.block_ms},
                     {"on_copy_cpu_ms", on.copy_ms}, {"off_agent_cpu_ms_per_step", off.agent_cpu_ms},
                     {"on_agent_cpu_ms_per_step", on.agent_cpu_ms},

@@ -55,6 +55,9 @@ struct CheckpointBenchOptions {
   int warmup = 5;
   int threads = 1;
   int persist_every = 20;
+  // ZeRO-1: each rank's moments are its own, so backups are pushed over the
+  // network instead of written by the peer from replicated state.
+  bool shard_optimizer = false;
 };
 
 // bench/checkpoint_overhead (checkpoint_bench.cc).
