@@ -4,15 +4,18 @@
 //   primary  the regions its ranks write their shards into (client/), kept
 //            after a rank dies so a rank restarted in place restores from
 //            them; the region of the previous run of a rank stays until the
-//            new run has sealed an image of its own;
+//            new run has sealed an image of its own. With replicated state
+//            a region also holds the backup of another machine's rank,
+//            written by this machine's rank from its own memory;
 //   backup   the newest two images of ranks on other machines, pushed here
-//            by their agents;
+//            by their agents (ZeRO-1 jobs);
 //   fetched  copies of this machine's ranks' shards pulled from the
 //            machines the controller named, before a restore.
 //
 // For each image a rank seals it pushes a copy to the backup peer the
-// controller chose, persists every `persist_every` steps, then releases the
-// slot back to the rank. A newer image of the same rank supersedes an older
+// controller chose (unless the peer writes that backup itself: the rank's
+// region said PEERWRITES), persists every `persist_every` steps, then
+// releases the slot back to the rank. A newer image of the same rank supersedes an older
 // one still waiting: only the newest is worth sending.
 #pragma once
 
