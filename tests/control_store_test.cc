@@ -450,13 +450,57 @@ TEST(Plane, NegativePersistIntervalIsRefused) {
   EXPECT_NE(id.status().message().find("persist_every"), std::string::npos) << id.status().message();
 }
 
+wire::InjectRequest Injection(const std::string& machine, const std::string& fault, int rank,
+                              const std::string& where = "", double factor = 0) {
+  wire::InjectRequest r;
+  r.set_machine(machine);
+  r.set_fault(fault);
+  r.set_rank(rank);
+  r.set_where(where);
+  r.set_factor(factor);
+  return r;
+}
+
+// Bad injection requests are refused with a line that names the fix, and
+// nothing is queued for the agent.
+TEST(Plane, BadInjectionsAreRefusedAndNothingIsSent) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE((*p)->Register(Reg("m01"), TimeFromMs(1000)).ok());
+  struct Case {
+    wire::InjectRequest req;
+    const char* names;
+  } cases[] = {
+      {Injection("m01", "meltdown", 0), "hang, slow"},
+      {Injection("m01", "slow", 0, "", 1.0), "above 1"},
+      {Injection("m01", "slow", 0, "", 0.5), "above 1"},
+      {Injection("m01", "slow", 0), "above 1"},
+      {Injection("m01", "hang", 0, "disk"), "collective or compute"},
+      {Injection("m01", "crash", 0, "", 2), "slow only"},
+      {Injection("m01", "nan", 0, "compute"), "hang only"},
+  };
+  for (const Case& c : cases) {
+    Status st = (*p)->Inject(c.req);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << c.req.fault();
+    EXPECT_NE(st.message().find(c.names), std::string::npos) << st.message();
+  }
+  std::string sent;
+  bool superseded = false;
+  auto cmd = (*p)->NextCommand("m01", (*p)->OpenStream("m01"), &sent, TimeFromMs(1001), &superseded);
+  EXPECT_FALSE(cmd.has_value()) << "a refused injection reached the agent";
+  EXPECT_TRUE((*p)->Inject(Injection("m01", "slow", 0, "", 2.0)).ok());
+  EXPECT_TRUE((*p)->Inject(Injection("m01", "hang", 0, "compute")).ok());
+}
+
 TEST(Plane, UnknownMachineIsNotFoundByName) {
   PlaneOptions o;
   o.db_path = testing::MakeTempDir() + "/c.db";
   auto p = Plane::Open(o, TimeFromMs(1000));
   ASSERT_TRUE(p.ok());
   ASSERT_TRUE((*p)->Register(Reg("m01"), TimeFromMs(1000)).ok());
-  Status inject = (*p)->Inject("m99", "crash", 0);
+  Status inject = (*p)->Inject(Injection("m99", "crash", 0));
   EXPECT_EQ(inject.code(), Status::Code::kNotFound);
   EXPECT_NE(inject.message().find("m99"), std::string::npos) << inject.message();
   Status ret = (*p)->ReturnMachine("m42", TimeFromMs(1100));

@@ -13,10 +13,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "agent/inspector.h"
 #include "agent/monitor.h"
+#include "agent/rank_link_server.h"
+#include "agent/slow_injector.h"
+#include "agent/tracer.h"
 #include "agent/shard_store.h"
 #include "agent/signatures.h"
 #include "agent/supervisor.h"
@@ -60,9 +64,11 @@ void Log(const std::string& line) {
 
 class Agent {
  public:
-  Agent(AgentOptions o, std::string token, SignatureTable sigs, std::unique_ptr<ShardStore> shards)
+  Agent(AgentOptions o, std::string token, SignatureTable sigs, std::unique_ptr<ShardStore> shards,
+        std::unique_ptr<RankLinkServer> links)
       : o_(std::move(o)), layout_{o_.dir}, token_(std::move(token)), sigs_(std::move(sigs)),
-        supervisor_(layout_.ranks(o_.machine)), incarnation_(Ms(Clock::now())), shards_(std::move(shards)) {
+        supervisor_(layout_.ranks(o_.machine)), incarnation_(Ms(Clock::now())), shards_(std::move(shards)),
+        links_(std::move(links)) {
     health_paths_ = {layout_.device(o_.machine), layout_.nic(o_.machine), layout_.machine(o_.machine)};
   }
 
@@ -74,18 +80,21 @@ class Agent {
       ApplyCommands();
       WatchRanks();
       ReleaseEchoes();
+      ReadRankLinks();
       if (Clock::now() >= next_inspect) {
         InspectMachine();
         next_inspect = Clock::now() + kInspectPeriod;
       }
       // Report at once when there is news; otherwise the heartbeat period.
-      if (Clock::now() >= next_report || !pending_.empty()) {
+      if (Clock::now() >= next_report || !pending_.empty() || signals_.urgent()) {
         Report();
         next_report = Clock::now() + kReportPeriod;
       }
       std::this_thread::sleep_for(kLoopPeriod);
     }
+    slow_.Stop();
     supervisor_.StopAll();
+    for (std::thread& t : tracers_) t.join();
     {
       // Ends a stream blocked in Read now rather than at its deadline.
       std::lock_guard<std::mutex> lock(stream_mu_);
@@ -188,6 +197,9 @@ class Agent {
       c->set_backup(h.backup);
     }
     for (const wire::AgentEvent& e : pending_) *req.add_events() = e;
+    // The ranks' step signals are observations: lost with a failed report,
+    // and the next one carries newer ones.
+    for (wire::RankSignal& s : signals_.Take()) *req.add_signals() = std::move(s);
     wire::ReportReply reply;
     grpc::Status st = rpc->Report(&ctx, req, &reply);
     if (st.ok()) {
@@ -235,6 +247,8 @@ class Agent {
           spec.argv.assign(c.argv().begin(), c.argv().end());
           spec.env.insert(c.env().begin(), c.env().end());
           spec.env[client::kShardSocketEnv] = ShardSocketPath();
+          spec.env[client::kRankSocketEnv] = links_->path();
+          if (c.spike_factor() > 0) spec.env[client::kSpikeFactorEnv] = std::to_string(c.spike_factor());
           // Local rank i holds the backup of backup_of[i] (a replicated-state
           // job writes it from its own memory: client/shard_client.h).
           for (size_t i = 0; i < spec.ranks.size(); ++i) {
@@ -270,9 +284,13 @@ class Agent {
           Log("stopped ranks (" + c.reason() + ")");
           break;
         case wire::Command::INJECT:
-          Inject(c.inject(), c.inject_rank());
+          Inject(c.inject(), c.inject_rank(), c.inject_where(), c.inject_factor());
+          break;
+        case wire::Command::TRACE:
+          Trace(c.id());
           break;
         case wire::Command::RESET_HEALTH:
+          slow_.Stop();
           ResetEmulatedHealth(health_paths_);
           device_reported_ = disk_reported_ = memory_reported_ = false;
           Log("emulated device and NIC reset to healthy");
@@ -285,10 +303,12 @@ class Agent {
 
   // Emulated faults. Each only causes the fault; what follows (detection,
   // event, decision, recovery) is the ordinary code path.
-  void Inject(const std::string& fault, int rank) {
+  void Inject(const std::string& fault, int rank, const std::string& where, double factor) {
     if (rank < 0) rank = supervisor_.FirstRank();
     Log("injecting " + fault + (rank >= 0 ? " (rank " + std::to_string(rank) + ")" : ""));
-    if ((fault == "crash" || fault == "kill" || fault == "corrupt-shard") && rank < 0) {
+    const bool needs_rank = fault == "crash" || fault == "kill" || fault == "corrupt-shard" || fault == "hang" ||
+                            fault == "nan" || fault == "loss-spike";
+    if (needs_rank && rank < 0) {
       Log("nothing to " + fault + ": no rank runs on this machine");
       return;
     }
@@ -321,7 +341,60 @@ class Agent {
     } else if (fault == "nic-flap") {
       WriteFileAtomic(health_paths_.nic, std::string("down\n"));
       nic_up_at_ = Clock::now() + kNicFlapDown;
+    } else if (fault == "slow") {
+      // The machine itself is slow from now on, whatever runs on it, until
+      // an operator repairs it (RESET_HEALTH).
+      slow_.Start(factor);
+    } else if (fault == "hang" || fault == "nan" || fault == "loss-spike") {
+      // The trainer's test hook (client/rank_link.h) does it inside the rank,
+      // so its stacks and values are the real thing.
+      auto pid = supervisor_.Pids().find(rank);
+      if (pid == supervisor_.Pids().end()) {
+        Log("rank " + std::to_string(rank) + " does not run here");
+        return;
+      }
+      const std::string what = fault == "hang" ? "hang-" + (where.empty() ? std::string("collective") : where) : fault;
+      if (Status st = links_->Send(pid->second, "INJECT " + what); !st.ok()) Log("cannot inject " + what + ": " + st.ToString());
     }
+  }
+
+  // Captures every rank's stacks on a thread of its own (eu-stack takes
+  // tens of milliseconds a process; the main loop keeps its 100 ms beat)
+  // and sends them up.
+  void Trace(const std::string& id) {
+    std::map<int, pid_t> pids = supervisor_.Pids();
+    Log("capturing the stacks of " + std::to_string(pids.size()) + " rank(s) for " + id);
+    tracers_.emplace_back([this, id, pids] {
+      wire::StacksRequest req;
+      req.set_machine(o_.machine);
+      req.set_incarnation(incarnation_);
+      req.set_trace(id);
+      for (const auto& [rank, pid] : pids) {
+        wire::RankStack* s = req.add_stacks();
+        s->set_rank(rank);
+        s->set_pid(pid);
+        Result<CapturedStack> st = CaptureStacks(pid, std::chrono::milliseconds(2000));
+        if (st.ok()) {
+          s->set_text(st->text);
+          s->set_capture_ms(st->ms);
+        } else {
+          s->set_error(st.status().message());
+        }
+      }
+      auto rpc = wire::AgentService::NewStub(Channel());
+      grpc::ClientContext ctx;
+      Prepare(&ctx, kCallDeadline);
+      wire::StacksReply reply;
+      grpc::Status st = rpc->UploadStacks(&ctx, req, &reply);
+      if (!st.ok()) Log("sending stacks for " + id + " failed: " + st.error_message());
+    });
+  }
+
+  void ReadRankLinks() {
+    for (RankLinkServer::Message& m : links_->Take()) signals_.Add(m.rank, supervisor_.generation(), m.text);
+    std::set<pid_t> pids;
+    for (const auto& [rank, pid] : supervisor_.Pids()) pids.insert(pid);
+    slow_.SetPids(std::move(pids));
   }
 
   std::string ShardSocketPath() const { return layout_.machine(o_.machine) + "/shards.sock"; }
@@ -375,6 +448,8 @@ class Agent {
       e.set_exit_code(x.exit_code);
       e.set_signal(x.signal);
       e.set_signature(sigs_.Match(tail));
+      // The shell's and exec's "command not found": the job's fault, not the machine's.
+      if (x.signal == 0 && x.exit_code == 127 && e.signature().empty()) e.set_signature("command_not_found");
       e.set_observed_ms(Ms(x.at));
       if (x.signal == 0 && x.exit_code == kExitPeerLost) {
         Log("rank " + std::to_string(x.rank) + " lost a peer (" + e.signature() + "); holding the report for the culprit's");
@@ -436,6 +511,10 @@ class Agent {
   const int64_t incarnation_;
   InspectorPaths health_paths_;
   std::unique_ptr<ShardStore> shards_;
+  std::unique_ptr<RankLinkServer> links_;
+  SignalSum signals_;
+  SlowInjector slow_;
+  std::vector<std::thread> tracers_;
 
   std::mutex channel_mu_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -482,7 +561,10 @@ Status RunAgent(const AgentOptions& options) {
   auto shards = ShardStore::Start(options.machine, layout.machine(options.machine) + "/shards.sock", "127.0.0.1",
                                  [](const std::string& line) { Log("shards: " + line); });
   if (!shards.ok()) return shards.status();
-  Agent agent(options, *token, std::move(*sigs), std::move(*shards));
+  auto links = RankLinkServer::Start(layout.machine(options.machine) + "/ranks.sock",
+                                     [](const std::string& line) { Log(line); });
+  if (!links.ok()) return links.status();
+  Agent agent(options, *token, std::move(*sigs), std::move(*shards), std::move(*links));
   return agent.Run();
 }
 

@@ -98,7 +98,10 @@ Status Supervisor::Start(const RankGroupSpec& spec) {
 
 void Supervisor::StopAll(std::chrono::milliseconds grace) {
   if (live_.empty()) return;
-  for (const auto& [rank, pid] : live_) ::kill(pid, SIGTERM);
+  for (const auto& [rank, pid] : live_) {
+    ::kill(pid, SIGTERM);
+    ::kill(pid, SIGCONT);  // a stopped rank (fail-slow emulation) must run to hear it
+  }
   const auto deadline = std::chrono::steady_clock::now() + grace;
   while (!live_.empty()) {
     for (auto it = live_.begin(); it != live_.end();) {

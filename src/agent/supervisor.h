@@ -59,6 +59,8 @@ class Supervisor {
 
   std::string LogPath(int rank) const;
   std::vector<int> LiveRanks() const;
+  // rank -> pid of the ranks running here.
+  const std::map<int, pid_t>& Pids() const { return live_; }
   int64_t generation() const { return generation_; }
   // The lowest rank running here, or -1.
   int FirstRank() const;

@@ -87,13 +87,16 @@ Result<nlohmann::json> ControlClient::Incidents() { return Query(&wire::ControlS
 
 Result<nlohmann::json> ControlClient::Ledger() { return Query(&wire::ControlService::Stub::Ledger, "ledger"); }
 
-bulwark::Status ControlClient::Inject(const std::string& machine, const std::string& fault, int rank) {
+bulwark::Status ControlClient::Inject(const std::string& machine, const std::string& fault, int rank,
+                                      const std::string& where, double factor) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   wire::InjectRequest req;
   req.set_machine(machine);
   req.set_fault(fault);
   req.set_rank(rank);
+  req.set_where(where);
+  req.set_factor(factor);
   wire::InjectReply reply;
   return FromGrpc(rpc_->Inject(&ctx, req, &reply), "inject", address_);
 }

@@ -22,7 +22,8 @@ class ControlClient {
   Result<nlohmann::json> Status();
   Result<nlohmann::json> Incidents();
   Result<nlohmann::json> Ledger();
-  bulwark::Status Inject(const std::string& machine, const std::string& fault, int rank);
+  bulwark::Status Inject(const std::string& machine, const std::string& fault, int rank,
+                         const std::string& where = "", double factor = 0);
   bulwark::Status ReturnMachine(const std::string& machine);
 
  private:

@@ -71,13 +71,14 @@ Result<JobFile> ParseJobFile(const std::string& text, const std::string& source,
                                    ": " + e.msg);
   }
   if (!root.IsMap()) return Status::InvalidArgument(source + ": expected a mapping of fields (name, world_size, ...)");
-  static const std::set<std::string> kKnown = {"name",    "world_size", "ranks_per_machine", "command",
-                                               "args",    "env",        "checkpoint"};
+  static const std::set<std::string> kKnown = {"name", "world_size", "ranks_per_machine", "command",
+                                               "args", "env",        "checkpoint",        "parallel"};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     if (kKnown.count(key) == 0) {
       return FieldError(source, key,
-                        "unknown field; known: name, world_size, ranks_per_machine, command, args, env, checkpoint");
+                        "unknown field; known: name, world_size, ranks_per_machine, command, args, env, checkpoint, "
+                        "parallel");
     }
   }
   JobFile job;
@@ -131,6 +132,27 @@ Result<JobFile> ParseJobFile(const std::string& text, const std::string& source,
                                          "0 never persists, 50 persists every 50th step");
       if (!every.ok()) return every.status();
       job.persist_every = *every;
+    }
+  }
+  if (const YAML::Node par = root["parallel"]) {
+    static const char* kHint = "e.g. 'parallel: {pp: 2}' (tp and pp; the rest is data parallel)";
+    if (!par.IsMap()) return FieldError(source, "parallel", std::string("expected a mapping, ") + kHint);
+    for (const auto& kv : par) {
+      const std::string key = kv.first.as<std::string>();
+      if (key != "tp" && key != "pp" && key != "dp") {
+        return FieldError(source, "parallel." + key, std::string("unknown field; known: tp, pp, dp, ") + kHint);
+      }
+      Result<int> v = PositiveInt(kv.second, source, "parallel." + key);
+      if (!v.ok()) return v.status();
+      (key == "tp" ? job.tp : key == "pp" ? job.pp : job.dp) = *v;
+    }
+    if (job.world_size % (job.tp * job.pp) != 0) {
+      return FieldError(source, "parallel", "tp " + std::to_string(job.tp) + " x pp " + std::to_string(job.pp) +
+                                                " must divide world_size " + std::to_string(job.world_size));
+    }
+    if (job.dp != 0 && job.dp * job.tp * job.pp != job.world_size) {
+      return FieldError(source, "parallel.dp", "dp " + std::to_string(job.dp) + " x tp x pp must equal world_size " +
+                                                   std::to_string(job.world_size) + "; leave dp out to derive it");
     }
   }
   return job;

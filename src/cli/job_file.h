@@ -25,6 +25,9 @@ struct JobFile {
   std::vector<std::string> argv;  // command followed by args
   std::map<std::string, std::string> env;
   int persist_every = kDefaultPersistEvery;
+  // parallel: {tp, pp[, dp]}: the job's layout (controller/topology.h);
+  // dp 0: derived from the world size.
+  int tp = 1, pp = 1, dp = 0;
 
   // The controller's default (controller/launch.h), repeated here because
   // the wire's 0 means "never", so the CLI must send the default itself.

@@ -221,6 +221,8 @@ Status Submit(const Args& a) {
   for (const std::string& s : job->argv) req.add_argv(s);
   for (const auto& [k, v] : job->env) (*req.mutable_env())[k] = v;
   req.set_persist_every(job->persist_every);
+  req.set_tp(job->tp);
+  req.set_pp(job->pp);
   // Local clusters share one disk: the cluster directory outlives every
   // machine, so it serves as the durable storage. Absolute, because the
   // agents and ranks do not run in this process's directory.
@@ -295,13 +297,26 @@ Status LedgerCmd(const Args& a) {
 
 Status InjectCmd(const Args& a) {
   if (a.positional.size() < 2 || !a.Has("machine")) {
-    return Status::InvalidArgument("inject: usage: bulwark inject crash|kill|machine-down|device-fail|nic-flap|corrupt-shard --machine ID [--rank R]");
+    return Status::InvalidArgument(
+        "inject: usage: bulwark inject crash|kill|machine-down|device-fail|nic-flap|corrupt-shard|nan|loss-spike "
+        "--machine ID [--rank R] | hang --machine ID [--rank R] [--where collective|compute] | slow --machine ID "
+        "--factor F");
   }
   Result<int> rank = IntFlag(a, "rank", -1);
   if (!rank.ok()) return rank.status();
+  double factor = 0;
+  if (a.Has("factor")) {
+    try {
+      size_t used = 0;
+      factor = std::stod(a.Get("factor"), &used);
+      if (used != a.Get("factor").size()) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      return Status::InvalidArgument("inject: --factor '" + a.Get("factor") + "' is not a number; e.g. --factor 2");
+    }
+  }
   Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
   if (!client.ok()) return client.status();
-  BULWARK_RETURN_IF_ERROR(client->Inject(a.Get("machine"), a.positional[1], *rank));
+  BULWARK_RETURN_IF_ERROR(client->Inject(a.Get("machine"), a.positional[1], *rank, a.Get("where"), factor));
   std::cout << "injected " << a.positional[1] << " on " << a.Get("machine") << "\n";
   return Status::OK();
 }

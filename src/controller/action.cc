@@ -10,6 +10,7 @@ const char* ActionKindName(ActionKind k) {
     case ActionKind::kWaitForMachines: return "wait_for_machines";
     case ActionKind::kStopJob: return "stop_job";
     case ActionKind::kReplenishStandby: return "replenish_standby";
+    case ActionKind::kCaptureStacks: return "capture_stacks";
   }
   return "unknown";
 }
@@ -90,6 +91,17 @@ std::vector<Action> OfKind(const std::vector<Action>& actions, ActionKind kind) 
     if (a.kind == kind) out.push_back(a);
   }
   return out;
+}
+
+Action CaptureStacksAction(int64_t incident, Placement placement, std::string reason) {
+  Action a;
+  a.kind = ActionKind::kCaptureStacks;
+  // One trace per incident and generation: a repeat of the suspicion is no new trace.
+  a.id = "trace/i" + std::to_string(incident) + "/g" + std::to_string(placement.generation);
+  a.placement = std::move(placement);
+  a.incident = incident;
+  a.reason = std::move(reason);
+  return a;
 }
 
 }  // namespace bulwark::controller

@@ -24,6 +24,7 @@ enum class ActionKind {
   kWaitForMachines,   // hold the job: `count` machines missing, none on standby
   kStopJob,           // give up; `reason` says why and what a human should do
   kReplenishStandby,  // the standby pool is `count` machines short of its target
+  kCaptureStacks,     // every machine of `placement` sends its ranks' stacks for `incident`
 };
 
 const char* ActionKindName(ActionKind k);
@@ -49,6 +50,7 @@ Action RestartAllAction(Placement placement, int64_t checkpoint_step, std::strin
 Action WaitForMachinesAction(int missing, int64_t generation);
 Action StopJobAction(int64_t incident, std::string reason);
 Action ReplenishStandbyAction(int deficit, int target, int64_t standby_arrivals);
+Action CaptureStacksAction(int64_t incident, Placement placement, std::string reason);
 
 // The actions of `kind` in `actions`, in order: for tests and the simulator.
 std::vector<Action> OfKind(const std::vector<Action>& actions, ActionKind kind);

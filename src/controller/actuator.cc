@@ -70,6 +70,7 @@ std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launc
       break;
     case ActionKind::kActivate:
     case ActionKind::kReplenishStandby:
+    case ActionKind::kCaptureStacks:  // a one-shot request the plane sends itself
       break;
   }
   return out;

@@ -75,6 +75,8 @@ Status Apply(ClusterState& state, const Action& action, Time now) {
       return SetJobState(state, JobState::kStopped, now);
     case ActionKind::kReplenishStandby:
       return Status::OK();  // a request to the cluster backend; the pool changes when machines join
+    case ActionKind::kCaptureStacks:
+      return Status::OK();  // an observation to make; the analysis comes back as an event
   }
   return Status::Internal("unknown action kind");
 }

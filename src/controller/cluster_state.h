@@ -52,6 +52,11 @@ struct ClusterState {
   // no longer count against the restart budget.
   int64_t progress_epoch = 0;
   std::vector<CrashRecord> crashes;  // software crashes within the crash window
+  // A step whose anomaly with no culprit was already reattempted: the same
+  // anomaly at the same step again is deterministic, not a fault.
+  int64_t anomaly_reattempted_step = -1;
+  // Observations that opened no incident (a job-wide slowdown), newest last.
+  std::vector<std::string> notes;
 
   // Derived indexes, kept by SetMachineState so that a reconcile of a
   // 10,000-machine fleet does not scan it.

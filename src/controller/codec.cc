@@ -71,10 +71,41 @@ json EncodeEvent(const Event& e) {
           j["source"] = x.source;
           j["newest_step"] = x.newest_step;
           j["restore_ms"] = x.restore_ms;
+        } else if constexpr (std::is_same_v<T, HangSuspected>) {
+          j["last_step"] = x.last_step;
+          j["since"] = Ms(x.since);
+          j["allowance_ms"] = ToMs(x.allowance);
+          j["first_step"] = x.first_step;
+        } else if constexpr (std::is_same_v<T, FailSlowSuspected>) {
+          j["machine"] = x.machine;
+          j["rounds"] = x.rounds;
+          j["ratio"] = x.ratio;
+          j["detail"] = x.detail;
+        } else if constexpr (std::is_same_v<T, TrainingAnomaly>) {
+          j["step"] = x.step;
+          j["anomaly"] = x.kind;
+          j["culprits"] = x.culprits;
+          j["culprit_ranks"] = x.culprit_ranks;
+          j["reports"] = x.reports;
+          j["halted"] = x.halted;
+          j["detail"] = x.detail;
+        } else if constexpr (std::is_same_v<T, StacksAnalyzed>) {
+          j["incident"] = x.incident;
+          j["groups"] = StackGroupsJson(x.groups);
+          j["missing"] = x.missing;
+          j["group"] = x.group;
+          j["suspects"] = x.suspects;
+          j["why"] = x.why;
         }
       },
       e);
   return j;
+}
+
+json StackGroupsJson(const std::vector<StackGroupSummary>& groups) {
+  json a = json::array();
+  for (const StackGroupSummary& g : groups) a.push_back({{"count", g.count}, {"stack", g.stack}, {"ranks", g.ranks}});
+  return a;
 }
 
 Result<Event> DecodeEvent(const json& j) {
@@ -140,6 +171,56 @@ Result<Event> DecodeEvent(const json& j) {
     BULWARK_RETURN_IF_ERROR(Get(j, "restore_ms", &x.restore_ms));
     return Event(x);
   }
+  if (kind == EventKindName(EventKind::kHangSuspected)) {
+    HangSuspected x;
+    x.observed = observed;
+    int64_t since = 0, allowance = 0;
+    BULWARK_RETURN_IF_ERROR(Get(j, "last_step", &x.last_step));
+    BULWARK_RETURN_IF_ERROR(Get(j, "since", &since));
+    BULWARK_RETURN_IF_ERROR(Get(j, "allowance_ms", &allowance));
+    BULWARK_RETURN_IF_ERROR(Get(j, "first_step", &x.first_step));
+    x.since = TimeFromMs(since);
+    x.allowance = Duration(allowance);
+    return Event(x);
+  }
+  if (kind == EventKindName(EventKind::kFailSlowSuspected)) {
+    FailSlowSuspected x{machine, 0, 0, "", observed};
+    BULWARK_RETURN_IF_ERROR(Get(j, "rounds", &x.rounds));
+    BULWARK_RETURN_IF_ERROR(Get(j, "ratio", &x.ratio));
+    BULWARK_RETURN_IF_ERROR(Get(j, "detail", &x.detail));
+    return Event(x);
+  }
+  if (kind == EventKindName(EventKind::kTrainingAnomaly)) {
+    TrainingAnomaly x;
+    x.observed = observed;
+    BULWARK_RETURN_IF_ERROR(Get(j, "step", &x.step));
+    BULWARK_RETURN_IF_ERROR(Get(j, "anomaly", &x.kind));
+    BULWARK_RETURN_IF_ERROR(Get(j, "culprits", &x.culprits));
+    BULWARK_RETURN_IF_ERROR(Get(j, "culprit_ranks", &x.culprit_ranks));
+    BULWARK_RETURN_IF_ERROR(Get(j, "reports", &x.reports));
+    BULWARK_RETURN_IF_ERROR(Get(j, "halted", &x.halted));
+    BULWARK_RETURN_IF_ERROR(Get(j, "detail", &x.detail));
+    return Event(x);
+  }
+  if (kind == EventKindName(EventKind::kStacksAnalyzed)) {
+    StacksAnalyzed x;
+    x.observed = observed;
+    json groups;
+    BULWARK_RETURN_IF_ERROR(Get(j, "incident", &x.incident));
+    BULWARK_RETURN_IF_ERROR(Get(j, "groups", &groups));
+    BULWARK_RETURN_IF_ERROR(Get(j, "missing", &x.missing));
+    BULWARK_RETURN_IF_ERROR(Get(j, "group", &x.group));
+    BULWARK_RETURN_IF_ERROR(Get(j, "suspects", &x.suspects));
+    BULWARK_RETURN_IF_ERROR(Get(j, "why", &x.why));
+    for (const json& g : groups) {
+      StackGroupSummary s;
+      BULWARK_RETURN_IF_ERROR(Get(g, "count", &s.count));
+      BULWARK_RETURN_IF_ERROR(Get(g, "stack", &s.stack));
+      BULWARK_RETURN_IF_ERROR(Get(g, "ranks", &s.ranks));
+      x.groups.push_back(std::move(s));
+    }
+    return Event(x);
+  }
   return Status::InvalidArgument("journal record field 'kind': unknown event kind '" + kind + "'");
 }
 
@@ -152,7 +233,9 @@ json EncodeLaunch(const JobLaunch& l) {
               {"master_addr", l.master_addr},
               {"master_port_base", l.master_port_base},
               {"persist_every", l.persist_every},
-              {"durable_dir", l.durable_dir}};
+              {"durable_dir", l.durable_dir},
+              {"tp", l.spec.tp},
+              {"pp", l.spec.pp}};
 }
 
 Result<JobLaunch> DecodeLaunch(const json& j) {
@@ -168,6 +251,8 @@ Result<JobLaunch> DecodeLaunch(const json& j) {
   // defaults rather than fail to replay.
   if (j.contains("persist_every")) BULWARK_RETURN_IF_ERROR(Get(j, "persist_every", &l.persist_every));
   if (j.contains("durable_dir")) BULWARK_RETURN_IF_ERROR(Get(j, "durable_dir", &l.durable_dir));
+  if (j.contains("tp")) BULWARK_RETURN_IF_ERROR(Get(j, "tp", &l.spec.tp));
+  if (j.contains("pp")) BULWARK_RETURN_IF_ERROR(Get(j, "pp", &l.spec.pp));
   for (const std::string& a : l.argv) l.spec.command += (l.spec.command.empty() ? "" : " ") + a;
   return l;
 }
@@ -193,6 +278,11 @@ json IncidentJson(const Incident& i) {
   if (i.decision) j["decision_ms"] = Ms(*i.decision);
   if (i.recovered) j["recovered_ms"] = Ms(*i.recovered);
   if (auto l = i.LostSteps()) j["lost_steps"] = *l;
+  if (!i.stacks.groups.empty() || !i.stacks.why.empty()) {
+    j["stacks"] = {{"groups", StackGroupsJson(i.stacks.groups)}, {"missing", i.stacks.missing},
+                   {"group", i.stacks.group}, {"suspects", i.stacks.suspects}, {"why", i.stacks.why}};
+  }
+  if (!i.notes.empty()) j["notes"] = i.notes;
   return j;
 }
 

@@ -21,6 +21,7 @@ Result<JobLaunch> DecodeLaunch(const nlohmann::json& j);
 
 // Report forms: times as milliseconds, durations as seconds.
 nlohmann::json IncidentJson(const Incident& i);
+nlohmann::json StackGroupsJson(const std::vector<StackGroupSummary>& groups);
 nlohmann::json BreakdownJson(const TimeBreakdown& b);
 
 }  // namespace bulwark::controller

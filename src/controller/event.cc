@@ -27,7 +27,8 @@ const char* EventKindName(EventKind k) {
       "rank_exited",   "machine_heartbeat_lost", "inspection_failed",
       "network_alert", "machine_joined",         "step_completed",
       "checkpoint_saved", "operator_returned",   "manual_restart",
-      "checkpoint_restored",
+      "checkpoint_restored", "hang_suspected",     "fail_slow_suspected",
+      "training_anomaly",    "stacks_analyzed",
   };
   int i = static_cast<int>(k);
   return i >= 0 && i < kNumEventKinds ? kNames[i] : "unknown";
@@ -41,6 +42,8 @@ std::optional<Time> FaultTimeOf(const Event& e) {
   if (const auto* x = std::get_if<RankExited>(&e)) return x->observed;
   if (const auto* x = std::get_if<MachineHeartbeatLost>(&e)) return x->last_heartbeat;
   if (const auto* x = std::get_if<NetworkAlert>(&e)) return x->observed;
+  // A hang began when progress stopped.
+  if (const auto* x = std::get_if<HangSuspected>(&e)) return x->since;
   return std::nullopt;
 }
 
@@ -82,6 +85,19 @@ std::string Describe(const Event& e) {
                             (x.source.empty() ? "an unnamed source" : x.source) + " in " +
                             std::to_string(static_cast<int64_t>(x.restore_ms)) + " ms";
             return x.newest_step > x.step ? s + " (newest held: step " + std::to_string(x.newest_step) + ")" : s;
+          },
+          [](const HangSuspected& x) {
+            return std::string(x.first_step ? "no first step" : "no step after step " + std::to_string(x.last_step)) +
+                   " for " + FormatDuration(x.observed - x.since) + " (allowance " + FormatDuration(x.allowance) +
+                   "): hang suspected";
+          },
+          [](const FailSlowSuspected& x) {
+            return x.machine.empty() ? x.detail : "fail-slow " + x.machine + ": " + x.detail;
+          },
+          [](const TrainingAnomaly& x) { return x.detail; },
+          [](const StacksAnalyzed& x) {
+            return "stacks of incident " + std::to_string(x.incident) + ": " + std::to_string(x.groups.size()) +
+                   " group(s); " + x.why;
           },
       },
       e);

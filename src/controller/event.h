@@ -16,6 +16,8 @@
 #include <string>
 #include <variant>
 
+#include <vector>
+
 #include "controller/job.h"
 #include "controller/machine.h"
 #include "controller/time.h"
@@ -110,9 +112,65 @@ struct ManualRestart {
   Time observed{};
 };
 
+// --- implicit faults: made by the detectors from the ranks' signals ---
+
+// No step completed within the allowance (hang_detector.h). `since`: the
+// last progress, taken as the fault time.
+struct HangSuspected {
+  int64_t last_step = 0;
+  Time since{};
+  Duration allowance{0};
+  bool first_step = false;  // the ranks never completed a step since their start
+  Time observed{};
+};
+
+// fail_slow_detector.h: `machine` computed `ratio` times slower than its
+// peers for `rounds` rounds running; empty machine: a job-wide slowdown.
+struct FailSlowSuspected {
+  MachineId machine;
+  int rounds = 0;
+  double ratio = 0;
+  std::string detail;
+  Time observed{};
+};
+
+// anomaly_detector.h: a non-finite ("nan") or spiking ("spike") step.
+// `culprits`: machines whose ranks' local values alone were bad; empty when
+// none stands out. `halted`: the ranks held the step back, so the newest
+// checkpoint predates it.
+struct TrainingAnomaly {
+  int64_t step = 0;
+  std::string kind;
+  std::vector<MachineId> culprits;
+  std::vector<int> culprit_ranks;
+  int reports = 0;
+  bool halted = false;
+  std::string detail;
+  Time observed{};
+};
+
+// The Runtime Analyzer's verdict on the stacks captured for an incident
+// (stack_analyzer.h), as the policy needs it: the machines to over-evict
+// (empty: nobody stands out) and a summary of the groups for the record.
+struct StackGroupSummary {
+  int count = 0;
+  std::string stack;  // representative normalized frames, innermost first
+  std::vector<int> ranks;
+};
+struct StacksAnalyzed {
+  int64_t incident = 0;
+  std::vector<StackGroupSummary> groups;
+  std::vector<int> missing;  // ranks with no stack
+  std::string group;         // the chosen parallel group, "" for none
+  std::vector<MachineId> suspects;
+  std::string why;
+  Time observed{};
+};
+
 using Event = std::variant<RankExited, MachineHeartbeatLost, InspectionFailed, NetworkAlert,
                            MachineJoined, StepCompleted, CheckpointSaved, OperatorReturned,
-                           ManualRestart, CheckpointRestored>;
+                           ManualRestart, CheckpointRestored, HangSuspected, FailSlowSuspected,
+                           TrainingAnomaly, StacksAnalyzed>;
 
 // One value per alternative of Event, in the same order.
 enum class EventKind {
@@ -126,8 +184,12 @@ enum class EventKind {
   kOperatorReturned,
   kManualRestart,
   kCheckpointRestored,
+  kHangSuspected,
+  kFailSlowSuspected,
+  kTrainingAnomaly,
+  kStacksAnalyzed,
 };
-constexpr int kNumEventKinds = 10;
+constexpr int kNumEventKinds = 14;
 static_assert(std::variant_size_v<Event> == kNumEventKinds, "Event and EventKind must match");
 
 inline EventKind KindOf(const Event& e) { return static_cast<EventKind>(e.index()); }

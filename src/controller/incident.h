@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/event.h"
 #include "controller/machine.h"
 #include "controller/time.h"
 
@@ -54,6 +55,12 @@ struct Incident {
   std::string restore_source;
   std::optional<double> restore_ms;
   bool closed = false;                    // recovered or stopped
+
+  // Implicit incidents: the stack groups the analyzer found and what it
+  // chose (empty when no stacks were taken), and notes on the way (a
+  // job-wide slowdown, a trace that came back incomplete).
+  StacksAnalyzed stacks;
+  std::vector<std::string> notes;
 
   // detected - fault; zero when the fault time is unknown.
   Duration DetectDuration() const;

@@ -27,6 +27,7 @@ Status JobSpec::Validate() const {
                                    " is not a multiple of ranks_per_machine " +
                                    std::to_string(ranks_per_machine));
   }
+  if (Status st = topology().Validate(); !st.ok()) return Status::InvalidArgument("job " + id + ": " + st.message());
   return Status::OK();
 }
 

@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "controller/machine.h"
+#include "controller/topology.h"
 
 namespace bulwark::controller {
 
@@ -20,9 +21,13 @@ struct JobSpec {
   int world_size = 0;         // ranks in the job
   int ranks_per_machine = 1;  // LOCAL_RANK runs 0..ranks_per_machine-1
   std::string command;        // what each rank runs
+  // Parallel layout (topology.h): tensor- and pipeline-parallel sizes; the
+  // rest is data parallel. The analyzer and the backup planner use it.
+  int tp = 1, pp = 1;
 
   // world_size / ranks_per_machine, valid only after Validate().
   int MachinesNeeded() const { return world_size / ranks_per_machine; }
+  Topology topology() const { return Topology{world_size, tp, pp}; }
   // InvalidArgument naming the field when the spec cannot be placed.
   Status Validate() const;
 };

@@ -7,6 +7,7 @@
 
 #include "controller/actuator.h"
 #include "controller/codec.h"
+#include "common/files.h"
 
 namespace bulwark::controller {
 namespace {
@@ -149,10 +150,19 @@ Status Plane::Rebuild(Time now) {
     // Replay must take the same path the live controller took; a refusal
     // here means the journal and the policy disagree.
     if (!actions.ok()) return actions.status().Annotate("replaying journal entry " + std::to_string(entry.seq));
-    BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, /*deliver=*/false));
+    BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, /*deliver=*/false, at));
     ++replayed;
   }
   Log("rebuilt job " + row.id + " from " + std::to_string(replayed) + " journal entries");
+  // The detectors learned nothing from the journal (signals are not kept):
+  // a live job's ranks get the first step's allowance again.
+  monitors_.Stop();
+  if (controller_ && !done_step_) {
+    const JobState js = controller_->state().job;
+    if (js == JobState::kRestarting || js == JobState::kRunning) {
+      monitors_.Started(now, controller_->state().placement.world_size());
+    }
+  }
   return Status::OK();
 }
 
@@ -168,8 +178,29 @@ BackupPlan Plane::PlanLocked(const Placement& placement) const {
   return PlanBackups(placement, addrs, holdings);
 }
 
-Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver) {
+Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Time now) {
+  monitors_.AfterActions(actions, now);
   for (const Action& a : actions) {
+    if (a.kind == ActionKind::kCaptureStacks) {
+      // A replayed trace is history: its verdict is in the journal.
+      if (!deliver) continue;
+      Trace t;
+      t.id = a.id;
+      t.incident = a.incident;
+      t.deadline = now + options_.policy.trace_deadline;
+      t.placement = a.placement;
+      for (const MachineId& m : a.placement.slots) {
+        t.waiting.insert(m);
+        wire::Command c;
+        c.set_kind(wire::Command::TRACE);
+        c.set_id(a.id);
+        c.set_generation(a.placement.generation);
+        c.set_reason(a.reason);
+        AgentFor(m).oneshots.push_back(std::move(c));
+      }
+      trace_ = std::move(t);
+      continue;
+    }
     // A repeated decision (same id) is a no-op everywhere; log it once.
     if (deliver && logged_actions_.insert(a.id).second) Log("action " + a.ToString());
     // Routes come from the holdings reported now. On replay nothing has been
@@ -177,6 +208,7 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver) {
     // agents already carry it out and ignore the resent id anyway.
     const BackupPlan routes = a.kind == ActionKind::kRestartAll ? PlanLocked(a.placement) : BackupPlan{};
     for (MachineCommand& mc : Actuate(a, *launch_, controller_->state().placement, routes)) {
+      if (mc.command.kind() == wire::Command::START_RANKS) mc.command.set_spike_factor(options_.policy.spike_factor);
       AgentFor(mc.machine).desired = std::move(mc.command);
     }
   }
@@ -210,7 +242,7 @@ Status Plane::HandleLocked(const Event& e, Time now, const json& origin) {
     return journal_error_;
   }
   if (KindOf(e) != EventKind::kStepCompleted) Log("event " + Describe(e));
-  BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, /*deliver=*/true));
+  BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, /*deliver=*/true, now));
   if (KindOf(e) != EventKind::kStepCompleted || !actions->empty()) return SaveSnapshots(now);
   return Status::OK();
 }
@@ -311,7 +343,104 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
     }
     HandleLocked(*e, now, origin);
   }
+  // The ranks' signals feed the detectors; only the current generation's,
+  // and only while the job trains.
+  if (controller_ && !done_step_) {
+    const ClusterState& s = controller_->state();
+    for (const wire::RankSignal& r : req.signals()) {
+      if (r.generation() != s.placement.generation) continue;
+      const Time at = std::min(TimeFromMs(r.observed_ms()), now);
+      if (r.steps() == 0) {
+        if (!r.phase().empty()) {
+          monitors_.Observe(RankPhase{req.machine(), r.rank(), r.phase(), Duration(static_cast<int64_t>(r.phase_ms())), at});
+        }
+        continue;
+      }
+      RankSignal sig;
+      sig.machine = req.machine();
+      sig.rank = r.rank();
+      sig.step = r.step();
+      sig.steps = r.steps();
+      sig.loss = r.loss();
+      sig.grad_norm = r.grad_norm();
+      sig.local_grad_norm = r.local_grad_norm();
+      sig.step_ms = r.step_ms();
+      sig.compute_ms = r.compute_ms();
+      sig.comm_ms = r.comm_ms();
+      sig.local_nonfinite = r.local_nonfinite();
+      sig.nonfinite = r.nonfinite();
+      sig.halted = r.halted();
+      sig.observed = at;
+      monitors_.Observe(sig);
+    }
+    if (!req.signals().empty()) CheckMonitors(now);
+  }
   return a.acked_seq;
+}
+
+void Plane::CheckMonitors(Time now) {
+  if (!controller_ || done_step_ || !journal_error_.ok()) return;
+  for (const Event& e : monitors_.Check(now)) HandleLocked(e, now, nullptr);
+}
+
+Status Plane::UploadStacks(const wire::StacksRequest& req, Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  now = Now(now);
+  if (!trace_ || req.trace() != trace_->id) {
+    Log("stacks from " + req.machine() + " for " + req.trace() + " arrived after their trace ended; kept out");
+    return Status::OK();
+  }
+  if (trace_->waiting.erase(req.machine()) == 0) return Status::OK();  // a resend
+  for (const wire::RankStack& r : req.stacks()) {
+    trace_->stacks.push_back({r.rank(), req.machine(), r.text(), r.error()});
+    if (!r.error().empty()) Log("no stack of rank " + std::to_string(r.rank()) + " on " + req.machine() + ": " + r.error());
+  }
+  if (trace_->waiting.empty()) FinishTrace(now);
+  return Status::OK();
+}
+
+void Plane::FinishTrace(Time now) {
+  Trace t = std::move(*trace_);
+  trace_.reset();
+  if (!controller_) return;
+  std::map<int, MachineId> machine_of;
+  for (int r = 0; r < t.placement.world_size(); ++r) machine_of[r] = t.placement.MachineOf(r);
+  Topology topo = controller_->state().spec.topology();
+  topo.world = t.placement.world_size();
+  const StackAnalysis an = AnalyzeStacks(t.stacks, topo, machine_of);
+
+  StacksAnalyzed e;
+  e.incident = t.incident;
+  for (const StackGroup& g : an.groups) {
+    std::string top;
+    for (size_t i = 0; i < g.frames.size() && i < 12; ++i) top += (i ? " < " : "") + g.frames[i];
+    e.groups.push_back({static_cast<int>(g.ranks.size()), top, g.ranks});
+  }
+  e.missing = an.missing;
+  e.group = an.group && !an.suspects.empty() ? an.group->Name() : "";
+  e.suspects = an.suspects;
+  e.why = an.why;
+  if (!t.waiting.empty()) {
+    std::string silent;
+    for (const MachineId& m : t.waiting) silent += (silent.empty() ? "" : ", ") + m;
+    e.why += "; no answer from " + silent + " within " + FormatDuration(options_.policy.trace_deadline);
+  }
+  e.observed = now;
+
+  // The raw stacks, for people: DIR/stacks/incident-N/rank-R.txt.
+  const size_t slash = options_.db_path.find_last_of('/');
+  const std::string dir = (slash == std::string::npos ? std::string(".") : options_.db_path.substr(0, slash)) +
+                          "/stacks/incident-" + std::to_string(t.incident);
+  if (MakeDirs(dir).ok()) {
+    for (const RankStack& s : t.stacks) {
+      WriteFileAtomic(dir + "/rank-" + std::to_string(s.rank) + ".txt",
+                      "# rank " + std::to_string(s.rank) + " on " + s.machine + "\n" +
+                          (s.text.empty() ? "# no stack: " + s.error + "\n" : s.text));
+    }
+    WriteFileAtomic(dir + "/analysis.json", EncodeEvent(Event(e)).dump(2) + "\n");
+  }
+  Log("stacks of incident " + std::to_string(t.incident) + ": " + e.why + " (raw stacks in " + dir + ")");
+  HandleLocked(Event(e), now, nullptr);
 }
 
 int64_t Plane::OpenStream(const std::string& machine) {
@@ -393,24 +522,45 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
   Result<std::vector<Action>> actions = controller_->Reconcile(now);
   if (!actions.ok()) return actions.status();
   BULWARK_RETURN_IF_ERROR(store_->Append(launch_->spec.id, ToMs(now), json{{"type", "reconcile"}}.dump()));
-  BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, true));
+  BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, true, now));
   BULWARK_RETURN_IF_ERROR(SaveSnapshots(now));
   Log("job " + launch_->spec.id + " submitted: " + launch_->spec.command);
   return launch_->spec.id;
 }
 
-Status Plane::Inject(const std::string& machine, const std::string& fault, int rank) {
-  static const std::set<std::string> kFaults = {"crash", "kill", "machine-down", "device-fail", "nic-flap", "corrupt-shard"};
+Status Plane::Inject(const wire::InjectRequest& req) {
+  static const std::set<std::string> kFaults = {"crash", "kill", "machine-down", "device-fail", "nic-flap",
+                                                "corrupt-shard", "hang", "slow", "nan", "loss-spike"};
+  const std::string& machine = req.machine();
+  const std::string& fault = req.fault();
   if (kFaults.count(fault) == 0) {
-    return Status::InvalidArgument("unknown fault '" + fault + "'; use crash, kill, machine-down, device-fail, nic-flap or corrupt-shard");
+    return Status::InvalidArgument("unknown fault '" + fault + "'; use crash, kill, machine-down, device-fail, "
+                                   "nic-flap, corrupt-shard, hang, slow, nan or loss-spike");
   }
+  std::string where = req.where();
+  if (fault == "hang") {
+    if (where.empty()) where = "collective";
+    if (where != "collective" && where != "compute") {
+      return Status::InvalidArgument("hang --where '" + where + "': use collective or compute");
+    }
+  } else if (!where.empty()) {
+    return Status::InvalidArgument("--where applies to hang only");
+  }
+  if (fault == "slow" && !(req.factor() > 1.0)) {
+    return Status::InvalidArgument("slow --factor " + std::to_string(req.factor()) +
+                                   ": the factor must be above 1 (2 runs the machine's ranks 2x slower)");
+  }
+  if (fault != "slow" && req.factor() != 0) return Status::InvalidArgument("--factor applies to slow only");
   std::lock_guard<std::mutex> lock(mu_);
   if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
+  const int rank = req.rank();
   wire::Command c;
   c.set_kind(wire::Command::INJECT);
   c.set_id("inject/" + fault);
   c.set_inject(fault);
   c.set_inject_rank(rank);
+  c.set_inject_where(where);
+  c.set_inject_factor(req.factor());
   agents_[machine].oneshots.push_back(std::move(c));
   changed_.notify_all();
   Log("injecting " + fault + " on " + machine);
@@ -442,6 +592,8 @@ void Plane::Tick(Time now) {
     a.lost_reported = true;
     HandleLocked(MachineHeartbeatLost{id, a.last_heard, now}, now, nullptr);
   }
+  if (trace_ && now >= trace_->deadline) FinishTrace(now);
+  CheckMonitors(now);
 }
 
 json Plane::StatusJson(Time now) {

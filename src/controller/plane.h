@@ -26,6 +26,8 @@
 #include "controller/backup_plan.h"
 #include "controller/controller.h"
 #include "controller/launch.h"
+#include "controller/monitors.h"
+#include "controller/stack_analyzer.h"
 #include "controller/store.h"
 
 namespace bulwark::controller {
@@ -58,19 +60,22 @@ class Plane {
   std::optional<wire::Command> NextCommand(const std::string& machine, int64_t stream,
                                            std::string* sent_desired, Time until, bool* superseded);
   int64_t OpenStream(const std::string& machine);
+  // An agent's answer to a TRACE command: its ranks' stacks.
+  Status UploadStacks(const wire::StacksRequest& req, Time now);
   // Puts back a one-time command (an injection) that a closing stream could
   // not write, so the agent's next stream delivers it instead of losing it.
   void Requeue(const std::string& machine, wire::Command command);
 
   // --- operators ----------------------------------------------------------
   Result<std::string> Submit(JobLaunch launch, Time now);
-  Status Inject(const std::string& machine, const std::string& fault, int rank);
+  Status Inject(const wire::InjectRequest& req);
   Status ReturnMachine(const std::string& machine, Time now);
   nlohmann::json StatusJson(Time now);
   nlohmann::json IncidentsJson();
   nlohmann::json LedgerJson(Time now);
 
-  // Detects lost agents; called a few times a second.
+  // Detects lost agents and runs the implicit-fault detectors; called a
+  // few times a second.
   void Tick(Time now);
 
  private:
@@ -94,12 +99,27 @@ class Plane {
     int64_t stream = 0;  // the newest command stream's number
   };
 
-  explicit Plane(PlaneOptions o) : options_(std::move(o)) {}
+  // A stack capture in flight (one at a time: one job, one open incident).
+  struct Trace {
+    std::string id;
+    int64_t incident = 0;
+    Time deadline{};
+    Placement placement;
+    std::set<MachineId> waiting;  // machines that have not answered
+    std::vector<RankStack> stacks;
+  };
+
+  explicit Plane(PlaneOptions o) : options_(std::move(o)), monitors_(options_.policy) {}
   Status Rebuild(Time now);
+  // Analyzes what the trace gathered, keeps the raw stacks for people and
+  // hands the verdict to the policy.
+  void FinishTrace(Time now);
+  // Runs the detectors and handles what they found.
+  void CheckMonitors(Time now);
   Time Now(Time now);
   // Journals, hands to the policy and actuates; the only path for events.
   Status HandleLocked(const Event& e, Time now, const nlohmann::json& origin);
-  Status AfterDecision(const std::vector<Action>& actions, bool deliver);
+  Status AfterDecision(const std::vector<Action>& actions, bool deliver, Time now);
   Status SaveSnapshots(Time now);
   nlohmann::json IncidentsLocked();
   nlohmann::json LedgerLocked(Time now);
@@ -110,6 +130,8 @@ class Plane {
   void Log(const std::string& line);
 
   PlaneOptions options_;
+  Monitors monitors_;
+  std::optional<Trace> trace_;
   std::mutex mu_;
   std::condition_variable changed_;
   std::unique_ptr<Store> store_;

@@ -1,6 +1,7 @@
 #include "controller/policy.h"
 
 #include <algorithm>
+#include <set>
 
 #include "controller/reconcile.h"
 
@@ -19,7 +20,7 @@ bool RanksAreLive(JobState s) { return s == JobState::kRestarting || s == JobSta
 // recovers belong to the same episode. A new explicit or implicit incident
 // starts the ledger's detection and localization; a manual one its manual phase.
 Result<Incident*> OpenIncident(RuleContext& ctx, IncidentClass cls, const std::string& cause,
-                               std::optional<Time> fault) {
+                               std::optional<Time> fault, bool localized = true) {
   const bool fresh = ctx.state.incidents.Current() == nullptr;
   Incident& inc = ctx.state.incidents.OpenOrJoin(cls, cause, fault, ctx.now, ctx.state.last_step);
   if (fresh) {
@@ -29,7 +30,7 @@ Result<Incident*> OpenIncident(RuleContext& ctx, IncidentClass cls, const std::s
       ctx.state.ledger.FaultDetected(fault, ctx.now);
     }
   }
-  if (!inc.localized) inc.localized = ctx.now;
+  if (!inc.localized && localized) inc.localized = ctx.now;
   return &inc;
 }
 
@@ -115,6 +116,19 @@ Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::st
   InsertSorted(m->crashes, observed);
   const std::string window = FormatDuration(ctx.config.crash_window);
 
+  // The job's own code (a missing command, an import error): a second time
+  // anywhere is proof enough, and no machine is to blame.
+  bool user_code_again = false;
+  if (ctx.config.user_code_signatures.count(signature) != 0) {
+    for (const CrashRecord& c : s.crashes) {
+      if (c.progress_epoch == s.progress_epoch && c.signature == signature && c.at < observed) user_code_again = true;
+    }
+  }
+  if (user_code_again) {
+    return StopJob(ctx, cause, observed,
+                   "stopped: '" + signature + "' again without a completed step: the job's code or command "
+                   "is at fault, not a machine (nothing evicted); fix the job, then resubmit");
+  }
   if (!same_signature_on.empty()) {
     return StopJob(ctx, cause, observed,
                    "stopped: software error '" + signature + "' on " + same_signature_on + " and " +
@@ -128,7 +142,7 @@ Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::st
                        " without a completed step: a crash loop; read the ranks' logs, fix, then "
                        "resubmit");
   }
-  if (recurs_here) {
+  if (recurs_here && ctx.config.user_code_signatures.count(signature) == 0) {
     Status st = EvictForFault(ctx, machine, cause + "; crashed again within " + window, observed);
     if (!st.ok()) return st;
     if (Incident* inc = s.incidents.Current()) {
@@ -315,6 +329,144 @@ Status OnManualRestart(RuleContext& ctx, const Event& e) {
   return Status::OK();
 }
 
+// ---------------------------------------------------------------------------
+// Implicit faults: the detectors' events and the analyzer's verdict
+// ---------------------------------------------------------------------------
+
+// Over-evicts `machines` (those still active in the job) for the current
+// implicit incident: ByteRobust's trade of a few healthy machines for
+// minutes of the whole fleet's time. Reconcile swaps in standbys.
+Status OverEvict(RuleContext& ctx, Incident& inc, const std::vector<MachineId>& machines, const std::string& why) {
+  inc.resolution = Resolution::kEvictedAndReplaced;
+  inc.why = why;
+  for (const MachineId& m : machines) {
+    const MachineStatus* ms = ctx.state.FindMachine(m);
+    if (ms == nullptr || ms->state != MachineState::kActive) continue;
+    inc.evicted.push_back(m);
+    BULWARK_RETURN_IF_ERROR(Emit(ctx, EvictAction(m, inc.id, why)));
+  }
+  return Status::OK();
+}
+
+// The machines of the smallest parallel group holding every rank of
+// `machines` (topology.h); a group as large as the job means the machines
+// themselves.
+std::vector<MachineId> GroupMachines(const ClusterState& s, const std::vector<MachineId>& machines,
+                                     std::string* group_name) {
+  std::vector<int> ranks;
+  for (const MachineId& m : machines) {
+    int slot = s.placement.SlotOf(m);
+    if (slot < 0) continue;
+    for (int i = 0; i < s.placement.ranks_per_machine; ++i) ranks.push_back(slot * s.placement.ranks_per_machine + i);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  const Topology t = s.spec.topology();
+  std::optional<ParallelGroup> g = SmallestGroupContaining(t, ranks);
+  if (!g || static_cast<int>(g->ranks.size()) >= t.world || t.world != s.placement.world_size()) return machines;
+  std::set<MachineId> out(machines.begin(), machines.end());
+  for (int r : g->ranks) out.insert(s.placement.MachineOf(r));
+  if (out.size() > machines.size()) *group_name = g->Name();
+  return {out.begin(), out.end()};
+}
+
+bool StaleForRestart(const ClusterState& s, Time observed) {
+  return !RanksAreLive(s.job) || (s.last_restart_at && observed <= *s.last_restart_at);
+}
+
+// No progress: ask every machine for its ranks' stacks. The verdict comes
+// back as StacksAnalyzed; until then the incident is detected, not localized.
+Status OnHangSuspected(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<HangSuspected>(e);
+  if (StaleForRestart(ctx.state, x.observed)) return Status::OK();
+  Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kImplicit, Describe(e), x.since, /*localized=*/false);
+  if (!inc.ok()) return inc.status();
+  (*inc)->why = "capturing every rank's stacks to find the outliers";
+  return Emit(ctx, CaptureStacksAction((*inc)->id, ctx.state.placement, Describe(e)));
+}
+
+Status OnStacksAnalyzed(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<StacksAnalyzed>(e);
+  Incident* inc = ctx.state.incidents.Current();
+  // The incident ended (another fault's restart answered it) before the
+  // stacks came back: they describe ranks that no longer run.
+  if (inc == nullptr || inc->id != x.incident || !RanksAreLive(ctx.state.job)) return Status::OK();
+  inc->stacks = x;
+  inc->localized = ctx.now;
+  if (!x.suspects.empty()) {
+    return OverEvict(ctx, *inc, x.suspects, "over-evicted " + (x.group.empty() ? std::string("the outliers' machines") : x.group) +
+                                                 ": " + x.why);
+  }
+  inc->resolution = Resolution::kReattempt;
+  inc->why = "reattempt in place: " + x.why;
+  ctx.state.restart_pending = true;
+  ctx.state.restart_reason = "hang with no outlier";
+  return Status::OK();
+}
+
+Status OnFailSlowSuspected(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<FailSlowSuspected>(e);
+  ClusterState& s = ctx.state;
+  if (StaleForRestart(s, x.observed)) return Status::OK();
+  if (x.machine.empty()) {
+    // Every machine slower together: nothing to evict. Kept for people.
+    s.notes.push_back(FormatTime(x.observed) + " " + x.detail);
+    if (s.notes.size() > 20) s.notes.erase(s.notes.begin());
+    return Status::OK();
+  }
+  if (s.FindMachine(x.machine) == nullptr) {
+    return Status::NotFound("machine " + x.machine + " is not known to the controller");
+  }
+  if (!s.IsActive(x.machine)) return Status::OK();
+  Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kImplicit, Describe(e), std::nullopt);
+  if (!inc.ok()) return inc.status();
+  std::string group;
+  std::vector<MachineId> machines = GroupMachines(s, {x.machine}, &group);
+  return OverEvict(ctx, **inc, machines,
+                   "evicted " + (group.empty() ? x.machine : group + " (holding " + x.machine + ")") + ": " + x.detail);
+}
+
+// A culprit named by its local values: evict its group. None: the job's own
+// anomaly; reattempt from the newest checkpoint (the ranks held the bad step
+// back, so that is the one before it), and stop if the very same step fails
+// again: a deterministic replay that reproduces it says data or model, not
+// hardware. The stop-time ladder (issue 12) will sit between the two.
+Status OnTrainingAnomaly(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<TrainingAnomaly>(e);
+  ClusterState& s = ctx.state;
+  if (StaleForRestart(s, x.observed)) return Status::OK();
+  for (const MachineId& m : x.culprits) {
+    if (s.FindMachine(m) == nullptr) return Status::NotFound("machine " + m + " is not known to the controller");
+  }
+  Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kImplicit, Describe(e), x.observed);
+  if (!inc.ok()) return inc.status();
+  if (!x.culprits.empty()) {
+    std::string group;
+    std::vector<MachineId> machines = GroupMachines(s, x.culprits, &group);
+    std::string who;
+    for (const MachineId& m : x.culprits) who += (who.empty() ? "" : ", ") + m;
+    return OverEvict(ctx, **inc, machines,
+                     "evicted " + (group.empty() ? who : group + " (holding " + who + ")") + ": its ranks' own " +
+                         (x.kind == "nan" ? "gradients were non-finite" : "gradients spiked") + " at step " +
+                         std::to_string(x.step) + " while the others' were not");
+  }
+  if (s.anomaly_reattempted_step == x.step) {
+    (*inc)->why = "stopped: the " + x.kind + " at step " + std::to_string(x.step) +
+                  " came back when step " + std::to_string(x.step) +
+                  " was replayed from the checkpoint before it: deterministic, so the data or the model, not a "
+                  "machine; inspect that step's batch and the learning rate, then resubmit";
+    (*inc)->resolution = Resolution::kStopped;
+    return Emit(ctx, StopJobAction((*inc)->id, (*inc)->why));
+  }
+  s.anomaly_reattempted_step = x.step;
+  (*inc)->resolution = Resolution::kReattempt;
+  (*inc)->why = "reattempt from the newest checkpoint before step " + std::to_string(x.step) +
+                ": no rank's local values stand out (a transient fault, or one the stop-time ladder must find)";
+  (*inc)->notes.push_back("marked for the stop-time ladder: " + x.kind + " with no culprit");
+  s.restart_pending = true;
+  s.restart_reason = x.kind + " at step " + std::to_string(x.step) + " with no culprit";
+  return Status::OK();
+}
+
 // The rule table, indexed by EventKind. Order is checked at compile time.
 constexpr std::array<RuleEntry, kNumEventKinds> kRules = {{
     {EventKind::kRankExited, OnRankExited},
@@ -327,6 +479,10 @@ constexpr std::array<RuleEntry, kNumEventKinds> kRules = {{
     {EventKind::kOperatorReturned, OnOperatorReturned},
     {EventKind::kManualRestart, OnManualRestart},
     {EventKind::kCheckpointRestored, OnCheckpointRestored},
+    {EventKind::kHangSuspected, OnHangSuspected},
+    {EventKind::kFailSlowSuspected, OnFailSlowSuspected},
+    {EventKind::kTrainingAnomaly, OnTrainingAnomaly},
+    {EventKind::kStacksAnalyzed, OnStacksAnalyzed},
 }};
 
 constexpr bool RulesInEventOrder() {
@@ -382,6 +538,7 @@ Status Emit(RuleContext& ctx, Action action) {
     case ActionKind::kEvict:
     case ActionKind::kActivate:
     case ActionKind::kReplenishStandby:
+    case ActionKind::kCaptureStacks:
       break;
   }
   BULWARK_RETURN_IF_ERROR(Apply(s, action, ctx.now));

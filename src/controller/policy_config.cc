@@ -22,6 +22,20 @@ Status PolicyConfig::Validate() const {
                                    " is outside (0, 1]");
   }
   if (ledger_window.count() <= 0) return Status::InvalidArgument("policy: ledger_window must be positive");
+  if (!(hang_factor >= 1.0)) return Status::InvalidArgument("policy: hang_factor must be at least 1");
+  if (hang_floor.count() <= 0 || hang_first_step.count() <= 0 || trace_deadline.count() <= 0 ||
+      process_stuck.count() <= 0 || slow_round.count() <= 0 || anomaly_wait.count() <= 0) {
+    return Status::InvalidArgument(
+        "policy: hang_floor, hang_first_step, trace_deadline, process_stuck, slow_round and anomaly_wait must be "
+        "positive");
+  }
+  if (hang_window < 1 || spike_window < 1 || slow_rounds < 1 || slow_min_steps < 1 || spike_min_history < 1) {
+    return Status::InvalidArgument(
+        "policy: hang_window, spike_window, spike_min_history, slow_rounds and slow_min_steps must be at least 1");
+  }
+  if (!(slow_ratio > 1.0) || !(slow_jobwide_ratio > 1.0) || !(spike_factor > 1.0)) {
+    return Status::InvalidArgument("policy: slow_ratio, slow_jobwide_ratio and spike_factor must be above 1");
+  }
   return Status::OK();
 }
 

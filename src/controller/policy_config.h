@@ -42,6 +42,54 @@ struct PolicyConfig {
   // The sliding window of the ETTR ledger.
   Duration ledger_window = std::chrono::hours(1);
 
+  // --- implicit faults: the detectors (hang_detector.h, fail_slow_detector.h,
+  // anomaly_detector.h) and what follows them ---
+
+  // Hang: no step within max(hang_factor x the learned step time,
+  // hang_floor). The learned time is the median of the last `hang_window`
+  // step durations the ranks reported. The first step after a (re)start
+  // gets hang_first_step (process start, rendezvous, restore); a phase a
+  // rank announces (evaluation, a disk checkpoint) gets its own estimate
+  // times hang_factor, at least hang_floor.
+  double hang_factor = 5.0;
+  Duration hang_floor = std::chrono::seconds(2);
+  Duration hang_first_step = std::chrono::seconds(60);
+  int hang_window = 50;
+  // How long the agents get to send the ranks' stacks after a hang is
+  // suspected; ranks without a stack by then count as outliers.
+  Duration trace_deadline = std::chrono::seconds(3);
+  // A rank process stopped (T) or in uninterruptible sleep (D) this long is
+  // a process inspection failure (agent side).
+  Duration process_stuck = std::chrono::seconds(10);
+
+  // Fail-slow (ByteRobust: aggregate every 10 s, evict after 5 rounds): every
+  // `slow_round`, each machine's mean compute time per step is compared with
+  // the median of the others'; one at least `slow_ratio` times slower is
+  // flagged, and the same machine flagged `slow_rounds` rounds running is
+  // over-evicted. A round needs `slow_min_steps` steps from every machine.
+  // A median `slow_jobwide_ratio` times the job's best round with no outlier
+  // is a job-wide slowdown: recorded, nothing evicted.
+  Duration slow_round = std::chrono::seconds(10);
+  int slow_rounds = 5;
+  double slow_ratio = 1.5;
+  int slow_min_steps = 3;
+  double slow_jobwide_ratio = 1.5;
+
+  // NaN and spikes (ByteRobust: a 5x jump over the rolling median, or NaN).
+  // A rank's loss or grad norm above spike_factor x the median of the last
+  // `spike_window` steps (once spike_min_history are known) is a spike. The
+  // reports of every rank for the anomalous step are awaited at most
+  // `anomaly_wait` to tell a culprit (its local gradients non-finite while
+  // others' are finite) from a job-wide anomaly.
+  double spike_factor = 5.0;
+  int spike_window = 50;
+  int spike_min_history = 20;
+  Duration anomaly_wait = std::chrono::seconds(2);
+
+  // Crash signatures that blame the job's code, never a machine (a missing
+  // command, an import or syntax error): a repeat anywhere stops the job.
+  std::set<std::string> user_code_signatures = {"command_not_found", "import_error", "syntax_error"};
+
   // InvalidArgument naming the first field out of range.
   Status Validate() const;
 };

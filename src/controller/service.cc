@@ -68,6 +68,11 @@ class AgentServiceImpl final : public wire::AgentService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status UploadStacks(grpc::ServerContext* ctx, const wire::StacksRequest* req, wire::StacksReply*) override {
+    if (auto st = CheckToken(ctx, token_, "UploadStacks"); !st.ok()) return st;
+    return ToGrpc(plane_->UploadStacks(*req, WallNow()));
+  }
+
   grpc::Status Commands(grpc::ServerContext* ctx, const wire::CommandStreamRequest* req,
                         grpc::ServerWriter<wire::Command>* writer) override {
     if (auto st = CheckToken(ctx, token_, "Commands"); !st.ok()) return st;
@@ -110,6 +115,8 @@ class ControlServiceImpl final : public wire::ControlService::Service {
     l.env.insert(req->env().begin(), req->env().end());
     // As the wire says: 0 never persists. The CLI sends its own default.
     l.persist_every = req->persist_every();
+    l.spec.tp = req->tp() > 0 ? req->tp() : 1;
+    l.spec.pp = req->pp() > 0 ? req->pp() : 1;
     l.durable_dir = req->durable_dir();
     Result<std::string> id = plane_->Submit(std::move(l), WallNow());
     if (!id.ok()) return ToGrpc(id.status());
@@ -131,7 +138,7 @@ class ControlServiceImpl final : public wire::ControlService::Service {
   }
   grpc::Status Inject(grpc::ServerContext* ctx, const wire::InjectRequest* req, wire::InjectReply*) override {
     if (auto st = CheckToken(ctx, token_, "Inject"); !st.ok()) return st;
-    return ToGrpc(plane_->Inject(req->machine(), req->fault(), req->rank()));
+    return ToGrpc(plane_->Inject(*req));
   }
   grpc::Status ReturnMachine(grpc::ServerContext* ctx, const wire::ReturnMachineRequest* req,
                              wire::ReturnMachineReply*) override {

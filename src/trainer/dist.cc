@@ -132,6 +132,18 @@ Status Comm::Broadcast(torch::Tensor& t, int root) {
   return Status::OK();
 }
 
+Status Comm::RecvNeverSent() {
+  if (!pg_) return Status::OK();
+  try {
+    std::vector<at::Tensor> v{torch::zeros({1})};
+    // A tag no collective uses: nothing will ever arrive on it.
+    pg_->recv(v, (env_.rank + 1) % env_.world_size, /*tag=*/0x5eed)->wait();
+  } catch (const std::exception& e) {
+    return Fail("recv", e);
+  }
+  return Status::OK();
+}
+
 Status Comm::Barrier() {
   if (!pg_) return Status::OK();
   try {

@@ -48,6 +48,10 @@ class Comm {
   Status AllGatherChunks(torch::Tensor& flat);
   Status Broadcast(torch::Tensor& t, int root);
   Status Barrier();
+  // Test hook for `bulwark inject hang --where collective`: waits for a
+  // point-to-point message from the next rank that is never sent, inside
+  // Gloo like a collective whose peer went quiet, until --dist-timeout.
+  Status RecvNeverSent();
 
  private:
   Comm() = default;

@@ -6,8 +6,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <deque>
 #include <thread>
 
+#include "client/rank_link.h"
 #include "trainer/adamw.h"
 #include "trainer/checkpoint.h"
 #include "trainer/dist.h"
@@ -87,6 +90,57 @@ double PoetClipRamp(const TrainConfig& cfg, int64_t step) {
   return 0.1 + 0.9 * std::min(1.0, static_cast<double>(step - last) / 10.0);
 }
 
+// ----------------------------------------------------------------------------
+// The anomaly guard and the agent's test hooks (client/rank_link.h)
+
+// A step is held back, not applied, when its loss or grad norm is non-finite
+// or (with a spike factor from the agent) above factor x the median of the
+// last 50 steps once 20 are known: the controller then decides, and the
+// newest checkpoint is still the step before. The same rule as the
+// controller's AnomalyDetector.
+class AnomalyGuard {
+ public:
+  AnomalyGuard() {
+    if (const char* f = std::getenv(client::kSpikeFactorEnv)) factor_ = std::atof(f);
+    if (const char* a = std::getenv(client::kAcceptStepEnv)) accept_ = std::atoll(a);
+  }
+  // "" to apply the step, else "nan" or "spike".
+  std::string Check(int64_t step, double loss, double grad_norm) const {
+    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) return "nan";
+    if (factor_ <= 0 || step == accept_) return "";
+    return Spike(loss, loss_) || Spike(grad_norm, norm_) ? "spike" : "";
+  }
+  void Remember(double loss, double grad_norm) {
+    loss_.push_back(loss);
+    norm_.push_back(grad_norm);
+    if (loss_.size() > 50) loss_.pop_front();
+    if (norm_.size() > 50) norm_.pop_front();
+  }
+
+ private:
+  bool Spike(double v, const std::deque<double>& h) const {
+    if (h.size() < 20) return false;
+    std::vector<double> s(h.begin(), h.end());
+    std::nth_element(s.begin(), s.begin() + s.size() / 2, s.end());
+    return s[s.size() / 2] > 0 && v > factor_ * s[s.size() / 2];
+  }
+  double factor_ = 0;
+  int64_t accept_ = -1;
+  std::deque<double> loss_, norm_;
+};
+
+// `bulwark inject hang --where compute`: a rank that computes forever (a
+// kernel that never ends), while its peers wait for it in the all-reduce.
+[[noreturn]] void SpinInCompute(Transformer& model, const torch::Tensor& idx, const torch::Tensor& targets) {
+  torch::NoGradGuard no_grad;
+  for (;;) model->Loss(idx, targets);
+}
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 nlohmann::json DiagnosePoet(Transformer& model) {
   nlohmann::json layers = nlohmann::json::array();
   double worst_orth = 0, worst_drift = 0, probe_sum = 0;
@@ -136,6 +190,12 @@ Status Train(const TrainConfig& cfg_in) {
   Comm& comm = **comm_or;
   const int W = comm.world_size(), rank = comm.rank();
   Progress progress(cfg.log_format == "json", rank == 0, cfg.log_every);
+  // Step signals to the agent, when one supervises this rank.
+  auto link_or = client::RankLink::FromEnv(rank);
+  if (!link_or.ok()) return link_or.status();
+  std::unique_ptr<client::RankLink> link = std::move(*link_or);
+  AnomalyGuard guard;
+  double last_fwd_ms = 0, last_ckpt_ms = 0;
 
   const auto t_rendezvous = Clock::now();
   Transformer model(cfg.model);
@@ -230,20 +290,35 @@ Status Train(const TrainConfig& cfg_in) {
   // The loop. `st.step` counts completed steps; step s+1 is being computed.
   while (st.step < cfg.steps) {
     if (cfg.eval_every > 0 && st.step % cfg.eval_every == 0) {
+      // Not a step: the hang detector gets the phase's own allowance.
+      if (link) link->Phase("eval", std::max(1000.0, 2 * cfg.eval_batches * last_fwd_ms));
       auto val = Evaluate(cfg, comm, model, data->val);
       if (!val.ok()) return val.status();
       progress.Eval(st.step, *val);
     }
     const auto t0 = Clock::now();
 
+    // ---- the agent's test hooks: one non-blocking check a step
+    std::string inject;
+    if (link) inject = link->PollInject().value_or("");
+
     // ---- forward and backward on this rank's share of the global batch
     store.ZeroGrad();
     MakeBatch(data->train, sampler, st.data_cursor + static_cast<uint64_t>(rank) * B, B, T, idx, targets);
+    if (inject == "hang-compute") SpinInCompute(model, idx, targets);
     auto loss = model->Loss(idx, targets);
     const auto t_fwd = Clock::now();
     loss.backward();
-    store.LossSlot().fill_(loss.item<float>());
+    float local_loss = loss.item<float>();
+    if (inject == "nan") store.GradsView()[0].fill_(std::nanf(""));  // a bad GPU's output
+    if (inject == "loss-spike") local_loss *= 50;
+    store.LossSlot().fill_(local_loss);
+    // This rank's own gradients before the all-reduce: after it, one rank's
+    // NaN is every rank's, and only this says whose it was.
+    const double local_norm = link ? store.GradsView().norm().item<double>() : 0.0;
+    const bool local_nonfinite = link && (!std::isfinite(local_norm) || !std::isfinite(local_loss));
     const auto t_bwd = Clock::now();
+    if (inject == "hang-collective") BULWARK_RETURN_IF_ERROR(comm.RecvNeverSent());
 
     // ---- average gradients (and the loss) across data-parallel ranks
     if (W > 1) {
@@ -255,6 +330,30 @@ Status Train(const TrainConfig& cfg_in) {
 
     // ---- clip, update, re-assemble sharded parameters
     double grad_norm = store.GradsView().norm().item<double>();
+    const std::string halt = guard.Check(st.step + 1, st.loss, grad_norm);
+    if (!halt.empty()) {
+      // Hold the step back: nothing applied, nothing checkpointed, so the
+      // newest checkpoint is the step before it. The controller decides.
+      const std::string what = "step " + std::to_string(st.step + 1) + ": " +
+                               (halt == "nan" ? "non-finite loss or grad norm" : "loss or grad-norm spike") +
+                               " (loss " + std::to_string(st.loss) + ", grad norm " + std::to_string(grad_norm) + ")";
+      note("holding back " + what + "; not applied");
+      if (!link) return Status::FailedPrecondition(what + "; stopped before applying it");
+      client::StepSignal s;
+      s.step = st.step + 1;
+      s.loss = st.loss;
+      s.grad_norm = grad_norm;
+      s.local_grad_norm = local_norm;
+      s.local_nonfinite = local_nonfinite;
+      s.nonfinite = halt == "nan";
+      s.halted = halt;
+      s.observed_ms = WallMs();
+      link->Step(s);
+      // The agent restarts the ranks; this process ends with them.
+      link->WaitClosed(600000);
+      return Status::FailedPrecondition(what + "; no decision from the controller within 10 minutes");
+    }
+    guard.Remember(st.loss, grad_norm);
     const double clip = cfg.grad_clip * PoetClipRamp(cfg, st.step);
     if (clip > 0 && grad_norm > clip) store.GradsView().mul_(clip / (grad_norm + 1e-6));
     const double lr = LearningRate(st.step, cfg.steps, cfg.warmup_steps, cfg.lr, cfg.min_lr_ratio);
@@ -298,6 +397,20 @@ Status Train(const TrainConfig& cfg_in) {
       if (rank != 0) Progress::Emit({{"event", "checksum"}, {"rank", rank}, {"step", st.step}, {"checksum", report.checksum}});
     }
     progress.Step(report);
+    last_fwd_ms = ms_between(t0, t_fwd);
+    if (link) {
+      client::StepSignal s;
+      s.step = st.step;
+      s.loss = st.loss;
+      s.grad_norm = grad_norm;
+      s.local_grad_norm = local_norm;
+      s.step_ms = ms;
+      s.compute_ms = ms_between(t0, t_bwd);
+      s.comm_ms = ms_between(t_bwd, t_comm);
+      s.local_nonfinite = local_nonfinite;
+      s.observed_ms = WallMs();
+      link->Step(s);
+    }
 
     // ---- diagnostics, outside the timed step (an SVD per layer)
     if (poet && cfg.model.poet.diag_every > 0 && st.step % cfg.model.poet.diag_every == 0 && rank == 0) {
@@ -306,7 +419,10 @@ Status Train(const TrainConfig& cfg_in) {
 
     // ---- checkpoint
     if (cfg.ckpt_every > 0 && (st.step % cfg.ckpt_every == 0 || st.step == cfg.steps)) {
+      if (link) link->Phase("checkpoint", std::max(1000.0, last_ckpt_ms));
+      const auto t_ckpt = Clock::now();
       BULWARK_RETURN_IF_ERROR(SaveCheckpoint(cfg, comm, *model, store, opt, st));
+      last_ckpt_ms = ms_between(t_ckpt, Clock::now());
     }
     if (cfg.stop_at > 0 && st.step >= cfg.stop_at) break;  // as if preempted
   }

@@ -1,0 +1,155 @@
+#include "agent/rank_link_server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "client/shard_socket.h"
+
+namespace bulwark::agent {
+
+Result<std::unique_ptr<RankLinkServer>> RankLinkServer::Start(const std::string& path,
+                                                             std::function<void(const std::string&)> log) {
+  Result<int> fd = client::ListenShardSocket(path);
+  if (!fd.ok()) return fd.status();
+  std::unique_ptr<RankLinkServer> s(new RankLinkServer());
+  s->path_ = path;
+  s->listen_ = *fd;
+  s->log_ = std::move(log);
+  s->thread_ = std::thread([p = s.get()] { p->Loop(); });
+  return s;
+}
+
+RankLinkServer::~RankLinkServer() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  for (auto& [fd, c] : conns_) ::close(fd);
+  if (listen_ >= 0) ::close(listen_);
+}
+
+void RankLinkServer::Loop() {
+  while (!stop_) {
+    std::vector<pollfd> fds{{listen_, POLLIN, 0}};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [fd, c] : conns_) fds.push_back({fd, POLLIN, 0});
+    }
+    if (::poll(fds.data(), fds.size(), 100) <= 0) continue;
+    if (fds[0].revents & POLLIN) {
+      int c = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c >= 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        conns_[c] = Conn{};
+      }
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      char buf[512];
+      ssize_t n = ::recv(fds[i].fd, buf, sizeof buf - 1, MSG_DONTWAIT);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (n <= 0) {
+        if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+          ::close(fds[i].fd);
+          conns_.erase(fds[i].fd);
+        }
+        continue;
+      }
+      std::string text(buf, n);
+      Conn& c = conns_[fds[i].fd];
+      std::vector<std::string> w = client::SplitWords(text);
+      if (w.size() == 3 && w[0] == "HELLO") {
+        c.rank = std::atoi(w[1].c_str());
+        c.pid = static_cast<pid_t>(std::atoi(w[2].c_str()));
+        continue;
+      }
+      if (c.rank < 0) {
+        log_("rank link: a message before HELLO, ignored: " + text.substr(0, 60));
+        continue;
+      }
+      inbox_.push_back({c.rank, c.pid, std::move(text)});
+    }
+  }
+}
+
+std::vector<RankLinkServer::Message> RankLinkServer::Take() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Message> out;
+  out.swap(inbox_);
+  return out;
+}
+
+Status RankLinkServer::Send(pid_t pid, const std::string& text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = conns_.rbegin(); it != conns_.rend(); ++it) {
+    if (it->second.pid != pid) continue;
+    if (::send(it->first, text.data(), text.size(), MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+      return Status::Unavailable(std::string("rank link: ") + std::strerror(errno));
+    }
+    return Status::OK();
+  }
+  return Status::NotFound("process " + std::to_string(pid) + " has no rank link (it does not report its steps)");
+}
+
+void SignalSum::Add(int rank, int64_t generation, const std::string& text) {
+  std::vector<std::string> w = client::SplitWords(text);
+  if (w.size() == 3 && w[0] == "PHASE") {
+    wire::RankSignal p;
+    p.set_rank(rank);
+    p.set_generation(generation);
+    p.set_steps(0);
+    p.set_phase(w[1]);
+    p.set_phase_ms(std::atof(w[2].c_str()));
+    p.set_observed_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count());
+    singles_.push_back(std::move(p));
+    return;
+  }
+  Result<client::StepSignal> s = client::StepSignal::Parse(text);
+  if (!s.ok()) return;
+  wire::RankSignal r;
+  r.set_rank(rank);
+  r.set_generation(generation);
+  r.set_step(s->step);
+  r.set_steps(s->steps);
+  r.set_loss(s->loss);
+  r.set_grad_norm(s->grad_norm);
+  r.set_local_grad_norm(s->local_grad_norm);
+  r.set_step_ms(s->step_ms);
+  r.set_compute_ms(s->compute_ms);
+  r.set_comm_ms(s->comm_ms);
+  r.set_local_nonfinite(s->local_nonfinite);
+  r.set_nonfinite(s->nonfinite);
+  r.set_halted(s->halted);
+  r.set_observed_ms(s->observed_ms);
+  if (s->anomalous()) {
+    singles_.push_back(std::move(r));
+    urgent_ = true;
+    return;
+  }
+  auto it = sums_.find(rank);
+  if (it == sums_.end() || it->second.generation() != generation) {
+    sums_[rank] = r;
+    return;
+  }
+  // The newest step's values, the durations summed.
+  wire::RankSignal& sum = it->second;
+  r.set_steps(sum.steps() + r.steps());
+  r.set_step_ms(sum.step_ms() + r.step_ms());
+  r.set_compute_ms(sum.compute_ms() + r.compute_ms());
+  r.set_comm_ms(sum.comm_ms() + r.comm_ms());
+  sum = std::move(r);
+}
+
+std::vector<wire::RankSignal> SignalSum::Take() {
+  std::vector<wire::RankSignal> out;
+  for (auto& [rank, s] : sums_) out.push_back(std::move(s));
+  for (auto& s : singles_) out.push_back(std::move(s));
+  sums_.clear();
+  singles_.clear();
+  urgent_ = false;
+  return out;
+}
+
+}  // namespace bulwark::agent

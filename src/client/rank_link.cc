@@ -1,0 +1,101 @@
+#include "client/rank_link.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "client/shard_socket.h"
+
+namespace bulwark::client {
+
+std::string StepSignal::Format() const {
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "STEP %lld %d %.9g %.9g %.9g %.3f %.3f %.3f %d %d %s %lld",
+                static_cast<long long>(step), steps, loss, grad_norm, local_grad_norm, step_ms, compute_ms, comm_ms,
+                local_nonfinite ? 1 : 0, nonfinite ? 1 : 0, halted.empty() ? "-" : halted.c_str(),
+                static_cast<long long>(observed_ms));
+  return buf;
+}
+
+Result<StepSignal> StepSignal::Parse(const std::string& line) {
+  std::vector<std::string> w = SplitWords(line);
+  if (w.size() != 13 || w[0] != "STEP") {
+    return Status::InvalidArgument("rank link: malformed step report '" + line.substr(0, 80) + "'");
+  }
+  StepSignal s;
+  try {
+    s.step = std::stoll(w[1]);
+    s.steps = std::stoi(w[2]);
+    // strtod reads "nan" and "inf", which is how a bad step prints.
+    s.loss = std::strtod(w[3].c_str(), nullptr);
+    s.grad_norm = std::strtod(w[4].c_str(), nullptr);
+    s.local_grad_norm = std::strtod(w[5].c_str(), nullptr);
+    s.step_ms = std::stod(w[6]);
+    s.compute_ms = std::stod(w[7]);
+    s.comm_ms = std::stod(w[8]);
+    s.local_nonfinite = w[9] == "1";
+    s.nonfinite = w[10] == "1";
+    s.halted = w[11] == "-" ? "" : w[11];
+    s.observed_ms = std::stoll(w[12]);
+  } catch (const std::exception&) {
+    return Status::InvalidArgument("rank link: malformed number in '" + line.substr(0, 80) + "'");
+  }
+  if (s.steps < 0 || (s.halted != "" && s.halted != "nan" && s.halted != "spike")) {
+    return Status::InvalidArgument("rank link: bad step report '" + line.substr(0, 80) + "'");
+  }
+  return s;
+}
+
+Result<std::unique_ptr<RankLink>> RankLink::FromEnv(int rank) {
+  const char* path = std::getenv(kRankSocketEnv);
+  if (path == nullptr || *path == '\0') return std::unique_ptr<RankLink>();
+  Result<int> sock = ConnectShardSocket(path);
+  if (!sock.ok()) return sock.status().Annotate(std::string(kRankSocketEnv) + " names no listening agent");
+  std::unique_ptr<RankLink> link(new RankLink());
+  link->sock_ = *sock;
+  BULWARK_RETURN_IF_ERROR(SendShardMessage(link->sock_, "HELLO " + std::to_string(rank) + " " + std::to_string(::getpid())));
+  return link;
+}
+
+RankLink::~RankLink() {
+  if (sock_ >= 0) ::close(sock_);
+}
+
+void RankLink::Step(const StepSignal& s) {
+  const std::string text = s.Format();
+  ::send(sock_, text.data(), text.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void RankLink::Phase(const std::string& what, double expected_ms) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "PHASE %s %.0f", what.c_str(), expected_ms);
+  ::send(sock_, buf, std::strlen(buf), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+std::optional<std::string> RankLink::PollInject() {
+  char buf[256];
+  ssize_t n = ::recv(sock_, buf, sizeof buf - 1, MSG_DONTWAIT);
+  if (n <= 0) return std::nullopt;
+  std::vector<std::string> w = SplitWords(std::string(buf, n));
+  if (w.size() == 2 && w[0] == "INJECT") return w[1];
+  return std::nullopt;
+}
+
+bool RankLink::WaitClosed(int timeout_ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < end) {
+    pollfd p{sock_, POLLIN, 0};
+    if (::poll(&p, 1, 200) > 0) {
+      char buf[256];
+      if (::recv(sock_, buf, sizeof buf, MSG_DONTWAIT) == 0) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace bulwark::client

@@ -1,0 +1,68 @@
+// The rank link: what a training rank tells its agent about every step, and
+// the agent's test hooks back. A Unix SOCK_SEQPACKET socket (the agent's
+// DIR/machines/M/ranks.sock, named by BULWARK_RANK_SOCKET), separate from the
+// checkpoint link so that any trainer can speak it without checkpoints.
+//
+//   rank -> agent                                agent -> rank
+//   HELLO <rank> <pid>                           INJECT nan | loss-spike |
+//   STEP <step signal, see StepSignal::Format>          hang-collective | hang-compute
+//   PHASE <what> <expected_ms>
+//
+// Sends never block: a full socket drops the report rather than slow the
+// step (the next one says as much). Not thread-safe; the training loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+
+namespace bulwark::client {
+
+constexpr const char* kRankSocketEnv = "BULWARK_RANK_SOCKET";
+// Where the agent puts the policy's spike factor for the rank's own guard.
+constexpr const char* kSpikeFactorEnv = "BULWARK_SPIKE_FACTOR";
+// A step the controller accepts as it is (a spike that a replay reproduced).
+constexpr const char* kAcceptStepEnv = "BULWARK_ACCEPT_ANOMALY_STEP";
+
+// One completed (or held-back) step as the rank saw it.
+struct StepSignal {
+  int64_t step = 0;
+  int steps = 1;  // how many steps the *_ms fields sum (the agent sums runs)
+  double loss = 0, grad_norm = 0, local_grad_norm = 0;
+  double step_ms = 0, compute_ms = 0, comm_ms = 0;
+  bool local_nonfinite = false, nonfinite = false;
+  std::string halted;  // "" | "nan" | "spike"
+  int64_t observed_ms = 0;  // wall clock, ms since the epoch
+
+  // "STEP 12 1 3.41 0.82 0.80 95.1 80.2 12.3 0 0 - 1763840000000"
+  std::string Format() const;
+  static Result<StepSignal> Parse(const std::string& line);
+  bool anomalous() const { return local_nonfinite || nonfinite || !halted.empty(); }
+};
+
+class RankLink {
+ public:
+  // Connects to the agent named by BULWARK_RANK_SOCKET; nullptr when the
+  // variable is unset (a rank run by hand). A variable that names no live
+  // socket is an error: the agent that set it must be listening.
+  static Result<std::unique_ptr<RankLink>> FromEnv(int rank);
+  ~RankLink();
+
+  void Step(const StepSignal& s);
+  void Phase(const std::string& what, double expected_ms);
+  // The agent's next injection request, without waiting: "nan",
+  // "loss-spike", "hang-collective", "hang-compute", or nullopt.
+  std::optional<std::string> PollInject();
+  // Waits up to `timeout_ms` for the agent to end the link (it restarts the
+  // ranks, which ends this process first); false when the time ran out.
+  bool WaitClosed(int timeout_ms);
+
+ private:
+  RankLink() = default;
+  int sock_ = -1;
+};
+
+}  // namespace bulwark::client

@@ -1,0 +1,59 @@
+// AnomalyDetector: non-finite values and loss or grad-norm spikes.
+//
+// ByteRobust's rule: NaN, or a jump above 5x the rolling median, is a fault
+// signal. What matters next is whether one machine caused it. Every rank
+// reports its *local* gradient norm from before the all-reduce; after the
+// all-reduce a single bad GPU's NaN is everyone's NaN, but before it only
+// the culprit's is. So on an anomalous step the detector waits (at most
+// anomaly_wait) for every rank's report of that step, then names the ranks
+// whose local values were non-finite (or spiked) while the others' were
+// not. None stands out: the anomaly is the job's, and the policy reattempts
+// from the checkpoint before it. Pure: fed signals and `now`.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <optional>
+
+#include "controller/event.h"
+#include "controller/policy_config.h"
+#include "controller/signals.h"
+
+namespace bulwark::controller {
+
+class AnomalyDetector {
+ public:
+  explicit AnomalyDetector(const PolicyConfig& config) : config_(config) {}
+
+  // Ranks were (re)started with `world` ranks: pending anomalies belonged to
+  // the old run. The rolling history is the job's and is kept.
+  void Started(Time now, int world);
+  void Stop() { armed_ = false; }
+  void Observe(const RankSignal& s);
+  // A TrainingAnomaly once every rank reported the anomalous step, or
+  // anomaly_wait after the first report of it.
+  std::optional<TrainingAnomaly> Check(Time now);
+
+  // The rule, for one value against its history: non-finite, or above
+  // factor x the median once min_history values are known.
+  static bool IsSpike(double value, const std::deque<double>& history, double factor, int min_history);
+
+ private:
+  struct Pending {
+    Time first_seen{};
+    std::string kind;  // "nan" or "spike"
+    std::map<int, RankSignal> reports;  // by rank
+  };
+  void Remember(const RankSignal& s);
+
+  const PolicyConfig& config_;
+  bool armed_ = false;
+  int world_ = 0;
+  int64_t history_step_ = 0;  // newest step in the history
+  std::deque<double> loss_, grad_norm_;
+  std::map<int64_t, Pending> pending_;  // by step
+  std::map<int64_t, std::map<int, RankSignal>> recent_;  // ordinary reports of recent steps, by step and rank
+  int64_t reported_ = 0;  // anomalies at or below this step were reported
+};
+
+}  // namespace bulwark::controller

@@ -1,0 +1,111 @@
+#include "controller/fail_slow_detector.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace bulwark::controller {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string Ratio(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fx", r);
+  return buf;
+}
+
+}  // namespace
+
+void FailSlowDetector::Started(Time now) {
+  armed_ = true;
+  round_start_ = now;
+  round_.clear();
+  flagged_.clear();
+  flagged_rounds_ = 0;
+  jobwide_reported_ = false;
+  // The best median is kept: a restart onto the same hardware does not make
+  // the job's normal speed unknown again.
+}
+
+void FailSlowDetector::Observe(const RankSignal& s) {
+  if (!armed_ || !s.halted.empty() || s.steps <= 0) return;
+  Sums& m = round_[s.machine];
+  m.compute_ms += s.compute_ms;
+  m.steps += s.steps;
+}
+
+std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
+  if (!armed_ || now - round_start_ < config_.slow_round) return std::nullopt;
+  std::map<MachineId, Sums> round;
+  round.swap(round_);
+  round_start_ = now;
+
+  std::vector<std::pair<MachineId, double>> mean;
+  for (const auto& [m, s] : round) {
+    if (s.steps < config_.slow_min_steps) continue;
+    mean.emplace_back(m, s.compute_ms / s.steps);
+  }
+  // A round some machine barely took part in (a restart, a stall) says nothing.
+  if (mean.size() < 2 || mean.size() < round.size()) {
+    last_round_ = "too few steps this round to compare machines";
+    return std::nullopt;
+  }
+  std::vector<double> all;
+  for (const auto& [m, v] : mean) all.push_back(v);
+  const double median = Median(all);
+
+  // The most outlying machine against the median of the others.
+  MachineId worst;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < mean.size(); ++i) {
+    std::vector<double> others;
+    for (size_t j = 0; j < mean.size(); ++j) {
+      if (j != i) others.push_back(mean[j].second);
+    }
+    const double base = Median(others);
+    const double ratio = base > 0 ? mean[i].second / base : 0;
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst = mean[i].first;
+    }
+  }
+
+  if (worst_ratio >= config_.slow_ratio) {
+    flagged_rounds_ = worst == flagged_ ? flagged_rounds_ + 1 : 1;
+    flagged_ = worst;
+    last_round_ = worst + " computes " + Ratio(worst_ratio) + " the others' time per step (" +
+                  std::to_string(flagged_rounds_) + "/" + std::to_string(config_.slow_rounds) + " rounds)";
+    if (flagged_rounds_ < config_.slow_rounds) return std::nullopt;
+    FailSlowSuspected f;
+    f.machine = worst;
+    f.rounds = flagged_rounds_;
+    f.ratio = worst_ratio;
+    f.detail = last_round_;
+    f.observed = now;
+    flagged_rounds_ = 0;
+    return f;
+  }
+  flagged_.clear();
+  flagged_rounds_ = 0;
+  if (!best_median_ || median < *best_median_) best_median_ = median;
+  const double jobwide = median / *best_median_;
+  last_round_ = "no outlier (worst " + Ratio(worst_ratio) + "); job at " + Ratio(jobwide) + " its best round";
+  if (jobwide >= config_.slow_jobwide_ratio && !jobwide_reported_) {
+    jobwide_reported_ = true;
+    FailSlowSuspected f;
+    f.rounds = 1;
+    f.ratio = jobwide;
+    f.detail = "job-wide slowdown: every machine computes " + Ratio(jobwide) +
+               " its best round's time per step, none stands out";
+    f.observed = now;
+    return f;
+  }
+  if (jobwide < config_.slow_jobwide_ratio) jobwide_reported_ = false;
+  return std::nullopt;
+}
+
+}  // namespace bulwark::controller

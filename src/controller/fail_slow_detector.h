@@ -1,0 +1,57 @@
+// FailSlowDetector: one machine dragging every step (ByteRobust's MFU decline).
+//
+// In a synchronous job the slow machine computes longer and every other
+// machine waits longer in the all-reduce, so the step time alone cannot say
+// who is slow; each machine's own compute time can. Every slow_round the
+// detector compares each machine's mean compute time per step with the
+// median of the others', flags the most outlying one if it is slow_ratio
+// slower, and reports it once the same machine was flagged slow_rounds
+// rounds running. Flagging a different machine, or none, starts the count
+// again. A job whose every machine slowed down together (a slower data
+// shard, a noisy host) has no outlier: it is reported once as job-wide and
+// evicts nothing. Pure: fed signals and `now`.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "controller/event.h"
+#include "controller/policy_config.h"
+#include "controller/signals.h"
+
+namespace bulwark::controller {
+
+class FailSlowDetector {
+ public:
+  explicit FailSlowDetector(const PolicyConfig& config) : config_(config) {}
+
+  // Ranks were (re)started: rounds start again (a new machine, new numbers).
+  void Started(Time now);
+  void Stop() { armed_ = false; }
+  void Observe(const RankSignal& s);
+  // At each round's end: a FailSlowSuspected for a machine flagged
+  // slow_rounds running, or a job-wide slowdown (machine empty), else nothing.
+  std::optional<FailSlowSuspected> Check(Time now);
+
+  // The last round's verdict, for status: "m03 2.1x slower (3/5 rounds)".
+  const std::string& last_round() const { return last_round_; }
+
+ private:
+  struct Sums {
+    double compute_ms = 0;
+    int steps = 0;
+  };
+  const PolicyConfig& config_;
+  bool armed_ = false;
+  Time round_start_{};
+  std::map<MachineId, Sums> round_;
+  MachineId flagged_;
+  int flagged_rounds_ = 0;
+  std::optional<double> best_median_;  // the job's fastest round so far
+  bool jobwide_reported_ = false;
+  std::string last_round_;
+};
+
+}  // namespace bulwark::controller

@@ -1,0 +1,48 @@
+// HangDetector: no step for longer than the job's step time allows.
+//
+// NVRx learns its timeouts from observed iterations; ByteRobust waits for 10
+// minutes of zero RDMA traffic. Here the allowance is learned from the steps
+// the ranks report (median of the last hang_window), so a tiny model's hang
+// is noticed in seconds and a big model's long steps raise no false alarm.
+// The first step after a (re)start, and any phase a rank announces, get
+// their own, longer allowance. Pure: fed signals and `now`.
+#pragma once
+
+#include <deque>
+#include <optional>
+
+#include "controller/event.h"
+#include "controller/policy_config.h"
+#include "controller/signals.h"
+
+namespace bulwark::controller {
+
+class HangDetector {
+ public:
+  explicit HangDetector(const PolicyConfig& config) : config_(config) {}
+
+  // Ranks were (re)started at `now`: the next step gets hang_first_step.
+  void Started(Time now);
+  // The job is not training (waiting, stopped, done): no deadline.
+  void Stop() { armed_ = false; }
+  void Observe(const RankSignal& s);
+  void Observe(const RankPhase& p);
+
+  // The allowance the next step gets now.
+  Duration Allowance() const;
+  // A HangSuspected once the deadline passes; then nothing until a step
+  // completes or the ranks restart.
+  std::optional<HangSuspected> Check(Time now);
+
+ private:
+  const PolicyConfig& config_;
+  bool armed_ = false;
+  bool fired_ = false;
+  bool first_step_ = true;
+  int64_t last_step_ = 0;
+  Time last_progress_{};
+  std::optional<Duration> phase_;  // an announced phase's allowance, until the next step
+  std::deque<double> step_ms_;     // learned step durations; kept across restarts
+};
+
+}  // namespace bulwark::controller

@@ -1,0 +1,46 @@
+#include "controller/monitors.h"
+
+namespace bulwark::controller {
+
+void Monitors::Started(Time now, int world) {
+  armed_ = true;
+  hang_.Started(now);
+  slow_.Started(now);
+  anomaly_.Started(now, world);
+}
+
+void Monitors::Stop() {
+  armed_ = false;
+  hang_.Stop();
+  slow_.Stop();
+  anomaly_.Stop();
+}
+
+void Monitors::AfterActions(const std::vector<Action>& actions, Time now) {
+  for (const Action& a : actions) {
+    if (a.kind == ActionKind::kRestartAll) Started(now, a.placement.world_size());
+    if (a.kind == ActionKind::kStopJob || a.kind == ActionKind::kWaitForMachines) Stop();
+  }
+}
+
+void Monitors::Observe(const RankSignal& s) {
+  if (!armed_) return;
+  anomaly_.Observe(s);
+  hang_.Observe(s);
+  slow_.Observe(s);
+}
+
+std::vector<Event> Monitors::Check(Time now) {
+  std::vector<Event> out;
+  if (!armed_) return out;
+  if (auto a = anomaly_.Check(now)) out.emplace_back(std::move(*a));
+  // While an anomalous step waits for its verdict the ranks hold still on
+  // purpose: that is no hang.
+  if (out.empty()) {
+    if (auto h = hang_.Check(now)) out.emplace_back(std::move(*h));
+  }
+  if (auto f = slow_.Check(now)) out.emplace_back(std::move(*f));
+  return out;
+}
+
+}  // namespace bulwark::controller

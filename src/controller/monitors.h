@@ -1,0 +1,51 @@
+// Monitors: the implicit-fault detectors of one job, together, and when
+// they are armed.
+//
+// The detectors turn the ranks' signals and the passing of time into policy
+// events (HangSuspected, TrainingAnomaly, FailSlowSuspected); the caller
+// hands those to Controller::Handle like any agent's event, so they are
+// journaled and replayed while the signals themselves are not. They watch
+// only while ranks run: a restart re-arms them with the first step's
+// allowance, a stop or a wait for machines disarms them. The plane drives
+// this with the wall clock; the simulator with its virtual one.
+#pragma once
+
+#include <vector>
+
+#include "controller/action.h"
+#include "controller/anomaly_detector.h"
+#include "controller/fail_slow_detector.h"
+#include "controller/hang_detector.h"
+
+namespace bulwark::controller {
+
+class Monitors {
+ public:
+  explicit Monitors(const PolicyConfig& config) : hang_(config), slow_(config), anomaly_(config) {}
+
+  // Ranks of `world` were (re)started at `now`.
+  void Started(Time now, int world);
+  void Stop();
+  // Follows the policy's decisions: RestartAll arms, StopJob and
+  // WaitForMachines disarm.
+  void AfterActions(const std::vector<Action>& actions, Time now);
+
+  void Observe(const RankSignal& s);
+  void Observe(const RankPhase& p) { hang_.Observe(p); }
+
+  // What the detectors found by `now`: an anomaly first (it names a step),
+  // then a hang, then a slow machine.
+  std::vector<Event> Check(Time now);
+
+  bool armed() const { return armed_; }
+  Duration hang_allowance() const { return hang_.Allowance(); }
+  const std::string& slow_round() const { return slow_.last_round(); }
+
+ private:
+  bool armed_ = false;
+  HangDetector hang_;
+  FailSlowDetector slow_;
+  AnomalyDetector anomaly_;
+};
+
+}  // namespace bulwark::controller

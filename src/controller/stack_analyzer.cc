@@ -1,0 +1,189 @@
+#include "controller/stack_analyzer.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+namespace bulwark::controller {
+namespace {
+
+bool StartsWith(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+
+// Removes balanced <...> (templates) and (...) (arguments) from a symbol;
+// "operator<" and the like keep their operator token.
+std::string StripBrackets(const std::string& s) {
+  std::string out;
+  int angle = 0, paren = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (paren == 0 && c == '<' && !(i >= 8 && s.compare(i - 8, 8, "operator") == 0)) {
+      ++angle;
+    } else if (paren == 0 && c == '>' && angle > 0) {
+      --angle;
+    } else if (angle == 0 && c == '(') {
+      // "(anonymous namespace)" is part of the name, not an argument list.
+      if (s.compare(i, 21, "(anonymous namespace)") == 0) {
+        out += "(anon)";
+        i += 20;
+        continue;
+      }
+      ++paren;
+    } else if (angle == 0 && c == ')' && paren > 0) {
+      --paren;
+    } else if (angle == 0 && paren == 0) {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// One frame line's function, normalized; empty for a line that is no frame.
+std::optional<std::string> FrameName(const std::string& line) {
+  std::istringstream in(line);
+  std::string num;
+  in >> num;
+  if (num.size() < 2 || num[0] != '#') return std::nullopt;
+  std::string rest;
+  std::getline(in, rest);
+  size_t p = rest.find_first_not_of(' ');
+  if (p == std::string::npos) return std::string("??");
+  rest = rest.substr(p);
+  // eu-stack: "0x00007f... name"; gdb: "0x00007f... in name (args) at file:line".
+  if (StartsWith(rest, "0x")) {
+    size_t sp = rest.find(' ');
+    rest = sp == std::string::npos ? "" : rest.substr(sp + 1);
+    if (StartsWith(rest, "in ")) rest = rest.substr(3);
+  }
+  // gdb's " at file:line" / " from lib.so" and eu-stack's " - module".
+  for (const char* tail : {" at ", " from ", " - "}) {
+    size_t t = rest.find(tail);
+    if (t != std::string::npos) rest = rest.substr(0, t);
+  }
+  rest = StripBrackets(rest);
+  // Symbol versions and compiler clone suffixes.
+  size_t at = rest.find('@');
+  if (at != std::string::npos) rest = rest.substr(0, at);
+  for (const char* clone : {" [clone", ".isra.", ".constprop.", ".part.", ".cold"}) {
+    size_t c = rest.find(clone);
+    if (c != std::string::npos) rest = rest.substr(0, c);
+  }
+  while (!rest.empty() && rest.back() == ' ') rest.pop_back();
+  if (rest.empty() || rest == "??") return std::string("??");
+  return rest;
+}
+
+bool IsStartupFrame(const std::string& f) {
+  return f == "__libc_start_call_main" || f == "__libc_start_main" || f == "_start" || f == "start_thread" ||
+         f == "__clone3" || f == "__clone";
+}
+
+std::string Join(const std::vector<std::string>& frames) {
+  std::string s;
+  for (size_t i = 0; i < frames.size(); ++i) s += (i ? " < " : "") + frames[i];
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> NormalizeMainThread(const std::string& text) {
+  std::vector<std::string> frames;
+  std::istringstream in(text);
+  std::string line;
+  bool in_thread = false;
+  while (std::getline(in, line)) {
+    // A thread header: eu-stack "TID 123:", gdb "Thread 1 (Thread 0x... (LWP 123)):".
+    if (StartsWith(line, "TID ") || StartsWith(line, "Thread ")) {
+      if (in_thread) break;  // the main thread is the first one listed
+      in_thread = true;
+      continue;
+    }
+    std::optional<std::string> f = FrameName(line);
+    if (!f) continue;
+    in_thread = true;
+    if (IsStartupFrame(*f)) break;
+    if (*f == "??" && !frames.empty() && frames.back() == "??") continue;
+    frames.push_back(*f);
+  }
+  // Unnamed frames at the bottom (a stripped main) say nothing.
+  while (!frames.empty() && frames.back() == "??") frames.pop_back();
+  return frames;
+}
+
+StackAnalysis AnalyzeStacks(const std::vector<RankStack>& stacks, const Topology& topology,
+                            const std::map<int, MachineId>& machine_of) {
+  StackAnalysis a;
+  std::map<std::string, StackGroup> by_sig;
+  std::set<int> seen;
+  for (const RankStack& s : stacks) {
+    if (s.rank < 0 || s.rank >= topology.world || !seen.insert(s.rank).second) continue;
+    std::vector<std::string> frames = NormalizeMainThread(s.text);
+    if (frames.empty()) continue;  // no usable stack: missing
+    StackGroup& g = by_sig[Join(frames)];
+    if (g.ranks.empty()) {
+      g.signature = Join(frames);
+      g.frames = frames;
+    }
+    g.ranks.push_back(s.rank);
+  }
+  for (auto& [sig, g] : by_sig) {
+    std::sort(g.ranks.begin(), g.ranks.end());
+    a.groups.push_back(std::move(g));
+  }
+  std::sort(a.groups.begin(), a.groups.end(), [](const StackGroup& x, const StackGroup& y) {
+    if (x.ranks.size() != y.ranks.size()) return x.ranks.size() > y.ranks.size();
+    return x.ranks.front() < y.ranks.front();
+  });
+  std::set<int> captured;
+  for (const StackGroup& g : a.groups) captured.insert(g.ranks.begin(), g.ranks.end());
+  for (int r = 0; r < topology.world; ++r) {
+    if (!captured.count(r)) a.missing.push_back(r);
+  }
+  a.has_majority = !a.groups.empty() && (a.groups.size() == 1 || a.groups[0].ranks.size() > a.groups[1].ranks.size());
+  if (a.groups.empty()) {
+    a.why = "no stack could be captured from any rank";
+    return a;
+  }
+  if (!a.has_majority) {
+    a.why = "no majority: " + std::to_string(a.groups.size()) + " stack groups, the largest two of " +
+            std::to_string(a.groups[0].ranks.size()) + " rank(s) each; nothing to single out";
+    return a;
+  }
+  std::set<int> outliers(a.missing.begin(), a.missing.end());
+  for (size_t i = 1; i < a.groups.size(); ++i) outliers.insert(a.groups[i].ranks.begin(), a.groups[i].ranks.end());
+  a.outliers.assign(outliers.begin(), outliers.end());
+  if (a.outliers.empty()) {
+    a.why = "all " + std::to_string(a.groups[0].ranks.size()) +
+            " ranks wait in the same place: no outlier to evict";
+    return a;
+  }
+  // More outliers than healthy ranks: the "healthy" group is a guess.
+  if (a.outliers.size() * 2 >= static_cast<size_t>(topology.world)) {
+    a.why = std::to_string(a.outliers.size()) + " of " + std::to_string(topology.world) +
+            " ranks are outliers: too many to call the rest healthy";
+    return a;
+  }
+  a.group = SmallestGroupContaining(topology, a.outliers);
+  // A group as large as the job would evict everything; evict the outliers'
+  // own machines instead (a data-parallel job's groups are its machines).
+  std::vector<int> evict_ranks = a.outliers;
+  if (a.group && static_cast<int>(a.group->ranks.size()) < topology.world) evict_ranks = a.group->ranks;
+  std::set<MachineId> machines;
+  for (int r : evict_ranks) {
+    auto it = machine_of.find(r);
+    if (it != machine_of.end()) machines.insert(it->second);
+  }
+  a.suspects.assign(machines.begin(), machines.end());
+  std::string who;
+  for (size_t i = 0; i < a.outliers.size() && i < 8; ++i) who += (i ? "," : "") + std::to_string(a.outliers[i]);
+  if (a.outliers.size() > 8) who += ",...";
+  std::string m;
+  for (size_t i = 0; i < a.suspects.size(); ++i) m += (i ? ", " : "") + a.suspects[i];
+  a.why = "outlier rank(s) {" + who + "} of " + std::to_string(a.groups.size()) + " stack groups; " +
+          (evict_ranks == a.outliers || !a.group ? std::string("their machines")
+                                                 : "the smallest group holding them, " + a.group->Name()) +
+          ", runs on " + m;
+  if (!a.missing.empty()) a.why += " (" + std::to_string(a.missing.size()) + " rank(s) gave no stack)";
+  return a;
+}
+
+}  // namespace bulwark::controller

@@ -1,0 +1,55 @@
+// Topology: the job's parallel layout (TP x PP x DP) and its groups.
+//
+// Rank numbering, shared with bulwark-train's --pp (docs/trainer.md): the
+// pipeline stage varies fastest, then the tensor-parallel rank, then the
+// data-parallel replica:
+//
+//   rank = pp + PP * (tp + TP * dp)
+//
+// so the PP group of a replica is a run of consecutive ranks (ByteRobust's
+// Fig. 7: TP=2, PP=4, DP=4 puts one pipeline on ranks 12..15). A pure
+// data-parallel job (TP = PP = 1) has singleton TP and PP groups and one DP
+// group of every rank.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace bulwark::controller {
+
+enum class GroupKind { kTP, kPP, kDP };
+const char* GroupKindName(GroupKind k);
+
+struct ParallelGroup {
+  GroupKind kind = GroupKind::kDP;
+  std::vector<int> ranks;  // ascending
+  // "pp group {12..15}" / "dp group {4,12,20,28}".
+  std::string Name() const;
+};
+
+struct Topology {
+  int world = 0;
+  int tp = 1, pp = 1;
+
+  int dp() const { return tp * pp > 0 ? world / (tp * pp) : 0; }
+  // InvalidArgument naming the fix when tp * pp does not divide the world.
+  Status Validate() const;
+
+  struct Coord {
+    int dp = 0, pp = 0, tp = 0;
+  };
+  Coord Of(int rank) const;
+  int RankAt(const Coord& c) const { return c.pp + pp * (c.tp + tp * c.dp); }
+  // The group of `kind` that holds `rank`.
+  ParallelGroup GroupOf(GroupKind kind, int rank) const;
+};
+
+// The smallest TP, PP or DP group that contains every rank of `ranks`
+// (ties: TP before PP before DP, the cheaper eviction first). Empty when no
+// single group holds them all, or when `ranks` is empty.
+std::optional<ParallelGroup> SmallestGroupContaining(const Topology& t, const std::vector<int>& ranks);
+
+}  // namespace bulwark::controller
