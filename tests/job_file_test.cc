@@ -50,3 +50,30 @@ TEST(JobFile, MalformedCheckpointSectionNamesTheFieldAndTheFix) {
 
 }  // namespace
 }  // namespace bulwark
+
+namespace bulwark {
+namespace {
+
+// parallel: the layout the analyzer and the backup planner use.
+TEST(JobFile, ParallelLayoutIsReadAndCheckedAgainstTheWorld) {
+  auto j = cli::ParseJobFile("name: pp\nworld_size: 4\nparallel: {pp: 2}\n", "job.yaml", "/bin/bulwark-train");
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(j->pp, 2);
+  EXPECT_EQ(j->tp, 1);
+  j = cli::ParseJobFile("name: d\nworld_size: 2\n", "job.yaml", "/bin/bulwark-train");
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->pp, 1) << "default: pure data parallel";
+  for (const auto& [text, hint] : std::vector<std::pair<std::string, std::string>>{
+           {"parallel: {pp: 3}\n", "must divide world_size 4"},
+           {"parallel: {pp: 2, dp: 4}\n", "must equal world_size 4"},
+           {"parallel: {ep: 2}\n", "known: tp, pp, dp"},
+           {"parallel: {pp: 0}\n", "parallel.pp"},
+           {"parallel: 2\n", "expected a mapping"}}) {
+    auto bad = cli::ParseJobFile("name: pp\nworld_size: 4\n" + text, "job.yaml", "/bin/bulwark-train");
+    ASSERT_FALSE(bad.ok()) << text;
+    EXPECT_NE(bad.status().message().find(hint), std::string::npos) << bad.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace bulwark

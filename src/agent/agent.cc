@@ -364,7 +364,8 @@ class Agent {
   void Trace(const std::string& id) {
     std::map<int, pid_t> pids = supervisor_.Pids();
     Log("capturing the stacks of " + std::to_string(pids.size()) + " rank(s) for " + id);
-    tracers_.emplace_back([this, id, pids] {
+    const auto started = Clock::now();
+    tracers_.emplace_back([this, id, pids, started] {
       wire::StacksRequest req;
       req.set_machine(o_.machine);
       req.set_incarnation(incarnation_);
@@ -386,7 +387,9 @@ class Agent {
       Prepare(&ctx, kCallDeadline);
       wire::StacksReply reply;
       grpc::Status st = rpc->UploadStacks(&ctx, req, &reply);
-      if (!st.ok()) Log("sending stacks for " + id + " failed: " + st.error_message());
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+      Log((st.ok() ? "sent the stacks for " : "sending the stacks for ") + id + (st.ok() ? "" : " failed: " + st.error_message()) +
+          " (" + std::to_string(static_cast<int>(ms)) + " ms after the request)");
     });
   }
 

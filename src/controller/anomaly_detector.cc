@@ -103,6 +103,7 @@ std::optional<TrainingAnomaly> AnomalyDetector::Check(Time now) {
     a.step = step;
     a.kind = p.kind;
     a.observed = now;
+    a.at = p.first_seen;
     a.reports = static_cast<int>(p.reports.size());
     a.halted = std::any_of(p.reports.begin(), p.reports.end(), [](const auto& kv) { return !kv.second.halted.empty(); });
     std::map<MachineId, bool> machines;

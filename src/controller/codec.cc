@@ -89,6 +89,7 @@ json EncodeEvent(const Event& e) {
           j["reports"] = x.reports;
           j["halted"] = x.halted;
           j["detail"] = x.detail;
+          j["at"] = Ms(x.at);
         } else if constexpr (std::is_same_v<T, StacksAnalyzed>) {
           j["incident"] = x.incident;
           j["groups"] = StackGroupsJson(x.groups);
@@ -200,6 +201,9 @@ Result<Event> DecodeEvent(const json& j) {
     BULWARK_RETURN_IF_ERROR(Get(j, "reports", &x.reports));
     BULWARK_RETURN_IF_ERROR(Get(j, "halted", &x.halted));
     BULWARK_RETURN_IF_ERROR(Get(j, "detail", &x.detail));
+    int64_t at = 0;
+    BULWARK_RETURN_IF_ERROR(Get(j, "at", &at));
+    x.at = TimeFromMs(at);
     return Event(x);
   }
   if (kind == EventKindName(EventKind::kStacksAnalyzed)) {

@@ -44,6 +44,7 @@ std::optional<Time> FaultTimeOf(const Event& e) {
   if (const auto* x = std::get_if<NetworkAlert>(&e)) return x->observed;
   // A hang began when progress stopped.
   if (const auto* x = std::get_if<HangSuspected>(&e)) return x->since;
+  if (const auto* x = std::get_if<TrainingAnomaly>(&e)) return x->at;
   return std::nullopt;
 }
 

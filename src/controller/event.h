@@ -146,6 +146,7 @@ struct TrainingAnomaly {
   int reports = 0;
   bool halted = false;
   std::string detail;
+  Time at{};  // when the first rank reported the step: the fault time
   Time observed{};
 };
 

@@ -9,6 +9,7 @@ void HangDetector::Started(Time now) {
   armed_ = true;
   fired_ = false;
   first_step_ = true;
+  steps_since_start_ = 0;
   phase_.reset();
   last_step_ = 0;
   last_progress_ = now;
@@ -19,7 +20,9 @@ void HangDetector::Observe(const RankSignal& s) {
   // Steps of a run already seen (another rank's report of them) are no progress.
   if (s.step <= last_step_ && !first_step_) return;
   if (!s.halted.empty()) return;  // held back: the anomaly detector's case, not progress
-  if (s.steps > 0 && s.step_ms > 0) {
+  const bool warm = steps_since_start_ >= config_.hang_warmup_steps;
+  steps_since_start_ += std::max(1, s.steps);
+  if (warm && s.steps > 0 && s.step_ms > 0) {
     step_ms_.push_back(s.step_ms / s.steps);
     while (static_cast<int>(step_ms_.size()) > config_.hang_window) step_ms_.pop_front();
   }
@@ -38,7 +41,7 @@ void HangDetector::Observe(const RankPhase& p) {
 }
 
 Duration HangDetector::Allowance() const {
-  if (first_step_) return config_.hang_first_step;
+  if (first_step_ || steps_since_start_ < config_.hang_warmup_steps) return config_.hang_first_step;
   if (phase_) return *phase_;
   if (step_ms_.empty()) return config_.hang_first_step;
   std::vector<double> v(step_ms_.begin(), step_ms_.end());

@@ -4,8 +4,9 @@
 // minutes of zero RDMA traffic. Here the allowance is learned from the steps
 // the ranks report (median of the last hang_window), so a tiny model's hang
 // is noticed in seconds and a big model's long steps raise no false alarm.
-// The first step after a (re)start, and any phase a rank announces, get
-// their own, longer allowance. Pure: fed signals and `now`.
+// The first steps after a (re)start (hang_warmup_steps of them), and any
+// phase a rank announces, get their own, longer allowance; warm-up steps
+// are not learned from. Pure: fed signals and `now`.
 #pragma once
 
 #include <deque>
@@ -38,7 +39,8 @@ class HangDetector {
   const PolicyConfig& config_;
   bool armed_ = false;
   bool fired_ = false;
-  bool first_step_ = true;
+  bool first_step_ = true;  // no step since the start yet
+  int steps_since_start_ = 0;
   int64_t last_step_ = 0;
   Time last_progress_{};
   std::optional<Duration> phase_;  // an announced phase's allowance, until the next step

@@ -391,6 +391,7 @@ Status Plane::UploadStacks(const wire::StacksRequest& req, Time now) {
     return Status::OK();
   }
   if (trace_->waiting.erase(req.machine()) == 0) return Status::OK();  // a resend
+  Log("stacks of " + std::to_string(req.stacks_size()) + " rank(s) from " + req.machine() + " for " + req.trace());
   for (const wire::RankStack& r : req.stacks()) {
     trace_->stacks.push_back({r.rank(), req.machine(), r.text(), r.error()});
     if (!r.error().empty()) Log("no stack of rank " + std::to_string(r.rank()) + " on " + req.machine() + ": " + r.error());
@@ -417,7 +418,7 @@ void Plane::FinishTrace(Time now) {
     e.groups.push_back({static_cast<int>(g.ranks.size()), top, g.ranks});
   }
   e.missing = an.missing;
-  e.group = an.group && !an.suspects.empty() ? an.group->Name() : "";
+  e.group = an.group ? an.group->Name() : "";
   e.suspects = an.suspects;
   e.why = an.why;
   if (!t.waiting.empty()) {

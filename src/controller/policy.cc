@@ -437,7 +437,7 @@ Status OnTrainingAnomaly(RuleContext& ctx, const Event& e) {
   for (const MachineId& m : x.culprits) {
     if (s.FindMachine(m) == nullptr) return Status::NotFound("machine " + m + " is not known to the controller");
   }
-  Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kImplicit, Describe(e), x.observed);
+  Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kImplicit, Describe(e), x.at);
   if (!inc.ok()) return inc.status();
   if (!x.culprits.empty()) {
     std::string group;

@@ -29,6 +29,7 @@ Status PolicyConfig::Validate() const {
         "policy: hang_floor, hang_first_step, trace_deadline, process_stuck, slow_round and anomaly_wait must be "
         "positive");
   }
+  if (hang_warmup_steps < 1) return Status::InvalidArgument("policy: hang_warmup_steps must be at least 1");
   if (hang_window < 1 || spike_window < 1 || slow_rounds < 1 || slow_min_steps < 1 || spike_min_history < 1) {
     return Status::InvalidArgument(
         "policy: hang_window, spike_window, spike_min_history, slow_rounds and slow_min_steps must be at least 1");

@@ -54,6 +54,10 @@ struct PolicyConfig {
   double hang_factor = 5.0;
   Duration hang_floor = std::chrono::seconds(2);
   Duration hang_first_step = std::chrono::seconds(60);
+  // The first steps after a start keep that allowance: they pay one-time
+  // costs (the first checkpoint copies, a new backup peer's first full
+  // transfer, warm-up) that a learned step time would call a hang.
+  int hang_warmup_steps = 5;
   int hang_window = 50;
   // How long the agents get to send the ranks' stacks after a hang is
   // suspected; ranks without a stack by then count as outliers.

@@ -165,8 +165,11 @@ StackAnalysis AnalyzeStacks(const std::vector<RankStack>& stacks, const Topology
   a.group = SmallestGroupContaining(topology, a.outliers);
   // A group as large as the job would evict everything; evict the outliers'
   // own machines instead (a data-parallel job's groups are its machines).
-  std::vector<int> evict_ranks = a.outliers;
-  if (a.group && static_cast<int>(a.group->ranks.size()) < topology.world) evict_ranks = a.group->ranks;
+  // A singleton group is just the rank: no group to name.
+  if (a.group && (a.group->ranks.size() <= 1 || static_cast<int>(a.group->ranks.size()) >= topology.world)) {
+    a.group.reset();
+  }
+  std::vector<int> evict_ranks = a.group ? a.group->ranks : a.outliers;
   std::set<MachineId> machines;
   for (int r : evict_ranks) {
     auto it = machine_of.find(r);
@@ -179,9 +182,8 @@ StackAnalysis AnalyzeStacks(const std::vector<RankStack>& stacks, const Topology
   std::string m;
   for (size_t i = 0; i < a.suspects.size(); ++i) m += (i ? ", " : "") + a.suspects[i];
   a.why = "outlier rank(s) {" + who + "} of " + std::to_string(a.groups.size()) + " stack groups; " +
-          (evict_ranks == a.outliers || !a.group ? std::string("their machines")
-                                                 : "the smallest group holding them, " + a.group->Name()) +
-          ", runs on " + m;
+          (a.group ? "the smallest group holding them, " + a.group->Name() : std::string("their machines")) +
+          ", on " + m;
   if (!a.missing.empty()) a.why += " (" + std::to_string(a.missing.size()) + " rank(s) gave no stack)";
   return a;
 }

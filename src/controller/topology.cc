@@ -60,6 +60,7 @@ std::optional<ParallelGroup> SmallestGroupContaining(const Topology& t, const st
   std::optional<ParallelGroup> best;
   for (GroupKind k : {GroupKind::kTP, GroupKind::kPP, GroupKind::kDP}) {
     ParallelGroup g = t.GroupOf(k, ranks.front());
+    if (g.ranks.size() <= 1) continue;  // TP=1 or PP=1: no group at all
     bool all = std::all_of(ranks.begin(), ranks.end(),
                            [&](int r) { return std::binary_search(g.ranks.begin(), g.ranks.end(), r); });
     if (all && (!best || g.ranks.size() < best->ranks.size())) best = std::move(g);

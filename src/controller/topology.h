@@ -48,8 +48,10 @@ struct Topology {
 };
 
 // The smallest TP, PP or DP group that contains every rank of `ranks`
-// (ties: TP before PP before DP, the cheaper eviction first). Empty when no
-// single group holds them all, or when `ranks` is empty.
+// (ties: TP before PP before DP, the cheaper eviction first). A layout's
+// size-1 groups (TP=1, PP=1) are no groups: one slow stage of a pipeline
+// over-evicts its pipeline. Empty when no group holds them all, or when
+// `ranks` is empty.
 std::optional<ParallelGroup> SmallestGroupContaining(const Topology& t, const std::vector<int>& ranks);
 
 }  // namespace bulwark::controller

@@ -56,6 +56,7 @@ inline std::string Brief(const Action& a) {
     case ActionKind::kWaitForMachines: return "wait " + std::to_string(a.count);
     case ActionKind::kStopJob: return "stop";
     case ActionKind::kReplenishStandby: return "replenish " + std::to_string(a.count);
+    case ActionKind::kCaptureStacks: return "trace i" + std::to_string(a.incident);
   }
   return "?";
 }

@@ -1,0 +1,509 @@
+// Implicit faults, pure: topology, the stack analyzer (on recorded real
+// stacks and on synthetic topologies), the three detectors and the policy's
+// rules for their events. No processes, no sockets, no sleeps.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "controller/anomaly_detector.h"
+#include "controller/fail_slow_detector.h"
+#include "controller/hang_detector.h"
+#include "controller/monitors.h"
+#include "controller/stack_analyzer.h"
+#include "controller/topology.h"
+#include "support/controller_fixture.h"
+
+namespace bulwark::controller {
+namespace {
+
+using testing::Briefs;
+using testing::Lines;
+using testing::S;
+using testing::Secs;
+
+std::string Fixture(const std::string& name) {
+  std::ifstream in(std::string(BULWARK_FIXTURES) + "/stacks/" + name);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_FALSE(ss.str().empty()) << "missing fixture " << name;
+  return ss.str();
+}
+
+// A synthetic eu-stack text whose main thread has `frames` (innermost first).
+std::string EuStack(int pid, const std::vector<std::string>& frames) {
+  std::string s = "PID " + std::to_string(pid) + " - process\nTID " + std::to_string(pid) + ":\n";
+  for (size_t i = 0; i < frames.size(); ++i) {
+    s += "#" + std::to_string(i) + "  0x00007f" + std::to_string(1000 + pid * 7 + i) + " " + frames[i] + "\n";
+  }
+  s += "#" + std::to_string(frames.size()) + "  0x00007f00 __libc_start_call_main\n";
+  s += "TID " + std::to_string(pid + 1) + ":\n#0  0x00007f11 epoll_wait\n#1  0x00007f12 start_thread\n";
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Topology
+
+TEST(Topology, ByteRobustFigure7PipelineIsConsecutiveRanks) {
+  Topology t{32, 2, 4};  // TP=2, PP=4, DP=4
+  ASSERT_TRUE(t.Validate().ok());
+  EXPECT_EQ(t.dp(), 4);
+  EXPECT_EQ(t.GroupOf(GroupKind::kPP, 15).ranks, (std::vector<int>{12, 13, 14, 15}));
+  EXPECT_EQ(t.GroupOf(GroupKind::kTP, 15).ranks, (std::vector<int>{11, 15}));
+  EXPECT_EQ(t.GroupOf(GroupKind::kDP, 15).ranks, (std::vector<int>{7, 15, 23, 31}));
+  auto g = SmallestGroupContaining(t, {12, 13, 14, 15});
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->kind, GroupKind::kPP);
+  EXPECT_EQ(g->Name(), "pp group {12..15}");
+  // Ranks of two pipelines share no group.
+  EXPECT_FALSE(SmallestGroupContaining(t, {12, 16}).has_value());
+  // A single rank: its TP pair is the smallest group holding it.
+  EXPECT_EQ(SmallestGroupContaining(t, {15})->kind, GroupKind::kTP);
+}
+
+TEST(Topology, MappingRoundTripsAndBadLayoutsNameTheFix) {
+  Topology t{24, 2, 3};
+  for (int r = 0; r < 24; ++r) EXPECT_EQ(t.RankAt(t.Of(r)), r);
+  Status st = Topology{10, 1, 4}.Validate();
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("does not divide world_size 10"), std::string::npos) << st.message();
+  EXPECT_FALSE((Topology{8, 0, 1}.Validate().ok()));
+}
+
+// ---------------------------------------------------------------------------
+// Stack analyzer
+
+TEST(StackAnalyzer, NormalizesRecordedEuStackOutput) {
+  std::vector<std::string> f = NormalizeMainThread(Fixture("recv-never-sent.txt"));
+  ASSERT_GE(f.size(), 4u);
+  EXPECT_EQ(f.front(), "__futex_abstimed_wait_common");
+  EXPECT_EQ(f[1], "pthread_cond_clockwait");  // @GLIBC_2.30 gone
+  EXPECT_EQ(f[2], "gloo::transport::tcp::UnboundBuffer::waitRecv");  // arguments gone
+  EXPECT_EQ(f.back(), "main");  // start-up frames gone; other threads not read
+  for (const std::string& x : f) {
+    EXPECT_EQ(x.find("0x"), std::string::npos) << x;
+    EXPECT_EQ(x.find('('), std::string::npos) << x;
+  }
+  // Template noise: the autograd apply<...> frame keeps its name only.
+  std::vector<std::string> c = NormalizeMainThread(Fixture("spin-in-compute.txt"));
+  ASSERT_GE(c.size(), 3u);
+  EXPECT_EQ(c[1], "std::enable_if::type torch::autograd::Function::apply");
+}
+
+TEST(StackAnalyzer, GdbOutputNormalizesLikeEuStack) {
+  const std::string gdb =
+      "Thread 1 (Thread 0x7f12 (LWP 4242) \"bulwark-train\"):\n"
+      "#0  0x00007f1 in __futex_abstimed_wait_common () from /lib/x86_64-linux-gnu/libc.so.6\n"
+      "#1  0x00007f2 in c10d::Work::wait(std::chrono::duration<long, std::ratio<1l, 1000l> >) () from libtorch_cpu.so\n"
+      "#2  0x00005a3 in bulwark::trainer::Train (cfg=...) at src/trainer/train.cc:210\n"
+      "#3  0x00005a4 in main (argc=5, argv=0x7ffd) at src/trainer/main.cc:80\n"
+      "Thread 2 (Thread 0x7f13 (LWP 4243)):\n#0  0x00007f3 in epoll_wait () from libc.so.6\n";
+  EXPECT_EQ(NormalizeMainThread(gdb), (std::vector<std::string>{"__futex_abstimed_wait_common", "c10d::Work::wait",
+                                                                "bulwark::trainer::Train", "main"}));
+}
+
+TEST(StackAnalyzer, RecordedHangSingledOutTheRankInAnotherWait) {
+  // Four ranks of a data-parallel job, one per machine; rank 2 waits in a
+  // receive nobody sends while 0, 1, 3 wait for it in the all-reduce. The
+  // recorded stacks differ in addresses and thread ids, not in signature.
+  std::vector<RankStack> stacks = {{0, "m01", Fixture("allreduce-wait.txt"), ""},
+                                   {1, "m02", Fixture("allreduce-wait-2.txt"), ""},
+                                   {2, "m03", Fixture("recv-never-sent.txt"), ""},
+                                   {3, "m04", Fixture("allreduce-wait.txt"), ""}};
+  StackAnalysis a = AnalyzeStacks(stacks, Topology{4, 1, 1}, {{0, "m01"}, {1, "m02"}, {2, "m03"}, {3, "m04"}});
+  ASSERT_EQ(a.groups.size(), 2u);
+  EXPECT_EQ(a.groups[0].ranks, (std::vector<int>{0, 1, 3}));
+  EXPECT_TRUE(a.has_majority);
+  EXPECT_EQ(a.outliers, (std::vector<int>{2}));
+  EXPECT_FALSE(a.group.has_value());  // data parallel: the machine itself
+  EXPECT_EQ(a.suspects, (std::vector<MachineId>{"m03"}));
+  EXPECT_NE(a.why.find("m03"), std::string::npos) << a.why;
+}
+
+TEST(StackAnalyzer, ByteRobustFigure7OverEvictsThePipeline) {
+  // TP=2, PP=4, DP=4 on 16 machines of 2 GPUs: rank r on machine r/2.
+  Topology t{32, 2, 4};
+  std::map<int, MachineId> machine_of;
+  for (int r = 0; r < 32; ++r) machine_of[r] = "m" + std::to_string(10 + r / 2);
+  const std::vector<std::string> healthy = {"__futex_abstimed_wait_common", "c10d::Work::wait",
+                                            "c10d::ProcessGroupNCCL::allreduce", "train_step", "main"};
+  std::vector<RankStack> stacks;
+  for (int r = 0; r < 32; ++r) {
+    std::vector<std::string> f = healthy;
+    if (r == 15) f = {"ncclKernelWait", "c10d::ProcessGroupNCCL::_allgather_base", "all_gather_into_tensor", "main"};
+    if (r >= 12 && r <= 14) f = {"ncclKernelWait", "c10d::ProcessGroupNCCL::recv", "irecv", "main"};
+    stacks.push_back({r, machine_of[r], EuStack(100 + r, f), ""});
+  }
+  StackAnalysis a = AnalyzeStacks(stacks, t, machine_of);
+  EXPECT_EQ(a.groups.size(), 3u);
+  EXPECT_EQ(a.outliers, (std::vector<int>{12, 13, 14, 15}));
+  ASSERT_TRUE(a.group.has_value());
+  EXPECT_EQ(a.group->Name(), "pp group {12..15}");
+  EXPECT_EQ(a.suspects, (std::vector<MachineId>{"m16", "m17"}));
+}
+
+TEST(StackAnalyzer, OneOutlierInAPipelineEvictsItsWholeStageGroup) {
+  Topology t{8, 1, 2};  // PP=2, DP=4: pipelines {0,1} {2,3} {4,5} {6,7}
+  std::map<int, MachineId> m;
+  for (int r = 0; r < 8; ++r) m[r] = "m0" + std::to_string(r + 1);
+  std::vector<RankStack> stacks;
+  for (int r = 0; r < 8; ++r) {
+    stacks.push_back({r, m[r], EuStack(r + 10, r == 5 ? std::vector<std::string>{"spin", "main"}
+                                                         : std::vector<std::string>{"wait", "main"}), ""});
+  }
+  StackAnalysis a = AnalyzeStacks(stacks, t, m);
+  // The smallest group holding rank 5 is its pipeline {4,5}: over-evict both machines.
+  ASSERT_TRUE(a.group.has_value());
+  EXPECT_EQ(a.group->kind, GroupKind::kPP);
+  EXPECT_EQ(a.suspects, (std::vector<MachineId>{"m05", "m06"}));
+}
+
+TEST(StackAnalyzer, TiesEmptinessAndUniformityEvictNobody) {
+  std::map<int, MachineId> m{{0, "m01"}, {1, "m02"}, {2, "m03"}, {3, "m04"}};
+  // Two ranks, two stacks: no majority to call healthy.
+  StackAnalysis tie = AnalyzeStacks({{0, "m01", EuStack(1, {"a", "main"}), ""}, {1, "m02", EuStack(2, {"b", "main"}), ""}},
+                                    Topology{2, 1, 1}, m);
+  EXPECT_FALSE(tie.has_majority);
+  EXPECT_TRUE(tie.suspects.empty());
+  EXPECT_NE(tie.why.find("no majority"), std::string::npos) << tie.why;
+  // Nothing captured.
+  StackAnalysis none = AnalyzeStacks({{0, "m01", "", "process gone"}}, Topology{4, 1, 1}, m);
+  EXPECT_TRUE(none.groups.empty());
+  EXPECT_TRUE(none.suspects.empty());
+  EXPECT_EQ(none.missing.size(), 4u);
+  // Everyone waits in the same place.
+  std::vector<RankStack> same;
+  for (int r = 0; r < 4; ++r) same.push_back({r, m[r], EuStack(r, {"wait", "main"}), ""});
+  StackAnalysis uniform = AnalyzeStacks(same, Topology{4, 1, 1}, m);
+  EXPECT_TRUE(uniform.outliers.empty());
+  EXPECT_TRUE(uniform.suspects.empty());
+  // A rank whose stack could not be taken is an outlier.
+  same.pop_back();
+  StackAnalysis missing = AnalyzeStacks(same, Topology{4, 1, 1}, m);
+  EXPECT_EQ(missing.missing, (std::vector<int>{3}));
+  EXPECT_EQ(missing.suspects, (std::vector<MachineId>{"m04"}));
+  // Half the job "outlying": too many to trust the other half.
+  std::vector<RankStack> split;
+  for (int r = 0; r < 4; ++r) split.push_back({r, m[r], EuStack(r, {r < 2 ? "a" : "b", "main"}), ""});
+  split[3] = {3, "m04", EuStack(3, {"c", "main"}), ""};
+  StackAnalysis half = AnalyzeStacks(split, Topology{4, 1, 1}, m);
+  EXPECT_TRUE(half.suspects.empty());
+}
+
+// ---------------------------------------------------------------------------
+// Detectors
+
+RankSignal Sig(const MachineId& m, int rank, int64_t step, Time at, double step_ms = 100, double compute_ms = 80,
+               double loss = 3.0, double grad_norm = 1.0) {
+  RankSignal s;
+  s.machine = m;
+  s.rank = rank;
+  s.step = step;
+  s.loss = loss;
+  s.grad_norm = grad_norm;
+  s.local_grad_norm = grad_norm;
+  s.step_ms = step_ms;
+  s.compute_ms = compute_ms;
+  s.observed = at;
+  return s;
+}
+
+TEST(HangDetector, LearnsTheStepTimeAndFiresOncePastTheAllowance) {
+  PolicyConfig c;
+  HangDetector h(c);
+  h.Started(S(0));
+  for (int k = 1; k <= 30; ++k) h.Observe(Sig("m01", 0, k, S(1 + 0.1 * k)));
+  // 100 ms steps x 5 is under the 2 s floor.
+  EXPECT_EQ(h.Allowance(), Secs(2));
+  EXPECT_FALSE(h.Check(S(4.0 + 1.9)).has_value());
+  auto hang = h.Check(S(4.0 + 2.1));
+  ASSERT_TRUE(hang.has_value());
+  EXPECT_EQ(hang->last_step, 30);
+  EXPECT_EQ(hang->since, S(4.0));
+  EXPECT_FALSE(h.Check(S(10)).has_value()) << "fires once per stall";
+  // Progress re-arms it.
+  h.Observe(Sig("m01", 0, 31, S(11)));
+  EXPECT_TRUE(h.Check(S(13.5)).has_value());
+}
+
+TEST(HangDetector, SlowStepsFirstStepsAndPhasesGetLongerAllowances) {
+  PolicyConfig c;
+  HangDetector h(c);
+  h.Started(S(0));
+  EXPECT_EQ(h.Allowance(), c.hang_first_step);
+  EXPECT_FALSE(h.Check(S(59)).has_value());
+  auto first = h.Check(S(61));
+  ASSERT_TRUE(first.has_value());
+  EXPECT_TRUE(first->first_step);
+
+  h.Started(S(100));
+  for (int k = 1; k <= 20; ++k) h.Observe(Sig("m01", 0, k, S(100 + k), /*step_ms=*/1000));
+  EXPECT_EQ(h.Allowance(), Secs(5));  // 5 x 1 s
+  h.Observe(RankPhase{"m01", 0, "eval", Secs(8), S(121)});
+  EXPECT_EQ(h.Allowance(), Secs(40));
+  EXPECT_FALSE(h.Check(S(121 + 39)).has_value());
+  EXPECT_TRUE(h.Check(S(121 + 41)).has_value());
+  h.Stop();
+  EXPECT_FALSE(h.Check(S(1000)).has_value());
+}
+
+TEST(HangDetector, WarmUpStepsAfterARestartAreNotLearnedFrom) {
+  PolicyConfig c;
+  HangDetector h(c);
+  h.Started(S(0));
+  // The first steps after a start are slow (first checkpoint copies...).
+  for (int k = 1; k <= 4; ++k) h.Observe(Sig("m01", 0, k, S(3 * k), 3000));
+  EXPECT_EQ(h.Allowance(), c.hang_first_step);
+  EXPECT_FALSE(h.Check(S(12 + 5)).has_value());
+  for (int k = 5; k <= 30; ++k) h.Observe(Sig("m01", 0, k, S(12 + 0.1 * k)));
+  EXPECT_EQ(h.Allowance(), Secs(2)) << "the slow warm-up steps did not raise the learned time";
+}
+
+// Rounds of 10 s, 4 machines, 10 steps each; `slow` computes `factor` x.
+void Round(FailSlowDetector& d, int round, const std::string& slow, double factor, double base = 80) {
+  for (int m = 1; m <= 4; ++m) {
+    const std::string id = "m0" + std::to_string(m);
+    for (int k = 0; k < 10; ++k) {
+      d.Observe(Sig(id, m - 1, round * 10 + k, S(round * 10 + k), 100, id == slow ? base * factor : base));
+    }
+  }
+}
+
+TEST(FailSlowDetector, EvictsAMachineFlaggedFiveRoundsRunning) {
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0));
+  for (int r = 0; r < 4; ++r) {
+    Round(d, r, "m03", 2.0);
+    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "round " << r;
+  }
+  EXPECT_NE(d.last_round().find("4/5"), std::string::npos) << d.last_round();
+  Round(d, 4, "m03", 2.0);
+  auto f = d.Check(S(50));
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->machine, "m03");
+  EXPECT_EQ(f->rounds, 5);
+  EXPECT_NEAR(f->ratio, 2.0, 1e-9);
+}
+
+TEST(FailSlowDetector, AnInterruptedStreakOrNoiseEvictsNothing) {
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0));
+  const char* slow[] = {"m03", "m03", "m01", "m03", "m03", "m03", "m03"};  // the m01 round breaks the streak
+  for (int r = 0; r < 7; ++r) {
+    Round(d, r, slow[r], 2.0);
+    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "round " << r;
+  }
+  // Under-threshold noise (1.3x) is never flagged.
+  for (int r = 7; r < 20; ++r) {
+    Round(d, r, "m02", 1.3);
+    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value());
+  }
+}
+
+TEST(FailSlowDetector, AJobWideSlowdownIsReportedOnceAndNamesNoMachine) {
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0));
+  Round(d, 0, "", 1, 80);
+  EXPECT_FALSE(d.Check(S(10)).has_value());
+  Round(d, 1, "", 1, 200);  // every machine 2.5x slower
+  auto f = d.Check(S(20));
+  ASSERT_TRUE(f.has_value());
+  EXPECT_TRUE(f->machine.empty());
+  EXPECT_NE(f->detail.find("job-wide"), std::string::npos) << f->detail;
+  Round(d, 2, "", 1, 200);
+  EXPECT_FALSE(d.Check(S(30)).has_value()) << "reported once";
+}
+
+TEST(AnomalyDetector, ALocalNanNamesItsMachineAsSoonAsEveryRankReported) {
+  PolicyConfig c;
+  AnomalyDetector d(c);
+  d.Started(S(0), 4);
+  for (int k = 1; k <= 30; ++k) {
+    for (int r = 0; r < 4; ++r) d.Observe(Sig("m0" + std::to_string(r + 1), r, k, S(k)));
+  }
+  for (int r = 0; r < 4; ++r) {
+    RankSignal s = Sig("m0" + std::to_string(r + 1), r, 31, S(31.2), 100, 80, 3.0, std::nan(""));
+    s.nonfinite = true;
+    s.halted = "nan";
+    s.local_nonfinite = r == 1;
+    s.local_grad_norm = r == 1 ? std::nan("") : 1.0;
+    d.Observe(s);
+    if (r < 3) EXPECT_FALSE(d.Check(S(31.3)).has_value()) << "waits for every rank's report";
+  }
+  auto a = d.Check(S(31.3));
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->kind, "nan");
+  EXPECT_EQ(a->step, 31);
+  EXPECT_EQ(a->culprits, (std::vector<MachineId>{"m02"}));
+  EXPECT_EQ(a->culprit_ranks, (std::vector<int>{1}));
+  EXPECT_TRUE(a->halted);
+  EXPECT_EQ(a->at, S(31.2));
+  EXPECT_FALSE(d.Check(S(40)).has_value()) << "reported once";
+}
+
+TEST(AnomalyDetector, ASpikeWithNoCulpritIsReportedAfterTheWait) {
+  PolicyConfig c;
+  AnomalyDetector d(c);
+  d.Started(S(0), 2);
+  for (int k = 1; k <= 30; ++k) d.Observe(Sig("m01", 0, k, S(k), 100, 80, 3.0 + 0.01 * k));
+  // Loss 5x its median is no spike; above it is.
+  EXPECT_FALSE(AnomalyDetector::IsSpike(3.0 * 4.9, std::deque<double>(25, 3.0), 5, 20));
+  EXPECT_TRUE(AnomalyDetector::IsSpike(3.0 * 5.1, std::deque<double>(25, 3.0), 5, 20));
+  EXPECT_FALSE(AnomalyDetector::IsSpike(1e9, std::deque<double>(5, 3.0), 5, 20)) << "too little history";
+  d.Observe(Sig("m01", 0, 31, S(31), 100, 80, 40.0));
+  EXPECT_FALSE(d.Check(S(32)).has_value()) << "rank 1 may still report";
+  auto a = d.Check(S(31) + c.anomaly_wait);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->kind, "spike");
+  EXPECT_TRUE(a->culprits.empty());
+  EXPECT_NE(a->detail.find("1/2 ranks reported"), std::string::npos) << a->detail;
+}
+
+// ---------------------------------------------------------------------------
+// The policy's rules
+
+// A data-parallel job on m01..m04 (one rank each) with standbys s01, s02,
+// or a pipeline job with `pp`.
+struct Job {
+  explicit Job(int pp = 1) {
+    JobSpec spec;
+    spec.id = "j";
+    spec.world_size = 4;
+    spec.pp = pp;
+    spec.command = "bulwark-train";
+    auto c = Controller::Create(spec, PolicyConfig{}, {"m01", "m02", "m03", "m04", "s01", "s02"}, S(0));
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    controller.emplace(std::move(*c));
+    EXPECT_TRUE(controller->Reconcile(S(0)).ok());
+    for (int k = 1; k <= 10; ++k) Do(StepCompleted{k, S(k)});
+  }
+  Lines Do(const Event& e) {
+    auto r = controller->Handle(e, ObservedAt(e));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? Briefs(*r) : Lines{};
+  }
+  const Incident& Last() const { return controller->incidents().back(); }
+  std::optional<Controller> controller;
+};
+
+TEST(ImplicitPolicy, AHangCapturesStacksThenOverEvictsTheOutliers) {
+  Job j;
+  HangSuspected h{10, S(10), Secs(2), false, S(12.1)};
+  EXPECT_EQ(j.Do(h), (Lines{"trace i1"}));
+  EXPECT_EQ(j.Last().cls, IncidentClass::kImplicit);
+  EXPECT_FALSE(j.Last().localized.has_value()) << "not localized until the stacks are in";
+  EXPECT_EQ(j.Last().fault, S(10));
+
+  StacksAnalyzed a;
+  a.incident = 1;
+  a.groups = {{3, "wait < main", {0, 1, 3}}, {1, "spin < main", {2}}};
+  a.suspects = {"m03"};
+  a.why = "outlier rank(s) {2}";
+  a.observed = S(12.4);
+  EXPECT_EQ(j.Do(a), (Lines{"evict m03", "activate s01", "restart_all g2 m01,m02,s01,m04 ckpt 0"}));
+  const Incident& inc = j.Last();
+  EXPECT_EQ(inc.resolution, Resolution::kEvictedAndReplaced);
+  EXPECT_EQ(inc.localized, S(12.4));
+  EXPECT_EQ(inc.stacks.groups.size(), 2u);
+  EXPECT_EQ(inc.evicted, (std::vector<MachineId>{"m03"}));
+}
+
+TEST(ImplicitPolicy, NoOutlierReattemptsAndStaleVerdictsAreIgnored) {
+  Job j;
+  j.Do(HangSuspected{10, S(10), Secs(2), false, S(12.1)});
+  StacksAnalyzed stale;
+  stale.incident = 7;  // some other episode's
+  stale.observed = S(12.2);
+  EXPECT_TRUE(j.Do(stale).empty());
+  StacksAnalyzed a;
+  a.incident = 1;
+  a.why = "all 4 ranks wait in the same place";
+  a.observed = S(12.4);
+  EXPECT_EQ(j.Do(a), (Lines{"restart_all g2 m01,m02,m03,m04 ckpt 0"}));
+  EXPECT_EQ(j.Last().resolution, Resolution::kReattempt);
+}
+
+TEST(ImplicitPolicy, NanCulpritIsEvictedNoCulpritReattemptsAndARepeatStops) {
+  Job j;
+  TrainingAnomaly nan;
+  nan.step = 11;
+  nan.kind = "nan";
+  nan.culprits = {"m02"};
+  nan.culprit_ranks = {1};
+  nan.at = S(11);
+  nan.observed = S(11.2);
+  EXPECT_EQ(j.Do(nan), (Lines{"evict m02", "activate s01", "restart_all g2 m01,s01,m03,m04 ckpt 0"}));
+  EXPECT_EQ(j.Last().fault, S(11));
+  j.Do(StepCompleted{11, S(15)});
+
+  TrainingAnomaly spike;
+  spike.step = 20;
+  spike.kind = "spike";
+  spike.at = S(20);
+  spike.observed = S(20.5);
+  EXPECT_EQ(j.Do(spike), (Lines{"restart_all g3 m01,s01,m03,m04 ckpt 0"}));
+  EXPECT_EQ(j.Last().resolution, Resolution::kReattempt);
+  ASSERT_FALSE(j.Last().notes.empty());
+  j.Do(StepCompleted{19, S(24)});
+  spike.at = S(25);
+  spike.observed = S(25.5);
+  EXPECT_EQ(j.Do(spike), (Lines{"stop"}));
+  EXPECT_NE(j.Last().why.find("deterministic"), std::string::npos) << j.Last().why;
+  EXPECT_TRUE(j.Last().evicted.empty());
+}
+
+TEST(ImplicitPolicy, FailSlowOverEvictsThePipelineAndAJobWideSlowdownNothing) {
+  Job j(/*pp=*/2);  // pipelines {0,1} on m01,m02 and {2,3} on m03,m04
+  FailSlowSuspected jobwide{"", 1, 2.0, "job-wide slowdown: every machine computes 2.00x", S(20)};
+  EXPECT_TRUE(j.Do(jobwide).empty());
+  EXPECT_TRUE(j.controller->incidents().empty());
+  ASSERT_EQ(j.controller->state().notes.size(), 1u);
+
+  FailSlowSuspected slow{"m04", 5, 2.1, "m04 computes 2.10x the others' time per step (5/5 rounds)", S(60)};
+  EXPECT_EQ(j.Do(slow), (Lines{"evict m03", "evict m04", "activate s01", "activate s02",
+                               "restart_all g2 m01,m02,s01,s02 ckpt 0", "replenish 1"}));
+  EXPECT_NE(j.Last().why.find("pp group {2,3}"), std::string::npos) << j.Last().why;
+}
+
+TEST(ImplicitPolicy, AMissingCommandStopsTheJobAndEvictsNoMachine) {
+  JobSpec spec;
+  spec.id = "typo";
+  spec.world_size = 1;
+  spec.command = "bulwark-trian";
+  auto c = Controller::Create(spec, PolicyConfig{}, {"m01", "s01"}, S(0));
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c->Reconcile(S(0)).ok());
+  auto first = c->Handle(RankExited{"m01", 0, 127, 0, "command_not_found", S(1)}, S(1));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(Briefs(*first), (Lines{"restart_all g2 m01 ckpt 0"}));
+  auto second = c->Handle(RankExited{"m01", 0, 127, 0, "command_not_found", S(3)}, S(3));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(Briefs(*second), (Lines{"stop"}));
+  EXPECT_TRUE(c->incidents().back().evicted.empty());
+  EXPECT_NE(c->incidents().back().why.find("not a machine"), std::string::npos);
+  EXPECT_EQ(c->state().FindMachine("m01")->state, MachineState::kActive);
+}
+
+TEST(Monitors, FollowTheDecisionsAndStayQuietWhileDisarmed) {
+  PolicyConfig c;
+  Monitors m(c);
+  EXPECT_TRUE(m.Check(S(100)).empty()) << "not armed before a start";
+  Action restart = RestartAllAction(Placement{1, 1, {"m01", "m02"}}, 0, "start");
+  m.AfterActions({restart}, S(0));
+  EXPECT_TRUE(m.armed());
+  for (int k = 1; k <= 20; ++k) {
+    m.Observe(Sig("m01", 0, k, S(k * 0.1)));
+    m.Observe(Sig("m02", 1, k, S(k * 0.1)));
+  }
+  auto found = m.Check(S(5));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(KindOf(found[0]), EventKind::kHangSuspected);
+  m.AfterActions({StopJobAction(1, "stop")}, S(6));
+  EXPECT_TRUE(m.Check(S(100)).empty());
+}
+
+}  // namespace
+}  // namespace bulwark::controller
