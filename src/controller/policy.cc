@@ -393,8 +393,10 @@ Status OnStacksAnalyzed(RuleContext& ctx, const Event& e) {
   inc->stacks = x;
   inc->localized = ctx.now;
   if (!x.suspects.empty()) {
-    return OverEvict(ctx, *inc, x.suspects, "over-evicted " + (x.group.empty() ? std::string("the outliers' machines") : x.group) +
-                                                 ": " + x.why);
+    std::string who;
+    for (const MachineId& m : x.suspects) who += (who.empty() ? "" : ", ") + m;
+    return OverEvict(ctx, *inc, x.suspects,
+                     "evicted " + who + (x.group.empty() ? "" : " (" + x.group + ")") + " by stack aggregation: " + x.why);
   }
   inc->resolution = Resolution::kReattempt;
   inc->why = "reattempt in place: " + x.why;

@@ -182,8 +182,7 @@ StackAnalysis AnalyzeStacks(const std::vector<RankStack>& stacks, const Topology
   std::string m;
   for (size_t i = 0; i < a.suspects.size(); ++i) m += (i ? ", " : "") + a.suspects[i];
   a.why = "outlier rank(s) {" + who + "} of " + std::to_string(a.groups.size()) + " stack groups; " +
-          (a.group ? "the smallest group holding them, " + a.group->Name() : std::string("their machines")) +
-          ", on " + m;
+          (a.group ? "the smallest group holding them is " + a.group->Name() + ", on " : std::string("on ")) + m;
   if (!a.missing.empty()) a.why += " (" + std::to_string(a.missing.size()) + " rank(s) gave no stack)";
   return a;
 }

@@ -1,0 +1,132 @@
+// Implicit faults end to end: a real local cluster runs the tiny trainer on
+// four machines while a hang, a NaN and a slow machine are injected; only
+// the cause is emulated (inside the rank through its test hook, or by the
+// agent throttling the machine), everything after it is the real path:
+// step signals, detectors, stack capture with eu-stack, the analyzer, the
+// eviction, the standby swap and the in-memory restore.
+#include <gtest/gtest.h>
+
+#include "support/cluster_fixture.h"
+
+namespace bulwark {
+namespace {
+
+class Implicit : public Cluster {
+ protected:
+  // Four machines of one rank each, two standbys, training.
+  json Start() {
+    auto up = Bulwark({"up", "--machines", "4", "--standby", "2"});
+    EXPECT_EQ(up.exit_code, 0) << up.err;
+    WriteJob(4);
+    auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+    EXPECT_EQ(sub.exit_code, 0) << sub.err;
+    return WaitFor("first steps", 60, [](const json& s) { return s["job"]["last_step"] >= 40; });
+  }
+
+  json InjectAndWaitForEviction(const std::vector<std::string>& inject, const std::string& victim, double seconds) {
+    json s = Query("status");
+    const int64_t gen = s["job"]["generation"];
+    std::vector<std::string> args = {"inject"};
+    args.insert(args.end(), inject.begin(), inject.end());
+    inject_ms_ = NowMs();
+    auto r = Bulwark(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return WaitFor("eviction of " + victim, seconds, [&](const json& s) {
+      return MachineState(s, victim) == "evicted" && s["job"]["generation"] > gen && s["job"]["state"] == "running";
+    });
+  }
+};
+
+TEST_F(Implicit, HangInACollectiveIsTracedAndItsMachineEvicted) {
+  Start();
+  json s = InjectAndWaitForEviction({"hang", "--machine", "m03", "--where", "collective"}, "m03", 60);
+  Report("hang");
+  json inc = Query("incidents").back();
+  EXPECT_EQ(inc["class"], "implicit");
+  EXPECT_EQ(inc["evicted"], json({"m03"})) << inc.dump();
+  EXPECT_EQ(inc["lost_steps"], 0) << inc.dump();
+  // Detected within the floor plus a report period; localized in well under 3 s.
+  EXPECT_LT(inc["detect_s"].get<double>(), 5.0) << inc.dump();
+  EXPECT_LT(inc["localize_s"].get<double>(), 3.0) << inc.dump();
+  ASSERT_TRUE(inc.contains("stacks")) << inc.dump();
+  const json& groups = inc["stacks"]["groups"];
+  ASSERT_EQ(groups.size(), 2u) << inc.dump();
+  EXPECT_EQ(groups[0]["ranks"], json({0, 1, 3}));
+  EXPECT_NE(groups[0]["stack"].get<std::string>().find("AllReduceSum"), std::string::npos) << groups.dump();
+  EXPECT_NE(groups[1]["stack"].get<std::string>().find("RecvNeverSent"), std::string::npos) << groups.dump();
+  // Raw stacks for people.
+  std::ifstream raw(dir_ + "/stacks/incident-1/rank-2.txt");
+  EXPECT_TRUE(raw.good());
+  // The standby took m03's slot and the job trains on.
+  EXPECT_EQ(s["job"]["placement"][2], "m05");
+}
+
+TEST_F(Implicit, NanOnOneMachineEvictsItAtTheStepItAppears) {
+  Start();
+  InjectAndWaitForEviction({"nan", "--machine", "m02"}, "m02", 40);
+  Report("nan");
+  json inc = Query("incidents").back();
+  EXPECT_EQ(inc["class"], "implicit");
+  EXPECT_EQ(inc["evicted"], json({"m02"})) << inc.dump();
+  EXPECT_NE(inc["cause"].get<std::string>().find("rank(s) 1 only"), std::string::npos) << inc.dump();
+  // The bad step was held back: the restore is the step before it, nothing lost.
+  EXPECT_EQ(inc["lost_steps"], 0) << inc.dump();
+}
+
+TEST_F(Implicit, LossSpikeWithNoCulpritReattemptsFromTheStepBefore) {
+  json s = Start();
+  const int64_t gen = s["job"]["generation"];
+  inject_ms_ = NowMs();
+  auto r = Bulwark({"inject", "loss-spike", "--machine", "m01"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  s = WaitFor("reattempt", 40, [&](const json& s) {
+    return s["job"]["generation"] > gen && s["job"]["state"] == "running";
+  });
+  Report("loss-spike");
+  EXPECT_EQ(s["job"]["placement"], json({"m01", "m02", "m03", "m04"})) << "nothing evicted";
+  json inc = Query("incidents").back();
+  EXPECT_EQ(inc["resolution"], "reattempt") << inc.dump();
+  EXPECT_EQ(inc["lost_steps"], 0) << inc.dump();
+}
+
+TEST_F(Implicit, ASlowMachineIsEvictedAfterFiveRounds) {
+  Start();
+  InjectAndWaitForEviction({"slow", "--machine", "m04", "--factor", "2"}, "m04", 120);
+  Report("slow");
+  json inc = Query("incidents").back();
+  EXPECT_EQ(inc["evicted"], json({"m04"})) << inc.dump();
+  EXPECT_NE(inc["cause"].get<std::string>().find("5/5 rounds"), std::string::npos) << inc.dump();
+}
+
+TEST_F(Implicit, AMissingCommandStopsTheJobWithoutEvictingAnyMachine) {
+  auto up = Bulwark({"up", "--machines", "1", "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  std::ofstream(root_ + "/job.yaml") << "name: typo\nworld_size: 1\ncommand: [/nonexistent/bulwark-trian]\n";
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("the job to stop", 30, [](const json& s) { return s["job"]["state"] == "stopped"; });
+  EXPECT_EQ(MachineState(s, "m01"), "active");
+  EXPECT_EQ(MachineState(s, "m02"), "standby");
+  json inc = Query("incidents").back();
+  EXPECT_TRUE(inc["evicted"].empty()) << inc.dump();
+  EXPECT_NE(inc["why"].get<std::string>().find("command_not_found"), std::string::npos) << inc.dump();
+}
+
+TEST_F(Implicit, BadInjectionsAreOneLineErrors) {
+  auto up = Bulwark({"up", "--machines", "1", "--standby", "0"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  for (const auto& [args, hint] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"inject", "slow", "--machine", "m01", "--factor", "1"}, "above 1"},
+           {{"inject", "slow", "--machine", "m01", "--factor", "fast"}, "not a number"},
+           {{"inject", "hang", "--machine", "m01", "--where", "gpu"}, "collective or compute"},
+           {{"inject", "hang", "--machine", "m77"}, "m77"},
+           {{"inject", "sdc", "--machine", "m01"}, "unknown fault"}}) {
+    auto r = Bulwark(args);
+    EXPECT_NE(r.exit_code, 0) << args[1];
+    EXPECT_NE(r.err.find(hint), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace bulwark

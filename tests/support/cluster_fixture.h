@@ -1,0 +1,109 @@
+// The local-cluster fixture of the end-to-end tests: a real cluster
+// (controller + agents as processes) in a temp dir, driven through the
+// bulwark binary; every wait polls `bulwark status --json` against a
+// deadline, nothing relies on a fixed sleep.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "support/process.h"
+
+namespace bulwark {
+
+using nlohmann::json;
+
+inline int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+class Cluster : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new std::string(testing::MakeTempDir() + "/data");
+    auto r = testing::Run({testing::BinDir() + "/bulwark-train", "prepare", "--corpus", "kjv", "--out", *data_}, {}, 120);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+
+  void SetUp() override { root_ = testing::MakeTempDir(); dir_ = root_ + "/cluster"; }
+  void TearDown() override {
+    Bulwark({"down"});
+    controller_.reset();
+  }
+
+  testing::ProcessResult Bulwark(std::vector<std::string> args, double timeout_s = 60) {
+    args.insert(args.begin(), testing::BinDir() + "/bulwark");
+    args.insert(args.end(), {"--dir", dir_});
+    return testing::Run(args, {}, timeout_s);
+  }
+
+  json Query(const std::string& what) {
+    auto r = Bulwark({what, "--json"}, 10);
+    if (r.exit_code != 0) return json();
+    json j = json::parse(r.out, nullptr, false);
+    return j.is_discarded() ? json() : j;
+  }
+
+  // Polls status until `pred` holds; fails the test with the last status
+  // and the controller log when `seconds` pass.
+  json WaitFor(const std::string& what, double seconds, const std::function<bool(const json&)>& pred) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+    json s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      s = Query("status");
+      if (!s.is_null() && !s["job"].is_null() && pred(s)) return s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    std::ifstream log(dir_ + "/controller.log");
+    std::string text((std::istreambuf_iterator<char>(log)), {});
+    ADD_FAILURE() << "timed out waiting for " << what << "; last status: " << s.dump()
+                  << "\nincidents: " << Query("incidents").dump() << "\ncontroller log:\n" << text;
+    return s;
+  }
+
+  static std::string MachineState(const json& s, const std::string& id) {
+    for (const json& m : s["machines"]) if (m["id"] == id) return m["state"];
+    return "";
+  }
+
+  void WriteJob(int world_size = 2) {
+    std::ofstream(root_ + "/job.yaml")
+        << "name: tiny\nworld_size: " << world_size << "\n"
+        << "args: [--config, tiny, --data, " << *data_ << ", --steps, '1000000', --log-format, json, "
+        << "--ckpt-dir, " << root_ << "/ckpt, --ckpt-every, '20', --resume, --threads, '1', --dist-timeout, '10']\n"
+        << "env: {OMP_NUM_THREADS: '1'}\n";
+  }
+
+  void Inject(const std::string& fault, const std::string& machine) {
+    inject_ms_ = NowMs();
+    auto r = Bulwark({"inject", fault, "--machine", machine});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+
+  // The newest incident's timings as seen from the injection.
+  void Report(const std::string& fault) {
+    json inc = Query("incidents");
+    ASSERT_TRUE(inc.is_array() && !inc.empty());
+    const json& i = inc.back();
+    std::printf("[ timing ] %-12s detect %.3f s (inject->controller), recover %.3f s (decision->first step), lost steps %s: %s\n",
+                fault.c_str(), (i["detected_ms"].get<int64_t>() - inject_ms_) / 1000.0,
+                i.value("recover_s", -1.0), i.contains("lost_steps") ? i["lost_steps"].dump().c_str() : "?",
+                i["summary"].get<std::string>().c_str());
+  }
+
+  inline static std::string* data_ = nullptr;
+  std::string root_, dir_;
+  int64_t inject_ms_ = 0;
+  std::unique_ptr<testing::Process> controller_;
+};
+
+}  // namespace bulwark
