@@ -271,8 +271,24 @@ Status IncidentsCmd(const Args& a) {
         std::cout << ", restored step " << i["restored_step"] << " from " << i["restore_source"].get<std::string>();
         if (i.contains("restore_ms")) std::printf(" in %.0f ms", i["restore_ms"].get<double>());
       }
+      if (i.contains("localize_s")) std::cout << ", localize " << i["localize_s"] << " s";
       if (i.contains("lost_steps")) std::cout << ", lost steps " << i["lost_steps"];
       std::cout << "\n";
+      // Implicit incidents: the stack groups the analyzer found.
+      if (i.contains("stacks")) {
+        const json& st = i["stacks"];
+        for (const json& g : st["groups"]) {
+          std::string ranks;
+          for (const json& r : g["ranks"]) ranks += (ranks.empty() ? "" : ",") + std::to_string(r.get<int>());
+          std::string stack = g["stack"].get<std::string>();
+          if (stack.size() > 110) stack = stack.substr(0, 107) + "...";
+          std::printf("    %3d rank(s) {%s}: %s\n", g["count"].get<int>(), ranks.c_str(), stack.c_str());
+        }
+        if (!st["missing"].empty()) std::cout << "    no stack from ranks " << st["missing"].dump() << "\n";
+      }
+      if (i.contains("notes")) {
+        for (const json& n : i["notes"]) std::cout << "    note: " << n.get<std::string>() << "\n";
+      }
     }
   });
 }
@@ -371,6 +387,13 @@ Status BenchRecoveryCmd(const Args& a) {
   return demo::RunRecoveryBench(o);
 }
 
+Status BenchImplicitCmd(const Args& a) {
+  demo::BenchOptions o;
+  o.out = "runs/bench-implicit";
+  BULWARK_RETURN_IF_ERROR(ReadRunFlags(a, o, {{"repeat", &o.repeat}, {"threads", &o.threads}}));
+  return demo::RunImplicitBench(o);
+}
+
 Status BenchCheckpointCmd(const Args& a) {
   demo::CheckpointBenchOptions o;
   o.shard_optimizer = a.Has("shard-optimizer");
@@ -393,6 +416,7 @@ Status Run(const Args& a) {
   if (cmd == "demo") return DemoCmd(a);
   if (cmd == "bench-recovery") return BenchRecoveryCmd(a);
   if (cmd == "bench-checkpoint") return BenchCheckpointCmd(a);
+  if (cmd == "bench-implicit") return BenchImplicitCmd(a);
   if (cmd == "controller") return controller::RunController({ClusterDir(a), a.Has("init")});
   if (cmd == "agent") {
     agent::AgentOptions o;
@@ -401,18 +425,21 @@ Status Run(const Args& a) {
     o.builtin_signatures = a.Get("signatures", BULWARK_SIGNATURES_FILE);
     return agent::RunAgent(o);
   }
-  std::cout << "usage: bulwark up|down|submit|status|incidents|ledger|inject|machine|demo|bench-recovery|bench-checkpoint|controller|agent [flags]\n"
+  std::cout << "usage: bulwark up|down|submit|status|incidents|ledger|inject|machine|demo|bench-recovery|bench-checkpoint|bench-implicit|controller|agent [flags]\n"
                "  up --machines N [--standby S]      start a local cluster (controller + N+S agents)\n"
                "  down                               stop it\n"
                "  submit JOB.yaml                    run a job (fields: name, world_size, ranks_per_machine,\n"
-               "                                     command, args, env)\n"
+               "                                     command, args, env, checkpoint, parallel)\n"
                "  status|incidents|ledger [--json]\n"
-               "  inject crash|kill|machine-down|device-fail|nic-flap|corrupt-shard --machine ID [--rank R]\n"
+               "  inject crash|kill|machine-down|device-fail|nic-flap|corrupt-shard|nan|loss-spike --machine ID [--rank R]\n"
+               "  inject hang --machine ID [--rank R] [--where collective|compute]\n"
+               "  inject slow --machine ID --factor F   the machine's ranks run F x slower (F > 1)\n"
                "  machine return --machine ID        hand a repaired machine back\n"
                "  demo [--json] [--out runs/demo]    4 machines + 2 standby train the small model through every\n"
                "                                     fault class; live line, tables, report.{html,md,json}\n"
                "  bench-recovery [--repeat 3]        detect/recover medians per fault class (tiny model)\n"
                "  bench-checkpoint [--rounds 2] [--shard-optimizer]  in-memory checkpoint overhead and restore times\n"
+               "  bench-implicit [--repeat 3]        detect/localize/recover medians per implicit fault class\n"
                "every command takes --dir D (default $BULWARK_DIR, else ./.bulwark)\n";
   return cmd == "help" ? Status::OK() : Status::InvalidArgument("unknown command '" + cmd + "'");
 }

@@ -640,6 +640,23 @@ json Plane::StatusJson(Time now) {
   std::vector<ShardHolding> holdings;
   for (const auto& [id, a] : agents_) holdings.insert(holdings.end(), a.shards.begin(), a.shards.end());
   j["job"]["checkpoints"] = CheckpointsJson(s.placement, PlanLocked(s.placement), holdings);
+  // The parallel layout and its groups, rank by rank (topology.h).
+  const Topology topo = launch_->spec.topology();
+  json groups = json::array();
+  for (const GroupKind k : {GroupKind::kTP, GroupKind::kPP, GroupKind::kDP}) {
+    std::set<std::vector<int>> seen;
+    for (int r = 0; r < topo.world; ++r) {
+      ParallelGroup g = topo.GroupOf(k, r);
+      if (g.ranks.size() > 1 && seen.insert(g.ranks).second) groups.push_back({{"kind", GroupKindName(k)}, {"ranks", g.ranks}});
+    }
+  }
+  j["job"]["topology"] = {{"tp", topo.tp}, {"pp", topo.pp}, {"dp", topo.dp()}, {"groups", groups}};
+  // What the implicit-fault detectors see now.
+  j["job"]["detectors"] = {{"armed", monitors_.armed()},
+                           {"hang_allowance_s", ToMs(monitors_.hang_allowance()) / 1000.0},
+                           {"slow_round", monitors_.slow_round()},
+                           {"tracing", trace_ ? json(trace_->id) : json(nullptr)}};
+  j["job"]["notes"] = s.notes;
   const StandbyReport r = controller_->standby();
   j["standby"] = json{{"target", r.target}, {"available", r.available}, {"deficit", r.deficit()}};
   return j;

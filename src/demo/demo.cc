@@ -31,6 +31,11 @@ struct Planned {
   size_t slot;
   Expect expect;
   const char* why;  // printed as it happens
+  const char* where = "";  // hang: collective or compute
+  double factor = 0;       // slow
+  // The evicted machine is handed back once the job recovered (an
+  // operator's repair), so the pool holds a standby for the next fault.
+  bool return_after = false;
 };
 
 // Every explicit class; the second NIC flap on the same machine within the
@@ -40,6 +45,11 @@ struct Planned {
 const Planned kSchedule[] = {
     {"crash", 0, Expect::kRecovers, "rank throws: reattempt in place from the last checkpoint"},
     {"kill", 1, Expect::kRecovers, "rank SIGKILLed: reattempt in place"},
+    {"hang", 2, Expect::kRecovers, "rank stuck in a receive: no step, stacks captured and grouped, outlier's machine evicted",
+     "collective", 0, true},
+    {"nan", 1, Expect::kRecovers, "a GPU's gradients turn NaN: the step is held back, the machine whose local values "
+     "alone were bad is evicted", "", 0, true},
+    {"slow", 3, Expect::kRecovers, "machine runs 2x slow: flagged 5 rounds of 10 s running, then evicted", "", 2.0, true},
     {"machine-down", 2, Expect::kRecovers, "agent and ranks gone: evict on heartbeat loss, swap in a standby"},
     {"device-fail", 3, Expect::kRecovers, "Xid/ECC error: evict, swap in a standby"},
     {"nic-flap", 1, Expect::kTolerated, "one link flap: tolerated"},
@@ -148,7 +158,7 @@ Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
     }
     live.Say(std::string("inject ") + p.fault + " on " + victim + " at step " + std::to_string(Step(*st)) + ": " + p.why);
     int64_t sent_ms = 0;
-    Result<int> sends = s.Inject(p.fault, victim, &sent_ms);
+    Result<int> sends = s.Inject(p.fault, victim, &sent_ms, p.where, p.factor);
     if (!sends.ok()) return sends.status();
     if (*sends > 1) live.Say("the agent missed the first injection command (lost on its command stream); sent again");
     json entry{{"at_ms", sent_ms}, {"fault", p.fault}, {"machine", victim}, {"step", Step(*st)}, {"incident", nullptr},
@@ -164,7 +174,8 @@ Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
       run.schedule.push_back(entry);
       continue;
     }
-    Result<json> inc = s.AwaitNewIncident(before, kDetectS, tick);
+    // A slow machine is judged over five 10 s rounds.
+    Result<json> inc = s.AwaitNewIncident(before, p.factor > 0 ? 3 * kDetectS : kDetectS, tick);
     if (!inc.ok()) return Status::Unavailable(std::string("no incident for ") + p.fault + " on " + victim + ": " + inc.status().message());
     entry["incident"] = (*inc)["id"];
     run.schedule.push_back(entry);
@@ -191,6 +202,16 @@ Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
     Result<json> closed = s.AwaitClosed((*inc)["id"].get<int64_t>(), kRecoverS, tick);
     if (!closed.ok()) return Status::Unavailable(std::string("the job did not recover from ") + p.fault + " on " + victim + ": " + closed.status().message());
     if (std::string(p.fault) == "device-fail") device_failed = victim;
+    if (p.return_after) {
+      for (const json& m : (*closed)["evicted"]) {
+        const std::string id = m.get<std::string>();
+        BULWARK_RETURN_IF_ERROR(s.Return(id));
+        Result<json> back = s.WaitFor(id + " back on standby", 30,
+                                      [&](const json& x) { return Session::MachineState(x, id) == "standby"; }, tick);
+        if (!back.ok()) return back.status();
+        live.Say("returned " + id + " (repaired) to the standby pool");
+      }
+    }
     live.Say("recovered: " + (*closed)["resolution"].get<std::string>() + ", recover " +
              std::to_string((*closed).value("recover_s", 0.0)).substr(0, 4) + " s, lost steps " +
              (closed->contains("lost_steps") ? (*closed)["lost_steps"].dump() : "?") +

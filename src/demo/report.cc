@@ -279,6 +279,12 @@ std::string LostCell(const json& inc) {
   return cell;
 }
 
+std::string RankList(const json& ranks) {
+  std::string s;
+  for (const json& r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r.get<int>());
+  return "{" + s + "}";
+}
+
 std::string IncidentTable(const json& incidents, const json& schedule) {
   std::ostringstream o;
   char line[512];
@@ -344,6 +350,15 @@ Result<Report> RenderReport(const json& run) {
   md << "\nDetect: injection to the controller's incident. Recover: the controller's restart decision to the "
         "first training step after it, including any wait for a machine. Lost steps: completed steps redone after "
         "resuming, and where the restored state came from (memory, the backup peer, durable storage, disk).\n";
+  // Implicit incidents: how the analyzer grouped the ranks' stacks.
+  for (const json& i : run["incidents"]) {
+    if (!i.contains("stacks")) continue;
+    md << "\n### Incident " << i["id"] << ": stack groups\n\n" << Cell(i["stacks"].value("why", "")) << "\n\n"
+       << "| ranks | count | main thread, innermost first |\n|---|---:|---|\n";
+    for (const json& g : i["stacks"]["groups"]) {
+      md << "| " << RankList(g["ranks"]) << " | " << g["count"] << " | `" << Cell(g["stack"].get<std::string>()) << "` |\n";
+    }
+  }
   rep.markdown = md.str();
 
   // The page: the timeline first (it is the point), then the same tables.
@@ -374,7 +389,18 @@ Result<Report> RenderReport(const json& run) {
       << Escape(LostCell(i)) << "</td><td>" << Escape(i.value("cause", ""))
       << "</td><td>" << Escape(i.value("why", "")) << "</td></tr>\n";
   }
-  h << "</table>\n<p>Setup: <code>" << Escape(run["setup"].dump()) << "</code></p>\n</body></html>\n";
+  h << "</table>\n";
+  for (const json& i : run["incidents"]) {
+    if (!i.contains("stacks")) continue;
+    h << "<h3>Incident " << i["id"] << ": stack groups</h3>\n<p>" << Escape(i["stacks"].value("why", "")) << "</p>\n"
+      << "<table><tr><th>ranks</th><th>count</th><th>main thread, innermost first</th></tr>\n";
+    for (const json& g : i["stacks"]["groups"]) {
+      h << "<tr><td>" << RankList(g["ranks"]) << "</td><td>" << g["count"] << "</td><td><code>"
+        << Escape(g["stack"].get<std::string>()) << "</code></td></tr>\n";
+    }
+    h << "</table>\n";
+  }
+  h << "<p>Setup: <code>" << Escape(run["setup"].dump()) << "</code></p>\n</body></html>\n";
   rep.html = h.str();
   return rep;
 }

@@ -152,12 +152,13 @@ int CountLines(const std::string& path, const std::string& needle) {
 }
 }  // namespace
 
-Result<int> Session::Inject(const std::string& fault, const std::string& machine, int64_t* sent_ms) {
+Result<int> Session::Inject(const std::string& fault, const std::string& machine, int64_t* sent_ms,
+                            const std::string& where, double factor) {
   const std::string log = layout_.agent_log(machine), needle = "injecting " + fault;
   const int before = CountLines(log, needle);
   for (int attempt = 1; attempt <= 2; ++attempt) {
     *sent_ms = WallMs();
-    BULWARK_RETURN_IF_ERROR(client_.Inject(machine, fault, -1));
+    BULWARK_RETURN_IF_ERROR(client_.Inject(machine, fault, -1, where, factor));
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
     while (std::chrono::steady_clock::now() < deadline) {
       if (CountLines(log, needle) > before) return attempt;

@@ -63,7 +63,8 @@ class Session {
   // agent acted on it; sends it once more if not (a one-shot command can be
   // lost when the agent's 30 s command stream rolls over). Returns the
   // number of sends and, in `*sent_ms`, when the delivered one was sent.
-  Result<int> Inject(const std::string& fault, const std::string& machine, int64_t* sent_ms);
+  Result<int> Inject(const std::string& fault, const std::string& machine, int64_t* sent_ms,
+                     const std::string& where = "", double factor = 0);
   bulwark::Status Return(const std::string& machine);
 
   // Polls status every 200 ms (calling `tick` with each) until `done` holds;
