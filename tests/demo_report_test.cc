@@ -73,6 +73,24 @@ TEST(DemoReport, WhereEachRestoreCameFromIsShownWithItsLostSteps) {
   EXPECT_NE(IncidentTable(run["incidents"], run["schedule"]).find("7 (peer)"), std::string::npos);
 }
 
+TEST(DemoReport, ImplicitIncidentsShowTheirStackGroups) {
+  json run = SampleRun();
+  run["incidents"][0]["class"] = "implicit";
+  run["incidents"][0]["stacks"] = {
+      {"why", "outlier rank(s) {2} of 2 stack groups; on m03"},
+      {"groups", {{{"count", 3}, {"ranks", {0, 1, 3}}, {"stack", "wait < c10d::Work::wait < AllReduceSum < main"}},
+                  {{"count", 1}, {"ranks", {2}}, {"stack", "waitRecv < RecvWork::wait<float> < main"}}}},
+      {"missing", json::array()}, {"group", ""}, {"suspects", {"m03"}}};
+  Result<Report> r = RenderReport(run);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(r->markdown.find("### Incident 1: stack groups"), std::string::npos) << r->markdown;
+  EXPECT_NE(r->markdown.find("| {0,1,3} | 3 | `wait < c10d::Work::wait < AllReduceSum < main` |"), std::string::npos)
+      << r->markdown;
+  EXPECT_NE(r->html.find("<td>{2}</td><td>1</td><td><code>waitRecv &lt; RecvWork::wait&lt;float&gt; &lt; main</code>"),
+            std::string::npos)
+      << r->html;
+}
+
 TEST(DemoReport, TextFromTheClusterIsEscaped) {
   Result<Report> r = RenderReport(SampleRun());
   ASSERT_TRUE(r.ok());
