@@ -89,9 +89,12 @@ TEST_F(Implicit, LossSpikeWithNoCulpritReattemptsFromTheStepBefore) {
   EXPECT_EQ(inc["lost_steps"], 0) << inc.dump();
 }
 
+// 3x rather than bench/implicit's 2x: on a 2-core host four ranks share the
+// cores, and a 2x duty cycle shows as 1.6x compute, close to the 1.5x
+// threshold on a loaded CI machine; this test is about the path.
 TEST_F(Implicit, ASlowMachineIsEvictedAfterFiveRounds) {
   Start();
-  InjectAndWaitForEviction({"slow", "--machine", "m04", "--factor", "2"}, "m04", 120);
+  InjectAndWaitForEviction({"slow", "--machine", "m04", "--factor", "3"}, "m04", 150);
   Report("slow");
   json inc = Query("incidents").back();
   EXPECT_EQ(inc["evicted"], json({"m04"})) << inc.dump();
