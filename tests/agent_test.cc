@@ -2,14 +2,21 @@
 // job files, inspector.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "agent/inspector.h"
 #include "agent/monitor.h"
 #include "agent/signatures.h"
+#include "agent/slow_injector.h"
 #include "agent/supervisor.h"
+#include "agent/tracer.h"
+#include "client/rank_link.h"
 #include "cli/job_file.h"
 #include "common/token.h"
 #include "support/process.h"
@@ -33,6 +40,10 @@ TEST(Signatures, ShippedTableClassifiesCommonDeaths) {
   EXPECT_EQ(t.Match({"[pair.cc:589] Read error: Connection reset by peer"}), "connection_reset");
   EXPECT_EQ(t.Match({"Segmentation fault (core dumped)"}), "segfault");
   EXPECT_EQ(t.Match({"Traceback (most recent call last):", "ValueError: bad"}), "exception");
+  // The job's own code: the policy stops the job instead of evicting a machine.
+  EXPECT_EQ(t.Match({"Traceback (most recent call last):", "ModuleNotFoundError: No module named 'torch'"}), "import_error");
+  EXPECT_EQ(t.Match({"  File \"train.py\", line 3", "SyntaxError: invalid syntax"}), "syntax_error");
+  EXPECT_EQ(t.Match({"bash: line 1: bulwark-trian: command not found"}), "command_not_found");
   EXPECT_EQ(t.Match({"{\"event\":\"step\",\"step\":3}", "all good"}), "");
 }
 
@@ -115,6 +126,102 @@ TEST(Supervisor, ReportsExitCodeAndSignalOfRealProcesses) {
   std::ifstream log(sup.LogPath(1));
   std::string all((std::istreambuf_iterator<char>(log)), {});
   EXPECT_NE(all.find("rank 1"), std::string::npos);
+}
+
+// The tracer works on any program, not only bulwark-train: a shell's
+// `sleep` child here, captured from outside with eu-stack.
+TEST(Tracer, CapturesEveryThreadOfAnyProcess) {
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::execlp("sleep", "sleep", "30", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::usleep(200 * 1000);
+  Result<agent::CapturedStack> st = agent::CaptureStacks(child, std::chrono::milliseconds(5000));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->tool, "eu-stack");
+  EXPECT_NE(st->text.find("TID " + std::to_string(child)), std::string::npos) << st->text;
+  EXPECT_NE(st->text.find("nanosleep"), std::string::npos) << st->text;
+  std::printf("[ timing ] eu-stack on sleep: %.0f ms\n", st->ms);
+  // A process that is gone: a clear error, not a hang.
+  Result<agent::CapturedStack> gone = agent::CaptureStacks(child, std::chrono::milliseconds(3000));
+  EXPECT_FALSE(gone.ok());
+  EXPECT_NE(gone.status().message().find(std::to_string(child)), std::string::npos) << gone.status().message();
+}
+
+TEST(Tracer, AToolThatOverrunsItsBudgetIsKilled) {
+  int code = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<std::string> r = agent::RunCaptured({"sleep", "10"}, std::chrono::milliseconds(300), &code);
+  EXPECT_FALSE(r.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+// The rank link's step line survives the trip, non-finite values included;
+// a malformed one is refused by name.
+TEST(RankLink, StepSignalsRoundTripAndBadLinesAreRefused) {
+  client::StepSignal s;
+  s.step = 42;
+  s.steps = 3;
+  s.loss = 3.25;
+  s.grad_norm = std::nan("");
+  s.local_grad_norm = INFINITY;
+  s.step_ms = 101.5;
+  s.compute_ms = 80.25;
+  s.comm_ms = 12.5;
+  s.local_nonfinite = true;
+  s.nonfinite = true;
+  s.halted = "nan";
+  s.observed_ms = 1763840000123;
+  Result<client::StepSignal> back = client::StepSignal::Parse(s.Format());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->step, 42);
+  EXPECT_EQ(back->steps, 3);
+  EXPECT_DOUBLE_EQ(back->loss, 3.25);
+  EXPECT_TRUE(std::isnan(back->grad_norm));
+  EXPECT_TRUE(std::isinf(back->local_grad_norm));
+  EXPECT_TRUE(back->local_nonfinite && back->nonfinite);
+  EXPECT_EQ(back->halted, "nan");
+  EXPECT_EQ(back->observed_ms, 1763840000123);
+  EXPECT_TRUE(back->anomalous());
+  for (const char* bad : {"STEP 1 2", "STEP x 1 1 1 1 1 1 1 0 0 - 5", "STEP 1 1 1 1 1 1 1 1 0 0 maybe 5", "HELLO 1 2"}) {
+    Result<client::StepSignal> r = client::StepSignal::Parse(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("rank link"), std::string::npos) << r.status().message();
+  }
+}
+
+// The slow injector stops and resumes real processes, and leaves none stopped.
+TEST(SlowInjector, DutyCyclesAndResumesOnStop) {
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    for (;;) {
+    }
+  }
+  agent::SlowInjector slow;
+  slow.SetPids({child});
+  slow.Start(4.0);  // stopped 75 ms of every 100
+  int stopped = 0;
+  for (int i = 0; i < 40; ++i) {
+    ::usleep(10 * 1000);
+    std::ifstream in("/proc/" + std::to_string(child) + "/stat");
+    std::string line;
+    std::getline(in, line);
+    stopped += line.find(") T ") != std::string::npos;
+  }
+  slow.Stop();
+  ::usleep(20 * 1000);
+  std::ifstream in("/proc/" + std::to_string(child) + "/stat");
+  std::string after;
+  std::getline(in, after);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_GT(stopped, 10) << "the process was seen stopped in " << stopped << " of 40 samples";
+  EXPECT_EQ(after.find(") T "), std::string::npos) << "left stopped: " << after;
 }
 
 TEST(Inspector, EmulatedDeviceAndNicAreRead) {
