@@ -15,9 +15,9 @@ packages=(
   nlohmann-json3-dev
   libgtest-dev libgmock-dev
   # The control plane: gRPC wire protocol, SQLite state, YAML job specs, and
-  # eu-stack for the agent's stack capture (the next part of the issue).
+  # eu-stack (gdb as the fallback) for the agent's on-demand stack capture.
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libsqlite3-dev
-  libyaml-cpp-dev elfutils
+  libyaml-cpp-dev elfutils gdb
 )
 if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
   # The Python reference for bench/trainer_throughput.
