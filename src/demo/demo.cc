@@ -205,10 +205,7 @@ Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
     if (p.return_after) {
       for (const json& m : (*closed)["evicted"]) {
         const std::string id = m.get<std::string>();
-        BULWARK_RETURN_IF_ERROR(s.Return(id));
-        Result<json> back = s.WaitFor(id + " back on standby", 30,
-                                      [&](const json& x) { return Session::MachineState(x, id) == "standby"; }, tick);
-        if (!back.ok()) return back.status();
+        BULWARK_RETURN_IF_ERROR(s.ReturnToStandby(id, tick));
         live.Say("returned " + id + " (repaired) to the standby pool");
       }
     }

@@ -86,13 +86,7 @@ Status RunImplicitBench(const BenchOptions& o) {
                   right ? "" : (" - WRONG: evicted " + evicted.dump()).c_str());
       std::fflush(stdout);
       samples.push_back(x);
-      for (const json& m : evicted) {
-        const std::string id = m.get<std::string>();
-        BULWARK_RETURN_IF_ERROR(s.Return(id));
-        Result<json> back = s.WaitFor(id + " back on standby", 30,
-                                      [&](const json& x) { return Session::MachineState(x, id) == "standby"; });
-        if (!back.ok()) return back.status();
-      }
+      for (const json& m : evicted) BULWARK_RETURN_IF_ERROR(s.ReturnToStandby(m.get<std::string>()));
     }
   }
   Result<json> ledger = s.Ledger();

@@ -123,10 +123,7 @@ Status RunRecoveryBench(const BenchOptions& o) {
       for (const json& m : (*closed)["evicted"]) {
         const std::string id = m.get<std::string>();
         if (std::string(fault) == "machine-down" && id == victim) continue;
-        BULWARK_RETURN_IF_ERROR(s.Return(id));
-        Result<json> back = s.WaitFor(id + " back on standby", 30,
-                                      [&](const json& x) { return Session::MachineState(x, id) == "standby"; });
-        if (!back.ok()) return back.status();
+        BULWARK_RETURN_IF_ERROR(s.ReturnToStandby(id));
       }
     }
   }

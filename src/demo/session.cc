@@ -169,6 +169,13 @@ Result<int> Session::Inject(const std::string& fault, const std::string& machine
 }
 bulwark::Status Session::Return(const std::string& machine) { return client_.ReturnMachine(machine); }
 
+bulwark::Status Session::ReturnToStandby(const std::string& machine, const std::function<void(const json&)>& tick) {
+  BULWARK_RETURN_IF_ERROR(Return(machine));
+  Result<json> back = WaitFor(machine + " back on standby", 30,
+                              [&](const json& x) { return MachineState(x, machine) == "standby"; }, tick);
+  return back.ok() ? Status::OK() : back.status();
+}
+
 Result<json> Session::WaitFor(const std::string& what, double seconds, const std::function<bool(const json&)>& done,
                               const std::function<void(const json&)>& tick) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));

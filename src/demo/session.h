@@ -66,6 +66,9 @@ class Session {
   Result<int> Inject(const std::string& fault, const std::string& machine, int64_t* sent_ms,
                      const std::string& where = "", double factor = 0);
   bulwark::Status Return(const std::string& machine);
+  // Returns `machine` (repaired) and waits, at most 30 s, until it is back
+  // on standby: the next fault finds a standby.
+  bulwark::Status ReturnToStandby(const std::string& machine, const std::function<void(const json&)>& tick = nullptr);
 
   // Polls status every 200 ms (calling `tick` with each) until `done` holds;
   // Unavailable naming `what`, the last status and controller.log after
