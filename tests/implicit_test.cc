@@ -315,6 +315,14 @@ TEST(FailSlowDetector, AJobWideSlowdownIsReportedOnceAndNamesNoMachine) {
   EXPECT_NE(f->detail.find("job-wide"), std::string::npos) << f->detail;
   Round(d, 2, "", 1, 200);
   EXPECT_FALSE(d.Check(S(30)).has_value()) << "reported once";
+  Round(d, 3, "", 1, 110);  // 1.38x: under the threshold, not yet near the best
+  EXPECT_FALSE(d.Check(S(40)).has_value());
+  Round(d, 4, "", 1, 200);
+  EXPECT_FALSE(d.Check(S(50)).has_value()) << "hovering around the threshold is one slowdown";
+  Round(d, 5, "", 1, 85);  // back near its best: the next slowdown is news
+  EXPECT_FALSE(d.Check(S(60)).has_value());
+  Round(d, 6, "", 1, 200);
+  EXPECT_TRUE(d.Check(S(70)).has_value());
 }
 
 TEST(AnomalyDetector, ALocalNanNamesItsMachineAsSoonAsEveryRankReported) {

@@ -104,7 +104,9 @@ std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
     f.observed = now;
     return f;
   }
-  if (jobwide < config_.slow_jobwide_ratio) jobwide_reported_ = false;
+  // Hysteresis: a job hovering at the threshold is one slowdown, not a
+  // note every other round; it is news again once back near its best.
+  if (jobwide < 1 + (config_.slow_jobwide_ratio - 1) / 2) jobwide_reported_ = false;
   return std::nullopt;
 }
 

@@ -411,7 +411,7 @@ Status OnFailSlowSuspected(RuleContext& ctx, const Event& e) {
   if (StaleForRestart(s, x.observed)) return Status::OK();
   if (x.machine.empty()) {
     // Every machine slower together: nothing to evict. Kept for people.
-    s.notes.push_back(FormatTime(x.observed) + " " + x.detail);
+    s.notes.push_back("at step " + std::to_string(s.last_step) + ": " + x.detail);
     if (s.notes.size() > 20) s.notes.erase(s.notes.begin());
     return Status::OK();
   }
