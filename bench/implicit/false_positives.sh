@@ -66,5 +66,8 @@ print(f"fault-free run of {minutes} min: last step {st['job']['last_step']}, "
 for i in inc:
     print("  " + i["summary"])
 print("job-wide notes:", st["job"].get("notes", []))
+d = st["job"].get("detectors", {})
+print(f"fail-slow: the worst machine of any round that flagged nobody was {d.get('slow_max_unflagged_ratio', 0):.2f}x "
+      f"its peers (threshold: the policy's slow_ratio)")
 PY
 cat "$OUT/ledger.txt"

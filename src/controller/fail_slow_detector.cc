@@ -91,6 +91,7 @@ std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
   }
   flagged_.clear();
   flagged_rounds_ = 0;
+  max_unflagged_ = std::max(max_unflagged_, worst_ratio);
   if (!best_median_ || median < *best_median_) best_median_ = median;
   const double jobwide = median / *best_median_;
   last_round_ = "no outlier (worst " + Ratio(worst_ratio) + "); job at " + Ratio(jobwide) + " its best round";

@@ -37,6 +37,9 @@ class FailSlowDetector {
 
   // The last round's verdict, for status: "m03 2.1x slower (3/5 rounds)".
   const std::string& last_round() const { return last_round_; }
+  // The largest worst-machine ratio of any round that flagged nobody: how
+  // close a fault-free job came to the threshold.
+  double max_unflagged_ratio() const { return max_unflagged_; }
 
  private:
   struct Sums {
@@ -52,6 +55,7 @@ class FailSlowDetector {
   std::optional<double> best_median_;  // the job's fastest round so far
   bool jobwide_reported_ = false;
   std::string last_round_;
+  double max_unflagged_ = 0;
 };
 
 }  // namespace bulwark::controller

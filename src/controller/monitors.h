@@ -40,6 +40,7 @@ class Monitors {
   bool armed() const { return armed_; }
   Duration hang_allowance() const { return hang_.Allowance(); }
   const std::string& slow_round() const { return slow_.last_round(); }
+  double slow_max_unflagged() const { return slow_.max_unflagged_ratio(); }
 
  private:
   bool armed_ = false;

@@ -655,6 +655,7 @@ json Plane::StatusJson(Time now) {
   j["job"]["detectors"] = {{"armed", monitors_.armed()},
                            {"hang_allowance_s", ToMs(monitors_.hang_allowance()) / 1000.0},
                            {"slow_round", monitors_.slow_round()},
+                           {"slow_max_unflagged_ratio", monitors_.slow_max_unflagged()},
                            {"tracing", trace_ ? json(trace_->id) : json(nullptr)}};
   j["job"]["notes"] = s.notes;
   const StandbyReport r = controller_->standby();
