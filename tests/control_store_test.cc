@@ -391,6 +391,32 @@ TEST(Plane, SilentMachinesCopiesAreNotOfferedForARestore) {
   EXPECT_EQ(s01.backup_machine(), "m01");
 }
 
+// A stall of the controller itself (no tick, no report handled for 5 s) is
+// not every agent's silence; a machine silent while the controller ticks on is.
+TEST(Plane, TheControllersOwnStallEvictsNobody) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  for (const char* m : {"m01", "m02", "s01"}) ASSERT_TRUE((*p)->Register(Reg(m), TimeFromMs(1000)).ok());
+  ASSERT_TRUE((*p)->Submit(Launch(), TimeFromMs(1000)).ok());
+  int64_t t = 1000;
+  for (; t <= 3000; t += 250) {
+    for (const char* m : {"m01", "m02", "s01"}) ASSERT_TRUE((*p)->Report(Report(m, {}), TimeFromMs(t)).ok());
+    (*p)->Tick(TimeFromMs(t));
+  }
+  // 5 s with nothing handled, then the ticks resume before the queued reports.
+  t += 5000;
+  (*p)->Tick(TimeFromMs(t));
+  EXPECT_EQ((*p)->StatusJson(TimeFromMs(t))["job"]["placement"].dump(), R"(["m01","m02"])");
+  // m02 now truly goes silent while the controller ticks on.
+  for (int64_t end = t + 3000; t <= end; t += 250) {
+    for (const char* m : {"m01", "s01"}) ASSERT_TRUE((*p)->Report(Report(m, {}), TimeFromMs(t)).ok());
+    (*p)->Tick(TimeFromMs(t));
+  }
+  EXPECT_EQ((*p)->StatusJson(TimeFromMs(t))["job"]["placement"].dump(), R"(["m01","s01"])");
+}
+
 TEST(Plane, RestoreReportIsRecordedInTheIncidentAndSurvivesARestart) {
   PlaneOptions o;
   o.db_path = testing::MakeTempDir() + "/c.db";

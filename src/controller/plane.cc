@@ -584,6 +584,13 @@ Status Plane::ReturnMachine(const std::string& machine, Time now) {
 void Plane::Tick(Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   now = Now(now);
+  if (last_tick_ && now - *last_tick_ > 4 * options_.tick_period) {
+    const Duration stall = now - *last_tick_ - options_.tick_period;
+    for (auto& [id, a] : agents_) a.last_heard = std::min(now, a.last_heard + stall);
+    Log("no tick for " + FormatDuration(now - *last_tick_) + " (this process stalled); agents' silence in that "
+        "time is not counted against them");
+  }
+  last_tick_ = now;
   if (!controller_ || done_step_) return;
   for (auto& [id, a] : agents_) {
     const Duration timeout = a.heard_since_start ? options_.heartbeat_timeout : options_.reconnect_grace;

@@ -43,6 +43,12 @@ struct PlaneOptions {
   // this long: the silence is the controller's own absence, and agents need
   // a moment to reconnect. Agents that did reconnect get heartbeat_timeout.
   Duration reconnect_grace = std::chrono::milliseconds(10000);
+  // How often the server calls Tick. A gap between ticks much longer than
+  // this is the controller's own stall (its disk under the journal's fsync,
+  // a starved CPU), and agents' silence during it is not held against them:
+  // a demo on a host loaded by a compile once evicted all six machines after
+  // a 4.9 s stall.
+  Duration tick_period = std::chrono::milliseconds(250);
 };
 
 class Plane {
@@ -141,6 +147,7 @@ class Plane {
   int64_t next_stream_ = 1;
   Time last_now_{};
   Time started_{};
+  std::optional<Time> last_tick_;
   std::optional<int64_t> done_step_;
   std::set<std::string> logged_actions_;
   Status journal_error_;  // sticky: set once, the plane decides nothing more
