@@ -13,9 +13,14 @@
 
 namespace bulwark::trainer {
 
+// The type of matmuls and activations between them: bf16 under
+// --precision bf16, else fp32. Master weights are always fp32.
+torch::ScalarType ComputeType(const ModelConfig& cfg);
+
 struct RMSNormImpl : torch::nn::Module {
   explicit RMSNormImpl(int64_t dim, double eps = 1e-5);
   torch::Tensor forward(const torch::Tensor& x);  // (..., C) -> (..., C)
+  torch::Tensor forward(const torch::Tensor& x, torch::ScalarType out);  // output in type `out`
   torch::Tensor weight;  // (C), starts at 1
   double eps;
 };
@@ -63,6 +68,7 @@ struct BlockImpl : torch::nn::Module {
   BlockImpl(const ModelConfig& cfg, int64_t& layer);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   RMSNorm attn_norm{nullptr}, mlp_norm{nullptr};
+  torch::ScalarType compute;  // the matmuls' type (ModelConfig::ComputeType)
   Attention attn{nullptr};
   Mlp mlp{nullptr};
 };
@@ -72,6 +78,11 @@ struct TransformerImpl : torch::nn::Module {
   explicit TransformerImpl(const ModelConfig& cfg);
   // idx: (B, T) int64 token ids -> logits (B, T, V)
   torch::Tensor forward(const torch::Tensor& idx);
+  // The three parts of forward, for pipeline stages: token embedding (fp32),
+  // blocks [first, last) on the fp32 residual stream, final norm + LM head.
+  torch::Tensor Embed(const torch::Tensor& idx);
+  torch::Tensor Body(torch::Tensor x, int64_t first, int64_t last);
+  torch::Tensor Head(const torch::Tensor& x);
   // Mean cross-entropy of next-token prediction; targets (B, T).
   torch::Tensor Loss(const torch::Tensor& idx, const torch::Tensor& targets);
   // Re-draws every weight from `seed` with the configured init.
