@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -41,19 +42,21 @@ struct ResumeCase {
   bool sharded;
   int stop_at;
   const char* precision;
+  int pp = 1;  // pipeline stages (ranks = DP x PP), 2 micro-batches when > 1
 };
 
 void PrintTo(const ResumeCase& c, std::ostream* os) {
   *os << c.ranks << " rank(s)" << (c.sharded ? ", sharded" : "") << ", stop at " << c.stop_at << ", "
-      << c.precision;
+      << c.precision << (c.pp > 1 ? ", pp " + std::to_string(c.pp) : "");
 }
 
 class ExactResume : public Trainer, public ::testing::WithParamInterface<ResumeCase> {};
 
 TEST_P(ExactResume, StopAndResumeIsBitwiseEqualToStraight) {
-  auto [ranks, sharded, stop_at, precision] = GetParam();
+  auto [ranks, sharded, stop_at, precision, pp] = GetParam();
   std::vector<std::string> common = {"--steps", "24", "--ckpt-every", "8", "--batch-size", "4", "--precision",
                                      precision};
+  if (pp > 1) common.insert(common.end(), {"--pp", std::to_string(pp), "--micro-batches", "2"});
   if (sharded) common.push_back("--shard-optimizer");
   auto with = [&](std::vector<std::string> more) {
     auto a = common;
@@ -69,10 +72,12 @@ TEST_P(ExactResume, StopAndResumeIsBitwiseEqualToStraight) {
 INSTANTIATE_TEST_SUITE_P(Layouts, ExactResume,
                          ::testing::Values(ResumeCase{1, false, 16, "fp32"}, ResumeCase{1, false, 13, "fp32"},
                                            ResumeCase{2, false, 16, "fp32"}, ResumeCase{2, true, 13, "fp32"},
-                                           ResumeCase{1, false, 13, "bf16"}, ResumeCase{2, true, 13, "bf16"}),
+                                           ResumeCase{1, false, 13, "bf16"}, ResumeCase{2, true, 13, "bf16"},
+                                           ResumeCase{4, false, 13, "fp32", 2}, ResumeCase{4, true, 13, "bf16", 2}),
                          [](const auto& info) {
                            return std::to_string(info.param.ranks) + "Ranks" + (info.param.sharded ? "Sharded" : "") +
-                                  "StopAt" + std::to_string(info.param.stop_at) + "_" + info.param.precision;
+                                  "StopAt" + std::to_string(info.param.stop_at) + "_" + info.param.precision +
+                                  (info.param.pp > 1 ? "_PP" + std::to_string(info.param.pp) : "");
                          });
 
 // ---------------------------------------------------------------- precision
@@ -178,6 +183,58 @@ TEST_F(Trainer, DeadPeerEndsSurvivorWithPeerLostExitCode) {
   EXPECT_NE(res.err.find("a peer died"), std::string::npos) << res.err;
   EXPECT_LT(took, 20.0);
   r1.Wait(5);
+}
+
+// ---------------------------------------------------------------- pipeline parallel
+
+// DP 2 x PP 2 (4 ranks, 2 micro-batches each) against DP 2 x PP 1 on the same
+// global batch: the same loss at every step up to float summation order.
+TEST_F(Trainer, TwoStagesOfTwoReplicasFollowTheDataParallelLossCurve) {
+  auto pp = Launch(4, {"--steps", "12", "--batch-size", "4", "--pp", "2", "--micro-batches", "2", "--precision",
+                       "fp32"});
+  auto dp = Launch(2, {"--steps", "12", "--batch-size", "4", "--precision", "fp32"});
+  Checksum(pp, 12);  // all four ranks agree on the pipeline's checksum
+  Checksum(dp, 12);
+  auto a = StepLosses(pp[0]), b = StepLosses(dp[0]);
+  ASSERT_EQ(a.size(), 12u) << pp[0].out;
+  ASSERT_EQ(b.size(), 12u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-3) << "step " << i + 1;
+  EXPECT_NE(pp[0].out.find("stage 0: embedding + block 0 | stage 1: block 1 + norm + head"), std::string::npos)
+      << pp[0].out;
+}
+
+TEST_F(Trainer, DeadStagePeerEndsTheRankWithPeerLostExitCode) {
+  std::string port = std::to_string(testing::FreePort());
+  auto env = [&](int r) {
+    return std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                              {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
+  };
+  auto args = Args({"--steps", "100000", "--dist-timeout", "20", "--pp", "2", "--micro-batches", "2"});
+  testing::Process r0(args, env(0));
+  testing::Process r1(args, env(1));
+  ASSERT_TRUE(r0.WaitForOutput("\"event\":\"step\"", 120)) << r0.OutputSoFar();
+  ::kill(r1.pid(), SIGKILL);
+  auto t0 = std::chrono::steady_clock::now();
+  auto res = r0.Wait(30);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(res.exit_code, 3) << res.err;
+  EXPECT_NE(res.err.find("a peer died"), std::string::npos) << res.err;
+  EXPECT_LT(took, 20.0);
+  r1.Wait(5);
+}
+
+TEST_F(Trainer, PipelineShapesThatCannotWorkAreOneLineErrors) {
+  auto one_line = [](const ProcessResult& r, const std::string& want) {
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+    auto b = r.err.find_first_not_of('\n'), e = r.err.find_last_not_of('\n');
+    EXPECT_EQ(r.err.substr(b, e - b + 1).find('\n'), std::string::npos) << r.err;
+  };
+  one_line(testing::Run(Args({"--pp", "3"})), "--pp 3 exceeds the 2 layers (--n-layers)");
+  one_line(testing::Run(Args({"--micro-batches", "3"})), "--micro-batches 3 does not divide --batch-size 8");
+  std::map<std::string, std::string> env{{"RANK", "0"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
+                                         {"MASTER_PORT", std::to_string(testing::FreePort())}};
+  one_line(testing::Run(Args({"--pp", "2"}), env), "WORLD_SIZE 3 is not divisible by --pp 2");
 }
 
 // ---------------------------------------------------------------- checkpoints and bad input
