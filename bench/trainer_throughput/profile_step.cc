@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   Transformer model(cfg.model);
   model->Initialize(1);
   ParamStore store(*model);
+  if (cfg.model.bf16) model->UseBf16Shadow(store.params());
   const int T = cfg.model.context;
   auto idx = torch::randint(0, vocab, {batch, T}, torch::kInt64);
   auto tgt = torch::randint(0, vocab, {batch, T}, torch::kInt64);

@@ -361,7 +361,88 @@ struct CrossEntropyFn : torch::autograd::Function<CrossEntropyFn> {
   }
 };
 
+// ----------------------------------------------------------------------------
+// bf16 weights from their fp32 masters (see kernels.h: Bf16Weights)
+
+struct Bf16WeightsFn : torch::autograd::Function<Bf16WeightsFn> {
+  // Only the first master is a formal input (it makes the output require
+  // grad); the others ride in saved_data: backward writes every master's
+  // gradient itself, so autograd needs no edge to them.
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor w16, torch::Tensor a, c10::IValue b,
+                               c10::IValue c) {
+    ctx->saved_data["a"] = a;
+    ctx->saved_data["b"] = b;
+    ctx->saved_data["c"] = c;
+    return w16.view(w16.sizes());  // a view: the buffer is the weights' bf16 copy
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto g = grads[0].to(torch::kBFloat16).contiguous();
+    const Bf16* pg = Ptr<Bf16>(g);
+    int64_t offset = 0;
+    for (const char* name : {"a", "b", "c"}) {
+      auto w = ctx->saved_data[name].toTensor();
+      if (!w.defined()) break;
+      // The master's gradient is a view of the flat fp32 buffer (params.h):
+      // accumulate into it here instead of handing autograd a new tensor.
+      auto& grad = w.mutable_grad();
+      if (!grad.defined()) grad = torch::zeros_like(w);
+      TORCH_CHECK(grad.is_contiguous() && grad.scalar_type() == torch::kFloat32, "Bf16Weights: gradient layout");
+      float* pw = grad.data_ptr<float>();
+      const int64_t n = w.numel();
+      at::parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) { simd::AddBf16ToFloat(pg + offset + b, pw + b, e - b); });
+      offset += n;
+    }
+    return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// ----------------------------------------------------------------------------
+// Residual add of a bf16 branch onto the fp32 stream
+
+struct ResidualAddFn : torch::autograd::Function<ResidualAddFn> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor y) {
+    x = x.contiguous();
+    y = y.contiguous();
+    auto z = torch::empty_like(x);
+    const float* px = x.data_ptr<float>();
+    const Bf16* py = Ptr<Bf16>(y);
+    float* pz = z.data_ptr<float>();
+    at::parallel_for(0, x.numel(), kGrain,
+                     [&](int64_t b, int64_t e) { simd::AddFloatBf16(px + b, py + b, pz + b, e - b); });
+    return z;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto g = grads[0].contiguous();
+    auto gy = torch::empty(g.sizes(), g.options().dtype(torch::kBFloat16));
+    FloatToBf16(g, gy);
+    return {g, gy};
+  }
+};
+
 }  // namespace
+
+void FloatToBf16(const torch::Tensor& src, torch::Tensor& dst) {
+  TORCH_CHECK(src.is_contiguous() && dst.is_contiguous() && src.numel() == dst.numel() &&
+                  src.scalar_type() == torch::kFloat32 && dst.scalar_type() == torch::kBFloat16,
+              "FloatToBf16: contiguous float32 -> bfloat16 of equal size");
+  const float* ps = src.data_ptr<float>();
+  Bf16* pd = Ptr<Bf16>(dst);
+  at::parallel_for(0, src.numel(), kGrain, [&](int64_t b, int64_t e) { simd::FloatToBf16(ps + b, pd + b, e - b); });
+}
+
+torch::Tensor Bf16Weights(const std::vector<torch::Tensor>& masters, const torch::Tensor& w16) {
+  TORCH_CHECK(!masters.empty() && masters.size() <= 3, "Bf16Weights takes one to three masters");
+  torch::Tensor none;
+  return Bf16WeightsFn::apply(w16, masters[0], c10::IValue(masters.size() > 1 ? masters[1] : none),
+                              c10::IValue(masters.size() > 2 ? masters[2] : none));
+}
+
+torch::Tensor ResidualAdd(const torch::Tensor& x, const torch::Tensor& y) {
+  if (x.scalar_type() == torch::kFloat32 && y.scalar_type() == torch::kBFloat16) return ResidualAddFn::apply(x, y);
+  return x + y;
+}
 
 torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
                       c10::optional<torch::ScalarType> out) {

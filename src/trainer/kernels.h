@@ -40,6 +40,19 @@ torch::Tensor RopeHeads(const torch::Tensor& x, int64_t heads, const torch::Tens
 std::vector<torch::Tensor> QkvHeads(const torch::Tensor& qkv, int64_t heads, const torch::Tensor& cos,
                                     const torch::Tensor& sin);
 
+// bf16 stand-ins for fp32 master weights: `w16` (filled beforehand, usually a
+// view of a flat bf16 copy of every parameter) is returned for use in a
+// matmul; it stands for `masters` (1 to 3) stacked along dim 0. Backward adds
+// the bf16 gradient, converted, straight into each master's .grad(): one
+// vectorized pass instead of ATen's cast and autograd's separate accumulate.
+torch::Tensor Bf16Weights(const std::vector<torch::Tensor>& masters, const torch::Tensor& w16);
+// dst = bf16(src), both contiguous, vectorized (simd.cc).
+void FloatToBf16(const torch::Tensor& src, torch::Tensor& dst);
+// x + y for the fp32 residual stream x and a branch y: fp32 + bf16 in one
+// vectorized pass (ATen's mixed-type add converts element by element), the
+// branch's gradient cast back to bf16 the same way. Same types: x + y.
+torch::Tensor ResidualAdd(const torch::Tensor& x, const torch::Tensor& y);
+
 // Mean cross-entropy of logits (N, V) against int64 targets (N).
 torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets);
 

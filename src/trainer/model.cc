@@ -10,6 +10,32 @@ namespace F = torch::nn::functional;
 torch::ScalarType ComputeType(const ModelConfig& cfg) { return cfg.bf16 ? torch::kBFloat16 : torch::kFloat32; }
 
 // ----------------------------------------------------------------------------
+// bf16 shadow of the flat parameters
+
+Bf16Shadow::Bf16Shadow(torch::Tensor flat32)
+    : flat32_(std::move(flat32)), flat16_(torch::empty(flat32_.sizes(), torch::kBFloat16)) {}
+
+void Bf16Shadow::Sync() {
+  if (flat32_._version() == version_) return;
+  kernels::FloatToBf16(flat32_, flat16_);
+  version_ = flat32_._version();
+}
+
+torch::Tensor Bf16Shadow::Stacked(const std::vector<torch::Tensor>& masters) {
+  const float* base = flat32_.data_ptr<float>();
+  const float* p = masters[0].data_ptr<float>();
+  if (p < base || p >= base + flat32_.numel()) return {};
+  const int64_t offset = p - base;
+  int64_t rows = 0, total = 0;
+  for (const auto& m : masters) {
+    if (m.data_ptr<float>() != base + offset + total || !m.is_contiguous()) return {};
+    rows += m.size(0);
+    total += m.numel();
+  }
+  return kernels::Bf16Weights(masters, flat16_.narrow(0, offset, total).view({rows, masters[0].size(1)}));
+}
+
+// ----------------------------------------------------------------------------
 // RMSNorm
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps(eps) {
@@ -53,7 +79,11 @@ torch::Tensor BlockLinearImpl::forward(const torch::Tensor& x) {
   // The fp32 master weight cast to the activations' type: under bf16 the
   // cast's backward turns the bf16 weight gradient back into fp32 and
   // accumulates it into the flat gradient buffer.
-  return poet ? poet->forward(x) : torch::nn::functional::linear(x, weight.to(x.scalar_type()));
+  if (poet) return poet->forward(x);
+  if (shadow && x.scalar_type() == torch::kBFloat16) {
+    if (auto w = shadow->Stacked({weight}); w.defined()) return torch::nn::functional::linear(x, w);
+  }
+  return torch::nn::functional::linear(x, weight.to(x.scalar_type()));
 }
 
 // One matmul for several linears of the same input: their weights stacked
@@ -65,7 +95,12 @@ torch::Tensor StackedLinear(const torch::Tensor& x, std::initializer_list<BlockL
     for (auto l : layers) parts.push_back(l->forward(x));
     return torch::cat(parts, -1);
   }
-  for (const auto& l : layers) parts.push_back(l->weight.to(x.scalar_type()));
+  for (const auto& l : layers) parts.push_back(l->weight);
+  Bf16Shadow* shadow = (*layers.begin())->shadow;
+  if (shadow && x.scalar_type() == torch::kBFloat16) {
+    if (auto w = shadow->Stacked(parts); w.defined()) return torch::nn::functional::linear(x, w);
+  }
+  for (auto& w : parts) w = w.to(x.scalar_type());
   return torch::nn::functional::linear(x, torch::cat(parts, 0));
 }
 
@@ -128,8 +163,8 @@ BlockImpl::BlockImpl(const ModelConfig& cfg, int64_t& layer) : compute(ComputeTy
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   // The residual stream stays fp32; each norm writes the branch's compute
   // type, and fp32 + bf16 promotes back to fp32.
-  auto h = x + attn(attn_norm->forward(x, compute), cos, sin);
-  return h + mlp(mlp_norm->forward(h, compute));
+  auto h = kernels::ResidualAdd(x, attn(attn_norm->forward(x, compute), cos, sin));
+  return kernels::ResidualAdd(h, mlp(mlp_norm->forward(h, compute)));
 }
 
 // ----------------------------------------------------------------------------
@@ -151,16 +186,26 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& idx) {
   return Head(Body(Embed(idx), 0, cfg.n_layers));
 }
 
-torch::Tensor TransformerImpl::Embed(const torch::Tensor& idx) { return tok_emb(idx); }
+torch::Tensor TransformerImpl::Embed(const torch::Tensor& idx) {
+  if (shadow) shadow->Sync();
+  return tok_emb(idx);
+}
 
 torch::Tensor TransformerImpl::Body(torch::Tensor x, int64_t first, int64_t last) {
+  if (shadow) shadow->Sync();
   for (int64_t i = first; i < last; ++i) x = blocks->ptr(i)->as<Block>()->forward(x, rope_cos, rope_sin);
   return x;
 }
 
 torch::Tensor TransformerImpl::Head(const torch::Tensor& x) {
   const auto type = ComputeType(cfg);
-  return torch::nn::functional::linear(final_norm->forward(x, type), lm_head->weight.to(type));  // (B, T, V)
+  torch::Tensor w;
+  if (shadow && type == torch::kBFloat16) {
+    shadow->Sync();
+    w = shadow->Stacked({lm_head->weight});
+  }
+  if (!w.defined()) w = lm_head->weight.to(type);
+  return torch::nn::functional::linear(final_norm->forward(x, type), w);  // (B, T, V)
 }
 
 torch::Tensor TransformerImpl::Loss(const torch::Tensor& idx, const torch::Tensor& targets) {
@@ -192,6 +237,13 @@ std::vector<std::pair<std::string, PoetLinear>> TransformerImpl::PoetLayers() {
     if (auto* lin = m.value()->as<BlockLinear>(); lin && lin->poet) out.emplace_back(m.key(), lin->poet);
   }
   return out;
+}
+
+void TransformerImpl::UseBf16Shadow(const torch::Tensor& flat32) {
+  shadow = std::make_shared<Bf16Shadow>(flat32);
+  for (auto& m : modules(/*include_self=*/false)) {
+    if (auto* lin = m->as<BlockLinear>()) lin->shadow = shadow.get();
+  }
 }
 
 void TransformerImpl::MergePoet(uint64_t seed, int64_t count) {

@@ -241,6 +241,7 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
   Transformer model(cfg.model);
   model->Initialize(cfg.seed);  // the whole model: every stage's share as a single-stage run draws it
   ParamStore store(StageParameters(model, layers), c.dp_size);
+  if (cfg.model.bf16) model->UseBf16Shadow(store.params());
   int64_t opt_begin = 0, opt_end = store.num_params();
   if (cfg.shard_optimizer) {
     int64_t chunk = store.params().numel() / c.dp_size;

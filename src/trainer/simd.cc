@@ -208,6 +208,18 @@ void CopyRow(const T* x, T* y, int64_t n) {
   std::memcpy(y, x, static_cast<size_t>(n) * sizeof(T));
 }
 
+void FloatToBf16(const float* x, Bf16* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) Store(y[i], x[i]);
+}
+
+void AddBf16ToFloat(const Bf16* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += Load(x[i]);
+}
+
+void AddFloatBf16(const float* x, const Bf16* y, float* z, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) z[i] = x[i] + Load(y[i]);
+}
+
 #define BULWARK_SIMD_ONE(T)                                                                              \
   template void SwiGlu<T>(const T*, const T*, T*, int64_t);                                             \
   template void SwiGluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t);                       \

@@ -57,6 +57,14 @@ void CrossEntropyGradRow(const T* row, float lse, float g, int64_t target, T* d,
 // (y1 = x1 c - x2 s, y2 = x1 s + x2 c), sign -1 applies the transpose.
 template <class T>
 void RopeRow(const T* x, T* y, const float* c, const float* s, int64_t half, float sign);
+// y = bf16(x) over n elements (round to nearest even).
+void FloatToBf16(const float* x, Bf16* y, int64_t n);
+// y += float(x) over n elements.
+void AddBf16ToFloat(const Bf16* x, float* y, int64_t n);
+
+// z = x + float(y) over n elements (the residual add of a bf16 branch).
+void AddFloatBf16(const float* x, const Bf16* y, float* z, int64_t n);
+
 // Plain copy with conversion (a head split without rotation).
 template <class T>
 void CopyRow(const T* x, T* y, int64_t n);

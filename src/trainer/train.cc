@@ -151,6 +151,7 @@ Status Train(const TrainConfig& cfg_in) {
   // Padded to the world size even unsharded: in-memory checkpoint shards
   // split the state the way ZeRO-1 does.
   ParamStore store(*model, W);
+  if (cfg.model.bf16) model->UseBf16Shadow(store.params());
   int64_t opt_begin = 0, opt_end = store.num_params();
   if (cfg.shard_optimizer) {
     int64_t chunk = store.params().numel() / W;
