@@ -22,6 +22,7 @@
 #include "trainer/precision.h"
 #include "trainer/progress.h"
 #include "trainer/sampler.h"
+#include "trainer/simd.h"
 #include "trainer/tokens.h"
 
 namespace bulwark::trainer {
@@ -198,6 +199,7 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
     return Status::InvalidArgument("--memory-ckpt on is not supported with --pp or --micro-batches; "
                                    "use disk checkpoints (--ckpt-dir) or --memory-ckpt off");
   }
+  if (!simd::CpuSupported()) return Status::InvalidArgument("bulwark-train needs a CPU with AVX2 and FMA");
   auto precision = ChoosePrecision(cfg.precision, HostCpuBf16());
   if (!precision.ok()) return precision.status();
   cfg.model.bf16 = precision->bf16;
