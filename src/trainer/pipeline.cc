@@ -11,6 +11,7 @@
 #include <map>
 #include <thread>
 
+#include "client/shard_socket.h"
 #include "common/checksum.h"
 #include "trainer/adamw.h"
 #include "trainer/checkpoint.h"
@@ -288,6 +289,9 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
                   {"shape", cfg.model.ShapeString()}, {"shard_optimizer", cfg.shard_optimizer},
                   {"precision", precision->reason}});
   progress.Note("precision: " + precision->reason);
+  if (cfg.memory_ckpt == "auto" && std::getenv(client::kShardSocketEnv) != nullptr) {
+    note("in-memory checkpoints off: not supported with --pp/--micro-batches yet; disk checkpoints only");
+  }
   progress.Note("pipeline: DP " + std::to_string(c.dp_size) + " x PP " + std::to_string(c.pp_size) + ", " +
                 std::to_string(M) + " micro-batches of " + std::to_string(mb) + "; " + DescribeSplit(split));
 
