@@ -96,5 +96,85 @@ TEST(Kernels, CrossEntropyMatchesLibtorch) {
   ExpectClose(g1[0], g2[0], 1e-6, "dlogits");
 }
 
+// ---------------------------------------------------------------- bf16
+
+// Every kernel in bf16 against its fp32 self: within bf16's rounding.
+TEST(Kernels, Bf16KernelsTrackFp32) {
+  auto x = torch::randn({4, 16, 64});
+  auto w = torch::randn({64});
+  auto close = [](const torch::Tensor& a, const torch::Tensor& b, double tol, const char* what) {
+    double err = (a.to(torch::kFloat32) - b).abs().max().item<double>() / (b.abs().max().item<double>() + 1e-12);
+    EXPECT_LT(err, tol) << what;
+  };
+  close(kernels::RmsNorm(x, w, 1e-5, torch::kBFloat16), kernels::RmsNorm(x, w, 1e-5), 1e-2, "rmsnorm");
+  auto gu = torch::randn({8, 2 * 48});
+  close(kernels::SwiGluPacked(gu.to(torch::kBFloat16)), kernels::SwiGluPacked(gu), 1e-2, "swiglu");
+  auto s = torch::randn({2, 3, 16, 16}) * 3;
+  close(kernels::CausalSoftmax(s.to(torch::kBFloat16), 0.3), kernels::CausalSoftmax(s, 0.3), 1e-2, "softmax");
+  auto logits = torch::randn({12, 30}) * 3;
+  auto targets = torch::randint(0, 30, {12}, torch::kInt64);
+  auto l16 = kernels::CrossEntropy(logits.to(torch::kBFloat16), targets);
+  EXPECT_EQ(l16.scalar_type(), torch::kFloat32);
+  EXPECT_NEAR(l16.item<double>(), kernels::CrossEntropy(logits, targets).item<double>(), 2e-2);
+}
+
+TEST(Kernels, PackedSwiGluAndQkvHeadsMatchTheirSplitForms) {
+  auto gu = torch::randn({3, 5, 40});
+  auto [y1, g1] = ValueAndGrads([](auto& in) { return kernels::SwiGluPacked(in[0]); }, {gu}, 7);
+  auto [y2, g2] = ValueAndGrads(
+      [](auto& in) { return kernels::SwiGlu(in[0].narrow(-1, 0, 20), in[0].narrow(-1, 20, 20)); }, {gu}, 7);
+  EXPECT_TRUE(torch::equal(y1, y2));
+  EXPECT_TRUE(torch::equal(g1[0], g2[0]));
+
+  const int64_t B = 2, T = 6, H = 3, D = 8, C = H * D;
+  auto [cos, sin] = RopeTables(10, D);
+  auto qkv = torch::randn({B, T, 3 * C});
+  auto [z1, h1] = ValueAndGrads(
+      [&](auto& in) {
+        auto o = kernels::QkvHeads(in[0], H, cos, sin);
+        return torch::cat({o[0], o[1], o[2]}, -1);
+      },
+      {qkv}, 8);
+  auto [z2, h2] = ValueAndGrads(
+      [&](auto& in) {
+        auto q = kernels::RopeHeads(in[0].narrow(-1, 0, C), H, cos, sin);
+        auto k = kernels::RopeHeads(in[0].narrow(-1, C, C), H, cos, sin);
+        auto v = in[0].narrow(-1, 2 * C, C).reshape({B, T, H, D}).transpose(1, 2);
+        return torch::cat({q, k, v}, -1);
+      },
+      {qkv}, 8);
+  EXPECT_TRUE(torch::equal(z1, z2));
+  EXPECT_TRUE(torch::equal(h1[0], h2[0]));
+}
+
+// The bf16 stand-in's gradient reaches each fp32 master's .grad() exactly as
+// autograd's own cast would put it there; ResidualAdd is x + y and its
+// gradients are the identity and the cast.
+TEST(Kernels, Bf16WeightsAndResidualAddMatchTheCastPath) {
+  auto flat = torch::randn({2 * 6 * 4});
+  auto a = flat.narrow(0, 0, 24).view({6, 4}).detach().requires_grad_(true);
+  auto b = flat.narrow(0, 24, 24).view({6, 4}).detach().requires_grad_(true);
+  a.mutable_grad() = torch::zeros({6, 4});
+  b.mutable_grad() = torch::zeros({6, 4});
+  auto flat16 = flat.to(torch::kBFloat16);
+  auto x = torch::randn({5, 4}).to(torch::kBFloat16);
+  auto g = torch::randn({5, 12}).to(torch::kBFloat16);
+  torch::nn::functional::linear(x, kernels::Bf16Weights({a, b}, flat16.view({12, 4}))).backward(g);
+
+  auto a2 = a.detach().clone().requires_grad_(true), b2 = b.detach().clone().requires_grad_(true);
+  torch::nn::functional::linear(x, torch::cat({a2, b2}).to(torch::kBFloat16)).backward(g);
+  EXPECT_TRUE(torch::equal(a.grad(), a2.grad()));
+  EXPECT_TRUE(torch::equal(b.grad(), b2.grad()));
+
+  auto r = torch::randn({3, 8});
+  auto y = torch::randn({3, 8}).to(torch::kBFloat16);
+  auto [z1, g1] = ValueAndGrads([](auto& in) { return kernels::ResidualAdd(in[0], in[1]); }, {r, y}, 9);
+  auto [z2, g2] = ValueAndGrads([](auto& in) { return in[0] + in[1]; }, {r, y}, 9);
+  EXPECT_TRUE(torch::equal(z1, z2));
+  EXPECT_TRUE(torch::equal(g1[0], g2[0]));
+  EXPECT_TRUE(torch::equal(g1[1], g2[1]));
+  EXPECT_EQ(g1[1].scalar_type(), torch::kBFloat16);
+}
+
 }  // namespace
 }  // namespace bulwark::trainer

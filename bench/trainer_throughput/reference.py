@@ -110,6 +110,8 @@ def main():
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--per-step", action="store_true", help="also print every timed step's ms")
+    ap.add_argument("--autocast", action="store_true",
+                    help="forward under torch.autocast('cpu', dtype=torch.bfloat16), as PyTorch recommends for bf16")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -136,7 +138,8 @@ def main():
         x, y = batch()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -145,7 +148,8 @@ def main():
             times.append(time.perf_counter() - t0)
     ms = 1000 * float(np.median(times))
     res = {"tokens_per_s": B * T / (ms / 1000), "step_ms": ms,
-           "params": sum(p.numel() for p in model.parameters()), "torch": torch.__version__}
+           "params": sum(p.numel() for p in model.parameters()), "torch": torch.__version__,
+           "autocast": args.autocast, "threads": args.threads}
     if args.per_step:
         res["step_ms_all"] = [1000 * t for t in times]
     print(json.dumps(res))

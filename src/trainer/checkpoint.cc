@@ -24,23 +24,28 @@ Status CopyFloats(const RecordReader& r, const std::string& name, int64_t src_of
   return Status::OK();
 }
 
-// A writer exists for rank 0 always, and for every rank when sharded.
-bool WritesShard(const TrainConfig& cfg, int rank) { return rank == 0 || cfg.shard_optimizer; }
+// A writer exists for each stage's data-parallel rank 0 always (rank 0
+// without a pipeline), and for every rank when sharded.
+bool WritesShard(const TrainConfig& cfg, int rank, int world, int stages) {
+  return rank % (world / stages) == 0 || cfg.shard_optimizer;
+}
 
 }  // namespace
 
 Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& model, ParamStore& store, AdamW& opt,
-                      const TrainState& st) {
+                      const TrainState& st, int stages) {
   std::string step_dir = JoinPath(cfg.ckpt_dir, StepDirName(st.step));
   Status local = MakeDirs(step_dir);
-  if (local.ok() && WritesShard(cfg, comm.rank())) {
+  const int W = comm.world_size(), dp_size = W / stages, stage = comm.rank() / dp_size;
+  const bool holds_params = comm.rank() % dp_size == 0;
+  if (local.ok() && WritesShard(cfg, comm.rank(), W, stages)) {
     nlohmann::json meta = {
         {"step", st.step},           {"world_size", comm.world_size()}, {"rank", comm.rank()},
         {"shape", cfg.model.ShapeString()}, {"optimizer", cfg.optimizer}, {"seed", cfg.seed},
         {"data_cursor", st.data_cursor}, {"loss", st.loss}, {"num_params", store.num_params()},
         {"opt_begin", opt.begin()},  {"opt_end", std::min(opt.end(), store.num_params())},
-        {"has_params", comm.rank() == 0}};
-    if (comm.rank() == 0) {
+        {"has_params", holds_params}, {"stage", stage}, {"stages", stages}};
+    if (holds_params) {
       // Where each named parameter lives in "params", for tools that read
       // checkpoints without this code (bench/poet_quality's spectra).
       nlohmann::json layout = nlohmann::json::array();
@@ -49,7 +54,7 @@ Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& mod
     }
     RecordWriter w("ckpt");
     w.Add("meta", meta.dump());
-    if (comm.rank() == 0) {
+    if (holds_params) {
       AddFloats(w, "params", store.ParamsView());
       for (auto& b : model.named_buffers()) {
         auto t = b.value().contiguous();
@@ -73,7 +78,7 @@ Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& mod
   if (comm.rank() != 0) return Status::OK();
   std::vector<std::string> files;
   for (int r = 0; r < comm.world_size(); ++r)
-    if (WritesShard(cfg, r)) files.push_back(ShardFileName(r));
+    if (WritesShard(cfg, r, comm.world_size(), stages)) files.push_back(ShardFileName(r));
   BULWARK_RETURN_IF_ERROR(WriteCompleteMarker(step_dir, st.step, comm.world_size(), files));
   BULWARK_RETURN_IF_ERROR(PruneCheckpoints(cfg.ckpt_dir, cfg.ckpt_keep));
   // Rank 0 announces every complete checkpoint on stdout (even in human
@@ -84,7 +89,9 @@ Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& mod
 
 Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& model,
                                                  ParamStore& store, AdamW& opt,
-                                                 const std::function<void(const std::string&)>& note) {
+                                                 const std::function<void(const std::string&)>& note,
+                                                 int stages) {
+  const int stage = comm.rank() / (comm.world_size() / stages);
   auto found = FindNewestValid(cfg.ckpt_dir, [&](const std::string& dir, const Status& why) {
     note("checkpoint " + dir + " skipped: " + why.message());
   });
@@ -115,6 +122,11 @@ Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& c
       return Status::InvalidArgument("checkpoint " + r.where() + " has " + what + " " + theirs + " but this run has " +
                                      ours + "; resume with matching settings or use another --ckpt-dir");
     };
+    const int their_stages = meta.value("stages", 1);
+    if (their_stages != stages) {
+      return mismatch("--pp", std::to_string(their_stages), std::to_string(stages));
+    }
+    if (meta.value("stage", 0) != stage) continue;  // another pipeline stage's parameters
     if (meta["shape"] != cfg.model.ShapeString())
       return mismatch("model shape", meta["shape"].get<std::string>(), cfg.model.ShapeString());
     if (meta["optimizer"] != cfg.optimizer)

@@ -9,6 +9,13 @@
 //   buffer:NAME  every module buffer (rank 0): POET's W0, permutations or
 //          index sets, which change at merges
 
+// Under pipeline parallelism (`stages` > 1, ranks laid out as in
+// pipeline_plan.h) each stage's data-parallel rank 0 writes its stage's
+// parameters (and with --shard-optimizer every rank its moments), in the same
+// step directory, all files named by world rank; meta records "stage" and
+// "stages". One COMPLETE marker covers every stage, so a checkpoint is whole
+// across the pipeline or not at all; a rank restores only from its stage's files.
+//
 // Restoring reads the optimizer state for the rank's own range from whichever
 // files overlap it, so a run may resume with another world size.
 #pragma once
@@ -32,8 +39,9 @@ struct TrainState {
 };
 
 // Collective: every rank calls it at the same step.
+// `comm` is the whole world; `stages` the pipeline depth.
 Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& model, ParamStore& store, AdamW& opt,
-                      const TrainState& st);
+                      const TrainState& st, int stages = 1);
 
 // Collective. Loads the newest valid checkpoint in cfg.ckpt_dir into `store`
 // and `opt`; nullopt when there is none. Skipped candidates are reported
@@ -41,6 +49,7 @@ Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& mod
 // optimizer or seed is an error, not a skip: loading on would be wrong.
 Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& model,
                                                  ParamStore& store, AdamW& opt,
-                                                 const std::function<void(const std::string&)>& note);
+                                                 const std::function<void(const std::string&)>& note,
+                                                 int stages = 1);
 
 }  // namespace bulwark::trainer

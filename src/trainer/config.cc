@@ -95,6 +95,9 @@ const std::vector<Key>& Keys() {
       INT_KEY("stop-at", stop_at, "stop after this step as if preempted (drills, tests); 0: never"),
       STR_KEY("memory-ckpt", memory_ckpt, "every-step in-memory checkpoints via the agent: auto, on or off"),
       BOOL_KEY("step-checksum", step_checksum, "print a parameter checksum with every step (tests)"),
+      STR_KEY("precision", precision, "auto (bf16 where the CPU has AVX-512 BF16 or AMX), bf16 or fp32"),
+      INT_KEY("pp", pp, "pipeline stages; WORLD_SIZE = data-parallel ranks x pp"),
+      INT_KEY("micro-batches", micro_batches, "micro-batches per step (must divide --batch-size)"),
       INT_KEY("vocab-size", model.vocab_size, "0 takes the tokenizer's vocabulary size"),
       INT_KEY("d-model", model.d_model, "model width"),
       INT_KEY("n-layers", model.n_layers, "transformer blocks"),
@@ -261,6 +264,19 @@ Status TrainConfig::Validate() const {
   }
   if ((ckpt_every > 0 || resume) && ckpt_dir.empty()) {
     return Status::InvalidArgument("--ckpt-every and --resume need --ckpt-dir DIR");
+  }
+  if (precision != "auto" && precision != "bf16" && precision != "fp32") {
+    return Status::InvalidArgument("--precision '" + precision + "' is not one of: auto, bf16, fp32");
+  }
+  if (pp < 1) return Status::InvalidArgument("--pp must be at least 1");
+  if (pp > model.n_layers) {
+    return Status::InvalidArgument("--pp " + std::to_string(pp) + " exceeds the " + std::to_string(model.n_layers) +
+                                   " layers (--n-layers); use at most one stage per layer");
+  }
+  if (micro_batches < 1 || batch_size % micro_batches != 0) {
+    return Status::InvalidArgument("--micro-batches " + std::to_string(micro_batches) +
+                                   " does not divide --batch-size " + std::to_string(batch_size) +
+                                   "; choose a divisor of the batch size");
   }
   if (ckpt_keep < 1) return Status::InvalidArgument("--ckpt-keep must be at least 1");
   if (eval_every > 0 && eval_batches < 1) return Status::InvalidArgument("--eval-batches must be at least 1");

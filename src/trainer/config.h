@@ -25,6 +25,9 @@ struct ModelConfig {
   int context = 128;   // T, the longest sequence the model sees
   std::string init = "standard";  // standard: N(0, 0.02); normalized: unit-norm rows
   PoetOptions poet;                // enabled by --optimizer poet
+  // bf16 matmuls and activations (fp32 master weights, statistics and
+  // residual stream); set from --precision, not part of the shape.
+  bool bf16 = false;
 
   int head_dim() const { return d_model / n_heads; }
   // One line naming every shape field; two configs with equal strings build
@@ -64,6 +67,13 @@ struct TrainConfig {
   // auto = when an agent offers its shard socket, on = required, off.
   std::string memory_ckpt = "auto";
   bool step_checksum = false;  // a parameter checksum in every step line (tests)
+  // auto (bf16 where the CPU has AVX-512 BF16 or AMX), bf16 or fp32; Train()
+  // resolves it into model.bf16 (precision.h).
+  std::string precision = "auto";
+  // Pipeline parallelism (pipeline.h): stages, and micro-batches per step
+  // each rank's batch is cut into (1F1B schedule).
+  int pp = 1;
+  int micro_batches = 1;
 
   Status Validate() const;
 };

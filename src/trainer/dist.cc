@@ -1,8 +1,10 @@
 #include "trainer/dist.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace bulwark::trainer {
@@ -81,6 +83,65 @@ Result<std::unique_ptr<Comm>> Comm::Connect(const DistEnv& env, double timeout_s
 }
 
 Comm::~Comm() = default;
+
+Result<std::unique_ptr<Comm>> Comm::Subgroup(const std::string& name, const std::vector<int>& ranks,
+                                             double timeout_s) {
+  std::unique_ptr<Comm> c(new Comm());
+  auto it = std::find(ranks.begin(), ranks.end(), env_.rank);
+  if (it == ranks.end()) return Status::Internal("rank " + std::to_string(env_.rank) + " is not in group " + name);
+  c->env_ = env_;
+  c->env_.rank = static_cast<int>(it - ranks.begin());
+  c->env_.world_size = static_cast<int>(ranks.size());
+  if (ranks.size() == 1 || !store_) return c;
+  try {
+    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    auto o = c10d::ProcessGroupGloo::Options::create(timeout);
+    bool loopback = env_.master_addr == "127.0.0.1" || env_.master_addr == "localhost";
+    o->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                  : c10d::ProcessGroupGloo::createDefaultDevice());
+    c->store_ = c10::make_intrusive<c10d::PrefixStore>(name, store_);
+    c->pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c->store_, c->env_.rank, c->env_.world_size, o);
+  } catch (const std::exception& e) {
+    return Status::Unavailable("forming group " + name + " failed on rank " + std::to_string(env_.rank) + ": " +
+                               e.what());
+  }
+  return c;
+}
+
+Status Comm::Send(const torch::Tensor& t, int dst, int tag) {
+  if (!pg_) return Status::Internal("send in a world of one");
+  try {
+    send_tensors_.push_back({t.contiguous()});
+    sends_.push_back(pg_->send(send_tensors_.back(), dst, tag));
+  } catch (const std::exception& e) {
+    return Fail("send to rank " + std::to_string(dst), e);
+  }
+  return Status::OK();
+}
+
+Status Comm::Recv(torch::Tensor& t, int src, int tag) {
+  if (!pg_) return Status::Internal("recv in a world of one");
+  try {
+    std::vector<at::Tensor> v{t};
+    pg_->recv(v, src, tag)->wait();
+  } catch (const std::exception& e) {
+    return Fail("receive from rank " + std::to_string(src), e);
+  }
+  return Status::OK();
+}
+
+Status Comm::WaitSends() {
+  try {
+    for (auto& w : sends_) w->wait();
+  } catch (const std::exception& e) {
+    sends_.clear();
+    send_tensors_.clear();
+    return Fail("send", e);
+  }
+  sends_.clear();
+  send_tensors_.clear();
+  return Status::OK();
+}
 
 Status Comm::Fail(const std::string& op, const std::exception& e) {
   std::string what = e.what();

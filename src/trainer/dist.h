@@ -11,12 +11,14 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
 namespace c10d {
 class ProcessGroupGloo;
 class Store;
+class Work;
 }  // namespace c10d
 
 namespace bulwark::trainer {
@@ -53,12 +55,28 @@ class Comm {
   // Gloo like a collective whose peer went quiet, until --dist-timeout.
   Status RecvNeverSent();
 
+  // A process group of some ranks of this world, such as one pipeline
+  // stage's data-parallel replicas. Only its members call it (each group's
+  // rendezvous lives under its own `name` in the shared store); `ranks` lists
+  // world ranks in group order and must contain this rank.
+  Result<std::unique_ptr<Comm>> Subgroup(const std::string& name, const std::vector<int>& ranks, double timeout_s);
+
+  // Point-to-point, for pipeline stages. Send starts sending `t` (kept alive
+  // until WaitSends) to world rank `dst`; Recv fills `t` from `src` and
+  // blocks. Messages between two ranks are matched by `tag`. A peer that
+  // died or hangs fails them like a collective (kUnavailable).
+  Status Send(const torch::Tensor& t, int dst, int tag);
+  Status Recv(torch::Tensor& t, int src, int tag);
+  Status WaitSends();
+
  private:
   Comm() = default;
   Status Fail(const std::string& op, const std::exception& e);
   DistEnv env_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> sends_;
+  std::vector<std::vector<torch::Tensor>> send_tensors_;
 };
 
 }  // namespace bulwark::trainer

@@ -5,11 +5,14 @@
 #include <cmath>
 #include <vector>
 
+#include "trainer/simd.h"
+
 namespace bulwark::trainer::kernels {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
+using simd::Bf16;
 
 // Rows per block for cross-row reductions: fixed, so the summation order and
 // therefore the bits of the result never depend on the thread count.
@@ -17,27 +20,43 @@ constexpr int64_t kRowBlock = 64;
 // Elementwise work is split in grains this large (at::parallel_for).
 constexpr int64_t kGrain = 1 << 14;
 
+// The element type simd.h sees for a tensor: float, or Bf16 for bfloat16
+// (same bits as c10::BFloat16).
+template <class T>
+T* Ptr(const torch::Tensor& t) {
+  return reinterpret_cast<T*>(t.data_ptr());
+}
+
+// Calls f(float{}) or f(Bf16{}) for the tensor's dtype.
+template <class F>
+void ForType(const torch::Tensor& t, F&& f) {
+  if (t.scalar_type() == torch::kBFloat16) f(Bf16{});
+  else if (t.scalar_type() == torch::kFloat32) f(float{});
+  else TORCH_CHECK(false, "fused kernels take float32 or bfloat16, not ", t.scalar_type());
+}
+
 // ----------------------------------------------------------------------------
-// RMSNorm
+// RMSNorm: statistics and gain in fp32 whatever the input and output types.
 
 struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor w, double eps) {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor w, double eps,
+                               int64_t out_type) {
     x = x.contiguous();
     const int64_t C = x.size(-1), N = x.numel() / C;
-    auto y = torch::empty_like(x);
-    auto r = torch::empty({N}, x.options());
-    const float *px = x.data_ptr<float>(), *pw = w.data_ptr<float>();
-    float *py = y.data_ptr<float>(), *pr = r.data_ptr<float>();
-    at::parallel_for(0, N, 16, [&](int64_t b, int64_t e) {
-      for (int64_t n = b; n < e; ++n) {
-        const float* xr = px + n * C;
-        float ss = 0;
-        for (int64_t i = 0; i < C; ++i) ss += xr[i] * xr[i];
-        float rn = 1.0f / std::sqrt(ss / C + static_cast<float>(eps));
-        pr[n] = rn;
-        float* yr = py + n * C;
-        for (int64_t i = 0; i < C; ++i) yr[i] = xr[i] * rn * pw[i];
-      }
+    auto y = torch::empty(x.sizes(), x.options().dtype(static_cast<torch::ScalarType>(out_type)));
+    auto r = torch::empty({N}, x.options().dtype(torch::kFloat32));
+    const float* pw = w.data_ptr<float>();
+    float* pr = r.data_ptr<float>();
+    ForType(x, [&](auto tx) {
+      using TX = decltype(tx);
+      ForType(y, [&](auto ty) {
+        using TY = decltype(ty);
+        const TX* px = Ptr<TX>(x);
+        TY* py = Ptr<TY>(y);
+        at::parallel_for(0, N, 16, [&](int64_t b, int64_t e) {
+          simd::RmsNormRows(px + b * C, pw, py + b * C, pr + b, e - b, C, static_cast<float>(eps));
+        });
+      });
     });
     ctx->save_for_backward({x, w, r});
     return y;
@@ -50,43 +69,48 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
     const int64_t C = x.size(-1), N = x.numel() / C;
     const int64_t blocks = (N + kRowBlock - 1) / kRowBlock;
     auto dx = torch::empty_like(x);
-    auto dw_parts = torch::zeros({blocks, C}, x.options());
-    const float *px = x.data_ptr<float>(), *pw = w.data_ptr<float>(), *pr = r.data_ptr<float>(),
-                *pdy = dy.data_ptr<float>();
-    float *pdx = dx.data_ptr<float>(), *pdw = dw_parts.data_ptr<float>();
-    at::parallel_for(0, blocks, 1, [&](int64_t bb, int64_t be) {
-      for (int64_t blk = bb; blk < be; ++blk) {
-        float* dwb = pdw + blk * C;
-        for (int64_t n = blk * kRowBlock; n < std::min(N, (blk + 1) * kRowBlock); ++n) {
-          const float *xr = px + n * C, *gr = pdy + n * C;
-          const float rn = pr[n];
-          float dot = 0;
-          for (int64_t i = 0; i < C; ++i) dot += gr[i] * pw[i] * xr[i];
-          const float k = rn * rn * rn * dot / C;
-          float* dxr = pdx + n * C;
-          for (int64_t i = 0; i < C; ++i) {
-            dxr[i] = rn * gr[i] * pw[i] - k * xr[i];
-            dwb[i] += gr[i] * xr[i] * rn;
-          }
+    auto dw_parts = torch::zeros({blocks, C}, x.options().dtype(torch::kFloat32));
+    const float *pw = w.data_ptr<float>(), *pr = r.data_ptr<float>();
+    float* pdw = dw_parts.data_ptr<float>();
+    ForType(x, [&](auto tx) {
+      using TX = decltype(tx);
+      ForType(dy, [&](auto tg) {
+        using TG = decltype(tg);
+        if constexpr (std::is_same_v<TX, Bf16> && std::is_same_v<TG, float>) {
+          TORCH_CHECK(false, "RmsNorm: bf16 input with an fp32 output is not supported");
+        } else {
+          const TX* px = Ptr<TX>(x);
+          const TG* pdy = Ptr<TG>(dy);
+          TX* pdx = Ptr<TX>(dx);
+          at::parallel_for(0, blocks, 1, [&](int64_t bb, int64_t be) {
+            for (int64_t blk = bb; blk < be; ++blk) {
+              const int64_t n0 = blk * kRowBlock, n1 = std::min(N, n0 + kRowBlock);
+              simd::RmsNormBackwardRows(px + n0 * C, pw, pr + n0, pdy + n0 * C, pdx + n0 * C, pdw + blk * C,
+                                        n1 - n0, C);
+            }
+          });
         }
-      }
+      });
     });
-    return {dx, dw_parts.sum(0), torch::Tensor()};
+    return {dx, dw_parts.sum(0), torch::Tensor(), torch::Tensor()};
   }
 };
 
 // ----------------------------------------------------------------------------
-// SwiGLU
+// SwiGLU: separate gate and up tensors, or one packed (..., 2F) tensor whose
+// first half is the gate (one matmul computes both).
 
 struct SwiGluFn : torch::autograd::Function<SwiGluFn> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor g, torch::Tensor u) {
     g = g.contiguous();
     u = u.contiguous();
     auto h = torch::empty_like(g);
-    const float *pg = g.data_ptr<float>(), *pu = u.data_ptr<float>();
-    float* ph = h.data_ptr<float>();
-    at::parallel_for(0, g.numel(), kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) ph[i] = pg[i] / (1.0f + std::exp(-pg[i])) * pu[i];
+    ForType(g, [&](auto tag) {
+      using T = decltype(tag);
+      const T *pg = Ptr<T>(g), *pu = Ptr<T>(u);
+      T* ph = Ptr<T>(h);
+      at::parallel_for(0, g.numel(), kGrain,
+                       [&](int64_t b, int64_t e) { simd::SwiGlu(pg + b, pu + b, ph + b, e - b); });
     });
     ctx->save_for_backward({g, u});
     return h;
@@ -95,45 +119,76 @@ struct SwiGluFn : torch::autograd::Function<SwiGluFn> {
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     auto saved = ctx->get_saved_variables();
     auto g = saved[0], u = saved[1];
-    auto dh = grads[0].contiguous();
+    auto dh = grads[0].to(g.scalar_type()).contiguous();
     auto dg = torch::empty_like(g), du = torch::empty_like(u);
-    const float *pg = g.data_ptr<float>(), *pu = u.data_ptr<float>(), *pdh = dh.data_ptr<float>();
-    float *pdg = dg.data_ptr<float>(), *pdu = du.data_ptr<float>();
-    at::parallel_for(0, g.numel(), kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        float s = 1.0f / (1.0f + std::exp(-pg[i]));
-        pdu[i] = pdh[i] * pg[i] * s;
-        pdg[i] = pdh[i] * pu[i] * s * (1.0f + pg[i] * (1.0f - s));
-      }
+    ForType(g, [&](auto tag) {
+      using T = decltype(tag);
+      const T *pg = Ptr<T>(g), *pu = Ptr<T>(u), *pdh = Ptr<T>(dh);
+      T *pdg = Ptr<T>(dg), *pdu = Ptr<T>(du);
+      at::parallel_for(0, g.numel(), kGrain, [&](int64_t b, int64_t e) {
+        simd::SwiGluBackward(pg + b, pu + b, pdh + b, pdg + b, pdu + b, e - b);
+      });
     });
     return {dg, du};
   }
 };
 
+struct SwiGluPackedFn : torch::autograd::Function<SwiGluPackedFn> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor gu) {
+    gu = gu.contiguous();
+    const int64_t F2 = gu.size(-1), F = F2 / 2, rows = gu.numel() / F2;
+    auto shape = gu.sizes().vec();
+    shape.back() = F;
+    auto h = torch::empty(shape, gu.options());
+    ForType(gu, [&](auto tag) {
+      using T = decltype(tag);
+      const T* p = Ptr<T>(gu);
+      T* ph = Ptr<T>(h);
+      at::parallel_for(0, rows, std::max<int64_t>(1, kGrain / F), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) simd::SwiGlu(p + r * F2, p + r * F2 + F, ph + r * F, F);
+      });
+    });
+    ctx->save_for_backward({gu});
+    return h;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto gu = ctx->get_saved_variables()[0];
+    auto dh = grads[0].to(gu.scalar_type()).contiguous();
+    const int64_t F2 = gu.size(-1), F = F2 / 2, rows = gu.numel() / F2;
+    auto dgu = torch::empty_like(gu);
+    ForType(gu, [&](auto tag) {
+      using T = decltype(tag);
+      const T *p = Ptr<T>(gu), *pdh = Ptr<T>(dh);
+      T* pd = Ptr<T>(dgu);
+      at::parallel_for(0, rows, std::max<int64_t>(1, kGrain / F), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          simd::SwiGluBackward(p + r * F2, p + r * F2 + F, pdh + r * F, pd + r * F2, pd + r * F2 + F, F);
+        }
+      });
+    });
+    return {dgu};
+  }
+};
+
 // ----------------------------------------------------------------------------
-// Causal softmax
+// Causal softmax: fp32 math, probabilities stored in the scores' type.
 
 struct CausalSoftmaxFn : torch::autograd::Function<CausalSoftmaxFn> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor s, double scale) {
     s = s.contiguous();
     const int64_t T = s.size(-1), rows = s.numel() / T;
     auto p = torch::empty_like(s);
-    const float* ps = s.data_ptr<float>();
-    float* pp = p.data_ptr<float>();
-    const float sc = static_cast<float>(scale);
-    at::parallel_for(0, rows, 64, [&](int64_t b, int64_t e) {
-      for (int64_t row = b; row < e; ++row) {
-        const int64_t i = row % T;  // query position: sees keys 0..i
-        const float* sr = ps + row * T;
-        float* pr = pp + row * T;
-        float m = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) m = std::max(m, sr[j] * sc);
-        float sum = 0;
-        for (int64_t j = 0; j <= i; ++j) sum += (pr[j] = std::exp(sr[j] * sc - m));
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j <= i; ++j) pr[j] *= inv;
-        for (int64_t j = i + 1; j < T; ++j) pr[j] = 0.0f;
-      }
+    ForType(s, [&](auto tag) {
+      using T_ = decltype(tag);
+      const T_* ps = Ptr<T_>(s);
+      T_* pp = Ptr<T_>(p);
+      at::parallel_for(0, rows, 64, [&](int64_t b, int64_t e) {
+        for (int64_t row = b; row < e; ++row) {
+          const int64_t i = row % T;  // query position: sees keys 0..i
+          simd::CausalSoftmaxRow(ps + row * T, pp + row * T, i + 1, T, static_cast<float>(scale));
+        }
+      });
     });
     ctx->save_for_backward({p});
     ctx->saved_data["scale"] = scale;
@@ -143,110 +198,142 @@ struct CausalSoftmaxFn : torch::autograd::Function<CausalSoftmaxFn> {
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     auto p = ctx->get_saved_variables()[0];
     const float sc = static_cast<float>(ctx->saved_data["scale"].toDouble());
-    auto dp = grads[0].contiguous();
+    auto dp = grads[0].to(p.scalar_type()).contiguous();
     const int64_t T = p.size(-1), rows = p.numel() / T;
     auto ds = torch::empty_like(p);
-    const float *pp = p.data_ptr<float>(), *pdp = dp.data_ptr<float>();
-    float* pds = ds.data_ptr<float>();
-    at::parallel_for(0, rows, 64, [&](int64_t b, int64_t e) {
-      for (int64_t row = b; row < e; ++row) {
-        const int64_t i = row % T;
-        const float *pr = pp + row * T, *gr = pdp + row * T;
-        float* dr = pds + row * T;
-        float dot = 0;
-        for (int64_t j = 0; j <= i; ++j) dot += pr[j] * gr[j];
-        for (int64_t j = 0; j <= i; ++j) dr[j] = sc * pr[j] * (gr[j] - dot);
-        for (int64_t j = i + 1; j < T; ++j) dr[j] = 0.0f;
-      }
+    ForType(p, [&](auto tag) {
+      using T_ = decltype(tag);
+      const T_ *pp = Ptr<T_>(p), *pdp = Ptr<T_>(dp);
+      T_* pds = Ptr<T_>(ds);
+      at::parallel_for(0, rows, 64, [&](int64_t b, int64_t e) {
+        for (int64_t row = b; row < e; ++row) {
+          simd::CausalSoftmaxBackwardRow(pp + row * T, pdp + row * T, pds + row * T, row % T + 1, T, sc);
+        }
+      });
     });
     return {ds, torch::Tensor()};
   }
 };
 
 // ----------------------------------------------------------------------------
-// RoPE with head split
+// Head split with RoPE: rows of width `stride` hold `parts` consecutive
+// (H*D) tensors (1 for RopeHeads; 3 for packed q|k|v); each part p becomes
+// (B, H, T, D), rotated when rotate[p].
 
-// Rotates (or, with sign = -1, un-rotates) one (T, H, D)-strided sequence
-// into (H, T, D) layout, or back.
+tensor_list SplitHeads(const torch::Tensor& x, int64_t parts, int64_t H, const torch::Tensor& cos,
+                       const torch::Tensor& sin, const std::vector<bool>& rotate) {
+  const int64_t B = x.size(0), T = x.size(1), stride = x.size(2), C = stride / parts, D = C / H, half = D / 2;
+  tensor_list out;
+  for (int64_t p = 0; p < parts; ++p) out.push_back(torch::empty({B, H, T, D}, x.options()));
+  const float *pc = cos.data_ptr<float>(), *ps = sin.data_ptr<float>();
+  ForType(x, [&](auto tag) {
+    using T_ = decltype(tag);
+    const T_* px = Ptr<T_>(x);
+    std::vector<T_*> po;
+    for (auto& o : out) po.push_back(Ptr<T_>(o));
+    at::parallel_for(0, B * T, 8, [&](int64_t b0, int64_t e0) {
+      for (int64_t bt = b0; bt < e0; ++bt) {
+        const int64_t b = bt / T, t = bt % T;
+        for (int64_t p = 0; p < parts; ++p)
+          for (int64_t h = 0; h < H; ++h) {
+            const T_* xr = px + bt * stride + p * C + h * D;
+            T_* yr = po[p] + ((b * H + h) * T + t) * D;
+            if (rotate[p]) simd::RopeRow(xr, yr, pc + t * half, ps + t * half, half, 1.0f);
+            else simd::CopyRow(xr, yr, D);
+          }
+      }
+    });
+  });
+  return out;
+}
+
+// The backward of SplitHeads: gradients (B, H, T, D) back into rows.
+torch::Tensor MergeHeads(const tensor_list& dys, const torch::Tensor& cos, const torch::Tensor& sin,
+                         const std::vector<bool>& rotate, torch::ScalarType type) {
+  const int64_t parts = static_cast<int64_t>(dys.size());
+  const int64_t B = dys[0].size(0), H = dys[0].size(1), T = dys[0].size(2), D = dys[0].size(3), half = D / 2;
+  const int64_t C = H * D, stride = parts * C;
+  tensor_list gs;
+  for (auto& g : dys) gs.push_back(g.defined() ? g.to(type).contiguous() : torch::zeros({B, H, T, D}, cos.options().dtype(type)));
+  auto dx = torch::empty({B, T, stride}, gs[0].options());
+  const float *pc = cos.data_ptr<float>(), *ps = sin.data_ptr<float>();
+  ForType(dx, [&](auto tag) {
+    using T_ = decltype(tag);
+    T_* pdx = Ptr<T_>(dx);
+    std::vector<const T_*> pg;
+    for (auto& g : gs) pg.push_back(Ptr<T_>(g));
+    at::parallel_for(0, B * T, 8, [&](int64_t b0, int64_t e0) {
+      for (int64_t bt = b0; bt < e0; ++bt) {
+        const int64_t b = bt / T, t = bt % T;
+        for (int64_t p = 0; p < parts; ++p)
+          for (int64_t h = 0; h < H; ++h) {
+            const T_* gr = pg[p] + ((b * H + h) * T + t) * D;
+            T_* dr = pdx + bt * stride + p * C + h * D;
+            if (rotate[p]) simd::RopeRow(gr, dr, pc + t * half, ps + t * half, half, -1.0f);
+            else simd::CopyRow(gr, dr, D);
+          }
+      }
+    });
+  });
+  return dx;
+}
+
 struct RopeHeadsFn : torch::autograd::Function<RopeHeadsFn> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t H, torch::Tensor cos,
                                torch::Tensor sin) {
     x = x.contiguous();
-    const int64_t B = x.size(0), T = x.size(1), D = x.size(2) / H, half = D / 2;
-    auto y = torch::empty({B, H, T, D}, x.options());
-    const float *px = x.data_ptr<float>(), *pc = cos.data_ptr<float>(), *ps = sin.data_ptr<float>();
-    float* py = y.data_ptr<float>();
-    at::parallel_for(0, B * T, 8, [&](int64_t b0, int64_t e0) {
-      for (int64_t bt = b0; bt < e0; ++bt) {
-        const int64_t b = bt / T, t = bt % T;
-        const float *c = pc + t * half, *s = ps + t * half;
-        for (int64_t h = 0; h < H; ++h) {
-          const float* xr = px + (bt * H + h) * D;
-          float* yr = py + ((b * H + h) * T + t) * D;
-          for (int64_t i = 0; i < half; ++i) {
-            const float x1 = xr[i], x2 = xr[i + half];
-            yr[i] = x1 * c[i] - x2 * s[i];
-            yr[i + half] = x1 * s[i] + x2 * c[i];
-          }
-        }
-      }
-    });
     ctx->save_for_backward({cos, sin});
-    ctx->saved_data["H"] = H;
-    return y;
+    return SplitHeads(x, 1, H, cos, sin, {true})[0];
   }
-
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto cos = saved[0], sin = saved[1];
-    const int64_t H = ctx->saved_data["H"].toInt();
-    auto dy = grads[0].contiguous();  // (B, H, T, D)
-    const int64_t B = dy.size(0), T = dy.size(2), D = dy.size(3), half = D / 2;
-    auto dx = torch::empty({B, T, H * D}, dy.options());
-    const float *pdy = dy.data_ptr<float>(), *pc = cos.data_ptr<float>(), *ps = sin.data_ptr<float>();
-    float* pdx = dx.data_ptr<float>();
-    at::parallel_for(0, B * T, 8, [&](int64_t b0, int64_t e0) {
-      for (int64_t bt = b0; bt < e0; ++bt) {
-        const int64_t b = bt / T, t = bt % T;
-        const float *c = pc + t * half, *s = ps + t * half;
-        for (int64_t h = 0; h < H; ++h) {
-          const float* gr = pdy + ((b * H + h) * T + t) * D;
-          float* dr = pdx + (bt * H + h) * D;
-          for (int64_t i = 0; i < half; ++i) {  // the transpose of the rotation
-            dr[i] = gr[i] * c[i] + gr[i + half] * s[i];
-            dr[i + half] = -gr[i] * s[i] + gr[i + half] * c[i];
-          }
-        }
-      }
-    });
-    return {dx, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {MergeHeads({grads[0]}, saved[0], saved[1], {true}, grads[0].scalar_type()), torch::Tensor(),
+            torch::Tensor(), torch::Tensor()};
+  }
+};
+
+struct QkvHeadsFn : torch::autograd::Function<QkvHeadsFn> {
+  static tensor_list forward(AutogradContext* ctx, torch::Tensor qkv, int64_t H, torch::Tensor cos,
+                             torch::Tensor sin) {
+    qkv = qkv.contiguous();
+    ctx->save_for_backward({cos, sin});
+    ctx->saved_data["type"] = static_cast<int64_t>(qkv.scalar_type());
+    return SplitHeads(qkv, 3, H, cos, sin, {true, true, false});
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto type = static_cast<torch::ScalarType>(ctx->saved_data["type"].toInt());
+    return {MergeHeads(grads, saved[0], saved[1], {true, true, false}, type), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
 // ----------------------------------------------------------------------------
-// Cross-entropy
+// Cross-entropy: logits fp32 or bf16, every sum in fp32 (the mean in fp64).
 
 struct CrossEntropyFn : torch::autograd::Function<CrossEntropyFn> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor logits, torch::Tensor targets) {
     logits = logits.contiguous();
     targets = targets.contiguous();
     const int64_t N = logits.size(0), V = logits.size(1);
-    auto lse = torch::empty({N}, logits.options());
+    auto lse = torch::empty({N}, logits.options().dtype(torch::kFloat32));
     auto losses = torch::empty({N}, logits.options().dtype(torch::kFloat64));
-    const float* pl = logits.data_ptr<float>();
     const int64_t* pt = targets.data_ptr<int64_t>();
     float* plse = lse.data_ptr<float>();
     double* ploss = losses.data_ptr<double>();
-    at::parallel_for(0, N, 16, [&](int64_t b, int64_t e) {
-      for (int64_t n = b; n < e; ++n) {
-        const float* row = pl + n * V;
-        float m = -INFINITY;
-        for (int64_t v = 0; v < V; ++v) m = std::max(m, row[v]);
-        float sum = 0;
-        for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - m);
-        plse[n] = m + std::log(sum);
-        ploss[n] = plse[n] - row[pt[n]];
-      }
+    ForType(logits, [&](auto tag) {
+      using T = decltype(tag);
+      const T* pl = Ptr<T>(logits);
+      at::parallel_for(0, N, 16, [&](int64_t b, int64_t e) {
+        for (int64_t n = b; n < e; ++n) {
+          const T* row = pl + n * V;
+          plse[n] = simd::LogSumExpRow(row, V);
+          float target;
+          if constexpr (std::is_same_v<T, float>) target = row[pt[n]];
+          else target = static_cast<float>(c10::BFloat16(row[pt[n]].bits, c10::BFloat16::from_bits()));
+          ploss[n] = plse[n] - target;
+        }
+      });
     });
     ctx->save_for_backward({logits, targets, lse});
     // The mean in double over a fixed order: the reported loss is exact to
@@ -260,32 +347,119 @@ struct CrossEntropyFn : torch::autograd::Function<CrossEntropyFn> {
     const int64_t N = logits.size(0), V = logits.size(1);
     const float g = grads[0].item<float>() / static_cast<float>(N);
     auto dl = torch::empty_like(logits);
-    const float *pl = logits.data_ptr<float>(), *plse = lse.data_ptr<float>();
+    const float* plse = lse.data_ptr<float>();
     const int64_t* pt = targets.data_ptr<int64_t>();
-    float* pd = dl.data_ptr<float>();
-    at::parallel_for(0, N, 16, [&](int64_t b, int64_t e) {
-      for (int64_t n = b; n < e; ++n) {
-        const float* row = pl + n * V;
-        float* d = pd + n * V;
-        for (int64_t v = 0; v < V; ++v) d[v] = std::exp(row[v] - plse[n]) * g;
-        d[pt[n]] -= g;
-      }
+    ForType(logits, [&](auto tag) {
+      using T = decltype(tag);
+      const T* pl = Ptr<T>(logits);
+      T* pd = Ptr<T>(dl);
+      at::parallel_for(0, N, 16, [&](int64_t b, int64_t e) {
+        for (int64_t n = b; n < e; ++n) simd::CrossEntropyGradRow(pl + n * V, plse[n], g, pt[n], pd + n * V, V);
+      });
     });
     return {dl, torch::Tensor()};
   }
 };
 
+// ----------------------------------------------------------------------------
+// bf16 weights from their fp32 masters (see kernels.h: Bf16Weights)
+
+struct Bf16WeightsFn : torch::autograd::Function<Bf16WeightsFn> {
+  // Only the first master is a formal input (it makes the output require
+  // grad); the others ride in saved_data: backward writes every master's
+  // gradient itself, so autograd needs no edge to them.
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor w16, torch::Tensor a, c10::IValue b,
+                               c10::IValue c) {
+    ctx->saved_data["a"] = a;
+    ctx->saved_data["b"] = b;
+    ctx->saved_data["c"] = c;
+    return w16.view(w16.sizes());  // a view: the buffer is the weights' bf16 copy
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto g = grads[0].to(torch::kBFloat16).contiguous();
+    const Bf16* pg = Ptr<Bf16>(g);
+    int64_t offset = 0;
+    for (const char* name : {"a", "b", "c"}) {
+      auto w = ctx->saved_data[name].toTensor();
+      if (!w.defined()) break;
+      // The master's gradient is a view of the flat fp32 buffer (params.h):
+      // accumulate into it here instead of handing autograd a new tensor.
+      auto& grad = w.mutable_grad();
+      if (!grad.defined()) grad = torch::zeros_like(w);
+      TORCH_CHECK(grad.is_contiguous() && grad.scalar_type() == torch::kFloat32, "Bf16Weights: gradient layout");
+      float* pw = grad.data_ptr<float>();
+      const int64_t n = w.numel();
+      at::parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) { simd::AddBf16ToFloat(pg + offset + b, pw + b, e - b); });
+      offset += n;
+    }
+    return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// ----------------------------------------------------------------------------
+// Residual add of a bf16 branch onto the fp32 stream
+
+struct ResidualAddFn : torch::autograd::Function<ResidualAddFn> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor y) {
+    x = x.contiguous();
+    y = y.contiguous();
+    auto z = torch::empty_like(x);
+    const float* px = x.data_ptr<float>();
+    const Bf16* py = Ptr<Bf16>(y);
+    float* pz = z.data_ptr<float>();
+    at::parallel_for(0, x.numel(), kGrain,
+                     [&](int64_t b, int64_t e) { simd::AddFloatBf16(px + b, py + b, pz + b, e - b); });
+    return z;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto g = grads[0].contiguous();
+    auto gy = torch::empty(g.sizes(), g.options().dtype(torch::kBFloat16));
+    FloatToBf16(g, gy);
+    return {g, gy};
+  }
+};
+
 }  // namespace
 
-torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  return RmsNormFn::apply(x, weight, eps);
+void FloatToBf16(const torch::Tensor& src, torch::Tensor& dst) {
+  TORCH_CHECK(src.is_contiguous() && dst.is_contiguous() && src.numel() == dst.numel() &&
+                  src.scalar_type() == torch::kFloat32 && dst.scalar_type() == torch::kBFloat16,
+              "FloatToBf16: contiguous float32 -> bfloat16 of equal size");
+  const float* ps = src.data_ptr<float>();
+  Bf16* pd = Ptr<Bf16>(dst);
+  at::parallel_for(0, src.numel(), kGrain, [&](int64_t b, int64_t e) { simd::FloatToBf16(ps + b, pd + b, e - b); });
+}
+
+torch::Tensor Bf16Weights(const std::vector<torch::Tensor>& masters, const torch::Tensor& w16) {
+  TORCH_CHECK(!masters.empty() && masters.size() <= 3, "Bf16Weights takes one to three masters");
+  torch::Tensor none;
+  return Bf16WeightsFn::apply(w16, masters[0], c10::IValue(masters.size() > 1 ? masters[1] : none),
+                              c10::IValue(masters.size() > 2 ? masters[2] : none));
+}
+
+torch::Tensor ResidualAdd(const torch::Tensor& x, const torch::Tensor& y) {
+  if (x.scalar_type() == torch::kFloat32 && y.scalar_type() == torch::kBFloat16) return ResidualAddFn::apply(x, y);
+  return x + y;
+}
+
+torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
+                      c10::optional<torch::ScalarType> out) {
+  return RmsNormFn::apply(x, weight, eps, static_cast<int64_t>(out.value_or(x.scalar_type())));
 }
 torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up) { return SwiGluFn::apply(gate, up); }
+torch::Tensor SwiGluPacked(const torch::Tensor& gate_up) { return SwiGluPackedFn::apply(gate_up); }
 torch::Tensor CausalSoftmax(const torch::Tensor& scores, double scale) {
   return CausalSoftmaxFn::apply(scores, scale);
 }
 torch::Tensor RopeHeads(const torch::Tensor& x, int64_t heads, const torch::Tensor& cos, const torch::Tensor& sin) {
   return RopeHeadsFn::apply(x, heads, cos.narrow(0, 0, x.size(1)).contiguous(), sin.narrow(0, 0, x.size(1)).contiguous());
+}
+std::vector<torch::Tensor> QkvHeads(const torch::Tensor& qkv, int64_t heads, const torch::Tensor& cos,
+                                    const torch::Tensor& sin) {
+  return QkvHeadsFn::apply(qkv, heads, cos.narrow(0, 0, qkv.size(1)).contiguous(),
+                           sin.narrow(0, 0, qkv.size(1)).contiguous());
 }
 torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets) {
   return CrossEntropyFn::apply(logits, targets);

@@ -13,11 +13,20 @@
 
 namespace bulwark::trainer::kernels {
 
-// y = x * rsqrt(mean(x^2) + eps) * weight over the last dimension.
-torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+// Every kernel takes float32 or bfloat16 activations and does its arithmetic
+// in float32 (statistics, exponentials, sums); bf16 is only how activations
+// are stored between matmuls. The row loops live in simd.cc.
+
+// y = x * rsqrt(mean(x^2) + eps) * weight over the last dimension; y has type
+// `out` (default: x's), so a bf16 matmul input needs no separate cast.
+torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
+                      c10::optional<torch::ScalarType> out = c10::nullopt);
 
 // silu(gate) * up, elementwise.
 torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up);
+// The same on one (..., 2F) tensor whose first F columns are the gate and the
+// last F the up projection (one matmul computes both) -> (..., F).
+torch::Tensor SwiGluPacked(const torch::Tensor& gate_up);
 
 // softmax(scale * scores) over the last dimension with positions j > i
 // masked out (causal); scores (..., T, T).
@@ -26,6 +35,23 @@ torch::Tensor CausalSoftmax(const torch::Tensor& scores, double scale);
 // Rotary embedding and head split in one pass: x (B, T, H*D) from a linear
 // layer -> (B, H, T, D) rotated ("rotate half" convention, tables (T', D/2)).
 torch::Tensor RopeHeads(const torch::Tensor& x, int64_t heads, const torch::Tensor& cos, const torch::Tensor& sin);
+// The same for a packed q|k|v projection (B, T, 3*H*D) -> {q, k, v}, each
+// (B, H, T, D); q and k rotated, v only split.
+std::vector<torch::Tensor> QkvHeads(const torch::Tensor& qkv, int64_t heads, const torch::Tensor& cos,
+                                    const torch::Tensor& sin);
+
+// bf16 stand-ins for fp32 master weights: `w16` (filled beforehand, usually a
+// view of a flat bf16 copy of every parameter) is returned for use in a
+// matmul; it stands for `masters` (1 to 3) stacked along dim 0. Backward adds
+// the bf16 gradient, converted, straight into each master's .grad(): one
+// vectorized pass instead of ATen's cast and autograd's separate accumulate.
+torch::Tensor Bf16Weights(const std::vector<torch::Tensor>& masters, const torch::Tensor& w16);
+// dst = bf16(src), both contiguous, vectorized (simd.cc).
+void FloatToBf16(const torch::Tensor& src, torch::Tensor& dst);
+// x + y for the fp32 residual stream x and a branch y: fp32 + bf16 in one
+// vectorized pass (ATen's mixed-type add converts element by element), the
+// branch's gradient cast back to bf16 the same way. Same types: x + y.
+torch::Tensor ResidualAdd(const torch::Tensor& x, const torch::Tensor& y);
 
 // Mean cross-entropy of logits (N, V) against int64 targets (N).
 torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets);

@@ -7,6 +7,34 @@
 namespace bulwark::trainer {
 namespace F = torch::nn::functional;
 
+torch::ScalarType ComputeType(const ModelConfig& cfg) { return cfg.bf16 ? torch::kBFloat16 : torch::kFloat32; }
+
+// ----------------------------------------------------------------------------
+// bf16 shadow of the flat parameters
+
+Bf16Shadow::Bf16Shadow(torch::Tensor flat32)
+    : flat32_(std::move(flat32)), flat16_(torch::empty(flat32_.sizes(), torch::kBFloat16)) {}
+
+void Bf16Shadow::Sync() {
+  if (flat32_._version() == version_) return;
+  kernels::FloatToBf16(flat32_, flat16_);
+  version_ = flat32_._version();
+}
+
+torch::Tensor Bf16Shadow::Stacked(const std::vector<torch::Tensor>& masters) {
+  const float* base = flat32_.data_ptr<float>();
+  const float* p = masters[0].data_ptr<float>();
+  if (p < base || p >= base + flat32_.numel()) return {};
+  const int64_t offset = p - base;
+  int64_t rows = 0, total = 0;
+  for (const auto& m : masters) {
+    if (m.data_ptr<float>() != base + offset + total || !m.is_contiguous()) return {};
+    rows += m.size(0);
+    total += m.numel();
+  }
+  return kernels::Bf16Weights(masters, flat16_.narrow(0, offset, total).view({rows, masters[0].size(1)}));
+}
+
 // ----------------------------------------------------------------------------
 // RMSNorm
 
@@ -15,6 +43,9 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps(eps) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return kernels::RmsNorm(x, weight, eps); }
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x, torch::ScalarType out) {
+  return kernels::RmsNorm(x, weight, eps, out);
+}
 
 // ----------------------------------------------------------------------------
 // Rotary position embedding
@@ -45,7 +76,32 @@ BlockLinearImpl::BlockLinearImpl(int64_t in, int64_t out, const ModelConfig& cfg
 }
 
 torch::Tensor BlockLinearImpl::forward(const torch::Tensor& x) {
-  return poet ? poet->forward(x) : torch::nn::functional::linear(x, weight);
+  // The fp32 master weight cast to the activations' type: under bf16 the
+  // cast's backward turns the bf16 weight gradient back into fp32 and
+  // accumulates it into the flat gradient buffer.
+  if (poet) return poet->forward(x);
+  if (shadow && x.scalar_type() == torch::kBFloat16) {
+    if (auto w = shadow->Stacked({weight}); w.defined()) return torch::nn::functional::linear(x, w);
+  }
+  return torch::nn::functional::linear(x, weight.to(x.scalar_type()));
+}
+
+// One matmul for several linears of the same input: their weights stacked
+// (a copy of 3C x C or 2F x C floats, cheap beside the matmul it saves).
+// POET layers each form their own weight, so they run one by one.
+torch::Tensor StackedLinear(const torch::Tensor& x, std::initializer_list<BlockLinear> layers) {
+  std::vector<torch::Tensor> parts;
+  if ((*layers.begin())->poet) {
+    for (auto l : layers) parts.push_back(l->forward(x));
+    return torch::cat(parts, -1);
+  }
+  for (const auto& l : layers) parts.push_back(l->weight);
+  Bf16Shadow* shadow = (*layers.begin())->shadow;
+  if (shadow && x.scalar_type() == torch::kBFloat16) {
+    if (auto w = shadow->Stacked(parts); w.defined()) return torch::nn::functional::linear(x, w);
+  }
+  for (auto& w : parts) w = w.to(x.scalar_type());
+  return torch::nn::functional::linear(x, torch::cat(parts, 0));
 }
 
 void BlockLinearImpl::Initialize(at::Generator& gen, const ModelConfig& cfg) {
@@ -81,12 +137,11 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg, int64_t& layer) : n_heads(c
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_heads, D = C / H;
-  auto q = kernels::RopeHeads(wq(x), H, cos, sin);  // (B, H, T, D)
-  auto k = kernels::RopeHeads(wk(x), H, cos, sin);
-  auto v = wv(x).view({B, T, H, D}).transpose(1, 2);
+  auto qkv = kernels::QkvHeads(StackedLinear(x, {wq, wk, wv}), H, cos, sin);  // 3 x (B, H, T, D)
+  auto &q = qkv[0], &k = qkv[1], &v = qkv[2];
   // Scores (B, H, T, T); the softmax scales and masks positions j > i.
   auto att = kernels::CausalSoftmax(torch::matmul(q, k.transpose(-2, -1)), 1.0 / std::sqrt(static_cast<double>(D)));
-  auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
+  auto y = torch::matmul(att, v).transpose(1, 2).reshape({B, T, C});
   return wo(y);
 }
 
@@ -96,9 +151,9 @@ MlpImpl::MlpImpl(const ModelConfig& cfg, int64_t& layer) {
   down = register_module("down", BlockLinear(cfg.ffn, cfg.d_model, cfg, layer++));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return down(kernels::SwiGlu(gate(x), up(x))); }
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return down(kernels::SwiGluPacked(StackedLinear(x, {gate, up}))); }
 
-BlockImpl::BlockImpl(const ModelConfig& cfg, int64_t& layer) {
+BlockImpl::BlockImpl(const ModelConfig& cfg, int64_t& layer) : compute(ComputeType(cfg)) {
   attn_norm = register_module("attn_norm", RMSNorm(cfg.d_model));
   attn = register_module("attn", Attention(cfg, layer));
   mlp_norm = register_module("mlp_norm", RMSNorm(cfg.d_model));
@@ -106,8 +161,10 @@ BlockImpl::BlockImpl(const ModelConfig& cfg, int64_t& layer) {
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  auto h = x + attn(attn_norm(x), cos, sin);
-  return h + mlp(mlp_norm(h));
+  // The residual stream stays fp32; each norm writes the branch's compute
+  // type, and fp32 + bf16 promotes back to fp32.
+  auto h = kernels::ResidualAdd(x, attn(attn_norm->forward(x, compute), cos, sin));
+  return kernels::ResidualAdd(h, mlp(mlp_norm->forward(h, compute)));
 }
 
 // ----------------------------------------------------------------------------
@@ -126,9 +183,29 @@ TransformerImpl::TransformerImpl(const ModelConfig& c) : cfg(c) {
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& idx) {
-  auto x = tok_emb(idx);  // (B, T, C)
-  for (auto& b : *blocks) x = b->as<Block>()->forward(x, rope_cos, rope_sin);
-  return lm_head(final_norm(x));  // (B, T, V)
+  return Head(Body(Embed(idx), 0, cfg.n_layers));
+}
+
+torch::Tensor TransformerImpl::Embed(const torch::Tensor& idx) {
+  if (shadow) shadow->Sync();
+  return tok_emb(idx);
+}
+
+torch::Tensor TransformerImpl::Body(torch::Tensor x, int64_t first, int64_t last) {
+  if (shadow) shadow->Sync();
+  for (int64_t i = first; i < last; ++i) x = blocks->ptr(i)->as<Block>()->forward(x, rope_cos, rope_sin);
+  return x;
+}
+
+torch::Tensor TransformerImpl::Head(const torch::Tensor& x) {
+  const auto type = ComputeType(cfg);
+  torch::Tensor w;
+  if (shadow && type == torch::kBFloat16) {
+    shadow->Sync();
+    w = shadow->Stacked({lm_head->weight});
+  }
+  if (!w.defined()) w = lm_head->weight.to(type);
+  return torch::nn::functional::linear(final_norm->forward(x, type), w);  // (B, T, V)
 }
 
 torch::Tensor TransformerImpl::Loss(const torch::Tensor& idx, const torch::Tensor& targets) {
@@ -160,6 +237,13 @@ std::vector<std::pair<std::string, PoetLinear>> TransformerImpl::PoetLayers() {
     if (auto* lin = m.value()->as<BlockLinear>(); lin && lin->poet) out.emplace_back(m.key(), lin->poet);
   }
   return out;
+}
+
+void TransformerImpl::UseBf16Shadow(const torch::Tensor& flat32) {
+  shadow = std::make_shared<Bf16Shadow>(flat32);
+  for (auto& m : modules(/*include_self=*/false)) {
+    if (auto* lin = m->as<BlockLinear>()) lin->shadow = shadow.get();
+  }
 }
 
 void TransformerImpl::MergePoet(uint64_t seed, int64_t count) {

@@ -13,9 +13,32 @@
 
 namespace bulwark::trainer {
 
+// The type of matmuls and activations between them: bf16 under
+// --precision bf16, else fp32. Master weights are always fp32.
+torch::ScalarType ComputeType(const ModelConfig& cfg);
+
+// The bf16 copy of a ParamStore's flat fp32 parameters (params.h), which
+// bf16 matmuls read instead of casting each weight every step. Re-cast in one
+// vectorized pass when the flat buffer's version counter moves (the optimizer
+// updates it in place); weights adjacent in the buffer (q|k|v, gate|up) come
+// out as one stacked matrix without a copy.
+class Bf16Shadow {
+ public:
+  explicit Bf16Shadow(torch::Tensor flat32);
+  void Sync();
+  // The bf16 stand-in for `masters` stacked along dim 0 (kernels::Bf16Weights),
+  // or an undefined tensor when they are not consecutive in the buffer.
+  torch::Tensor Stacked(const std::vector<torch::Tensor>& masters);
+
+ private:
+  torch::Tensor flat32_, flat16_;
+  int64_t version_ = -1;
+};
+
 struct RMSNormImpl : torch::nn::Module {
   explicit RMSNormImpl(int64_t dim, double eps = 1e-5);
   torch::Tensor forward(const torch::Tensor& x);  // (..., C) -> (..., C)
+  torch::Tensor forward(const torch::Tensor& x, torch::ScalarType out);  // output in type `out`
   torch::Tensor weight;  // (C), starts at 1
   double eps;
 };
@@ -39,6 +62,7 @@ struct BlockLinearImpl : torch::nn::Module {
   void Initialize(at::Generator& gen, const ModelConfig& cfg);
   torch::Tensor weight;         // (out, in); undefined under POET
   PoetLinear poet{nullptr};
+  Bf16Shadow* shadow = nullptr;  // set by TransformerImpl::UseBf16Shadow
   int64_t in, out;
 };
 TORCH_MODULE(BlockLinear);
@@ -63,6 +87,7 @@ struct BlockImpl : torch::nn::Module {
   BlockImpl(const ModelConfig& cfg, int64_t& layer);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   RMSNorm attn_norm{nullptr}, mlp_norm{nullptr};
+  torch::ScalarType compute;  // the matmuls' type (ModelConfig::ComputeType)
   Attention attn{nullptr};
   Mlp mlp{nullptr};
 };
@@ -72,6 +97,11 @@ struct TransformerImpl : torch::nn::Module {
   explicit TransformerImpl(const ModelConfig& cfg);
   // idx: (B, T) int64 token ids -> logits (B, T, V)
   torch::Tensor forward(const torch::Tensor& idx);
+  // The three parts of forward, for pipeline stages: token embedding (fp32),
+  // blocks [first, last) on the fp32 residual stream, final norm + LM head.
+  torch::Tensor Embed(const torch::Tensor& idx);
+  torch::Tensor Body(torch::Tensor x, int64_t first, int64_t last);
+  torch::Tensor Head(const torch::Tensor& x);
   // Mean cross-entropy of next-token prediction; targets (B, T).
   torch::Tensor Loss(const torch::Tensor& idx, const torch::Tensor& targets);
   // Re-draws every weight from `seed` with the configured init.
@@ -81,6 +111,10 @@ struct TransformerImpl : torch::nn::Module {
   std::vector<std::pair<std::string, PoetLinear>> PoetLayers();
   // Folds every POET layer's rotations into its W0 (merge number `count`).
   void MergePoet(uint64_t seed, int64_t count);
+  // Under bf16: matmuls read weights from a bf16 copy of `flat32`, the
+  // ParamStore's buffer that every parameter now views (call after building
+  // the store). Without it each weight is cast on use.
+  void UseBf16Shadow(const torch::Tensor& flat32);
 
   ModelConfig cfg;
   torch::nn::Embedding tok_emb{nullptr};  // (V, C)
@@ -88,6 +122,7 @@ struct TransformerImpl : torch::nn::Module {
   RMSNorm final_norm{nullptr};
   torch::nn::Linear lm_head{nullptr};     // (V, C)
   torch::Tensor rope_cos, rope_sin;       // (context, D/2), buffers
+  std::shared_ptr<Bf16Shadow> shadow;
 };
 TORCH_MODULE(Transformer);
 

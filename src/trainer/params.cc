@@ -4,12 +4,21 @@
 
 namespace bulwark::trainer {
 
-ParamStore::ParamStore(torch::nn::Module& module, int64_t padded_to) {
-  auto named = module.named_parameters(/*recurse=*/true);
+namespace {
+std::vector<std::pair<std::string, torch::Tensor>> AllParameters(torch::nn::Module& module) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (auto& p : module.named_parameters(/*recurse=*/true)) out.emplace_back(p.key(), p.value());
+  return out;
+}
+}  // namespace
+
+ParamStore::ParamStore(torch::nn::Module& module, int64_t padded_to) : ParamStore(AllParameters(module), padded_to) {}
+
+ParamStore::ParamStore(const std::vector<std::pair<std::string, torch::Tensor>>& named, int64_t padded_to) {
   std::vector<std::pair<std::string, torch::Tensor>> decay, no_decay, poet;
-  for (auto& p : named) {
-    if (p.key().find(".poet.") != std::string::npos) poet.emplace_back(p.key(), p.value());
-    else (p.value().dim() >= 2 ? decay : no_decay).emplace_back(p.key(), p.value());
+  for (auto& [key, value] : named) {
+    if (key.find(".poet.") != std::string::npos) poet.emplace_back(key, value);
+    else (value.dim() >= 2 ? decay : no_decay).emplace_back(key, value);
   }
 
   int64_t n = 0;

@@ -39,6 +39,8 @@ class ParamStore {
   // `padded_to` rounds the parameter buffer's length up to a multiple (the
   // world size, for equal all-gather chunks); the padding is never used.
   ParamStore(torch::nn::Module& module, int64_t padded_to = 1);
+  // Only the given parameters (a pipeline stage's share of the model).
+  ParamStore(const std::vector<std::pair<std::string, torch::Tensor>>& named, int64_t padded_to = 1);
 
   int64_t num_params() const { return num_params_; }
   torch::Tensor& params() { return params_; }  // (padded length)

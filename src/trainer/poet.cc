@@ -103,8 +103,13 @@ torch::Tensor PoetLinearImpl::ForwardActivations(const torch::Tensor& x) {
 }
 
 torch::Tensor PoetLinearImpl::forward(const torch::Tensor& x) {
-  if (opts_.apply == "activations") return ForwardActivations(x);
-  return torch::nn::functional::linear(x, EffectiveWeight());
+  // Rotations (the Cayley-Neumann series) always in fp32; under bf16 only
+  // the finished weight is cast, or the rotated activations run in fp32.
+  if (opts_.apply == "activations") {
+    if (x.scalar_type() == torch::kFloat32) return ForwardActivations(x);
+    return ForwardActivations(x.to(torch::kFloat32)).to(x.scalar_type());
+  }
+  return torch::nn::functional::linear(x, EffectiveWeight().to(x.scalar_type()));
 }
 
 void PoetLinearImpl::SetInitialWeight(const torch::Tensor& w) {

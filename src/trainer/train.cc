@@ -17,8 +17,11 @@
 #include "trainer/memory_checkpoint.h"
 #include "trainer/model.h"
 #include "trainer/params.h"
+#include "trainer/pipeline.h"
+#include "trainer/precision.h"
 #include "trainer/progress.h"
 #include "trainer/sampler.h"
+#include "trainer/simd.h"
 #include "trainer/tokens.h"
 
 namespace bulwark::trainer {
@@ -160,8 +163,13 @@ nlohmann::json DiagnosePoet(Transformer& model) {
 }  // namespace
 
 Status Train(const TrainConfig& cfg_in) {
+  if (UsesPipeline(cfg_in)) return TrainPipeline(cfg_in);  // --pp / --micro-batches: pipeline.cc
   TrainConfig cfg = cfg_in;
   const auto t_start = Clock::now();
+  if (!simd::CpuSupported()) return Status::InvalidArgument("bulwark-train needs a CPU with AVX2 and FMA");
+  auto precision = ChoosePrecision(cfg.precision, HostCpuBf16());
+  if (!precision.ok()) return precision.status();
+  cfg.model.bf16 = precision->bf16;
 
   // --------------------------------------------------------------------------
   // Setup: threads, data, rendezvous, model, optimizer, resume.
@@ -203,6 +211,7 @@ Status Train(const TrainConfig& cfg_in) {
   // Padded to the world size even unsharded: in-memory checkpoint shards
   // split the state the way ZeRO-1 does.
   ParamStore store(*model, W);
+  if (cfg.model.bf16) model->UseBf16Shadow(store.params());
   int64_t opt_begin = 0, opt_end = store.num_params();
   if (cfg.shard_optimizer) {
     int64_t chunk = store.params().numel() / W;
@@ -271,7 +280,8 @@ Status Train(const TrainConfig& cfg_in) {
                   {"params", store.num_params()}, {"world_size", W}, {"optimizer", cfg.optimizer},
                   {"poet_params", store.poet_group().end - store.poet_group().begin}, {"steps", cfg.steps},
                   {"start_step", st.step}, {"threads", threads}, {"shape", cfg.model.ShapeString()},
-                  {"shard_optimizer", cfg.shard_optimizer}});
+                  {"shard_optimizer", cfg.shard_optimizer}, {"precision", precision->reason}});
+  progress.Note("precision: " + precision->reason);
 
   // Gradient buckets: slices of the flat gradient buffer; the loss rides in
   // the last one (params.h).

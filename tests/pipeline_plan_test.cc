@@ -1,0 +1,123 @@
+// Pipeline planning and the precision default: pure functions, no libtorch.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "trainer/config.h"
+#include "trainer/pipeline_plan.h"
+#include "trainer/precision.h"
+
+namespace bulwark::trainer {
+namespace {
+
+TEST(PipelinePlan, RanksOfOneStageAreConsecutiveAndPipelinesStrideByDp) {
+  // WORLD_SIZE 6 = DP 3 x PP 2: ranks 0-2 are stage 0, 3-5 stage 1.
+  std::set<std::pair<int, int>> seen;
+  for (int r = 0; r < 6; ++r) {
+    auto c = RankCoords(r, 6, 2);
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(c->dp_size, 3);
+    EXPECT_EQ(c->pp_size, 2);
+    EXPECT_EQ(c->pp, r / 3);
+    EXPECT_EQ(c->dp, r % 3);
+    EXPECT_EQ(RankOf(c->dp, c->pp, c->dp_size), r);
+    seen.insert({c->dp, c->pp});
+  }
+  EXPECT_EQ(seen.size(), 6u);
+}
+
+TEST(PipelinePlan, PpThatDoesNotDivideTheWorldNamesTheFix) {
+  auto c = RankCoords(0, 4, 3);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("WORLD_SIZE 4 is not divisible by --pp 3"), std::string::npos);
+}
+
+TEST(PipelinePlan, SplitIsBalancedAndCoversEveryLayerOnce) {
+  for (int layers = 1; layers <= 9; ++layers)
+    for (int stages = 1; stages <= layers; ++stages) {
+      auto s = SplitLayers(layers, stages);
+      ASSERT_EQ(static_cast<int>(s.size()), stages);
+      int next = 0, lo = 1 << 30, hi = 0;
+      for (auto& st : s) {
+        EXPECT_EQ(st.first, next);
+        next = st.last;
+        lo = std::min(lo, st.last - st.first);
+        hi = std::max(hi, st.last - st.first);
+      }
+      EXPECT_EQ(next, layers);
+      EXPECT_LE(hi - lo, 1) << layers << " layers over " << stages;
+      EXPECT_GE(lo, 1);
+      EXPECT_TRUE(s.front().embed);
+      EXPECT_TRUE(s.back().head);
+      // The stage with the head never gets more blocks than the first.
+      EXPECT_LE(s.back().last - s.back().first, s.front().last - s.front().first);
+    }
+  EXPECT_EQ(DescribeSplit(SplitLayers(4, 2)), "stage 0: embedding + blocks 0-1 | stage 1: blocks 2-3 + norm + head");
+  EXPECT_EQ(DescribeSplit(SplitLayers(3, 3)),
+            "stage 0: embedding + block 0 | stage 1: block 1 | stage 2: block 2 + norm + head");
+}
+
+TEST(PipelinePlan, OneFOneBOrdersEveryMicroBatchOnceAndBoundsLiveActivations) {
+  for (int stages = 1; stages <= 4; ++stages)
+    for (int m = 1; m <= 6; ++m)
+      for (int s = 0; s < stages; ++s) {
+        auto ops = OneFOneB(s, stages, m);
+        ASSERT_EQ(static_cast<int>(ops.size()), 2 * m);
+        int next_f = 0, next_b = 0, live = 0, most = 0;
+        for (auto& op : ops) {
+          if (op.kind == PipeOp::kForward) {
+            EXPECT_EQ(op.micro, next_f++);
+            most = std::max(most, ++live);
+          } else {
+            EXPECT_EQ(op.micro, next_b++);
+            EXPECT_LT(op.micro, next_f) << "backward before its forward";
+            --live;
+          }
+        }
+        EXPECT_LE(most, std::min(m, stages - s));
+      }
+  // The last stage alternates from the start; the first warms up with S-1 forwards.
+  EXPECT_EQ(OneFOneB(1, 2, 3), (std::vector<PipeOp>{{PipeOp::kForward, 0}, {PipeOp::kBackward, 0},
+                                                    {PipeOp::kForward, 1}, {PipeOp::kBackward, 1},
+                                                    {PipeOp::kForward, 2}, {PipeOp::kBackward, 2}}));
+  EXPECT_EQ(OneFOneB(0, 2, 3), (std::vector<PipeOp>{{PipeOp::kForward, 0}, {PipeOp::kForward, 1},
+                                                    {PipeOp::kBackward, 0}, {PipeOp::kForward, 2},
+                                                    {PipeOp::kBackward, 1}, {PipeOp::kBackward, 2}}));
+}
+
+TEST(PipelinePlan, BubbleFraction) {
+  EXPECT_DOUBLE_EQ(BubbleFraction(1, 4), 0.0);
+  EXPECT_DOUBLE_EQ(BubbleFraction(2, 4), 0.2);
+  EXPECT_DOUBLE_EQ(BubbleFraction(4, 1), 0.75);
+}
+
+TEST(PipelineConfig, BadShapesAreRefusedWithTheFix) {
+  auto cfg = *Preset("tiny");
+  cfg.model.vocab_size = 512;
+  cfg.pp = 3;  // tiny has 2 layers
+  auto s = cfg.Validate();
+  EXPECT_NE(s.message().find("--pp 3 exceeds the 2 layers"), std::string::npos) << s.ToString();
+  cfg.pp = 2;
+  cfg.micro_batches = 3;  // batch 8
+  s = cfg.Validate();
+  EXPECT_NE(s.message().find("--micro-batches 3 does not divide --batch-size 8"), std::string::npos) << s.ToString();
+  cfg.micro_batches = 4;
+  EXPECT_TRUE(cfg.Validate().ok());
+}
+
+TEST(Precision, DefaultFollowsTheCpuFlags) {
+  auto cpu = ParseCpuInfo("processor\t: 0\nflags\t\t: fpu sse avx512f avx512_bf16 avx2\n\nprocessor\t: 1\n");
+  EXPECT_TRUE(cpu.avx512_bf16);
+  EXPECT_FALSE(cpu.amx_bf16);
+  EXPECT_TRUE(ChoosePrecision("auto", cpu)->bf16);
+  EXPECT_TRUE(ChoosePrecision("auto", ParseCpuInfo("flags : amx_tile amx_bf16\n"))->bf16);
+  auto none = ParseCpuInfo("flags\t\t: fpu sse avx512f avx2\n");
+  EXPECT_FALSE(ChoosePrecision("auto", none)->bf16);
+  EXPECT_NE(ChoosePrecision("auto", none)->reason.find("fp32 (auto"), std::string::npos);
+  EXPECT_TRUE(ChoosePrecision("bf16", none)->bf16);  // asked for: honoured, if slow
+  EXPECT_FALSE(ChoosePrecision("fp32", cpu)->bf16);
+  EXPECT_FALSE(ChoosePrecision("fp16", cpu).ok());
+}
+
+}  // namespace
+}  // namespace bulwark::trainer
