@@ -44,21 +44,30 @@ std::string EuStack(int pid, const std::vector<std::string>& frames) {
 // ---------------------------------------------------------------------------
 // Topology
 
-TEST(Topology, ByteRobustFigure7PipelineIsConsecutiveRanks) {
-  Topology t{32, 2, 4};  // TP=2, PP=4, DP=4
+TEST(Topology, MegatronOrderTpThenDpThenPp) {
+  Topology t{32, 2, 4};  // TP=2, PP=4, DP=4 (ByteRobust's Fig. 7 layout)
   ASSERT_TRUE(t.Validate().ok());
   EXPECT_EQ(t.dp(), 4);
-  EXPECT_EQ(t.GroupOf(GroupKind::kPP, 15).ranks, (std::vector<int>{12, 13, 14, 15}));
-  EXPECT_EQ(t.GroupOf(GroupKind::kTP, 15).ranks, (std::vector<int>{11, 15}));
-  EXPECT_EQ(t.GroupOf(GroupKind::kDP, 15).ranks, (std::vector<int>{7, 15, 23, 31}));
-  auto g = SmallestGroupContaining(t, {12, 13, 14, 15});
+  // rank = tp + TP * (dp + DP * pp): rank 15 is tp 1, dp 3, stage 1.
+  EXPECT_EQ(t.Of(15).tp, 1);
+  EXPECT_EQ(t.Of(15).dp, 3);
+  EXPECT_EQ(t.Of(15).pp, 1);
+  EXPECT_EQ(t.GroupOf(GroupKind::kTP, 15).ranks, (std::vector<int>{14, 15}));
+  EXPECT_EQ(t.GroupOf(GroupKind::kDP, 15).ranks, (std::vector<int>{9, 11, 13, 15}));
+  EXPECT_EQ(t.GroupOf(GroupKind::kPP, 15).ranks, (std::vector<int>{7, 15, 23, 31}));
+  auto g = SmallestGroupContaining(t, {7, 15, 23});
   ASSERT_TRUE(g.has_value());
   EXPECT_EQ(g->kind, GroupKind::kPP);
-  EXPECT_EQ(g->Name(), "pp group {12..15}");
-  // Ranks of two pipelines share no group.
-  EXPECT_FALSE(SmallestGroupContaining(t, {12, 16}).has_value());
+  EXPECT_EQ(g->Name(), "pp group {7,15,23,31}");
+  // Ranks of two pipelines and two stages share no group.
+  EXPECT_FALSE(SmallestGroupContaining(t, {15, 16}).has_value());
   // A single rank: its TP pair is the smallest group holding it.
   EXPECT_EQ(SmallestGroupContaining(t, {15})->kind, GroupKind::kTP);
+  // The same numbering as bulwark-train's --pp (trainer/pipeline_plan.h):
+  // DP x PP, rank = dp + DP * pp.
+  Topology dp_pp{6, 1, 2};
+  EXPECT_EQ(dp_pp.GroupOf(GroupKind::kDP, 4).ranks, (std::vector<int>{3, 4, 5}));
+  EXPECT_EQ(dp_pp.GroupOf(GroupKind::kPP, 4).ranks, (std::vector<int>{1, 4}));
 }
 
 TEST(Topology, MappingRoundTripsAndBadLayoutsNameTheFix) {
@@ -120,30 +129,48 @@ TEST(StackAnalyzer, RecordedHangSingledOutTheRankInAnotherWait) {
   EXPECT_NE(a.why.find("m03"), std::string::npos) << a.why;
 }
 
-TEST(StackAnalyzer, ByteRobustFigure7OverEvictsThePipeline) {
-  // TP=2, PP=4, DP=4 on 16 machines of 2 GPUs: rank r on machine r/2.
-  Topology t{32, 2, 4};
-  std::map<int, MachineId> machine_of;
-  for (int r = 0; r < 32; ++r) machine_of[r] = "m" + std::to_string(10 + r / 2);
-  const std::vector<std::string> healthy = {"__futex_abstimed_wait_common", "c10d::Work::wait",
-                                            "c10d::ProcessGroupNCCL::allreduce", "train_step", "main"};
+// ByteRobust's Fig. 7 (TP=2, PP=4, DP=4 on 16 machines of 2 GPUs): one
+// rank stuck in all_gather, the rest of its pipeline waiting on it in
+// isend/irecv, everyone else in the all-reduce.
+std::vector<RankStack> Figure7(const std::vector<int>& pipeline, int gatherer, std::map<int, MachineId>* machine_of) {
+  for (int r = 0; r < 32; ++r) (*machine_of)[r] = "m" + std::to_string(10 + r / 2);
   std::vector<RankStack> stacks;
   for (int r = 0; r < 32; ++r) {
-    std::vector<std::string> f = healthy;
-    if (r == 15) f = {"ncclKernelWait", "c10d::ProcessGroupNCCL::_allgather_base", "all_gather_into_tensor", "main"};
-    if (r >= 12 && r <= 14) f = {"ncclKernelWait", "c10d::ProcessGroupNCCL::recv", "irecv", "main"};
-    stacks.push_back({r, machine_of[r], EuStack(100 + r, f), ""});
+    std::vector<std::string> f = {"__futex_abstimed_wait_common", "c10d::Work::wait",
+                                  "c10d::ProcessGroupNCCL::allreduce", "train_step", "main"};
+    if (std::find(pipeline.begin(), pipeline.end(), r) != pipeline.end()) {
+      f = {"ncclKernelWait", "c10d::ProcessGroupNCCL::recv", "irecv", "main"};
+    }
+    if (r == gatherer) f = {"ncclKernelWait", "c10d::ProcessGroupNCCL::_allgather_base", "all_gather_into_tensor", "main"};
+    stacks.push_back({r, (*machine_of)[r], EuStack(100 + r, f), ""});
   }
-  StackAnalysis a = AnalyzeStacks(stacks, t, machine_of);
+  return stacks;
+}
+
+TEST(StackAnalyzer, ByteRobustFigure7OverEvictsThePipeline) {
+  // In Megatron's numbering rank 15's pipeline is {7, 15, 23, 31}.
+  std::map<int, MachineId> machine_of;
+  StackAnalysis a = AnalyzeStacks(Figure7({7, 23, 31}, 15, &machine_of), Topology{32, 2, 4}, machine_of);
   EXPECT_EQ(a.groups.size(), 3u);
-  EXPECT_EQ(a.outliers, (std::vector<int>{12, 13, 14, 15}));
+  EXPECT_EQ(a.outliers, (std::vector<int>{7, 15, 23, 31}));
   ASSERT_TRUE(a.group.has_value());
-  EXPECT_EQ(a.group->Name(), "pp group {12..15}");
+  EXPECT_EQ(a.group->Name(), "pp group {7,15,23,31}");
+  EXPECT_EQ(a.suspects, (std::vector<MachineId>{"m13", "m17", "m21", "m25"}));
+}
+
+TEST(StackAnalyzer, Figure7AsNumberedInThePaperEvictsTheOutliersMachines) {
+  // The paper's figure numbers the pipeline 12..15; in Megatron's order
+  // those four ranks are two replicas of one stage, which no single group
+  // holds, so the outliers' own machines go: the same two machines.
+  std::map<int, MachineId> machine_of;
+  StackAnalysis a = AnalyzeStacks(Figure7({12, 13, 14}, 15, &machine_of), Topology{32, 2, 4}, machine_of);
+  EXPECT_EQ(a.outliers, (std::vector<int>{12, 13, 14, 15}));
+  EXPECT_FALSE(a.group.has_value());
   EXPECT_EQ(a.suspects, (std::vector<MachineId>{"m16", "m17"}));
 }
 
 TEST(StackAnalyzer, OneOutlierInAPipelineEvictsItsWholeStageGroup) {
-  Topology t{8, 1, 2};  // PP=2, DP=4: pipelines {0,1} {2,3} {4,5} {6,7}
+  Topology t{8, 1, 2};  // PP=2, DP=4: pipelines {0,4} {1,5} {2,6} {3,7}
   std::map<int, MachineId> m;
   for (int r = 0; r < 8; ++r) m[r] = "m0" + std::to_string(r + 1);
   std::vector<RankStack> stacks;
@@ -152,10 +179,10 @@ TEST(StackAnalyzer, OneOutlierInAPipelineEvictsItsWholeStageGroup) {
                                                          : std::vector<std::string>{"wait", "main"}), ""});
   }
   StackAnalysis a = AnalyzeStacks(stacks, t, m);
-  // The smallest group holding rank 5 is its pipeline {4,5}: over-evict both machines.
+  // The smallest group holding rank 5 is its pipeline {1,5}: over-evict both machines.
   ASSERT_TRUE(a.group.has_value());
   EXPECT_EQ(a.group->kind, GroupKind::kPP);
-  EXPECT_EQ(a.suspects, (std::vector<MachineId>{"m05", "m06"}));
+  EXPECT_EQ(a.suspects, (std::vector<MachineId>{"m02", "m06"}));
 }
 
 TEST(StackAnalyzer, TiesEmptinessAndUniformityEvictNobody) {
@@ -465,16 +492,16 @@ TEST(ImplicitPolicy, NanCulpritIsEvictedNoCulpritReattemptsAndARepeatStops) {
 }
 
 TEST(ImplicitPolicy, FailSlowOverEvictsThePipelineAndAJobWideSlowdownNothing) {
-  Job j(/*pp=*/2);  // pipelines {0,1} on m01,m02 and {2,3} on m03,m04
+  Job j(/*pp=*/2);  // rank = dp + 2 * pp: pipelines {0,2} on m01,m03 and {1,3} on m02,m04
   FailSlowSuspected jobwide{"", 1, 2.0, "job-wide slowdown: every machine computes 2.00x", S(20)};
   EXPECT_TRUE(j.Do(jobwide).empty());
   EXPECT_TRUE(j.controller->incidents().empty());
   ASSERT_EQ(j.controller->state().notes.size(), 1u);
 
   FailSlowSuspected slow{"m04", 5, 2.1, "m04 computes 2.10x the others' time per step (5/5 rounds)", S(60)};
-  EXPECT_EQ(j.Do(slow), (Lines{"evict m03", "evict m04", "activate s01", "activate s02",
-                               "restart_all g2 m01,m02,s01,s02 ckpt 0", "replenish 1"}));
-  EXPECT_NE(j.Last().why.find("pp group {2,3}"), std::string::npos) << j.Last().why;
+  EXPECT_EQ(j.Do(slow), (Lines{"evict m02", "evict m04", "activate s01", "activate s02",
+                               "restart_all g2 m01,s01,m03,s02 ckpt 0", "replenish 1"}));
+  EXPECT_NE(j.Last().why.find("pp group {1,3}"), std::string::npos) << j.Last().why;
 }
 
 TEST(ImplicitPolicy, AMissingCommandStopsTheJobAndEvictsNoMachine) {

@@ -35,9 +35,9 @@ Status Topology::Validate() const {
 
 Topology::Coord Topology::Of(int rank) const {
   Coord c;
-  c.pp = rank % pp;
-  c.tp = (rank / pp) % tp;
-  c.dp = rank / (pp * tp);
+  c.tp = rank % tp;
+  c.dp = (rank / tp) % dp();
+  c.pp = rank / (tp * dp());
   return c;
 }
 

@@ -1,13 +1,13 @@
 // Topology: the job's parallel layout (TP x PP x DP) and its groups.
 //
-// Rank numbering, shared with bulwark-train's --pp (docs/trainer.md): the
-// pipeline stage varies fastest, then the tensor-parallel rank, then the
-// data-parallel replica:
+// Rank numbering, shared with bulwark-train's --pp (trainer/pipeline_plan.h)
+// and Megatron-LM's order: the tensor-parallel rank varies fastest, then the
+// data-parallel replica, then the pipeline stage:
 //
-//   rank = pp + PP * (tp + TP * dp)
+//   rank = tp + TP * (dp + DP * pp)
 //
-// so the PP group of a replica is a run of consecutive ranks (ByteRobust's
-// Fig. 7: TP=2, PP=4, DP=4 puts one pipeline on ranks 12..15). A pure
+// so a machine's consecutive ranks are one stage's TP and DP peers, and a
+// pipeline strides across machines, as real jobs place them. A pure
 // data-parallel job (TP = PP = 1) has singleton TP and PP groups and one DP
 // group of every rank.
 #pragma once
@@ -42,7 +42,7 @@ struct Topology {
     int dp = 0, pp = 0, tp = 0;
   };
   Coord Of(int rank) const;
-  int RankAt(const Coord& c) const { return c.pp + pp * (c.tp + tp * c.dp); }
+  int RankAt(const Coord& c) const { return c.tp + tp * (c.dp + dp() * c.pp); }
   // The group of `kind` that holds `rank`.
   ParallelGroup GroupOf(GroupKind kind, int rank) const;
 };
