@@ -19,7 +19,7 @@ struct DemoOptions {
   std::string out = "runs/demo";    // report files, checkpoints and the cluster dir
   std::string data = "data/kjv";    // a prepared corpus (bulwark-train prepare)
   std::string config = "small";
-  int steps = 700;                  // the job's total; must outlast the schedule
+  int steps = 450;                  // the job's total; must outlast the schedule
   int batch = 4;                    // sequences per rank per step: 4 ranks share 2 cores
   int ckpt_every = 10;              // lost work per fault is at most this many steps
   int threads = 1;                  // per rank: 4 ranks share 2 cores
