@@ -253,10 +253,22 @@ TEST(HangDetector, LearnsTheStepTimeAndFiresOncePastTheAllowance) {
   EXPECT_TRUE(h.Check(S(13.5)).has_value());
 }
 
+TEST(HangDetector, RanksThatNeverReportAreNeverCalledHung) {
+  PolicyConfig c;
+  HangDetector h(c);
+  h.Started(S(0));
+  EXPECT_FALSE(h.Check(S(3600)).has_value()) << "a program that does not speak the rank link";
+  h.Started(S(4000));
+  h.Observe(RankPhase{"m01", 0, "start", Secs(0), S(4001)});  // it connected, then went quiet
+  EXPECT_EQ(h.Allowance(), c.hang_first_step) << "connecting is no phase";
+  EXPECT_TRUE(h.Check(S(4000) + c.hang_first_step + Secs(1)).has_value());
+}
+
 TEST(HangDetector, SlowStepsFirstStepsAndPhasesGetLongerAllowances) {
   PolicyConfig c;
   HangDetector h(c);
   h.Started(S(0));
+  h.Observe(RankPhase{"m01", 0, "start", Secs(0), S(0.5)});
   EXPECT_EQ(h.Allowance(), c.hang_first_step);
   EXPECT_FALSE(h.Check(S(59)).has_value());
   auto first = h.Check(S(61));

@@ -62,6 +62,8 @@ void RankLinkServer::Loop() {
       if (w.size() == 3 && w[0] == "HELLO") {
         c.rank = std::atoi(w[1].c_str());
         c.pid = static_cast<pid_t>(std::atoi(w[2].c_str()));
+        // The controller's hang detector judges only ranks that report.
+        inbox_.push_back({c.rank, c.pid, "PHASE start 0"});
         continue;
       }
       if (c.rank < 0) {
@@ -103,6 +105,7 @@ void SignalSum::Add(int rank, int64_t generation, const std::string& text) {
     p.set_phase_ms(std::atof(w[2].c_str()));
     p.set_observed_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch()).count());
+    Flush(rank);  // the steps before the phase go up before it
     singles_.push_back(std::move(p));
     return;
   }
@@ -124,6 +127,7 @@ void SignalSum::Add(int rank, int64_t generation, const std::string& text) {
   r.set_halted(s->halted);
   r.set_observed_ms(s->observed_ms);
   if (s->anomalous()) {
+    Flush(rank);
     singles_.push_back(std::move(r));
     urgent_ = true;
     return;
@@ -142,10 +146,18 @@ void SignalSum::Add(int rank, int64_t generation, const std::string& text) {
   sum = std::move(r);
 }
 
+void SignalSum::Flush(int rank) {
+  auto it = sums_.find(rank);
+  if (it == sums_.end()) return;
+  singles_.push_back(std::move(it->second));
+  sums_.erase(it);
+}
+
 std::vector<wire::RankSignal> SignalSum::Take() {
+  // In the order the ranks said them: what was flushed, then the newest sums.
   std::vector<wire::RankSignal> out;
-  for (auto& [rank, s] : sums_) out.push_back(std::move(s));
   for (auto& s : singles_) out.push_back(std::move(s));
+  for (auto& [rank, s] : sums_) out.push_back(std::move(s));
   sums_.clear();
   singles_.clear();
   urgent_ = false;

@@ -66,11 +66,13 @@ class SignalSum {
   void Add(int rank, int64_t generation, const std::string& text);
   // True when an anomalous step waits: report at once.
   bool urgent() const { return urgent_; }
+  // Everything since the last call, in the order each rank said it.
   std::vector<wire::RankSignal> Take();
 
  private:
+  void Flush(int rank);  // the rank's running sum joins the ordered list
   std::map<int, wire::RankSignal> sums_;  // ordinary steps, by rank
-  std::vector<wire::RankSignal> singles_;  // anomalies and phases, in order
+  std::vector<wire::RankSignal> singles_;  // flushed sums, anomalies and phases, in order
   bool urgent_ = false;
 };
 

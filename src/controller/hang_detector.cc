@@ -7,6 +7,7 @@ namespace bulwark::controller {
 
 void HangDetector::Started(Time now) {
   armed_ = true;
+  reporting_ = false;
   fired_ = false;
   first_step_ = true;
   steps_since_start_ = 0;
@@ -17,6 +18,7 @@ void HangDetector::Started(Time now) {
 
 void HangDetector::Observe(const RankSignal& s) {
   if (!armed_) return;
+  reporting_ = true;
   // Steps of a run already seen (another rank's report of them) are no progress.
   if (s.step <= last_step_ && !first_step_) return;
   if (!s.halted.empty()) return;  // held back: the anomaly detector's case, not progress
@@ -35,6 +37,9 @@ void HangDetector::Observe(const RankSignal& s) {
 
 void HangDetector::Observe(const RankPhase& p) {
   if (!armed_) return;
+  reporting_ = true;
+  if (p.what == "start") return;  // a rank connected: it reports from now on
+  if (p.observed < last_progress_) return;  // announced before a step already seen: over
   const Duration d = std::chrono::duration_cast<Duration>(p.expected * config_.hang_factor);
   phase_ = std::max(d, config_.hang_floor);
   last_progress_ = std::max(last_progress_, p.observed);
@@ -51,7 +56,7 @@ Duration HangDetector::Allowance() const {
 }
 
 std::optional<HangSuspected> HangDetector::Check(Time now) {
-  if (!armed_ || fired_) return std::nullopt;
+  if (!armed_ || fired_ || !reporting_) return std::nullopt;
   const Duration allowance = Allowance();
   if (now - last_progress_ <= allowance) return std::nullopt;
   fired_ = true;

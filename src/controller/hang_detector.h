@@ -6,7 +6,11 @@
 // is noticed in seconds and a big model's long steps raise no false alarm.
 // The first steps after a (re)start (hang_warmup_steps of them), and any
 // phase a rank announces, get their own, longer allowance; warm-up steps
-// are not learned from. Pure: fed signals and `now`.
+// are not learned from. It judges only ranks that report: until one of the
+// run's ranks has said anything over the rank link (its agent sends a
+// "start" phase when it connects), a program that does not speak the link
+// (a plain PyTorch script, a pipeline loop without reports) is never called
+// hung for its silence. Pure: fed signals and `now`.
 #pragma once
 
 #include <deque>
@@ -38,6 +42,7 @@ class HangDetector {
  private:
   const PolicyConfig& config_;
   bool armed_ = false;
+  bool reporting_ = false;  // a rank of this run said something
   bool fired_ = false;
   bool first_step_ = true;  // no step since the start yet
   int steps_since_start_ = 0;
