@@ -278,10 +278,14 @@ TEST(HangDetector, SlowStepsFirstStepsAndPhasesGetLongerAllowances) {
   h.Started(S(100));
   for (int k = 1; k <= 20; ++k) h.Observe(Sig("m01", 0, k, S(100 + k), /*step_ms=*/1000));
   EXPECT_EQ(h.Allowance(), Secs(5));  // 5 x 1 s
-  h.Observe(RankPhase{"m01", 0, "eval", Secs(8), S(121)});
+  h.Observe(RankPhase{"m01", 0, "eval", Secs(8), S(121), 20});
   EXPECT_EQ(h.Allowance(), Secs(40));
   EXPECT_FALSE(h.Check(S(121 + 39)).has_value());
   EXPECT_TRUE(h.Check(S(121 + 41)).has_value());
+  // A phase that follows a step older than one already seen is over.
+  h.Observe(Sig("m01", 0, 22, S(200), 1000));
+  h.Observe(RankPhase{"m02", 1, "checkpoint", Secs(10), S(200.5), 21});
+  EXPECT_EQ(h.Allowance(), Secs(5));
   h.Stop();
   EXPECT_FALSE(h.Check(S(1000)).has_value());
 }
@@ -379,7 +383,9 @@ TEST(AnomalyDetector, ALocalNanNamesItsMachineAsSoonAsEveryRankReported) {
     s.local_nonfinite = r == 1;
     s.local_grad_norm = r == 1 ? std::nan("") : 1.0;
     d.Observe(s);
-    if (r < 3) EXPECT_FALSE(d.Check(S(31.3)).has_value()) << "waits for every rank's report";
+    if (r < 3) {
+      EXPECT_FALSE(d.Check(S(31.3)).has_value()) << "waits for every rank's report";
+    }
   }
   auto a = d.Check(S(31.3));
   ASSERT_TRUE(a.has_value());

@@ -63,7 +63,7 @@ void RankLinkServer::Loop() {
         c.rank = std::atoi(w[1].c_str());
         c.pid = static_cast<pid_t>(std::atoi(w[2].c_str()));
         // The controller's hang detector judges only ranks that report.
-        inbox_.push_back({c.rank, c.pid, "PHASE start 0"});
+        inbox_.push_back({c.rank, c.pid, "PHASE start 0 0"});
         continue;
       }
       if (c.rank < 0) {
@@ -96,13 +96,14 @@ Status RankLinkServer::Send(pid_t pid, const std::string& text) {
 
 void SignalSum::Add(int rank, int64_t generation, const std::string& text) {
   std::vector<std::string> w = client::SplitWords(text);
-  if (w.size() == 3 && w[0] == "PHASE") {
+  if (w.size() == 4 && w[0] == "PHASE") {
     wire::RankSignal p;
     p.set_rank(rank);
     p.set_generation(generation);
     p.set_steps(0);
     p.set_phase(w[1]);
     p.set_phase_ms(std::atof(w[2].c_str()));
+    p.set_step(std::atoll(w[3].c_str()));
     p.set_observed_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch()).count());
     Flush(rank);  // the steps before the phase go up before it

@@ -71,9 +71,9 @@ void RankLink::Step(const StepSignal& s) {
   ::send(sock_, text.data(), text.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-void RankLink::Phase(const std::string& what, double expected_ms) {
+void RankLink::Phase(const std::string& what, double expected_ms, int64_t after_step) {
   char buf[128];
-  std::snprintf(buf, sizeof buf, "PHASE %s %.0f", what.c_str(), expected_ms);
+  std::snprintf(buf, sizeof buf, "PHASE %s %.0f %lld", what.c_str(), expected_ms, static_cast<long long>(after_step));
   ::send(sock_, buf, std::strlen(buf), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 

@@ -6,7 +6,7 @@
 //   rank -> agent                                agent -> rank
 //   HELLO <rank> <pid>                           INJECT nan | loss-spike |
 //   STEP <step signal, see StepSignal::Format>          hang-collective | hang-compute
-//   PHASE <what> <expected_ms>
+//   PHASE <what> <expected_ms> <step>            (the step it follows)
 //
 // Sends never block: a full socket drops the report rather than slow the
 // step (the next one says as much). Not thread-safe; the training loop owns it.
@@ -52,7 +52,9 @@ class RankLink {
   ~RankLink();
 
   void Step(const StepSignal& s);
-  void Phase(const std::string& what, double expected_ms);
+  // A phase that is not a step (an evaluation, a disk checkpoint) begins
+  // after step `after_step` and should take about `expected_ms`.
+  void Phase(const std::string& what, double expected_ms, int64_t after_step);
   // The agent's next injection request, without waiting: "nan",
   // "loss-spike", "hang-collective", "hang-compute", or nullopt.
   std::optional<std::string> PollInject();

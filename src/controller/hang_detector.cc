@@ -39,7 +39,9 @@ void HangDetector::Observe(const RankPhase& p) {
   if (!armed_) return;
   reporting_ = true;
   if (p.what == "start") return;  // a rank connected: it reports from now on
-  if (p.observed < last_progress_) return;  // announced before a step already seen: over
+  // Another rank's report of a later step already arrived: the phase is
+  // over (agents report independently, so it may come after that step).
+  if (p.after_step < last_step_) return;
   const Duration d = std::chrono::duration_cast<Duration>(p.expected * config_.hang_factor);
   phase_ = std::max(d, config_.hang_floor);
   last_progress_ = std::max(last_progress_, p.observed);

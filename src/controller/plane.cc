@@ -352,7 +352,8 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
       const Time at = std::min(TimeFromMs(r.observed_ms()), now);
       if (r.steps() == 0) {
         if (!r.phase().empty()) {
-          monitors_.Observe(RankPhase{req.machine(), r.rank(), r.phase(), Duration(static_cast<int64_t>(r.phase_ms())), at});
+          monitors_.Observe(RankPhase{req.machine(), r.rank(), r.phase(), Duration(static_cast<int64_t>(r.phase_ms())), at,
+                                      r.step()});
         }
         continue;
       }

@@ -39,6 +39,7 @@ struct RankPhase {
   std::string what;
   Duration expected{0};
   Time observed{};
+  int64_t after_step = 0;  // the step it follows: stale once a later step is seen
 };
 
 }  // namespace bulwark::controller

@@ -301,7 +301,7 @@ Status Train(const TrainConfig& cfg_in) {
   while (st.step < cfg.steps) {
     if (cfg.eval_every > 0 && st.step % cfg.eval_every == 0) {
       // Not a step: the hang detector gets the phase's own allowance.
-      if (link) link->Phase("eval", std::max(1000.0, 2 * cfg.eval_batches * last_fwd_ms));
+      if (link) link->Phase("eval", std::max(1000.0, 2 * cfg.eval_batches * last_fwd_ms), st.step);
       auto val = Evaluate(cfg, comm, model, data->val);
       if (!val.ok()) return val.status();
       progress.Eval(st.step, *val);
@@ -429,7 +429,7 @@ Status Train(const TrainConfig& cfg_in) {
 
     // ---- checkpoint
     if (cfg.ckpt_every > 0 && (st.step % cfg.ckpt_every == 0 || st.step == cfg.steps)) {
-      if (link) link->Phase("checkpoint", std::max(1000.0, last_ckpt_ms));
+      if (link) link->Phase("checkpoint", std::max(1000.0, last_ckpt_ms), st.step);
       const auto t_ckpt = Clock::now();
       BULWARK_RETURN_IF_ERROR(SaveCheckpoint(cfg, comm, *model, store, opt, st));
       last_ckpt_ms = ms_between(t_ckpt, Clock::now());
