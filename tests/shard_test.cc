@@ -15,6 +15,7 @@
 #include "client/restore_point.h"
 #include "client/shard_client.h"
 #include "client/shard_image.h"
+#include "client/shard_socket.h"
 #include "client/shard_region.h"
 #include "common/files.h"
 #include "support/process.h"
@@ -243,6 +244,24 @@ TEST_F(Stores, UnreachablePeerCostsNothingButItsCopy) {
   ASSERT_TRUE(copies.ok()) << copies.status().ToString();
   EXPECT_TRUE(copies->empty());
   EXPECT_FALSE(ShardClient::Connect(dir_ + "/nobody.sock", 0, 1).ok());
+}
+
+// An agent that exits removes only the socket it bound: a successor
+// started on the same machine directory keeps its own, and its ranks can
+// still reach it.
+TEST(ShardStoreSocket, AnExitingStoreLeavesItsSuccessorsSocket) {
+  const std::string path = testing::MakeTempDir() + "/shards.sock";
+  auto first = agent::ShardStore::Start("m01", path, "127.0.0.1", [](const std::string&) {});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = agent::ShardStore::Start("m01", path, "127.0.0.1", [](const std::string&) {});
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  first->reset();
+  Result<int> fd = client::ConnectShardSocket(path);
+  ASSERT_TRUE(fd.ok()) << "the successor's socket is gone: " << fd.status().ToString();
+  ::close(*fd);
+  second->reset();
+  Result<int> gone = client::ConnectShardSocket(path);
+  EXPECT_FALSE(gone.ok()) << "the last store leaves no socket behind";
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -251,6 +252,8 @@ Result<std::unique_ptr<ShardStore>> ShardStore::Start(const std::string& machine
   auto u = client::ListenShardSocket(socket_path);
   if (!u.ok()) return u.status();
   impl->unix_fd_ = *u;
+  struct stat bound {};
+  if (::stat(socket_path.c_str(), &bound) == 0) impl->socket_ino_ = bound.st_ino;
   auto t = ListenTcp(host, &impl->tcp_port_);
   if (!t.ok()) return t.status();
   impl->tcp_fd_ = *t;
@@ -282,7 +285,13 @@ ShardStore::~ShardStore() {
   for (auto& [id, fd] : impl_->conns_) ::close(fd);
   for (int fd : {impl_->unix_fd_, impl_->tcp_fd_, impl_->wake_[0], impl_->wake_[1]})
     if (fd >= 0) ::close(fd);
-  ::unlink(impl_->socket_path_.c_str());
+  // Only the socket this store bound: an agent started on the same machine
+  // directory since (a restart racing its predecessor's exit) has bound a
+  // new one at the same path, and its ranks need it.
+  struct stat now {};
+  if (::stat(impl_->socket_path_.c_str(), &now) == 0 && now.st_ino == impl_->socket_ino_) {
+    ::unlink(impl_->socket_path_.c_str());
+  }
 }
 
 std::string ShardStore::addr() const { return impl_->host_ + ":" + std::to_string(impl_->tcp_port_); }

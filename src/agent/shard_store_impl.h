@@ -4,6 +4,8 @@
 // copies). Private to src/agent.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -34,6 +36,7 @@ inline double MsSince(Clock::time_point t) {
 class ShardStore::Impl {
  public:
   std::string machine_, socket_path_, host_;
+  ino_t socket_ino_ = 0;  // the inode of the socket file it bound
   std::function<void(const std::string&)> log_;
   int unix_fd_ = -1, tcp_fd_ = -1, tcp_port_ = 0;
   int wake_[2] = {-1, -1};
