@@ -224,6 +224,30 @@ TEST(SlowInjector, DutyCyclesAndResumesOnStop) {
   EXPECT_EQ(after.find(") T "), std::string::npos) << "left stopped: " << after;
 }
 
+TEST(Inspector, AStoppedRankIsReportedOncePerEpisode) {
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  ::kill(child, SIGSTOP);
+  ::usleep(50 * 1000);
+  agent::StuckRanks stuck(std::chrono::seconds(10));
+  const auto t0 = agent::StuckRanks::Clock::now();
+  EXPECT_TRUE(stuck.Check({{3, child}}, t0).empty()) << "not stuck long enough yet";
+  auto found = stuck.Check({{3, child}}, t0 + std::chrono::seconds(11));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].first, 3);
+  EXPECT_NE(found[0].second.find("stopped (T) for 11 s"), std::string::npos) << found[0].second;
+  EXPECT_TRUE(stuck.Check({{3, child}}, t0 + std::chrono::seconds(20)).empty()) << "once per episode";
+  ::kill(child, SIGCONT);
+  ::usleep(50 * 1000);
+  EXPECT_TRUE(stuck.Check({{3, child}}, t0 + std::chrono::seconds(21)).empty());
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+}
+
 TEST(Inspector, EmulatedDeviceAndNicAreRead) {
   const std::string dir = testing::MakeTempDir();
   agent::InspectorPaths p{dir + "/device", dir + "/nic", dir};

@@ -54,14 +54,6 @@ constexpr auto kNicFlapDown = std::chrono::milliseconds(2000);
 // as a failed process inspection (PolicyConfig::process_stuck's default).
 constexpr auto kProcessStuck = std::chrono::seconds(10);
 
-// The state letter of /proc/PID/stat ('R', 'S', 'D', 'T', ...), or 0.
-char ProcessState(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return 0;
-  const size_t paren = line.rfind(')');  // the command name may hold spaces
-  return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : 0;
-}
 
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
@@ -520,33 +512,18 @@ class Agent {
     InspectRankProcesses();
   }
 
-  // A rank that stays stopped or in uninterruptible sleep (a hung driver
-  // call, a debugger left attached) makes no progress and may not even
-  // die. The machine's own slow emulation stops ranks on purpose: skipped.
+  // A stuck rank is a failed process inspection. The machine's own slow
+  // emulation stops ranks on purpose: not judged while it runs.
   void InspectRankProcesses() {
-    const auto now = Clock::now();
-    std::map<int, Clock::time_point> still;
-    for (const auto& [rank, pid] : supervisor_.Pids()) {
-      const char st = ProcessState(pid);
-      if (slow_.active() || (st != 'D' && st != 'T')) continue;
-      auto it = stuck_since_.find(rank);
-      const Clock::time_point since = it == stuck_since_.end() ? now : it->second;
-      still[rank] = since;
-      if (now - since >= kProcessStuck && stuck_reported_.insert(rank).second) {
-        wire::AgentEvent e;
-        e.set_kind(wire::AgentEvent::INSPECTION_FAILED);
-        e.set_inspection("process");
-        e.set_rank(rank);
-        e.set_detail("rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ") " +
-                     (st == 'D' ? "in uninterruptible sleep (D)" : "stopped (T)") + " for " +
-                     std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - since).count()) + " s");
-        Log("inspection failed: process: " + e.detail());
-        Emit(e);
-      }
-    }
-    stuck_since_.swap(still);
-    for (auto it = stuck_reported_.begin(); it != stuck_reported_.end();) {
-      it = stuck_since_.count(*it) ? std::next(it) : stuck_reported_.erase(it);
+    const std::map<int, pid_t> none;
+    for (const auto& [rank, detail] : stuck_.Check(slow_.active() ? none : supervisor_.Pids(), std::chrono::steady_clock::now())) {
+      wire::AgentEvent e;
+      e.set_kind(wire::AgentEvent::INSPECTION_FAILED);
+      e.set_inspection("process");
+      e.set_rank(rank);
+      e.set_detail(detail);
+      Log("inspection failed: process: " + detail);
+      Emit(e);
     }
   }
 
@@ -562,8 +539,7 @@ class Agent {
   SignalSum signals_;
   SlowInjector slow_;
   std::vector<std::thread> tracers_;
-  std::map<int, Clock::time_point> stuck_since_;  // ranks seen in D or T, since when
-  std::set<int> stuck_reported_;
+  StuckRanks stuck_{kProcessStuck};
 
   std::mutex channel_mu_;
   std::shared_ptr<grpc::Channel> channel_;

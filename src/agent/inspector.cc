@@ -63,4 +63,33 @@ void ResetEmulatedHealth(const InspectorPaths& paths) {
   WriteFileAtomic(paths.nic, std::string("up\n"));
 }
 
+char ProcessState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return 0;
+  const size_t paren = line.rfind(')');  // the command name may hold spaces
+  return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : 0;
+}
+
+std::vector<std::pair<int, std::string>> StuckRanks::Check(const std::map<int, pid_t>& pids, Clock::time_point now) {
+  std::vector<std::pair<int, std::string>> out;
+  std::map<int, Clock::time_point> still;
+  for (const auto& [rank, pid] : pids) {
+    const char st = ProcessState(pid);
+    if (st != 'D' && st != 'T') continue;
+    auto it = since_.find(rank);
+    const Clock::time_point since = it == since_.end() ? now : it->second;
+    still[rank] = since;
+    if (now - since >= limit_ && reported_.insert(rank).second) {
+      out.emplace_back(rank, "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ") " +
+                                 (st == 'D' ? "in uninterruptible sleep (D)" : "stopped (T)") + " for " +
+                                 std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - since).count()) +
+                                 " s");
+    }
+  }
+  since_.swap(still);
+  for (auto it = reported_.begin(); it != reported_.end();) it = since_.count(*it) ? std::next(it) : reported_.erase(it);
+  return out;
+}
+
 }  // namespace bulwark::agent

@@ -38,27 +38,6 @@ Result<Event> EventFromAgent(const std::string& machine, const wire::AgentEvent&
   }
 }
 
-// The job's in-memory checkpoints for `status`: each slot's backup peer and,
-// rank by rank, who holds a copy of its shard at which step.
-json CheckpointsJson(const Placement& p, const BackupPlan& plan, const std::vector<ShardHolding>& holdings) {
-  json peers = json::array();
-  for (size_t slot = 0; slot < plan.slots.size(); ++slot) {
-    const SlotRoute& r = plan.slots[slot];
-    peers.push_back({{"slot", slot}, {"machine", r.machine},
-                     {"backup_machine", r.backup_machine.empty() ? json(nullptr) : json(r.backup_machine)}});
-  }
-  json ranks = json::array();
-  for (RankId rank = 0; rank < p.world_size(); ++rank) {
-    json primaries = json::array(), backups = json::array();
-    for (const ShardHolding& h : holdings) {
-      if (h.rank != rank) continue;
-      (h.backup ? backups : primaries).push_back({{"machine", h.machine}, {"step", h.step}});
-    }
-    ranks.push_back({{"rank", rank}, {"machine", p.MachineOf(rank)}, {"primary", primaries}, {"backups", backups}});
-  }
-  return json{{"backup_peers", peers}, {"ranks", ranks}};
-}
-
 }  // namespace
 
 void Plane::Log(const std::string& line) {
@@ -603,104 +582,6 @@ void Plane::Tick(Time now) {
   }
   if (trace_ && now >= trace_->deadline) FinishTrace(now);
   CheckMonitors(now);
-}
-
-json Plane::StatusJson(Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
-  now = Now(now);
-  json j{{"controller_up_s", ToMs(now - started_) / 1000.0}};
-  if (!journal_error_.ok()) j["error"] = journal_error_.ToString();
-  json machines = json::array();
-  for (const auto& [id, a] : agents_) {
-    json shards = json::array();
-    for (const ShardHolding& h : a.shards) {
-      shards.push_back({{"rank", h.rank}, {"step", h.step}, {"copy", h.backup ? "backup" : "primary"}});
-    }
-    json m{{"id", id}, {"dir", a.dir}, {"last_heard_s_ago", ToMs(now - a.last_heard) / 1000.0},
-           {"live_ranks", a.live_ranks}, {"generation", a.generation}, {"state", "registered"},
-           {"shard_addr", a.shard_addr}, {"shards", shards}};
-    if (controller_) {
-      if (const MachineStatus* s = controller_->state().FindMachine(id)) {
-        m["state"] = MachineStateName(s->state);
-        m["reason"] = s->last_reason;
-      }
-    }
-    machines.push_back(m);
-  }
-  j["machines"] = machines;
-  if (!controller_) {
-    j["job"] = nullptr;
-    return j;
-  }
-  const ClusterState& s = controller_->state();
-  j["job"] = json{{"id", launch_->spec.id},
-                  {"state", done_step_ ? "completed" : JobStateName(s.job)},
-                  {"policy_state", JobStateName(s.job)},
-                  {"world_size", launch_->spec.world_size},
-                  {"command", launch_->spec.command},
-                  {"generation", s.placement.generation},
-                  {"placement", s.placement.slots},
-                  {"last_step", s.last_step},
-                  {"done_step", done_step_ ? json(*done_step_) : json(nullptr)},
-                  {"incidents", controller_->incidents().size()},
-                  {"persist_every", launch_->persist_every},
-                  {"durable_dir", launch_->durable_dir}};
-  std::vector<ShardHolding> holdings;
-  for (const auto& [id, a] : agents_) holdings.insert(holdings.end(), a.shards.begin(), a.shards.end());
-  j["job"]["checkpoints"] = CheckpointsJson(s.placement, PlanLocked(s.placement), holdings);
-  // The parallel layout and its groups, rank by rank (topology.h).
-  const Topology topo = launch_->spec.topology();
-  json groups = json::array();
-  for (const GroupKind k : {GroupKind::kTP, GroupKind::kPP, GroupKind::kDP}) {
-    std::set<std::vector<int>> seen;
-    for (int r = 0; r < topo.world; ++r) {
-      ParallelGroup g = topo.GroupOf(k, r);
-      if (g.ranks.size() > 1 && seen.insert(g.ranks).second) groups.push_back({{"kind", GroupKindName(k)}, {"ranks", g.ranks}});
-    }
-  }
-  j["job"]["topology"] = {{"tp", topo.tp}, {"pp", topo.pp}, {"dp", topo.dp()}, {"groups", groups}};
-  // What the implicit-fault detectors see now.
-  j["job"]["detectors"] = {{"armed", monitors_.armed()},
-                           {"hang_allowance_s", ToMs(monitors_.hang_allowance()) / 1000.0},
-                           {"slow_round", monitors_.slow_round()},
-                           {"slow_max_unflagged_ratio", monitors_.slow_max_unflagged()},
-                           {"tracing", trace_ ? json(trace_->id) : json(nullptr)}};
-  j["job"]["notes"] = s.notes;
-  const StandbyReport r = controller_->standby();
-  j["standby"] = json{{"target", r.target}, {"available", r.available}, {"deficit", r.deficit()}};
-  return j;
-}
-
-json Plane::IncidentsJson() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return IncidentsLocked();
-}
-
-json Plane::IncidentsLocked() {
-  json out = json::array();
-  if (!controller_) return out;
-  for (const Incident& i : controller_->incidents()) out.push_back(IncidentJson(i));
-  return out;
-}
-
-json Plane::LedgerJson(Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return LedgerLocked(Now(now));
-}
-
-json Plane::LedgerLocked(Time now) {
-  if (!controller_) return json{{"job", nullptr}};
-  // The segments themselves, so a report can draw where the time went.
-  json timeline = json::array();
-  for (const LedgerSegment& s : controller_->Timeline(now)) {
-    timeline.push_back({{"start_ms", ToMs(s.start)}, {"end_ms", ToMs(s.end)}, {"category", TimeCategoryName(s.category)}});
-  }
-  return json{{"job", launch_->spec.id},
-              {"now_ms", ToMs(now)},
-              {"window_s", ToMs(controller_->state().ledger.window()) / 1000.0},
-              {"cumulative", BreakdownJson(controller_->Cumulative(now))},
-              {"window", BreakdownJson(controller_->Window(now))},
-              {"timeline", timeline}};
 }
 
 }  // namespace bulwark::controller
