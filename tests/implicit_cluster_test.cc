@@ -39,17 +39,21 @@ class Implicit : public Cluster {
 
 TEST_F(Implicit, HangInACollectiveIsTracedAndItsMachineEvicted) {
   Start();
-  // What the detector allows now: 5x the learned step time, at least 2 s.
-  const double allowance = Query("status")["job"]["detectors"]["hang_allowance_s"].get<double>();
-  EXPECT_GE(allowance, 2.0);
   json s = InjectAndWaitForEviction({"hang", "--machine", "m03", "--where", "collective"}, "m03", 60);
   Report("hang");
   json inc = Query("incidents").back();
   EXPECT_EQ(inc["class"], "implicit");
   EXPECT_EQ(inc["evicted"], json({"m03"})) << inc.dump();
   EXPECT_EQ(inc["lost_steps"], 0) << inc.dump();
-  // Detected within the allowance plus a report period and a tick;
-  // localized in well under 3 s.
+  // Detected within the allowance it had then (5x the learned step time, at
+  // least 2 s; the first steps of a suite's first cluster run on a cold host
+  // are slow, so it is read from the incident, not from before the
+  // injection) plus a report period and a tick; localized in well under 3 s.
+  const std::string cause = inc["cause"].get<std::string>();
+  const size_t at = cause.find("(allowance ");
+  ASSERT_NE(at, std::string::npos) << cause;
+  const double allowance = std::stod(cause.substr(at + 11));
+  EXPECT_GE(allowance, 2.0);
   EXPECT_LT(inc["detect_s"].get<double>(), allowance + 1.0) << inc.dump();
   EXPECT_LT(inc["localize_s"].get<double>(), 3.0) << inc.dump();
   ASSERT_TRUE(inc.contains("stacks")) << inc.dump();
