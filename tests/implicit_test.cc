@@ -480,6 +480,32 @@ TEST(ImplicitPolicy, NoOutlierReattemptsAndStaleVerdictsAreIgnored) {
   EXPECT_EQ(j.Last().resolution, Resolution::kReattempt);
 }
 
+// A machine that dies takes as long to be missed (heartbeat timeout) as a
+// hang takes to be suspected (hang floor): when its silence evicts it while
+// the stacks are being taken, the survivors' stacks (all waiting on it)
+// arrive for a generation already restarted and must not over-evict them.
+TEST(ImplicitPolicy, StacksOfAGenerationAnEvictionRestartedAreKeptNotActedOn) {
+  Job j;
+  EXPECT_EQ(j.Do(HangSuspected{10, S(10), Secs(2), false, S(12.1)}), (Lines{"trace i1"}));
+  EXPECT_EQ(j.Do(MachineHeartbeatLost{"m03", S(10), S(12.2)}),
+            (Lines{"evict m03", "activate s01", "restart_all g2 m01,m02,s01,m04 ckpt 0"}));
+  StacksAnalyzed a;
+  a.incident = 1;
+  a.generation = 1;  // captured before the restart
+  a.groups = {{3, "wait < main", {0, 1, 3}}};
+  a.missing = {2};
+  a.suspects = {"m01", "m02"};
+  a.why = "outliers";
+  a.observed = S(13.1);
+  EXPECT_TRUE(j.Do(a).empty());
+  const Incident& inc = j.Last();
+  EXPECT_EQ(inc.evicted, (std::vector<MachineId>{"m03"}));
+  EXPECT_EQ(inc.resolution, Resolution::kEvictedAndReplaced);
+  EXPECT_EQ(inc.stacks.groups.size(), 1u) << "kept for people";
+  ASSERT_FALSE(inc.notes.empty());
+  EXPECT_NE(inc.notes.back().find("after the restart"), std::string::npos) << inc.notes.back();
+}
+
 TEST(ImplicitPolicy, NanCulpritIsEvictedNoCulpritReattemptsAndARepeatStops) {
   Job j;
   TrainingAnomaly nan;

@@ -92,6 +92,7 @@ json EncodeEvent(const Event& e) {
           j["at"] = Ms(x.at);
         } else if constexpr (std::is_same_v<T, StacksAnalyzed>) {
           j["incident"] = x.incident;
+          j["generation"] = x.generation;
           j["groups"] = StackGroupsJson(x.groups);
           j["missing"] = x.missing;
           j["group"] = x.group;
@@ -211,6 +212,8 @@ Result<Event> DecodeEvent(const json& j) {
     x.observed = observed;
     json groups;
     BULWARK_RETURN_IF_ERROR(Get(j, "incident", &x.incident));
+    // Journals written before the field existed: 0 is "unknown", never stale.
+    if (j.contains("generation")) BULWARK_RETURN_IF_ERROR(Get(j, "generation", &x.generation));
     BULWARK_RETURN_IF_ERROR(Get(j, "groups", &groups));
     BULWARK_RETURN_IF_ERROR(Get(j, "missing", &x.missing));
     BULWARK_RETURN_IF_ERROR(Get(j, "group", &x.group));

@@ -160,6 +160,10 @@ struct StackGroupSummary {
 };
 struct StacksAnalyzed {
   int64_t incident = 0;
+  // The placement generation the stacks were captured in: a verdict on a
+  // generation since restarted (another fault's eviction answered the
+  // incident first) describes ranks that no longer run.
+  int64_t generation = 0;
   std::vector<StackGroupSummary> groups;
   std::vector<int> missing;  // ranks with no stack
   std::string group;         // the chosen parallel group, "" for none

@@ -392,6 +392,7 @@ void Plane::FinishTrace(Time now) {
 
   StacksAnalyzed e;
   e.incident = t.incident;
+  e.generation = t.placement.generation;
   for (const StackGroup& g : an.groups) {
     std::string top;
     for (size_t i = 0; i < g.frames.size() && i < 12; ++i) top += (i ? " < " : "") + g.frames[i];

@@ -390,6 +390,15 @@ Status OnStacksAnalyzed(RuleContext& ctx, const Event& e) {
   // The incident ended (another fault's restart answered it) before the
   // stacks came back: they describe ranks that no longer run.
   if (inc == nullptr || inc->id != x.incident || !RanksAreLive(ctx.state.job)) return Status::OK();
+  // A machine that went silent while the stacks were being taken was evicted
+  // and the job restarted: the hang was that machine's, and the stacks (the
+  // survivors waiting on it) would over-evict its healthy group.
+  if (x.generation != 0 && x.generation != ctx.state.placement.generation) {
+    inc->stacks = x;
+    inc->notes.push_back("stacks arrived after the restart of generation " + std::to_string(x.generation) +
+                         ": kept for people, no action");
+    return Status::OK();
+  }
   inc->stacks = x;
   inc->localized = ctx.now;
   if (!x.suspects.empty()) {
