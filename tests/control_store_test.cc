@@ -6,10 +6,10 @@
 
 #include <fstream>
 
-#include "controller/actuator.h"
-#include "controller/codec.h"
-#include "controller/plane.h"
-#include "controller/store.h"
+#include "plane/actuator.h"
+#include "plane/codec.h"
+#include "plane/plane.h"
+#include "plane/store.h"
 #include "support/process.h"
 
 namespace bulwark::controller {

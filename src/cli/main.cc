@@ -35,7 +35,7 @@
 #include "common/exit_codes.h"
 #include "common/files.h"
 #include "common/token.h"
-#include "controller/service.h"
+#include "plane/service.h"
 #include "demo/demo.h"
 
 namespace bulwark::cli {

@@ -1,4 +1,4 @@
-#include "controller/service.h"
+#include "plane/service.h"
 
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
@@ -13,8 +13,8 @@
 #include "cluster/layout.h"
 #include "common/files.h"
 #include "common/token.h"
-#include "controller/codec.h"
-#include "controller/plane.h"
+#include "plane/codec.h"
+#include "plane/plane.h"
 
 namespace bulwark::controller {
 namespace {

@@ -1,4 +1,4 @@
-#include "controller/actuator.h"
+#include "plane/actuator.h"
 
 namespace bulwark::controller {
 namespace {

@@ -3,8 +3,8 @@
 // documents the CLI prints as they are (--json) or renders.
 #include <set>
 
-#include "controller/codec.h"
-#include "controller/plane.h"
+#include "plane/codec.h"
+#include "plane/plane.h"
 
 namespace bulwark::controller {
 namespace {

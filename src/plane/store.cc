@@ -1,4 +1,4 @@
-#include "controller/store.h"
+#include "plane/store.h"
 
 #include <sqlite3.h>
 

@@ -1,12 +1,12 @@
-#include "controller/plane.h"
+#include "plane/plane.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
 
-#include "controller/actuator.h"
-#include "controller/codec.h"
+#include "plane/actuator.h"
+#include "plane/codec.h"
 #include "common/files.h"
 
 namespace bulwark::controller {

@@ -28,7 +28,7 @@
 #include "controller/launch.h"
 #include "controller/monitors.h"
 #include "controller/stack_analyzer.h"
-#include "controller/store.h"
+#include "plane/store.h"
 
 namespace bulwark::controller {
 

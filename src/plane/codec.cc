@@ -1,4 +1,4 @@
-#include "controller/codec.h"
+#include "plane/codec.h"
 
 namespace bulwark::controller {
 namespace {
