@@ -369,6 +369,35 @@ TEST(FailSlowDetector, AJobWideSlowdownIsReportedOnceAndNamesNoMachine) {
   EXPECT_TRUE(d.Check(S(70)).has_value());
 }
 
+// DP 2 x PP 2, one rank per machine: m01, m02 run stage 0 (ranks 0, 1),
+// m03, m04 stage 1 (ranks 2, 3). The last stage computes the head and the
+// loss: 1.6x the first's time in this test, as a balanced split can.
+TEST(FailSlowDetector, PipelineStagesAreComparedOnlyWithThemselves) {
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0), Topology{4, 1, 2});
+  auto round = [&](int r, const std::string& slow) {
+    for (int m = 1; m <= 4; ++m) {
+      const std::string id = "m0" + std::to_string(m);
+      const double base = m >= 3 ? 128 : 80;
+      for (int k = 0; k < 10; ++k) d.Observe(Sig(id, m - 1, r * 10 + k, S(r * 10 + k), 100, id == slow ? 2 * base : base));
+    }
+  };
+  for (int r = 0; r < 8; ++r) {
+    round(r, "");
+    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "round " << r << ": " << d.last_round();
+  }
+  EXPECT_NEAR(d.max_unflagged_ratio(), 1.0, 1e-9) << "stage 1's longer compute is no outlier";
+  std::optional<FailSlowSuspected> f;
+  for (int r = 8; r < 13 && !f; ++r) {
+    round(r, "m04");
+    f = d.Check(S(10 * (r + 1)));
+  }
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->machine, "m04");
+  EXPECT_NEAR(f->ratio, 2.0, 1e-9);
+}
+
 TEST(AnomalyDetector, ALocalNanNamesItsMachineAsSoonAsEveryRankReported) {
   PolicyConfig c;
   AnomalyDetector d(c);
@@ -572,7 +601,7 @@ TEST(Monitors, FollowTheDecisionsAndStayQuietWhileDisarmed) {
   Monitors m(c);
   EXPECT_TRUE(m.Check(S(100)).empty()) << "not armed before a start";
   Action restart = RestartAllAction(Placement{1, 1, {"m01", "m02"}}, 0, "start");
-  m.AfterActions({restart}, S(0));
+  m.AfterActions({restart}, S(0), Topology{2, 1, 1});
   EXPECT_TRUE(m.armed());
   for (int k = 1; k <= 20; ++k) {
     m.Observe(Sig("m01", 0, k, S(k * 0.1)));
@@ -581,7 +610,7 @@ TEST(Monitors, FollowTheDecisionsAndStayQuietWhileDisarmed) {
   auto found = m.Check(S(5));
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(KindOf(found[0]), EventKind::kHangSuspected);
-  m.AfterActions({StopJobAction(1, "stop")}, S(6));
+  m.AfterActions({StopJobAction(1, "stop")}, S(6), Topology{2, 1, 1});
   EXPECT_TRUE(m.Check(S(100)).empty());
 }
 

@@ -20,8 +20,9 @@ std::string Ratio(double r) {
 
 }  // namespace
 
-void FailSlowDetector::Started(Time now) {
+void FailSlowDetector::Started(Time now, const Topology& layout) {
   armed_ = true;
+  layout_ = layout;
   round_start_ = now;
   round_.clear();
   flagged_.clear();
@@ -33,21 +34,22 @@ void FailSlowDetector::Started(Time now) {
 
 void FailSlowDetector::Observe(const RankSignal& s) {
   if (!armed_ || !s.halted.empty() || s.steps <= 0) return;
-  Sums& m = round_[s.machine];
+  const int stage = layout_.pp > 1 && layout_.world > 0 && s.rank < layout_.world ? layout_.Of(s.rank).pp : 0;
+  Sums& m = round_[{stage, s.machine}];
   m.compute_ms += s.compute_ms;
   m.steps += s.steps;
 }
 
 std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
   if (!armed_ || now - round_start_ < config_.slow_round) return std::nullopt;
-  std::map<MachineId, Sums> round;
+  std::map<Key, Sums> round;
   round.swap(round_);
   round_start_ = now;
 
-  std::vector<std::pair<MachineId, double>> mean;
-  for (const auto& [m, s] : round) {
+  std::vector<std::pair<Key, double>> mean;
+  for (const auto& [k, s] : round) {
     if (s.steps < config_.slow_min_steps) continue;
-    mean.emplace_back(m, s.compute_ms / s.steps);
+    mean.emplace_back(k, s.compute_ms / s.steps);
   }
   // A round some machine barely took part in (a restart, a stall) says nothing.
   if (mean.size() < 2 || mean.size() < round.size()) {
@@ -58,19 +60,20 @@ std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
   for (const auto& [m, v] : mean) all.push_back(v);
   const double median = Median(all);
 
-  // The most outlying machine against the median of the others.
+  // The most outlying machine against the median of the others in its stage.
   MachineId worst;
   double worst_ratio = 0;
   for (size_t i = 0; i < mean.size(); ++i) {
     std::vector<double> others;
     for (size_t j = 0; j < mean.size(); ++j) {
-      if (j != i) others.push_back(mean[j].second);
+      if (j != i && mean[j].first.first == mean[i].first.first) others.push_back(mean[j].second);
     }
+    if (others.empty()) continue;
     const double base = Median(others);
     const double ratio = base > 0 ? mean[i].second / base : 0;
     if (ratio > worst_ratio) {
       worst_ratio = ratio;
-      worst = mean[i].first;
+      worst = mean[i].first.second;
     }
   }
 

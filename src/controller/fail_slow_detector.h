@@ -10,6 +10,11 @@
 // again. A job whose every machine slowed down together (a slower data
 // shard, a noisy host) has no outlier: it is reported once as job-wide and
 // evicts nothing. Pure: fed signals and `now`.
+//
+// Pipeline stages do different work (the first embeds, the last computes
+// the head and the loss), so a machine is compared only with machines
+// running the same stage: its cohort. A stage held by one machine alone has
+// no one to be compared with and is never flagged.
 #pragma once
 
 #include <map>
@@ -20,6 +25,7 @@
 #include "controller/event.h"
 #include "controller/policy_config.h"
 #include "controller/signals.h"
+#include "controller/topology.h"
 
 namespace bulwark::controller {
 
@@ -28,7 +34,9 @@ class FailSlowDetector {
   explicit FailSlowDetector(const PolicyConfig& config) : config_(config) {}
 
   // Ranks were (re)started: rounds start again (a new machine, new numbers).
-  void Started(Time now);
+  // `layout` gives each rank its stage (its cohort); a default layout (PP 1)
+  // puts every machine in one cohort.
+  void Started(Time now, const Topology& layout = {});
   void Stop() { armed_ = false; }
   void Observe(const RankSignal& s);
   // At each round's end: a FailSlowSuspected for a machine flagged
@@ -46,10 +54,13 @@ class FailSlowDetector {
     double compute_ms = 0;
     int steps = 0;
   };
+  // A machine's ranks of one stage: (stage, machine).
+  using Key = std::pair<int, MachineId>;
   const PolicyConfig& config_;
   bool armed_ = false;
+  Topology layout_;
   Time round_start_{};
-  std::map<MachineId, Sums> round_;
+  std::map<Key, Sums> round_;
   MachineId flagged_;
   int flagged_rounds_ = 0;
   std::optional<double> best_median_;  // the job's fastest round so far

@@ -2,11 +2,11 @@
 
 namespace bulwark::controller {
 
-void Monitors::Started(Time now, int world) {
+void Monitors::Started(Time now, const Topology& layout) {
   armed_ = true;
   hang_.Started(now);
-  slow_.Started(now);
-  anomaly_.Started(now, world);
+  slow_.Started(now, layout);
+  anomaly_.Started(now, layout.world);
 }
 
 void Monitors::Stop() {
@@ -16,9 +16,9 @@ void Monitors::Stop() {
   anomaly_.Stop();
 }
 
-void Monitors::AfterActions(const std::vector<Action>& actions, Time now) {
+void Monitors::AfterActions(const std::vector<Action>& actions, Time now, const Topology& layout) {
   for (const Action& a : actions) {
-    if (a.kind == ActionKind::kRestartAll) Started(now, a.placement.world_size());
+    if (a.kind == ActionKind::kRestartAll) Started(now, Topology{a.placement.world_size(), layout.tp, layout.pp});
     if (a.kind == ActionKind::kStopJob || a.kind == ActionKind::kWaitForMachines) Stop();
   }
 }

@@ -16,6 +16,7 @@
 #include "controller/anomaly_detector.h"
 #include "controller/fail_slow_detector.h"
 #include "controller/hang_detector.h"
+#include "controller/topology.h"
 
 namespace bulwark::controller {
 
@@ -23,12 +24,13 @@ class Monitors {
  public:
   explicit Monitors(const PolicyConfig& config) : hang_(config), slow_(config), anomaly_(config) {}
 
-  // Ranks of `world` were (re)started at `now`.
-  void Started(Time now, int world);
+  // The ranks of `layout` (its world, TP and PP sizes) were (re)started at
+  // `now`.
+  void Started(Time now, const Topology& layout);
   void Stop();
-  // Follows the policy's decisions: RestartAll arms, StopJob and
-  // WaitForMachines disarm.
-  void AfterActions(const std::vector<Action>& actions, Time now);
+  // Follows the policy's decisions: RestartAll arms (the placement's world
+  // in `layout`'s TP x PP), StopJob and WaitForMachines disarm.
+  void AfterActions(const std::vector<Action>& actions, Time now, const Topology& layout);
 
   void Observe(const RankSignal& s);
   void Observe(const RankPhase& p) { hang_.Observe(p); }

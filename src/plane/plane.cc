@@ -139,7 +139,9 @@ Status Plane::Rebuild(Time now) {
   if (controller_ && !done_step_) {
     const JobState js = controller_->state().job;
     if (js == JobState::kRestarting || js == JobState::kRunning) {
-      monitors_.Started(now, controller_->state().placement.world_size());
+      Topology layout = controller_->state().spec.topology();
+      layout.world = controller_->state().placement.world_size();
+      monitors_.Started(now, layout);
     }
   }
   return Status::OK();
@@ -158,7 +160,7 @@ BackupPlan Plane::PlanLocked(const Placement& placement) const {
 }
 
 Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Time now) {
-  monitors_.AfterActions(actions, now);
+  monitors_.AfterActions(actions, now, controller_ ? controller_->state().spec.topology() : Topology{});
   for (const Action& a : actions) {
     if (a.kind == ActionKind::kCaptureStacks) {
       // A replayed trace is history: its verdict is in the journal.

@@ -29,34 +29,34 @@ int SourceRank(const std::string& source) {
 
 }  // namespace
 
-MemoryCheckpoint::MemoryCheckpoint(const TrainConfig& cfg, Comm& comm, Transformer& model, ParamStore& store,
-                                   AdamW& opt, Note note)
-    : cfg_(cfg), comm_(comm), model_(model), store_(store), opt_(opt), note_(std::move(note)) {
+MemoryCheckpoint::MemoryCheckpoint(const TrainConfig& cfg, Comm& comm, Comm& group, Transformer& model,
+                                   ParamStore& store, AdamW& opt, Note note)
+    : cfg_(cfg), comm_(comm), group_(group), model_(model), store_(store), opt_(opt), note_(std::move(note)) {
   for (auto& b : model->named_buffers()) buffer_bytes_ += b.value().numel() * b.value().element_size();
-  mine_ = SliceOf(comm.rank());
+  mine_ = SliceOf(group.rank(), comm.rank());
   begin_ = mine_.begin;
   end_ = mine_.end;
   buf_begin_ = mine_.buf_begin;
   buf_end_ = mine_.buf_end;
 }
 
-MemoryCheckpoint::Slice MemoryCheckpoint::SliceOf(int rank) const {
-  const int W = comm_.world_size();
+MemoryCheckpoint::Slice MemoryCheckpoint::SliceOf(int index, int rank) const {
+  const int W = group_.world_size();
   const int64_t chunk = store_.params().numel() / W;
   Slice s;
   s.rank = rank;
-  s.begin = std::min<int64_t>(store_.num_params(), rank * chunk);
+  s.begin = std::min<int64_t>(store_.num_params(), index * chunk);
   s.end = std::min<int64_t>(store_.num_params(), s.begin + chunk);
   const int64_t unit = 4 * W;  // buffers are gathered as floats in W equal chunks
   const int64_t padded = (buffer_bytes_ + unit - 1) / unit * unit;
-  s.buf_begin = std::min(buffer_bytes_, rank * (padded / W));
+  s.buf_begin = std::min(buffer_bytes_, index * (padded / W));
   s.buf_end = std::min(buffer_bytes_, s.buf_begin + padded / W);
   return s;
 }
 
 Result<std::unique_ptr<MemoryCheckpoint>> MemoryCheckpoint::Open(const TrainConfig& cfg, Comm& comm,
                                                                  Transformer& model, ParamStore& store, AdamW& opt,
-                                                                 Note note) {
+                                                                 Note note, Comm* group) {
   if (cfg.memory_ckpt == "off") return std::unique_ptr<MemoryCheckpoint>();
   const char* socket = std::getenv(client::kShardSocketEnv);
   std::unique_ptr<client::ShardClient> c;
@@ -82,14 +82,16 @@ Result<std::unique_ptr<MemoryCheckpoint>> MemoryCheckpoint::Open(const TrainConf
     if (!why.ok() && socket != nullptr) note("in-memory checkpoints off: " + why.message());
     return std::unique_ptr<MemoryCheckpoint>();
   }
-  std::unique_ptr<MemoryCheckpoint> m(new MemoryCheckpoint(cfg, comm, model, store, opt, std::move(note)));
+  Comm& g = group != nullptr ? *group : comm;
+  std::unique_ptr<MemoryCheckpoint> m(new MemoryCheckpoint(cfg, comm, g, model, store, opt, std::move(note)));
   m->client_ = std::move(c);
   // Replicated state: this rank holds everything rank `of` would save, so
-  // it writes that rank's backup itself (client/shard_client.h).
+  // it writes that rank's backup itself (client/shard_client.h). Only when
+  // every rank holds the same state: another pipeline stage's is not ours.
   const char* of = std::getenv(client::kShardBackupOfEnv);
-  if (!cfg.shard_optimizer && comm.world_size() > 1 && of != nullptr && *of != '\0') {
+  if (&g == &comm && !cfg.shard_optimizer && comm.world_size() > 1 && of != nullptr && *of != '\0') {
     const int b = std::atoi(of);
-    if (b >= 0 && b < comm.world_size() && b != comm.rank()) m->theirs_ = m->SliceOf(b);
+    if (b >= 0 && b < comm.world_size() && b != comm.rank()) m->theirs_ = m->SliceOf(b, b);
   }
   return m;
 }
@@ -239,15 +241,15 @@ Status MemoryCheckpoint::Load(const client::ShardView& v, TrainState* st) {
   st->data_cursor = meta["data_cursor"].get<uint64_t>();
   st->loss = meta["loss"].get<double>();
 
-  // Every rank restored its slice; the all-gathers give everyone the rest.
-  const int W = comm_.world_size();
+  // Every rank restored its slice; the all-gathers give the group the rest.
+  const int W = group_.world_size();
   if (W > 1) {
-    BULWARK_RETURN_IF_ERROR(comm_.AllGatherChunks(store_.params()));
+    BULWARK_RETURN_IF_ERROR(group_.AllGatherChunks(store_.params()));
     if (!cfg_.shard_optimizer) {
       for (torch::Tensor* moment : {&opt_.m(), &opt_.v()}) {
         auto full = torch::zeros({store_.params().numel()}, torch::kFloat32);
         full.narrow(0, begin_, end_ - begin_).copy_(moment->narrow(0, begin_, end_ - begin_));
-        BULWARK_RETURN_IF_ERROR(comm_.AllGatherChunks(full));
+        BULWARK_RETURN_IF_ERROR(group_.AllGatherChunks(full));
         moment->copy_(full.narrow(0, 0, moment->numel()));
       }
     }
@@ -258,7 +260,7 @@ Status MemoryCheckpoint::Load(const client::ShardView& v, TrainState* st) {
   auto* bytes = reinterpret_cast<uint8_t*>(blob.data_ptr<float>());
   const auto& buf = v.sections.at("buffers");
   std::memcpy(bytes + buf_begin_, buf.first, buf.second);
-  if (W > 1 && padded > 0) BULWARK_RETURN_IF_ERROR(comm_.AllGatherChunks(blob));
+  if (W > 1 && padded > 0) BULWARK_RETURN_IF_ERROR(group_.AllGatherChunks(blob));
   int64_t at = 0;
   for (auto& b : model_->named_buffers()) {
     auto& t = b.value();

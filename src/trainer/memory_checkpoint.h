@@ -56,8 +56,14 @@ class MemoryCheckpoint {
   using Note = std::function<void(const std::string&)>;
   // nullptr when in-memory checkpoints are off: --memory-ckpt off, or auto
   // with no agent. Every rank decides the same way (an agent runs them all).
+  // `comm` is the whole world: shards are named by world rank and every rank
+  // agrees on one step. `group` holds the ranks that share `store`'s state
+  // and split it into shards (the world for data parallelism; a stage's DP
+  // group in a pipeline, whose stages hold different parameters); nullptr:
+  // the world.
   static Result<std::unique_ptr<MemoryCheckpoint>> Open(const TrainConfig& cfg, Comm& comm, Transformer& model,
-                                                        ParamStore& store, AdamW& opt, Note note);
+                                                        ParamStore& store, AdamW& opt, Note note,
+                                                        Comm* group = nullptr);
 
   // Collective. Restores the newest step every rank can restore into the
   // model, store, optimizer and `st`; nullopt when the ranks share none.
@@ -74,15 +80,17 @@ class MemoryCheckpoint {
   double TakeCopyCpuMs() { return client_->TakeCopyCpuMs(); }
 
  private:
-  MemoryCheckpoint(const TrainConfig& cfg, Comm& comm, Transformer& model, ParamStore& store, AdamW& opt, Note note);
+  MemoryCheckpoint(const TrainConfig& cfg, Comm& comm, Comm& group, Transformer& model, ParamStore& store,
+                   AdamW& opt, Note note);
   // A rank's share of the state: parameter range and byte range of the
   // buffers (staged: they change only at POET merges).
   struct Slice {
-    int rank = 0;
+    int rank = 0;  // the world rank whose shard this is
     int64_t begin = 0, end = 0, buf_begin = 0, buf_end = 0;
     std::vector<uint8_t> buffer_stage;
   };
-  Slice SliceOf(int rank) const;
+  // The slice of the rank at `index` in the group, named `rank` in the world.
+  Slice SliceOf(int index, int rank) const;
   std::vector<client::ShardSection> Sections(const Slice& s);
   std::string Meta(const TrainState& st, const Slice& s) const;
   void StageBuffers(Slice& s);
@@ -93,6 +101,7 @@ class MemoryCheckpoint {
 
   const TrainConfig& cfg_;
   Comm& comm_;
+  Comm& group_;
   Transformer& model_;
   ParamStore& store_;
   AdamW& opt_;
