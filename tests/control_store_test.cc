@@ -272,7 +272,7 @@ TEST(Actuator, StartRanksCarriesBackupPeerRestoreSourcesAndPersistSettings) {
   p.generation = 2;
   p.ranks_per_machine = 2;
   p.slots = {"m01", "s01"};
-  const BackupPlan plan = PlanBackups(p, {{"m01", "m01:7000"}, {"s01", "s01:7000"}, {"m03", "m03:7000"}},
+  const BackupPlan plan = PlanBackups(p, Topology{}, {{"m01", "m01:7000"}, {"s01", "s01:7000"}, {"m03", "m03:7000"}},
                                       {{"m03", 2, 40, true}, {"m03", 3, 40, true}, {"m01", 0, 40, false}});
   const Action restart = RestartAllAction(p, 40, "device failed on m02");
   std::vector<MachineCommand> cmds = Actuate(restart, l, p, plan);

@@ -5,21 +5,36 @@
 
 namespace bulwark::controller {
 
-bool SameEvictionUnit(const Placement& placement, int a, int b) {
-  return placement.slots[a] == placement.slots[b];
+bool SharesGroup(const Placement& placement, const Topology& layout, int a, int b, GroupKind kind) {
+  const int rpm = placement.ranks_per_machine;
+  if (layout.world != placement.world_size() || !layout.Validate().ok()) return false;
+  for (int r = a * rpm; r < (a + 1) * rpm; ++r) {
+    const ParallelGroup g = layout.GroupOf(kind, r);
+    if (g.ranks.size() < 2) continue;
+    for (int q : g.ranks) {
+      if (q / rpm == b) return true;
+    }
+  }
+  return false;
 }
 
-int BackupSlotOf(const Placement& placement, int slot) {
+int BackupSlotOf(const Placement& placement, const Topology& layout, int slot) {
   const int n = static_cast<int>(placement.slots.size());
-  for (int k = 1; k < n; ++k) {
-    const int peer = (slot + k) % n;
-    if (!SameEvictionUnit(placement, slot, peer)) return peer;
+  // Tiers, strictest first: outside PP and DP groups; outside PP groups; any.
+  for (int tier = 0; tier < 3; ++tier) {
+    for (int k = 1; k < n; ++k) {
+      const int peer = (slot + k) % n;
+      if (placement.slots[peer] == placement.slots[slot]) continue;
+      if (tier < 2 && SharesGroup(placement, layout, slot, peer, GroupKind::kPP)) continue;
+      if (tier < 1 && SharesGroup(placement, layout, slot, peer, GroupKind::kDP)) continue;
+      return peer;
+    }
   }
   return -1;
 }
 
-BackupPlan PlanBackups(const Placement& placement, const std::map<MachineId, std::string>& shard_addrs,
-                       const std::vector<ShardHolding>& holdings) {
+BackupPlan PlanBackups(const Placement& placement, const Topology& layout,
+                       const std::map<MachineId, std::string>& shard_addrs, const std::vector<ShardHolding>& holdings) {
   auto addr_of = [&](const MachineId& m) -> std::string {
     auto it = shard_addrs.find(m);
     return it == shard_addrs.end() ? std::string() : it->second;
@@ -29,7 +44,7 @@ BackupPlan PlanBackups(const Placement& placement, const std::map<MachineId, std
   for (int slot = 0; slot < static_cast<int>(placement.slots.size()); ++slot) {
     SlotRoute route;
     route.machine = placement.slots[slot];
-    if (const int peer = BackupSlotOf(placement, slot); peer >= 0) {
+    if (const int peer = BackupSlotOf(placement, layout, slot); peer >= 0) {
       route.backup_machine = placement.slots[peer];
       route.backup_addr = addr_of(route.backup_machine);
     }
@@ -57,10 +72,10 @@ BackupPlan PlanBackups(const Placement& placement, const std::map<MachineId, std
   const int n = static_cast<int>(placement.slots.size());
   std::vector<int> holders(n, 0);
   for (int slot = 0; slot < n; ++slot)
-    if (const int peer = BackupSlotOf(placement, slot); peer >= 0) ++holders[peer];
+    if (const int peer = BackupSlotOf(placement, layout, slot); peer >= 0) ++holders[peer];
   if (n > 1 && std::all_of(holders.begin(), holders.end(), [](int h) { return h == 1; })) {
     for (int slot = 0; slot < n; ++slot) {
-      const int peer = BackupSlotOf(placement, slot);
+      const int peer = BackupSlotOf(placement, layout, slot);
       for (RankId rank = slot * rpm; rank < (slot + 1) * rpm; ++rank) plan.slots[peer].backup_of.push_back(rank);
     }
   }

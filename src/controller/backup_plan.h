@@ -5,8 +5,13 @@
 // Each rank keeps its newest shard in its own machine's memory (the primary)
 // and its agent pushes a copy to the slot's backup peer. A fault that takes
 // out a machine must not take out the copy too, so the peer lies outside the
-// rank's eviction unit. With data-parallel ranks only the unit is the
-// machine; SameEvictionUnit is the one place that says so.
+// rank's eviction unit. The policy over-evicts whole parallel groups (a
+// hang's or a slow machine's pipeline, ByteRobust §3), so the peer lies, if
+// the layout allows, outside every PP and DP group of the slot's ranks
+// (ByteRobust backs each rank up outside both); else outside its PP groups
+// (the unit evicted most often); else on any other machine. A pure
+// data-parallel job has one DP group of every rank and no PP groups: its
+// peer is the next machine.
 //
 // Re-homing needs no bookkeeping: the peer is a function of the placement,
 // and a standby that replaces an evicted machine takes over its slot, so it
@@ -21,6 +26,7 @@
 
 #include "controller/job.h"
 #include "controller/machine.h"
+#include "controller/topology.h"
 
 namespace bulwark::controller {
 
@@ -59,16 +65,16 @@ struct BackupPlan {
   std::vector<SlotRoute> slots;  // one per placement slot, same order
 };
 
-// True when a fault that takes out slot `a`'s machine may take out slot
-// `b`'s too. Data-parallel ranks only: the machine is the eviction unit. A
-// later multi-machine unit (a tensor-parallel group, a rack) changes this
-// function and nothing else.
-bool SameEvictionUnit(const Placement& placement, int a, int b);
+// True when a rank of slot `b` shares a `kind` group of more than one rank
+// with a rank of slot `a`. `layout` must describe the placement's world;
+// one that does not (a default Topology) has no groups.
+bool SharesGroup(const Placement& placement, const Topology& layout, int a, int b, GroupKind kind);
 
-// The slot whose machine backs up slot `slot`'s shards: the next slot in
-// ring order outside `slot`'s eviction unit, or -1 when there is none (a
-// one-machine job: its shards are protected only by durable storage).
-int BackupSlotOf(const Placement& placement, int slot);
+// The slot whose machine backs up slot `slot`'s shards: the first slot in
+// ring order after `slot` on another machine, outside `slot`'s PP and DP
+// groups if any is, else outside its PP groups, else any; -1 when there is
+// none (a one-machine job: its shards are protected only by durable storage).
+int BackupSlotOf(const Placement& placement, const Topology& layout, int slot);
 
 // The routes of every slot of `placement`. `shard_addrs` maps a machine to
 // its agent's shard server; `holdings` is what the agents last reported
@@ -79,7 +85,7 @@ int BackupSlotOf(const Placement& placement, int slot);
 // machine id order, so the plan is deterministic. A standby that just
 // replaced a failed machine holds nothing, so its ranks restore from the
 // failed machine's backup peer.
-BackupPlan PlanBackups(const Placement& placement, const std::map<MachineId, std::string>& shard_addrs,
-                       const std::vector<ShardHolding>& holdings);
+BackupPlan PlanBackups(const Placement& placement, const Topology& layout,
+                       const std::map<MachineId, std::string>& shard_addrs, const std::vector<ShardHolding>& holdings);
 
 }  // namespace bulwark::controller

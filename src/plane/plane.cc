@@ -156,7 +156,9 @@ BackupPlan Plane::PlanLocked(const Placement& placement) const {
     if (!a.shard_addr.empty()) addrs[id] = a.shard_addr;
     if (!a.lost_reported) holdings.insert(holdings.end(), a.shards.begin(), a.shards.end());
   }
-  return PlanBackups(placement, addrs, holdings);
+  Topology layout = controller_ ? controller_->state().spec.topology() : Topology{};
+  layout.world = placement.world_size();
+  return PlanBackups(placement, layout, addrs, holdings);
 }
 
 Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Time now) {

@@ -1,6 +1,7 @@
 // The plane's reports for the CLI and for people: status (fleet, job,
 // checkpoints, topology, detectors), incidents and the ledger, as JSON
 // documents the CLI prints as they are (--json) or renders.
+#include <algorithm>
 #include <set>
 
 #include "plane/codec.h"
@@ -84,7 +85,16 @@ json Plane::StatusJson(Time now) {
     std::set<std::vector<int>> seen;
     for (int r = 0; r < topo.world; ++r) {
       ParallelGroup g = topo.GroupOf(k, r);
-      if (g.ranks.size() > 1 && seen.insert(g.ranks).second) groups.push_back({{"kind", GroupKindName(k)}, {"ranks", g.ranks}});
+      if (g.ranks.size() < 2 || !seen.insert(g.ranks).second) continue;
+      // The machines a group spans: what an over-eviction of it removes.
+      std::vector<MachineId> machines;
+      const Placement& p = s.placement;
+      for (int q : g.ranks) {
+        if (p.ranks_per_machine <= 0 || q / p.ranks_per_machine >= static_cast<int>(p.slots.size())) continue;
+        const MachineId& m = p.MachineOf(q);
+        if (std::find(machines.begin(), machines.end(), m) == machines.end()) machines.push_back(m);
+      }
+      groups.push_back({{"kind", GroupKindName(k)}, {"ranks", g.ranks}, {"machines", machines}});
     }
   }
   j["job"]["topology"] = {{"tp", topo.tp}, {"pp", topo.pp}, {"dp", topo.dp()}, {"groups", groups}};

@@ -11,12 +11,13 @@
 #include <map>
 #include <thread>
 
-#include "client/shard_socket.h"
+#include "client/rank_link.h"
 #include "common/checksum.h"
 #include "trainer/adamw.h"
 #include "trainer/checkpoint.h"
 #include "trainer/dist.h"
 #include "trainer/kernels.h"
+#include "trainer/memory_checkpoint.h"
 #include "trainer/model.h"
 #include "trainer/params.h"
 #include "trainer/pipeline_plan.h"
@@ -196,10 +197,6 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
   if (cfg.model.poet.enabled && cfg.pp > 1) {
     return Status::InvalidArgument("--optimizer poet does not support --pp > 1 yet; use --pp 1");
   }
-  if (cfg.memory_ckpt == "on") {
-    return Status::InvalidArgument("--memory-ckpt on is not supported with --pp or --micro-batches; "
-                                   "use disk checkpoints (--ckpt-dir) or --memory-ckpt off");
-  }
   if (!simd::CpuSupported()) return Status::InvalidArgument("bulwark-train needs a CPU with AVX2 and FMA");
   auto precision = ChoosePrecision(cfg.precision, HostCpuBf16());
   if (!precision.ok()) return precision.status();
@@ -237,6 +234,10 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
   Comm& dp = **dp_or;
   const int rank = world.rank();
   Progress progress(cfg.log_format == "json", rank == 0, cfg.log_every);
+  // Step signals to the agent, when one supervises this rank.
+  auto link_or = client::RankLink::FromEnv(rank);
+  if (!link_or.ok()) return link_or.status();
+  std::unique_ptr<client::RankLink> link = std::move(*link_or);
 
   const auto t_rendezvous = Clock::now();
   const auto split = SplitLayers(cfg.model.n_layers, c.pp_size);
@@ -263,12 +264,33 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
       std::fflush(stderr);
     }
   };
-  if (cfg.resume) {
+  // Every-step in-memory checkpoints: a stage's DP group splits its state
+  // into shards; the whole world agrees on the step.
+  auto memory = MemoryCheckpoint::Open(cfg, world, model, store, opt, note, &dp);
+  if (!memory.ok()) return memory.status();
+  MemoryCheckpoint* mem = memory->get();
+  bool restored = false;
+  if (mem != nullptr) {
+    auto outcome = mem->Restore(&st);
+    if (!outcome.ok()) return outcome.status();
+    if (*outcome) {
+      restored = true;
+      const RestoreOutcome& o = **outcome;
+      if (rank == 0) {
+        Progress::Emit({{"event", "restore"}, {"step", o.step}, {"source", o.source}, {"sources", o.sources},
+                        {"newest_step", o.newest_step}, {"ms", o.ms}});
+      }
+      progress.Note("restored step " + std::to_string(o.step) + " from " + o.source + " in " +
+                    std::to_string(static_cast<int>(o.ms)) + " ms");
+    }
+  }
+  if (cfg.resume && !restored) {
     auto loaded = LoadCheckpoint(cfg, world, *model, store, opt, note, c.pp_size);
     if (!loaded.ok()) return loaded.status();
     if (*loaded) {
       st = **loaded;
       progress.Note("resumed from " + cfg.ckpt_dir + " at step " + std::to_string(st.step));
+      if (mem != nullptr) mem->ResumedFromDisk(st.step);
       if (rank == 0) {
         Progress::Emit({{"event", "restore"}, {"step", st.step}, {"source", "disk"}, {"newest_step", st.step},
                         {"ms", Ms(t_init, Clock::now())}});
@@ -289,9 +311,6 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
                   {"shape", cfg.model.ShapeString()}, {"shard_optimizer", cfg.shard_optimizer},
                   {"precision", precision->reason}});
   progress.Note("precision: " + precision->reason);
-  if (cfg.memory_ckpt == "auto" && std::getenv(client::kShardSocketEnv) != nullptr) {
-    note("in-memory checkpoints off: not supported with --pp/--micro-batches yet; disk checkpoints only");
-  }
   progress.Note("pipeline: DP " + std::to_string(c.dp_size) + " x PP " + std::to_string(c.pp_size) + ", " +
                 std::to_string(M) + " micro-batches of " + std::to_string(mb) + "; " + DescribeSplit(split));
 
@@ -336,8 +355,11 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
 
   // --------------------------------------------------------------------------
   // The loop. `st.step` counts completed steps; step s+1 is being computed.
+  double last_fwd_ms = 0, last_ckpt_ms = 0;
   while (st.step < cfg.steps) {
     if (cfg.eval_every > 0 && st.step % cfg.eval_every == 0) {
+      // Not a step: the hang detector gets the phase's own allowance.
+      if (link) link->Phase("eval", std::max(1000.0, 2 * cfg.eval_batches * last_fwd_ms), st.step);
       auto val = evaluate();
       if (!val.ok()) return val.status();
       progress.Eval(st.step, *val);
@@ -387,21 +409,49 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
     // ---- clip, update, re-assemble sharded parameters
     if (cfg.grad_clip > 0 && grad_norm > cfg.grad_clip) store.GradsView().mul_(cfg.grad_clip / (grad_norm + 1e-6));
     const double lr = LearningRate(st.step, cfg.steps, cfg.warmup_steps, cfg.lr, cfg.min_lr_ratio);
+    // The update changes what the background copy of the last step reads.
+    if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->WaitCopied());
     opt.Step(lr, st.step + 1);
     if (cfg.shard_optimizer && c.dp_size > 1) BULWARK_RETURN_IF_ERROR(dp.AllGatherChunks(store.params()));
     st.step += 1;
     st.data_cursor += static_cast<uint64_t>(B) * c.dp_size;
+
+    // ---- in-memory checkpoint: copied during the next step's 1F1B
+    if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->Save(st));
 
     // ---- report: forward/backward are compute plus waits for neighbours
     const auto t_end = Clock::now();
     double ms = Ms(t0, t_end);
     StepReport report{st.step, cfg.steps, st.loss, lr, grad_norm, ms, tokens_per_step * 1000.0 / ms,
                       fwd_ms, bwd_ms, Ms(t_bwd, t_comm) + stage.wait_ms, Ms(t_comm, t_end)};
+    if (mem != nullptr) {
+      report.ckpt_block_ms = mem->TakeBlockedMs();
+      report.ckpt_copy_cpu_ms = mem->TakeCopyCpuMs();
+    }
     progress.Step(report);
+    last_fwd_ms = fwd_ms;
+    if (link) {
+      // Compute is this stage's own work: the waits for its neighbours are
+      // communication (a slow neighbour shows up in its own compute time).
+      client::StepSignal sig;
+      sig.step = st.step;
+      sig.loss = st.loss;
+      sig.grad_norm = grad_norm;
+      sig.local_grad_norm = grad_norm;
+      sig.step_ms = ms;
+      sig.compute_ms = std::max(0.0, fwd_ms + bwd_ms - stage.wait_ms);
+      sig.comm_ms = Ms(t_bwd, t_comm) + stage.wait_ms;
+      sig.local_nonfinite = !std::isfinite(grad_norm) || !std::isfinite(st.loss);
+      sig.observed_ms = WallMs();
+      link->Step(sig);
+    }
 
     // ---- checkpoint
     if (cfg.ckpt_every > 0 && (st.step % cfg.ckpt_every == 0 || st.step == cfg.steps)) {
+      if (link) link->Phase("checkpoint", std::max(1000.0, last_ckpt_ms), st.step);
+      const auto t_ckpt = Clock::now();
       BULWARK_RETURN_IF_ERROR(SaveCheckpoint(cfg, world, *model, store, opt, st, c.pp_size));
+      last_ckpt_ms = Ms(t_ckpt, Clock::now());
     }
     if (cfg.stop_at > 0 && st.step >= cfg.stop_at) break;  // as if preempted
   }

@@ -13,6 +13,14 @@
 
 namespace bulwark::trainer {
 
+// Wall-clock milliseconds since the epoch: what the agent and controller
+// compare a step signal's time with (other machines' clocks, not this
+// process's steady clock).
+inline int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 struct StepReport {
   int64_t step = 0, total = 0;
   double loss = 0, lr = 0, grad_norm = 0;

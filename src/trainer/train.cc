@@ -139,11 +139,6 @@ class AnomalyGuard {
   for (;;) model->Loss(idx, targets);
 }
 
-int64_t WallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 nlohmann::json DiagnosePoet(Transformer& model) {
   nlohmann::json layers = nlohmann::json::array();
   double worst_orth = 0, worst_drift = 0, probe_sum = 0;

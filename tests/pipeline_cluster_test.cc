@@ -1,0 +1,135 @@
+// A pipeline-parallel job (DP 2 x PP 2) on the local cluster: the controller
+// knows its groups, backs each rank up outside its PP and DP groups, and
+// recovers a killed rank and a dead machine from every-step in-memory
+// checkpoints; the job then ends bitwise where a fault-free run ends.
+#include <signal.h>
+
+#include <map>
+#include <set>
+
+#include "support/cluster_fixture.h"
+
+namespace bulwark {
+namespace {
+
+constexpr int kSteps = 240;
+
+class Pipeline : public Cluster {
+ protected:
+  std::vector<std::string> TrainerArgs() const {
+    return {"--config", "tiny", "--data", *data_, "--steps", std::to_string(kSteps), "--log-format", "json",
+            "--threads", "1", "--dist-timeout", "10", "--pp", "2", "--micro-batches", "2", "--eval-every", "0"};
+  }
+
+  // The fault-free reference: four ranks run directly, no agent, no
+  // in-memory checkpoints. Returns rank 0's final checksum.
+  std::string Reference() {
+    const std::string port = std::to_string(testing::FreePort());
+    std::vector<std::string> args = TrainerArgs();
+    args.insert(args.begin(), testing::BinDir() + "/bulwark-train");
+    std::vector<std::unique_ptr<testing::Process>> procs;
+    for (int r = 0; r < 4; ++r) {
+      procs.push_back(std::make_unique<testing::Process>(
+          args, std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"LOCAL_RANK", "0"},
+                                                   {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"},
+                                                   {"MASTER_PORT", port}, {"OMP_NUM_THREADS", "1"}}));
+    }
+    std::string sum;
+    for (int r = 0; r < 4; ++r) {
+      testing::ProcessResult res = procs[r]->Wait();
+      EXPECT_EQ(res.exit_code, 0) << "reference rank " << r << ": " << res.err;
+      json done = json::parse(res.LastLine(), nullptr, false);
+      if (r == 0) sum = done.is_object() ? done.value("param_checksum", "") : "";
+    }
+    return sum;
+  }
+
+  // The newest event of `kind` in rank `rank`'s log on `machine`.
+  json LastEvent(const std::string& machine, int rank, const std::string& kind) {
+    std::ifstream in(dir_ + "/machines/" + machine + "/ranks/rank-" + std::to_string(rank) + ".log");
+    std::string line;
+    json last;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("event", "") == kind) last = j;
+    }
+    return last;
+  }
+
+  json Survive(const std::string& fault, const std::string& machine) {
+    json s = Query("status");
+    const int64_t gen = s["job"]["generation"];
+    const size_t incidents = Query("incidents").size();
+    Inject(fault, machine);
+    WaitFor(fault + " recovered", 60, [&](const json& x) {
+      return x["job"]["generation"] > gen && x["job"]["state"] == "running" && x["job"]["incidents"] > incidents;
+    });
+    Report(fault);
+    json inc = Query("incidents");
+    return inc.empty() ? json() : inc.back();
+  }
+};
+
+TEST_F(Pipeline, GroupsBackupsAndInMemoryRecoveryEndBitwiseLikeAFaultFreeRun) {
+  auto up = Bulwark({"up", "--machines", "4", "--standby", "2"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  {
+    std::ofstream job(root_ + "/job.yaml");
+    job << "name: pipe\nworld_size: 4\nparallel: {pp: 2}\ncheckpoint: {persist_every: 10}\nargs: [";
+    for (const std::string& a : TrainerArgs()) job << "'" << a << "', ";
+    job << "--memory-ckpt, 'on']\nenv: {OMP_NUM_THREADS: '1'}\n";
+  }
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("first steps", 60, [](const json& s) { return s["job"]["last_step"] >= 20; });
+  ASSERT_EQ(s["job"]["placement"], json({"m01", "m02", "m03", "m04"}));
+
+  // rank = dp + 2 * pp: each pipeline spans two machines, each stage's DP
+  // group two others.
+  const json& topo = s["job"]["topology"];
+  EXPECT_EQ(topo["pp"], 2);
+  EXPECT_EQ(topo["dp"], 2);
+  std::set<std::string> groups;
+  for (const json& g : topo["groups"]) groups.insert(g["kind"].get<std::string>() + g["machines"].dump());
+  EXPECT_EQ(groups, (std::set<std::string>{"pp[\"m01\",\"m03\"]", "pp[\"m02\",\"m04\"]", "dp[\"m01\",\"m02\"]",
+                                           "dp[\"m03\",\"m04\"]"}))
+      << topo.dump();
+  // Each machine's backups lie outside both of its groups: the diagonal.
+  std::map<std::string, std::string> peer;
+  for (const json& p : s["job"]["checkpoints"]["backup_peers"]) peer[p["machine"]] = p["backup_machine"];
+  EXPECT_EQ(peer, (std::map<std::string, std::string>{{"m01", "m04"}, {"m02", "m03"}, {"m03", "m02"}, {"m04", "m01"}}));
+
+  // A killed rank of the last stage: reattempt in place, every stage
+  // restores the same step from memory.
+  json inc = Survive("kill", "m03");
+  EXPECT_EQ(inc.value("resolution", ""), "reattempt") << inc.dump();
+  EXPECT_LE(inc.value("lost_steps", int64_t{99}), 1) << inc.dump();
+  json r = LastEvent("m01", 0, "restore");
+  EXPECT_EQ(r.value("source", ""), "memory") << r.dump();
+  EXPECT_EQ(r["sources"].size(), 4u) << r.dump();
+
+  // A dead first-stage machine: the standby takes its slot and its rank
+  // restores from the backup on m03, outside its pipeline and its stage.
+  const int64_t before = Query("status")["job"]["last_step"];
+  WaitFor("steps after the restart", 30, [&](const json& x) { return x["job"]["last_step"] > before + 15; });
+  inc = Survive("machine-down", "m02");
+  EXPECT_EQ(inc.value("resolution", ""), "evicted_and_replaced") << inc.dump();
+  EXPECT_LE(inc.value("lost_steps", int64_t{99}), 1) << inc.dump();
+  s = Query("status");
+  EXPECT_EQ(s["job"]["placement"], json({"m01", "m05", "m03", "m04"}));
+  r = LastEvent("m01", 0, "restore");
+  EXPECT_EQ(r.value("source", ""), "peer") << r.dump();
+  EXPECT_EQ(r["sources"][1], "peer") << "rank 1 (on the standby) restores from m03's backup: " << r.dump();
+
+  // The job completes where a run without faults completes.
+  WaitFor("job completed", 120, [](const json& x) { return x["job"]["state"] == "completed"; });
+  json done = LastEvent("m01", 0, "done");
+  ASSERT_TRUE(done.is_object());
+  EXPECT_EQ(done["step"], kSteps);
+  const std::string reference = Reference();
+  ASSERT_FALSE(reference.empty());
+  EXPECT_EQ(done["param_checksum"], reference) << "the recovered run diverged from the fault-free one";
+}
+
+}  // namespace
+}  // namespace bulwark
