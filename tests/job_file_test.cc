@@ -68,7 +68,9 @@ TEST(JobFile, ParallelLayoutIsReadAndCheckedAgainstTheWorld) {
            {"parallel: {pp: 2, dp: 4}\n", "must equal world_size 4"},
            {"parallel: {ep: 2}\n", "known: tp, pp, dp"},
            {"parallel: {pp: 0}\n", "parallel.pp"},
-           {"parallel: 2\n", "expected a mapping"}}) {
+           {"parallel: 2\n", "expected a mapping"},
+           {"args: [--pp, '2']\n", "the args say --pp 2 but the job declares pp 1"},
+           {"parallel: {pp: 2}\nargs: [--pp, '4']\n", "add 'parallel: {pp: 4}'"}}) {
     auto bad = cli::ParseJobFile("name: pp\nworld_size: 4\n" + text, "job.yaml", "/bin/bulwark-train");
     ASSERT_FALSE(bad.ok()) << text;
     EXPECT_NE(bad.status().message().find(hint), std::string::npos) << bad.status().message();

@@ -155,6 +155,16 @@ Result<JobFile> ParseJobFile(const std::string& text, const std::string& source,
                                                    std::to_string(job.world_size) + "; leave dp out to derive it");
     }
   }
+  // bulwark-train's own --pp must say what the controller is told: the
+  // stack analyzer, fail-slow cohorts and backup peers follow `parallel`.
+  for (size_t i = 0; i + 1 < job.argv.size(); ++i) {
+    if (job.argv[i] != "--pp") continue;
+    if (job.argv[i + 1] != std::to_string(job.pp)) {
+      return FieldError(source, "parallel.pp", "the args say --pp " + job.argv[i + 1] + " but the job declares pp " +
+                                                   std::to_string(job.pp) + "; add 'parallel: {pp: " + job.argv[i + 1] +
+                                                   "}' or make them agree");
+    }
+  }
   return job;
 }
 
