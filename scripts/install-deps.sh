@@ -18,6 +18,8 @@ packages=(
   # eu-stack (gdb as the fallback) for the agent's on-demand stack capture.
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libsqlite3-dev
   libyaml-cpp-dev elfutils gdb
+  # HMAC-SHA256 for the agents' authenticated shard transfers.
+  libssl-dev
 )
 if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
   # The Python reference for bench/trainer_throughput.

@@ -9,9 +9,12 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <thread>
 
+#include "agent/shard_auth.h"
 #include "agent/shard_store.h"
+#include "agent/shard_transfer.h"
 #include "client/restore_point.h"
 #include "client/shard_client.h"
 #include "client/shard_image.h"
@@ -130,7 +133,10 @@ class Stores : public ::testing::Test {
     dir_ = testing::MakeTempDir();
     durable_ = dir_ + "/durable";
     for (const char* m : {"a", "b", "c"}) {
-      auto s = agent::ShardStore::Start(m, dir_ + "/" + m + ".sock", "127.0.0.1", [](const std::string&) {});
+      auto s = agent::ShardStore::Start(m, dir_ + "/" + m + ".sock", "127.0.0.1", kToken, [this, name = std::string(m)](const std::string& l) {
+        std::lock_guard<std::mutex> lock(log_mu_);
+        logs_[name] += l + "\n";
+      });
       ASSERT_TRUE(s.ok()) << s.status().ToString();
       stores_[m] = std::move(*s);
     }
@@ -142,15 +148,25 @@ class Stores : public ::testing::Test {
   }
   std::vector<float> StateAt(int64_t step) { return std::vector<float>(50000, static_cast<float>(step)); }
 
+  // Rank 1 of the job runs on b: what tells b's store the job's world and
+  // shard size, which bound the images it accepts from peers.
+  void StartPeerRank() {
+    auto p = ShardClient::Connect(dir_ + "/b.sock", 1, 2);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE((*p)->OpenRegion(client::ShardImageSize(Sections(StateAt(0), "x"), 4096)).ok());
+    peer_rank_ = std::move(*p);
+  }
+
   // Rank 0 on machine a saves steps 1..n, backing up to b, persisting every 2.
   void Train(int n) {
+    StartPeerRank();
     agent::ShardRoutes routes;
     routes.backup_machine = "b";
     routes.backup_addr = stores_["b"]->addr();
     routes.durable_dir = durable_;
     routes.persist_every = 2;
     stores_["a"]->SetRoutes(routes, {0});
-    auto c = ShardClient::Connect(dir_ + "/a.sock", 0, 1);
+    auto c = ShardClient::Connect(dir_ + "/a.sock", 0, 2);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     auto copies = (*c)->Copies();
     ASSERT_TRUE(copies.ok());
@@ -160,7 +176,7 @@ class Stores : public ::testing::Test {
     for (int step = 1; step <= n; ++step) {
       ASSERT_TRUE((*c)->WaitCopied().ok());  // before the "update"
       params = StateAt(step);
-      ASSERT_TRUE((*c)->BeginSave({step, 0, 1}, "{\"step\":" + std::to_string(step) + "}", Sections(params, "x")).ok());
+      ASSERT_TRUE((*c)->BeginSave({step, 0, 2}, "{\"step\":" + std::to_string(step) + "}", Sections(params, "x")).ok());
     }
     ASSERT_TRUE((*c)->WaitCopied().ok());
     ASSERT_TRUE(Eventually([&] { return Holds("b", 0, true) == n; })) << "backup never reached b";
@@ -169,7 +185,14 @@ class Stores : public ::testing::Test {
 
   std::string dir_, durable_;
   std::map<std::string, std::unique_ptr<agent::ShardStore>> stores_;
-  std::unique_ptr<ShardClient> client_;
+  std::unique_ptr<ShardClient> client_, peer_rank_;
+  std::string Log(const std::string& m) {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    return logs_[m];
+  }
+  std::mutex log_mu_;
+  std::map<std::string, std::string> logs_;
+  static constexpr const char* kToken = "cluster-token-for-tests";
 };
 
 TEST_F(Stores, KeepBackupAndDurableCopiesAndOfferThemAtRestore) {
@@ -182,7 +205,7 @@ TEST_F(Stores, KeepBackupAndDurableCopiesAndOfferThemAtRestore) {
   // Restart in place on a: memory first, newest first, then durable.
   {
     stores_["a"]->SetRoutes({"b", stores_["b"]->addr(), {{0, "b", stores_["b"]->addr()}}, durable_, 2}, {0});
-    auto c = ShardClient::Connect(dir_ + "/a.sock", 0, 1);
+    auto c = ShardClient::Connect(dir_ + "/a.sock", 0, 2);
     ASSERT_TRUE(c.ok());
     auto copies = (*c)->Copies();
     ASSERT_TRUE(copies.ok()) << copies.status().ToString();
@@ -201,7 +224,7 @@ TEST_F(Stores, KeepBackupAndDurableCopiesAndOfferThemAtRestore) {
   // a is gone; c replaces it and restores from b's backup.
   stores_.erase("a");
   stores_["c"]->SetRoutes({"b", stores_["b"]->addr(), {{0, "b", stores_["b"]->addr()}}, durable_, 2}, {0});
-  auto c = ShardClient::Connect(dir_ + "/c.sock", 0, 1);
+  auto c = ShardClient::Connect(dir_ + "/c.sock", 0, 2);
   ASSERT_TRUE(c.ok());
   auto copies = (*c)->Copies();
   ASSERT_TRUE(copies.ok());
@@ -218,7 +241,7 @@ TEST_F(Stores, CorruptMemoryCopyIsDetectedAndOthersRemain) {
   ASSERT_EQ(stores_["a"]->Corrupt(0), std::optional<int64_t>(3));
   client_.reset();
   stores_["a"]->SetRoutes({"b", stores_["b"]->addr(), {{0, "b", stores_["b"]->addr()}}, durable_, 2}, {0});
-  auto c = ShardClient::Connect(dir_ + "/a.sock", 0, 1);
+  auto c = ShardClient::Connect(dir_ + "/a.sock", 0, 2);
   ASSERT_TRUE(c.ok());
   auto copies = (*c)->Copies();
   ASSERT_TRUE(copies.ok());
@@ -238,7 +261,7 @@ TEST_F(Stores, UnreachablePeerCostsNothingButItsCopy) {
   routes.restore_from = {{0, "gone", "127.0.0.1:1"}};
   routes.durable_dir = durable_;
   stores_["c"]->SetRoutes(routes, {0});
-  auto c = ShardClient::Connect(dir_ + "/c.sock", 0, 1);
+  auto c = ShardClient::Connect(dir_ + "/c.sock", 0, 2);
   ASSERT_TRUE(c.ok());
   auto copies = (*c)->Copies();
   ASSERT_TRUE(copies.ok()) << copies.status().ToString();
@@ -246,14 +269,92 @@ TEST_F(Stores, UnreachablePeerCostsNothingButItsCopy) {
   EXPECT_FALSE(ShardClient::Connect(dir_ + "/nobody.sock", 0, 1).ok());
 }
 
+// The shard protocol is authenticated and bounded: a connection that cannot
+// prove it holds the cluster token gets nothing, and an authenticated one
+// can push only images the job's shard layout allows.
+TEST_F(Stores, PeersWithoutTheTokenAndImplausibleImagesAreRefusedAndLogged) {
+  StartPeerRank();  // b runs rank 1 of 2 with shards of this size
+  const size_t shard = client::ShardImageSize(Sections(StateAt(0), "x"), 4096);
+  const std::string b = stores_["b"]->addr();
+  auto dial = [&] {
+    auto fd = agent::DialTcp(b, 5);
+    EXPECT_TRUE(fd.ok()) << fd.status().ToString();
+    return fd.ok() ? *fd : -1;
+  };
+  auto refused = [&] { return stores_["b"]->Stats().refused; };
+
+  // 1. No token: a request straight away is not an AUTH line.
+  int fd = dial();
+  const std::string fetch = "FETCH 0\n";
+  ASSERT_TRUE(agent::SendAll(fd, fetch.data(), fetch.size()).ok());
+  auto hello = agent::RecvLine(fd);
+  ASSERT_TRUE(hello.ok());
+  EXPECT_EQ(hello->rfind("HELLO ", 0), 0u) << *hello;
+  auto answer = agent::RecvLine(fd);
+  ASSERT_TRUE(answer.ok());
+  EXPECT_EQ(answer->rfind("DENIED", 0), 0u) << *answer;
+  ::close(fd);
+  EXPECT_TRUE(Eventually([&] { return refused() == 1; }));
+
+  // 2. A wrong token: refused, and the client learns it was refused.
+  fd = dial();
+  Status st = agent::AuthenticateToPeer(fd, "not-the-token");
+  EXPECT_EQ(st.code(), Status::Code::kPermissionDenied) << st.ToString();
+  EXPECT_NE(st.message().find("wrong cluster token"), std::string::npos) << st.ToString();
+  ::close(fd);
+  EXPECT_TRUE(Eventually([&] { return refused() == 2; }));
+  EXPECT_TRUE(Eventually([&] { return Log("b").find("refused a shard connection from 127.0.0.1:") != std::string::npos; })) << Log("b");
+
+  // 3. The right token, but an image far larger than any shard of this job.
+  auto push = [&](int rank, uint64_t bytes, const client::ShardHeader* header) -> std::string {
+    int c = dial();
+    Status a = agent::AuthenticateToPeer(c, kToken);
+    EXPECT_TRUE(a.ok()) << a.ToString();
+    const std::string head = "PUSH " + std::to_string(rank) + " 7 " + std::to_string(bytes) + "\n";
+    EXPECT_TRUE(agent::SendAll(c, head.data(), head.size()).ok());
+    if (header != nullptr) (void)agent::SendAll(c, header, sizeof *header);
+    auto r = agent::RecvLine(c);
+    ::close(c);
+    return r.ok() ? *r : "(closed)";
+  };
+  EXPECT_EQ(push(0, uint64_t{40} << 30, nullptr), "REFUSED") << "40 GiB must not be allocated";
+  EXPECT_TRUE(Eventually([&] { return Log("b").find("exceeds 8x this job's largest local shard") != std::string::npos; })) << Log("b");
+  // 4. A rank the job does not have.
+  EXPECT_EQ(push(5, shard, nullptr), "REFUSED");
+  EXPECT_TRUE(Eventually([&] { return Log("b").find("rank 5 is not in this job of 2 ranks") != std::string::npos; })) << Log("b");
+  // 5. An image whose header names another job (world of 3) than the request.
+  client::ShardHeader h{};
+  h.rank = 0;
+  h.world_size = 3;
+  h.payload_bytes = 16;
+  EXPECT_EQ(push(0, shard, &h), "(closed)");
+  EXPECT_TRUE(Eventually([&] { return Log("b").find("its header names rank 0 of 3") != std::string::npos; })) << Log("b");
+  EXPECT_TRUE(Eventually([&] { return refused() == 5; })) << refused();
+  EXPECT_EQ(Holds("b", 0, true), -1) << "nothing refused became a restore candidate";
+
+  // A store of another cluster (another token) cannot prove itself to us.
+  auto other = agent::ShardStore::Start("x", dir_ + "/x.sock", "127.0.0.1", "another-cluster", [](const std::string&) {});
+  ASSERT_TRUE(other.ok());
+  auto xfd = agent::DialTcp((*other)->addr(), 5);
+  ASSERT_TRUE(xfd.ok());
+  EXPECT_EQ(agent::AuthenticateToPeer(*xfd, kToken).code(), Status::Code::kPermissionDenied);
+  ::close(*xfd);
+  // The proof depends on the token and the nonce, and is never the token.
+  EXPECT_NE(agent::ShardProof("a", "client", "n1"), agent::ShardProof("b", "client", "n1"));
+  EXPECT_NE(agent::ShardProof("a", "client", "n1"), agent::ShardProof("a", "client", "n2"));
+  EXPECT_EQ(agent::ShardProof("a", "client", "n1").find('a'), agent::ShardProof("a", "client", "n1").find('a'));
+  EXPECT_EQ(agent::ShardStore::Start("y", dir_ + "/y.sock", "127.0.0.1", "", [](const std::string&) {}).status().code(),
+            Status::Code::kInvalidArgument);
+}
+
 // An agent that exits removes only the socket it bound: a successor
 // started on the same machine directory keeps its own, and its ranks can
 // still reach it.
 TEST(ShardStoreSocket, AnExitingStoreLeavesItsSuccessorsSocket) {
   const std::string path = testing::MakeTempDir() + "/shards.sock";
-  auto first = agent::ShardStore::Start("m01", path, "127.0.0.1", [](const std::string&) {});
+  auto first = agent::ShardStore::Start("m01", path, "127.0.0.1", "t0ken", [](const std::string&) {});
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  auto second = agent::ShardStore::Start("m01", path, "127.0.0.1", [](const std::string&) {});
+  auto second = agent::ShardStore::Start("m01", path, "127.0.0.1", "t0ken", [](const std::string&) {});
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   first->reset();
   Result<int> fd = client::ConnectShardSocket(path);

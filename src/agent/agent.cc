@@ -583,7 +583,7 @@ Status RunAgent(const AgentOptions& options) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
   Log("machine " + options.machine + " up with " + std::to_string(sigs->size()) + " error signatures");
-  auto shards = ShardStore::Start(options.machine, layout.machine(options.machine) + "/shards.sock", "127.0.0.1",
+  auto shards = ShardStore::Start(options.machine, layout.machine(options.machine) + "/shards.sock", "127.0.0.1", *token,
                                  [](const std::string& line) { Log("shards: " + line); });
   if (!shards.ok()) return shards.status();
   auto links = RankLinkServer::Start(layout.machine(options.machine) + "/ranks.sock",

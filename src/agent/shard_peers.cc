@@ -8,6 +8,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include "agent/shard_auth.h"
 #include "agent/shard_store_impl.h"
 #include "agent/shard_transfer.h"
 #include "client/shard_client.h"
@@ -19,12 +23,28 @@ namespace bulwark::agent {
 using client::ShardHeader;
 using client::ShardRegion;
 
+namespace {
+// "127.0.0.1:40312", for refusal logs.
+std::string PeerName(int fd) {
+  sockaddr_in a{};
+  socklen_t n = sizeof a;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &n) != 0 || a.sin_family != AF_INET) return "an unknown peer";
+  char ip[INET_ADDRSTRLEN] = {0};
+  ::inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+  return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
+}
+}  // namespace
+
 Status ShardStore::Impl::PushOnce(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes) {
   if (push_fd_ < 0 || push_to_ != addr) {
     if (push_fd_ >= 0) ::close(push_fd_);
     push_fd_ = -1;
     auto fd = DialTcp(addr, kTransferTimeoutS);
     if (!fd.ok()) return fd.status();
+    if (Status a = AuthenticateToPeer(*fd, token_); !a.ok()) {
+      ::close(*fd);
+      return a.Annotate("backup peer " + addr);
+    }
     push_fd_ = *fd;
     push_to_ = addr;
   }
@@ -75,6 +95,15 @@ void ShardStore::Impl::TcpLoop() {
 // Requests on one connection until the peer closes it or the store stops.
 void ShardStore::Impl::ServeConnection(int c) {
   client::LowerThreadPriority();
+  if (Status a = AcceptPeer(c, token_); !a.ok()) {
+    log_("refused a shard connection from " + PeerName(c) + ": " + a.message());
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.refused;
+    --serving_;
+    served_.notify_all();
+    ::close(c);
+    return;
+  }
   while (!stopping_) {
     pollfd p{c, POLLIN, 0};
     int r = ::poll(&p, 1, 500);
@@ -104,12 +133,32 @@ Status ShardStore::Impl::Serve(int c) {
 
 // Receives into the older of the rank's two backup slots; the header goes
 // in last, so a transfer cut short never looks like a complete image.
+Status ShardStore::Impl::AdmitPush(int rank, uint64_t bytes) {
+  if (world_size_ <= 0) return Status::FailedPrecondition("no rank of a job runs here yet: nothing to back up for");
+  if (rank < 0 || rank >= world_size_) {
+    return Status::InvalidArgument("rank " + std::to_string(rank) + " is not in this job of " +
+                                   std::to_string(world_size_) + " ranks");
+  }
+  if (bytes < sizeof(ShardHeader) || bytes > kMaxImageRatio * largest_local_) {
+    return Status::InvalidArgument("an image of " + std::to_string(bytes) + " bytes for rank " + std::to_string(rank) +
+                                   " exceeds " + std::to_string(kMaxImageRatio) + "x this job's largest local shard (" +
+                                   std::to_string(largest_local_) + " bytes)");
+  }
+  return Status::OK();
+}
+
 Status ShardStore::Impl::Receive(int c, int rank, uint64_t bytes) {
-  if (bytes < sizeof(ShardHeader) || bytes > (uint64_t{64} << 30)) return Status::InvalidArgument("implausible shard size");
   RegionPtr region;
   int slot = 0;
+  int world = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    world = world_size_;
+    if (Status ok = AdmitPush(rank, bytes); !ok.ok()) {
+      ++stats_.refused;
+      (void)SendAll(c, "REFUSED\n", 8);
+      return ok.Annotate("refused a pushed image");
+    }
     RegionPtr& r = backups_[rank];
     if (!r || r->slot_capacity() < bytes) {
       auto made = ShardRegion::Create("bulwark-backup-rank-" + std::to_string(rank), bytes, 2);
@@ -124,6 +173,15 @@ Status ShardStore::Impl::Receive(int c, int rank, uint64_t bytes) {
   ShardHeader header;
   std::memset(dst, 0, sizeof header);  // unsealed while receiving
   BULWARK_RETURN_IF_ERROR(RecvAll(c, &header, sizeof header));
+  // The image must be what the request line said: the rank and job it names.
+  if (header.rank != rank || header.world_size != world || header.payload_bytes + sizeof header > bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.refused;
+    return Status::InvalidArgument("refused a pushed image: its header names rank " + std::to_string(header.rank) +
+                                   " of " + std::to_string(header.world_size) + " with " +
+                                   std::to_string(header.payload_bytes) + " payload bytes; the request said rank " +
+                                   std::to_string(rank) + " in " + std::to_string(bytes) + " bytes");
+  }
   BULWARK_RETURN_IF_ERROR(RecvAll(c, dst + sizeof header, bytes - sizeof header));
   uint64_t seal = header.header_checksum;
   header.header_checksum = 0;
@@ -171,6 +229,10 @@ Status ShardStore::Impl::SendCopies(int c, int rank) {
 Result<RegionPtr> ShardStore::Impl::Fetch(const ShardRoutes::Source& source) {
   auto fd = DialTcp(source.addr, kTransferTimeoutS);
   if (!fd.ok()) return fd.status();
+  if (Status a = AuthenticateToPeer(*fd, token_); !a.ok()) {
+    ::close(*fd);
+    return a.Annotate("shard holder " + source.addr);
+  }
   std::string req = "FETCH " + std::to_string(source.rank) + "\n";
   std::vector<std::string> images;
   Status st = SendAll(*fd, req.data(), req.size());

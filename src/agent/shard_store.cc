@@ -116,6 +116,8 @@ void ShardStore::Impl::Handle(int64_t conn, int sock, const std::string& msg, in
     if (p.current && !p.current->SealedSlots().empty()) p.previous = p.current;
     p.current = std::make_shared<ShardRegion>(std::move(*region));
     p.peer_writes = peer_writes;
+    world_size_ = std::atoi(w[2].c_str());
+    largest_local_ = std::max(largest_local_, p.current->slot_capacity());
     owner_[conn] = rank;
     (void)client::SendShardMessage(sock, "OK");
   } else if (w.size() == 3 && w[0] == "SAVED") {
@@ -242,10 +244,12 @@ void ShardStore::Impl::Prune(const std::string& dir, int rank) {
 }
 
 Result<std::unique_ptr<ShardStore>> ShardStore::Start(const std::string& machine, const std::string& socket_path,
-                                                      const std::string& host,
+                                                      const std::string& host, const std::string& token,
                                                       std::function<void(const std::string&)> log) {
+  if (token.empty()) return Status::InvalidArgument("the shard store needs the cluster token to authenticate peers");
   auto impl = std::make_unique<Impl>();
   impl->machine_ = machine;
+  impl->token_ = token;
   impl->socket_path_ = socket_path;
   impl->host_ = host;
   impl->log_ = std::move(log);

@@ -50,15 +50,18 @@ struct ShardHolding {
 // What the store did lately, for the agent's log and the benchmarks.
 struct ShardStats {
   int64_t pushed = 0, persisted = 0, superseded = 0, push_failures = 0;
+  int64_t refused = 0;  // peer connections or pushed images refused (shard_auth.h, size and rank checks)
   double last_push_ms = 0, last_persist_ms = 0, last_fetch_ms = 0;
 };
 
 class ShardStore {
  public:
   // Listens on the Unix socket `socket_path` for ranks and on an ephemeral
-  // TCP port of `host` for peers. `log` receives one line per notable thing.
+  // TCP port of `host` for peers, who must prove they hold the cluster
+  // `token` (shard_auth.h) before anything else. `log` receives one line
+  // per notable thing, refusals included.
   static Result<std::unique_ptr<ShardStore>> Start(const std::string& machine, const std::string& socket_path,
-                                                   const std::string& host,
+                                                   const std::string& host, const std::string& token,
                                                    std::function<void(const std::string&)> log);
   ~ShardStore();
 

@@ -35,7 +35,7 @@ inline double MsSince(Clock::time_point t) {
 
 class ShardStore::Impl {
  public:
-  std::string machine_, socket_path_, host_;
+  std::string machine_, socket_path_, host_, token_;
   ino_t socket_ino_ = 0;  // the inode of the socket file it bound
   std::function<void(const std::string&)> log_;
   int unix_fd_ = -1, tcp_fd_ = -1, tcp_port_ = 0;
@@ -59,6 +59,13 @@ class ShardStore::Impl {
     bool push;
   };
   std::map<int, Primary> primaries_;
+  // The job as this machine's ranks described it (REGION): pushed images
+  // must name a rank of this world and be no larger than kMaxImageRatio x
+  // the largest shard a local rank writes (shards of one job differ by
+  // their pipeline stage's share, not by orders of magnitude).
+  int world_size_ = 0;
+  size_t largest_local_ = 0;
+  static constexpr size_t kMaxImageRatio = 8;
   std::map<int, RegionPtr> backups_;
   std::map<int, std::vector<Fetched>> fetched_;
   ShardRoutes routes_;
@@ -110,6 +117,8 @@ class ShardStore::Impl {
   // Receives into the older of the rank's two backup slots; the header goes
   // in last, so a transfer cut short never looks like a complete image.
   Status Receive(int c, int rank, uint64_t bytes);
+  // Why a pushed image of `bytes` for `rank` is refused; OK when allowed.
+  Status AdmitPush(int rank, uint64_t bytes);
   Status SendCopies(int c, int rank);
 
   // Pulls every copy `source` holds of its rank into a fresh region.

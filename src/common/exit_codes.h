@@ -18,6 +18,7 @@ inline int ExitCodeFor(const Status& s) {
     case Status::Code::kInvalidArgument:
     case Status::Code::kNotFound:
     case Status::Code::kFailedPrecondition:
+    case Status::Code::kPermissionDenied:
     case Status::Code::kCorrupt: return kExitUsage;
     case Status::Code::kUnavailable: return kExitPeerLost;
     case Status::Code::kIOError: return kExitIO;

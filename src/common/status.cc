@@ -12,6 +12,7 @@ const char* CodeName(Status::Code code) {
     case Status::Code::kFailedPrecondition: return "failed precondition";
     case Status::Code::kUnavailable: return "unavailable";
     case Status::Code::kInternal: return "internal error";
+    case Status::Code::kPermissionDenied: return "permission denied";
   }
   return "unknown";
 }

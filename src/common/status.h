@@ -23,6 +23,7 @@ class Status {
     kFailedPrecondition, // valid input that does not fit the current state
     kUnavailable,        // a peer is gone or timed out; may succeed on retry
     kInternal,           // a bug in bulwark
+    kPermissionDenied,   // the caller could not prove it may do this (no or a wrong token)
   };
 
   Status() = default;
@@ -34,6 +35,7 @@ class Status {
   static Status FailedPrecondition(std::string m) { return Status(Code::kFailedPrecondition, std::move(m)); }
   static Status Unavailable(std::string m) { return Status(Code::kUnavailable, std::move(m)); }
   static Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
+  static Status PermissionDenied(std::string m) { return Status(Code::kPermissionDenied, std::move(m)); }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }

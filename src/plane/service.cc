@@ -33,6 +33,7 @@ grpc::Status ToGrpc(const Status& s) {
     case Status::Code::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
     case Status::Code::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
     case Status::Code::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case Status::Code::kPermissionDenied: code = grpc::StatusCode::UNAUTHENTICATED; break;
     default: break;
   }
   return grpc::Status(code, s.message());
