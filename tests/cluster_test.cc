@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <functional>
 #include <set>
 #include <thread>
@@ -321,15 +322,74 @@ TEST_F(Cluster, CallsWithoutTheTokenAreRefusedAndLogged) {
   std::string addr;
   addr_file >> addr;
   auto stub = wire::AgentService::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  auto control = wire::ControlService::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  // Every call that changes something, without a token and with a wrong one.
   for (const char* token : {"", "not-the-token"}) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    if (*token) ctx.AddMetadata("x-bulwark-token", token);
-    wire::RegisterRequest req;
-    req.set_machine("intruder");
-    wire::RegisterReply reply;
-    grpc::Status g = stub->Register(&ctx, req, &reply);
-    EXPECT_EQ(g.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token;
+    auto context = [&](grpc::ClientContext& ctx) {
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      if (*token) ctx.AddMetadata("x-bulwark-token", token);
+    };
+    std::map<std::string, grpc::Status> got;
+    {
+      grpc::ClientContext ctx;
+      context(ctx);
+      wire::RegisterRequest req;
+      req.set_machine("intruder");
+      wire::RegisterReply reply;
+      got["Register"] = stub->Register(&ctx, req, &reply);
+    }
+    {
+      grpc::ClientContext ctx;
+      context(ctx);
+      wire::ReportRequest req;
+      req.set_machine("m01");
+      wire::ReportReply reply;
+      got["Report"] = stub->Report(&ctx, req, &reply);
+    }
+    {
+      grpc::ClientContext ctx;
+      context(ctx);
+      wire::StacksRequest req;
+      req.set_machine("m01");
+      wire::StacksReply reply;
+      got["UploadStacks"] = stub->UploadStacks(&ctx, req, &reply);
+    }
+    {
+      grpc::ClientContext ctx;
+      context(ctx);
+      wire::CommandStreamRequest req;
+      req.set_machine("m01");
+      auto reader = stub->Commands(&ctx, req);
+      wire::Command c;
+      EXPECT_FALSE(reader->Read(&c)) << "a command reached a caller without the token";
+      got["Commands"] = reader->Finish();
+    }
+    {
+      grpc::ClientContext ctx;
+      context(ctx);
+      wire::SubmitRequest req;
+      wire::SubmitReply reply;
+      got["Submit"] = control->Submit(&ctx, req, &reply);
+    }
+    {
+      grpc::ClientContext ctx;
+      context(ctx);
+      wire::InjectRequest req;
+      req.set_machine("m01");
+      wire::InjectReply reply;
+      got["Inject"] = control->Inject(&ctx, req, &reply);
+    }
+    {
+      grpc::ClientContext ctx;
+      context(ctx);
+      wire::ReturnMachineRequest req;
+      req.set_machine("m01");
+      wire::ReturnMachineReply reply;
+      got["ReturnMachine"] = control->ReturnMachine(&ctx, req, &reply);
+    }
+    for (const auto& [call, g] : got) {
+      EXPECT_EQ(g.error_code(), grpc::StatusCode::UNAUTHENTICATED) << call << " with token '" << token << "': " << g.error_message();
+    }
   }
   // A CLI without the token (another directory with only the address) may
   // read but not act.
@@ -344,9 +404,13 @@ TEST_F(Cluster, CallsWithoutTheTokenAreRefusedAndLogged) {
 
   std::ifstream log(dir_ + "/controller.log");
   std::string text((std::istreambuf_iterator<char>(log)), {});
-  EXPECT_NE(text.find("refused Register"), std::string::npos) << text;
-  EXPECT_NE(text.find("refused Inject"), std::string::npos) << text;
-  EXPECT_EQ(Query("status")["machines"].size(), 1u) << "the intruder must not be registered";
+  for (const char* call : {"Register", "Report", "UploadStacks", "Commands", "Submit", "Inject", "ReturnMachine"}) {
+    EXPECT_NE(text.find(std::string("refused ") + call), std::string::npos) << call << "\n" << text;
+  }
+  json after = Query("status");
+  EXPECT_EQ(after["machines"].size(), 1u) << "the intruder must not be registered";
+  EXPECT_TRUE(after["job"].is_null()) << "nothing was submitted: " << after.dump();
+  EXPECT_TRUE(Query("incidents").empty()) << "nothing was injected or reported";
 }
 
 TEST_F(Cluster, RestartWithoutDatabaseIsAClearError) {
