@@ -80,6 +80,11 @@ Status SimCmd(const std::map<std::string, std::string>& flags) {
       return Status::InvalidArgument(std::string("--") + k + ": expected a number, got '" + flags.at(k) + "'");
     }
   }
+  // A pipeline depth the user did not ask for follows the GPU count.
+  if (!overrides.contains("pp") && overrides.contains("gpus") && overrides["gpus"].is_number()) {
+    base.gpus = static_cast<int>(overrides["gpus"].get<double>());
+    sim::FitPipeline(base);
+  }
   Result<sim::SimConfig> config = sim::ConfigFromJson(overrides, base);
   if (!config.ok()) return config.status().Annotate("sim");
 

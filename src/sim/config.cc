@@ -167,6 +167,11 @@ Result<SimConfig> ConfigFromJson(const json& j, SimConfig c) {
   return c;
 }
 
+void FitPipeline(SimConfig& c) {
+  if (c.tp <= 0 || c.pp <= 0 || c.gpus <= 0 || c.gpus % c.tp != 0) return;
+  while (c.pp > 1 && c.gpus % (c.tp * c.pp) != 0) --c.pp;
+}
+
 Status Validate(const SimConfig& c) {
   if (c.gpus_per_machine <= 0) return Bad("gpus_per_machine", "must be > 0 (8 for an HGX machine)");
   if (c.gpus <= 0 || c.machines() <= 0) {

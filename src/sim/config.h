@@ -163,6 +163,9 @@ struct SimConfig {
 // defaults. InvalidArgument with one line naming the field and the fix:
 // "faults.gpu: rate -1 is negative; give a rate >= 0 per machine-day".
 Result<SimConfig> ConfigFromJson(const nlohmann::json& j, SimConfig base = {});
+// When tp x pp does not divide the GPUs, lowers pp to the largest divisor
+// that fits (10,000 GPUs: PP 10), so --gpus alone gives a valid layout.
+void FitPipeline(SimConfig& c);
 // Checks ranges; the same one-line errors.
 Status Validate(const SimConfig& c);
 // Every value, for the run record.

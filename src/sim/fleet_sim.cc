@@ -55,6 +55,7 @@ class FleetSim {
     bool broken = false;
     bool evicted = false;
     FaultClass fault = FaultClass::kGpu;
+    int slot = -1;  // the slot the latest restart gave it
   };
   int NewMachine();
   static std::string IdOf(int index);
@@ -92,6 +93,7 @@ class FleetSim {
 
   std::vector<MachineSim> machines_;
   std::vector<int> slots_;  // slot -> machine index, from the latest RestartAll
+  std::vector<MachineId> placed_;  // the same, as the controller names them
   int in_flight_ = 0;       // standbys requested and not yet arrived
 
   int64_t gen_ = 0;
@@ -282,7 +284,7 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
         MachineSim& m = machines_[IndexOf(a.machine)];
         m.evicted = true;
         // Its ranks are gone: the job makes no progress until a restart.
-        if (std::find(slots_.begin(), slots_.end(), IndexOf(a.machine)) != slots_.end()) stalled_ = true;
+        if (m.slot >= 0 && slots_[m.slot] == IndexOf(a.machine)) stalled_ = true;
         ++s.evicted;
         if (!m.broken) ++s.healthy_evicted;
         const bool returned = std::find(c_.returned_classes.begin(), c_.returned_classes.end(), m.fault) !=
@@ -332,8 +334,16 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
 void FleetSim::OnRestart(const Placement& p) {
   ++r_.fleet.restarts;
   gen_ = p.generation;
-  slots_.resize(p.slots.size());
-  for (size_t i = 0; i < p.slots.size(); ++i) slots_[i] = IndexOf(p.slots[i]);
+  // Only the slots that changed hands are parsed: a restart of 12,500
+  // machines replaces a few.
+  placed_.resize(p.slots.size());
+  slots_.resize(p.slots.size(), -1);
+  for (size_t i = 0; i < p.slots.size(); ++i) {
+    if (placed_[i] == p.slots[i]) continue;
+    placed_[i] = p.slots[i];
+    slots_[i] = IndexOf(p.slots[i]);
+    machines_[slots_[i]].slot = static_cast<int>(i);
+  }
   const Costs& k = c_.costs;
   high_water_ = std::max(high_water_, reported_);
   const int64_t durable_steps = std::max<int64_t>(1, std::llround(k.durable_interval / k.step));
@@ -427,7 +437,7 @@ Status FleetSim::Run() {
         break;
       case Kind::kReturn: {
         MachineSim& m = machines_[d.arg];
-        m = MachineSim{};
+        m = MachineSim{false, false, FaultClass::kGpu, m.slot};  // repaired; its slot may be refilled by it
         Deliver(OperatorReturned{IdOf(static_cast<int>(d.arg)), now_});
         Deliver(MachineJoined{IdOf(static_cast<int>(d.arg)), true, "repaired", now_});
         break;

@@ -41,7 +41,7 @@ Result<std::string> Sweep(const SimConfig& base, const std::string& which) {
       SimConfig c = base;
       c.gpus = gpus;
       c.pp = 16;
-      while (c.pp > 1 && gpus % (c.tp * c.pp) != 0) c.pp /= 2;
+      FitPipeline(c);
       Result<SimResult> r = Simulate(c);
       if (!r.ok()) return r.status();
       out += Row("%8d %8d %8d %8.2f%% %8.2f%% %8.2f%% %8lld %8lld %9.0f\n", gpus, c.machines(),
