@@ -145,9 +145,12 @@ Result<SimConfig> ConfigFromJson(const json& j, SimConfig c) {
         if (!cls.ok()) return cls.status();
         c.returned_classes.push_back(*cls);
       }
-    } else if (v.is_boolean() && (key == "oracle_standbys" || key == "provisioning" || key == "hang_evicts_pp_group")) {
-      (key == "oracle_standbys" ? c.oracle_standbys
-                                : key == "provisioning" ? c.provisioning : c.hang_evicts_pp_group) = v.get<bool>();
+    } else if (v.is_boolean() && (key == "oracle_standbys" || key == "provisioning" || key == "hang_evicts_pp_group" ||
+                                  key == "fit_first_step_allowance")) {
+      (key == "oracle_standbys"         ? c.oracle_standbys
+       : key == "provisioning"          ? c.provisioning
+       : key == "hang_evicts_pp_group" ? c.hang_evicts_pp_group
+                                        : c.fit_first_step_allowance) = v.get<bool>();
     } else {
       Result<double> x = Number(v, key);
       if (!x.ok()) return x.status();
@@ -236,6 +239,7 @@ json ToJson(const SimConfig& c) {
           {"oracle_standbys", c.oracle_standbys},
           {"provisioning", c.provisioning},
           {"hang_evicts_pp_group", c.hang_evicts_pp_group},
+          {"fit_first_step_allowance", c.fit_first_step_allowance},
           {"faults", faults},
           {"costs", costs},
           {"policy",

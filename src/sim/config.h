@@ -152,11 +152,22 @@ struct SimConfig {
   Costs costs;
   controller::PolicyConfig policy;
 
+  // The hang detector's first-step allowance (PolicyConfig::hang_first_step,
+  // 60 s, sized for the local cluster) must outlast a restart, or every
+  // restart is taken for a hang: at 12,500 machines a restart is modelled at
+  // ~5 min. On: raised to twice the modelled restart where it is shorter,
+  // and the report says so. Off: the policy's value as given.
+  bool fit_first_step_allowance = true;
   // Keep one line per event handed to the controller (tests, debugging);
   // grows with time, so off for long runs.
   bool record_events = false;
 
   int machines() const { return gpus / gpus_per_machine; }
+  // Restart decided -> first step, with the configured restore.
+  double RestartSeconds() const {
+    return costs.process_start + costs.comm_init_base + costs.comm_init_per_machine * machines() +
+           (costs.memory_checkpoints ? costs.restore_memory : costs.restore_durable) + costs.step;
+  }
 };
 
 // Reads overrides from JSON (the CLI converts YAML to it) on top of the

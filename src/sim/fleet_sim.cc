@@ -29,7 +29,7 @@ bool Stalls(FaultClass c) { return c != FaultClass::kNicFlap && c != FaultClass:
 
 class FleetSim {
  public:
-  FleetSim(const SimConfig& c, SimResult& r) : c_(c), r_(r), stream_(c) {}
+  FleetSim(const SimConfig& c, SimResult& r) : c_(WithFittedAllowance(c, r)), r_(r), stream_(c) {}
   Status Run();
 
  private:
@@ -79,7 +79,9 @@ class FleetSim {
   std::vector<MachineId> Suspects() const;
   void Finish();
 
-  const SimConfig& c_;
+  static SimConfig WithFittedAllowance(SimConfig c, SimResult& r);
+
+  const SimConfig c_;
   SimResult& r_;
   FaultStream stream_;
   std::optional<Controller> ctl_;
@@ -112,6 +114,16 @@ class FleetSim {
   int64_t restored_ = 0;
   size_t script_next_ = 0;
 };
+
+SimConfig FleetSim::WithFittedAllowance(SimConfig c, SimResult& r) {
+  const Duration fitted = Secs(2 * c.RestartSeconds());
+  if (c.fit_first_step_allowance && c.policy.hang_first_step < fitted) {
+    c.policy.hang_first_step = fitted;
+    r.fleet.hang_first_step_raised = true;
+  }
+  r.fleet.hang_first_step = Seconds(c.policy.hang_first_step);
+  return c;
+}
 
 std::string FleetSim::IdOf(int index) {
   char buf[16];
@@ -229,6 +241,7 @@ void FleetSim::Inject(const Fault& f) {
       for (int i = 0; i < c_.gpus_per_machine; ++i) e.culprit_ranks.push_back(rank + i);
       e.reports = c_.gpus;
       e.halted = true;
+      e.detail = "non-finite loss at step " + std::to_string(e.step) + " (" + id + "'s own gradients)";
       e.at = now_ + Secs(k.step);
       e.observed = e.at + Secs(k.detect_sdc);
       ScheduleEvent(e.observed, e);
@@ -345,6 +358,9 @@ void FleetSim::OnRestart(const Placement& p) {
     machines_[slots_[i]].slot = static_cast<int>(i);
   }
   const Costs& k = c_.costs;
+  hang_reported_ = false;
+  // The hang detector arms a first-step allowance at every start.
+  Schedule(now_ + c_.policy.hang_first_step, Kind::kHangCheck, gen_, -1);
   high_water_ = std::max(high_water_, reported_);
   const int64_t durable_steps = std::max<int64_t>(1, std::llround(k.durable_interval / k.step));
   restored_ = k.memory_checkpoints ? high_water_ : high_water_ / durable_steps * durable_steps;
@@ -352,9 +368,7 @@ void FleetSim::OnRestart(const Placement& p) {
   stalled_ = false;
   stall_machine_ = -1;
   restart_at_ = now_;
-  const double cost = k.process_start + k.comm_init_base + k.comm_init_per_machine * c_.machines() +
-                      (k.memory_checkpoints ? k.restore_memory : k.restore_durable) + k.step;
-  Schedule(now_ + Secs(cost), Kind::kFirstStep, gen_);
+  Schedule(now_ + Secs(c_.RestartSeconds()), Kind::kFirstStep, gen_);
 }
 
 Status FleetSim::Run() {
@@ -423,11 +437,15 @@ Status FleetSim::Run() {
         if (current) SyncProgress();
         break;
       case Kind::kHangCheck: {
-        if (!current || !stalled_ || d.arg != stall_id_ || hang_reported_) break;
+        // arg -1: the first-step allowance armed at the restart; otherwise
+        // the stall it was armed for.
+        const bool first_step_check = d.arg == -1 && !running_;
+        if (!current || hang_reported_ || !(first_step_check || (stalled_ && d.arg == stall_id_))) break;
+        const Time since = first_step_check ? restart_at_ : stall_since_;
         const JobState js = ctl_->state().job;
         if (js != JobState::kRunning && js != JobState::kRestarting) break;
         hang_reported_ = true;
-        Deliver(HangSuspected{reported_, stall_since_, now_ - stall_since_, !running_, now_});
+        Deliver(HangSuspected{reported_, since, now_ - since, !running_, now_});
         break;
       }
       case Kind::kArrive:

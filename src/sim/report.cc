@@ -30,7 +30,10 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
     << "\n";
   o << "standby pool: " << f.initial_standbys << " at start (policy target P" << 100 * c.policy.standby_quantile
     << " of Binomial(" << c.machines() << ", " << c.policy.daily_failure_rate << ") = " << f.standby_target
-    << "); provisioning " << Hours(c.costs.provision) << "\n\n";
+    << "); provisioning " << Hours(c.costs.provision) << "\n";
+  o << "restart modelled at " << Hours(c.RestartSeconds()) << "; hang first-step allowance " << Hours(f.hang_first_step)
+    << (f.hang_first_step_raised ? " (raised from the policy's value to 2x the restart: fit_first_step_allowance)" : "")
+    << "\n\n";
 
   o << "ETTR (same fault trace)     ledger   with ckpt stalls   min 1h window   longest unproductive\n";
   for (const ArmResult& a : r.arms) {
@@ -97,6 +100,8 @@ json ToJson(const SimConfig& c, const SimResult& r, bool timing) {
             {{"machines", f.machines},
              {"initial_standbys", f.initial_standbys},
              {"standby_target", f.standby_target},
+             {"hang_first_step_s", f.hang_first_step},
+             {"hang_first_step_raised", f.hang_first_step_raised},
              {"events", f.events},
              {"refused", f.refused},
              {"restarts", f.restarts},

@@ -30,6 +30,8 @@ struct FleetStats {
   int machines = 0;
   int initial_standbys = 0;
   int standby_target = 0;          // the policy's Binomial quantile
+  double hang_first_step = 0;      // seconds, as the controller ran with it
+  bool hang_first_step_raised = false;
   int64_t events = 0;              // events handed to Controller::Handle
   int64_t refused = 0;             // events the controller refused (should be 0)
   std::string first_refusal;
