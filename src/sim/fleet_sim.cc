@@ -75,6 +75,7 @@ class FleetSim {
   // ---------------------------------------------------------------- the controller
   void Deliver(Event e);
   void Carry(const std::vector<Action>& actions);
+  void Provision(int wanted);
   void OnRestart(const Placement& p);
   std::vector<MachineId> Suspects() const;
   void Finish();
@@ -311,7 +312,10 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
         OnRestart(a.placement);
         break;
       case ActionKind::kWaitForMachines:
+        // The cluster backend is asked for the missing machines too, so a
+        // fleet with no standby target still recovers, a provisioning later.
         ++s.waits;
+        Provision(a.count);
         break;
       case ActionKind::kStopJob:
         s.stopped = true;
@@ -319,12 +323,7 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
         break;
       case ActionKind::kReplenishStandby: {
         s.max_deficit = std::max(s.max_deficit, a.count);
-        if (!c_.provisioning) break;
-        const Duration delay = c_.oracle_standbys ? Duration(0) : Secs(c_.costs.provision);
-        for (; in_flight_ < a.count; ++in_flight_) {
-          ++s.standbys_requested;
-          Schedule(now_ + delay, Kind::kArrive, 0, NewMachine());
-        }
+        Provision(a.count);
         break;
       }
       case ActionKind::kCaptureStacks: {
@@ -339,6 +338,17 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
         break;
       }
     }
+  }
+}
+
+// Orders machines until `wanted` are on their way; each joins the pool
+// after the provisioning delay.
+void FleetSim::Provision(int wanted) {
+  if (!c_.provisioning) return;
+  const Duration delay = c_.oracle_standbys ? Duration(0) : Secs(c_.costs.provision);
+  for (; in_flight_ < wanted; ++in_flight_) {
+    ++r_.fleet.standbys_requested;
+    Schedule(now_ + delay, Kind::kArrive, 0, NewMachine());
   }
 }
 
