@@ -62,6 +62,7 @@ TEST(Sim, MatchesMetasClosedFormWithinOnePercent) {
         k.detect_gpu + k.process_start + k.comm_init_base + k.comm_init_per_machine * p.machines + k.restore_durable;
     const double expected = ClosedFormEttr(0.01 * p.machines / 86400.0, u0, p.interval, k.durable_write);
     const double simulated = r->arms[0].ettr_with_stalls;
+    std::printf("closed form: %d machines, dt %.0f s: simulated %.5f, closed form %.5f\n", p.machines, p.interval, simulated, expected);
     EXPECT_NEAR(simulated / expected, 1.0, 0.01) << p.machines << " machines, dt " << p.interval << ": simulated "
                                                  << simulated << " closed form " << expected;
     // The baselines' model is Meta's too (torchelastic: a reschedule on top).
