@@ -21,7 +21,7 @@ done
 echo
 echo "== the demo's schedule replayed (measured: ETTR 80.1%, docs/demo.md)"
 $SIM --replay demo | sed -n 3,7p
-for sweep in scale standby ckpt; do
+for sweep in scale standby ckpt detect; do
   echo
   echo "== sweep $sweep"
   $SIM --sweep "$sweep"

@@ -440,7 +440,7 @@ Status Run(const Args& a) {
                "  demo [--json] [--out runs/demo]    4 machines + 2 standby train the small model through every\n"
                "                                     fault class; live line, tables, report.{html,md,json}\n"
                "  sim [--gpus 9600] [--days 90] [--seed S] [--config sim.yaml] [--json] [--report DIR]\n"
-               "      [--sweep scale|standby|ckpt] [--replay demo]   the policy on a simulated fleet (docs/simulator.md)\n"
+               "      [--sweep scale|standby|ckpt|detect] [--replay demo]   the policy on a simulated fleet (docs/simulator.md)\n"
                "  bench-recovery [--repeat 3]        detect/recover medians per fault class (tiny model)\n"
                "  bench-checkpoint [--rounds 2] [--shard-optimizer]  in-memory checkpoint overhead and restore times\n"
                "  bench-implicit [--repeat 3]        detect/localize/recover medians per implicit fault class\n"

@@ -9,7 +9,7 @@
 namespace bulwark::cli {
 
 // Flags: --gpus N --days D --seed S --config sim.yaml|json --json
-// --report DIR --sweep scale|standby|ckpt --replay demo.
+// --report DIR --sweep scale|standby|ckpt|detect --replay demo.
 Status SimCmd(const std::map<std::string, std::string>& flags);
 
 }  // namespace bulwark::cli

@@ -2,6 +2,8 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <functional>
+#include <vector>
 
 #include "controller/standby_pool.h"
 #include "sim/baselines.h"
@@ -90,8 +92,36 @@ Result<std::string> Sweep(const SimConfig& base, const std::string& which) {
       out += Row("%8.0f m %11.2f%% %11.2f%% %11.2f%% %11.2f%%\n", minutes, 100 * r->arms[0].ettr_with_stalls,
                  100 * cf, 100 * r->arms[1].ettr_with_stalls, 100 * r->arms[2].ettr_with_stalls);
     }
+  } else if (which == "detect") {
+    // The detection thresholds, one at a time from the defaults: what a
+    // stricter or laxer policy costs in time and in healthy machines.
+    out += Row("%-28s %9s %8s %9s %9s\n", "threshold", "ETTR", "evicted", "healthy", "incidents");
+    struct Knob {
+      std::string name;
+      std::function<void(SimConfig&)> set;
+    };
+    std::vector<Knob> knobs;
+    for (int n : {1, 2, 3}) {
+      knobs.push_back({"network_alerts_to_evict " + std::to_string(n),
+                       [n](SimConfig& c) { c.policy.network_alerts_to_evict = n; }});
+    }
+    for (double f : {2.0, 5.0, 10.0}) {
+      knobs.push_back({Row("hang_factor %g", f), [f](SimConfig& c) { c.policy.hang_factor = f; }});
+    }
+    for (double t : {2.0, 10.0, 60.0}) {
+      knobs.push_back({Row("heartbeat_timeout %g s", t), [t](SimConfig& c) { c.costs.heartbeat_timeout = t; }});
+    }
+    for (const Knob& k : knobs) {
+      SimConfig c = base;
+      k.set(c);
+      Result<SimResult> r = Simulate(c);
+      if (!r.ok()) return r.status();
+      out += Row("%-28s %8.3f%% %8lld %9lld %9lld\n", k.name.c_str(), 100 * r->arms[0].ettr,
+                 static_cast<long long>(r->fleet.evicted), static_cast<long long>(r->fleet.healthy_evicted),
+                 static_cast<long long>(r->fleet.incident_count));
+    }
   } else {
-    return Status::InvalidArgument("--sweep: unknown sweep '" + which + "'; use scale, standby or ckpt");
+    return Status::InvalidArgument("--sweep: unknown sweep '" + which + "'; use scale, standby, ckpt or detect");
   }
   return out;
 }

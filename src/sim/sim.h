@@ -28,7 +28,8 @@ std::string RenderHtml(const SimConfig& config, const SimResult& r);
 
 // Sweeps: "scale" (1k -> 100k GPUs), "standby" (pool quantile vs an oracle
 // with unlimited standbys), "ckpt" (durable checkpoint interval with
-// in-memory checkpoints off). One row per point; InvalidArgument for an
+// in-memory checkpoints off), "detect" (the detection thresholds, one at a
+// time). One row per point; InvalidArgument for an
 // unknown sweep.
 Result<std::string> Sweep(const SimConfig& base, const std::string& which);
 
