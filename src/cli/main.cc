@@ -36,6 +36,7 @@
 #include "common/files.h"
 #include "common/token.h"
 #include "plane/service.h"
+#include "cli/sim_command.h"
 #include "demo/demo.h"
 
 namespace bulwark::cli {
@@ -414,6 +415,7 @@ Status Run(const Args& a) {
   if (cmd == "inject") return InjectCmd(a);
   if (cmd == "machine") return MachineCmd(a);
   if (cmd == "demo") return DemoCmd(a);
+  if (cmd == "sim") return SimCmd(a.flags);
   if (cmd == "bench-recovery") return BenchRecoveryCmd(a);
   if (cmd == "bench-checkpoint") return BenchCheckpointCmd(a);
   if (cmd == "bench-implicit") return BenchImplicitCmd(a);
@@ -425,7 +427,7 @@ Status Run(const Args& a) {
     o.builtin_signatures = a.Get("signatures", BULWARK_SIGNATURES_FILE);
     return agent::RunAgent(o);
   }
-  std::cout << "usage: bulwark up|down|submit|status|incidents|ledger|inject|machine|demo|bench-recovery|bench-checkpoint|bench-implicit|controller|agent [flags]\n"
+  std::cout << "usage: bulwark up|down|submit|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-implicit|controller|agent [flags]\n"
                "  up --machines N [--standby S]      start a local cluster (controller + N+S agents)\n"
                "  down                               stop it\n"
                "  submit JOB.yaml                    run a job (fields: name, world_size, ranks_per_machine,\n"
@@ -437,6 +439,8 @@ Status Run(const Args& a) {
                "  machine return --machine ID        hand a repaired machine back\n"
                "  demo [--json] [--out runs/demo]    4 machines + 2 standby train the small model through every\n"
                "                                     fault class; live line, tables, report.{html,md,json}\n"
+               "  sim [--gpus 9600] [--days 90] [--seed S] [--config sim.yaml] [--json] [--report DIR]\n"
+               "      [--sweep scale|standby|ckpt|detect] [--replay demo]   the policy on a simulated fleet (docs/simulator.md)\n"
                "  bench-recovery [--repeat 3]        detect/recover medians per fault class (tiny model)\n"
                "  bench-checkpoint [--rounds 2] [--shard-optimizer]  in-memory checkpoint overhead and restore times\n"
                "  bench-implicit [--repeat 3]        detect/localize/recover medians per implicit fault class\n"

@@ -1,5 +1,7 @@
 #include "controller/cluster_state.h"
 
+#include <algorithm>
+
 namespace bulwark::controller {
 
 MachineStatus* ClusterState::FindMachine(const MachineId& id) {
@@ -40,6 +42,7 @@ Status SetMachineState(ClusterState& state, const MachineId& id, MachineState to
   --state.machines_in_state[static_cast<int>(from)];
   ++state.machines_in_state[static_cast<int>(to)];
   if (from == MachineState::kStandby) state.standbys.erase(id);
+  if (from == MachineState::kActive && m->slot >= 0) state.vacated_slots.insert(m->slot);
   if (to == MachineState::kStandby) {
     state.standbys.insert(id);
     ++state.standby_arrivals;
@@ -61,12 +64,36 @@ Status Apply(ClusterState& state, const Action& action, Time now) {
       return SetMachineState(state, action.machine, MachineState::kEvicted, now, action.reason);
     case ActionKind::kActivate:
       return SetMachineState(state, action.machine, MachineState::kActive, now, "activated into the job");
-    case ActionKind::kRestartAll:
+    case ActionKind::kRestartAll: {
+      // Only the slots that changed hands touch the machines' records.
+      const std::vector<MachineId>& before = state.placement.slots;
+      const std::vector<MachineId>& after = action.placement.slots;
+      for (size_t i = 0; i < std::max(before.size(), after.size()); ++i) {
+        if (i < before.size() && i < after.size() && before[i] == after[i]) continue;
+        if (i < before.size()) {
+          MachineStatus* old = state.FindMachine(before[i]);
+          if (old != nullptr && old->slot == static_cast<int>(i)) old->slot = -1;
+        }
+        if (i < after.size()) {
+          if (MachineStatus* now_there = state.FindMachine(after[i])) now_there->slot = static_cast<int>(i);
+        }
+      }
+      // A slot is open afterwards only if it was vacated before or changed
+      // hands now, and its machine is not active.
+      std::set<int> candidates;
+      candidates.swap(state.vacated_slots);
+      for (size_t i = 0; i < after.size(); ++i) {
+        if (i >= before.size() || before[i] != after[i]) candidates.insert(static_cast<int>(i));
+      }
+      for (int i : candidates) {
+        if (i < static_cast<int>(after.size()) && !state.IsActive(after[i])) state.vacated_slots.insert(i);
+      }
       state.placement = action.placement;
       state.restart_pending = false;
       state.restart_reason.clear();
       state.last_restart_at = now;
       return SetJobState(state, JobState::kRestarting, now);
+    }
     case ActionKind::kWaitForMachines:
       if (state.job == JobState::kWaitingForMachines) return Status::OK();
       return SetJobState(state, JobState::kWaitingForMachines, now);

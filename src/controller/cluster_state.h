@@ -62,6 +62,9 @@ struct ClusterState {
   // 10,000-machine fleet does not scan it.
   std::array<int, kNumMachineStates> machines_in_state{};
   std::set<MachineId> standbys;  // machines in kStandby, in id order
+  // Slots of the placement whose machine left kActive since the latest
+  // restart: the slots Reconcile must fill, without scanning the placement.
+  std::set<int> vacated_slots;
   // Machines that ever entered kStandby. With the pool's shortfall it names
   // a replenish request: the shortfall only shrinks when a machine arrives.
   int64_t standby_arrivals = 0;

@@ -44,6 +44,10 @@ struct MachineStatus {
   std::string last_reason;             // why it entered its current state
   std::vector<Time> network_alerts;    // recent NIC alerts, oldest first
   std::vector<Time> crashes;           // recent software crashes of its ranks
+  // The placement slot it was given by the latest restart, -1 for none.
+  // Kept by Apply so that finding the slots to fill needs no scan of a
+  // 10,000-machine placement (the simulator reconciles after every event).
+  int slot = -1;
 
   // Moves to `to` through CheckMachineTransition; on refusal nothing changes
   // and the Status names the machine.

@@ -9,6 +9,15 @@ namespace {
 // machine that is no longer active (evicted, diagnosing).
 std::vector<int> OpenSlots(const ClusterState& state, int needed) {
   std::vector<int> open;
+  if (static_cast<int>(state.placement.slots.size()) == needed) {
+    // A placed machine that is no longer active vacated its slot (Apply and
+    // SetMachineState keep the index); a machine placed but never active is
+    // the only other way, and Apply records it the same way.
+    for (int slot : state.vacated_slots) {
+      if (!state.IsActive(state.placement.slots[slot])) open.push_back(slot);
+    }
+    return open;
+  }
   for (int i = 0; i < needed; ++i) {
     if (i >= static_cast<int>(state.placement.slots.size()) ||
         !state.IsActive(state.placement.slots[i])) {

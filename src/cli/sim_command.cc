@@ -1,0 +1,115 @@
+#include "cli/sim_command.h"
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "sim/sim.h"
+
+namespace bulwark::cli {
+namespace {
+
+using nlohmann::json;
+
+// YAML scalars become numbers or booleans where they read as one, so a
+// sim.yaml and its JSON twin give the same config.
+json FromYaml(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: {
+      json j = json::object();
+      for (const auto& kv : n) j[kv.first.as<std::string>()] = FromYaml(kv.second);
+      return j;
+    }
+    case YAML::NodeType::Sequence: {
+      json j = json::array();
+      for (const auto& x : n) j.push_back(FromYaml(x));
+      return j;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string s = n.Scalar();
+      if (s == "true" || s == "false") return s == "true";
+      try {
+        size_t used = 0;
+        double v = std::stod(s, &used);
+        if (used == s.size()) return v;
+      } catch (const std::exception&) {
+      }
+      return s;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+Result<json> ReadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("--config " + path + ": cannot read it; give a YAML or JSON file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    if (path.size() > 5 && path.substr(path.size() - 5) == ".json") return json::parse(ss.str());
+    return FromYaml(YAML::Load(ss.str()));
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument("--config " + path + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+Status SimCmd(const std::map<std::string, std::string>& flags) {
+  auto has = [&](const char* k) { return flags.count(k) != 0; };
+  sim::SimConfig base = has("replay") ? sim::DemoReplay() : sim::SimConfig{};
+  if (has("replay") && flags.at("replay") != "demo") {
+    return Status::InvalidArgument("--replay: only 'demo' is known (docs/demo.md's schedule)");
+  }
+  json overrides = json::object();
+  if (has("config")) {
+    Result<json> file = ReadConfigFile(flags.at("config"));
+    if (!file.ok()) return file.status();
+    overrides = *file;
+  }
+  // Flags win over the file.
+  for (const char* k : {"gpus", "days", "seed"}) {
+    if (!has(k)) continue;
+    try {
+      overrides[k] = std::stod(flags.at(k));
+    } catch (const std::exception&) {
+      return Status::InvalidArgument(std::string("--") + k + ": expected a number, got '" + flags.at(k) + "'");
+    }
+  }
+  // A pipeline depth the user did not ask for follows the GPU count.
+  if (!overrides.contains("pp") && overrides.contains("gpus") && overrides["gpus"].is_number()) {
+    base.gpus = static_cast<int>(overrides["gpus"].get<double>());
+    sim::FitPipeline(base);
+  }
+  Result<sim::SimConfig> config = sim::ConfigFromJson(overrides, base);
+  if (!config.ok()) return config.status().Annotate("sim");
+
+  if (has("sweep")) {
+    Result<std::string> table = sim::Sweep(*config, flags.at("sweep"));
+    if (!table.ok()) return table.status();
+    std::cout << *table;
+    return Status::OK();
+  }
+  Result<sim::SimResult> r = sim::Simulate(*config);
+  if (!r.ok()) return r.status();
+  if (has("json")) {
+    std::cout << sim::ToJson(*config, *r, /*timing=*/true).dump(2) << "\n";
+  } else {
+    std::cout << sim::FormatText(*config, *r);
+  }
+  if (has("report")) {
+    const std::string dir = flags.at("report");
+    std::ofstream html(dir + "/sim-report.html"), js(dir + "/sim-report.json");
+    if (!html || !js) return Status::IOError("--report " + dir + ": cannot write there; create the directory first");
+    html << sim::RenderHtml(*config, *r);
+    js << sim::ToJson(*config, *r, true).dump(2) << "\n";
+    std::cerr << "report: " << dir << "/sim-report.html, sim-report.json\n";
+  }
+  return Status::OK();
+}
+
+}  // namespace bulwark::cli

@@ -1,0 +1,253 @@
+#include "sim/config.h"
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <utility>
+
+namespace bulwark::sim {
+namespace {
+
+using nlohmann::json;
+
+const char* const kClassNames[kNumFaultClasses] = {"gpu", "hbm",  "software",  "network", "host",
+                                                  "hang", "sdc", "fail_slow", "nic_flap"};
+
+Result<FaultClass> ParseClass(const std::string& field, const std::string& name) {
+  for (int i = 0; i < kNumFaultClasses; ++i) {
+    if (name == kClassNames[i]) return static_cast<FaultClass>(i);
+  }
+  std::string known;
+  for (const char* n : kClassNames) known += (known.empty() ? "" : ", ") + std::string(n);
+  return Status::InvalidArgument(field + ": unknown fault class '" + name + "'; use one of " + known);
+}
+
+Status Bad(const std::string& field, const std::string& what) {
+  return Status::InvalidArgument(field + ": " + what);
+}
+
+// A number at `field`, or a one-line error naming it.
+Result<double> Number(const json& v, const std::string& field) {
+  if (!v.is_number()) return Bad(field, "expected a number, got " + v.dump());
+  return v.get<double>();
+}
+
+// The named cost fields, so that JSON and the run record share one list.
+std::vector<std::pair<const char*, double*>> CostFields(Costs& c) {
+  return {{"detect_gpu", &c.detect_gpu},
+          {"detect_hbm", &c.detect_hbm},
+          {"detect_software", &c.detect_software},
+          {"detect_sdc", &c.detect_sdc},
+          {"nic_alert_interval", &c.nic_alert_interval},
+          {"heartbeat_timeout", &c.heartbeat_timeout},
+          {"stack_capture", &c.stack_capture},
+          {"process_start", &c.process_start},
+          {"comm_init_base", &c.comm_init_base},
+          {"comm_init_per_machine", &c.comm_init_per_machine},
+          {"restore_memory", &c.restore_memory},
+          {"restore_durable", &c.restore_durable},
+          {"step", &c.step},
+          {"durable_interval", &c.durable_interval},
+          {"durable_write", &c.durable_write},
+          {"memory_block_per_step", &c.memory_block_per_step},
+          {"provision", &c.provision},
+          {"requeue", &c.requeue},
+          {"reschedule", &c.reschedule},
+          {"baseline_timeout", &c.baseline_timeout},
+          {"baseline_watchdog", &c.baseline_watchdog}};
+}
+
+controller::Duration Secs(double s) {
+  return controller::Duration(static_cast<int64_t>(std::llround(s * 1000.0)));
+}
+
+Status ReadPolicy(const json& j, controller::PolicyConfig& p) {
+  if (!j.is_object()) return Bad("policy", "expected a mapping of PolicyConfig fields");
+  for (const auto& [key, v] : j.items()) {
+    const std::string field = "policy." + key;
+    Result<double> x = Number(v, field);
+    if (!x.ok()) return x.status();
+    if (key == "daily_failure_rate") p.daily_failure_rate = *x;
+    else if (key == "standby_quantile") p.standby_quantile = *x;
+    else if (key == "hang_factor") p.hang_factor = *x;
+    else if (key == "hang_floor") p.hang_floor = Secs(*x);
+    else if (key == "hang_first_step") p.hang_first_step = Secs(*x);
+    else if (key == "slow_round") p.slow_round = Secs(*x);
+    else if (key == "slow_rounds") p.slow_rounds = static_cast<int>(*x);
+    else if (key == "network_alerts_to_evict") p.network_alerts_to_evict = static_cast<int>(*x);
+    else if (key == "network_alert_window") p.network_alert_window = Secs(*x);
+    else if (key == "anomaly_wait") p.anomaly_wait = Secs(*x);
+    else if (key == "max_crashes_without_progress") p.max_crashes_without_progress = static_cast<int>(*x);
+    else return Bad(field, "unknown policy field; see src/controller/policy_config.h (times in seconds)");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+const char* FaultClassName(FaultClass c) { return kClassNames[static_cast<int>(c)]; }
+
+Result<SimConfig> ConfigFromJson(const json& j, SimConfig c) {
+  if (!j.is_object()) return Status::InvalidArgument("sim config: expected a mapping at the top level");
+  for (const auto& [key, v] : j.items()) {
+    if (key == "faults") {
+      if (!v.is_object()) return Bad("faults", "expected a mapping of fault class -> rate per machine-day");
+      for (const auto& [name, rate] : v.items()) {
+        Result<double> x = Number(rate, "faults." + name);
+        if (!x.ok()) return x.status();
+        if (name == "manual_per_day") {
+          c.rates.manual_per_day = *x;
+          continue;
+        }
+        Result<FaultClass> cls = ParseClass("faults." + name, name);
+        if (!cls.ok()) return cls.status();
+        c.rates.per_machine_day[static_cast<int>(*cls)] = *x;
+      }
+    } else if (key == "costs") {
+      if (!v.is_object()) return Bad("costs", "expected a mapping of cost name -> seconds");
+      for (const auto& [name, val] : v.items()) {
+        if (name == "memory_checkpoints") {
+          if (!val.is_boolean()) return Bad("costs.memory_checkpoints", "expected true or false");
+          c.costs.memory_checkpoints = val.get<bool>();
+          continue;
+        }
+        bool found = false;
+        for (auto& [n, field] : CostFields(c.costs)) {
+          if (name != n) continue;
+          Result<double> x = Number(val, "costs." + name);
+          if (!x.ok()) return x.status();
+          *field = *x;
+          found = true;
+        }
+        if (!found) return Bad("costs." + name, "unknown cost; see src/sim/config.h");
+      }
+    } else if (key == "policy") {
+      BULWARK_RETURN_IF_ERROR(ReadPolicy(v, c.policy));
+    } else if (key == "script") {
+      if (!v.is_array()) return Bad("script", "expected a list of {at_step, class, slot}");
+      c.script.clear();
+      for (const json& f : v) {
+        ScriptedFault s;
+        if (!f.is_object() || !f.contains("at_step") || !f.contains("class")) {
+          return Bad("script", "each entry needs at_step and class (slot defaults to 0)");
+        }
+        Result<FaultClass> cls = ParseClass("script.class", f["class"].get<std::string>());
+        if (!cls.ok()) return cls.status();
+        s.cls = *cls;
+        s.at_step = f["at_step"].get<int64_t>();
+        s.slot = f.value("slot", 0);
+        c.script.push_back(s);
+      }
+    } else if (key == "returned_classes") {
+      c.returned_classes.clear();
+      for (const json& n : v) {
+        Result<FaultClass> cls = ParseClass("returned_classes", n.get<std::string>());
+        if (!cls.ok()) return cls.status();
+        c.returned_classes.push_back(*cls);
+      }
+    } else if (v.is_boolean() && (key == "oracle_standbys" || key == "provisioning" || key == "hang_evicts_pp_group" ||
+                                  key == "fit_first_step_allowance")) {
+      (key == "oracle_standbys"         ? c.oracle_standbys
+       : key == "provisioning"          ? c.provisioning
+       : key == "hang_evicts_pp_group" ? c.hang_evicts_pp_group
+                                        : c.fit_first_step_allowance) = v.get<bool>();
+    } else {
+      Result<double> x = Number(v, key);
+      if (!x.ok()) return x.status();
+      if (key == "gpus") c.gpus = static_cast<int>(*x);
+      else if (key == "gpus_per_machine") c.gpus_per_machine = static_cast<int>(*x);
+      else if (key == "tp") c.tp = static_cast<int>(*x);
+      else if (key == "pp") c.pp = static_cast<int>(*x);
+      else if (key == "days") c.days = *x;
+      else if (key == "seed") c.seed = static_cast<uint64_t>(*x);
+      else if (key == "initial_standbys") c.initial_standbys = static_cast<int>(*x);
+      else if (key == "return_after") c.return_after = *x;
+      else if (key == "total_steps") c.total_steps = static_cast<int64_t>(*x);
+      else return Bad(key, "unknown field; see docs/simulator.md for the config keys");
+    }
+  }
+  BULWARK_RETURN_IF_ERROR(Validate(c));
+  return c;
+}
+
+void FitPipeline(SimConfig& c) {
+  if (c.tp <= 0 || c.pp <= 0 || c.gpus <= 0 || c.gpus % c.tp != 0) return;
+  while (c.pp > 1 && c.gpus % (c.tp * c.pp) != 0) --c.pp;
+}
+
+Status Validate(const SimConfig& c) {
+  if (c.gpus_per_machine <= 0) return Bad("gpus_per_machine", "must be > 0 (8 for an HGX machine)");
+  if (c.gpus <= 0 || c.machines() <= 0) {
+    return Bad("gpus", std::to_string(c.gpus) + " gives zero machines; give at least gpus_per_machine (" +
+                           std::to_string(c.gpus_per_machine) + ") GPUs");
+  }
+  if (c.gpus % c.gpus_per_machine != 0) {
+    return Bad("gpus", std::to_string(c.gpus) + " is not a multiple of gpus_per_machine " +
+                           std::to_string(c.gpus_per_machine));
+  }
+  if (c.tp <= 0 || c.pp <= 0 || c.gpus % (c.tp * c.pp) != 0) {
+    return Bad("tp/pp", "tp x pp = " + std::to_string(c.tp * c.pp) + " must divide gpus " + std::to_string(c.gpus) +
+                            "; pick tp and pp whose product divides it");
+  }
+  if (!(c.days > 0)) return Bad("days", "must be > 0");
+  for (int i = 0; i < kNumFaultClasses; ++i) {
+    const double r = c.rates.per_machine_day[i];
+    if (!(r >= 0) || !std::isfinite(r)) {
+      return Bad(std::string("faults.") + kClassNames[i],
+                 "rate " + std::to_string(r) + " is negative or not a number; give a rate >= 0 per machine-day");
+    }
+  }
+  if (!(c.rates.manual_per_day >= 0)) {
+    return Bad("faults.manual_per_day", "rate is negative; give restarts per day >= 0");
+  }
+  Costs copy = c.costs;
+  for (auto& [name, field] : CostFields(copy)) {
+    if (!(*field >= 0) || !std::isfinite(*field)) {
+      return Bad(std::string("costs.") + name, "is negative or not a number; give seconds >= 0");
+    }
+  }
+  if (!(c.costs.step > 0)) return Bad("costs.step", "must be > 0 seconds");
+  if (!(c.costs.durable_interval > 0)) return Bad("costs.durable_interval", "must be > 0 seconds");
+  if (c.return_after < 0) return Bad("return_after", "is negative; give seconds >= 0");
+  for (const ScriptedFault& s : c.script) {
+    if (s.slot < 0 || s.slot >= c.machines()) {
+      return Bad("script.slot", std::to_string(s.slot) + " is outside the job's " + std::to_string(c.machines()) +
+                                    " machines");
+    }
+  }
+  Status p = c.policy.Validate();
+  if (!p.ok()) return Bad("policy", p.message());
+  return Status::OK();
+}
+
+json ToJson(const SimConfig& c) {
+  json faults;
+  for (int i = 0; i < kNumFaultClasses; ++i) faults[kClassNames[i]] = c.rates.per_machine_day[i];
+  faults["manual_per_day"] = c.rates.manual_per_day;
+  json costs;
+  Costs copy = c.costs;
+  for (auto& [name, field] : CostFields(copy)) costs[name] = *field;
+  costs["memory_checkpoints"] = c.costs.memory_checkpoints;
+  return {{"gpus", c.gpus},
+          {"gpus_per_machine", c.gpus_per_machine},
+          {"machines", c.machines()},
+          {"tp", c.tp},
+          {"pp", c.pp},
+          {"days", c.days},
+          {"seed", c.seed},
+          {"initial_standbys", c.initial_standbys},
+          {"oracle_standbys", c.oracle_standbys},
+          {"provisioning", c.provisioning},
+          {"hang_evicts_pp_group", c.hang_evicts_pp_group},
+          {"fit_first_step_allowance", c.fit_first_step_allowance},
+          {"faults", faults},
+          {"costs", costs},
+          {"policy",
+           {{"daily_failure_rate", c.policy.daily_failure_rate},
+            {"standby_quantile", c.policy.standby_quantile},
+            {"hang_factor", c.policy.hang_factor},
+            {"slow_rounds", c.policy.slow_rounds},
+            {"network_alerts_to_evict", c.policy.network_alerts_to_evict}}}};
+}
+
+}  // namespace bulwark::sim

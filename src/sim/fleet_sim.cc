@@ -1,0 +1,550 @@
+#include "sim/fleet_sim.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <queue>
+#include <set>
+
+#include "controller/controller.h"
+#include "controller/topology.h"
+#include "sim/fault_stream.h"
+
+namespace bulwark::sim {
+namespace {
+
+using namespace controller;  // the simulator speaks the controller's vocabulary
+
+Time AtSeconds(double s) { return TimeFromMs(static_cast<int64_t>(std::llround(s * 1000.0))); }
+Duration Secs(double s) { return Duration(static_cast<int64_t>(std::llround(s * 1000.0))); }
+double Seconds(Duration d) { return static_cast<double>(d.count()) / 1000.0; }
+
+// Faults that make their machine the culprit (evicting it is no
+// over-eviction). A software crash or a flap that heals leaves it healthy.
+bool PinsMachine(FaultClass c) { return c != FaultClass::kSoftware && c != FaultClass::kNicFlap; }
+// Faults after which no step completes until a restart.
+bool Stalls(FaultClass c) { return c != FaultClass::kNicFlap && c != FaultClass::kFailSlow; }
+
+class FleetSim {
+ public:
+  FleetSim(const SimConfig& c, SimResult& r) : c_(WithFittedAllowance(c, r)), r_(r), stream_(c) {}
+  Status Run();
+
+ private:
+  // ---------------------------------------------------------------- the queue
+  enum class Kind { kFault, kDeliver, kFirstStep, kCatchUp, kHangCheck, kArrive, kReturn, kScript, kEnd };
+  struct Due {
+    Time at;
+    int64_t seq;
+    Kind kind;
+    int64_t gen = 0;   // the placement generation it belongs to (0: any)
+    int64_t arg = 0;   // payload slot, machine index or stall id
+  };
+  struct Later {
+    bool operator()(const Due& a, const Due& b) const { return a.at != b.at ? a.at > b.at : a.seq > b.seq; }
+  };
+  void Schedule(Time at, Kind kind, int64_t gen = 0, int64_t arg = 0) {
+    queue_.push(Due{std::max(at, now_), seq_++, kind, gen, arg});
+  }
+  void ScheduleEvent(Time at, Event e);
+
+  // ---------------------------------------------------------------- the fleet
+  struct MachineSim {
+    bool broken = false;
+    bool evicted = false;
+    FaultClass fault = FaultClass::kGpu;
+    int slot = -1;  // the slot the latest restart gave it
+  };
+  int NewMachine();
+  static std::string IdOf(int index);
+  static int IndexOf(const MachineId& id) { return std::atoi(id.c_str() + 1); }
+
+  // ---------------------------------------------------------------- the job
+  int64_t StepAt(Time t) const {
+    return s_first_ + (t - t_first_) / Secs(c_.costs.step);
+  }
+  Time StepTime(int64_t k) const { return t_first_ + Secs(c_.costs.step) * (k - s_first_); }
+  Duration HangAllowance() const;
+  void SyncProgress();
+  void Stall(int machine, FaultClass cls);
+  void Inject(const Fault& f);
+  void ScheduleScript();
+
+  // ---------------------------------------------------------------- the controller
+  void Deliver(Event e);
+  void Carry(const std::vector<Action>& actions);
+  void Provision(int wanted);
+  void OnRestart(const Placement& p);
+  std::vector<MachineId> Suspects() const;
+  void Finish();
+
+  static SimConfig WithFittedAllowance(SimConfig c, SimResult& r);
+
+  const SimConfig c_;
+  SimResult& r_;
+  FaultStream stream_;
+  std::optional<Controller> ctl_;
+  std::priority_queue<Due, std::vector<Due>, Later> queue_;
+  std::vector<Event> payloads_;  // events waiting in the queue; slots reused
+  std::vector<int64_t> free_payloads_;
+  int64_t seq_ = 0;
+  Time now_{};
+  Time end_{};
+  bool ended_ = false;
+
+  std::vector<MachineSim> machines_;
+  std::vector<int> slots_;  // slot -> machine index, from the latest RestartAll
+  std::vector<MachineId> placed_;  // the same, as the controller names them
+  int in_flight_ = 0;       // standbys requested and not yet arrived
+
+  int64_t gen_ = 0;
+  bool running_ = false;    // the generation completed its first step
+  bool stalled_ = false;    // a fault stopped progress; no step until a restart
+  bool hang_reported_ = false;
+  int64_t stall_id_ = 0;
+  Time stall_since_{};
+  int stall_machine_ = -1;
+  FaultClass stall_class_ = FaultClass::kGpu;
+  Time restart_at_{};
+  Time t_first_{};
+  int64_t s_first_ = 1;
+  int64_t reported_ = 0;    // the last step reported in this generation
+  int64_t high_water_ = 0;
+  int64_t restored_ = 0;
+  size_t script_next_ = 0;
+};
+
+SimConfig FleetSim::WithFittedAllowance(SimConfig c, SimResult& r) {
+  const Duration fitted = Secs(2 * c.RestartSeconds());
+  if (c.fit_first_step_allowance && c.policy.hang_first_step < fitted) {
+    c.policy.hang_first_step = fitted;
+    r.fleet.hang_first_step_raised = true;
+  }
+  r.fleet.hang_first_step = Seconds(c.policy.hang_first_step);
+  return c;
+}
+
+std::string FleetSim::IdOf(int index) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "m%07d", index);
+  return buf;
+}
+
+int FleetSim::NewMachine() {
+  machines_.emplace_back();
+  return static_cast<int>(machines_.size()) - 1;
+}
+
+void FleetSim::ScheduleEvent(Time at, Event e) {
+  int64_t slot;
+  if (!free_payloads_.empty()) {
+    slot = free_payloads_.back();
+    free_payloads_.pop_back();
+    payloads_[slot] = std::move(e);
+  } else {
+    slot = static_cast<int64_t>(payloads_.size());
+    payloads_.push_back(std::move(e));
+  }
+  Schedule(at, Kind::kDeliver, 0, slot);
+}
+
+// The hang detector's allowance (hang_detector.h): the first steps after a
+// start get hang_first_step, later ones hang_factor x the step, at least
+// hang_floor.
+Duration FleetSim::HangAllowance() const {
+  const PolicyConfig& p = c_.policy;
+  if (!running_ || StepAt(now_) - s_first_ < p.hang_warmup_steps) return p.hang_first_step;
+  return std::max(p.hang_floor, Secs(p.hang_factor * c_.costs.step));
+}
+
+// Reports the last step completed by now, if the controller has not heard
+// of it: what the ranks' every-step reports would have told it by now.
+void FleetSim::SyncProgress() {
+  if (!running_ || stalled_) return;
+  const int64_t k = StepAt(now_);
+  if (k <= reported_) return;
+  reported_ = k;
+  high_water_ = std::max(high_water_, k);
+  Deliver(StepCompleted{k, StepTime(k)});
+}
+
+void FleetSim::Stall(int machine, FaultClass cls) {
+  SyncProgress();
+  stall_machine_ = machine;
+  stall_class_ = cls;
+  if (stalled_) return;
+  stalled_ = true;
+  hang_reported_ = false;
+  ++stall_id_;
+  stall_since_ = running_ ? StepTime(reported_) : restart_at_;
+  // No step comes any more: unless the fault's own events restart the job
+  // first, the hang detector will say so.
+  Schedule(std::max(now_, stall_since_ + HangAllowance()), Kind::kHangCheck, gen_, stall_id_);
+}
+
+void FleetSim::Inject(const Fault& f) {
+  const JobState js = ctl_->state().job;
+  if (f.manual) {
+    if (js != JobState::kRunning && js != JobState::kRestarting) return;
+    ++r_.fleet.faults_by_class[kNumFaultClasses];
+    ++r_.arms[0].faults;
+    Deliver(ManualRestart{"code update", now_});
+    return;
+  }
+  if (f.slot >= static_cast<int>(slots_.size())) return;
+  const int m = slots_[f.slot];
+  if (machines_[m].evicted) return;  // its slot waits for a machine: nothing runs there
+  ++r_.fleet.faults_by_class[static_cast<int>(f.cls)];
+  ++r_.arms[0].faults;
+  if (PinsMachine(f.cls)) {
+    machines_[m].broken = true;
+    machines_[m].fault = f.cls;
+  }
+  if (Stalls(f.cls)) Stall(m, f.cls);
+  const MachineId id = IdOf(m);
+  const RankId rank = f.slot * c_.gpus_per_machine;
+  const Costs& k = c_.costs;
+  switch (f.cls) {
+    case FaultClass::kGpu:
+      ScheduleEvent(now_ + Secs(k.detect_gpu), RankExited{id, rank, 1, 0, "xid", now_ + Secs(k.detect_gpu)});
+      break;
+    case FaultClass::kHbm:
+      ScheduleEvent(now_ + Secs(k.detect_hbm), RankExited{id, rank, 1, 0, "ecc", now_ + Secs(k.detect_hbm)});
+      break;
+    case FaultClass::kSoftware:
+      ScheduleEvent(now_ + Secs(k.detect_software), RankExited{id, rank, 1, 0, "", now_ + Secs(k.detect_software)});
+      break;
+    case FaultClass::kNetwork:
+      // A link that stays down alerts at every inspection until evicted.
+      for (int i = 1; i <= c_.policy.network_alerts_to_evict; ++i) {
+        const Time at = now_ + Secs(k.nic_alert_interval * i);
+        ScheduleEvent(at, NetworkAlert{id, "link down", at});
+      }
+      break;
+    case FaultClass::kNicFlap:
+      ScheduleEvent(now_ + Secs(k.nic_alert_interval),
+                    NetworkAlert{id, "link flapped", now_ + Secs(k.nic_alert_interval)});
+      break;
+    case FaultClass::kHost: {
+      MachineHeartbeatLost e{id, now_, now_ + Secs(k.heartbeat_timeout)};
+      ScheduleEvent(e.observed, e);
+      break;
+    }
+    case FaultClass::kHang:
+      break;  // only the hang detector sees it
+    case FaultClass::kSdc: {
+      TrainingAnomaly e;
+      e.step = reported_ + 1;
+      e.kind = "nan";
+      e.culprits = {id};
+      for (int i = 0; i < c_.gpus_per_machine; ++i) e.culprit_ranks.push_back(rank + i);
+      e.reports = c_.gpus;
+      e.halted = true;
+      e.detail = "non-finite loss at step " + std::to_string(e.step) + " (" + id + "'s own gradients)";
+      e.at = now_ + Secs(k.step);
+      e.observed = e.at + Secs(k.detect_sdc);
+      ScheduleEvent(e.observed, e);
+      break;
+    }
+    case FaultClass::kFailSlow: {
+      const Time at = now_ + c_.policy.slow_round * c_.policy.slow_rounds;
+      ScheduleEvent(at, FailSlowSuspected{id, c_.policy.slow_rounds, 2.0, "computes 2x its peers' time", at});
+      break;
+    }
+  }
+}
+
+// A replay injects its faults by step, as the demo does.
+void FleetSim::ScheduleScript() {
+  if (script_next_ >= c_.script.size() || !running_ || stalled_) return;
+  Schedule(StepTime(c_.script[script_next_].at_step), Kind::kScript, gen_);
+}
+
+void FleetSim::Deliver(Event e) {
+  if (!std::holds_alternative<StepCompleted>(e)) SyncProgress();
+  ++r_.fleet.events;
+  if (c_.record_events) r_.fleet.event_log.push_back(FormatTime(now_) + " " + Describe(e));
+  Result<std::vector<Action>> acts = ctl_->Handle(e, now_);
+  if (!acts.ok()) {
+    if (r_.fleet.refused++ == 0) r_.fleet.first_refusal = Describe(e) + ": " + acts.status().message();
+    return;
+  }
+  Carry(*acts);
+}
+
+// The analyzer's verdict, as the recorded stacks of the local cluster show
+// it: the machine that stopped is the outlier; a rank stuck in a collective
+// also leaves its pipeline peers waiting in send/recv, so the group they
+// share is chosen (ByteRobust Fig. 7).
+std::vector<MachineId> FleetSim::Suspects() const {
+  if (stall_machine_ < 0 || machines_[stall_machine_].evicted) return {};
+  const Placement& p = ctl_->state().placement;
+  const int slot = p.SlotOf(IdOf(stall_machine_));
+  if (slot < 0) return {};
+  if (stall_class_ != FaultClass::kHang || !c_.hang_evicts_pp_group || c_.pp <= 1) return {IdOf(stall_machine_)};
+  const Topology t = ctl_->state().spec.topology();
+  std::set<MachineId> out;
+  for (int r : t.GroupOf(GroupKind::kPP, slot * p.ranks_per_machine).ranks) out.insert(p.MachineOf(r));
+  return {out.begin(), out.end()};
+}
+
+void FleetSim::Carry(const std::vector<Action>& actions) {
+  FleetStats& s = r_.fleet;
+  for (const Action& a : actions) {
+    switch (a.kind) {
+      case ActionKind::kEvict: {
+        MachineSim& m = machines_[IndexOf(a.machine)];
+        m.evicted = true;
+        // Its ranks are gone: the job makes no progress until a restart.
+        if (m.slot >= 0 && slots_[m.slot] == IndexOf(a.machine)) stalled_ = true;
+        ++s.evicted;
+        if (!m.broken) ++s.healthy_evicted;
+        const bool returned = std::find(c_.returned_classes.begin(), c_.returned_classes.end(), m.fault) !=
+                              c_.returned_classes.end();
+        if (m.broken && returned) Schedule(now_ + Secs(c_.return_after), Kind::kReturn, 0, IndexOf(a.machine));
+        break;
+      }
+      case ActionKind::kActivate:
+        break;
+      case ActionKind::kRestartAll:
+        OnRestart(a.placement);
+        break;
+      case ActionKind::kWaitForMachines:
+        // The cluster backend is asked for the missing machines too, so a
+        // fleet with no standby target still recovers, a provisioning later.
+        ++s.waits;
+        Provision(a.count);
+        break;
+      case ActionKind::kStopJob:
+        s.stopped = true;
+        s.stop_reason = a.reason;
+        break;
+      case ActionKind::kReplenishStandby: {
+        s.max_deficit = std::max(s.max_deficit, a.count);
+        Provision(a.count);
+        break;
+      }
+      case ActionKind::kCaptureStacks: {
+        StacksAnalyzed v;
+        v.incident = a.incident;
+        v.generation = a.placement.generation;
+        v.suspects = Suspects();
+        v.group = v.suspects.size() > 1 ? "pp group" : "";
+        v.why = v.suspects.empty() ? "no outlier" : "outlier stacks";
+        v.observed = now_ + Secs(c_.costs.stack_capture);
+        ScheduleEvent(v.observed, std::move(v));
+        break;
+      }
+    }
+  }
+}
+
+// Orders machines until `wanted` are on their way; each joins the pool
+// after the provisioning delay.
+void FleetSim::Provision(int wanted) {
+  if (!c_.provisioning) return;
+  const Duration delay = c_.oracle_standbys ? Duration(0) : Secs(c_.costs.provision);
+  for (; in_flight_ < wanted; ++in_flight_) {
+    ++r_.fleet.standbys_requested;
+    Schedule(now_ + delay, Kind::kArrive, 0, NewMachine());
+  }
+}
+
+// The ranks restart on `p`: after process start, communicator init (growing
+// with the job), the restore and one step, the first step completes.
+void FleetSim::OnRestart(const Placement& p) {
+  ++r_.fleet.restarts;
+  gen_ = p.generation;
+  // Only the slots that changed hands are parsed: a restart of 12,500
+  // machines replaces a few.
+  placed_.resize(p.slots.size());
+  slots_.resize(p.slots.size(), -1);
+  for (size_t i = 0; i < p.slots.size(); ++i) {
+    if (placed_[i] == p.slots[i]) continue;
+    placed_[i] = p.slots[i];
+    slots_[i] = IndexOf(p.slots[i]);
+    machines_[slots_[i]].slot = static_cast<int>(i);
+  }
+  const Costs& k = c_.costs;
+  hang_reported_ = false;
+  // The hang detector arms a first-step allowance at every start.
+  Schedule(now_ + c_.policy.hang_first_step, Kind::kHangCheck, gen_, -1);
+  high_water_ = std::max(high_water_, reported_);
+  const int64_t durable_steps = std::max<int64_t>(1, std::llround(k.durable_interval / k.step));
+  restored_ = k.memory_checkpoints ? high_water_ : high_water_ / durable_steps * durable_steps;
+  running_ = false;
+  stalled_ = false;
+  stall_machine_ = -1;
+  restart_at_ = now_;
+  Schedule(now_ + Secs(c_.RestartSeconds()), Kind::kFirstStep, gen_);
+}
+
+Status FleetSim::Run() {
+  const int n = c_.machines();
+  JobSpec spec;
+  spec.id = "sim";
+  spec.world_size = c_.gpus;
+  spec.ranks_per_machine = c_.gpus_per_machine;
+  spec.command = "train";
+  spec.tp = c_.tp;
+  spec.pp = c_.pp;
+  Result<int> target = BinomialQuantile(n, c_.policy.daily_failure_rate, c_.policy.standby_quantile);
+  if (!target.ok()) return target.status();
+  const int standbys = c_.initial_standbys >= 0 ? c_.initial_standbys : *target;
+  std::vector<MachineId> ids;
+  for (int i = 0; i < n + standbys; ++i) ids.push_back(IdOf(NewMachine()));
+  Result<Controller> ctl = Controller::Create(spec, c_.policy, ids, now_);
+  if (!ctl.ok()) return ctl.status().Annotate("sim");
+  ctl_.emplace(std::move(*ctl));
+  r_.fleet.machines = n;
+  r_.fleet.initial_standbys = standbys;
+  r_.fleet.standby_target = *target;
+  end_ = AtSeconds(c_.days * 86400.0);
+
+  Result<std::vector<Action>> start = ctl_->Reconcile(now_);
+  if (!start.ok()) return start.status();
+  Carry(*start);
+  // One fault of the stream waits in the queue at a time: memory stays flat.
+  std::optional<Fault> pending = stream_.Next();
+  if (pending) Schedule(AtSeconds(pending->at), Kind::kFault);
+  while (!queue_.empty() && !ended_ && !r_.fleet.stopped) {
+    const Due d = queue_.top();
+    if (d.at > end_) break;
+    queue_.pop();
+    now_ = d.at;
+    const bool current = d.gen == gen_;
+    switch (d.kind) {
+      case Kind::kFault:
+        if (pending) Inject(*pending);
+        pending = stream_.Next();
+        if (pending) Schedule(AtSeconds(pending->at), Kind::kFault);
+        break;
+      case Kind::kDeliver: {
+        Event e = std::move(payloads_[d.arg]);
+        free_payloads_.push_back(d.arg);
+        Deliver(std::move(e));
+        break;
+      }
+      case Kind::kFirstStep:
+        if (!current || stalled_ || running_) break;
+        running_ = true;
+        t_first_ = now_;
+        s_first_ = restored_ + 1;
+        reported_ = s_first_;
+        high_water_ = std::max(high_water_, s_first_);
+        Deliver(CheckpointRestored{restored_, c_.costs.memory_checkpoints ? "memory" : "durable", high_water_,
+                                   1000.0 * (c_.costs.memory_checkpoints ? c_.costs.restore_memory
+                                                                          : c_.costs.restore_durable),
+                                   now_});
+        Deliver(StepCompleted{s_first_, now_});
+        if (s_first_ < high_water_) Schedule(StepTime(high_water_), Kind::kCatchUp, gen_);
+        if (c_.total_steps > 0) Schedule(StepTime(std::max(c_.total_steps, s_first_)), Kind::kEnd, gen_);
+        ScheduleScript();
+        break;
+      case Kind::kCatchUp:
+        if (current) SyncProgress();
+        break;
+      case Kind::kHangCheck: {
+        // arg -1: the first-step allowance armed at the restart; otherwise
+        // the stall it was armed for.
+        const bool first_step_check = d.arg == -1 && !running_;
+        if (!current || hang_reported_ || !(first_step_check || (stalled_ && d.arg == stall_id_))) break;
+        const Time since = first_step_check ? restart_at_ : stall_since_;
+        const JobState js = ctl_->state().job;
+        if (js != JobState::kRunning && js != JobState::kRestarting) break;
+        hang_reported_ = true;
+        Deliver(HangSuspected{reported_, since, now_ - since, !running_, now_});
+        break;
+      }
+      case Kind::kArrive:
+        --in_flight_;
+        ++r_.fleet.standbys_arrived;
+        Deliver(MachineJoined{IdOf(static_cast<int>(d.arg)), true, "provisioned", now_});
+        break;
+      case Kind::kReturn: {
+        MachineSim& m = machines_[d.arg];
+        m = MachineSim{false, false, FaultClass::kGpu, m.slot};  // repaired; its slot may be refilled by it
+        Deliver(OperatorReturned{IdOf(static_cast<int>(d.arg)), now_});
+        Deliver(MachineJoined{IdOf(static_cast<int>(d.arg)), true, "repaired", now_});
+        break;
+      }
+      case Kind::kScript: {
+        if (!current || !running_ || stalled_ || script_next_ >= c_.script.size()) break;
+        // Every fault due by this step, in script order, at the same time.
+        const int64_t step = StepAt(now_);
+        while (script_next_ < c_.script.size() && c_.script[script_next_].at_step <= step) {
+          const ScriptedFault& s = c_.script[script_next_++];
+          Inject(Fault{Seconds(now_.time_since_epoch()), s.cls, false, s.slot});
+        }
+        ScheduleScript();
+        break;
+      }
+      case Kind::kEnd:
+        if (current && running_ && !stalled_) {
+          end_ = now_;
+          ended_ = true;
+        }
+        break;
+    }
+  }
+  if (!r_.fleet.stopped) now_ = std::max(now_, end_);
+  Finish();
+  return Status::OK();
+}
+
+void FleetSim::Finish() {
+  if (!r_.fleet.stopped) {
+    SyncProgress();
+  }
+  const Time end = r_.fleet.stopped ? now_ : end_;
+  ArmResult& a = r_.arms[0];
+  // A stopped job accrues no ledger time; the rest of the horizon is lost,
+  // so the arm's wall is always the horizon.
+  const TimeBreakdown b = ctl_->Cumulative(end);
+  a.wall = Seconds(end_ - Time{});
+  for (int i = 0; i < kNumTimeCategories; ++i) a.by_category[i] = Seconds(b.by_category[i]);
+  const double productive = a.by_category[static_cast<int>(TimeCategory::kProductive)];
+  a.ettr = a.wall > 0 ? productive / a.wall : 0;
+  a.checkpoint_stall =
+      c_.costs.memory_checkpoints ? productive * c_.costs.memory_block_per_step / c_.costs.step
+                                  : productive * c_.costs.durable_write / (c_.costs.durable_interval + c_.costs.durable_write);
+  a.ettr_with_stalls = a.wall > 0 ? (productive - a.checkpoint_stall) / a.wall : 0;
+  r_.fleet.timeline = ctl_->Timeline(end);
+  a.window_min_ettr = MinWindowEttr(r_.fleet.timeline, c_.policy.ledger_window);
+  a.longest_unproductive = LongestUnproductive(r_.fleet.timeline);
+
+  double detect = 0, recover = 0;
+  int64_t closed = 0;
+  for (const Incident& inc : ctl_->incidents()) {
+    ++r_.fleet.incidents[IncidentClassName(inc.cls)][ResolutionName(inc.resolution)];
+    if (inc.recovered && inc.RecoverDuration()) {
+      detect += Seconds(inc.DetectDuration());
+      recover += Seconds(*inc.RecoverDuration());
+      ++closed;
+    }
+  }
+  r_.fleet.incident_count = static_cast<int64_t>(ctl_->incidents().size());
+  if (closed > 0) {
+    r_.fleet.mean_detect = detect / closed;
+    r_.fleet.mean_recover = recover / closed;
+  }
+}
+
+}  // namespace
+
+Status RunBulwark(const SimConfig& config, SimResult& result) {
+  BULWARK_RETURN_IF_ERROR(Validate(config));
+  if (result.arms.empty()) result.arms.resize(1);
+  result.arms[0] = ArmResult{};
+  result.arms[0].name = "bulwark";
+  result.fleet = FleetStats{};
+  const auto t0 = std::chrono::steady_clock::now();
+  FleetSim sim(config, result);
+  Status st = sim.Run();
+  result.cpu_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+}  // namespace bulwark::sim

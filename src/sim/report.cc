@@ -1,0 +1,150 @@
+// The run's figures as text, JSON and an HTML page with an SVG timeline.
+#include <cstdio>
+#include <sstream>
+
+#include "sim/sim.h"
+
+namespace bulwark::sim {
+
+using controller::TimeCategory;
+using controller::TimeCategoryName;
+using nlohmann::json;
+
+namespace {
+
+std::string Fmt(const char* fmt, double a, double b = 0, double c = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, fmt, a, b, c);
+  return buf;
+}
+
+std::string Hours(double s) { return s >= 3600 ? Fmt("%.1f h", s / 3600) : s >= 60 ? Fmt("%.1f min", s / 60) : Fmt("%.1f s", s); }
+
+}  // namespace
+
+std::string FormatText(const SimConfig& c, const SimResult& r) {
+  std::ostringstream o;
+  const FleetStats& f = r.fleet;
+  o << "bulwark sim: " << c.gpus << " GPUs (" << c.machines() << " machines x " << c.gpus_per_machine << ", TP "
+    << c.tp << " PP " << c.pp << " DP " << c.gpus / (c.tp * c.pp) << "), " << c.days << " days, seed " << c.seed
+    << "\n";
+  o << "standby pool: " << f.initial_standbys << " at start (policy target P" << 100 * c.policy.standby_quantile
+    << " of Binomial(" << c.machines() << ", " << c.policy.daily_failure_rate << ") = " << f.standby_target
+    << "); provisioning " << Hours(c.costs.provision) << "\n";
+  o << "restart modelled at " << Hours(c.RestartSeconds()) << "; hang first-step allowance " << Hours(f.hang_first_step)
+    << (f.hang_first_step_raised ? " (raised from the policy's value to 2x the restart: fit_first_step_allowance)" : "")
+    << "\n\n";
+
+  o << "ETTR (same fault trace)     ledger   with ckpt stalls   min 1h window   longest unproductive\n";
+  for (const ArmResult& a : r.arms) {
+    o << "  ";
+    char line[256];
+    std::snprintf(line, sizeof line, "%-24s %7.3f%%   %15.3f%%   %13s   %s\n", a.name.c_str(), 100 * a.ettr,
+                  100 * a.ettr_with_stalls,
+                  a.window_min_ettr < 0 ? "-" : Fmt("%.2f%%", 100 * a.window_min_ettr).c_str(),
+                  Hours(a.longest_unproductive).c_str());
+    o << line;
+  }
+  o << "\nbreakdown (share of wall)  ";
+  for (const ArmResult& a : r.arms) o << std::string(14 - std::min<size_t>(14, a.name.size()), ' ') << a.name;
+  o << "\n";
+  for (int i = 0; i < controller::kNumTimeCategories; ++i) {
+    char line[64];
+    std::snprintf(line, sizeof line, "  %-24s", TimeCategoryName(static_cast<TimeCategory>(i)));
+    o << line;
+    for (const ArmResult& a : r.arms) o << Fmt("%13.3f%%", 100 * a.by_category[i] / a.wall);
+    o << "\n";
+  }
+  o << "\nfaults: ";
+  static const char* names[] = {"gpu", "hbm", "software", "network", "host", "hang", "sdc", "fail_slow", "nic_flap", "manual"};
+  for (int i = 0; i < 10; ++i) o << names[i] << " " << f.faults_by_class[i] << (i < 9 ? ", " : "\n");
+  o << "incidents: " << f.incident_count << " (mean detect " << Hours(f.mean_detect) << ", mean recover "
+    << Hours(f.mean_recover) << ")\n";
+  for (const auto& [cls, by] : f.incidents) {
+    o << "  " << cls << ":";
+    for (const auto& [res, n] : by) o << " " << res << " " << n;
+    o << "\n";
+  }
+  o << "machines: " << f.evicted << " evicted (" << f.healthy_evicted << " healthy, over-evicted), "
+    << f.restarts << " restarts\n";
+  o << "standby deficits: " << f.waits << " evictions found the pool empty, max deficit " << f.max_deficit
+    << ", " << f.standbys_requested << " requested, " << f.standbys_arrived << " arrived, waiting "
+    << Hours(r.arms[0].by_category[static_cast<int>(TimeCategory::kWaiting)]) << "\n";
+  if (f.stopped) o << "STOPPED by the policy: " << f.stop_reason << "\n";
+  if (f.refused > 0) o << "events refused by the controller: " << f.refused << " (first: " << f.first_refusal << ")\n";
+  o << Fmt("speed: %.0f events in %.3f s = %.0f events/s\n", static_cast<double>(f.events), r.cpu_seconds,
+           f.events / std::max(1e-9, r.cpu_seconds));
+  return o.str();
+}
+
+json ToJson(const SimConfig& c, const SimResult& r, bool timing) {
+  json arms = json::array();
+  for (const ArmResult& a : r.arms) {
+    json cats;
+    for (int i = 0; i < controller::kNumTimeCategories; ++i) {
+      cats[TimeCategoryName(static_cast<TimeCategory>(i))] = a.by_category[i];
+    }
+    arms.push_back({{"name", a.name},
+                    {"wall_s", a.wall},
+                    {"ettr", a.ettr},
+                    {"ettr_with_checkpoint_stalls", a.ettr_with_stalls},
+                    {"window_min_ettr", a.window_min_ettr},
+                    {"longest_unproductive_s", a.longest_unproductive},
+                    {"faults", a.faults},
+                    {"breakdown_s", cats}});
+  }
+  const FleetStats& f = r.fleet;
+  json out{{"config", ToJson(c)},
+           {"arms", arms},
+           {"fleet",
+            {{"machines", f.machines},
+             {"initial_standbys", f.initial_standbys},
+             {"standby_target", f.standby_target},
+             {"hang_first_step_s", f.hang_first_step},
+             {"hang_first_step_raised", f.hang_first_step_raised},
+             {"events", f.events},
+             {"refused", f.refused},
+             {"restarts", f.restarts},
+             {"evicted", f.evicted},
+             {"healthy_evicted", f.healthy_evicted},
+             {"standbys_requested", f.standbys_requested},
+             {"standbys_arrived", f.standbys_arrived},
+             {"waits", f.waits},
+             {"max_deficit", f.max_deficit},
+             {"stopped", f.stopped},
+             {"incidents", f.incidents},
+             {"incident_count", f.incident_count},
+             {"mean_detect_s", f.mean_detect},
+             {"mean_recover_s", f.mean_recover},
+             {"faults_by_class", f.faults_by_class}}}};
+  if (timing) {
+    out["speed"] = {{"cpu_s", r.cpu_seconds}, {"events_per_s", f.events / std::max(1e-9, r.cpu_seconds)}};
+  }
+  return out;
+}
+
+std::string RenderHtml(const SimConfig& c, const SimResult& r) {
+  static const char* colors[] = {"#3a3", "#999", "#d33", "#e83", "#ec3", "#a4c", "#39d", "#666"};
+  const auto& tl = r.fleet.timeline;
+  const double width = 1000, wall = std::max(1.0, r.arms[0].wall);
+  std::ostringstream svg;
+  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='1000' height='40'>";
+  for (const auto& s : tl) {
+    const double x = controller::ToMs(s.start) / 1000.0 / wall * width;
+    const double w = std::max(0.5, (controller::ToMs(s.end) - controller::ToMs(s.start)) / 1000.0 / wall * width);
+    svg << "<rect x='" << x << "' y='0' width='" << w << "' height='40' fill='" << colors[static_cast<int>(s.category)]
+        << "'><title>" << TimeCategoryName(s.category) << " " << Hours((controller::ToMs(s.end) - controller::ToMs(s.start)) / 1000.0)
+        << "</title></rect>";
+  }
+  svg << "</svg>";
+  std::ostringstream h;
+  h << "<!doctype html><html><head><meta charset='utf-8'><title>bulwark sim</title>"
+       "<style>body{font-family:sans-serif;margin:2em}pre{background:#f6f6f6;padding:1em}</style></head><body>"
+    << "<h1>bulwark sim: " << c.gpus << " GPUs, " << c.days << " days</h1>"
+    << "<p>The bulwark arm's ledger over the run (green productive, red detection, orange localization, yellow "
+       "recovery, purple recomputation, blue waiting, grey startup/manual); hover a segment.</p>"
+    << svg.str() << "<pre>" << FormatText(c, r) << "</pre></body></html>\n";
+  return h.str();
+}
+
+}  // namespace bulwark::sim

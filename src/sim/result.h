@@ -1,0 +1,69 @@
+// What one simulated run measured, per arm (bulwark and the baselines on the
+// same fault trace), and the timeline statistics the report needs.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "controller/ledger.h"
+
+namespace bulwark::sim {
+
+struct ArmResult {
+  std::string name;  // "bulwark", "requeue", "torchelastic"
+  double wall = 0;   // seconds
+  // Seconds per ledger category (controller::TimeCategory order).
+  std::array<double, controller::kNumTimeCategories> by_category{};
+  double ettr = 0;                // productive / wall, as the ledger counts it
+  double checkpoint_stall = 0;    // blocking checkpoint time the ledger counts as productive
+  double ettr_with_stalls = 0;    // (productive - checkpoint_stall) / wall
+  double window_min_ettr = -1;    // min over every 1 h window; -1 where not modelled
+  double longest_unproductive = 0;
+  int64_t faults = 0;             // faults of the trace that hit this arm
+};
+
+// The bulwark arm's own figures: the controller's view and the fleet's.
+struct FleetStats {
+  int machines = 0;
+  int initial_standbys = 0;
+  int standby_target = 0;          // the policy's Binomial quantile
+  double hang_first_step = 0;      // seconds, as the controller ran with it
+  bool hang_first_step_raised = false;
+  int64_t events = 0;              // events handed to Controller::Handle
+  int64_t refused = 0;             // events the controller refused (should be 0)
+  std::string first_refusal;
+  int64_t restarts = 0;
+  int64_t evicted = 0;
+  int64_t healthy_evicted = 0;     // over-eviction: machines evicted with no fault of their own
+  int64_t standbys_requested = 0;
+  int64_t standbys_arrived = 0;
+  int64_t waits = 0;               // WaitForMachines: an eviction found the pool empty
+  int max_deficit = 0;
+  bool stopped = false;
+  std::string stop_reason;
+  // class -> resolution -> count, from the controller's incidents.
+  std::map<std::string, std::map<std::string, int>> incidents;
+  int64_t incident_count = 0;
+  double mean_detect = 0, mean_recover = 0;  // seconds, over closed incidents
+  std::array<int64_t, 10> faults_by_class{};  // FaultClass order, then manual
+  std::vector<controller::LedgerSegment> timeline;  // for the report
+  std::vector<std::string> event_log;  // "t+12.000s event ...", with SimConfig::record_events
+};
+
+struct SimResult {
+  std::vector<ArmResult> arms;  // bulwark first
+  FleetStats fleet;
+  double cpu_seconds = 0;       // the bulwark arm's run, for events/s
+};
+
+// Over every window of `window` inside the timeline, the lowest productive
+// share; exact (the minimum of a piecewise-linear function is at a
+// breakpoint: a segment boundary at either end of the window).
+double MinWindowEttr(const std::vector<controller::LedgerSegment>& timeline, controller::Duration window);
+// The longest run of consecutive unproductive segments, in seconds.
+double LongestUnproductive(const std::vector<controller::LedgerSegment>& timeline);
+
+}  // namespace bulwark::sim
