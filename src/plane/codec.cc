@@ -231,6 +231,56 @@ Result<Event> DecodeEvent(const json& j) {
   return Status::InvalidArgument("journal record field 'kind': unknown event kind '" + kind + "'");
 }
 
+namespace {
+
+// The origin fields of `j`; absent ones keep their zero values, as rows
+// journaled before a field existed did.
+Result<JournalOrigin> DecodeOrigin(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("journal record field 'origin': not an object");
+  JournalOrigin o;
+  if (j.contains("machine")) BULWARK_RETURN_IF_ERROR(Get(j, "machine", &o.machine));
+  if (j.contains("incarnation")) BULWARK_RETURN_IF_ERROR(Get(j, "incarnation", &o.incarnation));
+  if (j.contains("seq")) BULWARK_RETURN_IF_ERROR(Get(j, "seq", &o.seq));
+  return o;
+}
+
+Status DecodeJournalFields(const json& r, JournalRow& row) {
+  if (!r.is_object()) return Status::InvalidArgument("journal record is not a JSON object");
+  if (r.contains("type")) BULWARK_RETURN_IF_ERROR(Get(r, "type", &row.type));
+  if (row.type == "create") {
+    BULWARK_RETURN_IF_ERROR(Get(r, "standbys", &row.standbys));
+  } else if (row.type == "event") {
+    json e;
+    BULWARK_RETURN_IF_ERROR(Get(r, "event", &e));
+    Result<Event> ev = DecodeEvent(e);
+    if (!ev.ok()) return ev.status();
+    row.event = std::move(*ev);
+    if (r.contains("origin")) {
+      Result<JournalOrigin> o = DecodeOrigin(r["origin"]);
+      if (!o.ok()) return o.status();
+      row.origin = *o;
+    }
+  } else if (row.type == "done") {
+    if (r.contains("step")) BULWARK_RETURN_IF_ERROR(Get(r, "step", &row.step));
+  } else if (row.type == "origin") {
+    Result<JournalOrigin> o = DecodeOrigin(r);
+    if (!o.ok()) return o.status();
+    row.origin = *o;
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<JournalRow> DecodeJournalRow(const std::string& text) {
+  const json r = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (r.is_discarded()) return Status::Corrupt("journal record is not valid JSON");
+  JournalRow row;
+  Status st = DecodeJournalFields(r, row);
+  if (!st.ok()) return Status::Corrupt(st.message());
+  return row;
+}
+
 json EncodeLaunch(const JobLaunch& l) {
   return json{{"id", l.spec.id},
               {"world_size", l.spec.world_size},
