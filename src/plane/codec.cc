@@ -1,5 +1,10 @@
 #include "plane/codec.h"
 
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
 namespace bulwark::controller {
 namespace {
 
@@ -18,11 +23,38 @@ InspectionKind InspectionFromName(const std::string& s, bool* ok) {
   return InspectionKind::kDevice;
 }
 
+// Whether `v` converts to the integer type T exactly. nlohmann converts a
+// float such as 3e84 to int by a cast, which is undefined behaviour (found by
+// fuzz/journal_fuzz.cc: fuzz/corpus/journal/crash-float-as-int.jsonl).
+template <typename T>
+bool FitsInteger(const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+  if (!v.is_number_integer()) return false;
+  const int64_t x = v.get<int64_t>();
+  return x >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+         (x < 0 || static_cast<uint64_t>(x) <= static_cast<uint64_t>(std::numeric_limits<T>::max()));
+}
+template <typename T>
+bool Fits(const json& v) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return FitsInteger<T>(v);
+  } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    if (!v.is_array()) return false;
+    for (const json& x : v) {
+      if (!FitsInteger<int>(x)) return false;
+    }
+  }
+  return true;  // other types: nlohmann's own checks throw type_error
+}
+
 // A field of `j` as T, or InvalidArgument naming it.
 template <typename T>
 Status Get(const json& j, const char* field, T* out) {
   auto it = j.find(field);
   if (it == j.end()) return Status::InvalidArgument(std::string("journal record lacks field '") + field + "'");
+  if (!Fits<T>(*it)) {
+    return Status::InvalidArgument(std::string("journal record field '") + field + "': not an integer in range");
+  }
   try {
     *out = it->get<T>();
   } catch (const std::exception& e) {
