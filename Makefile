@@ -4,7 +4,7 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 
-.PHONY: all deps build demo test bench clean
+.PHONY: all deps build demo test bench fuzz clean
 
 all: build
 
@@ -36,5 +36,13 @@ bench:
 	/usr/bin/python3 bench/poet_orthogonality/run.py
 	/usr/bin/python3 bench/poet_quality/run.py   # about an hour on 2 cores
 
+# Each fuzz harness under libFuzzer for FUZZ_SECONDS (default 60), in its
+# own clang build (build-fuzz); prints executions and coverage per harness.
+# `make test` replays the same harnesses' corpora without clang.
+FUZZ_SECONDS ?= 60
+fuzz:
+	BULWARK_FUZZ=1 bash scripts/install-deps.sh
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) bash fuzz/run.sh
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-fuzz

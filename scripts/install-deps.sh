@@ -25,6 +25,10 @@ if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
   # The Python reference for bench/trainer_throughput.
   packages+=(python3-torch python3-numpy python3-matplotlib)
 fi
+if [[ "${BULWARK_FUZZ:-0}" == 1 ]]; then
+  # make fuzz: clang with libFuzzer and the sanitizer runtimes.
+  packages+=(clang libclang-rt-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,8 +1,48 @@
 #include "agent/signatures.h"
 
+#include <algorithm>
+
 #include "common/files.h"
 
 namespace bulwark::agent {
+namespace {
+
+// libstdc++'s regex compiles and matches by recursion: a deeply nested or
+// very long pattern, or a `.*` run along a long line, overflows the stack
+// (found by fuzz/signatures_fuzz.cc; the shipped nccl_network signature
+// crashed the agent on a 100 KB log line). The shipped patterns are at most
+// 109 bytes with one level of groups; these limits leave room for any
+// sensible extension.
+constexpr size_t kMaxRegexBytes = 512;
+constexpr int kMaxGroupDepth = 8;
+// libstdc++ backtracks by default: exponential on patterns like `.*.*.*z`,
+// and recursive along the line. Its Thompson-NFA mode is polynomial and
+// recurses only along the pattern.
+#if defined(__GLIBCXX__)
+constexpr auto kRegexMode = std::regex_constants::__polynomial;
+#else
+constexpr auto kRegexMode = std::regex_constants::syntax_option_type{};
+#endif
+// A log line is matched on its first and last kMatchWindow bytes: error
+// text sits at the start of a line or at its end, after a dump.
+constexpr size_t kMatchWindow = 4096;
+
+// The deepest nesting of ( ) in `re`, not counting escaped parentheses.
+int GroupDepth(const std::string& re) {
+  int depth = 0, deepest = 0;
+  for (size_t i = 0; i < re.size(); ++i) {
+    if (re[i] == '\\') {
+      ++i;
+    } else if (re[i] == '(') {
+      deepest = std::max(deepest, ++depth);
+    } else if (re[i] == ')') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+}  // namespace
 
 Result<SignatureTable> SignatureTable::Parse(const std::string& text, const std::string& source) {
   SignatureTable t;
@@ -23,8 +63,14 @@ Result<SignatureTable> SignatureTable::Parse(const std::string& text, const std:
     }
     Entry e;
     e.name = line.substr(0, tab);
+    const std::string re = line.substr(tab + 1);
+    if (re.size() > kMaxRegexBytes || GroupDepth(re) > kMaxGroupDepth) {
+      return Status::InvalidArgument(where + ": signature '" + e.name + "' has a regex longer than " +
+                                     std::to_string(kMaxRegexBytes) + " bytes or nested deeper than " +
+                                     std::to_string(kMaxGroupDepth) + " groups; split it into several lines");
+    }
     try {
-      e.re = std::regex(line.substr(tab + 1), std::regex::extended | std::regex::icase | std::regex::nosubs);
+      e.re = std::regex(re, std::regex::extended | std::regex::icase | std::regex::nosubs | kRegexMode);
     } catch (const std::regex_error& err) {
       return Status::InvalidArgument(where + ": signature '" + e.name + "' has a bad regex: " + err.what());
     }
@@ -46,7 +92,14 @@ void SignatureTable::Prepend(const SignatureTable& other) {
 std::string SignatureTable::Match(const std::vector<std::string>& lines) const {
   for (const Entry& e : entries_) {
     for (const std::string& l : lines) {
-      if (std::regex_search(l, e.re)) return e.name;
+      if (l.size() <= 2 * kMatchWindow) {
+        if (std::regex_search(l, e.re)) return e.name;
+        continue;
+      }
+      if (std::regex_search(l.begin(), l.begin() + kMatchWindow, e.re) ||
+          std::regex_search(l.end() - kMatchWindow, l.end(), e.re)) {
+        return e.name;
+      }
     }
   }
   return "";

@@ -36,6 +36,16 @@ Result<std::vector<std::string>> Strings(const YAML::Node& n, const std::string&
   return out;
 }
 
+// A mapping's key as text. YAML allows lists and maps as keys ("{[a]: 1}");
+// a job file's keys are names, and yaml-cpp throws converting anything else.
+Result<std::string> Key(const YAML::Node& key, const std::string& source, const std::string& where) {
+  if (!key.IsScalar()) {
+    return Status::InvalidArgument(source + ": " + where + " has a key that is not a plain name (line " +
+                                   std::to_string(key.Mark().line + 1) + ")");
+  }
+  return key.as<std::string>();
+}
+
 Result<int> PositiveInt(const YAML::Node& n, const std::string& source, const std::string& field) {
   const std::string text = n.IsScalar() ? n.as<std::string>() : "(not a number)";
   try {
@@ -59,10 +69,7 @@ Result<int> NonNegativeInt(const YAML::Node& n, const std::string& source, const
   return FieldError(source, field, "expected a whole number of steps, 0 or more, got '" + text + "'; " + hint);
 }
 
-}  // namespace
-
-Result<JobFile> ParseJobFile(const std::string& text, const std::string& source,
-                             const std::string& default_command) {
+Result<JobFile> ParseYaml(const std::string& text, const std::string& source, const std::string& default_command) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -74,7 +81,9 @@ Result<JobFile> ParseJobFile(const std::string& text, const std::string& source,
   static const std::set<std::string> kKnown = {"name", "world_size", "ranks_per_machine", "command",
                                                "args", "env",        "checkpoint",        "parallel"};
   for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
+    Result<std::string> k = Key(kv.first, source, "the top level");
+    if (!k.ok()) return k.status();
+    const std::string& key = *k;
     if (kKnown.count(key) == 0) {
       return FieldError(source, key,
                         "unknown field; known: name, world_size, ranks_per_machine, command, args, env, checkpoint, "
@@ -114,15 +123,19 @@ Result<JobFile> ParseJobFile(const std::string& text, const std::string& source,
   if (root["env"]) {
     if (!root["env"].IsMap()) return FieldError(source, "env", "expected a mapping of NAME: value");
     for (const auto& kv : root["env"]) {
-      if (!kv.second.IsScalar()) return FieldError(source, "env", "value of " + kv.first.as<std::string>() + " is not a string");
-      job.env[kv.first.as<std::string>()] = kv.second.as<std::string>();
+      Result<std::string> name = Key(kv.first, source, "field 'env'");
+      if (!name.ok()) return name.status();
+      if (!kv.second.IsScalar()) return FieldError(source, "env", "value of " + *name + " is not a string");
+      job.env[*name] = kv.second.as<std::string>();
     }
   }
   if (const YAML::Node ck = root["checkpoint"]) {
     static const char* kHint = "e.g. 'checkpoint: {persist_every: 50}'";
     if (!ck.IsMap()) return FieldError(source, "checkpoint", std::string("expected a mapping, ") + kHint);
     for (const auto& kv : ck) {
-      const std::string key = kv.first.as<std::string>();
+      Result<std::string> k = Key(kv.first, source, "field 'checkpoint'");
+      if (!k.ok()) return k.status();
+      const std::string& key = *k;
       if (key != "persist_every") {
         return FieldError(source, "checkpoint." + key, std::string("unknown field; known: persist_every, ") + kHint);
       }
@@ -138,7 +151,9 @@ Result<JobFile> ParseJobFile(const std::string& text, const std::string& source,
     static const char* kHint = "e.g. 'parallel: {pp: 2}' (tp and pp; the rest is data parallel)";
     if (!par.IsMap()) return FieldError(source, "parallel", std::string("expected a mapping, ") + kHint);
     for (const auto& kv : par) {
-      const std::string key = kv.first.as<std::string>();
+      Result<std::string> k = Key(kv.first, source, "field 'parallel'");
+      if (!k.ok()) return k.status();
+      const std::string& key = *k;
       if (key != "tp" && key != "pp" && key != "dp") {
         return FieldError(source, "parallel." + key, std::string("unknown field; known: tp, pp, dp, ") + kHint);
       }
@@ -166,6 +181,21 @@ Result<JobFile> ParseJobFile(const std::string& text, const std::string& source,
     }
   }
   return job;
+}
+
+}  // namespace
+
+Result<JobFile> ParseJobFile(const std::string& text, const std::string& source,
+                             const std::string& default_command) {
+  // Every conversion above checks the node's type first; this catches what
+  // a future field forgets, so a bad file is an error and never a crash of
+  // `bulwark submit` (fuzz/corpus/job_file/crash-* are the inputs that were).
+  try {
+    return ParseYaml(text, source, default_command);
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(source + ": unreadable value at line " + std::to_string(e.mark.line + 1) + ": " +
+                                   e.msg);
+  }
 }
 
 Result<JobFile> LoadJobFile(const std::string& path, const std::string& default_command) {

@@ -1,5 +1,10 @@
 #include "plane/codec.h"
 
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
 namespace bulwark::controller {
 namespace {
 
@@ -18,11 +23,38 @@ InspectionKind InspectionFromName(const std::string& s, bool* ok) {
   return InspectionKind::kDevice;
 }
 
+// Whether `v` converts to the integer type T exactly. nlohmann converts a
+// float such as 3e84 to int by a cast, which is undefined behaviour (found by
+// fuzz/journal_fuzz.cc: fuzz/corpus/journal/crash-float-as-int.jsonl).
+template <typename T>
+bool FitsInteger(const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+  if (!v.is_number_integer()) return false;
+  const int64_t x = v.get<int64_t>();
+  return x >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+         (x < 0 || static_cast<uint64_t>(x) <= static_cast<uint64_t>(std::numeric_limits<T>::max()));
+}
+template <typename T>
+bool Fits(const json& v) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return FitsInteger<T>(v);
+  } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    if (!v.is_array()) return false;
+    for (const json& x : v) {
+      if (!FitsInteger<int>(x)) return false;
+    }
+  }
+  return true;  // other types: nlohmann's own checks throw type_error
+}
+
 // A field of `j` as T, or InvalidArgument naming it.
 template <typename T>
 Status Get(const json& j, const char* field, T* out) {
   auto it = j.find(field);
   if (it == j.end()) return Status::InvalidArgument(std::string("journal record lacks field '") + field + "'");
+  if (!Fits<T>(*it)) {
+    return Status::InvalidArgument(std::string("journal record field '") + field + "': not an integer in range");
+  }
   try {
     *out = it->get<T>();
   } catch (const std::exception& e) {
@@ -229,6 +261,56 @@ Result<Event> DecodeEvent(const json& j) {
     return Event(x);
   }
   return Status::InvalidArgument("journal record field 'kind': unknown event kind '" + kind + "'");
+}
+
+namespace {
+
+// The origin fields of `j`; absent ones keep their zero values, as rows
+// journaled before a field existed did.
+Result<JournalOrigin> DecodeOrigin(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("journal record field 'origin': not an object");
+  JournalOrigin o;
+  if (j.contains("machine")) BULWARK_RETURN_IF_ERROR(Get(j, "machine", &o.machine));
+  if (j.contains("incarnation")) BULWARK_RETURN_IF_ERROR(Get(j, "incarnation", &o.incarnation));
+  if (j.contains("seq")) BULWARK_RETURN_IF_ERROR(Get(j, "seq", &o.seq));
+  return o;
+}
+
+Status DecodeJournalFields(const json& r, JournalRow& row) {
+  if (!r.is_object()) return Status::InvalidArgument("journal record is not a JSON object");
+  if (r.contains("type")) BULWARK_RETURN_IF_ERROR(Get(r, "type", &row.type));
+  if (row.type == "create") {
+    BULWARK_RETURN_IF_ERROR(Get(r, "standbys", &row.standbys));
+  } else if (row.type == "event") {
+    json e;
+    BULWARK_RETURN_IF_ERROR(Get(r, "event", &e));
+    Result<Event> ev = DecodeEvent(e);
+    if (!ev.ok()) return ev.status();
+    row.event = std::move(*ev);
+    if (r.contains("origin")) {
+      Result<JournalOrigin> o = DecodeOrigin(r["origin"]);
+      if (!o.ok()) return o.status();
+      row.origin = *o;
+    }
+  } else if (row.type == "done") {
+    if (r.contains("step")) BULWARK_RETURN_IF_ERROR(Get(r, "step", &row.step));
+  } else if (row.type == "origin") {
+    Result<JournalOrigin> o = DecodeOrigin(r);
+    if (!o.ok()) return o.status();
+    row.origin = *o;
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<JournalRow> DecodeJournalRow(const std::string& text) {
+  const json r = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (r.is_discarded()) return Status::Corrupt("journal record is not valid JSON");
+  JournalRow row;
+  Status st = DecodeJournalFields(r, row);
+  if (!st.ok()) return Status::Corrupt(st.message());
+  return row;
 }
 
 json EncodeLaunch(const JobLaunch& l) {

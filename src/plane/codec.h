@@ -3,6 +3,9 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "controller/event.h"
@@ -15,6 +18,27 @@ namespace bulwark::controller {
 nlohmann::json EncodeEvent(const Event& e);
 // InvalidArgument naming the field for a record this version cannot read.
 Result<Event> DecodeEvent(const nlohmann::json& j);
+
+// One journal row as Plane::Rebuild replays it. Rows are JSON objects with
+// a "type": create (with "standbys"), reconcile, event (with "event" and
+// optionally the agent "origin" it came from), done (with "step"), origin
+// (the origin fields at top level). Types this version does not know are
+// kept with nothing else decoded, and replay skips them.
+struct JournalOrigin {
+  std::string machine;
+  int64_t incarnation = 0;
+  int64_t seq = 0;
+};
+struct JournalRow {
+  std::string type;
+  std::vector<MachineId> standbys;    // create
+  std::optional<Event> event;         // event
+  std::optional<JournalOrigin> origin;  // event (when an agent sent it), origin
+  int64_t step = 0;                   // done
+};
+// Corrupt naming the field for a row that is not JSON or lacks what its type
+// needs: a damaged journal is reported, never replayed in part or thrown.
+Result<JournalRow> DecodeJournalRow(const std::string& text);
 
 nlohmann::json EncodeLaunch(const JobLaunch& l);
 Result<JobLaunch> DecodeLaunch(const nlohmann::json& j);

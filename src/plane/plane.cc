@@ -93,17 +93,14 @@ Status Plane::Rebuild(Time now) {
   size_t replayed = 0;
   for (const JournalEntry& entry : *journal) {
     const Time at = Now(TimeFromMs(entry.now_ms));
-    json r;
-    try {
-      r = json::parse(entry.json);
-    } catch (const std::exception& e) {
-      return Status::Corrupt("journal entry " + std::to_string(entry.seq) + " of job " + row.id + ": " + e.what());
+    Result<JournalRow> rec = DecodeJournalRow(entry.json);
+    if (!rec.ok()) {
+      return rec.status().Annotate("journal entry " + std::to_string(entry.seq) + " of job " + row.id);
     }
-    const std::string type = r.value("type", "");
+    const std::string& type = rec->type;
     Result<std::vector<Action>> actions = std::vector<Action>{};
     if (type == "create") {
-      Result<Controller> c = Controller::Create(launch_->spec, options_.policy,
-                                                r.at("standbys").get<std::vector<MachineId>>(), at);
+      Result<Controller> c = Controller::Create(launch_->spec, options_.policy, rec->standbys, at);
       if (!c.ok()) return c.status().Annotate("replaying job " + row.id);
       controller_.emplace(std::move(*c));
     } else if (!controller_) {
@@ -111,20 +108,14 @@ Status Plane::Rebuild(Time now) {
     } else if (type == "reconcile") {
       actions = controller_->Reconcile(at);
     } else if (type == "event") {
-      Result<Event> e = DecodeEvent(r.at("event"));
-      if (!e.ok()) return e.status().Annotate("journal entry " + std::to_string(entry.seq));
-      actions = controller_->Handle(*e, at);
-      if (r.contains("origin")) {
-        Agent& a = agents_[r["origin"].value("machine", "")];
-        a.incarnation = r["origin"].value("incarnation", int64_t{0});
-        a.acked_seq = r["origin"].value("seq", int64_t{0});
-      }
+      actions = controller_->Handle(*rec->event, at);
     } else if (type == "done") {
-      done_step_ = r.value("step", int64_t{0});
-    } else if (type == "origin") {
-      Agent& a = agents_[r.value("machine", "")];
-      a.incarnation = r.value("incarnation", int64_t{0});
-      a.acked_seq = r.value("seq", int64_t{0});
+      done_step_ = rec->step;
+    }
+    if (rec->origin) {
+      Agent& a = agents_[rec->origin->machine];
+      a.incarnation = rec->origin->incarnation;
+      a.acked_seq = rec->origin->seq;
     }
     // Replay must take the same path the live controller took; a refusal
     // here means the journal and the policy disagree.

@@ -168,7 +168,13 @@ std::string Trim(const std::string& s) {
 Status ApplyConfigFile(TrainConfig& cfg, const std::string& path) {
   auto text = ReadFile(path);
   if (!text.ok()) return text.status().Annotate("config file");
-  std::istringstream in(*text);
+  return ApplyConfigText(cfg, *text, path);
+}
+
+}  // namespace
+
+Status ApplyConfigText(TrainConfig& cfg, const std::string& text, const std::string& source) {
+  std::istringstream in(text);
   std::string line;
   int lineno = 0;
   while (std::getline(in, line)) {
@@ -177,7 +183,7 @@ Status ApplyConfigFile(TrainConfig& cfg, const std::string& path) {
     if (hash != std::string::npos) line.resize(hash);
     line = Trim(line);
     if (line.empty()) continue;
-    std::string where = path + ":" + std::to_string(lineno);
+    std::string where = source + ":" + std::to_string(lineno);
     auto eq = line.find('=');
     if (eq == std::string::npos) {
       return Status::InvalidArgument(where + ": expected 'key = value', got '" + line + "'");
@@ -190,8 +196,6 @@ Status ApplyConfigFile(TrainConfig& cfg, const std::string& path) {
   }
   return Status::OK();
 }
-
-}  // namespace
 
 std::string ModelConfig::ShapeString() const {
   return "vocab=" + std::to_string(vocab_size) + " d_model=" + std::to_string(d_model) +

@@ -84,6 +84,10 @@ Result<TrainConfig> ParseTrainArgs(const std::vector<std::string>& args);
 
 // The presets, also what `--config NAME` selects.
 Result<TrainConfig> Preset(const std::string& name);
+// Applies the "key = value" lines of a config file's `text` ('#' starts a
+// comment); `source` names it in errors ("small.cfg:3: ..."). Separate from
+// the file read so the parser can be fuzzed without a filesystem.
+Status ApplyConfigText(TrainConfig& cfg, const std::string& text, const std::string& source);
 // Sets one key from its text value; keys use '-' or '_' interchangeably.
 Status SetKey(TrainConfig& cfg, const std::string& key, const std::string& value);
 // Help text listing every key with its current value in `cfg`.

@@ -1,0 +1,47 @@
+// The signature table's limits, found by fuzzing (fuzz/signatures_fuzz.cc):
+// libstdc++'s regex recursed along the line and along the pattern, so a long
+// log line or a deeply nested extension crashed the agent.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "agent/signatures.h"
+
+namespace bulwark::agent {
+namespace {
+
+TEST(Signatures, AVeryLongLogLineIsMatchedWithoutOverflowingTheStack) {
+  // The shipped nccl_network pattern; a rank that printed a 1 MB line before
+  // it died used to take the agent down with it.
+  auto t = SignatureTable::Parse(
+      "nccl_network\tNCCL error.*(unhandled system error|remote process exited)\n", "test.tsv");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const std::string filler(1 << 20, 'x');
+  EXPECT_EQ(t->Match({"NCCL error " + filler}), "");
+  // Error text at either end of a long line is still found.
+  EXPECT_EQ(t->Match({"NCCL error: unhandled system error " + filler}), "nccl_network");
+  EXPECT_EQ(t->Match({filler + " NCCL error: remote process exited"}), "nccl_network");
+}
+
+TEST(Signatures, PatternsTooDeepOrTooLongAreRefusedNamingTheLine) {
+  auto deep = SignatureTable::Parse("ok\tfine\nx\t" + std::string(9, '(') + "a" + std::string(9, ')') + "\n", "t.tsv");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(deep.status().message().find("t.tsv:2: signature 'x'"), std::string::npos) << deep.status().message();
+  EXPECT_FALSE(SignatureTable::Parse("x\t" + std::string(600, 'a') + "\n", "t.tsv").ok());
+  // Escaped parentheses are literals, not groups.
+  EXPECT_TRUE(SignatureTable::Parse("x\t\\(\\(\\(\\(\\(\\(\\(\\(\\(a\n", "t.tsv").ok());
+  EXPECT_TRUE(SignatureTable::Parse("x\t(((a)))\n", "t.tsv").ok());
+}
+
+TEST(Signatures, BacktrackingPatternsFinishQuickly) {
+  // Exponential under backtracking; polynomial in the NFA mode used.
+  std::string re;
+  for (int i = 0; i < 20; ++i) re += ".*";
+  auto t = SignatureTable::Parse("x\t" + re + "z\n", "t.tsv");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->Match({std::string(64, 'a')}), "");
+}
+
+}  // namespace
+}  // namespace bulwark::agent
