@@ -95,6 +95,14 @@ TEST_F(Cluster, SurvivesCrashDeviceFailureControllerRestartAndMachineDown) {
   });
   EXPECT_EQ(MachineState(s, "m03"), "evicted");
   Report("machine-down");
+  // Returning a machine whose agent is gone says so, instead of leaving it
+  // "joining" without a word.
+  auto dead = Bulwark({"machine", "return", "--machine", "m03"});
+  ASSERT_EQ(dead.exit_code, 0) << dead.err;
+  EXPECT_NE(dead.out.find("stays 'joining' until its agent runs again"), std::string::npos) << dead.out;
+  for (const json& m : Query("status")["machines"]) {
+    if (m["id"] == "m03") EXPECT_NE(m.value("reason", "").find("agent is silent"), std::string::npos) << m.dump();
+  }
 
   // 5. A single NIC flap is tolerated: no new incident.
   const size_t incidents = Query("incidents").size();

@@ -529,7 +529,7 @@ TEST(Plane, UnknownMachineIsNotFoundByName) {
   Status inject = (*p)->Inject(Injection("m99", "crash", 0));
   EXPECT_EQ(inject.code(), Status::Code::kNotFound);
   EXPECT_NE(inject.message().find("m99"), std::string::npos) << inject.message();
-  Status ret = (*p)->ReturnMachine("m42", TimeFromMs(1100));
+  Status ret = (*p)->ReturnMachine("m42", TimeFromMs(1100)).status();
   EXPECT_EQ(ret.code(), Status::Code::kNotFound);
   EXPECT_NE(ret.message().find("m42"), std::string::npos) << ret.message();
 }

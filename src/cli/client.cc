@@ -101,13 +101,14 @@ bulwark::Status ControlClient::Inject(const std::string& machine, const std::str
   return FromGrpc(rpc_->Inject(&ctx, req, &reply), "inject", address_);
 }
 
-bulwark::Status ControlClient::ReturnMachine(const std::string& machine) {
+bulwark::Result<std::string> ControlClient::ReturnMachine(const std::string& machine) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   wire::ReturnMachineRequest req;
   req.set_machine(machine);
   wire::ReturnMachineReply reply;
-  return FromGrpc(rpc_->ReturnMachine(&ctx, req, &reply), "machine return", address_);
+  BULWARK_RETURN_IF_ERROR(FromGrpc(rpc_->ReturnMachine(&ctx, req, &reply), "machine return", address_));
+  return reply.note();
 }
 
 }  // namespace bulwark::cli

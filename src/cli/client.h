@@ -24,7 +24,8 @@ class ControlClient {
   Result<nlohmann::json> Ledger();
   bulwark::Status Inject(const std::string& machine, const std::string& fault, int rank,
                          const std::string& where = "", double factor = 0);
-  bulwark::Status ReturnMachine(const std::string& machine);
+  // The controller's note for the operator ("" when there is nothing to add).
+  bulwark::Result<std::string> ReturnMachine(const std::string& machine);
 
  private:
   using QueryRpc = grpc::Status (wire::ControlService::Stub::*)(grpc::ClientContext*, const wire::QueryRequest&,

@@ -344,8 +344,13 @@ Status MachineCmd(const Args& a) {
   }
   Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
   if (!client.ok()) return client.status();
-  BULWARK_RETURN_IF_ERROR(client->ReturnMachine(a.Get("machine")));
-  std::cout << "returned " << a.Get("machine") << " to the fleet; it rejoins after its self-check\n";
+  Result<std::string> note = client->ReturnMachine(a.Get("machine"));
+  if (!note.ok()) return note.status();
+  if (note->empty()) {
+    std::cout << "returned " << a.Get("machine") << " to the fleet; it rejoins after its self-check\n";
+  } else {
+    std::cout << "returned " << a.Get("machine") << " to the fleet, " << *note << "\n";
+  }
   return Status::OK();
 }
 

@@ -167,7 +167,7 @@ Result<int> Session::Inject(const std::string& fault, const std::string& machine
   }
   return bulwark::Status::Unavailable("the agent on " + machine + " did not act on '" + fault + "' after 2 sends; see " + log);
 }
-bulwark::Status Session::Return(const std::string& machine) { return client_.ReturnMachine(machine); }
+bulwark::Status Session::Return(const std::string& machine) { return client_.ReturnMachine(machine).status(); }
 
 bulwark::Status Session::ReturnToStandby(const std::string& machine, const std::function<void(const json&)>& tick) {
   BULWARK_RETURN_IF_ERROR(Return(machine));

@@ -7,6 +7,7 @@
 
 #include "plane/actuator.h"
 #include "plane/codec.h"
+#include "plane/kill_point.h"
 #include "common/files.h"
 
 namespace bulwark::controller {
@@ -216,6 +217,7 @@ Status Plane::HandleLocked(const Event& e, Time now, const json& origin) {
     return journal_error_;
   }
   if (KindOf(e) != EventKind::kStepCompleted) Log("event " + Describe(e));
+  KillPointJournaled(EventKindName(KindOf(e)));
   BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, /*deliver=*/true, now));
   if (KindOf(e) != EventKind::kStepCompleted || !actions->empty()) return SaveSnapshots(now);
   return Status::OK();
@@ -544,7 +546,7 @@ Status Plane::Inject(const wire::InjectRequest& req) {
   return Status::OK();
 }
 
-Status Plane::ReturnMachine(const std::string& machine, Time now) {
+Result<std::string> Plane::ReturnMachine(const std::string& machine, Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   now = Now(now);
   if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
@@ -552,9 +554,18 @@ Status Plane::ReturnMachine(const std::string& machine, Time now) {
   wire::Command c;
   c.set_kind(wire::Command::RESET_HEALTH);
   c.set_id("reset-health");
-  agents_[machine].oneshots.push_back(std::move(c));
+  Agent& a = agents_[machine];
+  a.oneshots.push_back(std::move(c));
   changed_.notify_all();
-  return Status::OK();
+  // The machine rejoins by passing its agent's self-check: with no agent
+  // running it would wait as "joining" forever without saying why.
+  const Duration silent = now - a.last_heard;
+  if (silent > options_.heartbeat_timeout) {
+    return "but its agent has not been heard from for " + FormatDuration(silent) + ": " + machine +
+           " stays 'joining' until its agent runs again (on the local cluster, `bulwark up` restarts missing "
+           "agents)";
+  }
+  return std::string();
 }
 
 void Plane::Tick(Time now) {

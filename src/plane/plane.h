@@ -75,7 +75,9 @@ class Plane {
   // --- operators ----------------------------------------------------------
   Result<std::string> Submit(JobLaunch launch, Time now);
   Status Inject(const wire::InjectRequest& req);
-  Status ReturnMachine(const std::string& machine, Time now);
+  // Returns a note for the operator: empty when the machine's agent is
+  // alive, else why the machine will stay "joining" until it is.
+  Result<std::string> ReturnMachine(const std::string& machine, Time now);
   nlohmann::json StatusJson(Time now);
   nlohmann::json IncidentsJson();
   nlohmann::json LedgerJson(Time now);

@@ -53,6 +53,9 @@ json Plane::StatusJson(Time now) {
       if (const MachineStatus* s = controller_->state().FindMachine(id)) {
         m["state"] = MachineStateName(s->state);
         m["reason"] = s->last_reason;
+        if (s->state == MachineState::kJoining && now - a.last_heard > options_.heartbeat_timeout) {
+          m["reason"] = "returned, but its agent is silent: it joins when the agent runs again";
+        }
       }
     }
     machines.push_back(m);

@@ -14,6 +14,7 @@
 #include "common/files.h"
 #include "common/token.h"
 #include "plane/codec.h"
+#include "plane/kill_point.h"
 #include "plane/plane.h"
 
 namespace bulwark::controller {
@@ -86,7 +87,9 @@ class AgentServiceImpl final : public wire::AgentService::Service {
       std::optional<wire::Command> c = plane_->NextCommand(
           req->machine(), stream, &sent, WallNow() + std::chrono::milliseconds(250), &superseded);
       if (superseded) return grpc::Status(grpc::StatusCode::ABORTED, "a newer command stream replaced this one");
-      if (c && !writer->Write(*c)) {
+      if (c && writer->Write(*c)) {
+        KillPointSent(wire::Command::Kind_Name(c->kind()), req->machine(), c->generation());
+      } else if (c) {
         // A desired-state command is resent on the next stream anyway; a
         // one-time command taken off its queue would be lost. (Seen: an
         // injection dropped while an agent's stream was reconnecting.)
@@ -142,9 +145,12 @@ class ControlServiceImpl final : public wire::ControlService::Service {
     return ToGrpc(plane_->Inject(*req));
   }
   grpc::Status ReturnMachine(grpc::ServerContext* ctx, const wire::ReturnMachineRequest* req,
-                             wire::ReturnMachineReply*) override {
+                             wire::ReturnMachineReply* reply) override {
     if (auto st = CheckToken(ctx, token_, "ReturnMachine"); !st.ok()) return st;
-    return ToGrpc(plane_->ReturnMachine(req->machine(), WallNow()));
+    Result<std::string> note = plane_->ReturnMachine(req->machine(), WallNow());
+    if (!note.ok()) return ToGrpc(note.status());
+    reply->set_note(*note);
+    return grpc::Status::OK;
   }
 
  private:
