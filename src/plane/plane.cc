@@ -7,6 +7,7 @@
 
 #include "plane/actuator.h"
 #include "plane/codec.h"
+#include "plane/journal_compaction.h"
 #include "plane/kill_point.h"
 #include "common/files.h"
 
@@ -125,6 +126,7 @@ Status Plane::Rebuild(Time now) {
     ++replayed;
   }
   Log("rebuilt job " + row.id + " from " + std::to_string(replayed) + " journal entries");
+  BULWARK_RETURN_IF_ERROR(CompactJournal(now));
   // The detectors learned nothing from the journal (signals are not kept):
   // a live job's ranks get the first step's allowance again.
   monitors_.Stop();
@@ -218,8 +220,33 @@ Status Plane::HandleLocked(const Event& e, Time now, const json& origin) {
   }
   if (KindOf(e) != EventKind::kStepCompleted) Log("event " + Describe(e));
   KillPointJournaled(EventKindName(KindOf(e)));
+  if (++appended_since_compaction_ >= kCompactEvery) BULWARK_RETURN_IF_ERROR(CompactJournal(now));
   BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, /*deliver=*/true, now));
   if (KindOf(e) != EventKind::kStepCompleted || !actions->empty()) return SaveSnapshots(now);
+  return Status::OK();
+}
+
+Status Plane::CompactJournal(Time now) {
+  appended_since_compaction_ = 0;
+  if (!launch_) return Status::OK();
+  Result<std::vector<JournalEntry>> journal = store_->Journal(launch_->spec.id);
+  if (!journal.ok()) return journal.status();
+  const std::vector<int64_t> drop = StepRowsToDrop(*journal);
+  if (drop.empty()) return Status::OK();
+  Result<Controller> full = ReplayJournal(launch_->spec, options_.policy, *journal, {});
+  Result<Controller> compacted = ReplayJournal(launch_->spec, options_.policy, *journal, drop);
+  if (!full.ok() || !compacted.ok()) {
+    Log("journal compaction skipped: replay failed: " + (full.ok() ? compacted.status() : full.status()).ToString());
+    return Status::OK();
+  }
+  if (ReplayFingerprint(*full, now) != ReplayFingerprint(*compacted, now)) {
+    Log("journal compaction skipped: replaying without " + std::to_string(drop.size()) +
+        " step rows would not rebuild the same state (kept everything)");
+    return Status::OK();
+  }
+  BULWARK_RETURN_IF_ERROR(store_->DropJournalRows(launch_->spec.id, drop));
+  Log("compacted the journal: dropped " + std::to_string(drop.size()) + " of " + std::to_string(journal->size()) +
+      " rows (step reports replay does not need)");
   return Status::OK();
 }
 

@@ -128,6 +128,9 @@ class Plane {
   // Journals, hands to the policy and actuates; the only path for events.
   Status HandleLocked(const Event& e, Time now, const nlohmann::json& origin);
   Status AfterDecision(const std::vector<Action>& actions, bool deliver, Time now);
+  // Drops the step rows replay can do without, once replaying what is left
+  // is verified to give the same state (journal_compaction.h).
+  Status CompactJournal(Time now);
   Status SaveSnapshots(Time now);
   nlohmann::json IncidentsLocked();
   nlohmann::json LedgerLocked(Time now);
@@ -153,6 +156,10 @@ class Plane {
   std::optional<int64_t> done_step_;
   std::set<std::string> logged_actions_;
   Status journal_error_;  // sticky: set once, the plane decides nothing more
+  // Journal rows appended since the last compaction; compaction runs every
+  // kCompactEvery of them (a few hours of steps) and at every start.
+  int64_t appended_since_compaction_ = 0;
+  static constexpr int64_t kCompactEvery = 20000;
 };
 
 }  // namespace bulwark::controller

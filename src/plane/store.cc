@@ -155,6 +155,21 @@ Status Store::Append(const std::string& job, int64_t now_ms, const std::string& 
   return Status::OK();
 }
 
+Status Store::DropJournalRows(const std::string& job, const std::vector<int64_t>& seqs) {
+  BULWARK_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  for (int64_t seq : seqs) {
+    Stmt s(db_, "DELETE FROM journal WHERE job = ?1 AND seq = ?2");
+    s.Bind(1, job);
+    s.Bind(2, seq);
+    if (!s.ok() || s.Step() != SQLITE_DONE) {
+      Status err = Error("compacting the journal of job " + job);
+      (void)Exec("ROLLBACK");
+      return err;
+    }
+  }
+  return Exec("COMMIT");
+}
+
 Result<std::vector<JournalEntry>> Store::Journal(const std::string& job) const {
   Stmt s(db_, "SELECT seq, now_ms, record FROM journal WHERE job = ?1 ORDER BY seq");
   if (!s.ok()) return Error("reading the journal of job " + job);

@@ -67,6 +67,9 @@ class Store {
 
   Status Append(const std::string& job, int64_t now_ms, const std::string& json);
   Result<std::vector<JournalEntry>> Journal(const std::string& job) const;
+  // Deletes the journal rows `seqs` of `job` in one transaction: all or none
+  // (journal_compaction.h decides which).
+  Status DropJournalRows(const std::string& job, const std::vector<int64_t>& seqs);
 
   // Named JSON documents (placement, incidents, ledger, completion):
   // replaced wholesale, read by the CLI and by people with sqlite3.
