@@ -73,6 +73,23 @@ class ControllerCrash : public Cluster {
     return sum;
   }
 
+  // A restarted controller rebuilds from its journal at once, but its
+  // agents reconnect on their own schedule: a fault injected before they
+  // have would meet a controller that cannot reach them (their peer-lost
+  // echoes then outlast their grace and count as crashes).
+  void WaitAgentsBack() {
+    // The first answer of the new controller (it may still be starting).
+    const int64_t step = WaitFor("the controller answering", 30, [](const json&) { return true; })["job"]
+                             .value("last_step", int64_t{0});
+    WaitFor("agents reconnected and steps flowing", 30, [&](const json& s) {
+      if (s["job"]["last_step"].get<int64_t>() < step + 10) return false;
+      for (const json& m : s["machines"]) {
+        if (m["state"] == "active" && m["last_heard_s_ago"].get<double>() > 0.6) return false;
+      }
+      return true;
+    });
+  }
+
   int64_t Generation() {
     json s = Query("status");
     return s.is_null() || s["job"].is_null() ? -1 : s["job"]["generation"].get<int64_t>();
@@ -107,6 +124,7 @@ TEST_F(ControllerCrash, KilledAtEveryMomentThatMattersTheJobEndsAsIfNothingHappe
 
   // 2. Mid-eviction: m02's ranks were told to stop, nobody told to start.
   WaitFor("steps after the restart", 30, [](const json& s) { return s["job"]["last_step"] >= 80; });
+  WaitAgentsBack();
   Inject("device-fail", "m02");
   ExpectKilledAt("sent:STOP_RANKS:m02");
   // 3. During the standby swap: the replayed decision starts the standby,
@@ -124,7 +142,7 @@ TEST_F(ControllerCrash, KilledAtEveryMomentThatMattersTheJobEndsAsIfNothingHappe
 
   // 4. Mid-restart: m01 told to start the next generation, m03 not yet.
   StartController("sent:START_RANKS:m01:g" + std::to_string(swapped + 1));
-  WaitFor("controller back", 30, [](const json& s) { return s["job"]["state"] == "running"; });
+  WaitAgentsBack();
   Inject("kill", "m03");
   ExpectKilledAt("sent:START_RANKS:m01");
   StartController("");
@@ -138,7 +156,15 @@ TEST_F(ControllerCrash, KilledAtEveryMomentThatMattersTheJobEndsAsIfNothingHappe
   EXPECT_EQ(incidents[2]["resolution"], "reattempt");
   for (const json& i : incidents) {
     EXPECT_TRUE(i.contains("recover_s")) << "every incident closed with its timings: " << i.dump();
-    EXPECT_LE(i.value("lost_steps", int64_t{99}), 1) << i.dump();
+    // A restart replayed by a controller whose agents have not yet reported
+    // their holdings may find no peer copy in time (the sources are filled
+    // in at delivery when the holdings are in): then durable storage, at
+    // most one persist interval back.
+    const bool durable = i.value("restore_source", "") == "durable";
+    EXPECT_LE(i.value("lost_steps", int64_t{99}), durable ? 10 : 1) << i.dump();
+    std::printf("[ incident] %s: restored %s from %s, lost %s\n", i.value("resolution", "").c_str(),
+                i.contains("restored_step") ? i["restored_step"].dump().c_str() : "?",
+                i.value("restore_source", "?").c_str(), i.contains("lost_steps") ? i["lost_steps"].dump().c_str() : "?");
   }
   json ledger = Query("ledger");
   EXPECT_GT(ledger["cumulative"]["ettr"].get<double>(), 0.0) << ledger.dump();

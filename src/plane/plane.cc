@@ -476,7 +476,26 @@ std::optional<wire::Command> Plane::NextCommand(const std::string& machine, int6
     }
     if (a.desired && a.desired->id() != *sent_desired) {
       *sent_desired = a.desired->id();
-      return *a.desired;
+      wire::Command c = *a.desired;
+      // A restart decided before this controller's restart was replayed
+      // without restore sources (nobody had reported holdings yet); the
+      // holdings reported since name them.
+      if (c.kind() == wire::Command::START_RANKS && c.restore_from_size() == 0 && controller_ &&
+          c.generation() == controller_->state().placement.generation) {
+        const Placement& p = controller_->state().placement;
+        const BackupPlan plan = PlanLocked(p);
+        for (size_t slot = 0; slot < plan.slots.size() && slot < p.slots.size(); ++slot) {
+          if (p.slots[slot] != machine) continue;
+          for (const RestoreSource& s : plan.slots[slot].restore_from) {
+            wire::ShardSource* src = c.add_restore_from();
+            src->set_rank(s.rank);
+            src->set_machine(s.machine);
+            src->set_addr(s.addr);
+            src->set_step(s.step);
+          }
+        }
+      }
+      return c;
     }
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) return std::nullopt;
   }
