@@ -24,18 +24,12 @@ class Pipeline : public Cluster {
   // The fault-free reference: four ranks run directly, no agent, no
   // in-memory checkpoints. Returns rank 0's final checksum.
   std::string Reference() {
-    const std::string port = std::to_string(testing::FreePort());
     std::vector<std::string> args = TrainerArgs();
     args.insert(args.begin(), testing::BinDir() + "/bulwark-train");
-    std::vector<std::unique_ptr<testing::Process>> procs;
-    for (int r = 0; r < 4; ++r) {
-      procs.push_back(std::make_unique<testing::Process>(
-          args, std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"LOCAL_RANK", "0"},
-                                                   {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"},
-                                                   {"MASTER_PORT", port}, {"OMP_NUM_THREADS", "1"}}));
-    }
+    auto procs = testing::StartRanks(args, 4, {{"LOCAL_RANK", "0"}, {"OMP_NUM_THREADS", "1"}});
+    EXPECT_EQ(procs.size(), 4u) << "rank 0 did not announce its rendezvous port";
     std::string sum;
-    for (int r = 0; r < 4; ++r) {
+    for (size_t r = 0; r < procs.size(); ++r) {
       testing::ProcessResult res = procs[r]->Wait();
       EXPECT_EQ(res.exit_code, 0) << "reference rank " << r << ": " << res.err;
       json done = json::parse(res.LastLine(), nullptr, false);

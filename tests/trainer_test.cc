@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -43,19 +44,23 @@ struct ResumeCase {
   int stop_at;
   const char* precision;
   int pp = 1;  // pipeline stages (ranks = DP x PP), 2 micro-batches when > 1
+  int threads = 1;  // intra-op threads per rank
 };
 
 void PrintTo(const ResumeCase& c, std::ostream* os) {
   *os << c.ranks << " rank(s)" << (c.sharded ? ", sharded" : "") << ", stop at " << c.stop_at << ", "
-      << c.precision << (c.pp > 1 ? ", pp " + std::to_string(c.pp) : "");
+      << c.precision << (c.pp > 1 ? ", pp " + std::to_string(c.pp) : "") << ", " << c.threads << " thread(s)";
 }
 
 class ExactResume : public Trainer, public ::testing::WithParamInterface<ResumeCase> {};
 
+// Training is deterministic, so a resumed run that silently started over
+// would also end on the straight run's checksum: the step it resumed from
+// (the start event's start_step) is checked too.
 TEST_P(ExactResume, StopAndResumeIsBitwiseEqualToStraight) {
-  auto [ranks, sharded, stop_at, precision, pp] = GetParam();
+  auto [ranks, sharded, stop_at, precision, pp, threads] = GetParam();
   std::vector<std::string> common = {"--steps", "24", "--ckpt-every", "8", "--batch-size", "4", "--precision",
-                                     precision};
+                                     precision, "--threads", std::to_string(threads)};
   if (pp > 1) common.insert(common.end(), {"--pp", std::to_string(pp), "--micro-batches", "2"});
   if (sharded) common.push_back("--shard-optimizer");
   auto with = [&](std::vector<std::string> more) {
@@ -65,19 +70,22 @@ TEST_P(ExactResume, StopAndResumeIsBitwiseEqualToStraight) {
   };
   std::string straight = Checksum(Launch(ranks, with({"--ckpt-dir", dir_ + "/a"})), 24);
   Checksum(Launch(ranks, with({"--ckpt-dir", dir_ + "/b", "--stop-at", std::to_string(stop_at)})), stop_at);
-  std::string resumed = Checksum(Launch(ranks, with({"--ckpt-dir", dir_ + "/b", "--resume"})), 24);
-  EXPECT_EQ(resumed, straight);
+  auto resumed = Launch(ranks, with({"--ckpt-dir", dir_ + "/b", "--resume"}));
+  EXPECT_EQ(StartStep(resumed[0]), stop_at / 8 * 8) << "not resumed from the newest checkpoint:\n" << resumed[0].out;
+  EXPECT_EQ(Checksum(resumed, 24), straight);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ExactResume,
                          ::testing::Values(ResumeCase{1, false, 16, "fp32"}, ResumeCase{1, false, 13, "fp32"},
                                            ResumeCase{2, false, 16, "fp32"}, ResumeCase{2, true, 13, "fp32"},
                                            ResumeCase{1, false, 13, "bf16"}, ResumeCase{2, true, 13, "bf16"},
-                                           ResumeCase{4, false, 13, "fp32", 2}, ResumeCase{4, true, 13, "bf16", 2}),
+                                           ResumeCase{4, false, 13, "fp32", 2}, ResumeCase{4, true, 13, "bf16", 2},
+                                           ResumeCase{1, false, 13, "fp32", 1, 2}),
                          [](const auto& info) {
                            return std::to_string(info.param.ranks) + "Ranks" + (info.param.sharded ? "Sharded" : "") +
                                   "StopAt" + std::to_string(info.param.stop_at) + "_" + info.param.precision +
-                                  (info.param.pp > 1 ? "_PP" + std::to_string(info.param.pp) : "");
+                                  (info.param.pp > 1 ? "_PP" + std::to_string(info.param.pp) : "") +
+                                  (info.param.threads > 1 ? "_" + std::to_string(info.param.threads) + "Threads" : "");
                          });
 
 // ---------------------------------------------------------------- precision
@@ -144,35 +152,59 @@ TEST_F(Trainer, TwoRanksOfBatchBMatchOneRankOfBatch2B) {
   double max_diff = 0;
   for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(a[i] - b[i])));
   EXPECT_LT(max_diff, 2e-4) << "parameters differ beyond float reordering";
+  // Adam's update is invariant to the gradient's scale, so equal parameters
+  // do not show that the ranks' summed gradients were divided by the world
+  // size. The step lines' grad norm (of the all-reduced gradient, before
+  // clipping) and loss do: a missing division doubles both.
+  auto one_steps = testing::Events(one[0], "step"), two_steps = testing::Events(two[0], "step");
+  ASSERT_EQ(one_steps.size(), 10u);
+  ASSERT_EQ(two_steps.size(), 10u);
+  for (size_t i = 0; i < one_steps.size(); ++i) {
+    const double g1 = one_steps[i]["grad_norm"], g2 = two_steps[i]["grad_norm"];
+    EXPECT_NEAR(g2 / g1, 1.0, 1e-3) << "step " << i + 1 << ": grad norm " << g1 << " (1 rank) vs " << g2;
+    EXPECT_NEAR(two_steps[i]["loss"].get<double>(), one_steps[i]["loss"].get<double>(), 1e-4) << "step " << i + 1;
+  }
 }
 
 TEST_F(Trainer, ShardedCheckpointReshardsToAnotherWorldSize) {
-  // Two ranks of batch 4 stop at step 8; one rank of batch 8 (same global
-  // batch and data) resumes. Its optimizer state comes from both shard files.
-  Checksum(Launch(2, {"--steps", "16", "--batch-size", "4", "--shard-optimizer", "--ckpt-dir", dir_ + "/r",
-                      "--ckpt-every", "8", "--stop-at", "8", "--precision", "fp32"}),
-           8);
-  auto reference = Launch(2, {"--steps", "16", "--batch-size", "4", "--shard-optimizer", "--ckpt-dir",
-                              dir_ + "/ref", "--ckpt-every", "16", "--precision", "fp32"});
+  // Two sharded ranks of batch 4 train 8 steps at twice the learning rate
+  // the rest of the run uses, so no run that starts from step 0 can end
+  // where the resumed ones do. Their checkpoint is resumed twice: by the
+  // same two ranks (the reference) and by one rank of batch 8 (same global
+  // batch and data), whose optimizer state comes from both shard files.
+  auto at = [&](const std::string& ckpt, std::vector<std::string> more) {
+    std::vector<std::string> a = {"--steps", "16", "--shard-optimizer", "--ckpt-dir", ckpt, "--ckpt-every", "8",
+                                  "--precision", "fp32"};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  Checksum(Launch(2, at(dir_ + "/r", {"--batch-size", "4", "--lr", "1e-2", "--stop-at", "8"})), 8);
+  std::filesystem::copy(dir_ + "/r", dir_ + "/ref", std::filesystem::copy_options::recursive);
+  auto reference = Launch(2, at(dir_ + "/ref", {"--batch-size", "4", "--resume"}));
   Checksum(reference, 16);
-  auto resumed = Launch(1, {"--steps", "16", "--batch-size", "8", "--shard-optimizer", "--ckpt-dir", dir_ + "/r",
-                            "--ckpt-every", "8", "--resume", "--precision", "fp32"});
+  auto resumed = Launch(1, at(dir_ + "/r", {"--batch-size", "8", "--resume"}));
   Checksum(resumed, 16);
-  auto a = SavedParams(dir_ + "/ref", 16), b = SavedParams(dir_ + "/r", 16);
-  ASSERT_EQ(a.size(), b.size());
-  double max_diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(a[i] - b[i])));
-  EXPECT_LT(max_diff, 2e-4);
+  EXPECT_EQ(StartStep(reference[0]), 8);
+  EXPECT_EQ(StartStep(resumed[0]), 8);
+  auto fresh = Launch(1, at(dir_ + "/fresh", {"--batch-size", "8"}));
+  Checksum(fresh, 16);
+  auto max_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double d = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, double(std::fabs(a[i] - b[i])));
+    return d;
+  };
+  auto ref = SavedParams(dir_ + "/ref", 16);
+  ASSERT_FALSE(ref.empty());
+  EXPECT_LT(max_diff(ref, SavedParams(dir_ + "/r", 16)), 2e-4) << "resharded state diverged from the reference";
+  EXPECT_GT(max_diff(ref, SavedParams(dir_ + "/fresh", 16)), 1e-2) << "a fresh start should end elsewhere";
 }
 
 TEST_F(Trainer, DeadPeerEndsSurvivorWithPeerLostExitCode) {
-  std::string port = std::to_string(testing::FreePort());
-  auto env = [&](int r) {
-    return std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
-                                              {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
-  };
-  testing::Process r0(Args({"--steps", "100000", "--dist-timeout", "20"}), env(0));
-  testing::Process r1(Args({"--steps", "100000", "--dist-timeout", "20"}), env(1));
+  auto ranks = testing::StartRanks(Args({"--steps", "100000", "--dist-timeout", "20"}), 2);
+  ASSERT_EQ(ranks.size(), 2u) << ranks[0]->Wait().err;
+  testing::Process& r0 = *ranks[0];
+  testing::Process& r1 = *ranks[1];
   // Kill rank 1 once the pair is training (rank 0 has logged a step).
   ASSERT_TRUE(r0.WaitForOutput("\"event\":\"step\"", 120)) << r0.OutputSoFar();
   ::kill(r1.pid(), SIGKILL);
@@ -204,14 +236,11 @@ TEST_F(Trainer, TwoStagesOfTwoReplicasFollowTheDataParallelLossCurve) {
 }
 
 TEST_F(Trainer, DeadStagePeerEndsTheRankWithPeerLostExitCode) {
-  std::string port = std::to_string(testing::FreePort());
-  auto env = [&](int r) {
-    return std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
-                                              {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
-  };
-  auto args = Args({"--steps", "100000", "--dist-timeout", "20", "--pp", "2", "--micro-batches", "2"});
-  testing::Process r0(args, env(0));
-  testing::Process r1(args, env(1));
+  auto ranks = testing::StartRanks(
+      Args({"--steps", "100000", "--dist-timeout", "20", "--pp", "2", "--micro-batches", "2"}), 2);
+  ASSERT_EQ(ranks.size(), 2u) << ranks[0]->Wait().err;
+  testing::Process& r0 = *ranks[0];
+  testing::Process& r1 = *ranks[1];
   ASSERT_TRUE(r0.WaitForOutput("\"event\":\"step\"", 120)) << r0.OutputSoFar();
   ::kill(r1.pid(), SIGKILL);
   auto t0 = std::chrono::steady_clock::now();
@@ -233,7 +262,7 @@ TEST_F(Trainer, PipelineShapesThatCannotWorkAreOneLineErrors) {
   one_line(testing::Run(Args({"--pp", "3"})), "--pp 3 exceeds the 2 layers (--n-layers)");
   one_line(testing::Run(Args({"--micro-batches", "3"})), "--micro-batches 3 does not divide --batch-size 8");
   std::map<std::string, std::string> env{{"RANK", "0"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
-                                         {"MASTER_PORT", std::to_string(testing::FreePort())}};
+                                         {"MASTER_PORT", "0"}};  // refused before any rendezvous
   one_line(testing::Run(Args({"--pp", "2"}), env), "WORLD_SIZE 3 is not divisible by --pp 2");
 }
 
@@ -251,6 +280,48 @@ TEST_F(Trainer, CorruptNewestCheckpointIsSkippedAndResumeStaysExact) {
   EXPECT_NE(r[0].out.find("step-00000015 skipped: "), std::string::npos) << r[0].out;
   EXPECT_NE(r[0].out.find("checksum mismatch"), std::string::npos);
   EXPECT_NE(r[0].out.find("resumed from " + dir_ + "/b at step 10"), std::string::npos);
+  EXPECT_EQ(StartStep(r[0]), 10);
+}
+
+// Checkpoints exist but none verifies: starting over would silently lose
+// every trained step, so --resume refuses, naming each checkpoint and why.
+TEST_F(Trainer, ResumeRefusesToStartOverWhenEveryCheckpointIsRejected) {
+  const std::string ckpt = dir_ + "/c";
+  std::string straight = Checksum(Launch(1, {"--steps", "10", "--ckpt-dir", ckpt, "--ckpt-every", "5"}), 10);
+  for (int step : {5, 10}) {
+    std::string shard = ckpt + "/" + trainer::StepDirName(step) + "/rank-0.bin";
+    std::string bytes = *ReadFile(shard);
+    bytes[bytes.size() / 2] ^= 0x01;
+    ASSERT_TRUE(WriteFileAtomic(shard, bytes).ok());
+  }
+  // An interrupted save beside them is no checkpoint and is not listed.
+  ASSERT_TRUE(MakeDirs(ckpt + "/" + trainer::StepDirName(15)).ok());
+  auto refused = testing::Run(Args({"--steps", "10", "--ckpt-dir", ckpt, "--ckpt-every", "5", "--resume"}));
+  testing::ExpectUsageError(refused, "--resume found no valid checkpoint in " + ckpt);
+  for (const char* want : {"step-00000010 (", "step-00000005 (", "checksum mismatch", "--allow-fresh-start"})
+    EXPECT_NE(refused.err.find(want), std::string::npos) << want << " missing from: " << refused.err;
+  EXPECT_EQ(refused.err.find("step-00000015 ("), std::string::npos) << refused.err;
+  EXPECT_TRUE(testing::Events(refused, "step").empty()) << "it trained: " << refused.out;
+
+  // The pipeline loop refuses the same way, on every rank.
+  auto pp = Launch(2, {"--steps", "10", "--ckpt-dir", ckpt, "--resume", "--pp", "2", "--micro-batches", "2"});
+  for (const ProcessResult& r : pp) {
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("error: --resume found no valid checkpoint"), std::string::npos) << r.err;
+  }
+
+  // Asked to, it starts over (and lands on the straight run's state).
+  auto fresh = Launch(1, {"--steps", "10", "--ckpt-dir", ckpt, "--ckpt-every", "5", "--resume", "--allow-fresh-start"});
+  EXPECT_EQ(Checksum(fresh, 10), straight);
+  EXPECT_EQ(StartStep(fresh[0]), 0);
+  EXPECT_NE(fresh[0].out.find("starting from step 0"), std::string::npos) << fresh[0].out;
+}
+
+TEST_F(Trainer, ResumeWithNoCheckpointYetStartsFresh) {
+  ASSERT_TRUE(MakeDirs(dir_ + "/empty").ok());
+  auto r = Launch(1, {"--steps", "3", "--ckpt-dir", dir_ + "/empty", "--resume"});
+  Checksum(r, 3);
+  EXPECT_EQ(StartStep(r[0]), 0);
 }
 
 // One line on stderr naming the problem, a usage exit code, no files left.

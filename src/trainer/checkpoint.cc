@@ -92,17 +92,32 @@ Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& c
                                                  const std::function<void(const std::string&)>& note,
                                                  int stages) {
   const int stage = comm.rank() / (comm.world_size() / stages);
+  // Completed checkpoints that failed verification, "step-00000040 (why)".
+  // An interrupted save (no marker) is not among them: it never promised a
+  // state, so a run killed during its first save may still start over.
+  std::vector<std::string> rejected;
   auto found = FindNewestValid(cfg.ckpt_dir, [&](const std::string& dir, const Status& why) {
     note("checkpoint " + dir + " skipped: " + why.message());
+    if (HasCompleteMarker(dir)) rejected.push_back(dir.substr(dir.rfind('/') + 1) + " (" + why.message() + ")");
   });
+  // Starting from step 0 when completed checkpoints exist but none verifies
+  // would silently throw away every trained step: refuse unless asked.
+  constexpr double kNone = -1.0, kRefuse = -2.0;
+  const bool refuse = !found && !rejected.empty() && !cfg.allow_fresh_start;
   // All ranks read the same directory, but a file may change between their
-  // reads; they must agree on one step or none.
-  auto step = torch::tensor({found ? static_cast<double>(found->step) : -1.0}, torch::kFloat64);
+  // reads; they must agree on one step, on none, or on refusing.
+  auto step = torch::tensor({found ? static_cast<double>(found->step) : refuse ? kRefuse : kNone}, torch::kFloat64);
   auto mine = step.clone();
   BULWARK_RETURN_IF_ERROR(comm.Broadcast(step, 0));
   if (!mine.equal(step)) {
     return Status::FailedPrecondition("ranks disagree on the newest valid checkpoint in " + cfg.ckpt_dir +
                                       " (rank 0 chose step " + std::to_string(step.item<int64_t>()) + ")");
+  }
+  if (refuse) {
+    std::string list;
+    for (const std::string& r : rejected) list += (list.empty() ? "" : "; ") + r;
+    return Status::FailedPrecondition("--resume found no valid checkpoint in " + cfg.ckpt_dir + ", only rejected ones: " +
+                                      list + "; repair or move them, or pass --allow-fresh-start to train from step 0");
   }
   if (!found) return std::optional<TrainState>();
 

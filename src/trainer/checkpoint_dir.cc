@@ -63,6 +63,8 @@ Status WriteCompleteMarker(const std::string& step_dir, int64_t step, int world_
   return WriteFileAtomic(JoinPath(step_dir, kMarker), m.dump() + "\n");
 }
 
+bool HasCompleteMarker(const std::string& step_dir) { return PathExists(JoinPath(step_dir, kMarker)); }
+
 std::optional<FoundCheckpoint> FindNewestValid(
     const std::string& ckpt_dir, const std::function<void(const std::string&, const Status&)>& on_skip) {
   for (auto& [step, dir] : StepDirs(ckpt_dir)) {

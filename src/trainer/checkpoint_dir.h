@@ -34,6 +34,10 @@ struct FoundCheckpoint {
   std::vector<RecordReader> shards;  // verified, in the marker's order
 };
 
+// Whether `step_dir` holds a COMPLETE marker: a save that finished, whatever
+// happened to its files since (an interrupted save has none).
+bool HasCompleteMarker(const std::string& step_dir);
+
 // The newest step directory whose marker and files all verify. Each rejected
 // candidate is passed to `on_skip` with the reason. nullopt: none is valid.
 std::optional<FoundCheckpoint> FindNewestValid(

@@ -86,6 +86,8 @@ const std::vector<Key>& Keys() {
       INT_KEY("ckpt-every", ckpt_every, "checkpoint every N steps, 0 disables"),
       INT_KEY("ckpt-keep", ckpt_keep, "complete checkpoints to keep"),
       BOOL_KEY("resume", resume, "continue from the newest valid checkpoint in --ckpt-dir"),
+      BOOL_KEY("allow-fresh-start", allow_fresh_start,
+               "with --resume: start from step 0 when every completed checkpoint is rejected (else an error)"),
       STR_KEY("log-format", log_format, "human (live progress line) or json (one object per line)"),
       INT_KEY("log-every", log_every, "json: a step line every N steps"),
       BOOL_KEY("shard-optimizer", shard_optimizer, "ZeRO-1: each data-parallel rank keeps its own slice of the optimizer state"),

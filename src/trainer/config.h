@@ -56,6 +56,10 @@ struct TrainConfig {
   int64_t ckpt_every = 0;
   int ckpt_keep = 3;
   bool resume = false;
+  // --resume finding completed checkpoints of which none verifies is an
+  // error (starting over would silently discard the trained steps) unless
+  // this is set.
+  bool allow_fresh_start = false;
   std::string log_format = "human";  // human | json
   int64_t log_every = 1;      // json: a line every N steps
   bool shard_optimizer = false;

@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 namespace bulwark::trainer {
@@ -40,7 +41,9 @@ Result<DistEnv> ReadDistEnv() {
   if (!world.ok()) return world.status();
   auto rank = EnvInt("RANK", 0, *world - 1);
   if (!rank.ok()) return rank.status();
-  auto port = EnvInt("MASTER_PORT", 1, 65535);
+  // Port 0 asks rank 0 to pick a free port and announce it (Connect), so a
+  // launcher never races another process for a port it guessed was free.
+  auto port = EnvInt("MASTER_PORT", *rank == 0 ? 0 : 1, 65535);
   if (!port.ok()) return port.status();
   env.world_size = *world;
   env.rank = *rank;
@@ -64,9 +67,18 @@ Result<std::unique_ptr<Comm>> Comm::Connect(const DistEnv& env, double timeout_s
     opts.port = static_cast<uint16_t>(env.master_port);
     opts.isServer = env.rank == 0;
     opts.numWorkers = env.world_size;
-    opts.waitWorkers = true;
+    opts.waitWorkers = env.master_port != 0;
     opts.timeout = timeout;
-    c->store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    c->store_ = tcp;
+    if (env.master_port == 0) {
+      // The kernel chose the port while binding: announce it for the
+      // launcher to hand to the other ranks, then wait for them.
+      c->env_.master_port = tcp->getPort();
+      std::printf("{\"event\":\"rendezvous\",\"port\":%d}\n", c->env_.master_port);
+      std::fflush(stdout);
+      tcp->waitForWorkers();
+    }
     auto o = c10d::ProcessGroupGloo::Options::create(timeout);
     // Bind Gloo's transport where the store is reachable: loopback for a
     // local cluster, otherwise this host's own address.

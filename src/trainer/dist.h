@@ -37,6 +37,9 @@ class Comm {
  public:
   // Rendezvous at MASTER_ADDR:MASTER_PORT (rank 0 hosts the store). For a
   // world of one, no sockets are opened and every collective is a no-op.
+  // MASTER_PORT=0 (rank 0 only): the store binds a port the kernel picks and
+  // rank 0 prints {"event":"rendezvous","port":N} on stdout before waiting
+  // for the others, which a launcher then starts with MASTER_PORT=N.
   static Result<std::unique_ptr<Comm>> Connect(const DistEnv& env, double timeout_s);
   ~Comm();
 

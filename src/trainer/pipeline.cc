@@ -296,6 +296,8 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
                         {"ms", Ms(t_init, Clock::now())}});
       }
     } else {
+      // None at all (a first launch), or only rejected ones under
+      // --allow-fresh-start; LoadCheckpoint refuses the rest.
       progress.Note("no valid checkpoint in " + cfg.ckpt_dir + "; starting from step 0");
     }
   }

@@ -261,6 +261,8 @@ Status Train(const TrainConfig& cfg_in) {
                         {"ms", std::chrono::duration<double, std::milli>(Clock::now() - t_init).count()}});
       }
     } else {
+      // None at all (a first launch), or only rejected ones under
+      // --allow-fresh-start; LoadCheckpoint refuses the rest.
       progress.Note("no valid checkpoint in " + cfg.ckpt_dir + "; starting from step 0");
     }
   }

@@ -1,10 +1,7 @@
 #include "support/process.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -122,18 +119,23 @@ std::string MakeTempDir() {
   return d;
 }
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
+std::vector<std::unique_ptr<Process>> StartRanks(const std::vector<std::string>& argv, int world,
+                                                 const std::map<std::string, std::string>& env, double announce_s) {
+  auto rank_env = [&](int r, const std::string& port) {
+    std::map<std::string, std::string> e = env;
+    e.insert({{"RANK", std::to_string(r)}, {"LOCAL_RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(world)},
+              {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+    return e;
+  };
+  std::vector<std::unique_ptr<Process>> procs;
+  procs.push_back(std::make_unique<Process>(argv, rank_env(0, "0")));
+  if (world == 1) return procs;
+  const std::string needle = "{\"event\":\"rendezvous\",\"port\":";
+  if (!procs[0]->WaitForOutput(needle, announce_s)) return procs;
+  const std::string out = procs[0]->OutputSoFar();
+  const std::string port = std::to_string(std::atoi(out.c_str() + out.find(needle) + needle.size()));
+  for (int r = 1; r < world; ++r) procs.push_back(std::make_unique<Process>(argv, rank_env(r, port)));
+  return procs;
 }
 
 }  // namespace bulwark::testing

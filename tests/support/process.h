@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,16 @@ inline ProcessResult Run(std::vector<std::string> argv, std::map<std::string, st
 
 std::string BinDir();        // where build/bin is, from the build
 std::string MakeTempDir();   // a fresh directory under /tmp
-int FreePort();              // a TCP port on 127.0.0.1 that was free a moment ago
+
+// Starts `world` bulwark-train ranks of `argv` with the torchrun environment
+// (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT) plus
+// `env`. Rank 0 starts first with MASTER_PORT=0: its store binds a port the
+// kernel picks and announces it, and only then do the others start with that
+// port. No port is guessed free and bound later, so no other process can
+// take it in between. If rank 0 exits or stays silent for `announce_s`, only
+// rank 0 is returned.
+std::vector<std::unique_ptr<Process>> StartRanks(const std::vector<std::string>& argv, int world,
+                                                 const std::map<std::string, std::string>& env = {},
+                                                 double announce_s = 120);
 
 }  // namespace bulwark::testing

@@ -40,22 +40,28 @@ class Trainer : public ::testing::Test {
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
-  // Runs `ranks` processes with the torchrun environment; returns each result.
+  // Runs `ranks` processes with the torchrun environment; returns each
+  // result (a rank that never started: exit code -1 and why, on err).
   std::vector<ProcessResult> Launch(int ranks, std::vector<std::string> extra) {
     if (ranks == 1) return {testing::Run(Args(extra))};
-    std::string port = std::to_string(FreePort());
-    std::vector<std::unique_ptr<Process>> procs;
-    for (int r = 0; r < ranks; ++r) {
-      procs.push_back(std::make_unique<Process>(
-          Args(extra), std::map<std::string, std::string>{{"RANK", std::to_string(r)},
-                                                          {"LOCAL_RANK", std::to_string(r)},
-                                                          {"WORLD_SIZE", std::to_string(ranks)},
-                                                          {"MASTER_ADDR", "127.0.0.1"},
-                                                          {"MASTER_PORT", port}}));
-    }
+    auto procs = StartRanks(Args(extra), ranks);
     std::vector<ProcessResult> out;
     for (auto& p : procs) out.push_back(p->Wait());
+    while (static_cast<int>(out.size()) < ranks) {
+      out.emplace_back();
+      out.back().err = "not started: rank 0 never announced its rendezvous port:\n" + out[0].err;
+    }
     return out;
+  }
+  // The start event's start_step: the step a run resumed from (0: fresh).
+  static int64_t StartStep(const ProcessResult& r) {
+    for (size_t p = 0, e; p < r.out.size(); p = e + 1) {
+      e = r.out.find('\n', p);
+      if (e == std::string::npos) e = r.out.size();
+      json j = json::parse(r.out.substr(p, e - p), nullptr, false);
+      if (j.is_object() && j.value("event", "") == "start") return j.value("start_step", int64_t{-1});
+    }
+    return -1;
   }
   // The done line's checksum, after checking that every rank agrees on it.
   std::string Checksum(const std::vector<ProcessResult>& rs, int64_t expect_step) {
