@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "bulwark.grpc.pb.h"
@@ -14,6 +15,7 @@
 #include "common/files.h"
 #include "common/token.h"
 #include "plane/codec.h"
+#include "plane/metrics_server.h"
 #include "plane/plane.h"
 
 namespace bulwark::controller {
@@ -155,6 +157,37 @@ class ControlServiceImpl final : public wire::ControlService::Service {
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
+// The port an earlier start recorded in controller.metrics, or 0.
+int RecordedMetricsPort(const cluster::Layout& layout) {
+  Result<std::string> url = ReadFile(layout.controller_metrics());
+  if (!url.ok()) return 0;
+  const size_t colon = url->rfind(':');
+  return colon == std::string::npos ? 0 : std::atoi(url->c_str() + colon + 1);
+}
+
+// Metrics are for people and dashboards: a port that cannot be bound is
+// logged, and the controller protects the job without them.
+std::unique_ptr<MetricsServer> ServeMetrics(const cluster::Layout& layout, int port, Plane* plane) {
+  int want = port >= 0 ? port : RecordedMetricsPort(layout);
+  Result<std::unique_ptr<MetricsServer>> m =
+      MetricsServer::Start("127.0.0.1", want, [plane] { return plane->Metrics(WallNow()); });
+  if (!m.ok() && port < 0 && want != 0) {
+    // The recorded port is taken now (by whom is not ours to know): any port.
+    std::fprintf(stderr, "controller: %s; serving metrics on another port\n", m.status().message().c_str());
+    m = MetricsServer::Start("127.0.0.1", 0, [plane] { return plane->Metrics(WallNow()); });
+  }
+  if (!m.ok()) {
+    std::fprintf(stderr, "controller: no metrics: %s\n", m.status().message().c_str());
+    return nullptr;
+  }
+  if (Status st = WriteFileAtomic(layout.controller_metrics(), (*m)->url() + "\n"); !st.ok()) {
+    std::fprintf(stderr, "controller: %s\n", st.ToString().c_str());
+  }
+  plane->set_metrics_url((*m)->url());
+  std::fprintf(stderr, "controller: metrics at %s\n", (*m)->url().c_str());
+  return std::move(*m);
+}
+
 }  // namespace
 
 Status RunController(const ControllerOptions& options) {
@@ -186,6 +219,7 @@ Status RunController(const ControllerOptions& options) {
   }
   BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_pid(), std::to_string(::getpid()) + "\n"));
   std::fprintf(stderr, "controller: serving on %s\n", address.c_str());
+  std::unique_ptr<MetricsServer> metrics = ServeMetrics(layout, options.metrics_port, plane->get());
   std::fflush(stderr);
 
   std::signal(SIGTERM, OnSignal);
@@ -195,6 +229,7 @@ Status RunController(const ControllerOptions& options) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
     (*plane)->Tick(WallNow());
   }
+  metrics.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   return Status::OK();
 }
