@@ -30,6 +30,7 @@
 #include "cluster/layout.h"
 #include "common/exit_codes.h"
 #include "common/files.h"
+#include "common/progress_pattern.h"
 #include "common/token.h"
 
 namespace bulwark::agent {
@@ -273,8 +274,12 @@ class Agent {
           // Fetching copies from peers overlaps the ranks' start-up.
           shards_->SetRoutes(routes, ranks);
           followers_.clear();
+          std::shared_ptr<const ProgressPattern> progress = ProgressFrom(c);
           // Followers start at each log's current end, before the rank writes.
-          for (const auto& r : spec.ranks) followers_.emplace(r.first, LogFollower(supervisor_.LogPath(r.first)));
+          for (const auto& r : spec.ranks) {
+            followers_.emplace(r.first, LogFollower(supervisor_.LogPath(r.first), progress));
+            last_progress_[r.first] = Clock::now();
+          }
           Status st = supervisor_.Start(spec);
           Log("generation " + std::to_string(spec.generation) + ": started " + std::to_string(spec.ranks.size()) +
               " ranks (" + c.reason() + ")" + (st.ok() ? "" : ": " + st.ToString()));
@@ -398,6 +403,39 @@ class Agent {
     });
   }
 
+  // The job's progress pattern, when its environment carries one (the job
+  // file's `progress: {regex}`); `bulwark submit` refused a bad one, so an
+  // error here is a hand-made environment, logged and ignored.
+  std::shared_ptr<const ProgressPattern> ProgressFrom(const wire::Command& c) {
+    auto it = c.env().find(kProgressRegexEnv);
+    if (it == c.env().end() || it->second.empty()) return nullptr;
+    Result<ProgressPattern> p = ProgressPattern::Compile(it->second);
+    if (!p.ok()) {
+      Log("no progress from the ranks' output: " + p.status().message());
+      return nullptr;
+    }
+    return std::make_shared<const ProgressPattern>(std::move(*p));
+  }
+
+  // Lines that matched the progress pattern become step signals, exactly
+  // what a rank speaking the rank link would send: the hang detector and
+  // the ledger cannot tell the difference. The step time is the gap between
+  // matched lines (the first one's includes the rank's start-up, which the
+  // hang detector's warm-up steps do not learn from). Compute and
+  // collective times are unknown: 0, so the fail-slow detector, which
+  // compares compute time, never flags such a job.
+  void SignalProgress(int rank, const std::vector<LogFollower::Progress>& lines) {
+    for (const LogFollower::Progress& p : lines) {
+      client::StepSignal s;
+      s.step = p.match.step;
+      s.loss = p.match.loss.value_or(0);
+      s.step_ms = std::chrono::duration<double, std::milli>(p.seen - last_progress_[rank]).count();
+      s.observed_ms = Ms(p.seen);
+      last_progress_[rank] = p.seen;
+      signals_.Add(rank, supervisor_.generation(), s.Format());
+    }
+  }
+
   void ReadRankLinks() {
     for (RankLinkServer::Message& m : links_->Take()) signals_.Add(m.rank, supervisor_.generation(), m.text);
     std::set<pid_t> pids;
@@ -409,7 +447,10 @@ class Agent {
 
   // --- observation -------------------------------------------------------
   void WatchRanks() {
-    for (auto& [rank, f] : followers_) f.Poll();
+    for (auto& [rank, f] : followers_) {
+      f.Poll();
+      SignalProgress(rank, f.TakeProgress());
+    }
     auto r0 = followers_.find(0);
     if (r0 != followers_.end() && r0->second.last_step() && *r0->second.last_step() != reported_step_) {
       reported_step_ = *r0->second.last_step();
@@ -556,6 +597,7 @@ class Agent {
   std::deque<std::pair<Clock::time_point, wire::AgentEvent>> echoes_;
   std::string applied_;
   std::map<int, LogFollower> followers_;
+  std::map<int, Clock::time_point> last_progress_;  // by rank: the last matched progress line, or the start
   int64_t reported_step_ = 0;
   bool device_reported_ = false, disk_reported_ = false, memory_reported_ = false;
   bool nic_was_up_ = true;
