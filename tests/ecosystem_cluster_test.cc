@@ -87,6 +87,11 @@ TEST_F(Ecosystem, MetricsAreServedWhereStatusSaysAndPassPromtool) {
   std::getline(recorded, line);
   EXPECT_EQ(line, url);
   EXPECT_NE(Bulwark({"status"}).out.find("metrics at " + url), std::string::npos);
+  // The file_sd target list Prometheus can follow, beside it.
+  std::ifstream sd(dir_ + "/controller.metrics.json");
+  json targets = json::parse(std::string((std::istreambuf_iterator<char>(sd)), {}), nullptr, false);
+  ASSERT_TRUE(targets.is_array()) << targets.dump();
+  EXPECT_EQ(targets[0]["targets"][0], "127.0.0.1:" + std::to_string(port)) << targets.dump();
 
   httplib::Client c("127.0.0.1", port);
   auto res = c.Get("/metrics");

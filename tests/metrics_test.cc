@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <regex>
 
 #include "plane/metrics_server.h"
 #include "plane/metrics_text.h"
@@ -129,6 +130,32 @@ TEST(Metrics, APlaneThroughADeviceFailurePassesPromtoolAndCountsIt) {
     EXPECT_NE(t.find("bulwark_job_time_seconds_total{job=\"demo\",category=\"" + std::string(c) + "\"}"),
               std::string::npos) << c;
   }
+}
+
+// The shipped dashboard and scrape config: the config is valid for
+// promtool, and every series the dashboard charts is one the plane serves
+// (a renamed metric must not leave an empty panel behind).
+TEST(Metrics, ShippedDashboardChartsOnlySeriesThePlaneServes) {
+  testing::ProcessResult r =
+      testing::Run({"/bin/sh", "-c", "promtool check config " + std::string(BULWARK_CONFIG_DIR) + "/prometheus/prometheus.yml"}, {}, 30);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream in(std::string(BULWARK_CONFIG_DIR) + "/grafana/bulwark-dashboard.json");
+  nlohmann::json dash = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(dash.is_object()) << "bulwark-dashboard.json is not JSON";
+  std::unique_ptr<Plane> p = PlaneThroughADeviceFailure();
+  const std::string t = p->Metrics(TimeFromMs(6000));
+  int exprs = 0;
+  const std::regex name("bulwark_[a-z_]+");
+  for (const nlohmann::json& panel : dash["panels"]) {
+    for (const nlohmann::json& target : panel["targets"]) {
+      const std::string expr = target["expr"];
+      ++exprs;
+      for (std::sregex_iterator it(expr.begin(), expr.end(), name), end; it != end; ++it) {
+        EXPECT_NE(t.find("\n" + it->str()), std::string::npos) << panel["title"] << ": " << it->str();
+      }
+    }
+  }
+  EXPECT_GE(exprs, 10);
 }
 
 TEST(Metrics, AFleetWithoutAJobStillPassesPromtool) {

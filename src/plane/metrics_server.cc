@@ -47,7 +47,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& h
 }
 
 MetricsServer::~MetricsServer() {
-  if (!impl_) return;
+  if (!impl_ || !impl_->thread.joinable()) return;  // never listened: nothing to stop
   // stop() does nothing before the listening thread has started its loop,
   // and the join would then wait forever: let it start first.
   for (int i = 0; i < 200 && !impl_->http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -183,6 +183,13 @@ std::unique_ptr<MetricsServer> ServeMetrics(const cluster::Layout& layout, int p
   if (Status st = WriteFileAtomic(layout.controller_metrics(), (*m)->url() + "\n"); !st.ok()) {
     std::fprintf(stderr, "controller: %s\n", st.ToString().c_str());
   }
+  // For Prometheus's file_sd: a scrape config that follows the controller
+  // to whatever port it got (config/prometheus/prometheus.yml).
+  const std::string targets = nlohmann::json::array(
+      {{{"targets", {"127.0.0.1:" + std::to_string((*m)->port())}}, {"labels", {{"cluster", layout.dir}}}}}).dump();
+  if (Status st = WriteFileAtomic(layout.controller_metrics_targets(), targets + "\n"); !st.ok()) {
+    std::fprintf(stderr, "controller: %s\n", st.ToString().c_str());
+  }
   plane->set_metrics_url((*m)->url());
   std::fprintf(stderr, "controller: metrics at %s\n", (*m)->url().c_str());
   return std::move(*m);
