@@ -1,7 +1,8 @@
 // Jobs that are not bulwark-train, end to end on a real local cluster: a
-// shell script whose printed steps are its progress (progress: {regex}),
-// and the controller's Prometheus endpoint as a scraper sees it. No
-// libtorch: these run without bulwark-train.
+// shell script whose printed steps are its progress (progress: {regex}), a
+// Python script reporting through the Python client, and the controller's
+// Prometheus endpoint as a scraper sees it. No libtorch: these run without
+// bulwark-train.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <sys/stat.h>
@@ -72,6 +73,49 @@ TEST_F(Ecosystem, AScriptsPrintedStepsAreItsProgressAndItsSilenceAHang) {
   EXPECT_EQ(inc["resolution"], "reattempt") << inc.dump();
   std::remove(HangFile().c_str());
   WaitFor("the restarted script's steps", 30, [](const json& s) {
+    return s["job"]["generation"] >= 2 && s["job"]["state"] == "running" && s["job"]["last_step"] >= 3;
+  });
+}
+
+// A plain python3 job reporting through the Python client (python/bulwark):
+// no progress pattern and no JSON lines, only bulwark.step() over the rank
+// link. Its steps show in status, count as productive, and its silence is a
+// hang.
+TEST_F(Ecosystem, APythonJobReportingWithTheClientShowsStepsAndItsHangIsDetected) {
+  auto up = Bulwark({"up", "--machines", "2", "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  std::ofstream(root_ + "/train.py") << "import os, time\n"
+                                      << "import bulwark\n"
+                                      << "hang = os.environ['HANG_FILE']\n"
+                                      << "step = 0\n"
+                                      << "while True:\n"
+                                      << "    while os.path.exists(hang):\n"
+                                      << "        time.sleep(0.1)\n"
+                                      << "    time.sleep(0.2)\n"
+                                      << "    step += 1\n"
+                                      << "    bulwark.step(step, loss=2.0 + 1.0 / step, grad_norm=1.0)\n";
+  std::ofstream(root_ + "/job.yaml") << "name: py\nworld_size: 2\n"
+                                     << "command: [/usr/bin/python3, " << root_ << "/train.py]\n"
+                                     << "env: {PYTHONPATH: " << BULWARK_PYTHON_DIR << ", HANG_FILE: " << HangFile()
+                                     << ", PYTHONUNBUFFERED: '1'}\n";
+  auto r = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  WaitFor("the client's steps", 30, [](const json& s) {
+    return s["job"]["state"] == "running" && s["job"]["last_step"] >= 10;
+  });
+  json ledger = Query("ledger");
+  EXPECT_GT(ledger["cumulative"]["seconds"]["productive"].get<double>(), 1.0) << ledger.dump();
+
+  std::ofstream(HangFile()) << "stop reporting\n";
+  inject_ms_ = NowMs();
+  WaitFor("the silence to be called a hang", 20, [](const json& s) { return s["job"]["incidents"] >= 1; });
+  json inc = Query("incidents").back();
+  Report("python hang");
+  EXPECT_EQ(inc["class"], "implicit") << inc.dump();
+  EXPECT_NE(inc["cause"].get<std::string>().find("hang suspected"), std::string::npos) << inc.dump();
+  EXPECT_LT(inc["detect_s"].get<double>(), 5.0) << inc.dump();
+  std::remove(HangFile().c_str());
+  WaitFor("the restarted job's steps", 30, [](const json& s) {
     return s["job"]["generation"] >= 2 && s["job"]["state"] == "running" && s["job"]["last_step"] >= 3;
   });
 }

@@ -273,6 +273,12 @@ class Agent {
           for (const auto& r : spec.ranks) ranks.push_back(r.first);
           // Fetching copies from peers overlaps the ranks' start-up.
           shards_->SetRoutes(routes, ranks);
+          // The old ranks' last reports, read before they were stopped, are
+          // the old generation's, not this one's progress (a step 500 would
+          // hide steps 41.. from the ledger). Stopped first, so that what
+          // they print while stopping is behind the new followers.
+          supervisor_.StopAll();
+          ForwardRankLinks(/*progress=*/false);
           followers_.clear();
           std::shared_ptr<const ProgressPattern> progress = ProgressFrom(c);
           // Followers start at each log's current end, before the rank writes.
@@ -290,6 +296,7 @@ class Agent {
           if (c.id() == applied_) break;
           applied_ = c.id();
           supervisor_.StopAll();
+          ForwardRankLinks(/*progress=*/false);
           followers_.clear();
           Log("stopped ranks (" + c.reason() + ")");
           break;
@@ -437,10 +444,23 @@ class Agent {
   }
 
   void ReadRankLinks() {
-    for (RankLinkServer::Message& m : links_->Take()) signals_.Add(m.rank, supervisor_.generation(), m.text);
+    ForwardRankLinks(/*progress=*/true);
     std::set<pid_t> pids;
     for (const auto& [rank, pid] : supervisor_.Pids()) pids.insert(pid);
     slow_.SetPids(std::move(pids));
+  }
+
+  // Hands what the ranks said to the signal sum. With `progress`, rank 0's
+  // steps are also the job's progress: a job that speaks only the link (the
+  // Python client) prints no JSON step lines.
+  void ForwardRankLinks(bool progress) {
+    for (RankLinkServer::Message& m : links_->Take()) {
+      if (progress && m.rank == 0 && m.text.compare(0, 5, "STEP ") == 0) {
+        Result<client::StepSignal> step = client::StepSignal::Parse(m.text);
+        if (step.ok() && step->halted.empty()) ReportStep(step->step);  // a held-back step did not complete
+      }
+      signals_.Add(m.rank, supervisor_.generation(), m.text);
+    }
   }
 
   std::string ShardSocketPath() const { return layout_.machine(o_.machine) + "/shards.sock"; }
@@ -452,15 +472,7 @@ class Agent {
       SignalProgress(rank, f.TakeProgress());
     }
     auto r0 = followers_.find(0);
-    if (r0 != followers_.end() && r0->second.last_step() && *r0->second.last_step() != reported_step_) {
-      reported_step_ = *r0->second.last_step();
-      wire::AgentEvent e;
-      e.set_kind(wire::AgentEvent::STEP);
-      e.set_step(reported_step_);
-      // One step event per loop: the latest is all the policy needs.
-      if (!pending_.empty() && pending_.back().kind() == wire::AgentEvent::STEP) pending_.pop_back();
-      Emit(e);
-    }
+    if (r0 != followers_.end() && r0->second.last_step()) ReportStep(*r0->second.last_step());
     for (auto& [rank, f] : followers_) {
       if (auto r = f.TakeRestore()) {
         wire::AgentEvent e;
@@ -509,6 +521,23 @@ class Agent {
           std::to_string(x.signal) + ", signature '" + e.signature() + "')");
       Emit(e);
     }
+  }
+
+  // Rank 0 completed `step`: a STEP event for the job's progress and the
+  // ledger. Two sources feed it (JSON step lines in the log, or lines the
+  // progress pattern matches; and the rank link), which may lag each other,
+  // so only a step beyond the last reported one is news: a step going back
+  // would read as recomputation in the ledger. reported_step_ restarts at 0
+  // with every generation.
+  void ReportStep(int64_t step) {
+    if (step <= reported_step_) return;
+    reported_step_ = step;
+    wire::AgentEvent e;
+    e.set_kind(wire::AgentEvent::STEP);
+    e.set_step(step);
+    // One step event per loop: the latest is all the policy needs.
+    if (!pending_.empty() && pending_.back().kind() == wire::AgentEvent::STEP) pending_.pop_back();
+    Emit(e);
   }
 
   // Reports the peer-lost exits whose grace ran out with no restart.
