@@ -141,6 +141,18 @@ TEST(ProgressPattern, AClassStartingWithABracketIsNotItsEnd) {
   EXPECT_FALSE(m->loss.has_value());
 }
 
+// libstdc++'s recursive matcher would overflow the agent's stack on a long
+// line under '.*'; such lines are skipped, and huge patterns refused.
+TEST(ProgressPattern, LongLinesAreSkippedAndHugePatternsRefused) {
+  auto p = ProgressPattern::Compile(".*step (?P<step>\\d+)");
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->Match(std::string(1 << 20, 'x') + " step 3").has_value());
+  EXPECT_EQ(p->Match(std::string(100, 'x') + " step 3")->step, 3);
+  auto huge = ProgressPattern::Compile("(?P<step>\\d+)" + std::string(1000, 'a'));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("longer than 512"), std::string::npos) << huge.status().message();
+}
+
 TEST(ProgressPattern, AStepThatIsNotAWholeNumberIsNoMatch) {
   auto p = ProgressPattern::Compile("step (?P<step>\\S+)");
   ASSERT_TRUE(p.ok());

@@ -12,6 +12,9 @@ Status Bad(const std::string& pattern, const std::string& what) {
 }  // namespace
 
 Result<ProgressPattern> ProgressPattern::Compile(const std::string& pattern) {
+  if (pattern.size() > kMaxPatternChars) {
+    return Bad(pattern.substr(0, 40) + "...", "longer than " + std::to_string(kMaxPatternChars) + " characters");
+  }
   ProgressPattern p;
   std::string out;
   size_t groups = 0;  // capture groups opened so far, named or not: the next one is groups + 1
@@ -86,6 +89,7 @@ Result<ProgressPattern> ProgressPattern::Compile(const std::string& pattern) {
 }
 
 std::optional<ProgressMatch> ProgressPattern::Match(const std::string& line) const {
+  if (line.size() > kMaxLineChars) return std::nullopt;
   std::smatch m;
   if (!std::regex_search(line, m, re_) || !m[step_group_].matched) return std::nullopt;
   const std::string step = m[step_group_].str();

@@ -32,6 +32,12 @@ struct ProgressMatch {
 
 class ProgressPattern {
  public:
+  // libstdc++'s regex compiles and matches by recursion: a huge pattern, or
+  // a long line under '.*', overflows the stack, and the agent that crashed
+  // would look like a dead machine. Progress lines are short.
+  static constexpr size_t kMaxPatternChars = 512;
+  static constexpr size_t kMaxLineChars = 4096;
+
   // InvalidArgument, one line, naming what is wrong: no (?P<step>...) group,
   // an unknown group name, a named back-reference, or what std::regex
   // refuses.
