@@ -20,6 +20,9 @@ packages=(
   libyaml-cpp-dev elfutils gdb
   # HMAC-SHA256 for the agents' authenticated shard transfers.
   libssl-dev
+  # The controller's Prometheus endpoint (cpp-httplib), and promtool, which
+  # tests/metrics_test.cc runs on its output (the package's server is not used).
+  libcpp-httplib-dev prometheus
 )
 if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
   # The Python reference for bench/trainer_throughput.

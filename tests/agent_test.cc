@@ -82,6 +82,23 @@ TEST(LogFollower, PicksStepsAndDoneAndKeepsTheTail) {
   EXPECT_EQ(f.tail().size(), 3u);  // "partial" waits for its newline
 }
 
+TEST(LogFollower, WithAProgressPatternMatchedLinesAreStepsWithTheirLoss) {
+  const std::string path = testing::MakeTempDir() + "/rank-0.log";
+  auto pattern = ProgressPattern::Compile("step (?P<step>\\d+) loss (?P<loss>\\S+)");
+  ASSERT_TRUE(pattern.ok()) << pattern.status().ToString();
+  agent::LogFollower f(path, std::make_shared<const ProgressPattern>(std::move(*pattern)));
+  std::ofstream(path) << "loading data\nstep 1 loss 4.5\nwarning: slow\nstep 2 loss 4.25\n";
+  f.Poll();
+  ASSERT_TRUE(f.last_step().has_value());
+  EXPECT_EQ(*f.last_step(), 2);
+  std::vector<agent::LogFollower::Progress> p = f.TakeProgress();
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].match.step, 1);
+  EXPECT_DOUBLE_EQ(p[1].match.loss.value_or(0), 4.25);
+  EXPECT_TRUE(f.TakeProgress().empty()) << "taken once";
+  EXPECT_EQ(f.tail().size(), 4u) << "matched lines stay in the tail for the signature table";
+}
+
 TEST(Supervisor, TorchrunEnvIsComplete) {
   agent::RankGroupSpec s;
   s.generation = 3;

@@ -53,18 +53,12 @@ class ControllerCrash : public Cluster {
   }
 
   std::string Reference() {
-    const std::string port = std::to_string(testing::FreePort());
     std::vector<std::string> args = TrainerArgs();
     args.insert(args.begin(), testing::BinDir() + "/bulwark-train");
-    std::vector<std::unique_ptr<testing::Process>> procs;
-    for (int r = 0; r < 2; ++r) {
-      procs.push_back(std::make_unique<testing::Process>(
-          args, std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"LOCAL_RANK", "0"},
-                                                   {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                                                   {"MASTER_PORT", port}, {"OMP_NUM_THREADS", "1"}}));
-    }
+    auto procs = testing::StartRanks(args, 2, {{"LOCAL_RANK", "0"}, {"OMP_NUM_THREADS", "1"}});
+    EXPECT_EQ(procs.size(), 2u) << "rank 0 did not announce its rendezvous port";
     std::string sum;
-    for (int r = 0; r < 2; ++r) {
+    for (size_t r = 0; r < procs.size(); ++r) {
       testing::ProcessResult res = procs[r]->Wait();
       EXPECT_EQ(res.exit_code, 0) << res.err;
       json done = json::parse(res.LastLine(), nullptr, false);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/job_file.h"
+#include "common/progress_pattern.h"
 
 namespace bulwark {
 namespace {
@@ -75,6 +76,89 @@ TEST(JobFile, ParallelLayoutIsReadAndCheckedAgainstTheWorld) {
     ASSERT_FALSE(bad.ok()) << text;
     EXPECT_NE(bad.status().message().find(hint), std::string::npos) << bad.status().message();
   }
+}
+
+}  // namespace
+}  // namespace bulwark
+
+namespace bulwark {
+namespace {
+
+// progress: steps read from the output of a job that does not speak the
+// rank link (common/progress_pattern.h).
+TEST(JobFile, ProgressRegexTravelsInTheEnvironment) {
+  auto j = Parse("progress: {regex: 'step (?P<step>\\d+) loss (?P<loss>\\S+)'}\n");
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(j->progress_regex, "step (?P<step>\\d+) loss (?P<loss>\\S+)");
+  EXPECT_EQ(j->env.at(kProgressRegexEnv), j->progress_regex);
+  j = Parse("");
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->env.count(kProgressRegexEnv), 0u) << "no progress section, nothing in the environment";
+}
+
+TEST(JobFile, BadProgressRegexIsAOneLineErrorAtSubmit) {
+  for (const auto& [text, hint] : std::vector<std::pair<std::string, std::string>>{
+           {"progress: {regex: 'step (\\d+)'}\n", "no (?P<step>...) group"},
+           {"progress: {regex: 'step (?P<step>\\d+'}\n", "not a valid regular expression"},
+           {"progress: {regex: '(?P<step>\\d+) (?P<lr>\\S+)'}\n", "unknown group 'lr'; known: step, loss"},
+           {"progress: {regex: '(?P<step>\\d+) (?P<step>\\d+)'}\n", "appears twice"},
+           {"progress: {regex: '(?P<step>\\d+)(?P=step)'}\n", "back-references"},
+           {"progress: {regex: '(?P<step\\d+)'}\n", "unterminated group name"},
+           {"progress: {pattern: 'x'}\n", "known: regex"},
+           {"progress: {}\n", "required: a regular expression"},
+           {"progress: 'step (?P<step>\\d+)'\n", "expected a mapping"},
+           {"progress: {regex: '(?P<step>\\d+)'}\nenv: {BULWARK_PROGRESS_REGEX: x}\n", "keep one"}}) {
+    auto bad = Parse(text);
+    ASSERT_FALSE(bad.ok()) << text;
+    const std::string& msg = bad.status().message();
+    EXPECT_NE(msg.find("job.yaml: field 'progress"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(hint), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}
+
+TEST(ProgressPattern, NamedGroupsBecomeNumberedOnesAroundOtherGroups) {
+  // A capture group before the named ones, a non-capturing one, parentheses
+  // escaped and inside a character class: none may shift the numbering.
+  auto p = ProgressPattern::Compile("(iter|step)(?:\\s*[(:])\\s*(?P<step>\\d+)\\(x\\) .*loss[=:] ?(?<loss>[0-9.eE+-]+)");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->ecmascript(), "(iter|step)(?:\\s*[(:])\\s*(\\d+)\\(x\\) .*loss[=:] ?([0-9.eE+-]+)");
+  auto m = p->Match("[rank0] step: 120(x) lr 3e-4 loss=2.5e-1 ok");
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->step, 120);
+  ASSERT_TRUE(m->loss.has_value());
+  EXPECT_DOUBLE_EQ(*m->loss, 0.25);
+  EXPECT_FALSE(p->Match("step: 120 no loss here").has_value());
+  EXPECT_FALSE(p->Match("unrelated line").has_value());
+}
+
+TEST(ProgressPattern, AClassStartingWithABracketIsNotItsEnd) {
+  auto p = ProgressPattern::Compile("[](]+ (?P<step>\\d+)");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto m = p->Match("]( 7");
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->step, 7);
+  EXPECT_FALSE(m->loss.has_value());
+}
+
+// libstdc++'s recursive matcher would overflow the agent's stack on a long
+// line under '.*'; such lines are skipped, and huge patterns refused.
+TEST(ProgressPattern, LongLinesAreSkippedAndHugePatternsRefused) {
+  auto p = ProgressPattern::Compile(".*step (?P<step>\\d+)");
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->Match(std::string(1 << 20, 'x') + " step 3").has_value());
+  EXPECT_EQ(p->Match(std::string(100, 'x') + " step 3")->step, 3);
+  auto huge = ProgressPattern::Compile("(?P<step>\\d+)" + std::string(1000, 'a'));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("longer than 512"), std::string::npos) << huge.status().message();
+}
+
+TEST(ProgressPattern, AStepThatIsNotAWholeNumberIsNoMatch) {
+  auto p = ProgressPattern::Compile("step (?P<step>\\S+)");
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->Match("step 1.5").has_value());
+  EXPECT_FALSE(p->Match("step -3").has_value());
+  EXPECT_EQ(p->Match("step 42")->step, 42);
 }
 
 }  // namespace

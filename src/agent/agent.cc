@@ -30,6 +30,7 @@
 #include "cluster/layout.h"
 #include "common/exit_codes.h"
 #include "common/files.h"
+#include "common/progress_pattern.h"
 #include "common/token.h"
 
 namespace bulwark::agent {
@@ -272,9 +273,19 @@ class Agent {
           for (const auto& r : spec.ranks) ranks.push_back(r.first);
           // Fetching copies from peers overlaps the ranks' start-up.
           shards_->SetRoutes(routes, ranks);
+          // The old ranks' last reports, read before they were stopped, are
+          // the old generation's, not this one's progress (a step 500 would
+          // hide steps 41.. from the ledger). Stopped first, so that what
+          // they print while stopping is behind the new followers.
+          supervisor_.StopAll();
+          ForwardRankLinks(/*progress=*/false);
           followers_.clear();
+          std::shared_ptr<const ProgressPattern> progress = ProgressFrom(c);
           // Followers start at each log's current end, before the rank writes.
-          for (const auto& r : spec.ranks) followers_.emplace(r.first, LogFollower(supervisor_.LogPath(r.first)));
+          for (const auto& r : spec.ranks) {
+            followers_.emplace(r.first, LogFollower(supervisor_.LogPath(r.first), progress));
+            last_progress_[r.first] = Clock::now();
+          }
           Status st = supervisor_.Start(spec);
           Log("generation " + std::to_string(spec.generation) + ": started " + std::to_string(spec.ranks.size()) +
               " ranks (" + c.reason() + ")" + (st.ok() ? "" : ": " + st.ToString()));
@@ -285,6 +296,7 @@ class Agent {
           if (c.id() == applied_) break;
           applied_ = c.id();
           supervisor_.StopAll();
+          ForwardRankLinks(/*progress=*/false);
           followers_.clear();
           Log("stopped ranks (" + c.reason() + ")");
           break;
@@ -398,28 +410,69 @@ class Agent {
     });
   }
 
+  // The job's progress pattern, when its environment carries one (the job
+  // file's `progress: {regex}`); `bulwark submit` refused a bad one, so an
+  // error here is a hand-made environment, logged and ignored.
+  std::shared_ptr<const ProgressPattern> ProgressFrom(const wire::Command& c) {
+    auto it = c.env().find(kProgressRegexEnv);
+    if (it == c.env().end() || it->second.empty()) return nullptr;
+    Result<ProgressPattern> p = ProgressPattern::Compile(it->second);
+    if (!p.ok()) {
+      Log("no progress from the ranks' output: " + p.status().message());
+      return nullptr;
+    }
+    return std::make_shared<const ProgressPattern>(std::move(*p));
+  }
+
+  // Lines that matched the progress pattern become step signals, exactly
+  // what a rank speaking the rank link would send: the hang detector and
+  // the ledger cannot tell the difference. The step time is the gap between
+  // matched lines (the first one's includes the rank's start-up, which the
+  // hang detector's warm-up steps do not learn from). Compute and
+  // collective times are unknown: 0, so the fail-slow detector, which
+  // compares compute time, never flags such a job.
+  void SignalProgress(int rank, const std::vector<LogFollower::Progress>& lines) {
+    for (const LogFollower::Progress& p : lines) {
+      client::StepSignal s;
+      s.step = p.match.step;
+      s.loss = p.match.loss.value_or(0);
+      s.step_ms = std::chrono::duration<double, std::milli>(p.seen - last_progress_[rank]).count();
+      s.observed_ms = Ms(p.seen);
+      last_progress_[rank] = p.seen;
+      signals_.Add(rank, supervisor_.generation(), s.Format());
+    }
+  }
+
   void ReadRankLinks() {
-    for (RankLinkServer::Message& m : links_->Take()) signals_.Add(m.rank, supervisor_.generation(), m.text);
+    ForwardRankLinks(/*progress=*/true);
     std::set<pid_t> pids;
     for (const auto& [rank, pid] : supervisor_.Pids()) pids.insert(pid);
     slow_.SetPids(std::move(pids));
+  }
+
+  // Hands what the ranks said to the signal sum. With `progress`, rank 0's
+  // steps are also the job's progress: a job that speaks only the link (the
+  // Python client) prints no JSON step lines.
+  void ForwardRankLinks(bool progress) {
+    for (RankLinkServer::Message& m : links_->Take()) {
+      if (progress && m.rank == 0 && m.text.compare(0, 5, "STEP ") == 0) {
+        Result<client::StepSignal> step = client::StepSignal::Parse(m.text);
+        if (step.ok() && step->halted.empty()) ReportStep(step->step);  // a held-back step did not complete
+      }
+      signals_.Add(m.rank, supervisor_.generation(), m.text);
+    }
   }
 
   std::string ShardSocketPath() const { return layout_.machine(o_.machine) + "/shards.sock"; }
 
   // --- observation -------------------------------------------------------
   void WatchRanks() {
-    for (auto& [rank, f] : followers_) f.Poll();
-    auto r0 = followers_.find(0);
-    if (r0 != followers_.end() && r0->second.last_step() && *r0->second.last_step() != reported_step_) {
-      reported_step_ = *r0->second.last_step();
-      wire::AgentEvent e;
-      e.set_kind(wire::AgentEvent::STEP);
-      e.set_step(reported_step_);
-      // One step event per loop: the latest is all the policy needs.
-      if (!pending_.empty() && pending_.back().kind() == wire::AgentEvent::STEP) pending_.pop_back();
-      Emit(e);
+    for (auto& [rank, f] : followers_) {
+      f.Poll();
+      SignalProgress(rank, f.TakeProgress());
     }
+    auto r0 = followers_.find(0);
+    if (r0 != followers_.end() && r0->second.last_step()) ReportStep(*r0->second.last_step());
     for (auto& [rank, f] : followers_) {
       if (auto r = f.TakeRestore()) {
         wire::AgentEvent e;
@@ -468,6 +521,23 @@ class Agent {
           std::to_string(x.signal) + ", signature '" + e.signature() + "')");
       Emit(e);
     }
+  }
+
+  // Rank 0 completed `step`: a STEP event for the job's progress and the
+  // ledger. Two sources feed it (JSON step lines in the log, or lines the
+  // progress pattern matches; and the rank link), which may lag each other,
+  // so only a step beyond the last reported one is news: a step going back
+  // would read as recomputation in the ledger. reported_step_ restarts at 0
+  // with every generation.
+  void ReportStep(int64_t step) {
+    if (step <= reported_step_) return;
+    reported_step_ = step;
+    wire::AgentEvent e;
+    e.set_kind(wire::AgentEvent::STEP);
+    e.set_step(step);
+    // One step event per loop: the latest is all the policy needs.
+    if (!pending_.empty() && pending_.back().kind() == wire::AgentEvent::STEP) pending_.pop_back();
+    Emit(e);
   }
 
   // Reports the peer-lost exits whose grace ran out with no restart.
@@ -556,6 +626,7 @@ class Agent {
   std::deque<std::pair<Clock::time_point, wire::AgentEvent>> echoes_;
   std::string applied_;
   std::map<int, LogFollower> followers_;
+  std::map<int, Clock::time_point> last_progress_;  // by rank: the last matched progress line, or the start
   int64_t reported_step_ = 0;
   bool device_reported_ = false, disk_reported_ = false, memory_reported_ = false;
   bool nic_was_up_ = true;

@@ -11,7 +11,8 @@ namespace {
 constexpr size_t kTailLines = 40;
 }
 
-LogFollower::LogFollower(std::string path) : path_(std::move(path)) {
+LogFollower::LogFollower(std::string path, std::shared_ptr<const ProgressPattern> progress)
+    : path_(std::move(path)), pattern_(std::move(progress)) {
   struct stat st;
   if (::stat(path_.c_str(), &st) == 0) offset_ = static_cast<uint64_t>(st.st_size);
 }
@@ -39,6 +40,13 @@ void LogFollower::Poll() {
 void LogFollower::Consume(const std::string& line) {
   tail_.push_back(line);
   if (tail_.size() > kTailLines) tail_.pop_front();
+  if (pattern_) {
+    if (std::optional<ProgressMatch> m = pattern_->Match(line)) {
+      last_step_ = m->step;
+      progress_.push_back({*m, std::chrono::system_clock::now()});
+      return;
+    }
+  }
   if (line.empty() || line[0] != '{') return;
   // Only the trainer's own JSON lines; anything else is just log text.
   nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);

@@ -1,13 +1,18 @@
 // Monitor: follows each rank's log as it grows. It picks out the trainer's
-// JSON progress lines ({"event":"step"}, {"event":"done"}) and keeps the last
-// lines for the signature table to classify a death.
+// JSON progress lines ({"event":"step"}, {"event":"done"}), or with the
+// job's progress pattern the lines that match it (any program's output),
+// and keeps the last lines for the signature table to classify a death.
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "common/progress_pattern.h"
 
 namespace bulwark::agent {
 
@@ -15,7 +20,9 @@ class LogFollower {
  public:
   // Follows `path` from its current end: what an earlier generation wrote
   // is not this process's story.
-  explicit LogFollower(std::string path);
+  // `progress`: the job's pattern (progress: {regex} in the job file), or
+  // nullptr for bulwark-train's JSON lines only.
+  explicit LogFollower(std::string path, std::shared_ptr<const ProgressPattern> progress = nullptr);
 
   // Reads what was appended since the last call.
   void Poll();
@@ -32,6 +39,18 @@ class LogFollower {
     std::string source;
     double ms = 0;
   };
+  // The lines the progress pattern matched since the last call, with when
+  // they were read: the agent turns them into step signals.
+  struct Progress {
+    ProgressMatch match;
+    std::chrono::system_clock::time_point seen;
+  };
+  std::vector<Progress> TakeProgress() {
+    std::vector<Progress> out;
+    out.swap(progress_);
+    return out;
+  }
+
   std::optional<Restore> TakeRestore() {
     auto r = restore_;
     restore_.reset();
@@ -40,6 +59,8 @@ class LogFollower {
 
  private:
   std::string path_;
+  std::shared_ptr<const ProgressPattern> pattern_;
+  std::vector<Progress> progress_;
   uint64_t offset_ = 0;
   std::string partial_;
   std::deque<std::string> tail_;

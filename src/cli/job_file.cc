@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/files.h"
+#include "common/progress_pattern.h"
 
 namespace bulwark::cli {
 namespace {
@@ -79,7 +80,8 @@ Result<JobFile> ParseYaml(const std::string& text, const std::string& source, co
   }
   if (!root.IsMap()) return Status::InvalidArgument(source + ": expected a mapping of fields (name, world_size, ...)");
   static const std::set<std::string> kKnown = {"name", "world_size", "ranks_per_machine", "command",
-                                               "args", "env",        "checkpoint",        "parallel"};
+                                               "args", "env",        "checkpoint",        "parallel",
+                                               "progress"};
   for (const auto& kv : root) {
     Result<std::string> k = Key(kv.first, source, "the top level");
     if (!k.ok()) return k.status();
@@ -87,7 +89,7 @@ Result<JobFile> ParseYaml(const std::string& text, const std::string& source, co
     if (kKnown.count(key) == 0) {
       return FieldError(source, key,
                         "unknown field; known: name, world_size, ranks_per_machine, command, args, env, checkpoint, "
-                        "parallel");
+                        "parallel, progress");
     }
   }
   JobFile job;
@@ -169,6 +171,25 @@ Result<JobFile> ParseYaml(const std::string& text, const std::string& source, co
       return FieldError(source, "parallel.dp", "dp " + std::to_string(job.dp) + " x tp x pp must equal world_size " +
                                                    std::to_string(job.world_size) + "; leave dp out to derive it");
     }
+  }
+  if (const YAML::Node prog = root["progress"]) {
+    static const char* kHint = "e.g. 'progress: {regex: \"step (?P<step>\\\\d+)\"}'";
+    if (!prog.IsMap()) return FieldError(source, "progress", std::string("expected a mapping, ") + kHint);
+    for (const auto& kv : prog) {
+      Result<std::string> k = Key(kv.first, source, "field 'progress'");
+      if (!k.ok()) return k.status();
+      if (*k != "regex") return FieldError(source, "progress." + *k, std::string("unknown field; known: regex, ") + kHint);
+    }
+    if (!prog["regex"] || !prog["regex"].IsScalar()) {
+      return FieldError(source, "progress.regex", std::string("required: a regular expression, ") + kHint);
+    }
+    job.progress_regex = prog["regex"].as<std::string>();
+    Result<ProgressPattern> compiled = ProgressPattern::Compile(job.progress_regex);
+    if (!compiled.ok()) return FieldError(source, "progress.regex", compiled.status().message());
+    if (job.env.count(kProgressRegexEnv) != 0) {
+      return FieldError(source, "progress", std::string("and env ") + kProgressRegexEnv + " both set; keep one");
+    }
+    job.env[kProgressRegexEnv] = job.progress_regex;
   }
   // bulwark-train's own --pp must say what the controller is told: the
   // stack analyzer, fail-slow cohorts and backup peers follow `parallel`.

@@ -8,6 +8,8 @@
 //   env: {OMP_NUM_THREADS: "1"}
 //   checkpoint:                # optional; in-memory checkpoints are taken every step
 //     persist_every: 50        # also persist them to durable storage every N steps; 0: never
+//   progress:                  # optional; steps read from each rank's output (common/progress_pattern.h)
+//     regex: 'step (?P<step>\d+) loss (?P<loss>\S+)'
 #pragma once
 
 #include <map>
@@ -28,6 +30,9 @@ struct JobFile {
   // parallel: {tp, pp[, dp]}: the job's layout (controller/topology.h);
   // dp 0: derived from the world size.
   int tp = 1, pp = 1, dp = 0;
+  // progress.regex as written (named groups); "" when the job reports its
+  // steps over the rank link or not at all. Submit puts it in `env`.
+  std::string progress_regex;
 
   // The controller's default (controller/launch.h), repeated here because
   // the wire's 0 means "never", so the CLI must send the default itself.

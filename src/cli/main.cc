@@ -1,6 +1,6 @@
 // bulwark: the control plane's one binary.
 //
-//   bulwark up --machines N [--standby S] [--dir D]   controller + N+S agents
+//   bulwark up --machines N [--standby S] [--metrics-port P] [--dir D]   controller + N+S agents
 //   bulwark down [--dir D]
 //   bulwark submit JOB.yaml [--dir D]
 //   bulwark status|incidents|ledger [--json] [--dir D]
@@ -9,7 +9,7 @@
 //   bulwark demo [--json] [--out runs/demo] [--data data/kjv] [--steps N]  the main job (src/demo/demo.h)
 //   bulwark bench-recovery [--repeat 3] [--config tiny]  recovery figures per fault class
 //   bulwark bench-checkpoint [--rounds 2] [--config small] in-memory checkpoint cost and restores
-//   bulwark controller [--init] [--dir D]              (started by up)
+//   bulwark controller [--init] [--metrics-port P] [--dir D]   (started by up)
 //   bulwark agent --machine ID [--dir D]               (started by up)
 //
 // D defaults to $BULWARK_DIR, else ./.bulwark. main only reads arguments and
@@ -158,7 +158,13 @@ Status Up(const Args& a) {
   for (const char* suffix : {"", "-wal", "-shm"}) std::remove((layout.controller_db() + suffix).c_str());
 
   const std::string self = ExeDir() + "/bulwark";
-  BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached({self, "controller", "--init", "--dir", dir}, layout.controller_log()));
+  std::vector<std::string> controller_argv = {self, "controller", "--init", "--dir", dir};
+  if (a.Has("metrics-port")) {
+    Result<int> mport = IntFlag(a, "metrics-port", 0);
+    if (!mport.ok()) return mport.status();
+    controller_argv.insert(controller_argv.end(), {"--metrics-port", std::to_string(*mport)});
+  }
+  BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(controller_argv, layout.controller_log()));
   Result<ControlClient> client = ControlClient::Connect(dir);
   if (!client.ok()) return client.status();
   // The controller writes its pid file once it listens. Calling before that
@@ -184,6 +190,9 @@ Status Up(const Args& a) {
   if (!all) return Status::Unavailable("not every agent registered within 20 s; see " + layout.machines() + "/*/agent.log");
   std::cout << "cluster up in " << dir << ": controller at 127.0.0.1:" << *port << ", " << ids.size()
             << " machines (" << *machines << " for jobs, " << *standby << " standby)\n";
+  if (Result<json> s = client->Status(); s.ok() && (*s)["metrics"].is_string()) {
+    std::cout << "metrics at " << (*s)["metrics"].get<std::string>() << "\n";
+  }
   return Status::OK();
 }
 
@@ -239,6 +248,7 @@ Status Submit(const Args& a) {
 Status StatusCmd(const Args& a) {
   return Show(a, &ControlClient::Status, [](const json& j) {
     if (j.contains("error")) std::cout << "CONTROLLER ERROR: " << j["error"].get<std::string>() << "\n";
+    if (j.value("metrics", json()).is_string()) std::cout << "metrics at " << j["metrics"].get<std::string>() << "\n";
     if (j["job"].is_null()) {
       std::cout << "no job submitted\n";
     } else {
@@ -297,6 +307,7 @@ Status IncidentsCmd(const Args& a) {
 Status LedgerCmd(const Args& a) {
   return Show(a, &ControlClient::Ledger, [](const json& j) {
     if (j.contains("error")) std::cout << "CONTROLLER ERROR: " << j["error"].get<std::string>() << "\n";
+    if (j.value("metrics", json()).is_string()) std::cout << "metrics at " << j["metrics"].get<std::string>() << "\n";
     if (j["job"].is_null()) {
       std::cout << "no job submitted\n";
       return;
@@ -424,7 +435,11 @@ Status Run(const Args& a) {
   if (cmd == "bench-recovery") return BenchRecoveryCmd(a);
   if (cmd == "bench-checkpoint") return BenchCheckpointCmd(a);
   if (cmd == "bench-implicit") return BenchImplicitCmd(a);
-  if (cmd == "controller") return controller::RunController({ClusterDir(a), a.Has("init")});
+  if (cmd == "controller") {
+    Result<int> mport = IntFlag(a, "metrics-port", -1);
+    if (!mport.ok()) return mport.status();
+    return controller::RunController({ClusterDir(a), a.Has("init"), *mport});
+  }
   if (cmd == "agent") {
     agent::AgentOptions o;
     o.dir = ClusterDir(a);
@@ -434,6 +449,7 @@ Status Run(const Args& a) {
   }
   std::cout << "usage: bulwark up|down|submit|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-implicit|controller|agent [flags]\n"
                "  up --machines N [--standby S]      start a local cluster (controller + N+S agents)\n"
+               "     [--metrics-port P]              Prometheus /metrics on 127.0.0.1:P (default: any free port)\n"
                "  down                               stop it\n"
                "  submit JOB.yaml                    run a job (fields: name, world_size, ranks_per_machine,\n"
                "                                     command, args, env, checkpoint, parallel)\n"

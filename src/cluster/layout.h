@@ -5,6 +5,8 @@
 //   DIR/controller.addr       host:port the controller serves on
 //   DIR/controller.db         SQLite state
 //   DIR/controller.{pid,log}
+//   DIR/controller.metrics    URL of the controller's Prometheus endpoint
+//   DIR/controller.metrics.json  the same as a Prometheus file_sd target list
 //   DIR/machines/ID/agent.{pid,log}
 //   DIR/machines/ID/ranks/rank-R.log     each rank's stdout and stderr
 //   DIR/machines/ID/ranks/rank-R.pid
@@ -25,6 +27,8 @@ struct Layout {
   std::string controller_db() const { return dir + "/controller.db"; }
   std::string controller_pid() const { return dir + "/controller.pid"; }
   std::string controller_log() const { return dir + "/controller.log"; }
+  std::string controller_metrics() const { return dir + "/controller.metrics"; }
+  std::string controller_metrics_targets() const { return dir + "/controller.metrics.json"; }
   std::string signatures() const { return dir + "/signatures.tsv"; }
   std::string machines() const { return dir + "/machines"; }
   std::string machine(const std::string& id) const { return machines() + "/" + id; }

@@ -81,6 +81,9 @@ class Plane {
   nlohmann::json StatusJson(Time now);
   nlohmann::json IncidentsJson();
   nlohmann::json LedgerJson(Time now);
+  // Prometheus text (plane_metrics.cc), and where it is served, for status.
+  std::string Metrics(Time now);
+  void set_metrics_url(std::string url);
 
   // Detects lost agents and runs the implicit-fault detectors; called a
   // few times a second.
@@ -155,6 +158,7 @@ class Plane {
   std::optional<Time> last_tick_;
   std::optional<int64_t> done_step_;
   std::set<std::string> logged_actions_;
+  std::string metrics_url_;  // "" when metrics are not served
   Status journal_error_;  // sticky: set once, the plane decides nothing more
   // Journal rows appended since the last compaction; compaction runs every
   // kCompactEvery of them (a few hours of steps) and at every start.

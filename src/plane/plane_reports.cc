@@ -40,6 +40,7 @@ json Plane::StatusJson(Time now) {
   now = Now(now);
   json j{{"controller_up_s", ToMs(now - started_) / 1000.0}};
   if (!journal_error_.ok()) j["error"] = journal_error_.ToString();
+  j["metrics"] = metrics_url_.empty() ? json(nullptr) : json(metrics_url_);
   json machines = json::array();
   for (const auto& [id, a] : agents_) {
     json shards = json::array();

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "bulwark.grpc.pb.h"
@@ -15,6 +16,7 @@
 #include "common/token.h"
 #include "plane/codec.h"
 #include "plane/kill_point.h"
+#include "plane/metrics_server.h"
 #include "plane/plane.h"
 
 namespace bulwark::controller {
@@ -161,6 +163,44 @@ class ControlServiceImpl final : public wire::ControlService::Service {
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
+// The port an earlier start recorded in controller.metrics, or 0.
+int RecordedMetricsPort(const cluster::Layout& layout) {
+  Result<std::string> url = ReadFile(layout.controller_metrics());
+  if (!url.ok()) return 0;
+  const size_t colon = url->rfind(':');
+  return colon == std::string::npos ? 0 : std::atoi(url->c_str() + colon + 1);
+}
+
+// Metrics are for people and dashboards: a port that cannot be bound is
+// logged, and the controller protects the job without them.
+std::unique_ptr<MetricsServer> ServeMetrics(const cluster::Layout& layout, int port, Plane* plane) {
+  int want = port >= 0 ? port : RecordedMetricsPort(layout);
+  Result<std::unique_ptr<MetricsServer>> m =
+      MetricsServer::Start("127.0.0.1", want, [plane] { return plane->Metrics(WallNow()); });
+  if (!m.ok() && port < 0 && want != 0) {
+    // The recorded port is taken now (by whom is not ours to know): any port.
+    std::fprintf(stderr, "controller: %s; serving metrics on another port\n", m.status().message().c_str());
+    m = MetricsServer::Start("127.0.0.1", 0, [plane] { return plane->Metrics(WallNow()); });
+  }
+  if (!m.ok()) {
+    std::fprintf(stderr, "controller: no metrics: %s\n", m.status().message().c_str());
+    return nullptr;
+  }
+  if (Status st = WriteFileAtomic(layout.controller_metrics(), (*m)->url() + "\n"); !st.ok()) {
+    std::fprintf(stderr, "controller: %s\n", st.ToString().c_str());
+  }
+  // For Prometheus's file_sd: a scrape config that follows the controller
+  // to whatever port it got (config/prometheus/prometheus.yml).
+  const std::string targets = nlohmann::json::array(
+      {{{"targets", {"127.0.0.1:" + std::to_string((*m)->port())}}, {"labels", {{"cluster", layout.dir}}}}}).dump();
+  if (Status st = WriteFileAtomic(layout.controller_metrics_targets(), targets + "\n"); !st.ok()) {
+    std::fprintf(stderr, "controller: %s\n", st.ToString().c_str());
+  }
+  plane->set_metrics_url((*m)->url());
+  std::fprintf(stderr, "controller: metrics at %s\n", (*m)->url().c_str());
+  return std::move(*m);
+}
+
 }  // namespace
 
 Status RunController(const ControllerOptions& options) {
@@ -192,6 +232,7 @@ Status RunController(const ControllerOptions& options) {
   }
   BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_pid(), std::to_string(::getpid()) + "\n"));
   std::fprintf(stderr, "controller: serving on %s\n", address.c_str());
+  std::unique_ptr<MetricsServer> metrics = ServeMetrics(layout, options.metrics_port, plane->get());
   std::fflush(stderr);
 
   std::signal(SIGTERM, OnSignal);
@@ -201,6 +242,7 @@ Status RunController(const ControllerOptions& options) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
     (*plane)->Tick(WallNow());
   }
+  metrics.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   return Status::OK();
 }

@@ -11,10 +11,16 @@ namespace bulwark::controller {
 struct ControllerOptions {
   std::string dir;          // the cluster directory: controller.db, token, controller.addr
   bool init = false;        // create the database (first start); otherwise it must exist
+  // Prometheus /metrics on 127.0.0.1: this port; -1: the port recorded in
+  // <dir>/controller.metrics by an earlier start (so a scrape config stays
+  // valid across controller restarts), else any free port.
+  int metrics_port = -1;
 };
 
 // Serves until SIGTERM or SIGINT. The address comes from <dir>/controller.addr
-// so that a restarted controller listens where its agents look for it.
+// so that a restarted controller listens where its agents look for it. The
+// metrics URL is written to <dir>/controller.metrics; a port that cannot be
+// bound is logged and the controller serves on without metrics.
 Status RunController(const ControllerOptions& options);
 
 }  // namespace bulwark::controller

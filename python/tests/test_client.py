@@ -1,0 +1,87 @@
+"""The Python client's side of the rank link, against a socket standing in
+for the agent: the exact lines the agent's parser (client::StepSignal::Parse)
+reads, and no-ops outside bulwark."""
+
+import importlib
+import os
+import socket
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import bulwark  # noqa: E402
+
+
+class Agent:
+    """A listening rank-link socket."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp()
+        self.path = os.path.join(self.dir, "ranks.sock")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.bind(self.path)
+        self.sock.listen(4)
+        self.conn = None
+
+    def recv(self):
+        if self.conn is None:
+            self.sock.settimeout(5)
+            self.conn, _ = self.sock.accept()
+            self.conn.settimeout(5)
+        return self.conn.recv(512).decode()
+
+
+def fresh(env):
+    """The module as a new process would load it, with `env`."""
+    for k in ("BULWARK_RANK_SOCKET", "RANK"):
+        os.environ.pop(k, None)
+    os.environ.update(env)
+    return importlib.reload(bulwark)
+
+
+class ClientTest(unittest.TestCase):
+    def test_outside_bulwark_every_call_is_a_no_op(self):
+        b = fresh({})
+        b.step(1, loss=2.0)
+        b.phase("eval", 3.0, 1)
+        self.assertIsNone(b.link())
+
+    def test_hello_then_steps_in_the_agents_format(self):
+        agent = Agent()
+        b = fresh({"BULWARK_RANK_SOCKET": agent.path, "RANK": "3"})
+        b.step(7, loss=2.5, grad_norm=0.75, compute_ms=80)
+        self.assertEqual(agent.recv(), "HELLO 3 %d" % os.getpid())
+        w = agent.recv().split()
+        self.assertEqual(len(w), 13)  # StepSignal::Parse wants exactly 13 words
+        self.assertEqual(w[:6], ["STEP", "7", "1", "2.5", "0.75", "0"])
+        self.assertGreaterEqual(float(w[6]), 0.0)   # step ms
+        self.assertEqual(w[7:12], ["80.000", "0.000", "0", "0", "-"])
+        self.assertGreater(int(w[12]), 1_700_000_000_000)  # ms since the epoch
+
+    def test_a_nan_loss_is_reported_as_non_finite(self):
+        agent = Agent()
+        b = fresh({"BULWARK_RANK_SOCKET": agent.path})
+        b.step(4, loss=float("nan"), local_grad_norm=float("inf"))
+        agent.recv()  # HELLO
+        w = agent.recv().split()
+        self.assertEqual(w[3], "nan")
+        self.assertEqual(w[5], "inf")
+        self.assertEqual(w[9:11], ["1", "1"])
+
+    def test_a_phase_is_one_word_with_milliseconds(self):
+        agent = Agent()
+        b = fresh({"BULWARK_RANK_SOCKET": agent.path})
+        b.phase("save checkpoint", 2.5, 40)
+        agent.recv()  # HELLO
+        self.assertEqual(agent.recv(), "PHASE save_checkpoint 2500 40")
+
+    def test_no_listening_agent_warns_once_and_training_goes_on(self):
+        b = fresh({"BULWARK_RANK_SOCKET": "/nonexistent/ranks.sock"})
+        b.step(1)
+        b.step(2)
+        self.assertIsNone(b.link())
+
+
+if __name__ == "__main__":
+    unittest.main()

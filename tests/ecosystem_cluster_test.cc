@@ -1,0 +1,162 @@
+// Jobs that are not bulwark-train, end to end on a real local cluster: a
+// shell script whose printed steps are its progress (progress: {regex}), a
+// Python script reporting through the Python client, and the controller's
+// Prometheus endpoint as a scraper sees it. No libtorch: these run without
+// bulwark-train.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <sys/stat.h>
+
+#include <regex>
+
+#include "support/cluster_fixture.h"
+
+namespace bulwark {
+namespace {
+
+class Ecosystem : public Cluster {
+ protected:
+  // Hides Cluster's, which prepares the trainer's corpus: nothing here needs it.
+  static void SetUpTestSuite() {}
+
+  // A job that speaks no bulwark protocol: it prints "step N loss X" every
+  // 200 ms, and prints nothing while the hang file exists.
+  void WriteScriptJob(int world_size) {
+    const std::string script = root_ + "/train.sh";
+    std::ofstream(script) << "#!/bin/bash\n"
+                          << "for ((i = 1; ; i++)); do\n"
+                          << "  while [[ -e " << HangFile() << " ]]; do sleep 0.1; done\n"
+                          << "  echo \"[rank $RANK] step $i loss 2.$((i % 10)) lr 3e-4\"\n"
+                          << "  sleep 0.2\n"
+                          << "done\n";
+    ::chmod(script.c_str(), 0755);
+    std::ofstream(root_ + "/job.yaml") << "name: script\nworld_size: " << world_size << "\n"
+                                       << "command: [" << script << "]\n"
+                                       << "progress: {regex: 'step (?P<step>\\d+) loss (?P<loss>[0-9.]+)'}\n";
+  }
+  std::string HangFile() const { return root_ + "/hang"; }
+
+  void UpAndSubmit(std::vector<std::string> up_flags = {}) {
+    std::vector<std::string> up = {"up", "--machines", "2", "--standby", "1"};
+    up.insert(up.end(), up_flags.begin(), up_flags.end());
+    auto r = Bulwark(up);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    WriteScriptJob(2);
+    r = Bulwark({"submit", root_ + "/job.yaml"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+};
+
+TEST_F(Ecosystem, AScriptsPrintedStepsAreItsProgressAndItsSilenceAHang) {
+  UpAndSubmit();
+  json s = WaitFor("steps read from the script's output", 30, [](const json& s) {
+    return s["job"]["state"] == "running" && s["job"]["last_step"] >= 10;
+  });
+  // The human status line shows the step too.
+  auto human = Bulwark({"status"});
+  EXPECT_NE(human.out.find("job script: running, step "), std::string::npos) << human.out;
+  json ledger = Query("ledger");
+  const double productive = ledger["cumulative"]["seconds"]["productive"].get<double>();
+  EXPECT_GT(productive, 1.0) << ledger.dump();
+  // The hang detector learned the 200 ms steps: the 2 s floor.
+  EXPECT_TRUE(s["job"]["detectors"]["armed"].get<bool>()) << s.dump();
+
+  std::ofstream(HangFile()) << "stop printing\n";
+  inject_ms_ = NowMs();
+  s = WaitFor("the silence to be called a hang", 20, [](const json& s) { return s["job"]["incidents"] >= 1; });
+  json inc = Query("incidents").back();
+  Report("script hang");
+  EXPECT_EQ(inc["class"], "implicit") << inc.dump();
+  EXPECT_NE(inc["cause"].get<std::string>().find("hang suspected"), std::string::npos) << inc.dump();
+  EXPECT_LT(inc["detect_s"].get<double>(), 5.0) << inc.dump();
+  // Both ranks wait in the same place: nothing to evict, a reattempt.
+  EXPECT_EQ(inc["resolution"], "reattempt") << inc.dump();
+  std::remove(HangFile().c_str());
+  WaitFor("the restarted script's steps", 30, [](const json& s) {
+    return s["job"]["generation"] >= 2 && s["job"]["state"] == "running" && s["job"]["last_step"] >= 3;
+  });
+}
+
+// A plain python3 job reporting through the Python client (python/bulwark):
+// no progress pattern and no JSON lines, only bulwark.step() over the rank
+// link. Its steps show in status, count as productive, and its silence is a
+// hang.
+TEST_F(Ecosystem, APythonJobReportingWithTheClientShowsStepsAndItsHangIsDetected) {
+  auto up = Bulwark({"up", "--machines", "2", "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  std::ofstream(root_ + "/train.py") << "import os, time\n"
+                                      << "import bulwark\n"
+                                      << "hang = os.environ['HANG_FILE']\n"
+                                      << "step = 0\n"
+                                      << "while True:\n"
+                                      << "    while os.path.exists(hang):\n"
+                                      << "        time.sleep(0.1)\n"
+                                      << "    time.sleep(0.2)\n"
+                                      << "    step += 1\n"
+                                      << "    bulwark.step(step, loss=2.0 + 1.0 / step, grad_norm=1.0)\n";
+  std::ofstream(root_ + "/job.yaml") << "name: py\nworld_size: 2\n"
+                                     << "command: [/usr/bin/python3, " << root_ << "/train.py]\n"
+                                     << "env: {PYTHONPATH: " << BULWARK_PYTHON_DIR << ", HANG_FILE: " << HangFile()
+                                     << ", PYTHONUNBUFFERED: '1'}\n";
+  auto r = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  WaitFor("the client's steps", 30, [](const json& s) {
+    return s["job"]["state"] == "running" && s["job"]["last_step"] >= 10;
+  });
+  json ledger = Query("ledger");
+  EXPECT_GT(ledger["cumulative"]["seconds"]["productive"].get<double>(), 1.0) << ledger.dump();
+
+  std::ofstream(HangFile()) << "stop reporting\n";
+  inject_ms_ = NowMs();
+  WaitFor("the silence to be called a hang", 20, [](const json& s) { return s["job"]["incidents"] >= 1; });
+  json inc = Query("incidents").back();
+  Report("python hang");
+  EXPECT_EQ(inc["class"], "implicit") << inc.dump();
+  EXPECT_NE(inc["cause"].get<std::string>().find("hang suspected"), std::string::npos) << inc.dump();
+  EXPECT_LT(inc["detect_s"].get<double>(), 5.0) << inc.dump();
+  std::remove(HangFile().c_str());
+  WaitFor("the restarted job's steps", 30, [](const json& s) {
+    return s["job"]["generation"] >= 2 && s["job"]["state"] == "running" && s["job"]["last_step"] >= 3;
+  });
+}
+
+TEST_F(Ecosystem, MetricsAreServedWhereStatusSaysAndPassPromtool) {
+  // No port given: the controller binds one the kernel picks (no guessed
+  // free port another process could take first) and says where.
+  UpAndSubmit({});
+  json s = WaitFor("steps", 30, [](const json& s) { return s["job"]["last_step"] >= 5; });
+  ASSERT_TRUE(s["metrics"].is_string()) << s.dump();
+  const std::string url = s["metrics"];
+  const std::string prefix = "http://127.0.0.1:";
+  ASSERT_EQ(url.rfind(prefix, 0), 0u) << url;
+  const int port = std::atoi(url.c_str() + prefix.size());
+  ASSERT_GT(port, 0) << url;
+  EXPECT_EQ(url, prefix + std::to_string(port) + "/metrics");
+  std::ifstream recorded(dir_ + "/controller.metrics");
+  std::string line;
+  std::getline(recorded, line);
+  EXPECT_EQ(line, url);
+  EXPECT_NE(Bulwark({"status"}).out.find("metrics at " + url), std::string::npos);
+  // The file_sd target list Prometheus can follow, beside it.
+  std::ifstream sd(dir_ + "/controller.metrics.json");
+  json targets = json::parse(std::string((std::istreambuf_iterator<char>(sd)), {}), nullptr, false);
+  ASSERT_TRUE(targets.is_array()) << targets.dump();
+  EXPECT_EQ(targets[0]["targets"][0], "127.0.0.1:" + std::to_string(port)) << targets.dump();
+
+  httplib::Client c("127.0.0.1", port);
+  auto res = c.Get("/metrics");
+  ASSERT_TRUE(res) << "no answer from " << url;
+  ASSERT_EQ(res->status, 200);
+  const std::string path = root_ + "/metrics.txt";
+  std::ofstream(path) << res->body;
+  auto check = testing::Run({"/bin/sh", "-c", "promtool check metrics < " + path}, {}, 30);
+  EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(res->body, m, std::regex("\nbulwark_job_step\\{job=\"script\"\\} (\\d+)"))) << res->body;
+  EXPECT_GE(std::stoi(m[1]), 5);
+  EXPECT_NE(res->body.find("bulwark_machine_heartbeat_age_seconds{machine=\"m03\"}"), std::string::npos);
+  EXPECT_NE(res->body.find("bulwark_standby_available 1"), std::string::npos) << res->body;
+}
+
+}  // namespace
+}  // namespace bulwark
