@@ -18,8 +18,9 @@ packages=(
   # eu-stack (gdb as the fallback) for the agent's on-demand stack capture.
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libsqlite3-dev
   libyaml-cpp-dev elfutils gdb
-  # HMAC-SHA256 for the agents' authenticated shard transfers.
-  libssl-dev
+  # HMAC-SHA256 for the agents' authenticated shard transfers; the openssl
+  # command makes a cluster's CA and certificates for `bulwark up --tls`.
+  libssl-dev openssl
   # The controller's Prometheus endpoint (cpp-httplib), and promtool, which
   # tests/metrics_test.cc runs on its output (the package's server is not used).
   libcpp-httplib-dev prometheus

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "agent/echo_hold.h"
 #include "agent/inspector.h"
 #include "agent/monitor.h"
 #include "agent/signatures.h"
@@ -97,6 +98,26 @@ TEST(LogFollower, WithAProgressPatternMatchedLinesAreStepsWithTheirLoss) {
   EXPECT_DOUBLE_EQ(p[1].match.loss.value_or(0), 4.25);
   EXPECT_TRUE(f.TakeProgress().empty()) << "taken once";
   EXPECT_EQ(f.tail().size(), 4u) << "matched lines stay in the tail for the signature table";
+}
+
+// A peer-lost exit waits out its grace for the restart that makes it an
+// echo; the grace stands still while the controller cannot be reached.
+TEST(EchoHold, GraceRunsOnlyWhileTheControllerIsReachable) {
+  using C = std::chrono::steady_clock;
+  using std::chrono::seconds;
+  agent::EchoHold<int> hold(seconds(4));
+  const C::time_point t0 = C::now();
+  hold.Hold(7, t0);
+  EXPECT_TRUE(hold.Due(t0 + seconds(1), true).empty());
+  // The controller goes away for 10 s: none of it counts.
+  EXPECT_TRUE(hold.Due(t0 + seconds(6), false).empty());
+  EXPECT_TRUE(hold.Due(t0 + seconds(11), false).empty());
+  EXPECT_TRUE(hold.Due(t0 + seconds(13), true).empty()) << "3 s of reachable grace so far";
+  EXPECT_EQ(hold.Due(t0 + seconds(14), true), std::vector<int>{7}) << "4 s of reachable grace";
+  // A restart drops what is held.
+  hold.Hold(8, t0 + seconds(20));
+  EXPECT_EQ(hold.DropAll(), 1u);
+  EXPECT_TRUE(hold.Due(t0 + seconds(30), true).empty());
 }
 
 TEST(Supervisor, TorchrunEnvIsComplete) {

@@ -473,6 +473,45 @@ TEST_F(Cluster, FinishedJobIsReportedCompleted) {
   EXPECT_EQ(Query("incidents").size(), 0u);
 }
 
+// `up --tls`: controller, agents and CLI speak mutual TLS; a job runs and a
+// crash is recovered over it, and a caller without the cluster's
+// certificate is not even heard (with or without the token).
+TEST_F(Cluster, MutualTlsCarriesAJobThroughAFaultAndShutsOutOthers) {
+  auto up = Bulwark({"up", "--machines", "2", "--standby", "1", "--tls"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  struct stat st;
+  for (const char* key : {"ca.key", "controller.key", "member.key"}) {
+    ASSERT_EQ(::stat((dir_ + "/tls/" + key).c_str(), &st), 0) << key;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << key;
+  }
+  WriteJob();
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  WaitFor("first steps over TLS", 45, [](const json& s) { return s["job"]["last_step"] >= 20; });
+  Inject("crash", "m01");
+  WaitFor("restart after the crash", 45, [](const json& s) {
+    return s["job"]["generation"] == 2 && s["job"]["state"] == "running" && s["job"]["incidents"] == 1;
+  });
+  Report("crash (TLS)");
+
+  std::ifstream addr_file(dir_ + "/controller.addr");
+  std::string addr;
+  addr_file >> addr;
+  std::string token;
+  std::ifstream(dir_ + "/token") >> token;
+  auto plain = wire::ControlService::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  ctx.AddMetadata("x-bulwark-token", token);
+  wire::InjectRequest req;
+  req.set_machine("m01");
+  req.set_fault("crash");
+  wire::InjectReply reply;
+  grpc::Status g = plain->Inject(&ctx, req, &reply);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::UNAVAILABLE) << "plaintext reached a TLS controller: " << g.error_message();
+  EXPECT_EQ(Query("incidents").size(), 1u) << "the plaintext injection must not have happened";
+}
+
 TEST_F(Cluster, CallsWithoutTheTokenAreRefusedAndLogged) {
   auto up = Bulwark({"up", "--machines", "1"});
   ASSERT_EQ(up.exit_code, 0) << up.err;

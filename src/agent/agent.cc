@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "agent/echo_hold.h"
 #include "agent/inspector.h"
 #include "agent/monitor.h"
 #include "agent/rank_link_server.h"
@@ -28,6 +29,7 @@
 #include "bulwark.grpc.pb.h"
 #include "client/shard_socket.h"
 #include "cluster/layout.h"
+#include "cluster/tls.h"
 #include "common/exit_codes.h"
 #include "common/files.h"
 #include "common/progress_pattern.h"
@@ -124,7 +126,9 @@ class Agent {
       args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
       args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
       args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-      channel_ = grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args);
+      Result<std::shared_ptr<grpc::ChannelCredentials>> creds = cluster::ChannelCredentials(layout_);
+      if (!creds.ok()) Log("cannot use the cluster's TLS credentials: " + creds.status().ToString());
+      channel_ = grpc::CreateCustomChannel(a, creds.ok() ? *creds : grpc::InsecureChannelCredentials(), args);
       channel_addr_ = a;
     }
     return channel_;
@@ -209,6 +213,7 @@ class Agent {
     wire::ReportReply reply;
     grpc::Status st = rpc->Report(&ctx, req, &reply);
     if (st.ok()) {
+      last_report_ok_ = Clock::now();
       while (!pending_.empty() && pending_.front().seq() <= reply.acked_seq()) pending_.pop_front();
       return;
     }
@@ -235,8 +240,7 @@ class Agent {
     for (const wire::Command& c : batch) {
       if (c.kind() == wire::Command::START_RANKS || c.kind() == wire::Command::STOP_RANKS) {
         if (c.id() != applied_ && !echoes_.empty()) {
-          Log("dropping " + std::to_string(echoes_.size()) + " peer-lost exit(s): the restart answers them");
-          echoes_.clear();
+          Log("dropping " + std::to_string(echoes_.DropAll()) + " peer-lost exit(s): the restart answers them");
         }
       }
       switch (c.kind()) {
@@ -514,7 +518,7 @@ class Agent {
       e.set_observed_ms(Ms(x.at));
       if (x.signal == 0 && x.exit_code == kExitPeerLost) {
         Log("rank " + std::to_string(x.rank) + " lost a peer (" + e.signature() + "); holding the report for the culprit's");
-        echoes_.push_back({x.at + kPeerLostGrace, e});
+        echoes_.Hold(e, x.at);
         continue;
       }
       Log("rank " + std::to_string(x.rank) + " exited (code " + std::to_string(x.exit_code) + ", signal " +
@@ -543,10 +547,12 @@ class Agent {
   // Reports the peer-lost exits whose grace ran out with no restart.
   void ReleaseEchoes() {
     const auto now = Clock::now();
-    while (!echoes_.empty() && echoes_.front().first <= now) {
-      Log("reporting rank " + std::to_string(echoes_.front().second.rank()) + "'s peer-lost exit: no restart came");
-      Emit(echoes_.front().second);
-      echoes_.pop_front();
+    // Reachable: a report went through within the last report period and a
+    // failed call's deadline.
+    const bool reachable = now - last_report_ok_ <= kReportPeriod + kCallDeadline;
+    for (wire::AgentEvent& e : echoes_.Due(now, reachable)) {
+      Log("reporting rank " + std::to_string(e.rank()) + "'s peer-lost exit: no restart came");
+      Emit(std::move(e));
     }
   }
 
@@ -623,7 +629,8 @@ class Agent {
   bool registered_ = false;
   int64_t seq_ = 0;
   std::deque<wire::AgentEvent> pending_;
-  std::deque<std::pair<Clock::time_point, wire::AgentEvent>> echoes_;
+  EchoHold<wire::AgentEvent, Clock> echoes_{kPeerLostGrace};
+  Clock::time_point last_report_ok_ = Clock::now();
   std::string applied_;
   std::map<int, LogFollower> followers_;
   std::map<int, Clock::time_point> last_progress_;  // by rank: the last matched progress line, or the start

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "cluster/layout.h"
+#include "cluster/tls.h"
 #include "common/files.h"
 #include "common/token.h"
 
@@ -55,8 +56,9 @@ Result<ControlClient> ControlClient::Connect(const std::string& dir) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  c.rpc_ = wire::ControlService::NewStub(
-      grpc::CreateCustomChannel(c.address_, grpc::InsecureChannelCredentials(), args));
+  Result<std::shared_ptr<grpc::ChannelCredentials>> creds = cluster::ChannelCredentials(layout);
+  if (!creds.ok()) return creds.status();
+  c.rpc_ = wire::ControlService::NewStub(grpc::CreateCustomChannel(c.address_, *creds, args));
   return c;
 }
 

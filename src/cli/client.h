@@ -26,6 +26,7 @@ class ControlClient {
                          const std::string& where = "", double factor = 0);
   // The controller's note for the operator ("" when there is nothing to add).
   bulwark::Result<std::string> ReturnMachine(const std::string& machine);
+  const std::string& address() const { return address_; }
 
  private:
   using QueryRpc = grpc::Status (wire::ControlService::Stub::*)(grpc::ClientContext*, const wire::QueryRequest&,

@@ -1,6 +1,6 @@
 // bulwark: the control plane's one binary.
 //
-//   bulwark up --machines N [--standby S] [--metrics-port P] [--dir D]   controller + N+S agents
+//   bulwark up --machines N [--standby S] [--metrics-port P] [--tls] [--dir D]   controller + N+S agents
 //   bulwark down [--dir D]
 //   bulwark submit JOB.yaml [--dir D]
 //   bulwark status|incidents|ledger [--json] [--dir D]
@@ -31,6 +31,7 @@
 #include "cli/client.h"
 #include "cli/job_file.h"
 #include "cluster/layout.h"
+#include "cluster/tls.h"
 #include "cluster/local/local_cluster.h"
 #include "common/exit_codes.h"
 #include "common/files.h"
@@ -54,7 +55,7 @@ struct Args {
   }
 };
 
-const std::set<std::string> kBoolFlags = {"json", "init", "help", "shard-optimizer"};
+const std::set<std::string> kBoolFlags = {"json", "init", "help", "shard-optimizer", "tls"};
 
 Result<Args> ParseArgs(int argc, char** argv) {
   Args a;
@@ -151,11 +152,16 @@ Status Up(const Args& a) {
   BULWARK_RETURN_IF_ERROR(MakeDirs(layout.machines()));
   Result<std::string> token = CreateToken(layout.token());
   if (!token.ok()) return token.status();
-  Result<int> port = cluster::PickFreePort();
-  if (!port.ok()) return port.status();
-  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_addr(), "127.0.0.1:" + std::to_string(*port) + "\n"));
+  // Port 0: the controller binds one the kernel picks and writes it back here
+  // once it listens, so no port is guessed free and taken by another
+  // process before the controller binds it. Restarts reuse the written one.
+  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_addr(), "127.0.0.1:0\n"));
+  std::remove(layout.controller_pid().c_str());
   // A fresh cluster starts from a fresh database.
   for (const char* suffix : {"", "-wal", "-shm"}) std::remove((layout.controller_db() + suffix).c_str());
+  // ... and fresh credentials: --tls makes a new CA; without it none is used.
+  BULWARK_RETURN_IF_ERROR(RemoveTree(dir + "/tls"));
+  if (a.Has("tls")) BULWARK_RETURN_IF_ERROR(cluster::CreateClusterTls(layout));
 
   const std::string self = ExeDir() + "/bulwark";
   std::vector<std::string> controller_argv = {self, "controller", "--init", "--dir", dir};
@@ -165,13 +171,16 @@ Status Up(const Args& a) {
     controller_argv.insert(controller_argv.end(), {"--metrics-port", std::to_string(*mport)});
   }
   BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(controller_argv, layout.controller_log()));
+  // The controller writes its address, then its pid file, once it listens.
+  // Calling before that costs a whole call deadline: gRPC holds a call made
+  // while its first connection attempt fails.
+  if (!WaitFor(15, [&] { return cluster::LivePid(layout.controller_pid()).ok(); })) {
+    return Status::Unavailable("controller did not come up within 15 s; see " + layout.controller_log());
+  }
   Result<ControlClient> client = ControlClient::Connect(dir);
   if (!client.ok()) return client.status();
-  // The controller writes its pid file once it listens. Calling before that
-  // costs a whole call deadline: gRPC holds a call made while its first
-  // connection attempt fails.
-  if (!WaitFor(15, [&] { return cluster::LivePid(layout.controller_pid()).ok() && client->Status().ok(); })) {
-    return Status::Unavailable("controller did not come up within 15 s; see " + layout.controller_log());
+  if (!WaitFor(15, [&] { return client->Status().ok(); })) {
+    return Status::Unavailable("controller did not answer within 15 s; see " + layout.controller_log());
   }
   const std::vector<std::string> ids = cluster::MachineIds(*machines + *standby);
   for (const std::string& id : ids) {
@@ -188,7 +197,7 @@ Status Up(const Args& a) {
     return heard >= static_cast<int>(ids.size());
   });
   if (!all) return Status::Unavailable("not every agent registered within 20 s; see " + layout.machines() + "/*/agent.log");
-  std::cout << "cluster up in " << dir << ": controller at 127.0.0.1:" << *port << ", " << ids.size()
+  std::cout << "cluster up in " << dir << ": controller at " << client->address() << ", " << ids.size()
             << " machines (" << *machines << " for jobs, " << *standby << " standby)\n";
   if (Result<json> s = client->Status(); s.ok() && (*s)["metrics"].is_string()) {
     std::cout << "metrics at " << (*s)["metrics"].get<std::string>() << "\n";
@@ -448,7 +457,7 @@ Status Run(const Args& a) {
     return agent::RunAgent(o);
   }
   std::cout << "usage: bulwark up|down|submit|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-implicit|controller|agent [flags]\n"
-               "  up --machines N [--standby S]      start a local cluster (controller + N+S agents)\n"
+               "  up --machines N [--standby S] [--tls]  start a local cluster (controller + N+S agents; --tls: mutual TLS)\n"
                "     [--metrics-port P]              Prometheus /metrics on 127.0.0.1:P (default: any free port)\n"
                "  down                               stop it\n"
                "  submit JOB.yaml                    run a job (fields: name, world_size, ranks_per_machine,\n"

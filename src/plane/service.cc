@@ -12,6 +12,7 @@
 
 #include "bulwark.grpc.pb.h"
 #include "cluster/layout.h"
+#include "cluster/tls.h"
 #include "common/files.h"
 #include "common/token.h"
 #include "plane/codec.h"
@@ -222,7 +223,9 @@ Status RunController(const ControllerOptions& options) {
   ControlServiceImpl control(plane->get(), *token);
   grpc::ServerBuilder builder;
   int bound = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound);
+  Result<std::shared_ptr<grpc::ServerCredentials>> creds = cluster::ServerCredentials(layout);
+  if (!creds.ok()) return creds.status();
+  builder.AddListeningPort(address, *creds, &bound);
   builder.RegisterService(&agents);
   builder.RegisterService(&control);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -230,8 +233,15 @@ Status RunController(const ControllerOptions& options) {
     return Status::Unavailable("controller: cannot listen on " + address + " (in use?); stop what holds it "
                                "or run 'bulwark down' first");
   }
+  // Asked for port 0 (`bulwark up`): the kernel picked one; agents and the
+  // CLI read it from here, and a restarted controller binds it again.
+  if (address.size() > 2 && address.compare(address.size() - 2, 2, ":0") == 0) {
+    address = address.substr(0, address.size() - 1) + std::to_string(bound);
+    BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_addr(), address + "\n"));
+  }
   BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_pid(), std::to_string(::getpid()) + "\n"));
-  std::fprintf(stderr, "controller: serving on %s\n", address.c_str());
+  std::fprintf(stderr, "controller: serving on %s%s\n", address.c_str(),
+               cluster::TlsEnabled(layout) ? " (mutual TLS: clients need the cluster's certificate)" : "");
   std::unique_ptr<MetricsServer> metrics = ServeMetrics(layout, options.metrics_port, plane->get());
   std::fflush(stderr);
 

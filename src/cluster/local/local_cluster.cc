@@ -28,22 +28,6 @@ std::vector<std::string> MachineIds(int total) {
   return ids;
 }
 
-Result<int> PickFreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return Status::IOError(std::string("socket: ") + std::strerror(errno));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(fd);
-    return Status::IOError(std::string("picking a free port: ") + std::strerror(errno));
-  }
-  ::close(fd);
-  return static_cast<int>(ntohs(a.sin_port));
-}
-
 Status SpawnDetached(const std::vector<std::string>& argv, const std::string& log) {
   std::vector<std::string> args = argv;
   std::vector<char*> cargv;

@@ -16,9 +16,6 @@ namespace bulwark::cluster {
 // Machine ids of a cluster with `total` machines: m01, m02, ...
 std::vector<std::string> MachineIds(int total);
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-Result<int> PickFreePort();
-
 // Starts `argv` in its own session, detached from this process (it outlives
 // the CLI), with stdout and stderr appended to `log`.
 Status SpawnDetached(const std::vector<std::string>& argv, const std::string& log);
