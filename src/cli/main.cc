@@ -300,6 +300,15 @@ Status IncidentsCmd(const Args& a) {
       if (i.contains("notes")) {
         for (const json& n : i["notes"]) std::cout << "    note: " << n.get<std::string>() << "\n";
       }
+      // The stop-time ladder's rungs, with their timings.
+      if (i.contains("ladder")) {
+        for (const json& r : i["ladder"]) {
+          const std::string took =
+              r.contains("seconds") ? std::to_string(r["seconds"].get<double>()).substr(0, 6) + " s" : "running";
+          std::printf("    ladder %-9s %-9s %s\n", r["rung"].get<std::string>().c_str(), took.c_str(),
+                      r["outcome"].get<std::string>().c_str());
+        }
+      }
     }
   });
 }

@@ -75,6 +75,10 @@ void PruneBefore(std::vector<Time>& times, Time cutoff) {
   times.erase(times.begin(), std::lower_bound(times.begin(), times.end(), cutoff));
 }
 
+bool LadderHoldsJob(const ClusterState& s);
+bool LadderEnabled(const PolicyConfig& c) { return !c.ladder.rungs.empty(); }
+Status EnterLadder(RuleContext& ctx, Incident& inc, const std::string& trigger, int64_t step, bool reattempted);
+
 // A crash that names no machine: a software error, or a transient one.
 // The ladder, cheapest first:
 //   the same non-empty signature on another machine since the last progress
@@ -89,7 +93,7 @@ Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::st
   ClusterState& s = ctx.state;
   MachineStatus* m = s.FindMachine(machine);
   if (m == nullptr) return Status::NotFound("machine " + machine + " is not known to the controller");
-  if (!RanksAreLive(s.job) || m->state != MachineState::kActive) return Status::OK();
+  if (!RanksAreLive(s.job) || m->state != MachineState::kActive || LadderHoldsJob(s)) return Status::OK();
   // Ranks that died at or before the latest restart are the restart's own
   // victims, or the echo (connection reset, NCCL error) of a fault already
   // handled: they are part of that episode, not a new crash.
@@ -135,6 +139,21 @@ Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::st
                        machine + " within " + window +
                        " without a completed step: a code or data bug, not a machine; fix or "
                        "roll back the code, then resubmit");
+  }
+  // The ladder's crash triggers: an unsigned crash while the ladder watches
+  // a restart it decided is the fault coming back (the next rung); an
+  // unsigned crash that would end a crash loop (restarts in place and
+  // evictions already failed to stop it, and no machine names itself)
+  // climbs the ladder instead of stopping; the ladder stops the job when
+  // it runs out of rungs, so restarts stay bounded.
+  if (signature.empty() && LadderEnabled(ctx.config) && !recurs_here &&
+      (s.ladder.state == LadderState::kWatching ||
+       (s.ladder.state == LadderState::kIdle && since_progress + 1 >= ctx.config.max_crashes_without_progress))) {
+    Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kExplicit, cause, observed);
+    if (!inc.ok()) return inc.status();
+    return EnterLadder(ctx, **inc, "unsigned crash on " + machine + " after " + std::to_string(since_progress) +
+                                       " crash(es) without progress",
+                       s.last_step, /*reattempted=*/since_progress > 0);
   }
   if (since_progress + 1 >= ctx.config.max_crashes_without_progress) {
     return StopJob(ctx, cause, observed,
@@ -251,6 +270,9 @@ Status OnStepCompleted(RuleContext& ctx, const Event& e) {
   if (s.last_restart_at && x.observed <= *s.last_restart_at) return Status::OK();  // the old run's
   s.last_step = x.step;
   s.ledger.StepCompleted(x.step, x.observed);
+  if (s.ladder.state == LadderState::kWatching && x.step > s.ladder.trigger_step + ctx.config.ladder.settle_steps) {
+    BULWARK_RETURN_IF_ERROR(s.ladder.Move(LadderInput::kSettled));
+  }
   if (s.job != JobState::kRestarting) return Status::OK();
   // The first step after a restart: the job is back, the episode is over,
   // and the restart budget is renewed (progress, not count, bounds restarts).
@@ -369,8 +391,14 @@ std::vector<MachineId> GroupMachines(const ClusterState& s, const std::vector<Ma
   return {out.begin(), out.end()};
 }
 
+// While the ladder diagnoses or replays, the ranks are stopped on purpose:
+// their silence, exits and leftover signals are the stop's, not faults.
+bool LadderHoldsJob(const ClusterState& s) {
+  return s.ladder.state == LadderState::kDiagnosing || s.ladder.state == LadderState::kReplaying;
+}
+
 bool StaleForRestart(const ClusterState& s, Time observed) {
-  return !RanksAreLive(s.job) || (s.last_restart_at && observed <= *s.last_restart_at);
+  return !RanksAreLive(s.job) || LadderHoldsJob(s) || (s.last_restart_at && observed <= *s.last_restart_at);
 }
 
 // No progress: ask every machine for its ranks' stacks. The verdict comes
@@ -460,6 +488,16 @@ Status OnTrainingAnomaly(RuleContext& ctx, const Event& e) {
                          (x.kind == "nan" ? "gradients were non-finite" : "gradients spiked") + " at step " +
                          std::to_string(x.step) + " while the others' were not");
   }
+  if (s.ladder.state == LadderState::kWatching) {
+    return EnterLadder(ctx, **inc, x.kind + " at step " + std::to_string(x.step) + " with no culprit, again",
+                       x.step, true);
+  }
+  if (s.anomaly_reattempted_step == x.step && LadderEnabled(ctx.config)) {
+    // Deterministic on these machines: the data or the model, or a machine
+    // that corrupts silently (SDC) the same way each time. The ladder tells.
+    return EnterLadder(ctx, **inc, x.kind + " at step " + std::to_string(x.step) + " came back after a reattempt",
+                       x.step, /*reattempted=*/true);
+  }
   if (s.anomaly_reattempted_step == x.step) {
     (*inc)->why = "stopped: the " + x.kind + " at step " + std::to_string(x.step) +
                   " came back when step " + std::to_string(x.step) +
@@ -475,6 +513,215 @@ Status OnTrainingAnomaly(RuleContext& ctx, const Event& e) {
   (*inc)->notes.push_back("marked for the stop-time ladder: " + x.kind + " with no culprit");
   s.restart_pending = true;
   s.restart_reason = x.kind + " at step " + std::to_string(x.step) + " with no culprit";
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// The stop-time ladder (ladder.h): diagnose -> reattempt -> rollback -> replay
+// ---------------------------------------------------------------------------
+
+std::string JoinIds(const std::vector<MachineId>& ids) {
+  std::string s;
+  for (const MachineId& m : ids) s += (s.empty() ? "" : ", ") + m;
+  return s;
+}
+
+void EndRung(Incident& inc, Time now, const std::string& outcome) {
+  if (inc.rungs.empty() || inc.rungs.back().ended) return;
+  inc.rungs.back().ended = now;
+  inc.rungs.back().outcome = outcome;
+}
+
+// Climbs to the first enabled rung at or after `from` that applies, in the
+// same decision: diagnose and replay wait for results (the ladder holds the
+// job), reattempt restarts and watches, rollback is recorded and passed,
+// and past the last rung the job stops.
+Status ClimbFrom(RuleContext& ctx, Incident& inc, int from) {
+  ClusterState& s = ctx.state;
+  LadderStatus& l = s.ladder;
+  const LadderConfig& cfg = ctx.config.ladder;
+  l.incident = inc.id;
+  for (int i = std::max(from, 0); i < static_cast<int>(cfg.rungs.size()); ++i) {
+    const std::string& rung = cfg.rungs[i];
+    l.rung = i;
+    if (rung == "diagnose") {
+      BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kDiagnose));
+      l.machines = s.placement.slots;
+      l.reports.clear();
+      l.deadline = ctx.now + cfg.diagnose_budget;
+      inc.rungs.push_back({rung, ctx.now, std::nullopt, ""});
+      inc.why = "stopped for diagnostics on " + std::to_string(l.machines.size()) + " machine(s): " + l.trigger;
+      return Emit(ctx, RunDiagnosticsAction(inc.id, i, s.placement, cfg.tests, cfg.diagnose_budget, inc.why));
+    }
+    if (rung == "reattempt") {
+      if (l.reattempted) continue;  // the trigger already followed a reattempt
+      BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kRestart));
+      l.reattempted = true;
+      inc.rungs.push_back({rung, ctx.now, ctx.now, "restarted in place"});
+      inc.resolution = Resolution::kReattempt;
+      inc.why = "reattempt in place (ladder): " + l.trigger;
+      s.restart_pending = true;
+      s.restart_reason = "ladder: " + l.trigger;
+      return Status::OK();
+    }
+    if (rung == "rollback") {
+      // Releases come with hot updates (not built yet): nothing to go back to.
+      inc.rungs.push_back({rung, ctx.now, ctx.now, "no earlier release: nothing to roll back"});
+      continue;
+    }
+    if (rung == "replay") {
+      const int machines = static_cast<int>(s.placement.slots.size());
+      const int pp = std::max(1, s.spec.pp);
+      Result<ReplayPlan> plan = PlanReplay(machines, machines % pp == 0 ? pp : 1, cfg.replay_k);
+      if (!plan.ok() || plan->horizontal.size() < 2 || plan->vertical.size() < 2) {
+        inc.rungs.push_back({rung, ctx.now, ctx.now,
+                             "cannot replay: " + (plan.ok() ? std::string("fewer than 2x2 groups") : plan.status().message())});
+        continue;
+      }
+      BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kReplay));
+      l.machines = s.placement.slots;
+      l.replay_results.clear();
+      l.deadline = ctx.now + cfg.replay_budget;
+      Action a = RunDiagnosticsAction(inc.id, i, s.placement, {"replay"}, cfg.replay_budget,
+                                      "dual-phase replay: " + l.trigger);
+      for (size_t h = 0; h < plan->horizontal.size(); ++h) {
+        a.group_names.push_back("h" + std::to_string(h));
+        a.groups.emplace_back();
+        for (int slot : plan->horizontal[h]) a.groups.back().push_back(s.placement.slots[slot]);
+      }
+      for (size_t v = 0; v < plan->vertical.size(); ++v) {
+        a.group_names.push_back("v" + std::to_string(v));
+        a.groups.emplace_back();
+        for (int slot : plan->vertical[v]) a.groups.back().push_back(s.placement.slots[slot]);
+      }
+      inc.rungs.push_back({rung, ctx.now, std::nullopt, ""});
+      inc.why = "dual-phase replay on " + std::to_string(plan->horizontal.size()) + " horizontal and " +
+                std::to_string(plan->vertical.size()) + " vertical groups: " + l.trigger;
+      return Emit(ctx, std::move(a));
+    }
+  }
+  // Out of rungs: what the ladder could not pin on a machine is the job's.
+  BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kExhausted));
+  l.deadline.reset();
+  inc.why = "stopped: the stop-time ladder found no faulty machine (" + l.trigger +
+            "): deterministic, so the data, the model or the code, not a machine; inspect the step's batch, the "
+            "learning rate and recent code changes, then resubmit";
+  inc.resolution = Resolution::kStopped;
+  return Emit(ctx, StopJobAction(inc.id, inc.why));
+}
+
+// A fault with no culprit: start the ladder, or, while it watches a restart
+// it decided, climb to the next rung. Faults during diagnostics or a replay
+// never reach here (the ladder holds the job).
+Status EnterLadder(RuleContext& ctx, Incident& inc, const std::string& trigger, int64_t step, bool reattempted) {
+  LadderStatus& l = ctx.state.ladder;
+  inc.localized = inc.localized.value_or(ctx.now);
+  if (l.state == LadderState::kWatching) {
+    inc.notes.push_back("ladder: the fault came back while watching (" + trigger + "): climbing on");
+    l.trigger = trigger + " (first: " + l.trigger + ")";
+    return ClimbFrom(ctx, inc, l.rung + 1);
+  }
+  l = LadderStatus{};
+  l.trigger = trigger;
+  l.trigger_step = step;
+  l.reattempted = reattempted;
+  inc.notes.push_back("ladder: " + trigger);
+  return ClimbFrom(ctx, inc, 0);
+}
+
+Incident* LadderIncident(RuleContext& ctx, int64_t id) {
+  Incident* inc = ctx.state.incidents.Current();
+  return inc != nullptr && inc->id == id ? inc : nullptr;
+}
+
+Status FinishDiagnose(RuleContext& ctx, Incident& inc, const std::string& budget_note) {
+  LadderStatus& l = ctx.state.ladder;
+  std::vector<MachineId> still;  // a machine evicted meanwhile is judged no more
+  for (const MachineId& m : l.machines) {
+    if (ctx.state.IsActive(m)) still.push_back(m);
+  }
+  const DiagnosticsVerdict v = JudgeDiagnostics(still, l.reports, ctx.config.ladder, budget_note);
+  l.deadline.reset();
+  EndRung(inc, ctx.now, v.why);
+  if (v.failed.empty() || v.inconclusive) return ClimbFrom(ctx, inc, l.rung + 1);
+  BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kRestart));
+  std::vector<MachineId> bad;
+  for (const auto& [m, why] : v.failed) bad.push_back(m);
+  return OverEvict(ctx, inc, bad, "evicted " + JoinIds(bad) + " by stop-time diagnostics: " + v.why);
+}
+
+Status FinishReplay(RuleContext& ctx, Incident& inc, const std::string& budget_note) {
+  LadderStatus& l = ctx.state.ladder;
+  const int machines = static_cast<int>(ctx.state.placement.slots.size());
+  const int pp = std::max(1, ctx.state.spec.pp);
+  Result<ReplayPlan> plan = PlanReplay(machines, machines % pp == 0 ? pp : 1, ctx.config.ladder.replay_k);
+  std::vector<int> fh, fv;
+  std::string failed;
+  if (plan.ok()) {
+    for (size_t h = 0; h < plan->horizontal.size(); ++h) {
+      auto it = l.replay_results.find("h" + std::to_string(h));
+      if (it != l.replay_results.end() && !it->second) fh.push_back(static_cast<int>(h));
+    }
+    for (size_t v = 0; v < plan->vertical.size(); ++v) {
+      auto it = l.replay_results.find("v" + std::to_string(v));
+      if (it != l.replay_results.end() && !it->second) fv.push_back(static_cast<int>(v));
+    }
+  }
+  for (int h : fh) failed += (failed.empty() ? "h" : ", h") + std::to_string(h);
+  for (int v : fv) failed += (failed.empty() ? "v" : ", v") + std::to_string(v);
+  l.deadline.reset();
+  std::optional<int> slot = plan.ok() ? ReplayCulprit(*plan, fh, fv) : std::nullopt;
+  if (!slot) {
+    EndRung(inc, ctx.now, "no single culprit (failing groups: " + (failed.empty() ? "none" : failed) + ")" + budget_note);
+    return ClimbFrom(ctx, inc, l.rung + 1);
+  }
+  const MachineId culprit = ctx.state.placement.slots[*slot];
+  EndRung(inc, ctx.now, "culprit " + culprit + " (h" + std::to_string(fh[0]) + " x v" + std::to_string(fv[0]) + ")");
+  BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kRestart));
+  return OverEvict(ctx, inc, {culprit},
+                   "evicted " + culprit + " by dual-phase replay: the only machine in both failing groups (h" +
+                       std::to_string(fh[0]) + ", v" + std::to_string(fv[0]) + ")");
+}
+
+Status OnDiagnosticsReported(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<DiagnosticsReported>(e);
+  LadderStatus& l = ctx.state.ladder;
+  Incident* inc = LadderIncident(ctx, x.incident);
+  // Late answers for a rung already decided (its budget ran out) are kept out.
+  if (inc == nullptr || l.incident != x.incident) return Status::OK();
+  if (l.state == LadderState::kDiagnosing) {
+    if (std::find(l.machines.begin(), l.machines.end(), x.machine) == l.machines.end()) return Status::OK();
+    l.reports[x.machine] = MachineDiagnostics{x.results, x.alignment_hash};
+    for (const MachineId& m : l.machines) {
+      if (ctx.state.IsActive(m) && l.reports.count(m) == 0) return Status::OK();  // more to come
+    }
+    return FinishDiagnose(ctx, *inc, "");
+  }
+  if (l.state == LadderState::kReplaying) {
+    for (const DiagnosticResult& r : x.results) {
+      if (r.test.rfind("replay/", 0) == 0) l.replay_results[r.test.substr(7)] = r.passed;
+    }
+    const int machines = static_cast<int>(ctx.state.placement.slots.size());
+    const int pp = std::max(1, ctx.state.spec.pp);
+    Result<ReplayPlan> plan = PlanReplay(machines, machines % pp == 0 ? pp : 1, ctx.config.ladder.replay_k);
+    const size_t groups = plan.ok() ? plan->horizontal.size() + plan->vertical.size() : 0;
+    if (l.replay_results.size() < groups) return Status::OK();
+    return FinishReplay(ctx, *inc, "");
+  }
+  return Status::OK();
+}
+
+Status OnLadderDeadline(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<LadderDeadline>(e);
+  LadderStatus& l = ctx.state.ladder;
+  Incident* inc = LadderIncident(ctx, x.incident);
+  if (inc == nullptr || l.incident != x.incident || !l.deadline || x.observed < *l.deadline) return Status::OK();
+  if (l.state == LadderState::kDiagnosing) {
+    return FinishDiagnose(ctx, *inc, " within " + FormatDuration(ctx.config.ladder.diagnose_budget));
+  }
+  if (l.state == LadderState::kReplaying) {
+    return FinishReplay(ctx, *inc, "; budget " + FormatDuration(ctx.config.ladder.replay_budget) + " ran out");
+  }
   return Status::OK();
 }
 
@@ -494,6 +741,8 @@ constexpr std::array<RuleEntry, kNumEventKinds> kRules = {{
     {EventKind::kFailSlowSuspected, OnFailSlowSuspected},
     {EventKind::kTrainingAnomaly, OnTrainingAnomaly},
     {EventKind::kStacksAnalyzed, OnStacksAnalyzed},
+    {EventKind::kDiagnosticsReported, OnDiagnosticsReported},
+    {EventKind::kLadderDeadline, OnLadderDeadline},
 }};
 
 constexpr bool RulesInEventOrder() {
@@ -539,6 +788,7 @@ Status Emit(RuleContext& ctx, Action action) {
       BULWARK_RETURN_IF_ERROR(s.ledger.Enter(TimeCategory::kWaiting, ctx.now));
       break;
     case ActionKind::kStopJob:
+      s.ladder = LadderStatus{};  // a stopped job climbs nothing more
       if (inc != nullptr) {
         if (!inc->decision) inc->decision = ctx.now;
         inc->resolution = Resolution::kStopped;
@@ -550,6 +800,7 @@ Status Emit(RuleContext& ctx, Action action) {
     case ActionKind::kActivate:
     case ActionKind::kReplenishStandby:
     case ActionKind::kCaptureStacks:
+    case ActionKind::kRunDiagnostics:
       break;
   }
   BULWARK_RETURN_IF_ERROR(Apply(s, action, ctx.now));

@@ -634,6 +634,11 @@ void Plane::Tick(Time now) {
     HandleLocked(MachineHeartbeatLost{id, a.last_heard, now}, now, nullptr);
   }
   if (trace_ && now >= trace_->deadline) FinishTrace(now);
+  // The ladder's rung in flight ran past its budget: the results so far decide.
+  const LadderStatus& ladder = controller_->state().ladder;
+  if (ladder.deadline && now >= *ladder.deadline && journal_error_.ok()) {
+    HandleLocked(LadderDeadline{ladder.incident, now}, now, nullptr);
+  }
   CheckMonitors(now);
 }
 
