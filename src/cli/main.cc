@@ -351,9 +351,25 @@ Status InjectCmd(const Args& a) {
       return Status::InvalidArgument("inject: --factor '" + a.Get("factor") + "' is not a number; e.g. --factor 2");
     }
   }
+  // sdc: --mode nan|drift and --rate R travel as the request's where and factor.
+  std::string where = a.Get("where");
+  if (a.positional[1] == "sdc") {
+    where = a.Has("mode") ? a.Get("mode") : "";
+    if (a.Has("rate")) {
+      try {
+        size_t used = 0;
+        factor = std::stod(a.Get("rate"), &used);
+        if (used != a.Get("rate").size() || !(factor > 0 && factor <= 1)) throw std::invalid_argument("range");
+      } catch (const std::exception&) {
+        return Status::InvalidArgument("inject: --rate '" + a.Get("rate") + "' is not a probability in (0, 1]; e.g. --rate 0.5");
+      }
+    }
+  } else if (a.Has("mode") || a.Has("rate")) {
+    return Status::InvalidArgument("inject: --mode and --rate apply to sdc only");
+  }
   Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
   if (!client.ok()) return client.status();
-  BULWARK_RETURN_IF_ERROR(client->Inject(a.Get("machine"), a.positional[1], *rank, a.Get("where"), factor));
+  BULWARK_RETURN_IF_ERROR(client->Inject(a.Get("machine"), a.positional[1], *rank, where, factor));
   std::cout << "injected " << a.positional[1] << " on " << a.Get("machine") << "\n";
   return Status::OK();
 }
@@ -466,6 +482,7 @@ Status Run(const Args& a) {
                "  inject crash|kill|machine-down|device-fail|nic-flap|corrupt-shard|nan|loss-spike --machine ID [--rank R]\n"
                "  inject hang --machine ID [--rank R] [--where collective|compute]\n"
                "  inject slow --machine ID --factor F   the machine's ranks run F x slower (F > 1)\n"
+               "  inject sdc --machine ID [--mode nan|drift] [--rate R]   silent matmul corruption (docs/ladder.md)\n"
                "  machine return --machine ID        hand a repaired machine back\n"
                "  demo [--json] [--out runs/demo]    4 machines + 2 standby train the small model through every\n"
                "                                     fault class; live line, tables, report.{html,md,json}\n"
