@@ -3,6 +3,9 @@
 // `bulwark-train --align` (its hash the same across processes, different on
 // a machine whose matmuls are silently corrupted).
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <thread>
 
 #include "agent/diagnostics.h"
 #include "common/files.h"
@@ -82,6 +85,29 @@ TEST(Diagnostics, RunDiagnosticsRunsEachTestAndFailsWhatHasNoTimeLeft) {
   req.trainer_argv = Trainer();
   DiagnosticsOutcome late = RunDiagnostics(req);
   EXPECT_FALSE(late.results[1].passed) << "the compute check used up the 1 ms budget";
+}
+
+// One replay group of two processes (two "machines"): rank 0 speaks for
+// the group; a silently corrupting member makes the group diverge.
+TEST(Diagnostics, AReplayGroupWithAnSdcMemberDiverges) {
+  auto replay = [](const std::string& sdc_on_rank1, int port) {
+    ReplayGroup g0{"h0", 0, 2, "127.0.0.1", port}, g1{"h0", 1, 2, "127.0.0.1", port};
+    TestOutcome r1;
+    std::thread other([&] { r1 = ReplayCheck(Trainer(), sdc_on_rank1, g1, 3, std::chrono::seconds(60)); });
+    TestOutcome r0 = ReplayCheck(Trainer(), "", g0, 3, std::chrono::seconds(60));
+    other.join();
+    EXPECT_TRUE(r1.passed) << r1.detail;
+    EXPECT_EQ(r0.test, "replay/h0");
+    return r0;
+  };
+  const int port = 31000 + static_cast<int>(::getpid() % 2000);
+  TestOutcome clean = replay("", port);
+  EXPECT_TRUE(clean.passed) << clean.detail;
+  TestOutcome clean2 = replay("", port + 1);
+  EXPECT_EQ(clean.detail, clean2.detail) << "a replay is deterministic";
+  TestOutcome bad = replay("nan", port + 2);
+  EXPECT_FALSE(bad.passed);
+  EXPECT_NE(bad.detail.find("diverged"), std::string::npos) << bad.detail;
 }
 
 }  // namespace

@@ -139,6 +139,10 @@ TEST(Replay, EveryMachineIsInOneGroupPerPhaseAndEveryPairMeetsOnce) {
     for (const auto& g : p->vertical) EXPECT_EQ(static_cast<int>(g.size()), k * pp);
   }
   EXPECT_FALSE(PlanReplay(6, 4, 1).ok());
+  // k = 0 picks the smallest k with at least 2x2 groups.
+  EXPECT_EQ(PlanReplay(4, 1, 0)->k, 2);
+  EXPECT_EQ(PlanReplay(16, 4, 0)->k, 1);
+  EXPECT_EQ(PlanReplay(8, 1, 0)->k, 2);
   EXPECT_FALSE(PlanReplay(8, 2, 3).ok());
 }
 
@@ -265,19 +269,52 @@ TEST(LadderPolicy, AllPassRollsBackToNothingThenReplayNamesTheIntersection) {
 }
 
 TEST(LadderPolicy, NothingFoundAnywhereStopsTheJobAsDeterministic) {
-  LadderJob j;  // pp=1: a 1x4 replay has no 2x2 groups, so it is recorded and passed
+  LadderJob j;  // pp=1, DP=4: k=2 gives 2 horizontal and 2 vertical groups
+  j.Nan(11, 11);
+  j.Do(StepCompleted{10, S(14)});
+  j.Nan(11, 15);
+  for (const char* m : {"m01", "m02", "m03"}) j.Report(m, 18);
+  EXPECT_EQ(j.Report("m04", 19), (Lines{"diagnose i2 replay"}));
+  DiagnosticsReported r{2, "m01", {{"replay/h0", true, "", 1}, {"replay/h1", true, "", 1}}, "", S(30)};
+  EXPECT_TRUE(j.Do(r).empty());
+  r.results = {{"replay/v0", true, "", 1}, {"replay/v1", true, "", 1}};
+  r.observed = S(31);
+  EXPECT_EQ(j.Do(r), (Lines{"stop"}));
+  const Incident& inc = j.Last();
+  EXPECT_EQ(inc.resolution, Resolution::kStopped);
+  EXPECT_NE(inc.why.find("deterministic"), std::string::npos) << inc.why;
+  ASSERT_EQ(inc.rungs.size(), 3u);
+  EXPECT_EQ(inc.rungs[2].outcome, "no single culprit (failing groups: none)");
+  EXPECT_TRUE(inc.evicted.empty());
+  EXPECT_EQ(j.ladder().state, LadderState::kIdle);
+}
+
+TEST(LadderPolicy, ALayoutWithoutTwoByTwoGroupsRecordsThatItCannotReplay) {
+  PolicyConfig c;
+  c.ladder.replay_k = 1;  // pp=1: m = 1 horizontal group
+  LadderJob j(1, c);
   j.Nan(11, 11);
   j.Do(StepCompleted{10, S(14)});
   j.Nan(11, 15);
   for (const char* m : {"m01", "m02", "m03"}) j.Report(m, 18);
   EXPECT_EQ(j.Report("m04", 19), (Lines{"stop"}));
-  const Incident& inc = j.Last();
-  EXPECT_EQ(inc.resolution, Resolution::kStopped);
-  EXPECT_NE(inc.why.find("deterministic"), std::string::npos) << inc.why;
-  ASSERT_EQ(inc.rungs.size(), 3u);
-  EXPECT_NE(inc.rungs[2].outcome.find("cannot replay"), std::string::npos) << inc.rungs[2].outcome;
-  EXPECT_TRUE(inc.evicted.empty());
-  EXPECT_EQ(j.ladder().state, LadderState::kIdle);
+  EXPECT_NE(j.Last().rungs[2].outcome.find("cannot replay"), std::string::npos) << j.Last().rungs[2].outcome;
+}
+
+TEST(Ladder, FlagsAsBulwarkUpTakesThem) {
+  LadderConfig c;
+  EXPECT_TRUE(ApplyLadderFlags("diagnose,replay", "compute,device", "30", &c).ok());
+  EXPECT_EQ(c.rungs, (std::vector<std::string>{"diagnose", "replay"}));
+  EXPECT_EQ(c.tests, (std::vector<std::string>{"compute", "device"}));
+  EXPECT_EQ(c.diagnose_budget, Secs(30));
+  LadderConfig none;
+  EXPECT_TRUE(ApplyLadderFlags("none", "", "", &none).ok());
+  EXPECT_TRUE(none.rungs.empty());
+  LadderConfig bad;
+  Status st = ApplyLadderFlags("diagnose,prayer", "", "", &bad);
+  EXPECT_EQ(st.message(), "policy: ladder rung 'prayer' is unknown; use diagnose, reattempt, rollback or replay");
+  EXPECT_FALSE(ApplyLadderFlags("", "", "0", &bad).ok()) << "a zero budget";
+  EXPECT_FALSE(ApplyLadderFlags("", "", "soon", &bad).ok());
 }
 
 TEST(LadderPolicy, WithoutALadderARepeatStopsAtOnceAsBefore) {

@@ -444,6 +444,9 @@ class Agent {
     req.trainer_argv = job_argv_;
     req.sdc = sdc_;
     req.health = health_paths_;
+    for (const wire::ReplayAssignment& x : c.replay()) {
+      req.replay.push_back({x.group(), x.rank(), x.world(), x.master_addr(), x.master_port()});
+    }
     const int64_t incident = c.incident();
     Log("running diagnostics for incident " + std::to_string(incident) + " (" + std::to_string(req.tests.size()) +
         " test(s), budget " + std::to_string(req.budget.count()) + " ms)");

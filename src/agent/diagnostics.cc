@@ -1,5 +1,6 @@
 #include "agent/diagnostics.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -109,6 +110,42 @@ TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const s
   return o;
 }
 
+TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc, const ReplayGroup& g,
+                        int steps, std::chrono::milliseconds budget) {
+  const auto t0 = Clock::now();
+  TestOutcome o{"replay/" + g.group, false, "", 0};
+  if (trainer_argv.empty()) {
+    o.detail = "no trainer command known (no ranks were started here yet)";
+    return o;
+  }
+  std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET", "RANK=" + std::to_string(g.rank),
+                                   "WORLD_SIZE=" + std::to_string(g.world), "LOCAL_RANK=0",
+                                   "MASTER_ADDR=" + g.master_addr, "MASTER_PORT=" + std::to_string(g.master_port)};
+  if (!sdc.empty()) argv.push_back("BULWARK_SDC=" + sdc);
+  argv.insert(argv.end(), trainer_argv.begin(), trainer_argv.end());
+  argv.insert(argv.end(), {"--align", "--align-steps", std::to_string(steps)});
+  int code = 0;
+  Result<std::string> out = RunCaptured(argv, budget, &code);
+  o.ms = MsSince(t0);
+  if (!out.ok() || code != 0) {
+    o.detail = out.ok() ? "the replay exited with code " + std::to_string(code) : out.status().message();
+    return o;
+  }
+  if (g.rank != 0) {
+    o.passed = true;
+    o.detail = "took part";
+    return o;
+  }
+  const size_t at = out->find("\"align_hash\":\"");
+  if (at == std::string::npos || at + 14 + 16 > out->size()) {
+    o.detail = "the replay printed no hash";
+    return o;
+  }
+  o.passed = out->find("\"finite\":true") != std::string::npos;
+  o.detail = (o.passed ? "" : "diverged (non-finite); ") + std::string("hash ") + out->substr(at + 14, 16);
+  return o;
+}
+
 DiagnosticsOutcome RunDiagnostics(const DiagnosticsRequest& req) {
   DiagnosticsOutcome out;
   const auto end = Clock::now() + req.budget;
@@ -122,6 +159,16 @@ DiagnosticsOutcome RunDiagnostics(const DiagnosticsRequest& req) {
       out.results.push_back(ComputeCheck());
     } else if (test == "device") {
       out.results.push_back(DeviceCheck(req.health));
+    } else if (test == "replay") {
+      // Rank 0 of each group speaks for it; the other ranks' runs only
+      // report a failure to take part (it explains a group's silence).
+      for (const ReplayGroup& g : req.replay) {
+        const auto left_now = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
+        TestOutcome r = ReplayCheck(req.trainer_argv, req.sdc, g, req.replay_steps,
+                                    std::max(left_now, std::chrono::milliseconds(1)));
+        if (g.rank == 0) out.results.push_back(std::move(r));
+        else if (!r.passed) out.results.push_back({"replay-part/" + g.group, false, r.detail, r.ms});
+      }
     } else if (test == "alignment") {
       out.results.push_back(AlignmentCheck(req.trainer_argv, req.sdc, left, &out.alignment_hash));
     } else {

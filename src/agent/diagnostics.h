@@ -30,6 +30,14 @@ struct TestOutcome {
   double ms = 0;
 };
 
+// One dual-phase replay group, as this machine takes part in it.
+struct ReplayGroup {
+  std::string group;  // "h0", "v1"
+  int rank = 0, world = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+};
+
 struct DiagnosticsRequest {
   std::vector<std::string> tests;
   std::chrono::milliseconds budget{60000};
@@ -40,6 +48,9 @@ struct DiagnosticsRequest {
   // passed to the alignment run as BULWARK_SDC, like to the ranks.
   std::string sdc;
   InspectorPaths health;
+  // tests = {"replay"}: the groups to replay in, in order (horizontal first).
+  std::vector<ReplayGroup> replay;
+  int replay_steps = 5;
 };
 
 struct DiagnosticsOutcome {
@@ -56,6 +67,12 @@ TestOutcome DeviceCheck(const InspectorPaths& paths);
 // Runs the alignment step; on success `hash` is its 16-hex-digit hash.
 TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc,
                            std::chrono::milliseconds budget, std::string* hash);
+// This machine's part in one replay group: `<trainer argv> --align
+// --align-steps S` as rank `rank` of the group. The group's rank 0 gets the
+// outcome "replay/<group>": passed when the replayed steps stayed finite,
+// the detail holding the hash; other ranks' outcome only says they ran.
+TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc, const ReplayGroup& g,
+                        int steps, std::chrono::milliseconds budget);
 // Every requested test, in order, within the budget (what is left of it
 // goes to the next test; a test that gets none fails "no time left").
 DiagnosticsOutcome RunDiagnostics(const DiagnosticsRequest& req);

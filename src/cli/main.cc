@@ -35,6 +35,7 @@
 #include "common/exit_codes.h"
 #include "common/files.h"
 #include "common/token.h"
+#include "controller/ladder.h"
 #include "plane/service.h"
 #include "cli/sim_command.h"
 #include "demo/demo.h"
@@ -148,6 +149,11 @@ Status Up(const Args& a) {
   if (cluster::LivePid(layout.controller_pid()).ok()) {
     return Status::FailedPrecondition("a cluster already runs in " + dir + "; 'bulwark down --dir " + dir + "' first");
   }
+  // The ladder's settings are checked here, before anything starts, and
+  // again by the controller itself.
+  controller::LadderConfig ladder;
+  BULWARK_RETURN_IF_ERROR(
+      controller::ApplyLadderFlags(a.Get("ladder-rungs"), a.Get("ladder-tests"), a.Get("ladder-budget"), &ladder));
   BULWARK_RETURN_IF_ERROR(MakeDirs(layout.machines()));
   Result<std::string> token = CreateToken(layout.token());
   if (!token.ok()) return token.status();
@@ -163,6 +169,9 @@ Status Up(const Args& a) {
     Result<int> mport = IntFlag(a, "metrics-port", 0);
     if (!mport.ok()) return mport.status();
     controller_argv.insert(controller_argv.end(), {"--metrics-port", std::to_string(*mport)});
+  }
+  for (const char* f : {"ladder-rungs", "ladder-tests", "ladder-budget"}) {
+    if (a.Has(f)) controller_argv.insert(controller_argv.end(), {std::string("--") + f, a.Get(f)});
   }
   BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(controller_argv, layout.controller_log()));
   Result<ControlClient> client = ControlClient::Connect(dir);
@@ -463,7 +472,8 @@ Status Run(const Args& a) {
   if (cmd == "controller") {
     Result<int> mport = IntFlag(a, "metrics-port", -1);
     if (!mport.ok()) return mport.status();
-    return controller::RunController({ClusterDir(a), a.Has("init"), *mport});
+    return controller::RunController({ClusterDir(a), a.Has("init"), *mport, a.Get("ladder-rungs"),
+                                      a.Get("ladder-tests"), a.Get("ladder-budget")});
   }
   if (cmd == "agent") {
     agent::AgentOptions o;
@@ -473,7 +483,8 @@ Status Run(const Args& a) {
     return agent::RunAgent(o);
   }
   std::cout << "usage: bulwark up|down|submit|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-implicit|controller|agent [flags]\n"
-               "  up --machines N [--standby S]      start a local cluster (controller + N+S agents)\n"
+               "  up --machines N [--standby S]      start a local cluster (controller + N+S agents)\n"               "     [--ladder-rungs diagnose,reattempt,rollback,replay|none] [--ladder-tests compute,device,alignment]\n"
+               "     [--ladder-budget SECONDS]         the stop-time ladder (docs/ladder.md)\n"
                "     [--metrics-port P]              Prometheus /metrics on 127.0.0.1:P (default: any free port)\n"
                "  down                               stop it\n"
                "  submit JOB.yaml                    run a job (fields: name, world_size, ranks_per_machine,\n"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 
 namespace bulwark::controller {
@@ -41,10 +42,36 @@ Status LadderConfig::Validate() const {
   if (!(compute_slow_ratio > 1.0)) {
     return Status::InvalidArgument("policy: ladder compute_slow_ratio must be above 1");
   }
-  if (settle_steps < 1 || replay_k < 1) {
-    return Status::InvalidArgument("policy: ladder settle_steps and replay_k must be at least 1");
+  if (settle_steps < 1 || replay_k < 0) {
+    return Status::InvalidArgument("policy: ladder settle_steps must be at least 1 and replay_k not negative");
   }
   return Status::OK();
+}
+
+Status ApplyLadderFlags(const std::string& rungs, const std::string& tests, const std::string& budget_s,
+                        LadderConfig* config) {
+  auto split = [](const std::string& s) {
+    std::vector<std::string> out;
+    if (s == "none") return out;
+    size_t start = 0;
+    for (;;) {
+      const size_t comma = s.find(',', start);
+      out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (comma == std::string::npos) return out;
+      start = comma + 1;
+    }
+  };
+  if (!rungs.empty()) config->rungs = split(rungs);
+  if (!tests.empty()) config->tests = split(tests);
+  if (!budget_s.empty()) {
+    char* end = nullptr;
+    const double s = std::strtod(budget_s.c_str(), &end);
+    if (*end != '\0' || !(s >= 0) || s > 86400) {
+      return Status::InvalidArgument("policy: ladder budget '" + budget_s + "' is not a number of seconds; e.g. 60");
+    }
+    config->diagnose_budget = Duration(static_cast<int64_t>(s * 1000));
+  }
+  return config->Validate();
 }
 
 // ---------------------------------------------------------------------------
@@ -210,6 +237,15 @@ Result<ReplayPlan> PlanReplay(int machines, int pp, int k) {
   ReplayPlan p;
   p.pp = pp;
   p.dp = machines / pp;
+  if (k == 0) {
+    k = 1;
+    for (int c = 1; c <= p.dp; ++c) {
+      if (p.dp % c == 0 && c * pp >= 2 && p.dp / c >= 2) {
+        k = c;
+        break;
+      }
+    }
+  }
   p.k = k;
   if (k < 1 || p.dp % k != 0) {
     return Status::InvalidArgument("replay: k=" + std::to_string(k) + " does not divide DP=" + std::to_string(p.dp));

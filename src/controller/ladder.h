@@ -50,12 +50,20 @@ struct LadderConfig {
   // that triggered it must complete before the ladder calls the fault
   // settled; a fault before that "fails again" and climbs on.
   int settle_steps = 5;
-  // Algorithm 1's k: m = k*PP horizontal and n = DP/k vertical groups.
-  int replay_k = 1;
+  // Algorithm 1's k: m = k*PP horizontal and n = DP/k vertical groups; 0
+  // picks the smallest k that gives at least 2x2 groups.
+  int replay_k = 0;
 
   // One-line InvalidArgument naming the bad rung, test or budget.
   Status Validate() const;
 };
+
+// The ladder's settings as `bulwark up` takes them: `rungs` and `tests`
+// comma-separated ("none": an empty list), `budget_s` the diagnose budget
+// in seconds; an empty string keeps the default. Parsed into `config`,
+// then validated: a one-line InvalidArgument for anything wrong.
+Status ApplyLadderFlags(const std::string& rungs, const std::string& tests, const std::string& budget_s,
+                        LadderConfig* config);
 
 // ---------------------------------------------------------------------------
 // States and the transition table
@@ -146,7 +154,8 @@ struct ReplayPlan {
   std::vector<std::vector<int>> horizontal;  // slots, m groups
   std::vector<std::vector<int>> vertical;    // slots, n groups
 };
-// InvalidArgument when machines % pp != 0, k < 1, or DP % k != 0.
+// InvalidArgument when machines % pp != 0, k < 0, or DP % k != 0; k = 0
+// picks the smallest k dividing DP with k*PP >= 2 and DP/k >= 2 (none: k=1).
 Result<ReplayPlan> PlanReplay(int machines, int pp, int k);
 // The slot at the intersection of the failing groups, or nullopt when the
 // failures do not name exactly one machine (none failed, only one phase

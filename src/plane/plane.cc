@@ -183,12 +183,25 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
       trace_ = std::move(t);
       continue;
     }
-    if (a.kind == ActionKind::kRunDiagnostics && deliver && a.tests != std::vector<std::string>{"replay"}) {
+    if (a.kind == ActionKind::kRunDiagnostics && deliver) {
       // The tests themselves are a one-shot; the ranks' stop is desired
-      // state (the actuator's). Replay groups have no runner on the agents
-      // yet: their budget runs out and the ladder climbs on.
+      // state (the actuator's). A replay group rendezvouses at its first
+      // machine on a port of its own, clear of the job's generations.
+      std::map<MachineId, std::vector<wire::ReplayAssignment>> replay;
+      for (size_t g = 0; g < a.groups.size() && g < a.group_names.size(); ++g) {
+        for (size_t r = 0; r < a.groups[g].size(); ++r) {
+          wire::ReplayAssignment x;
+          x.set_group(a.group_names[g]);
+          x.set_rank(static_cast<int>(r));
+          x.set_world(static_cast<int>(a.groups[g].size()));
+          x.set_master_addr(launch_->master_addr);
+          x.set_master_port(launch_->master_port_base + 1000 + static_cast<int>((a.incident * 37 + g) % 1000));
+          replay[a.groups[g][r]].push_back(std::move(x));
+        }
+      }
       for (const MachineId& m : a.placement.slots) {
         wire::Command c;
+        for (const wire::ReplayAssignment& x : replay[m]) *c.add_replay() = x;
         c.set_kind(wire::Command::DIAGNOSE);
         c.set_id(a.id);
         c.set_incident(a.incident);

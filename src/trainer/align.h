@@ -1,7 +1,7 @@
 // Bitwise alignment (ByteRobust §2.4, the NaN case): one fixed training step
 // whose result every healthy machine computes bit for bit the same.
 //
-//   bulwark-train --config tiny --align [--align-threads N]
+//   bulwark-train --config tiny --align [--align-threads N] [--align-steps S]
 //
 // builds the configured model (its architecture: the job's own argv with
 // --align appended) with fixed weights (--seed), runs one forward and
@@ -26,6 +26,10 @@
 
 namespace bulwark::trainer {
 
-Status RunAlign(const TrainConfig& cfg, int threads);
+// With S > 1 it trains S steps (plain SGD) and hashes the parameters too;
+// under RANK/WORLD_SIZE/MASTER_* it is one group of a dual-phase replay:
+// every rank computes its own fixed batch and the gradients are averaged,
+// and rank 0 prints the line with "finite" (loss, grads, params all finite).
+Status RunAlign(const TrainConfig& cfg, int threads, int steps = 1);
 
 }  // namespace bulwark::trainer

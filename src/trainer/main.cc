@@ -1,7 +1,7 @@
 // bulwark-train: the C++ LLM trainer that bulwark supervises.
 //   bulwark-train prepare --corpus kjv --out data/kjv
 //   bulwark-train --config small --data data/kjv [--key value ...]
-//   bulwark-train ... --align [--align-threads N]   (trainer/align.h)
+//   bulwark-train ... --align [--align-threads N] [--align-steps S]   (trainer/align.h)
 // Exit codes: common/exit_codes.h.
 #include <unistd.h>
 
@@ -78,23 +78,25 @@ int main(int argc, char** argv) {
     // Bitwise alignment (a stop-time diagnostic): the job's own arguments
     // say the architecture; --align and its thread count are taken out.
     bool align = false;
-    int align_threads = 1;
+    int align_threads = 1, align_steps = 1;
     for (size_t i = 0; i < args.size();) {
       if (args[i] == "--align") {
         align = true;
         args.erase(args.begin() + static_cast<long>(i));
-      } else if (args[i] == "--align-threads" && i + 1 < args.size()) {
-        align_threads = std::atoi(args[i + 1].c_str());
+      } else if ((args[i] == "--align-threads" || args[i] == "--align-steps") && i + 1 < args.size()) {
+        (args[i] == "--align-threads" ? align_threads : align_steps) = std::atoi(args[i + 1].c_str());
         args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
       } else {
         ++i;
       }
     }
-    if (align_threads < 1) return Fail(Status::InvalidArgument("--align-threads must be at least 1"));
+    if (align_threads < 1 || align_steps < 1) {
+      return Fail(Status::InvalidArgument("--align-threads and --align-steps must be at least 1"));
+    }
     auto cfg = trainer::ParseTrainArgs(args);
     if (!cfg.ok()) return Fail(cfg.status());
     if (align) {
-      Status s = trainer::RunAlign(*cfg, align_threads);
+      Status s = trainer::RunAlign(*cfg, align_threads, align_steps);
       return s.ok() ? kExitOk : Fail(s);
     }
     Status valid = cfg->Validate();
