@@ -5,8 +5,9 @@
 //              product and sum is exact and the answer does not depend on
 //              the compiler or the summation order) repeated to a fixed
 //              amount of work; its result hash must equal the known answer,
-//              and its time goes to the controller, which fails a machine at
-//              compute_slow_ratio x the fleet's median
+//              and its time (this thread's CPU time: wall time on a shared
+//              host measures the scheduler) goes to the controller, which
+//              fails a machine at compute_slow_ratio x the fleet's median
 //   device     the (emulated) device's health, as the inspector reads it
 //   alignment  `<the job's trainer argv> --align`: one fixed step of the
 //              job's architecture (trainer/align.h); the controller compares
