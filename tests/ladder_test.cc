@@ -223,6 +223,16 @@ TEST(LadderPolicy, ANanThatComesBackIsDiagnosedAndTheMisalignedMachineEvicted) {
   EXPECT_EQ(j.ladder().state, LadderState::kIdle);
 }
 
+TEST(LadderPolicy, StepsTrailingTheStopForDiagnosticsDoNotEndTheEpisode) {
+  LadderJob j;
+  j.Nan(11, 11);
+  j.Nan(11, 15);  // before any step of the reattempt: still incident 1
+  ASSERT_EQ(j.ladder().state, LadderState::kDiagnosing);
+  EXPECT_TRUE(j.Do(StepCompleted{10, S(16)}).empty());
+  EXPECT_FALSE(j.Last().closed) << "a stopped rank's late report is no recovery";
+  EXPECT_EQ(j.Do(LadderDeadline{1, S(75.2)}), (Lines{"diagnose i1 replay"})) << "nobody answered: inconclusive, climb on";
+}
+
 TEST(LadderPolicy, AMachineSilentPastTheBudgetFailsAndLateAnswersAreKeptOut) {
   LadderJob j;
   j.Nan(11, 11);

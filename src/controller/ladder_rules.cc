@@ -210,7 +210,17 @@ Status OnLadderDeadline(RuleContext& ctx, const Event& e) {
   const auto& x = std::get<LadderDeadline>(e);
   LadderStatus& l = ctx.state.ladder;
   Incident* inc = LadderIncident(ctx, x.incident);
-  if (inc == nullptr || l.incident != x.incident || !l.deadline || x.observed < *l.deadline) return Status::OK();
+  if (l.incident != x.incident || !l.deadline || x.observed < *l.deadline) return Status::OK();
+  if (inc == nullptr) {
+    // The episode ended under the ladder (it should not: steps and faults
+    // wait while it holds the job). Let go rather than hold the job, and
+    // its stopped ranks, forever; restart in place.
+    BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kExhausted));
+    l.deadline.reset();
+    ctx.state.restart_pending = true;
+    ctx.state.restart_reason = "the stop-time ladder lost its incident";
+    return Status::OK();
+  }
   if (l.state == LadderState::kDiagnosing) {
     return FinishDiagnose(ctx, *inc, " within " + FormatDuration(ctx.config.ladder.diagnose_budget));
   }

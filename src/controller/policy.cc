@@ -273,6 +273,9 @@ Status OnStepCompleted(RuleContext& ctx, const Event& e) {
   ClusterState& s = ctx.state;
   if (!RanksAreLive(s.job)) return Status::OK();
   if (s.last_restart_at && x.observed <= *s.last_restart_at) return Status::OK();  // the old run's
+  // Reports that trail the ladder's stop come from ranks it stopped: no
+  // progress, and they must not end the incident it is diagnosing.
+  if (LadderHoldsJob(s)) return Status::OK();
   s.last_step = x.step;
   s.ledger.StepCompleted(x.step, x.observed);
   if (s.ladder.state == LadderState::kWatching && x.step > s.ladder.trigger_step + ctx.config.ladder.settle_steps) {
