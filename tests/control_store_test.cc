@@ -312,6 +312,29 @@ TEST(Codec, CheckpointRestoredRoundTripsThroughTheJournal) {
   EXPECT_FALSE(DecodeEvent(missing).ok());
 }
 
+TEST(Codec, LadderEventsRoundTripThroughTheJournal) {
+  DiagnosticsReported d{7, "m03", {{"compute", false, "GEMM hash differs", 81.5}, {"alignment", true, "", 900}},
+                        "9f86d081884c7d65", TimeFromMs(12000)};
+  Result<Event> back = DecodeEvent(nlohmann::json::parse(EncodeEvent(d).dump()));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const auto* x = std::get_if<DiagnosticsReported>(&*back);
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->incident, 7);
+  EXPECT_EQ(x->machine, "m03");
+  EXPECT_EQ(x->alignment_hash, "9f86d081884c7d65");
+  ASSERT_EQ(x->results.size(), 2u);
+  EXPECT_FALSE(x->results[0].passed);
+  EXPECT_EQ(x->results[0].detail, "GEMM hash differs");
+  EXPECT_EQ(x->results[0].ms, 81.5);
+  EXPECT_EQ(ToMs(x->observed), 12000);
+  Result<Event> dl = DecodeEvent(EncodeEvent(LadderDeadline{7, TimeFromMs(13000)}));
+  ASSERT_TRUE(dl.ok()) << dl.status().ToString();
+  EXPECT_EQ(std::get<LadderDeadline>(*dl).incident, 7);
+  nlohmann::json bad = EncodeEvent(d);
+  bad["results"] = 3;
+  EXPECT_FALSE(DecodeEvent(bad).ok());
+}
+
 TEST(Codec, LaunchKeepsPersistSettingsAndOldLaunchesGetDefaults) {
   JobLaunch l = Launch();
   l.persist_every = 7;

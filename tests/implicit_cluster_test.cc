@@ -131,7 +131,10 @@ TEST_F(Implicit, BadInjectionsAreOneLineErrors) {
            {{"inject", "slow", "--machine", "m01", "--factor", "fast"}, "not a number"},
            {{"inject", "hang", "--machine", "m01", "--where", "gpu"}, "collective or compute"},
            {{"inject", "hang", "--machine", "m77"}, "m77"},
-           {{"inject", "sdc", "--machine", "m01"}, "unknown fault"}}) {
+           {{"inject", "bitflip", "--machine", "m01"}, "unknown fault"},
+           {{"inject", "sdc", "--machine", "m01", "--mode", "flip"}, "use nan or drift"},
+           {{"inject", "sdc", "--machine", "m01", "--rate", "2"}, "not a probability"},
+           {{"inject", "nan", "--machine", "m01", "--mode", "drift"}, "apply to sdc only"}}) {
     auto r = Bulwark(args);
     EXPECT_NE(r.exit_code, 0) << args[1];
     EXPECT_NE(r.err.find(hint), std::string::npos) << r.err;

@@ -535,7 +535,7 @@ TEST(ImplicitPolicy, StacksOfAGenerationAnEvictionRestartedAreKeptNotActedOn) {
   EXPECT_NE(inc.notes.back().find("after the restart"), std::string::npos) << inc.notes.back();
 }
 
-TEST(ImplicitPolicy, NanCulpritIsEvictedNoCulpritReattemptsAndARepeatStops) {
+TEST(ImplicitPolicy, NanCulpritIsEvictedNoCulpritReattemptsAndARepeatClimbsTheLadder) {
   Job j;
   TrainingAnomaly nan;
   nan.step = 11;
@@ -559,8 +559,10 @@ TEST(ImplicitPolicy, NanCulpritIsEvictedNoCulpritReattemptsAndARepeatStops) {
   j.Do(StepCompleted{19, S(24)});
   spike.at = S(25);
   spike.observed = S(25.5);
-  EXPECT_EQ(j.Do(spike), (Lines{"stop"}));
-  EXPECT_NE(j.Last().why.find("deterministic"), std::string::npos) << j.Last().why;
+  // The same step again: deterministic on these machines, a data or model
+  // fault or a machine corrupting silently; the stop-time ladder tells
+  // (tests/ladder_test.cc climbs it to the end).
+  EXPECT_EQ(j.Do(spike), (Lines{"diagnose i3 compute,device,alignment"}));
   EXPECT_TRUE(j.Last().evicted.empty());
 }
 

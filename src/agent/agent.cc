@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "agent/diagnostics.h"
 #include "agent/echo_hold.h"
 #include "agent/inspector.h"
 #include "agent/monitor.h"
@@ -86,6 +87,7 @@ class Agent {
     auto next_inspect = Clock::now();
     while (!g_stop) {
       ApplyCommands();
+      EmitDiagnostics();
       WatchRanks();
       ReleaseEchoes();
       ReadRankLinks();
@@ -259,6 +261,10 @@ class Agent {
           spec.env[client::kShardSocketEnv] = ShardSocketPath();
           spec.env[client::kRankSocketEnv] = links_->path();
           if (c.spike_factor() > 0) spec.env[client::kSpikeFactorEnv] = std::to_string(c.spike_factor());
+          // The job's command is the alignment test's reference model; an
+          // injected SDC stays with the machine, through every restart.
+          job_argv_ = spec.argv;
+          if (!sdc_.empty()) spec.env["BULWARK_SDC"] = sdc_;
           // Local rank i holds the backup of backup_of[i] (a replicated-state
           // job writes it from its own memory: client/shard_client.h).
           for (size_t i = 0; i < spec.ranks.size(); ++i) {
@@ -310,8 +316,12 @@ class Agent {
         case wire::Command::TRACE:
           Trace(c.id());
           break;
+        case wire::Command::DIAGNOSE:
+          Diagnose(c);
+          break;
         case wire::Command::RESET_HEALTH:
           slow_.Stop();
+          sdc_.clear();
           ResetEmulatedHealth(health_paths_);
           device_reported_ = disk_reported_ = memory_reported_ = false;
           Log("emulated device and NIC reset to healthy");
@@ -366,6 +376,14 @@ class Agent {
       // The machine itself is slow from now on, whatever runs on it, until
       // an operator repairs it (RESET_HEALTH).
       slow_.Start(factor);
+    } else if (fault == "sdc") {
+      // The machine corrupts matmuls from now on (trainer/sdc.h): its
+      // running ranks at once, its later ranks and its alignment runs
+      // through BULWARK_SDC. `where` is the mode, `factor` the rate.
+      sdc_ = (where.empty() ? std::string("nan") : where) + ":" + std::to_string(factor > 0 ? factor : 1.0);
+      for (const auto& [r, pid] : supervisor_.Pids()) {
+        if (Status st = links_->Send(pid, "INJECT sdc-" + sdc_); !st.ok()) Log("cannot inject sdc: " + st.ToString());
+      }
     } else if (fault == "hang" || fault == "nan" || fault == "loss-spike") {
       // The trainer's test hook (client/rank_link.h) does it inside the rank,
       // so its stacks and values are the real thing.
@@ -412,6 +430,57 @@ class Agent {
       Log((st.ok() ? "sent the stacks for " : "sending the stacks for ") + id + (st.ok() ? "" : " failed: " + st.error_message()) +
           " (" + std::to_string(static_cast<int>(ms)) + " ms after the request)");
     });
+  }
+
+  // Stop-time diagnostics (diagnostics.h) on a thread of their own: the
+  // alignment run takes seconds; the main loop keeps its beat and sends the
+  // answer as an event when it is in.
+  void Diagnose(const wire::Command& c) {
+    if (!diagnosed_.insert(c.id()).second) return;  // a resent command
+    // The tests need the machine to themselves; the controller's STOP_RANKS
+    // for the same decision may arrive after this one-shot.
+    supervisor_.StopAll();
+    ForwardRankLinks(/*progress=*/false);
+    followers_.clear();
+    DiagnosticsRequest req;
+    req.tests.assign(c.tests().begin(), c.tests().end());
+    req.budget = std::chrono::milliseconds(c.budget_ms() > 0 ? c.budget_ms() : 60000);
+    req.trainer_argv = job_argv_;
+    req.sdc = sdc_;
+    req.health = health_paths_;
+    for (const wire::ReplayAssignment& x : c.replay()) {
+      req.replay.push_back({x.group(), x.rank(), x.world(), x.master_addr(), x.master_port()});
+    }
+    const int64_t incident = c.incident();
+    Log("running diagnostics for incident " + std::to_string(incident) + " (" + std::to_string(req.tests.size()) +
+        " test(s), budget " + std::to_string(req.budget.count()) + " ms)");
+    tracers_.emplace_back([this, req, incident] {
+      DiagnosticsOutcome out = RunDiagnostics(req);
+      wire::AgentEvent e;
+      e.set_kind(wire::AgentEvent::DIAGNOSTICS);
+      e.set_incident(incident);
+      e.set_alignment_hash(out.alignment_hash);
+      std::string line;
+      for (const TestOutcome& t : out.results) {
+        wire::TestResult* r = e.add_results();
+        r->set_test(t.test);
+        r->set_passed(t.passed);
+        r->set_detail(t.detail);
+        r->set_ms(t.ms);
+        line += " " + t.test + (t.passed ? " ok " : " FAILED ") + std::to_string(static_cast<int>(t.ms)) + " ms";
+      }
+      Log("diagnostics for incident " + std::to_string(incident) + ":" + line);
+      std::lock_guard<std::mutex> lock(diagnostics_mu_);
+      diagnostics_done_.push_back(std::move(e));
+    });
+  }
+  void EmitDiagnostics() {
+    std::vector<wire::AgentEvent> done;
+    {
+      std::lock_guard<std::mutex> lock(diagnostics_mu_);
+      done.swap(diagnostics_done_);
+    }
+    for (wire::AgentEvent& e : done) Emit(std::move(e));
   }
 
   // The job's progress pattern, when its environment carries one (the job
@@ -615,6 +684,13 @@ class Agent {
   SignalSum signals_;
   SlowInjector slow_;
   std::vector<std::thread> tracers_;
+  // Stop-time diagnostics: the job's command (the alignment reference), the
+  // emulated SDC ("" none, "nan:1.000000"), commands already run, answers in.
+  std::vector<std::string> job_argv_;
+  std::string sdc_;
+  std::set<std::string> diagnosed_;
+  std::mutex diagnostics_mu_;
+  std::vector<wire::AgentEvent> diagnostics_done_;
   StuckRanks stuck_{kProcessStuck};
 
   std::mutex channel_mu_;

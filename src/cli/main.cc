@@ -36,6 +36,7 @@
 #include "common/exit_codes.h"
 #include "common/files.h"
 #include "common/token.h"
+#include "controller/ladder.h"
 #include "plane/service.h"
 #include "cli/sim_command.h"
 #include "demo/demo.h"
@@ -149,6 +150,11 @@ Status Up(const Args& a) {
   if (cluster::LivePid(layout.controller_pid()).ok()) {
     return Status::FailedPrecondition("a cluster already runs in " + dir + "; 'bulwark down --dir " + dir + "' first");
   }
+  // The ladder's settings are checked here, before anything starts, and
+  // again by the controller itself.
+  controller::LadderConfig ladder;
+  BULWARK_RETURN_IF_ERROR(
+      controller::ApplyLadderFlags(a.Get("ladder-rungs"), a.Get("ladder-tests"), a.Get("ladder-budget"), &ladder));
   BULWARK_RETURN_IF_ERROR(MakeDirs(layout.machines()));
   Result<std::string> token = CreateToken(layout.token());
   if (!token.ok()) return token.status();
@@ -169,6 +175,9 @@ Status Up(const Args& a) {
     Result<int> mport = IntFlag(a, "metrics-port", 0);
     if (!mport.ok()) return mport.status();
     controller_argv.insert(controller_argv.end(), {"--metrics-port", std::to_string(*mport)});
+  }
+  for (const char* f : {"ladder-rungs", "ladder-tests", "ladder-budget"}) {
+    if (a.Has(f)) controller_argv.insert(controller_argv.end(), {std::string("--") + f, a.Get(f)});
   }
   BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(controller_argv, layout.controller_log()));
   // The controller writes its address, then its pid file, once it listens.
@@ -309,6 +318,15 @@ Status IncidentsCmd(const Args& a) {
       if (i.contains("notes")) {
         for (const json& n : i["notes"]) std::cout << "    note: " << n.get<std::string>() << "\n";
       }
+      // The stop-time ladder's rungs, with their timings.
+      if (i.contains("ladder")) {
+        for (const json& r : i["ladder"]) {
+          const std::string took =
+              r.contains("seconds") ? std::to_string(r["seconds"].get<double>()).substr(0, 6) + " s" : "running";
+          std::printf("    ladder %-9s %-9s %s\n", r["rung"].get<std::string>().c_str(), took.c_str(),
+                      r["outcome"].get<std::string>().c_str());
+        }
+      }
     }
   });
 }
@@ -351,9 +369,25 @@ Status InjectCmd(const Args& a) {
       return Status::InvalidArgument("inject: --factor '" + a.Get("factor") + "' is not a number; e.g. --factor 2");
     }
   }
+  // sdc: --mode nan|drift and --rate R travel as the request's where and factor.
+  std::string where = a.Get("where");
+  if (a.positional[1] == "sdc") {
+    where = a.Has("mode") ? a.Get("mode") : "";
+    if (a.Has("rate")) {
+      try {
+        size_t used = 0;
+        factor = std::stod(a.Get("rate"), &used);
+        if (used != a.Get("rate").size() || !(factor > 0 && factor <= 1)) throw std::invalid_argument("range");
+      } catch (const std::exception&) {
+        return Status::InvalidArgument("inject: --rate '" + a.Get("rate") + "' is not a probability in (0, 1]; e.g. --rate 0.5");
+      }
+    }
+  } else if (a.Has("mode") || a.Has("rate")) {
+    return Status::InvalidArgument("inject: --mode and --rate apply to sdc only");
+  }
   Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
   if (!client.ok()) return client.status();
-  BULWARK_RETURN_IF_ERROR(client->Inject(a.Get("machine"), a.positional[1], *rank, a.Get("where"), factor));
+  BULWARK_RETURN_IF_ERROR(client->Inject(a.Get("machine"), a.positional[1], *rank, where, factor));
   std::cout << "injected " << a.positional[1] << " on " << a.Get("machine") << "\n";
   return Status::OK();
 }
@@ -447,7 +481,8 @@ Status Run(const Args& a) {
   if (cmd == "controller") {
     Result<int> mport = IntFlag(a, "metrics-port", -1);
     if (!mport.ok()) return mport.status();
-    return controller::RunController({ClusterDir(a), a.Has("init"), *mport});
+    return controller::RunController({ClusterDir(a), a.Has("init"), *mport, a.Get("ladder-rungs"),
+                                      a.Get("ladder-tests"), a.Get("ladder-budget")});
   }
   if (cmd == "agent") {
     agent::AgentOptions o;
@@ -458,6 +493,8 @@ Status Run(const Args& a) {
   }
   std::cout << "usage: bulwark up|down|submit|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-implicit|controller|agent [flags]\n"
                "  up --machines N [--standby S] [--tls]  start a local cluster (controller + N+S agents; --tls: mutual TLS)\n"
+               "     [--ladder-rungs diagnose,reattempt,rollback,replay|none] [--ladder-tests compute,device,alignment]\n"
+               "     [--ladder-budget SECONDS]         the stop-time ladder (docs/ladder.md)\n"
                "     [--metrics-port P]              Prometheus /metrics on 127.0.0.1:P (default: any free port)\n"
                "  down                               stop it\n"
                "  submit JOB.yaml                    run a job (fields: name, world_size, ranks_per_machine,\n"
@@ -466,6 +503,7 @@ Status Run(const Args& a) {
                "  inject crash|kill|machine-down|device-fail|nic-flap|corrupt-shard|nan|loss-spike --machine ID [--rank R]\n"
                "  inject hang --machine ID [--rank R] [--where collective|compute]\n"
                "  inject slow --machine ID --factor F   the machine's ranks run F x slower (F > 1)\n"
+               "  inject sdc --machine ID [--mode nan|drift] [--rate R]   silent matmul corruption (docs/ladder.md)\n"
                "  machine return --machine ID        hand a repaired machine back\n"
                "  demo [--json] [--out runs/demo]    4 machines + 2 standby train the small model through every\n"
                "                                     fault class; live line, tables, report.{html,md,json}\n"

@@ -11,6 +11,7 @@ const char* ActionKindName(ActionKind k) {
     case ActionKind::kStopJob: return "stop_job";
     case ActionKind::kReplenishStandby: return "replenish_standby";
     case ActionKind::kCaptureStacks: return "capture_stacks";
+    case ActionKind::kRunDiagnostics: return "run_diagnostics";
   }
   return "unknown";
 }
@@ -100,6 +101,19 @@ Action CaptureStacksAction(int64_t incident, Placement placement, std::string re
   a.id = "trace/i" + std::to_string(incident) + "/g" + std::to_string(placement.generation);
   a.placement = std::move(placement);
   a.incident = incident;
+  a.reason = std::move(reason);
+  return a;
+}
+
+Action RunDiagnosticsAction(int64_t incident, int rung, Placement placement, std::vector<std::string> tests,
+                            Duration budget, std::string reason) {
+  Action a;
+  a.kind = ActionKind::kRunDiagnostics;
+  a.id = "diagnose/i" + std::to_string(incident) + "/r" + std::to_string(rung);
+  a.incident = incident;
+  a.placement = std::move(placement);
+  a.tests = std::move(tests);
+  a.budget_ms = ToMs(budget);
   a.reason = std::move(reason);
   return a;
 }

@@ -14,6 +14,7 @@
 
 #include "controller/job.h"
 #include "controller/machine.h"
+#include "controller/time.h"
 
 namespace bulwark::controller {
 
@@ -25,6 +26,7 @@ enum class ActionKind {
   kStopJob,           // give up; `reason` says why and what a human should do
   kReplenishStandby,  // the standby pool is `count` machines short of its target
   kCaptureStacks,     // every machine of `placement` sends its ranks' stacks for `incident`
+  kRunDiagnostics,    // every machine of `placement` stops its ranks and runs `tests` within `budget_ms`
 };
 
 const char* ActionKindName(ActionKind k);
@@ -38,6 +40,13 @@ struct Action {
   int count = 0;                // kWaitForMachines, kReplenishStandby
   int64_t incident = 0;         // the incident it belongs to, 0 for none
   std::string reason;
+  // kRunDiagnostics: the tests ("compute", "device", "alignment", or
+  // "replay" with `groups`: each replay group's slots' machines, horizontal
+  // groups first as "h<i>", then vertical as "v<j>", named in `group_names`).
+  std::vector<std::string> tests;
+  int64_t budget_ms = 0;
+  std::vector<std::vector<MachineId>> groups;
+  std::vector<std::string> group_names;
 
   // "restart_all restart-all/g3: ..." for logs and test failures.
   std::string ToString() const;
@@ -51,6 +60,9 @@ Action WaitForMachinesAction(int missing, int64_t generation);
 Action StopJobAction(int64_t incident, std::string reason);
 Action ReplenishStandbyAction(int deficit, int target, int64_t standby_arrivals);
 Action CaptureStacksAction(int64_t incident, Placement placement, std::string reason);
+// `rung` tells two rungs of one incident apart in the id.
+Action RunDiagnosticsAction(int64_t incident, int rung, Placement placement, std::vector<std::string> tests,
+                            Duration budget, std::string reason);
 
 // The actions of `kind` in `actions`, in order: for tests and the simulator.
 std::vector<Action> OfKind(const std::vector<Action>& actions, ActionKind kind);

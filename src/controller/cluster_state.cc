@@ -104,6 +104,8 @@ Status Apply(ClusterState& state, const Action& action, Time now) {
       return Status::OK();  // a request to the cluster backend; the pool changes when machines join
     case ActionKind::kCaptureStacks:
       return Status::OK();  // an observation to make; the analysis comes back as an event
+    case ActionKind::kRunDiagnostics:
+      return Status::OK();  // the ladder's state says it is in flight; results come back as events
   }
   return Status::Internal("unknown action kind");
 }

@@ -14,6 +14,7 @@
 #include "controller/action.h"
 #include "controller/incident.h"
 #include "controller/job.h"
+#include "controller/ladder.h"
 #include "controller/ledger.h"
 #include "controller/machine.h"
 #include "controller/time.h"
@@ -55,6 +56,8 @@ struct ClusterState {
   // A step whose anomaly with no culprit was already reattempted: the same
   // anomaly at the same step again is deterministic, not a fault.
   int64_t anomaly_reattempted_step = -1;
+  // The stop-time ladder in progress, if any (ladder.h).
+  LadderStatus ladder;
   // Observations that opened no incident (a job-wide slowdown), newest last.
   std::vector<std::string> notes;
 

@@ -28,7 +28,8 @@ const char* EventKindName(EventKind k) {
       "network_alert", "machine_joined",         "step_completed",
       "checkpoint_saved", "operator_returned",   "manual_restart",
       "checkpoint_restored", "hang_suspected",     "fail_slow_suspected",
-      "training_anomaly",    "stacks_analyzed",
+      "training_anomaly",    "stacks_analyzed",     "diagnostics_reported",
+      "ladder_deadline",
   };
   int i = static_cast<int>(k);
   return i >= 0 && i < kNumEventKinds ? kNames[i] : "unknown";
@@ -96,6 +97,15 @@ std::string Describe(const Event& e) {
             return x.machine.empty() ? x.detail : "fail-slow " + x.machine + ": " + x.detail;
           },
           [](const TrainingAnomaly& x) { return x.detail; },
+          [](const DiagnosticsReported& x) {
+            int failed = 0;
+            for (const DiagnosticResult& r : x.results) failed += r.passed ? 0 : 1;
+            return "diagnostics from " + x.machine + " for incident " + std::to_string(x.incident) + ": " +
+                   std::to_string(x.results.size()) + " test(s), " + std::to_string(failed) + " failed";
+          },
+          [](const LadderDeadline& x) {
+            return "the ladder's budget for incident " + std::to_string(x.incident) + " ran out";
+          },
           [](const StacksAnalyzed& x) {
             return "stacks of incident " + std::to_string(x.incident) + ": " + std::to_string(x.groups.size()) +
                    " group(s); " + x.why;

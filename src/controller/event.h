@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "controller/job.h"
+#include "controller/ladder.h"
 #include "controller/machine.h"
 #include "controller/time.h"
 
@@ -172,10 +173,31 @@ struct StacksAnalyzed {
   Time observed{};
 };
 
+// --- the stop-time ladder (ladder.h) ---
+
+// One machine's answer to RunDiagnostics for `incident`: every test's
+// result and, when the alignment test ran, the hash of its result. A
+// replay group's result comes the same way, from the group's first
+// machine, as tests named "replay/h<i>" and "replay/v<j>".
+struct DiagnosticsReported {
+  int64_t incident = 0;
+  MachineId machine;
+  std::vector<DiagnosticResult> results;
+  std::string alignment_hash;
+  Time observed{};
+};
+
+// The budget of the ladder's rung in flight for `incident` ran out (the
+// plane sends it from its tick; LadderStatus::deadline says when).
+struct LadderDeadline {
+  int64_t incident = 0;
+  Time observed{};
+};
+
 using Event = std::variant<RankExited, MachineHeartbeatLost, InspectionFailed, NetworkAlert,
                            MachineJoined, StepCompleted, CheckpointSaved, OperatorReturned,
                            ManualRestart, CheckpointRestored, HangSuspected, FailSlowSuspected,
-                           TrainingAnomaly, StacksAnalyzed>;
+                           TrainingAnomaly, StacksAnalyzed, DiagnosticsReported, LadderDeadline>;
 
 // One value per alternative of Event, in the same order.
 enum class EventKind {
@@ -193,8 +215,10 @@ enum class EventKind {
   kFailSlowSuspected,
   kTrainingAnomaly,
   kStacksAnalyzed,
+  kDiagnosticsReported,
+  kLadderDeadline,
 };
-constexpr int kNumEventKinds = 14;
+constexpr int kNumEventKinds = 16;
 static_assert(std::variant_size_v<Event> == kNumEventKinds, "Event and EventKind must match");
 
 inline EventKind KindOf(const Event& e) { return static_cast<EventKind>(e.index()); }

@@ -31,6 +31,16 @@ enum class Resolution {
 const char* IncidentClassName(IncidentClass c);
 const char* ResolutionName(Resolution r);
 
+// One rung of the stop-time ladder climbed for this incident: when it
+// started and ended and what it found ("m03: compute failed: ...",
+// "no earlier release", "culprit m13 (h3 x v1)").
+struct RungRecord {
+  std::string rung;
+  Time started{};
+  std::optional<Time> ended;
+  std::string outcome;
+};
+
 struct Incident {
   int64_t id = 0;
   IncidentClass cls = IncidentClass::kExplicit;
@@ -61,6 +71,8 @@ struct Incident {
   // job-wide slowdown, a trace that came back incomplete).
   StacksAnalyzed stacks;
   std::vector<std::string> notes;
+  // The ladder's rungs, in the order climbed (ladder.h).
+  std::vector<RungRecord> rungs;
 
   // detected - fault; zero when the fault time is unknown.
   Duration DetectDuration() const;

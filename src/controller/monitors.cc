@@ -19,7 +19,11 @@ void Monitors::Stop() {
 void Monitors::AfterActions(const std::vector<Action>& actions, Time now, const Topology& layout) {
   for (const Action& a : actions) {
     if (a.kind == ActionKind::kRestartAll) Started(now, Topology{a.placement.world_size(), layout.tp, layout.pp});
-    if (a.kind == ActionKind::kStopJob || a.kind == ActionKind::kWaitForMachines) Stop();
+    // Stop-time diagnostics stop the ranks on purpose: no step is no hang.
+    if (a.kind == ActionKind::kStopJob || a.kind == ActionKind::kWaitForMachines ||
+        a.kind == ActionKind::kRunDiagnostics) {
+      Stop();
+    }
   }
 }
 

@@ -3,10 +3,16 @@
 #include <algorithm>
 #include <set>
 
+#include "controller/policy_internal.h"
 #include "controller/reconcile.h"
 
 namespace bulwark::controller {
 namespace {
+
+using internal::EnterLadder;
+using internal::OnDiagnosticsReported;
+using internal::OnLadderDeadline;
+using internal::OverEvict;
 
 // ---------------------------------------------------------------------------
 // Helpers shared by the rules
@@ -75,6 +81,9 @@ void PruneBefore(std::vector<Time>& times, Time cutoff) {
   times.erase(times.begin(), std::lower_bound(times.begin(), times.end(), cutoff));
 }
 
+bool LadderHoldsJob(const ClusterState& s);
+bool LadderEnabled(const PolicyConfig& c) { return !c.ladder.rungs.empty(); }
+
 // A crash that names no machine: a software error, or a transient one.
 // The ladder, cheapest first:
 //   the same non-empty signature on another machine since the last progress
@@ -89,7 +98,7 @@ Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::st
   ClusterState& s = ctx.state;
   MachineStatus* m = s.FindMachine(machine);
   if (m == nullptr) return Status::NotFound("machine " + machine + " is not known to the controller");
-  if (!RanksAreLive(s.job) || m->state != MachineState::kActive) return Status::OK();
+  if (!RanksAreLive(s.job) || m->state != MachineState::kActive || LadderHoldsJob(s)) return Status::OK();
   // Ranks that died at or before the latest restart are the restart's own
   // victims, or the echo (connection reset, NCCL error) of a fault already
   // handled: they are part of that episode, not a new crash.
@@ -135,6 +144,21 @@ Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::st
                        machine + " within " + window +
                        " without a completed step: a code or data bug, not a machine; fix or "
                        "roll back the code, then resubmit");
+  }
+  // The ladder's crash triggers: an unsigned crash while the ladder watches
+  // a restart it decided is the fault coming back (the next rung); an
+  // unsigned crash that would end a crash loop (restarts in place and
+  // evictions already failed to stop it, and no machine names itself)
+  // climbs the ladder instead of stopping; the ladder stops the job when
+  // it runs out of rungs, so restarts stay bounded.
+  if (signature.empty() && LadderEnabled(ctx.config) && !recurs_here &&
+      (s.ladder.state == LadderState::kWatching ||
+       (s.ladder.state == LadderState::kIdle && since_progress + 1 >= ctx.config.max_crashes_without_progress))) {
+    Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kExplicit, cause, observed);
+    if (!inc.ok()) return inc.status();
+    return EnterLadder(ctx, **inc, "unsigned crash on " + machine + " after " + std::to_string(since_progress) +
+                                       " crash(es) without progress",
+                       s.last_step, /*reattempted=*/since_progress > 0);
   }
   if (since_progress + 1 >= ctx.config.max_crashes_without_progress) {
     return StopJob(ctx, cause, observed,
@@ -249,8 +273,14 @@ Status OnStepCompleted(RuleContext& ctx, const Event& e) {
   ClusterState& s = ctx.state;
   if (!RanksAreLive(s.job)) return Status::OK();
   if (s.last_restart_at && x.observed <= *s.last_restart_at) return Status::OK();  // the old run's
+  // Reports that trail the ladder's stop come from ranks it stopped: no
+  // progress, and they must not end the incident it is diagnosing.
+  if (LadderHoldsJob(s)) return Status::OK();
   s.last_step = x.step;
   s.ledger.StepCompleted(x.step, x.observed);
+  if (s.ladder.state == LadderState::kWatching && x.step > s.ladder.trigger_step + ctx.config.ladder.settle_steps) {
+    BULWARK_RETURN_IF_ERROR(s.ladder.Move(LadderInput::kSettled));
+  }
   if (s.job != JobState::kRestarting) return Status::OK();
   // The first step after a restart: the job is back, the episode is over,
   // and the restart budget is renewed (progress, not count, bounds restarts).
@@ -333,20 +363,6 @@ Status OnManualRestart(RuleContext& ctx, const Event& e) {
 // Implicit faults: the detectors' events and the analyzer's verdict
 // ---------------------------------------------------------------------------
 
-// Over-evicts `machines` (those still active in the job) for the current
-// implicit incident: ByteRobust's trade of a few healthy machines for
-// minutes of the whole fleet's time. Reconcile swaps in standbys.
-Status OverEvict(RuleContext& ctx, Incident& inc, const std::vector<MachineId>& machines, const std::string& why) {
-  inc.resolution = Resolution::kEvictedAndReplaced;
-  inc.why = why;
-  for (const MachineId& m : machines) {
-    const MachineStatus* ms = ctx.state.FindMachine(m);
-    if (ms == nullptr || ms->state != MachineState::kActive) continue;
-    inc.evicted.push_back(m);
-    BULWARK_RETURN_IF_ERROR(Emit(ctx, EvictAction(m, inc.id, why)));
-  }
-  return Status::OK();
-}
 
 // The machines of the smallest parallel group holding every rank of
 // `machines` (topology.h); a group as large as the job means the machines
@@ -369,8 +385,14 @@ std::vector<MachineId> GroupMachines(const ClusterState& s, const std::vector<Ma
   return {out.begin(), out.end()};
 }
 
+// While the ladder diagnoses or replays, the ranks are stopped on purpose:
+// their silence, exits and leftover signals are the stop's, not faults.
+bool LadderHoldsJob(const ClusterState& s) {
+  return s.ladder.state == LadderState::kDiagnosing || s.ladder.state == LadderState::kReplaying;
+}
+
 bool StaleForRestart(const ClusterState& s, Time observed) {
-  return !RanksAreLive(s.job) || (s.last_restart_at && observed <= *s.last_restart_at);
+  return !RanksAreLive(s.job) || LadderHoldsJob(s) || (s.last_restart_at && observed <= *s.last_restart_at);
 }
 
 // No progress: ask every machine for its ranks' stacks. The verdict comes
@@ -460,6 +482,16 @@ Status OnTrainingAnomaly(RuleContext& ctx, const Event& e) {
                          (x.kind == "nan" ? "gradients were non-finite" : "gradients spiked") + " at step " +
                          std::to_string(x.step) + " while the others' were not");
   }
+  if (s.ladder.state == LadderState::kWatching) {
+    return EnterLadder(ctx, **inc, x.kind + " at step " + std::to_string(x.step) + " with no culprit, again",
+                       x.step, true);
+  }
+  if (s.anomaly_reattempted_step == x.step && LadderEnabled(ctx.config)) {
+    // Deterministic on these machines: the data or the model, or a machine
+    // that corrupts silently (SDC) the same way each time. The ladder tells.
+    return EnterLadder(ctx, **inc, x.kind + " at step " + std::to_string(x.step) + " came back after a reattempt",
+                       x.step, /*reattempted=*/true);
+  }
   if (s.anomaly_reattempted_step == x.step) {
     (*inc)->why = "stopped: the " + x.kind + " at step " + std::to_string(x.step) +
                   " came back when step " + std::to_string(x.step) +
@@ -494,6 +526,8 @@ constexpr std::array<RuleEntry, kNumEventKinds> kRules = {{
     {EventKind::kFailSlowSuspected, OnFailSlowSuspected},
     {EventKind::kTrainingAnomaly, OnTrainingAnomaly},
     {EventKind::kStacksAnalyzed, OnStacksAnalyzed},
+    {EventKind::kDiagnosticsReported, OnDiagnosticsReported},
+    {EventKind::kLadderDeadline, OnLadderDeadline},
 }};
 
 constexpr bool RulesInEventOrder() {
@@ -505,6 +539,25 @@ constexpr bool RulesInEventOrder() {
 static_assert(RulesInEventOrder(), "kRules must list one rule per EventKind, in enum order");
 
 }  // namespace
+
+namespace internal {
+
+// Over-evicts `machines` (those still active in the job) for the current
+// implicit incident: ByteRobust's trade of a few healthy machines for
+// minutes of the whole fleet's time. Reconcile swaps in standbys.
+Status OverEvict(RuleContext& ctx, Incident& inc, const std::vector<MachineId>& machines, const std::string& why) {
+  inc.resolution = Resolution::kEvictedAndReplaced;
+  inc.why = why;
+  for (const MachineId& m : machines) {
+    const MachineStatus* ms = ctx.state.FindMachine(m);
+    if (ms == nullptr || ms->state != MachineState::kActive) continue;
+    inc.evicted.push_back(m);
+    BULWARK_RETURN_IF_ERROR(Emit(ctx, EvictAction(m, inc.id, why)));
+  }
+  return Status::OK();
+}
+
+}  // namespace internal
 
 const std::array<RuleEntry, kNumEventKinds>& RuleTable() { return kRules; }
 
@@ -539,6 +592,7 @@ Status Emit(RuleContext& ctx, Action action) {
       BULWARK_RETURN_IF_ERROR(s.ledger.Enter(TimeCategory::kWaiting, ctx.now));
       break;
     case ActionKind::kStopJob:
+      s.ladder = LadderStatus{};  // a stopped job climbs nothing more
       if (inc != nullptr) {
         if (!inc->decision) inc->decision = ctx.now;
         inc->resolution = Resolution::kStopped;
@@ -550,6 +604,7 @@ Status Emit(RuleContext& ctx, Action action) {
     case ActionKind::kActivate:
     case ActionKind::kReplenishStandby:
     case ActionKind::kCaptureStacks:
+    case ActionKind::kRunDiagnostics:
       break;
   }
   BULWARK_RETURN_IF_ERROR(Apply(s, action, ctx.now));

@@ -37,6 +37,7 @@ Status PolicyConfig::Validate() const {
   if (!(slow_ratio > 1.0) || !(slow_jobwide_ratio > 1.0) || !(spike_factor > 1.0)) {
     return Status::InvalidArgument("policy: slow_ratio, slow_jobwide_ratio and spike_factor must be above 1");
   }
+  BULWARK_RETURN_IF_ERROR(ladder.Validate());
   return Status::OK();
 }
 

@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "controller/event.h"
+#include "controller/ladder.h"
 #include "controller/time.h"
 
 namespace bulwark::controller {
@@ -96,6 +97,9 @@ struct PolicyConfig {
   // Crash signatures that blame the job's code, never a machine (a missing
   // command, an import or syntax error): a repeat anywhere stops the job.
   std::set<std::string> user_code_signatures = {"command_not_found", "import_error", "syntax_error"};
+
+  // The stop-time ladder: rungs, tests and budgets (ladder.h).
+  LadderConfig ladder;
 
   // InvalidArgument naming the first field out of range.
   Status Validate() const;

@@ -43,10 +43,16 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
   if (state.job == JobState::kStopped) return out;
   const int needed = state.spec.MachinesNeeded();
 
+  // The ladder stopped the ranks to diagnose or replay: no restart until it
+  // decides (an eviction meanwhile waits for the verdict).
+  const bool held = state.ladder.state == LadderState::kDiagnosing || state.ladder.state == LadderState::kReplaying;
+
   // Observe and compare. Every active machine holds a slot, so the count
   // answers "does the world match?" without a scan; only a mismatch (rare)
   // looks at the slots.
-  if (state.CountIn(MachineState::kActive) < needed || state.placement.empty()) {
+  if (held) {
+    // nothing: see above
+  } else if (state.CountIn(MachineState::kActive) < needed || state.placement.empty()) {
     std::vector<int> open = OpenSlots(state, needed);
     const int available = static_cast<int>(state.standbys.size());
     if (available >= static_cast<int>(open.size())) {

@@ -68,6 +68,11 @@ std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launc
       // than let them hang in a collective until their timeout.
       for (const MachineId& m : current.slots) out.push_back({m, Stop(action.id, action.reason)});
       break;
+    case ActionKind::kRunDiagnostics:
+      // Stop-time diagnostics: the ranks stop while the machines test
+      // themselves; the tests themselves are a one-shot the plane sends.
+      for (const MachineId& m : current.slots) out.push_back({m, Stop(action.id, action.reason)});
+      break;
     case ActionKind::kActivate:
     case ActionKind::kReplenishStandby:
     case ActionKind::kCaptureStacks:  // a one-shot request the plane sends itself

@@ -130,6 +130,17 @@ json EncodeEvent(const Event& e) {
           j["group"] = x.group;
           j["suspects"] = x.suspects;
           j["why"] = x.why;
+        } else if constexpr (std::is_same_v<T, DiagnosticsReported>) {
+          j["incident"] = x.incident;
+          j["machine"] = x.machine;
+          j["alignment_hash"] = x.alignment_hash;
+          json results = json::array();
+          for (const DiagnosticResult& r : x.results) {
+            results.push_back({{"test", r.test}, {"passed", r.passed}, {"detail", r.detail}, {"ms", r.ms}});
+          }
+          j["results"] = std::move(results);
+        } else if constexpr (std::is_same_v<T, LadderDeadline>) {
+          j["incident"] = x.incident;
         }
       },
       e);
@@ -260,6 +271,31 @@ Result<Event> DecodeEvent(const json& j) {
     }
     return Event(x);
   }
+  if (kind == EventKindName(EventKind::kDiagnosticsReported)) {
+    DiagnosticsReported x;
+    x.observed = observed;
+    x.machine = machine;
+    json results;
+    BULWARK_RETURN_IF_ERROR(Get(j, "incident", &x.incident));
+    BULWARK_RETURN_IF_ERROR(Get(j, "alignment_hash", &x.alignment_hash));
+    BULWARK_RETURN_IF_ERROR(Get(j, "results", &results));
+    if (!results.is_array()) return Status::InvalidArgument("journal record field 'results': not an array");
+    for (const json& r : results) {
+      DiagnosticResult d;
+      BULWARK_RETURN_IF_ERROR(Get(r, "test", &d.test));
+      BULWARK_RETURN_IF_ERROR(Get(r, "passed", &d.passed));
+      BULWARK_RETURN_IF_ERROR(Get(r, "detail", &d.detail));
+      BULWARK_RETURN_IF_ERROR(Get(r, "ms", &d.ms));
+      x.results.push_back(std::move(d));
+    }
+    return Event(x);
+  }
+  if (kind == EventKindName(EventKind::kLadderDeadline)) {
+    LadderDeadline x;
+    x.observed = observed;
+    BULWARK_RETURN_IF_ERROR(Get(j, "incident", &x.incident));
+    return Event(x);
+  }
   return Status::InvalidArgument("journal record field 'kind': unknown event kind '" + kind + "'");
 }
 
@@ -372,6 +408,15 @@ json IncidentJson(const Incident& i) {
                    {"group", i.stacks.group}, {"suspects", i.stacks.suspects}, {"why", i.stacks.why}};
   }
   if (!i.notes.empty()) j["notes"] = i.notes;
+  if (!i.rungs.empty()) {
+    json rungs = json::array();
+    for (const RungRecord& r : i.rungs) {
+      json x{{"rung", r.rung}, {"started_ms", Ms(r.started)}, {"outcome", r.outcome}};
+      if (r.ended) x["seconds"] = Seconds(*r.ended - r.started);
+      rungs.push_back(std::move(x));
+    }
+    j["ladder"] = std::move(rungs);
+  }
   return j;
 }
 

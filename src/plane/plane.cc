@@ -32,6 +32,11 @@ Result<Event> EventFromAgent(const std::string& machine, const wire::AgentEvent&
       return Event(NetworkAlert{machine, a.detail(), observed});
     case wire::AgentEvent::STEP:
       return Event(StepCompleted{a.step(), observed});
+    case wire::AgentEvent::DIAGNOSTICS: {
+      DiagnosticsReported d{a.incident(), machine, {}, a.alignment_hash(), observed};
+      for (const wire::TestResult& r : a.results()) d.results.push_back({r.test(), r.passed(), r.detail(), r.ms()});
+      return Event(std::move(d));
+    }
     case wire::AgentEvent::RESTORED:
       return Event(CheckpointRestored{a.step(), a.source(), a.newest_step(), a.restore_ms(), observed});
     default:
@@ -177,6 +182,34 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
       }
       trace_ = std::move(t);
       continue;
+    }
+    if (a.kind == ActionKind::kRunDiagnostics && deliver) {
+      // The tests themselves are a one-shot; the ranks' stop is desired
+      // state (the actuator's). A replay group rendezvouses at its first
+      // machine on a port of its own, clear of the job's generations.
+      std::map<MachineId, std::vector<wire::ReplayAssignment>> replay;
+      for (size_t g = 0; g < a.groups.size() && g < a.group_names.size(); ++g) {
+        for (size_t r = 0; r < a.groups[g].size(); ++r) {
+          wire::ReplayAssignment x;
+          x.set_group(a.group_names[g]);
+          x.set_rank(static_cast<int>(r));
+          x.set_world(static_cast<int>(a.groups[g].size()));
+          x.set_master_addr(launch_->master_addr);
+          x.set_master_port(launch_->master_port_base + 1000 + static_cast<int>((a.incident * 37 + g) % 1000));
+          replay[a.groups[g][r]].push_back(std::move(x));
+        }
+      }
+      for (const MachineId& m : a.placement.slots) {
+        wire::Command c;
+        for (const wire::ReplayAssignment& x : replay[m]) *c.add_replay() = x;
+        c.set_kind(wire::Command::DIAGNOSE);
+        c.set_id(a.id);
+        c.set_incident(a.incident);
+        c.set_budget_ms(a.budget_ms);
+        for (const std::string& t : a.tests) c.add_tests(t);
+        c.set_reason(a.reason);
+        AgentFor(m).oneshots.push_back(std::move(c));
+      }
     }
     // A repeated decision (same id) is a no-op everywhere; log it once.
     if (deliver && logged_actions_.insert(a.id).second) Log("action " + a.ToString());
@@ -555,15 +588,22 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
 
 Status Plane::Inject(const wire::InjectRequest& req) {
   static const std::set<std::string> kFaults = {"crash", "kill", "machine-down", "device-fail", "nic-flap",
-                                                "corrupt-shard", "hang", "slow", "nan", "loss-spike"};
+                                                "corrupt-shard", "hang", "slow", "nan", "loss-spike", "sdc"};
   const std::string& machine = req.machine();
   const std::string& fault = req.fault();
   if (kFaults.count(fault) == 0) {
     return Status::InvalidArgument("unknown fault '" + fault + "'; use crash, kill, machine-down, device-fail, "
-                                   "nic-flap, corrupt-shard, hang, slow, nan or loss-spike");
+                                   "nic-flap, corrupt-shard, hang, slow, nan, loss-spike or sdc");
   }
   std::string where = req.where();
-  if (fault == "hang") {
+  // sdc: `where` carries the mode (nan, drift) and `factor` the rate per step (0: 1).
+  if (fault == "sdc") {
+    if (where.empty()) where = "nan";
+    if (where != "nan" && where != "drift") return Status::InvalidArgument("sdc --mode '" + where + "': use nan or drift");
+    if (!(req.factor() >= 0 && req.factor() <= 1)) {
+      return Status::InvalidArgument("sdc --rate " + std::to_string(req.factor()) + ": a probability per step in (0, 1]");
+    }
+  } else if (fault == "hang") {
     if (where.empty()) where = "collective";
     if (where != "collective" && where != "compute") {
       return Status::InvalidArgument("hang --where '" + where + "': use collective or compute");
@@ -575,7 +615,9 @@ Status Plane::Inject(const wire::InjectRequest& req) {
     return Status::InvalidArgument("slow --factor " + std::to_string(req.factor()) +
                                    ": the factor must be above 1 (2 runs the machine's ranks 2x slower)");
   }
-  if (fault != "slow" && req.factor() != 0) return Status::InvalidArgument("--factor applies to slow only");
+  if (fault != "slow" && fault != "sdc" && req.factor() != 0) {
+    return Status::InvalidArgument("--factor applies to slow only");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
   const int rank = req.rank();
@@ -634,6 +676,11 @@ void Plane::Tick(Time now) {
     HandleLocked(MachineHeartbeatLost{id, a.last_heard, now}, now, nullptr);
   }
   if (trace_ && now >= trace_->deadline) FinishTrace(now);
+  // The ladder's rung in flight ran past its budget: the results so far decide.
+  const LadderStatus& ladder = controller_->state().ladder;
+  if (ladder.deadline && now >= *ladder.deadline && journal_error_.ok()) {
+    HandleLocked(LadderDeadline{ladder.incident, now}, now, nullptr);
+  }
   CheckMonitors(now);
 }
 

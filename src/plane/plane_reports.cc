@@ -109,6 +109,20 @@ json Plane::StatusJson(Time now) {
                            {"slow_max_unflagged_ratio", monitors_.slow_max_unflagged()},
                            {"tracing", trace_ ? json(trace_->id) : json(nullptr)}};
   j["job"]["notes"] = s.notes;
+  // The stop-time ladder (docs/ladder.md): where it stands.
+  {
+    const LadderStatus& l = s.ladder;
+    json ladder{{"state", LadderStateName(l.state)}};
+    if (l.state != LadderState::kIdle) {
+      const auto& rungs = controller_->config().ladder.rungs;
+      ladder["rung"] = l.rung >= 0 && l.rung < static_cast<int>(rungs.size()) ? rungs[l.rung] : "";
+      ladder["trigger"] = l.trigger;
+      ladder["incident"] = l.incident;
+      if (l.deadline) ladder["deadline_in_s"] = static_cast<double>(ToMs(*l.deadline - now)) / 1000.0;
+      ladder["answered"] = l.state == LadderState::kReplaying ? l.replay_results.size() : l.reports.size();
+    }
+    j["job"]["ladder"] = std::move(ladder);
+  }
   const StandbyReport r = controller_->standby();
   j["standby"] = json{{"target", r.target}, {"available", r.available}, {"deficit", r.deficit()}};
   return j;

@@ -216,6 +216,8 @@ Status RunController(const ControllerOptions& options) {
   PlaneOptions po;
   po.db_path = layout.controller_db();
   po.create = options.init;
+  BULWARK_RETURN_IF_ERROR(
+      ApplyLadderFlags(options.ladder_rungs, options.ladder_tests, options.ladder_budget_s, &po.policy.ladder));
   Result<std::unique_ptr<Plane>> plane = Plane::Open(po, WallNow());
   if (!plane.ok()) return plane.status();
 

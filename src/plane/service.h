@@ -15,6 +15,10 @@ struct ControllerOptions {
   // <dir>/controller.metrics by an earlier start (so a scrape config stays
   // valid across controller restarts), else any free port.
   int metrics_port = -1;
+  // The stop-time ladder (docs/ladder.md): `bulwark up --ladder-rungs
+  // diagnose,replay --ladder-tests compute,device --ladder-budget 60`;
+  // empty keeps the default (ApplyLadderFlags in controller/ladder.h).
+  std::string ladder_rungs, ladder_tests, ladder_budget_s;
 };
 
 // Serves until SIGTERM or SIGINT. The address comes from <dir>/controller.addr

@@ -337,6 +337,23 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
         ScheduleEvent(v.observed, std::move(v));
         break;
       }
+      case ActionKind::kRunDiagnostics: {
+        // The simulated fleet has no silent corruption: every machine (and
+        // every replay group) passes, after the stack-capture cost.
+        const Time at = now_ + Secs(c_.costs.stack_capture);
+        if (a.tests == std::vector<std::string>{"replay"}) {
+          DiagnosticsReported r{a.incident, a.placement.slots.empty() ? "" : a.placement.slots[0], {}, "", at};
+          for (const std::string& g : a.group_names) r.results.push_back({"replay/" + g, true, "", 0});
+          ScheduleEvent(at, std::move(r));
+        } else {
+          for (const MachineId& m : a.placement.slots) {
+            DiagnosticsReported r{a.incident, m, {}, "", at};
+            for (const std::string& t : a.tests) r.results.push_back({t, true, "", 0});
+            ScheduleEvent(at, std::move(r));
+          }
+        }
+        break;
+      }
     }
   }
 }

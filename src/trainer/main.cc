@@ -1,6 +1,7 @@
 // bulwark-train: the C++ LLM trainer that bulwark supervises.
 //   bulwark-train prepare --corpus kjv --out data/kjv
 //   bulwark-train --config small --data data/kjv [--key value ...]
+//   bulwark-train ... --align [--align-threads N] [--align-steps S]   (trainer/align.h)
 // Exit codes: common/exit_codes.h.
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "common/exit_codes.h"
+#include "trainer/align.h"
 #include "trainer/config.h"
 #include "trainer/train.h"
 
@@ -73,8 +75,30 @@ int main(int argc, char** argv) {
         return kExitOk;
       }
     }
+    // Bitwise alignment (a stop-time diagnostic): the job's own arguments
+    // say the architecture; --align and its thread count are taken out.
+    bool align = false;
+    int align_threads = 1, align_steps = 1;
+    for (size_t i = 0; i < args.size();) {
+      if (args[i] == "--align") {
+        align = true;
+        args.erase(args.begin() + static_cast<long>(i));
+      } else if ((args[i] == "--align-threads" || args[i] == "--align-steps") && i + 1 < args.size()) {
+        (args[i] == "--align-threads" ? align_threads : align_steps) = std::atoi(args[i + 1].c_str());
+        args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
+      } else {
+        ++i;
+      }
+    }
+    if (align_threads < 1 || align_steps < 1) {
+      return Fail(Status::InvalidArgument("--align-threads and --align-steps must be at least 1"));
+    }
     auto cfg = trainer::ParseTrainArgs(args);
     if (!cfg.ok()) return Fail(cfg.status());
+    if (align) {
+      Status s = trainer::RunAlign(*cfg, align_threads, align_steps);
+      return s.ok() ? kExitOk : Fail(s);
+    }
     Status valid = cfg->Validate();
     if (!valid.ok()) return Fail(valid);
     Status s = trainer::Train(*cfg);

@@ -21,6 +21,7 @@
 #include "trainer/precision.h"
 #include "trainer/progress.h"
 #include "trainer/sampler.h"
+#include "trainer/sdc.h"
 #include "trainer/simd.h"
 #include "trainer/tokens.h"
 
@@ -292,6 +293,9 @@ Status Train(const TrainConfig& cfg_in) {
   const int B = cfg.batch_size, T = cfg.model.context;
   auto idx = torch::empty({B, T}, torch::kInt64), targets = torch::empty({B, T}, torch::kInt64);
   const int64_t tokens_per_step = static_cast<int64_t>(B) * T * W;
+  // The emulated bad machine's corruption (sdc.h): from the environment (the
+  // agent sets it when `bulwark inject sdc` came before the start) or a rank-link inject.
+  std::optional<Sdc> sdc = Sdc::FromEnv();
 
   // --------------------------------------------------------------------------
   // The loop. `st.step` counts completed steps; step s+1 is being computed.
@@ -308,6 +312,8 @@ Status Train(const TrainConfig& cfg_in) {
     // ---- the agent's test hooks: one non-blocking check a step
     std::string inject;
     if (link) inject = link->PollInject().value_or("");
+    // Silent data corruption stays on once injected (sdc.h): "sdc-nan:R" / "sdc-drift:R".
+    if (inject.rfind("sdc-", 0) == 0) sdc = Sdc::Parse(inject.substr(4));
 
     // ---- forward and backward on this rank's share of the global batch
     store.ZeroGrad();
@@ -324,6 +330,13 @@ Status Train(const TrainConfig& cfg_in) {
     // NaN is every rank's, and only this says whose it was.
     const double local_norm = link ? store.GradsView().norm().item<double>() : 0.0;
     const bool local_nonfinite = link && (!std::isfinite(local_norm) || !std::isfinite(local_loss));
+    // Silent data corruption strikes after the rank looked at its own
+    // gradients: like a bad ALU feeding the all-reduce, nobody's local
+    // values stand out, and only the global ones go wrong.
+    if (sdc) {
+      torch::Tensor g = store.GradsView();
+      sdc->Corrupt(g);  // silent: no log line, no flag
+    }
     const auto t_bwd = Clock::now();
     if (inject == "hang-collective") BULWARK_RETURN_IF_ERROR(comm.RecvNeverSent());
 

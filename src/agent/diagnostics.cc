@@ -1,0 +1,192 @@
+#include "agent/diagnostics.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <ctime>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "agent/tracer.h"
+
+namespace bulwark::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// This thread's CPU time in ms. The compute check is judged by it: on the
+// local backend four emulated machines share two cores, and their wall
+// times measured the scheduler (a machine whose check ran while another's
+// alignment run held a core looked 2x slow).
+double ThreadCpuMs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+uint64_t Fnv(const void* data, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+std::string Hex(uint64_t h) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, h);
+  return buf;
+}
+
+constexpr int kN = 96;       // matrix side
+constexpr int kRounds = 80;  // chained products: ~71M multiply-adds, ~0.1 s
+
+}  // namespace
+
+// Computed once by this code (exact arithmetic: any correct machine agrees).
+const char* ComputeCheckAnswer() { return "38dc94a49629a4e4"; }
+
+TestOutcome ComputeCheck(bool corrupt) {
+  const double cpu0 = ThreadCpuMs();
+  std::vector<double> a(kN * kN), b(kN * kN), c(kN * kN);
+  // Entries in [-4, 4]: products and sums of 96 of them stay far below 2^53.
+  uint32_t x = 2463534242u;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return static_cast<double>(static_cast<int>(x % 9u) - 4);
+  };
+  for (double& v : a) v = next();
+  for (double& v : b) v = next();
+  for (int round = 0; round < kRounds; ++round) {
+    for (int i = 0; i < kN; ++i) {
+      for (int j = 0; j < kN; ++j) c[i * kN + j] = 0;
+      for (int k = 0; k < kN; ++k) {
+        const double aik = a[i * kN + k];
+        for (int j = 0; j < kN; ++j) c[i * kN + j] += aik * b[k * kN + j];
+      }
+    }
+    if (corrupt && round == kRounds - 1) c[kN + 1] += 1;  // the bad ALU's one wrong element
+    // The next round's input: the result folded back into [-4, 4].
+    for (int i = 0; i < kN * kN; ++i) a[i] = std::fmod(std::fabs(c[i]), 9.0) - 4.0;
+  }
+  TestOutcome o{"compute", false, "", ThreadCpuMs() - cpu0};
+  const std::string got = Hex(Fnv(c.data(), c.size() * sizeof(double)));
+  o.passed = got == ComputeCheckAnswer();
+  o.detail = o.passed ? "" : "GEMM result hash " + got + " != known answer " + ComputeCheckAnswer();
+  return o;
+}
+
+TestOutcome DeviceCheck(const InspectorPaths& paths) {
+  const auto t0 = Clock::now();
+  const HealthReading h = Inspect(paths);
+  TestOutcome o{"device", h.device_ok, h.device_ok ? "" : h.device_detail, 0};
+  o.ms = MsSince(t0);
+  return o;
+}
+
+TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc,
+                           std::chrono::milliseconds budget, std::string* hash) {
+  const auto t0 = Clock::now();
+  TestOutcome o{"alignment", false, "", 0};
+  if (trainer_argv.empty()) {
+    o.detail = "no trainer command known (no ranks were started here yet)";
+    return o;
+  }
+  // env(1) sets the corruption for the child only; the agent's own
+  // environment stays clean.
+  std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET"};
+  if (!sdc.empty()) argv.push_back("BULWARK_SDC=" + sdc);
+  argv.insert(argv.end(), trainer_argv.begin(), trainer_argv.end());
+  argv.push_back("--align");
+  int code = 0;
+  Result<std::string> out = RunCaptured(argv, budget, &code);
+  o.ms = MsSince(t0);
+  if (!out.ok()) {
+    o.detail = out.status().message();
+    return o;
+  }
+  const size_t at = out->find("\"align_hash\":\"");
+  if (code != 0 || at == std::string::npos || at + 14 + 16 > out->size()) {
+    o.detail = "the alignment run exited with code " + std::to_string(code) + " without a hash";
+    return o;
+  }
+  *hash = out->substr(at + 14, 16);
+  o.passed = true;  // the hash is judged against the other machines'
+  o.detail = "hash " + *hash;
+  return o;
+}
+
+TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc, const ReplayGroup& g,
+                        int steps, std::chrono::milliseconds budget) {
+  const auto t0 = Clock::now();
+  TestOutcome o{"replay/" + g.group, false, "", 0};
+  if (trainer_argv.empty()) {
+    o.detail = "no trainer command known (no ranks were started here yet)";
+    return o;
+  }
+  std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET", "RANK=" + std::to_string(g.rank),
+                                   "WORLD_SIZE=" + std::to_string(g.world), "LOCAL_RANK=0",
+                                   "MASTER_ADDR=" + g.master_addr, "MASTER_PORT=" + std::to_string(g.master_port)};
+  if (!sdc.empty()) argv.push_back("BULWARK_SDC=" + sdc);
+  argv.insert(argv.end(), trainer_argv.begin(), trainer_argv.end());
+  argv.insert(argv.end(), {"--align", "--align-steps", std::to_string(steps)});
+  int code = 0;
+  Result<std::string> out = RunCaptured(argv, budget, &code);
+  o.ms = MsSince(t0);
+  if (!out.ok() || code != 0) {
+    o.detail = out.ok() ? "the replay exited with code " + std::to_string(code) : out.status().message();
+    return o;
+  }
+  if (g.rank != 0) {
+    o.passed = true;
+    o.detail = "took part";
+    return o;
+  }
+  const size_t at = out->find("\"align_hash\":\"");
+  if (at == std::string::npos || at + 14 + 16 > out->size()) {
+    o.detail = "the replay printed no hash";
+    return o;
+  }
+  o.passed = out->find("\"finite\":true") != std::string::npos;
+  o.detail = (o.passed ? "" : "diverged (non-finite); ") + std::string("hash ") + out->substr(at + 14, 16);
+  return o;
+}
+
+DiagnosticsOutcome RunDiagnostics(const DiagnosticsRequest& req) {
+  DiagnosticsOutcome out;
+  const auto end = Clock::now() + req.budget;
+  for (const std::string& test : req.tests) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
+    if (left.count() <= 0) {
+      out.results.push_back({test, false, "no time left of the " + std::to_string(req.budget.count()) + " ms budget", 0});
+      continue;
+    }
+    if (test == "compute") {
+      out.results.push_back(ComputeCheck());
+    } else if (test == "device") {
+      out.results.push_back(DeviceCheck(req.health));
+    } else if (test == "replay") {
+      // Rank 0 of each group speaks for it; the other ranks' runs only
+      // report a failure to take part (it explains a group's silence).
+      for (const ReplayGroup& g : req.replay) {
+        const auto left_now = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
+        TestOutcome r = ReplayCheck(req.trainer_argv, req.sdc, g, req.replay_steps,
+                                    std::max(left_now, std::chrono::milliseconds(1)));
+        if (g.rank == 0) out.results.push_back(std::move(r));
+        else if (!r.passed) out.results.push_back({"replay-part/" + g.group, false, r.detail, r.ms});
+      }
+    } else if (test == "alignment") {
+      out.results.push_back(AlignmentCheck(req.trainer_argv, req.sdc, left, &out.alignment_hash));
+    } else {
+      out.results.push_back({test, false, "unknown test", 0});
+    }
+  }
+  return out;
+}
+
+}  // namespace bulwark::agent

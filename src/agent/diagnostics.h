@@ -1,0 +1,81 @@
+// Stop-time diagnostics (docs/ladder.md): the tests a machine runs when the
+// controller's ladder asks (RunDiagnostics), each real code with a budget.
+//
+//   compute    a fixed GEMM (96x96 doubles holding small integers, so every
+//              product and sum is exact and the answer does not depend on
+//              the compiler or the summation order) repeated to a fixed
+//              amount of work; its result hash must equal the known answer,
+//              and its time (this thread's CPU time: wall time on a shared
+//              host measures the scheduler) goes to the controller, which
+//              fails a machine at compute_slow_ratio x the fleet's median
+//   device     the (emulated) device's health, as the inspector reads it
+//   alignment  `<the job's trainer argv> --align`: one fixed step of the
+//              job's architecture (trainer/align.h); the controller compares
+//              the hash with the other machines'
+//
+// The agent runs them on a thread of its own while the ranks are stopped.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "agent/inspector.h"
+
+namespace bulwark::agent {
+
+struct TestOutcome {
+  std::string test;
+  bool passed = false;
+  std::string detail;
+  double ms = 0;
+};
+
+// One dual-phase replay group, as this machine takes part in it.
+struct ReplayGroup {
+  std::string group;  // "h0", "v1"
+  int rank = 0, world = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+};
+
+struct DiagnosticsRequest {
+  std::vector<std::string> tests;
+  std::chrono::milliseconds budget{60000};
+  // The job's command line (the last START_RANKS argv); empty: no alignment
+  // reference is known, and the alignment test fails saying so.
+  std::vector<std::string> trainer_argv;
+  // The emulated silent corruption on this machine ("" none, "nan:1", ...):
+  // passed to the alignment run as BULWARK_SDC, like to the ranks.
+  std::string sdc;
+  InspectorPaths health;
+  // tests = {"replay"}: the groups to replay in, in order (horizontal first).
+  std::vector<ReplayGroup> replay;
+  int replay_steps = 5;
+};
+
+struct DiagnosticsOutcome {
+  std::vector<TestOutcome> results;
+  std::string alignment_hash;
+};
+
+// The GEMM check. `corrupt`: flip one element of the result first (the
+// unit test's stand-in for a bad ALU).
+TestOutcome ComputeCheck(bool corrupt = false);
+// The known answer's hash, for the record.
+const char* ComputeCheckAnswer();
+TestOutcome DeviceCheck(const InspectorPaths& paths);
+// Runs the alignment step; on success `hash` is its 16-hex-digit hash.
+TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc,
+                           std::chrono::milliseconds budget, std::string* hash);
+// This machine's part in one replay group: `<trainer argv> --align
+// --align-steps S` as rank `rank` of the group. The group's rank 0 gets the
+// outcome "replay/<group>": passed when the replayed steps stayed finite,
+// the detail holding the hash; other ranks' outcome only says they ran.
+TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc, const ReplayGroup& g,
+                        int steps, std::chrono::milliseconds budget);
+// Every requested test, in order, within the budget (what is left of it
+// goes to the next test; a test that gets none fails "no time left").
+DiagnosticsOutcome RunDiagnostics(const DiagnosticsRequest& req);
+
+}  // namespace bulwark::agent

@@ -1,0 +1,280 @@
+#include "controller/ladder.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+namespace bulwark::controller {
+
+// ---------------------------------------------------------------------------
+// Configuration
+
+namespace {
+const std::set<std::string>& KnownRungs() {
+  static const std::set<std::string> k = {"diagnose", "reattempt", "rollback", "replay"};
+  return k;
+}
+const std::set<std::string>& KnownTests() {
+  static const std::set<std::string> k = {"compute", "device", "alignment"};
+  return k;
+}
+}  // namespace
+
+Status LadderConfig::Validate() const {
+  std::set<std::string> seen;
+  for (const std::string& r : rungs) {
+    if (KnownRungs().count(r) == 0) {
+      return Status::InvalidArgument("policy: ladder rung '" + r +
+                                     "' is unknown; use diagnose, reattempt, rollback or replay");
+    }
+    if (!seen.insert(r).second) return Status::InvalidArgument("policy: ladder rung '" + r + "' is listed twice");
+  }
+  for (const std::string& t : tests) {
+    if (KnownTests().count(t) == 0) {
+      return Status::InvalidArgument("policy: ladder test '" + t + "' is unknown; use compute, device or alignment");
+    }
+  }
+  if (diagnose_budget.count() <= 0 || replay_budget.count() <= 0) {
+    return Status::InvalidArgument("policy: ladder diagnose_budget and replay_budget must be positive (got " +
+                                   FormatDuration(diagnose_budget) + " and " + FormatDuration(replay_budget) + ")");
+  }
+  if (!(compute_slow_ratio > 1.0)) {
+    return Status::InvalidArgument("policy: ladder compute_slow_ratio must be above 1");
+  }
+  if (settle_steps < 1 || replay_k < 0) {
+    return Status::InvalidArgument("policy: ladder settle_steps must be at least 1 and replay_k not negative");
+  }
+  return Status::OK();
+}
+
+Status ApplyLadderFlags(const std::string& rungs, const std::string& tests, const std::string& budget_s,
+                        LadderConfig* config) {
+  auto split = [](const std::string& s) {
+    std::vector<std::string> out;
+    if (s == "none") return out;
+    size_t start = 0;
+    for (;;) {
+      const size_t comma = s.find(',', start);
+      out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (comma == std::string::npos) return out;
+      start = comma + 1;
+    }
+  };
+  if (!rungs.empty()) config->rungs = split(rungs);
+  if (!tests.empty()) config->tests = split(tests);
+  if (!budget_s.empty()) {
+    char* end = nullptr;
+    const double s = std::strtod(budget_s.c_str(), &end);
+    if (*end != '\0' || !(s >= 0) || s > 86400) {
+      return Status::InvalidArgument("policy: ladder budget '" + budget_s + "' is not a number of seconds; e.g. 60");
+    }
+    config->diagnose_budget = Duration(static_cast<int64_t>(s * 1000));
+  }
+  return config->Validate();
+}
+
+// ---------------------------------------------------------------------------
+// States and the transition table
+
+const char* LadderStateName(LadderState s) {
+  switch (s) {
+    case LadderState::kIdle: return "idle";
+    case LadderState::kDiagnosing: return "diagnosing";
+    case LadderState::kWatching: return "watching";
+    case LadderState::kReplaying: return "replaying";
+  }
+  return "unknown";
+}
+
+const char* LadderInputName(LadderInput i) {
+  switch (i) {
+    case LadderInput::kDiagnose: return "diagnose";
+    case LadderInput::kRestart: return "restart";
+    case LadderInput::kReplay: return "replay";
+    case LadderInput::kSettled: return "settled";
+    case LadderInput::kExhausted: return "exhausted";
+  }
+  return "unknown";
+}
+
+const std::vector<LadderTransition>& LadderTable() {
+  using S = LadderState;
+  using I = LadderInput;
+  static const std::vector<LadderTransition> t = {
+      // A trigger: the first enabled rung.
+      {S::kIdle, I::kDiagnose, S::kDiagnosing},
+      {S::kIdle, I::kRestart, S::kWatching},  // diagnose disabled: reattempt first
+      {S::kIdle, I::kReplay, S::kReplaying},  // only replay (and rollback) enabled
+      {S::kIdle, I::kExhausted, S::kIdle},    // nothing enabled that applies
+      // Diagnostics in: evict and restart, reattempt, or climb past both.
+      {S::kDiagnosing, I::kRestart, S::kWatching},
+      {S::kDiagnosing, I::kReplay, S::kReplaying},
+      {S::kDiagnosing, I::kExhausted, S::kIdle},
+      // The fault came back while watching: the next rung.
+      {S::kWatching, I::kDiagnose, S::kDiagnosing},
+      {S::kWatching, I::kRestart, S::kWatching},
+      {S::kWatching, I::kReplay, S::kReplaying},
+      {S::kWatching, I::kExhausted, S::kIdle},
+      {S::kWatching, I::kSettled, S::kIdle},
+      // Replay in: evict the culprit and restart, or give up.
+      {S::kReplaying, I::kRestart, S::kWatching},
+      {S::kReplaying, I::kExhausted, S::kIdle},
+  };
+  return t;
+}
+
+Duration LadderBudget(LadderState s, const LadderConfig& config) {
+  switch (s) {
+    case LadderState::kDiagnosing: return config.diagnose_budget;
+    case LadderState::kReplaying: return config.replay_budget;
+    case LadderState::kIdle:
+    case LadderState::kWatching: return Duration(0);
+  }
+  return Duration(0);
+}
+
+Result<LadderState> LadderNext(LadderState from, LadderInput on) {
+  for (const LadderTransition& t : LadderTable()) {
+    if (t.from == from && t.on == on) return t.to;
+  }
+  return Status::FailedPrecondition(std::string("ladder: no transition from ") + LadderStateName(from) + " on " +
+                                    LadderInputName(on));
+}
+
+Status LadderStatus::Move(LadderInput on) {
+  Result<LadderState> to = LadderNext(state, on);
+  if (!to.ok()) return to.status();
+  state = *to;
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Diagnostics verdict
+
+DiagnosticsVerdict JudgeDiagnostics(const std::vector<MachineId>& machines,
+                                    const std::map<MachineId, MachineDiagnostics>& reports,
+                                    const LadderConfig& config, const std::string& budget_note) {
+  DiagnosticsVerdict v;
+  auto fail = [&](const MachineId& m, const std::string& why) {
+    std::string& w = v.failed[m];
+    w += (w.empty() ? "" : "; ") + why;
+  };
+  // The fleet's median compute time: a slow machine is judged against its
+  // peers on this host, not against a number measured elsewhere.
+  std::vector<double> compute_ms;
+  std::map<std::string, int> hashes;
+  for (const MachineId& m : machines) {
+    auto it = reports.find(m);
+    if (it == reports.end()) continue;
+    for (const DiagnosticResult& r : it->second.results) {
+      if (r.test == "compute" && r.passed && r.ms > 0) compute_ms.push_back(r.ms);
+    }
+    if (!it->second.alignment_hash.empty()) ++hashes[it->second.alignment_hash];
+  }
+  double median = 0;
+  if (!compute_ms.empty()) {
+    std::sort(compute_ms.begin(), compute_ms.end());
+    const size_t n = compute_ms.size();
+    median = n % 2 ? compute_ms[n / 2] : (compute_ms[n / 2 - 1] + compute_ms[n / 2]) / 2;
+  }
+  // The hash a strict majority of the reporting machines computed, if any.
+  int reported_hashes = 0;
+  for (const auto& [h, c] : hashes) reported_hashes += c;
+  std::string majority;
+  for (const auto& [h, c] : hashes) {
+    if (2 * c > reported_hashes) majority = h;
+  }
+  for (const MachineId& m : machines) {
+    auto it = reports.find(m);
+    if (it == reports.end()) {
+      fail(m, "no answer" + budget_note);
+      continue;
+    }
+    for (const DiagnosticResult& r : it->second.results) {
+      if (!r.passed) {
+        fail(m, r.test + " failed" + (r.detail.empty() ? "" : ": " + r.detail));
+      } else if (r.test == "compute" && median > 0 && compute_ms.size() >= 2 &&
+                 r.ms >= config.compute_slow_ratio * median) {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "compute check took %.0f ms, %.1fx the fleet's median %.0f ms", r.ms,
+                      r.ms / median, median);
+        fail(m, buf);
+      }
+    }
+    const std::string& h = it->second.alignment_hash;
+    if (!h.empty() && !majority.empty() && h != majority) {
+      fail(m, "alignment hash " + h.substr(0, 16) + " differs from the majority's " + majority.substr(0, 16));
+    } else if (!h.empty() && majority.empty() && hashes.size() > 1) {
+      v.why += (v.why.empty() ? "" : "; ") + std::string("alignment hashes have no strict majority");
+    }
+  }
+  const size_t n = machines.size();
+  if (n > 1 && 2 * v.failed.size() >= n) {
+    v.inconclusive = true;
+    v.why = std::to_string(v.failed.size()) + " of " + std::to_string(n) +
+            " machines failed diagnostics: the tests or their environment, not the machines; nobody evicted";
+    return v;
+  }
+  if (v.failed.empty()) {
+    if (v.why.empty()) v.why = "all " + std::to_string(n) + " machine(s) passed diagnostics";
+    return v;
+  }
+  std::string who;
+  for (const auto& [m, why] : v.failed) who += (who.empty() ? "" : "; ") + m + ": " + why;
+  v.why = who;
+  return v;
+}
+
+// ---------------------------------------------------------------------------
+// Dual-phase replay
+
+Result<ReplayPlan> PlanReplay(int machines, int pp, int k) {
+  if (pp < 1 || machines < 1 || machines % pp != 0) {
+    return Status::InvalidArgument("replay: " + std::to_string(machines) + " machines do not split into " +
+                                   std::to_string(pp) + " pipeline stages");
+  }
+  ReplayPlan p;
+  p.pp = pp;
+  p.dp = machines / pp;
+  if (k == 0) {
+    k = 1;
+    for (int c = 1; c <= p.dp; ++c) {
+      if (p.dp % c == 0 && c * pp >= 2 && p.dp / c >= 2) {
+        k = c;
+        break;
+      }
+    }
+  }
+  p.k = k;
+  if (k < 1 || p.dp % k != 0) {
+    return Status::InvalidArgument("replay: k=" + std::to_string(k) + " does not divide DP=" + std::to_string(p.dp));
+  }
+  const int per = p.dp / k;  // replicas of a stage in one horizontal group; also n
+  p.horizontal.assign(k * pp, {});
+  p.vertical.assign(per, {});
+  for (int slot = 0; slot < machines; ++slot) {
+    const int dp = slot % p.dp, stage = slot / p.dp;
+    p.horizontal[stage * k + dp / per].push_back(slot);
+    p.vertical[dp % per].push_back(slot);
+  }
+  return p;
+}
+
+std::optional<int> ReplayCulprit(const ReplayPlan& plan, const std::vector<int>& failed_horizontal,
+                                 const std::vector<int>& failed_vertical) {
+  if (failed_horizontal.size() != 1 || failed_vertical.size() != 1) return std::nullopt;
+  const int h = failed_horizontal[0], v = failed_vertical[0];
+  if (h < 0 || h >= static_cast<int>(plan.horizontal.size()) || v < 0 ||
+      v >= static_cast<int>(plan.vertical.size())) {
+    return std::nullopt;
+  }
+  for (int a : plan.horizontal[h]) {
+    for (int b : plan.vertical[v]) {
+      if (a == b) return a;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace bulwark::controller

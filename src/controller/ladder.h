@@ -1,0 +1,185 @@
+// The stop-time diagnostics ladder (ByteRobust §2.4): what the controller
+// does with a fault no rank or machine can be blamed for. Cheapest rung
+// first; each rung that cannot settle the fault hands it to the next.
+//
+//   diagnose   targeted tests on every machine of the job, in parallel, each
+//              with a budget (compute check, device health, bitwise
+//              alignment); failing machines are evicted and the job restarts
+//   reattempt  every machine passed: restart in place (a transient fault)
+//   rollback   it fails again: roll back to the previous release; there are
+//              no releases yet, so the rung records "no earlier release"
+//   replay     dual-phase replay (Algorithm 1): the machine at the
+//              intersection of a failing horizontal and a failing vertical
+//              group is evicted; nothing found -> the job stops
+//
+// Pure: the state lives in ClusterState::ladder, the rules in policy.cc
+// call the functions here, and time comes in as arguments. The transition
+// table below is the only way the ladder's state changes.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "controller/machine.h"
+#include "controller/time.h"
+
+namespace bulwark::controller {
+
+// ---------------------------------------------------------------------------
+// Configuration (PolicyConfig::ladder)
+
+struct LadderConfig {
+  // The rungs to climb, in this order; a rung left out is skipped. Empty:
+  // no ladder (a no-culprit anomaly that repeats stops the job, as before).
+  std::vector<std::string> rungs = {"diagnose", "reattempt", "rollback", "replay"};
+  // The tests of the diagnose rung, run on every machine in parallel.
+  std::vector<std::string> tests = {"compute", "device", "alignment"};
+  // Each machine's whole test run must answer within this; a machine that
+  // does not is failed ("no answer within ...").
+  Duration diagnose_budget = std::chrono::seconds(60);
+  // Every replay group must report within this.
+  Duration replay_budget = std::chrono::minutes(5);
+  // A machine whose compute check took this many times the fleet's median
+  // fails it (a slow device is as bad as a wrong one in lock-step training).
+  double compute_slow_ratio = 2.0;
+  // After a restart decided by the ladder, this many steps past the step
+  // that triggered it must complete before the ladder calls the fault
+  // settled; a fault before that "fails again" and climbs on.
+  int settle_steps = 5;
+  // Algorithm 1's k: m = k*PP horizontal and n = DP/k vertical groups; 0
+  // picks the smallest k that gives at least 2x2 groups.
+  int replay_k = 0;
+
+  // One-line InvalidArgument naming the bad rung, test or budget.
+  Status Validate() const;
+};
+
+// The ladder's settings as `bulwark up` takes them: `rungs` and `tests`
+// comma-separated ("none": an empty list), `budget_s` the diagnose budget
+// in seconds; an empty string keeps the default. Parsed into `config`,
+// then validated: a one-line InvalidArgument for anything wrong.
+Status ApplyLadderFlags(const std::string& rungs, const std::string& tests, const std::string& budget_s,
+                        LadderConfig* config);
+
+// ---------------------------------------------------------------------------
+// States and the transition table
+
+// kIdle: no ladder in progress.
+// kDiagnosing: RunDiagnostics sent; waiting for every machine or the budget.
+// kWatching: the ladder restarted the job (after an eviction, a reattempt
+//   or a replay) and watches whether the fault comes back before
+//   settle_steps steps past the trigger; back to kIdle when it does not.
+// kReplaying: replay groups running; waiting for every group or the budget.
+// There is no terminal state: a ladder that runs out of rungs stops the job
+// and goes back to kIdle (the job's own kStopped is terminal).
+enum class LadderState { kIdle, kDiagnosing, kWatching, kReplaying };
+constexpr int kNumLadderStates = 4;
+const char* LadderStateName(LadderState s);
+
+// What moves the ladder: the rung the policy climbs next, or the end.
+// Rollback is instantaneous (it has no state of its own): the rule records
+// it and climbs on in the same decision.
+enum class LadderInput {
+  kDiagnose,   // send RunDiagnostics to every machine of the job
+  kRestart,    // restart (evicted machines replaced, or in place) and watch
+  kReplay,     // start the dual-phase replay
+  kSettled,    // settle_steps steps past the trigger: the fault is gone
+  kExhausted,  // no rung left, or the job stopped: back to idle
+};
+const char* LadderInputName(LadderInput i);
+
+struct LadderTransition {
+  LadderState from;
+  LadderInput on;
+  LadderState to;
+};
+
+// The table, and the budget each state waits at most (zero: no time limit;
+// kWatching is bounded by steps, not time).
+const std::vector<LadderTransition>& LadderTable();
+Duration LadderBudget(LadderState s, const LadderConfig& config);
+// The state `on` leads to from `from`; FailedPrecondition naming both and
+// the input for a transition the table does not have.
+Result<LadderState> LadderNext(LadderState from, LadderInput on);
+
+// ---------------------------------------------------------------------------
+// Diagnostics results and the verdict on them
+
+struct DiagnosticResult {
+  std::string test;  // "compute", "device", "alignment", "replay/h0", ...
+  bool passed = false;
+  std::string detail;
+  double ms = 0;
+};
+
+// Per machine: its results and its alignment hash ("" when it ran none).
+struct MachineDiagnostics {
+  std::vector<DiagnosticResult> results;
+  std::string alignment_hash;
+};
+
+struct DiagnosticsVerdict {
+  std::map<MachineId, std::string> failed;  // machine -> why, for the incident
+  std::string why;                          // one line for the incident
+  bool inconclusive = false;                // too many failed to believe the tests
+};
+
+// Judges one diagnose rung: a failed or missing test, a compute time at
+// least `compute_slow_ratio` x the median of all machines' compute times, an
+// alignment hash that differs from a strict majority's, or no answer at all
+// (a machine in `machines` absent from `reports`) fails the machine. Half
+// the job or more failing (in a job of more than one machine) says the test
+// or its environment, not the machines: inconclusive, nobody evicted.
+DiagnosticsVerdict JudgeDiagnostics(const std::vector<MachineId>& machines,
+                                    const std::map<MachineId, MachineDiagnostics>& reports,
+                                    const LadderConfig& config, const std::string& budget_note);
+
+// ---------------------------------------------------------------------------
+// Dual-phase replay (ByteRobust Algorithm 1)
+
+// Machines are numbered by slot, pipeline-major as Megatron places them when
+// a machine holds one stage's tensor-parallel ranks: slot = dp + DP * pp.
+// Horizontal group i (m = k*PP of them) holds DP/k consecutive replicas of
+// one stage, replayed with the layer count shrunk to that stage's layers;
+// vertical group j (n = DP/k of them) holds k replicas of every stage, the
+// job's own PP layout with DP shrunk to k. Each machine is in exactly one
+// group of each phase, and a horizontal and a vertical group share exactly
+// one machine, so one faulty machine is named by the pair that fails.
+struct ReplayPlan {
+  int pp = 1, dp = 1, k = 1;
+  std::vector<std::vector<int>> horizontal;  // slots, m groups
+  std::vector<std::vector<int>> vertical;    // slots, n groups
+};
+// InvalidArgument when machines % pp != 0, k < 0, or DP % k != 0; k = 0
+// picks the smallest k dividing DP with k*PP >= 2 and DP/k >= 2 (none: k=1).
+Result<ReplayPlan> PlanReplay(int machines, int pp, int k);
+// The slot at the intersection of the failing groups, or nullopt when the
+// failures do not name exactly one machine (none failed, only one phase
+// failed, or several did: more than one bad machine, which Algorithm 1
+// assumes away).
+std::optional<int> ReplayCulprit(const ReplayPlan& plan, const std::vector<int>& failed_horizontal,
+                                 const std::vector<int>& failed_vertical);
+
+// ---------------------------------------------------------------------------
+// The ladder's state (ClusterState::ladder)
+
+struct LadderStatus {
+  LadderState state = LadderState::kIdle;
+  int rung = -1;                  // index into config.rungs of the rung climbed last
+  std::string trigger;            // what started it, for the incident
+  int64_t trigger_step = 0;       // the step the fault hit (or the last completed one)
+  int64_t incident = 0;           // the incident of the rung in flight
+  std::optional<Time> deadline;   // kDiagnosing, kReplaying
+  std::vector<MachineId> machines;                      // asked to run diagnostics
+  std::map<MachineId, MachineDiagnostics> reports;      // answered so far
+  std::map<std::string, bool> replay_results;           // "h0" / "v1" -> passed
+  bool reattempted = false;       // the reattempt rung is spent (or came before the ladder)
+  // Sets state to LadderNext(state, on).
+  Status Move(LadderInput on);
+};
+
+}  // namespace bulwark::controller

@@ -1,0 +1,233 @@
+// The stop-time ladder's rules (ladder.h has the states, the table and the
+// pure verdicts; policy.cc calls in through policy_internal.h).
+#include <algorithm>
+
+#include "controller/ladder.h"
+#include "controller/policy_internal.h"
+
+namespace bulwark::controller::internal {
+
+// ---------------------------------------------------------------------------
+// The stop-time ladder (ladder.h): diagnose -> reattempt -> rollback -> replay
+// ---------------------------------------------------------------------------
+
+namespace {
+
+std::string JoinIds(const std::vector<MachineId>& ids) {
+  std::string s;
+  for (const MachineId& m : ids) s += (s.empty() ? "" : ", ") + m;
+  return s;
+}
+
+void EndRung(Incident& inc, Time now, const std::string& outcome) {
+  if (inc.rungs.empty() || inc.rungs.back().ended) return;
+  inc.rungs.back().ended = now;
+  inc.rungs.back().outcome = outcome;
+}
+
+// Climbs to the first enabled rung at or after `from` that applies, in the
+// same decision: diagnose and replay wait for results (the ladder holds the
+// job), reattempt restarts and watches, rollback is recorded and passed,
+// and past the last rung the job stops.
+Status ClimbFrom(RuleContext& ctx, Incident& inc, int from) {
+  ClusterState& s = ctx.state;
+  LadderStatus& l = s.ladder;
+  const LadderConfig& cfg = ctx.config.ladder;
+  l.incident = inc.id;
+  for (int i = std::max(from, 0); i < static_cast<int>(cfg.rungs.size()); ++i) {
+    const std::string& rung = cfg.rungs[i];
+    l.rung = i;
+    if (rung == "diagnose") {
+      BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kDiagnose));
+      l.machines = s.placement.slots;
+      l.reports.clear();
+      l.deadline = ctx.now + cfg.diagnose_budget;
+      inc.rungs.push_back({rung, ctx.now, std::nullopt, ""});
+      inc.why = "stopped for diagnostics on " + std::to_string(l.machines.size()) + " machine(s): " + l.trigger;
+      return Emit(ctx, RunDiagnosticsAction(inc.id, i, s.placement, cfg.tests, cfg.diagnose_budget, inc.why));
+    }
+    if (rung == "reattempt") {
+      if (l.reattempted) continue;  // the trigger already followed a reattempt
+      BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kRestart));
+      l.reattempted = true;
+      inc.rungs.push_back({rung, ctx.now, ctx.now, "restarted in place"});
+      inc.resolution = Resolution::kReattempt;
+      inc.why = "reattempt in place (ladder): " + l.trigger;
+      s.restart_pending = true;
+      s.restart_reason = "ladder: " + l.trigger;
+      return Status::OK();
+    }
+    if (rung == "rollback") {
+      // Releases come with hot updates (not built yet): nothing to go back to.
+      inc.rungs.push_back({rung, ctx.now, ctx.now, "no earlier release: nothing to roll back"});
+      continue;
+    }
+    if (rung == "replay") {
+      const int machines = static_cast<int>(s.placement.slots.size());
+      const int pp = std::max(1, s.spec.pp);
+      Result<ReplayPlan> plan = PlanReplay(machines, machines % pp == 0 ? pp : 1, cfg.replay_k);
+      if (!plan.ok() || plan->horizontal.size() < 2 || plan->vertical.size() < 2) {
+        inc.rungs.push_back({rung, ctx.now, ctx.now,
+                             "cannot replay: " + (plan.ok() ? std::string("fewer than 2x2 groups") : plan.status().message())});
+        continue;
+      }
+      BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kReplay));
+      l.machines = s.placement.slots;
+      l.replay_results.clear();
+      l.deadline = ctx.now + cfg.replay_budget;
+      Action a = RunDiagnosticsAction(inc.id, i, s.placement, {"replay"}, cfg.replay_budget,
+                                      "dual-phase replay: " + l.trigger);
+      for (size_t h = 0; h < plan->horizontal.size(); ++h) {
+        a.group_names.push_back("h" + std::to_string(h));
+        a.groups.emplace_back();
+        for (int slot : plan->horizontal[h]) a.groups.back().push_back(s.placement.slots[slot]);
+      }
+      for (size_t v = 0; v < plan->vertical.size(); ++v) {
+        a.group_names.push_back("v" + std::to_string(v));
+        a.groups.emplace_back();
+        for (int slot : plan->vertical[v]) a.groups.back().push_back(s.placement.slots[slot]);
+      }
+      inc.rungs.push_back({rung, ctx.now, std::nullopt, ""});
+      inc.why = "dual-phase replay on " + std::to_string(plan->horizontal.size()) + " horizontal and " +
+                std::to_string(plan->vertical.size()) + " vertical groups: " + l.trigger;
+      return Emit(ctx, std::move(a));
+    }
+  }
+  // Out of rungs: what the ladder could not pin on a machine is the job's.
+  BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kExhausted));
+  l.deadline.reset();
+  inc.why = "stopped: the stop-time ladder found no faulty machine (" + l.trigger +
+            "): deterministic, so the data, the model or the code, not a machine; inspect the step's batch, the "
+            "learning rate and recent code changes, then resubmit";
+  inc.resolution = Resolution::kStopped;
+  return Emit(ctx, StopJobAction(inc.id, inc.why));
+}
+
+Incident* LadderIncident(RuleContext& ctx, int64_t id) {
+  Incident* inc = ctx.state.incidents.Current();
+  return inc != nullptr && inc->id == id ? inc : nullptr;
+}
+
+Status FinishDiagnose(RuleContext& ctx, Incident& inc, const std::string& budget_note) {
+  LadderStatus& l = ctx.state.ladder;
+  std::vector<MachineId> still;  // a machine evicted meanwhile is judged no more
+  for (const MachineId& m : l.machines) {
+    if (ctx.state.IsActive(m)) still.push_back(m);
+  }
+  const DiagnosticsVerdict v = JudgeDiagnostics(still, l.reports, ctx.config.ladder, budget_note);
+  l.deadline.reset();
+  EndRung(inc, ctx.now, v.why);
+  if (v.failed.empty() || v.inconclusive) return ClimbFrom(ctx, inc, l.rung + 1);
+  BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kRestart));
+  std::vector<MachineId> bad;
+  for (const auto& [m, why] : v.failed) bad.push_back(m);
+  return OverEvict(ctx, inc, bad, "evicted " + JoinIds(bad) + " by stop-time diagnostics: " + v.why);
+}
+
+Status FinishReplay(RuleContext& ctx, Incident& inc, const std::string& budget_note) {
+  LadderStatus& l = ctx.state.ladder;
+  const int machines = static_cast<int>(ctx.state.placement.slots.size());
+  const int pp = std::max(1, ctx.state.spec.pp);
+  Result<ReplayPlan> plan = PlanReplay(machines, machines % pp == 0 ? pp : 1, ctx.config.ladder.replay_k);
+  std::vector<int> fh, fv;
+  std::string failed;
+  if (plan.ok()) {
+    for (size_t h = 0; h < plan->horizontal.size(); ++h) {
+      auto it = l.replay_results.find("h" + std::to_string(h));
+      if (it != l.replay_results.end() && !it->second) fh.push_back(static_cast<int>(h));
+    }
+    for (size_t v = 0; v < plan->vertical.size(); ++v) {
+      auto it = l.replay_results.find("v" + std::to_string(v));
+      if (it != l.replay_results.end() && !it->second) fv.push_back(static_cast<int>(v));
+    }
+  }
+  for (int h : fh) failed += (failed.empty() ? "h" : ", h") + std::to_string(h);
+  for (int v : fv) failed += (failed.empty() ? "v" : ", v") + std::to_string(v);
+  l.deadline.reset();
+  std::optional<int> slot = plan.ok() ? ReplayCulprit(*plan, fh, fv) : std::nullopt;
+  if (!slot) {
+    EndRung(inc, ctx.now, "no single culprit (failing groups: " + (failed.empty() ? "none" : failed) + ")" + budget_note);
+    return ClimbFrom(ctx, inc, l.rung + 1);
+  }
+  const MachineId culprit = ctx.state.placement.slots[*slot];
+  EndRung(inc, ctx.now, "culprit " + culprit + " (h" + std::to_string(fh[0]) + " x v" + std::to_string(fv[0]) + ")");
+  BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kRestart));
+  return OverEvict(ctx, inc, {culprit},
+                   "evicted " + culprit + " by dual-phase replay: the only machine in both failing groups (h" +
+                       std::to_string(fh[0]) + ", v" + std::to_string(fv[0]) + ")");
+}
+
+}  // namespace
+
+// A fault with no culprit: start the ladder, or, while it watches a restart
+// it decided, climb to the next rung. Faults during diagnostics or a replay
+// never reach here (the ladder holds the job).
+Status EnterLadder(RuleContext& ctx, Incident& inc, const std::string& trigger, int64_t step, bool reattempted) {
+  LadderStatus& l = ctx.state.ladder;
+  inc.localized = inc.localized.value_or(ctx.now);
+  if (l.state == LadderState::kWatching) {
+    inc.notes.push_back("ladder: the fault came back while watching (" + trigger + "): climbing on");
+    l.trigger = trigger + " (first: " + l.trigger + ")";
+    return ClimbFrom(ctx, inc, l.rung + 1);
+  }
+  l = LadderStatus{};
+  l.trigger = trigger;
+  l.trigger_step = step;
+  l.reattempted = reattempted;
+  inc.notes.push_back("ladder: " + trigger);
+  return ClimbFrom(ctx, inc, 0);
+}
+
+Status OnDiagnosticsReported(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<DiagnosticsReported>(e);
+  LadderStatus& l = ctx.state.ladder;
+  Incident* inc = LadderIncident(ctx, x.incident);
+  // Late answers for a rung already decided (its budget ran out) are kept out.
+  if (inc == nullptr || l.incident != x.incident) return Status::OK();
+  if (l.state == LadderState::kDiagnosing) {
+    if (std::find(l.machines.begin(), l.machines.end(), x.machine) == l.machines.end()) return Status::OK();
+    l.reports[x.machine] = MachineDiagnostics{x.results, x.alignment_hash};
+    for (const MachineId& m : l.machines) {
+      if (ctx.state.IsActive(m) && l.reports.count(m) == 0) return Status::OK();  // more to come
+    }
+    return FinishDiagnose(ctx, *inc, "");
+  }
+  if (l.state == LadderState::kReplaying) {
+    for (const DiagnosticResult& r : x.results) {
+      if (r.test.rfind("replay/", 0) == 0) l.replay_results[r.test.substr(7)] = r.passed;
+    }
+    const int machines = static_cast<int>(ctx.state.placement.slots.size());
+    const int pp = std::max(1, ctx.state.spec.pp);
+    Result<ReplayPlan> plan = PlanReplay(machines, machines % pp == 0 ? pp : 1, ctx.config.ladder.replay_k);
+    const size_t groups = plan.ok() ? plan->horizontal.size() + plan->vertical.size() : 0;
+    if (l.replay_results.size() < groups) return Status::OK();
+    return FinishReplay(ctx, *inc, "");
+  }
+  return Status::OK();
+}
+
+Status OnLadderDeadline(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<LadderDeadline>(e);
+  LadderStatus& l = ctx.state.ladder;
+  Incident* inc = LadderIncident(ctx, x.incident);
+  if (l.incident != x.incident || !l.deadline || x.observed < *l.deadline) return Status::OK();
+  if (inc == nullptr) {
+    // The episode ended under the ladder (it should not: steps and faults
+    // wait while it holds the job). Let go rather than hold the job, and
+    // its stopped ranks, forever; restart in place.
+    BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kExhausted));
+    l.deadline.reset();
+    ctx.state.restart_pending = true;
+    ctx.state.restart_reason = "the stop-time ladder lost its incident";
+    return Status::OK();
+  }
+  if (l.state == LadderState::kDiagnosing) {
+    return FinishDiagnose(ctx, *inc, " within " + FormatDuration(ctx.config.ladder.diagnose_budget));
+  }
+  if (l.state == LadderState::kReplaying) {
+    return FinishReplay(ctx, *inc, "; budget " + FormatDuration(ctx.config.ladder.replay_budget) + " ran out");
+  }
+  return Status::OK();
+}
+
+}  // namespace bulwark::controller::internal

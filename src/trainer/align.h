@@ -1,0 +1,35 @@
+// Bitwise alignment (ByteRobust §2.4, the NaN case): one fixed training step
+// whose result every healthy machine computes bit for bit the same.
+//
+//   bulwark-train --config tiny --align [--align-threads N] [--align-steps S]
+//
+// builds the configured model (its architecture: the job's own argv with
+// --align appended) with fixed weights (--seed), runs one forward and
+// backward on a fixed batch, and prints one JSON line
+//   {"align_hash":"<16 hex>","loss":...,"ms":...,"threads":N}
+// where the hash is FNV-1a over the loss's and every gradient's bits. No
+// data set, no rendezvous, no checkpoint: a diagnostic, run while the job
+// is stopped. It runs in fp32 on one thread by default: libtorch's CPU
+// reductions split work by thread count, so a different count may round
+// differently (measured: see docs/ladder.md), and machines must compare
+// like with like.
+//
+// Test hook (silent data corruption, emulated): BULWARK_SDC=nan|drift[:R]
+// corrupts the step's matmul results (one gradient element made NaN, or
+// perturbed by 1e-3 relative) with probability R (default 1) per step, with
+// no log line; the rank link's "sdc-nan"/"sdc-drift" inject turns the same
+// hook on in a training rank (sdc.h).
+#pragma once
+
+#include "common/status.h"
+#include "trainer/config.h"
+
+namespace bulwark::trainer {
+
+// With S > 1 it trains S steps (plain SGD) and hashes the parameters too;
+// under RANK/WORLD_SIZE/MASTER_* it is one group of a dual-phase replay:
+// every rank computes its own fixed batch and the gradients are averaged,
+// and rank 0 prints the line with "finite" (loss, grads, params all finite).
+Status RunAlign(const TrainConfig& cfg, int threads, int steps = 1);
+
+}  // namespace bulwark::trainer

@@ -1,0 +1,114 @@
+// Stop-time diagnostics with real code and real processes: the agent's GEMM
+// check, the emulated device's health, and bitwise alignment through
+// `bulwark-train --align` (its hash the same across processes, different on
+// a machine whose matmuls are silently corrupted).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "agent/diagnostics.h"
+#include "common/files.h"
+#include "support/process.h"
+
+namespace bulwark::agent {
+namespace {
+
+std::vector<std::string> Trainer(int threads = 1) {
+  return {testing::BinDir() + "/bulwark-train", "--config", "tiny", "--align-threads", std::to_string(threads)};
+}
+
+std::string Hash(const std::string& sdc = "", int threads = 1) {
+  std::string h;
+  TestOutcome o = AlignmentCheck(Trainer(threads), sdc, std::chrono::seconds(60), &h);
+  EXPECT_TRUE(o.passed) << o.detail;
+  EXPECT_EQ(h.size(), 16u) << o.detail;
+  return h;
+}
+
+TEST(Diagnostics, ComputeCheckKnowsTheAnswerAndCatchesOneWrongElement) {
+  TestOutcome ok = ComputeCheck();
+  EXPECT_TRUE(ok.passed) << ok.detail;
+  EXPECT_GT(ok.ms, 0);
+  TestOutcome bad = ComputeCheck(/*corrupt=*/true);
+  EXPECT_FALSE(bad.passed);
+  EXPECT_NE(bad.detail.find(std::string("!= known answer ") + ComputeCheckAnswer()), std::string::npos) << bad.detail;
+}
+
+TEST(Diagnostics, DeviceCheckReadsTheEmulatedDevice) {
+  const std::string dir = testing::MakeTempDir();
+  InspectorPaths p{dir + "/device", dir + "/nic", dir};
+  ASSERT_TRUE(WriteFileAtomic(p.device, std::string("ok\n")).ok());
+  EXPECT_TRUE(DeviceCheck(p).passed);
+  ASSERT_TRUE(WriteFileAtomic(p.device, std::string("Xid 79: GPU has fallen off the bus\n")).ok());
+  TestOutcome bad = DeviceCheck(p);
+  EXPECT_FALSE(bad.passed);
+  EXPECT_NE(bad.detail.find("Xid 79"), std::string::npos) << bad.detail;
+}
+
+TEST(Diagnostics, AlignmentHashIsTheSameInEveryProcessAndDiffersUnderCorruption) {
+  const std::string a = Hash(), b = Hash();
+  EXPECT_EQ(a, b) << "two processes, same step, same bits";
+  EXPECT_NE(Hash("drift"), a) << "one element off by 1e-3 relative changes the hash";
+  EXPECT_NE(Hash("nan"), a);
+}
+
+// Recorded rather than required: libtorch's CPU kernels may split a
+// reduction by thread count, so the default is one thread everywhere and
+// machines compare like with like (trainer/align.h).
+TEST(Diagnostics, AlignmentHashAcrossThreadCounts) {
+  const std::string one = Hash("", 1), two = Hash("", 2), two_again = Hash("", 2);
+  EXPECT_EQ(two, two_again) << "a fixed thread count is deterministic";
+  std::printf("alignment hash: 1 thread %s, 2 threads %s (%s)\n", one.c_str(), two.c_str(),
+              one == two ? "equal" : "differ");
+}
+
+TEST(Diagnostics, RunDiagnosticsRunsEachTestAndFailsWhatHasNoTimeLeft) {
+  const std::string dir = testing::MakeTempDir();
+  DiagnosticsRequest req;
+  req.tests = {"compute", "device", "alignment"};
+  req.health = {dir + "/device", dir + "/nic", dir};
+  req.trainer_argv = Trainer();
+  ASSERT_TRUE(WriteFileAtomic(req.health.device, std::string("ok\n")).ok());
+  DiagnosticsOutcome o = RunDiagnostics(req);
+  ASSERT_EQ(o.results.size(), 3u);
+  for (const TestOutcome& t : o.results) EXPECT_TRUE(t.passed) << t.test << ": " << t.detail;
+  EXPECT_EQ(o.alignment_hash.size(), 16u);
+
+  req.trainer_argv.clear();
+  DiagnosticsOutcome none = RunDiagnostics(req);
+  EXPECT_FALSE(none.results[2].passed);
+  EXPECT_NE(none.results[2].detail.find("no trainer command"), std::string::npos);
+
+  req.budget = std::chrono::milliseconds(1);
+  req.tests = {"compute", "alignment"};
+  req.trainer_argv = Trainer();
+  DiagnosticsOutcome late = RunDiagnostics(req);
+  EXPECT_FALSE(late.results[1].passed) << "the compute check used up the 1 ms budget";
+}
+
+// One replay group of two processes (two "machines"): rank 0 speaks for
+// the group; a silently corrupting member makes the group diverge.
+TEST(Diagnostics, AReplayGroupWithAnSdcMemberDiverges) {
+  auto replay = [](const std::string& sdc_on_rank1, int port) {
+    ReplayGroup g0{"h0", 0, 2, "127.0.0.1", port}, g1{"h0", 1, 2, "127.0.0.1", port};
+    TestOutcome r1;
+    std::thread other([&] { r1 = ReplayCheck(Trainer(), sdc_on_rank1, g1, 3, std::chrono::seconds(60)); });
+    TestOutcome r0 = ReplayCheck(Trainer(), "", g0, 3, std::chrono::seconds(60));
+    other.join();
+    EXPECT_TRUE(r1.passed) << r1.detail;
+    EXPECT_EQ(r0.test, "replay/h0");
+    return r0;
+  };
+  const int port = 31000 + static_cast<int>(::getpid() % 2000);
+  TestOutcome clean = replay("", port);
+  EXPECT_TRUE(clean.passed) << clean.detail;
+  TestOutcome clean2 = replay("", port + 1);
+  EXPECT_EQ(clean.detail, clean2.detail) << "a replay is deterministic";
+  TestOutcome bad = replay("nan", port + 2);
+  EXPECT_FALSE(bad.passed);
+  EXPECT_NE(bad.detail.find("diverged"), std::string::npos) << bad.detail;
+}
+
+}  // namespace
+}  // namespace bulwark::agent
