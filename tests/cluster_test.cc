@@ -333,7 +333,9 @@ TEST_F(MemoryCheckpoints, ShardedOptimizerBacksUpOverTheNetwork) {
 // wrong, and the later steps diverge.
 class FaultsThenCompletion : public MemoryCheckpoints, public ::testing::WithParamInterface<const char*> {
  protected:
-  static constexpr int kSteps = 160;
+  // Long enough that a fast machine is still training when the second
+  // fault comes (steps go on while a restart is observed).
+  static constexpr int kSteps = 300;
   std::vector<std::string> TrainerArgs() const {
     std::vector<std::string> a = {"--config", "tiny", "--data", *data_, "--steps", std::to_string(kSteps),
                                   "--log-format", "json", "--threads", "1", "--dist-timeout", "10",

@@ -12,7 +12,8 @@
 namespace bulwark {
 namespace {
 
-constexpr int kSteps = 240;
+// Long enough that a fast machine is still training at the second fault.
+constexpr int kSteps = 500;
 
 class Pipeline : public Cluster {
  protected:
