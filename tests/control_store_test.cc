@@ -11,10 +11,16 @@
 #include "plane/journal_compaction.h"
 #include "plane/plane.h"
 #include "plane/store.h"
+#include "support/agent_messages.h"
 #include "support/process.h"
 
 namespace bulwark::controller {
 namespace {
+
+using testing::DeviceFailed;
+using testing::Reg;
+using testing::Report;
+using testing::Step;
 
 TEST(Store, ReopenAfterCloseKeepsEverything) {
   const std::string path = testing::MakeTempDir() + "/c.db";
@@ -96,42 +102,6 @@ TEST(Store, CorruptDatabaseIsCorruptNamingThePath) {
 }
 
 // --- the plane: journal replay --------------------------------------------
-
-wire::RegisterRequest Reg(const std::string& m) {
-  wire::RegisterRequest r;
-  r.set_machine(m);
-  r.set_machine_dir("/tmp/" + m);
-  r.set_incarnation(7);
-  return r;
-}
-
-wire::ReportRequest Report(const std::string& m, std::vector<wire::AgentEvent> events) {
-  wire::ReportRequest r;
-  r.set_machine(m);
-  r.set_incarnation(7);
-  for (auto& e : events) *r.add_events() = e;
-  return r;
-}
-
-wire::AgentEvent Step(int64_t seq, int64_t step, int64_t gen, int64_t at_ms) {
-  wire::AgentEvent e;
-  e.set_kind(wire::AgentEvent::STEP);
-  e.set_seq(seq);
-  e.set_step(step);
-  e.set_generation(gen);
-  e.set_observed_ms(at_ms);
-  return e;
-}
-
-wire::AgentEvent DeviceFailed(int64_t seq, int64_t at_ms) {
-  wire::AgentEvent e;
-  e.set_kind(wire::AgentEvent::INSPECTION_FAILED);
-  e.set_seq(seq);
-  e.set_inspection("device");
-  e.set_detail("Xid 48");
-  e.set_observed_ms(at_ms);
-  return e;
-}
 
 JobLaunch Launch() {
   JobLaunch l;

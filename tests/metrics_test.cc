@@ -12,10 +12,16 @@
 #include "plane/metrics_server.h"
 #include "plane/metrics_text.h"
 #include "plane/plane.h"
+#include "support/agent_messages.h"
 #include "support/process.h"
 
 namespace bulwark::controller {
 namespace {
+
+using testing::DeviceFailed;
+using testing::Reg;
+using testing::Report;
+using testing::Step;
 
 // promtool's verdict on `text`: "" when it passes, else what it printed.
 std::string Promtool(const std::string& text) {
@@ -55,32 +61,6 @@ TEST(MetricsText, HistogramBucketsAreCumulative) {
   EXPECT_NE(t.find("d_seconds_sum 25.5\n"), std::string::npos) << t;
   EXPECT_NE(t.find("d_seconds_count 4\n"), std::string::npos) << t;
   EXPECT_EQ(Promtool(t), "");
-}
-
-wire::RegisterRequest Reg(const std::string& m) {
-  wire::RegisterRequest r;
-  r.set_machine(m);
-  r.set_machine_dir("/tmp/" + m);
-  r.set_incarnation(7);
-  return r;
-}
-
-wire::ReportRequest Report(const std::string& m, std::vector<wire::AgentEvent> events) {
-  wire::ReportRequest r;
-  r.set_machine(m);
-  r.set_incarnation(7);
-  for (auto& e : events) *r.add_events() = e;
-  return r;
-}
-
-wire::AgentEvent Step(int64_t seq, int64_t step, int64_t gen, int64_t at_ms) {
-  wire::AgentEvent e;
-  e.set_kind(wire::AgentEvent::STEP);
-  e.set_seq(seq);
-  e.set_step(step);
-  e.set_generation(gen);
-  e.set_observed_ms(at_ms);
-  return e;
 }
 
 // Two machines train, m02's device fails at 3 s, the standby m03 takes
