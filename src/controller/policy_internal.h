@@ -1,7 +1,8 @@
-// Helpers the policy's rule files share (policy.cc, ladder_rules.cc); not
+// Helpers the policy's rule files share (policy.cc, policy_implicit.cc, ladder_rules.cc); not
 // part of the policy's public surface (policy.h).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,25 @@
 #include "controller/policy.h"
 
 namespace bulwark::controller::internal {
+
+// Ranks exist only while the job is (re)starting or running; crashes and
+// steps reported in any other state are leftovers of ranks already stopped.
+bool RanksAreLive(JobState s);
+bool LadderEnabled(const PolicyConfig& c);
+// True while the stop-time ladder holds the job stopped for diagnostics.
+bool LadderHoldsJob(const ClusterState& s);
+
+// Opens an incident, or joins the open one: faults that arrive before the job
+// recovers belong to the same episode. A new explicit or implicit incident
+// starts the ledger's detection and localization; a manual one its manual phase.
+Result<Incident*> OpenIncident(RuleContext& ctx, IncidentClass cls, const std::string& cause,
+                               std::optional<Time> fault, bool localized = true);
+
+// The implicit-fault rules (policy_implicit.cc).
+Status OnHangSuspected(RuleContext& ctx, const Event& e);
+Status OnStacksAnalyzed(RuleContext& ctx, const Event& e);
+Status OnFailSlowSuspected(RuleContext& ctx, const Event& e);
+Status OnTrainingAnomaly(RuleContext& ctx, const Event& e);
 
 // Over-evicts `machines` (those still active) for `inc`, recording `why`.
 Status OverEvict(RuleContext& ctx, Incident& inc, const std::vector<MachineId>& machines, const std::string& why);

@@ -7,7 +7,6 @@
 
 #include "plane/actuator.h"
 #include "plane/codec.h"
-#include "plane/journal_compaction.h"
 #include "plane/kill_point.h"
 #include "common/files.h"
 
@@ -68,82 +67,6 @@ Result<std::unique_ptr<Plane>> Plane::Open(PlaneOptions options, Time now) {
   p->started_ = now;
   BULWARK_RETURN_IF_ERROR(p->Rebuild(now));
   return p;
-}
-
-Status Plane::Rebuild(Time now) {
-  Result<std::vector<MachineRow>> machines = store_->Machines();
-  if (!machines.ok()) return machines.status();
-  for (const MachineRow& m : *machines) {
-    Agent& a = agents_[m.id];
-    a.dir = m.dir;
-    a.shard_addr = m.shard_addr;
-    // A restarted controller has heard from nobody yet: give every agent a
-    // full timeout to reconnect before calling it lost.
-    a.last_heard = now;
-  }
-  Result<std::optional<JobRow>> job = store_->Job();
-  if (!job.ok()) return job.status();
-  if (!job->has_value()) return Status::OK();
-  const JobRow& row = **job;
-  json spec;
-  try {
-    spec = json::parse(row.spec_json);
-  } catch (const std::exception& e) {
-    return Status::Corrupt("job " + row.id + " in " + store_->path() + ": unreadable spec: " + e.what());
-  }
-  Result<JobLaunch> launch = DecodeLaunch(spec);
-  if (!launch.ok()) return launch.status().Annotate("job " + row.id);
-  launch_ = std::move(*launch);
-
-  Result<std::vector<JournalEntry>> journal = store_->Journal(row.id);
-  if (!journal.ok()) return journal.status();
-  size_t replayed = 0;
-  for (const JournalEntry& entry : *journal) {
-    const Time at = Now(TimeFromMs(entry.now_ms));
-    Result<JournalRow> rec = DecodeJournalRow(entry.json);
-    if (!rec.ok()) {
-      return rec.status().Annotate("journal entry " + std::to_string(entry.seq) + " of job " + row.id);
-    }
-    const std::string& type = rec->type;
-    Result<std::vector<Action>> actions = std::vector<Action>{};
-    if (type == "create") {
-      Result<Controller> c = Controller::Create(launch_->spec, options_.policy, rec->standbys, at);
-      if (!c.ok()) return c.status().Annotate("replaying job " + row.id);
-      controller_.emplace(std::move(*c));
-    } else if (!controller_) {
-      return Status::Corrupt("journal of job " + row.id + " does not begin with its creation");
-    } else if (type == "reconcile") {
-      actions = controller_->Reconcile(at);
-    } else if (type == "event") {
-      actions = controller_->Handle(*rec->event, at);
-    } else if (type == "done") {
-      done_step_ = rec->step;
-    }
-    if (rec->origin) {
-      Agent& a = agents_[rec->origin->machine];
-      a.incarnation = rec->origin->incarnation;
-      a.acked_seq = rec->origin->seq;
-    }
-    // Replay must take the same path the live controller took; a refusal
-    // here means the journal and the policy disagree.
-    if (!actions.ok()) return actions.status().Annotate("replaying journal entry " + std::to_string(entry.seq));
-    BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, /*deliver=*/false, at));
-    ++replayed;
-  }
-  Log("rebuilt job " + row.id + " from " + std::to_string(replayed) + " journal entries");
-  BULWARK_RETURN_IF_ERROR(CompactJournal(now));
-  // The detectors learned nothing from the journal (signals are not kept):
-  // a live job's ranks get the first step's allowance again.
-  monitors_.Stop();
-  if (controller_ && !done_step_) {
-    const JobState js = controller_->state().job;
-    if (js == JobState::kRestarting || js == JobState::kRunning) {
-      Topology layout = controller_->state().spec.topology();
-      layout.world = controller_->state().placement.world_size();
-      monitors_.Started(now, layout);
-    }
-  }
-  return Status::OK();
 }
 
 Plane::Agent& Plane::AgentFor(const std::string& machine) { return agents_[machine]; }
@@ -257,38 +180,6 @@ Status Plane::HandleLocked(const Event& e, Time now, const json& origin) {
   BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, /*deliver=*/true, now));
   if (KindOf(e) != EventKind::kStepCompleted || !actions->empty()) return SaveSnapshots(now);
   return Status::OK();
-}
-
-Status Plane::CompactJournal(Time now) {
-  appended_since_compaction_ = 0;
-  if (!launch_) return Status::OK();
-  Result<std::vector<JournalEntry>> journal = store_->Journal(launch_->spec.id);
-  if (!journal.ok()) return journal.status();
-  const std::vector<int64_t> drop = StepRowsToDrop(*journal);
-  if (drop.empty()) return Status::OK();
-  Result<Controller> full = ReplayJournal(launch_->spec, options_.policy, *journal, {});
-  Result<Controller> compacted = ReplayJournal(launch_->spec, options_.policy, *journal, drop);
-  if (!full.ok() || !compacted.ok()) {
-    Log("journal compaction skipped: replay failed: " + (full.ok() ? compacted.status() : full.status()).ToString());
-    return Status::OK();
-  }
-  if (ReplayFingerprint(*full, now) != ReplayFingerprint(*compacted, now)) {
-    Log("journal compaction skipped: replaying without " + std::to_string(drop.size()) +
-        " step rows would not rebuild the same state (kept everything)");
-    return Status::OK();
-  }
-  BULWARK_RETURN_IF_ERROR(store_->DropJournalRows(launch_->spec.id, drop));
-  Log("compacted the journal: dropped " + std::to_string(drop.size()) + " of " + std::to_string(journal->size()) +
-      " rows (step reports replay does not need)");
-  return Status::OK();
-}
-
-Status Plane::SaveSnapshots(Time now) {
-  BULWARK_RETURN_IF_ERROR(store_->PutSnapshot("incidents", IncidentsLocked().dump()));
-  BULWARK_RETURN_IF_ERROR(store_->PutSnapshot("ledger", LedgerLocked(now).dump()));
-  json p{{"generation", controller_->state().placement.generation},
-         {"slots", controller_->state().placement.slots}};
-  return store_->PutSnapshot("placement", p.dump());
 }
 
 Status Plane::Register(const wire::RegisterRequest& req, Time now) {

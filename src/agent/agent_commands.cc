@@ -1,0 +1,292 @@
+// The agent carrying out the controller's commands: starting and stopping
+// rank groups, emulated fault injections, stack traces and the stop-time
+// ladder's diagnostics, and forwarding the ranks' progress.
+#include "agent/agent_impl.h"
+
+namespace bulwark::agent::detail {
+
+void Agent::ApplyCommands() {
+  std::deque<wire::Command> batch;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    batch.swap(queue_);
+  }
+  if (!batch.empty()) WatchRanks();  // exits that happened before the command are observations
+  for (const wire::Command& c : batch) {
+    if (c.kind() == wire::Command::START_RANKS || c.kind() == wire::Command::STOP_RANKS) {
+      if (c.id() != applied_ && !echoes_.empty()) {
+        Log("dropping " + std::to_string(echoes_.DropAll()) + " peer-lost exit(s): the restart answers them");
+      }
+    }
+    switch (c.kind()) {
+      case wire::Command::START_RANKS: {
+        if (c.id() == applied_) break;  // already carrying it out
+        applied_ = c.id();
+        RankGroupSpec spec;
+        spec.generation = c.generation();
+        for (const auto& r : c.ranks()) spec.ranks.emplace_back(r.rank(), r.local_rank());
+        spec.world_size = c.world_size();
+        spec.local_world_size = c.local_world_size();
+        spec.master_addr = c.master_addr();
+        spec.master_port = c.master_port();
+        spec.argv.assign(c.argv().begin(), c.argv().end());
+        spec.env.insert(c.env().begin(), c.env().end());
+        spec.env[client::kShardSocketEnv] = ShardSocketPath();
+        spec.env[client::kRankSocketEnv] = links_->path();
+        if (c.spike_factor() > 0) spec.env[client::kSpikeFactorEnv] = std::to_string(c.spike_factor());
+        // The job's command is the alignment test's reference model; an
+        // injected SDC stays with the machine, through every restart.
+        job_argv_ = spec.argv;
+        if (!sdc_.empty()) spec.env["BULWARK_SDC"] = sdc_;
+        // Local rank i holds the backup of backup_of[i] (a replicated-state
+        // job writes it from its own memory: client/shard_client.h).
+        for (size_t i = 0; i < spec.ranks.size(); ++i) {
+          const int local = spec.ranks[i].second;
+          if (local >= 0 && local < c.backup_of_size()) {
+            spec.rank_env[spec.ranks[i].first][client::kShardBackupOfEnv] = std::to_string(c.backup_of(local));
+          }
+        }
+        ShardRoutes routes;
+        routes.backup_machine = c.backup_machine();
+        routes.backup_addr = c.backup_addr();
+        for (const auto& src : c.restore_from()) routes.restore_from.push_back({src.rank(), src.machine(), src.addr()});
+        routes.durable_dir = c.durable_dir();
+        routes.persist_every = c.persist_every();
+        std::vector<int> ranks;
+        for (const auto& r : spec.ranks) ranks.push_back(r.first);
+        // Fetching copies from peers overlaps the ranks' start-up.
+        shards_->SetRoutes(routes, ranks);
+        // The old ranks' last reports, read before they were stopped, are
+        // the old generation's, not this one's progress (a step 500 would
+        // hide steps 41.. from the ledger). Stopped first, so that what
+        // they print while stopping is behind the new followers.
+        supervisor_.StopAll();
+        ForwardRankLinks(/*progress=*/false);
+        followers_.clear();
+        std::shared_ptr<const ProgressPattern> progress = ProgressFrom(c);
+        // Followers start at each log's current end, before the rank writes.
+        for (const auto& r : spec.ranks) {
+          followers_.emplace(r.first, LogFollower(supervisor_.LogPath(r.first), progress));
+          last_progress_[r.first] = Clock::now();
+        }
+        Status st = supervisor_.Start(spec);
+        Log("generation " + std::to_string(spec.generation) + ": started " + std::to_string(spec.ranks.size()) +
+            " ranks (" + c.reason() + ")" + (st.ok() ? "" : ": " + st.ToString()));
+        reported_step_ = 0;
+        break;
+      }
+      case wire::Command::STOP_RANKS:
+        if (c.id() == applied_) break;
+        applied_ = c.id();
+        supervisor_.StopAll();
+        ForwardRankLinks(/*progress=*/false);
+        followers_.clear();
+        Log("stopped ranks (" + c.reason() + ")");
+        break;
+      case wire::Command::INJECT:
+        Inject(c.inject(), c.inject_rank(), c.inject_where(), c.inject_factor());
+        break;
+      case wire::Command::TRACE:
+        Trace(c.id());
+        break;
+      case wire::Command::DIAGNOSE:
+        Diagnose(c);
+        break;
+      case wire::Command::RESET_HEALTH:
+        slow_.Stop();
+        sdc_.clear();
+        ResetEmulatedHealth(health_paths_);
+        device_reported_ = disk_reported_ = memory_reported_ = false;
+        Log("emulated device and NIC reset to healthy");
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+void Agent::Inject(const std::string& fault, int rank, const std::string& where, double factor) {
+  if (rank < 0) rank = supervisor_.FirstRank();
+  Log("injecting " + fault + (rank >= 0 ? " (rank " + std::to_string(rank) + ")" : ""));
+  const bool needs_rank = fault == "crash" || fault == "kill" || fault == "corrupt-shard" || fault == "hang" ||
+                          fault == "nan" || fault == "loss-spike";
+  if (needs_rank && rank < 0) {
+    Log("nothing to " + fault + ": no rank runs on this machine");
+    return;
+  }
+  if (fault == "crash") {
+    // What an uncaught C++ exception in a rank looks like: the runtime
+    // prints the exception and calls abort().
+    FILE* f = std::fopen(supervisor_.LogPath(rank).c_str(), "a");
+    if (f != nullptr) {
+      std::fputs("terminate called after throwing an instance of 'c10::Error'\n"
+                 "  what():  Expected all tensors to be on the same device, but found at least two "
+                 "devices, cpu and meta! (injected by bulwark)\n", f);
+      std::fclose(f);
+    }
+    if (Status st = supervisor_.Signal(rank, SIGABRT); !st.ok()) Log(st.ToString());
+  } else if (fault == "corrupt-shard") {
+    // Bit rot in the newest in-memory shard, then the rank dies: the
+    // restore must notice the damage and take another copy.
+    std::optional<int64_t> step = shards_->Corrupt(rank);
+    Log(step ? "flipped a bit in rank " + std::to_string(rank) + "'s shard of step " + std::to_string(*step)
+             : "rank " + std::to_string(rank) + " has no shard in memory to corrupt");
+    if (Status st = supervisor_.Signal(rank, SIGKILL); !st.ok()) Log(st.ToString());
+  } else if (fault == "kill") {
+    if (Status st = supervisor_.Signal(rank, SIGKILL); !st.ok()) Log(st.ToString());
+  } else if (fault == "machine-down") {
+    // The agent and, through PDEATHSIG, its ranks die at once.
+    ::kill(::getpid(), SIGKILL);
+  } else if (fault == "device-fail") {
+    WriteFileAtomic(health_paths_.device,
+                    std::string("Xid 48: uncorrectable ECC error (double-bit) on device 0\n"));
+  } else if (fault == "nic-flap") {
+    WriteFileAtomic(health_paths_.nic, std::string("down\n"));
+    nic_up_at_ = Clock::now() + kNicFlapDown;
+  } else if (fault == "slow") {
+    // The machine itself is slow from now on, whatever runs on it, until
+    // an operator repairs it (RESET_HEALTH).
+    slow_.Start(factor);
+  } else if (fault == "sdc") {
+    // The machine corrupts matmuls from now on (trainer/sdc.h): its
+    // running ranks at once, its later ranks and its alignment runs
+    // through BULWARK_SDC. `where` is the mode, `factor` the rate.
+    sdc_ = (where.empty() ? std::string("nan") : where) + ":" + std::to_string(factor > 0 ? factor : 1.0);
+    for (const auto& [r, pid] : supervisor_.Pids()) {
+      if (Status st = links_->Send(pid, "INJECT sdc-" + sdc_); !st.ok()) Log("cannot inject sdc: " + st.ToString());
+    }
+  } else if (fault == "hang" || fault == "nan" || fault == "loss-spike") {
+    // The trainer's test hook (client/rank_link.h) does it inside the rank,
+    // so its stacks and values are the real thing.
+    auto pid = supervisor_.Pids().find(rank);
+    if (pid == supervisor_.Pids().end()) {
+      Log("rank " + std::to_string(rank) + " does not run here");
+      return;
+    }
+    const std::string what = fault == "hang" ? "hang-" + (where.empty() ? std::string("collective") : where) : fault;
+    if (Status st = links_->Send(pid->second, "INJECT " + what); !st.ok()) Log("cannot inject " + what + ": " + st.ToString());
+  }
+}
+
+void Agent::Trace(const std::string& id) {
+  std::map<int, pid_t> pids = supervisor_.Pids();
+  Log("capturing the stacks of " + std::to_string(pids.size()) + " rank(s) for " + id);
+  const auto started = Clock::now();
+  tracers_.emplace_back([this, id, pids, started] {
+    wire::StacksRequest req;
+    req.set_machine(o_.machine);
+    req.set_incarnation(incarnation_);
+    req.set_trace(id);
+    for (const auto& [rank, pid] : pids) {
+      wire::RankStack* s = req.add_stacks();
+      s->set_rank(rank);
+      s->set_pid(pid);
+      Result<CapturedStack> st = CaptureStacks(pid, std::chrono::milliseconds(2000));
+      if (st.ok()) {
+        s->set_text(st->text);
+        s->set_capture_ms(st->ms);
+      } else {
+        s->set_error(st.status().message());
+      }
+    }
+    auto rpc = wire::AgentService::NewStub(Channel());
+    grpc::ClientContext ctx;
+    Prepare(&ctx, kCallDeadline);
+    wire::StacksReply reply;
+    grpc::Status st = rpc->UploadStacks(&ctx, req, &reply);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+    Log((st.ok() ? "sent the stacks for " : "sending the stacks for ") + id + (st.ok() ? "" : " failed: " + st.error_message()) +
+        " (" + std::to_string(static_cast<int>(ms)) + " ms after the request)");
+  });
+}
+
+void Agent::Diagnose(const wire::Command& c) {
+  if (!diagnosed_.insert(c.id()).second) return;  // a resent command
+  // The tests need the machine to themselves; the controller's STOP_RANKS
+  // for the same decision may arrive after this one-shot.
+  supervisor_.StopAll();
+  ForwardRankLinks(/*progress=*/false);
+  followers_.clear();
+  DiagnosticsRequest req;
+  req.tests.assign(c.tests().begin(), c.tests().end());
+  req.budget = std::chrono::milliseconds(c.budget_ms() > 0 ? c.budget_ms() : 60000);
+  req.trainer_argv = job_argv_;
+  req.sdc = sdc_;
+  req.health = health_paths_;
+  for (const wire::ReplayAssignment& x : c.replay()) {
+    req.replay.push_back({x.group(), x.rank(), x.world(), x.master_addr(), x.master_port()});
+  }
+  const int64_t incident = c.incident();
+  Log("running diagnostics for incident " + std::to_string(incident) + " (" + std::to_string(req.tests.size()) +
+      " test(s), budget " + std::to_string(req.budget.count()) + " ms)");
+  tracers_.emplace_back([this, req, incident] {
+    DiagnosticsOutcome out = RunDiagnostics(req);
+    wire::AgentEvent e;
+    e.set_kind(wire::AgentEvent::DIAGNOSTICS);
+    e.set_incident(incident);
+    e.set_alignment_hash(out.alignment_hash);
+    std::string line;
+    for (const TestOutcome& t : out.results) {
+      wire::TestResult* r = e.add_results();
+      r->set_test(t.test);
+      r->set_passed(t.passed);
+      r->set_detail(t.detail);
+      r->set_ms(t.ms);
+      line += " " + t.test + (t.passed ? " ok " : " FAILED ") + std::to_string(static_cast<int>(t.ms)) + " ms";
+    }
+    Log("diagnostics for incident " + std::to_string(incident) + ":" + line);
+    std::lock_guard<std::mutex> lock(diagnostics_mu_);
+    diagnostics_done_.push_back(std::move(e));
+  });
+}
+
+void Agent::EmitDiagnostics() {
+  std::vector<wire::AgentEvent> done;
+  {
+    std::lock_guard<std::mutex> lock(diagnostics_mu_);
+    done.swap(diagnostics_done_);
+  }
+  for (wire::AgentEvent& e : done) Emit(std::move(e));
+}
+
+std::shared_ptr<const ProgressPattern> Agent::ProgressFrom(const wire::Command& c) {
+  auto it = c.env().find(kProgressRegexEnv);
+  if (it == c.env().end() || it->second.empty()) return nullptr;
+  Result<ProgressPattern> p = ProgressPattern::Compile(it->second);
+  if (!p.ok()) {
+    Log("no progress from the ranks' output: " + p.status().message());
+    return nullptr;
+  }
+  return std::make_shared<const ProgressPattern>(std::move(*p));
+}
+
+void Agent::SignalProgress(int rank, const std::vector<LogFollower::Progress>& lines) {
+  for (const LogFollower::Progress& p : lines) {
+    client::StepSignal s;
+    s.step = p.match.step;
+    s.loss = p.match.loss.value_or(0);
+    s.step_ms = std::chrono::duration<double, std::milli>(p.seen - last_progress_[rank]).count();
+    s.observed_ms = Ms(p.seen);
+    last_progress_[rank] = p.seen;
+    signals_.Add(rank, supervisor_.generation(), s.Format());
+  }
+}
+
+void Agent::ReadRankLinks() {
+  ForwardRankLinks(/*progress=*/true);
+  std::set<pid_t> pids;
+  for (const auto& [rank, pid] : supervisor_.Pids()) pids.insert(pid);
+  slow_.SetPids(std::move(pids));
+}
+
+void Agent::ForwardRankLinks(bool progress) {
+  for (RankLinkServer::Message& m : links_->Take()) {
+    if (progress && m.rank == 0 && m.text.compare(0, 5, "STEP ") == 0) {
+      Result<client::StepSignal> step = client::StepSignal::Parse(m.text);
+      if (step.ok() && step->halted.empty()) ReportStep(step->step);  // a held-back step did not complete
+    }
+    signals_.Add(m.rank, supervisor_.generation(), m.text);
+  }
+}
+
+}  // namespace bulwark::agent::detail

@@ -1,0 +1,213 @@
+// Agent: the per-machine agent's state and loops, shared by agent.cc (the
+// main loop, the controller link, observation and inspection) and
+// agent_commands.cc (carrying out the controller's commands). Private to
+// src/agent; agent.h is the public entry point (RunAgent).
+#pragma once
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "agent/diagnostics.h"
+#include "agent/echo_hold.h"
+#include "agent/inspector.h"
+#include "agent/monitor.h"
+#include "agent/rank_link_server.h"
+#include "agent/slow_injector.h"
+#include "agent/tracer.h"
+#include "agent/shard_store.h"
+#include "agent/signatures.h"
+#include "agent/supervisor.h"
+#include "bulwark.grpc.pb.h"
+#include "client/shard_socket.h"
+#include "cluster/layout.h"
+#include "cluster/tls.h"
+#include "common/exit_codes.h"
+#include "common/files.h"
+#include "common/progress_pattern.h"
+#include "common/token.h"
+#include "agent/agent.h"
+
+namespace bulwark::agent {
+namespace detail {
+
+
+using Clock = std::chrono::system_clock;
+constexpr auto kLoopPeriod = std::chrono::milliseconds(100);
+// A rank that exits with kExitPeerLost says a *peer* failed. Its report waits
+// this long for the culprit's own report to reach the controller and the
+// restart to come back; if the restart comes first the exit is the fault's
+// echo and is dropped, so the incident names the culprit, not a survivor.
+// It outlasts the controller's heartbeat timeout (2 s) plus a report period
+// and its tick, so that a dead peer machine is found by its silence before a
+// survivor is blamed.
+constexpr auto kPeerLostGrace = std::chrono::milliseconds(4000);
+constexpr auto kReportPeriod = std::chrono::milliseconds(500);
+constexpr auto kInspectPeriod = std::chrono::milliseconds(1000);
+constexpr auto kCallDeadline = std::chrono::milliseconds(1500);
+constexpr auto kStreamDeadline = std::chrono::seconds(30);
+constexpr auto kNicFlapDown = std::chrono::milliseconds(2000);
+// A rank stopped (T) or in uninterruptible sleep (D) this long is reported
+// as a failed process inspection (PolicyConfig::process_stuck's default).
+constexpr auto kProcessStuck = std::chrono::seconds(10);
+
+
+inline std::atomic<bool> g_stop{false};
+inline void OnSignal(int) { g_stop = true; }
+
+inline int64_t Ms(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+inline void Log(const std::string& line) {
+  std::fprintf(stderr, "agent: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+class Agent {
+ public:
+  Agent(AgentOptions o, std::string token, SignatureTable sigs, std::unique_ptr<ShardStore> shards,
+        std::unique_ptr<RankLinkServer> links)
+      : o_(std::move(o)), layout_{o_.dir}, token_(std::move(token)), sigs_(std::move(sigs)),
+        supervisor_(layout_.ranks(o_.machine)), incarnation_(Ms(Clock::now())), shards_(std::move(shards)),
+        links_(std::move(links)) {
+    health_paths_ = {layout_.device(o_.machine), layout_.nic(o_.machine), layout_.machine(o_.machine)};
+  }
+
+  Status Run();
+
+ private:
+  // --- the controller connection ---------------------------------------
+  std::shared_ptr<grpc::Channel> Channel();
+
+  void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds deadline);
+
+  bool Register();
+
+  // Reads commands into the queue the main thread drains. Reopens the stream
+  // whenever it ends: deadline, controller restart, network trouble.
+  void CommandLoop();
+
+  void Report();
+
+  void Emit(wire::AgentEvent e);
+
+  // --- commands ------------------------------------------------------------
+  void ApplyCommands();
+
+  // Emulated faults. Each only causes the fault; what follows (detection,
+  // event, decision, recovery) is the ordinary code path.
+  void Inject(const std::string& fault, int rank, const std::string& where, double factor);
+
+  // Captures every rank's stacks on a thread of its own (eu-stack takes
+  // tens of milliseconds a process; the main loop keeps its 100 ms beat)
+  // and sends them up.
+  void Trace(const std::string& id);
+
+  // Stop-time diagnostics (diagnostics.h) on a thread of their own: the
+  // alignment run takes seconds; the main loop keeps its beat and sends the
+  // answer as an event when it is in.
+  void Diagnose(const wire::Command& c);
+  void EmitDiagnostics();
+
+  // The job's progress pattern, when its environment carries one (the job
+  // file's `progress: {regex}`); `bulwark submit` refused a bad one, so an
+  // error here is a hand-made environment, logged and ignored.
+  std::shared_ptr<const ProgressPattern> ProgressFrom(const wire::Command& c);
+
+  // Lines that matched the progress pattern become step signals, exactly
+  // what a rank speaking the rank link would send: the hang detector and
+  // the ledger cannot tell the difference. The step time is the gap between
+  // matched lines (the first one's includes the rank's start-up, which the
+  // hang detector's warm-up steps do not learn from). Compute and
+  // collective times are unknown: 0, so the fail-slow detector, which
+  // compares compute time, never flags such a job.
+  void SignalProgress(int rank, const std::vector<LogFollower::Progress>& lines);
+
+  void ReadRankLinks();
+
+  // Hands what the ranks said to the signal sum. With `progress`, rank 0's
+  // steps are also the job's progress: a job that speaks only the link (the
+  // Python client) prints no JSON step lines.
+  void ForwardRankLinks(bool progress);
+
+  std::string ShardSocketPath() const { return layout_.machine(o_.machine) + "/shards.sock"; }
+
+  // --- observation -------------------------------------------------------
+  void WatchRanks();
+
+  // Rank 0 completed `step`: a STEP event for the job's progress and the
+  // ledger. Two sources feed it (JSON step lines in the log, or lines the
+  // progress pattern matches; and the rank link), which may lag each other,
+  // so only a step beyond the last reported one is news: a step going back
+  // would read as recomputation in the ledger. reported_step_ restarts at 0
+  // with every generation.
+  void ReportStep(int64_t step);
+
+  // Reports the peer-lost exits whose grace ran out with no restart.
+  void ReleaseEchoes();
+
+  void InspectMachine();
+
+  // A stuck rank is a failed process inspection. The machine's own slow
+  // emulation stops ranks on purpose: not judged while it runs.
+  void InspectRankProcesses();
+
+  AgentOptions o_;
+  cluster::Layout layout_;
+  std::string token_;
+  SignatureTable sigs_;
+  Supervisor supervisor_;
+  const int64_t incarnation_;
+  InspectorPaths health_paths_;
+  std::unique_ptr<ShardStore> shards_;
+  std::unique_ptr<RankLinkServer> links_;
+  SignalSum signals_;
+  SlowInjector slow_;
+  std::vector<std::thread> tracers_;
+  // Stop-time diagnostics: the job's command (the alignment reference), the
+  // emulated SDC ("" none, "nan:1.000000"), commands already run, answers in.
+  std::vector<std::string> job_argv_;
+  std::string sdc_;
+  std::set<std::string> diagnosed_;
+  std::mutex diagnostics_mu_;
+  std::vector<wire::AgentEvent> diagnostics_done_;
+  StuckRanks stuck_{kProcessStuck};
+
+  std::mutex channel_mu_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::string channel_addr_;
+  std::mutex stream_mu_;
+  grpc::ClientContext* stream_ctx_ = nullptr;
+  std::mutex queue_mu_;
+  std::deque<wire::Command> queue_;
+
+  // Main thread only.
+  bool registered_ = false;
+  int64_t seq_ = 0;
+  std::deque<wire::AgentEvent> pending_;
+  EchoHold<wire::AgentEvent, Clock> echoes_{kPeerLostGrace};
+  Clock::time_point last_report_ok_ = Clock::now();
+  std::string applied_;
+  std::map<int, LogFollower> followers_;
+  std::map<int, Clock::time_point> last_progress_;  // by rank: the last matched progress line, or the start
+  int64_t reported_step_ = 0;
+  bool device_reported_ = false, disk_reported_ = false, memory_reported_ = false;
+  bool nic_was_up_ = true;
+  std::optional<Clock::time_point> nic_up_at_;
+};
+
+}  // namespace detail
+}  // namespace bulwark::agent
