@@ -64,7 +64,14 @@ TEST_F(Ecosystem, AScriptsPrintedStepsAreItsProgressAndItsSilenceAHang) {
   std::ofstream(HangFile()) << "stop printing\n";
   inject_ms_ = NowMs();
   s = WaitFor("the silence to be called a hang", 20, [](const json& s) { return s["job"]["incidents"] >= 1; });
-  json inc = Query("incidents").back();
+  // The incident opens at detection and is resolved once the stacks are in.
+  json inc;
+  WaitFor("the hang's stacks analyzed", 20, [&](const json&) {
+    json all = Query("incidents");
+    if (!all.is_array() || all.empty()) return false;
+    inc = all.back();
+    return inc.value("resolution", "open") != "open";
+  });
   Report("script hang");
   EXPECT_EQ(inc["class"], "implicit") << inc.dump();
   EXPECT_NE(inc["cause"].get<std::string>().find("hang suspected"), std::string::npos) << inc.dump();
