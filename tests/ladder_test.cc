@@ -278,6 +278,29 @@ TEST(LadderPolicy, AllPassRollsBackToNothingThenReplayNamesTheIntersection) {
   EXPECT_EQ(j.Last().rungs[2].ended, S(45));
 }
 
+TEST(LadderPolicy, AfterAnUpdateTheRollbackRungReturnsToThePreviousRelease) {
+  LadderJob j;
+  // The job was updated in place (release 2) and ran on.
+  EXPECT_EQ(j.Do(ReleaseCreated{2, true, "new loss scaling", S(10.5)}),
+            (Lines{"restart_all g2 m01,m02,m03,m04 ckpt 0 r2"}));
+  j.Do(StepCompleted{11, S(11)});
+  j.Nan(12, 12);  // first: a plain reattempt (g3)
+  j.Do(StepCompleted{11, S(14)});
+  j.Nan(12, 15);  // again: diagnose
+  for (const char* m : {"m01", "m02", "m03"}) j.Report(m, 18);
+  EXPECT_EQ(j.Report("m04", 19), (Lines{"restart_all g4 m01,m02,m03,m04 ckpt 0"}))
+      << "every machine passed and reattempt was spent: back to release 1";
+  const Incident& inc = j.Last();
+  ASSERT_EQ(inc.rungs.size(), 2u);
+  EXPECT_EQ(inc.rungs[1].rung, "rollback");
+  EXPECT_EQ(inc.rungs[1].outcome, "rolled back release 2 -> 1");
+  EXPECT_EQ(inc.resolution, Resolution::kRolledBack);
+  EXPECT_EQ(j.ladder().state, LadderState::kWatching) << "it watches the rolled-back release like a reattempt";
+  // The fault comes back on release 1 too: the next rung (replay).
+  j.Do(StepCompleted{11, S(21)});
+  EXPECT_EQ(j.Nan(12, 22), (Lines{"diagnose i4 replay"}));
+}
+
 TEST(LadderPolicy, NothingFoundAnywhereStopsTheJobAsDeterministic) {
   LadderJob j;  // pp=1, DP=4: k=2 gives 2 horizontal and 2 vertical groups
   j.Nan(11, 11);

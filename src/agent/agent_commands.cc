@@ -54,6 +54,12 @@ void Agent::ApplyCommands() {
         routes.persist_every = c.persist_every();
         std::vector<int> ranks;
         for (const auto& r : spec.ranks) ranks.push_back(r.first);
+        // Requeue mode: the machine counts as given back and acquired cold.
+        if (c.fresh_machines()) {
+          supervisor_.StopAll();
+          shards_->Forget();
+          Log("fresh machine (requeue): forgot every in-memory copy");
+        }
         // Fetching copies from peers overlaps the ranks' start-up.
         shards_->SetRoutes(routes, ranks);
         // The old ranks' last reports, read before they were stopped, are

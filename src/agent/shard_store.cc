@@ -339,6 +339,14 @@ ShardStats ShardStore::Stats() const {
   return impl_->stats_;
 }
 
+void ShardStore::Forget() {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  impl_->primaries_.clear();
+  impl_->backups_.clear();
+  impl_->fetched_.clear();
+  impl_->work_.clear();
+}
+
 std::optional<int64_t> ShardStore::Corrupt(int rank) {
   std::lock_guard<std::mutex> lock(impl_->mu_);
   auto p = impl_->primaries_.find(rank);

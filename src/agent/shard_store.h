@@ -70,6 +70,9 @@ class ShardStore {
   // the sources before any of them asks to restore.
   void SetRoutes(const ShardRoutes& routes, const std::vector<int>& ranks);
   std::vector<ShardHolding> Holdings() const;
+  // The machine was given back and acquired again (requeue mode): forget
+  // every copy held, own and backups, as a fresh machine would not have them.
+  void Forget();
   ShardStats Stats() const;
   // Emulated memory corruption: flips a bit in the newest image `rank` wrote
   // here; returns its step, nullopt when there is none.

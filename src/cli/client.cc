@@ -113,4 +113,26 @@ bulwark::Result<std::string> ControlClient::ReturnMachine(const std::string& mac
   return reply.note();
 }
 
+Result<int> ControlClient::Update(const wire::UpdateRequest& req) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  wire::UpdateReply reply;
+  BULWARK_RETURN_IF_ERROR(FromGrpc(rpc_->Update(&ctx, req, &reply), "update", address_));
+  return reply.release();
+}
+
+bulwark::Status ControlClient::Rollback(int to, const std::string& why) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  wire::RollbackRequest req;
+  req.set_to(to);
+  req.set_why(why);
+  wire::RollbackReply reply;
+  return FromGrpc(rpc_->Rollback(&ctx, req, &reply), "rollback", address_);
+}
+
+Result<nlohmann::json> ControlClient::Releases() {
+  return Query(&wire::ControlService::Stub::Releases, "releases");
+}
+
 }  // namespace bulwark::cli

@@ -26,6 +26,10 @@ class ControlClient {
                          const std::string& where = "", double factor = 0);
   // The controller's note for the operator ("" when there is nothing to add).
   bulwark::Result<std::string> ReturnMachine(const std::string& machine);
+  // The release number the controller gave it.
+  Result<int> Update(const wire::UpdateRequest& req);
+  bulwark::Status Rollback(int to, const std::string& why);
+  Result<nlohmann::json> Releases();
   const std::string& address() const { return address_; }
 
  private:

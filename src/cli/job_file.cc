@@ -81,7 +81,7 @@ Result<JobFile> ParseYaml(const std::string& text, const std::string& source, co
   if (!root.IsMap()) return Status::InvalidArgument(source + ": expected a mapping of fields (name, world_size, ...)");
   static const std::set<std::string> kKnown = {"name", "world_size", "ranks_per_machine", "command",
                                                "args", "env",        "checkpoint",        "parallel",
-                                               "progress"};
+                                               "progress",   "recovery"};
   for (const auto& kv : root) {
     Result<std::string> k = Key(kv.first, source, "the top level");
     if (!k.ok()) return k.status();
@@ -89,7 +89,7 @@ Result<JobFile> ParseYaml(const std::string& text, const std::string& source, co
     if (kKnown.count(key) == 0) {
       return FieldError(source, key,
                         "unknown field; known: name, world_size, ranks_per_machine, command, args, env, checkpoint, "
-                        "parallel, progress");
+                        "parallel, progress, recovery");
     }
   }
   JobFile job;
@@ -190,6 +190,32 @@ Result<JobFile> ParseYaml(const std::string& text, const std::string& source, co
       return FieldError(source, "progress", std::string("and env ") + kProgressRegexEnv + " both set; keep one");
     }
     job.env[kProgressRegexEnv] = job.progress_regex;
+  }
+  if (const YAML::Node rec = root["recovery"]) {
+    static const char* kHint = "e.g. 'recovery: {mode: requeue, provisioning_delay_s: 600}'";
+    if (!rec.IsMap()) return FieldError(source, "recovery", std::string("expected a mapping, ") + kHint);
+    for (const auto& kv : rec) {
+      Result<std::string> k = Key(kv.first, source, "field 'recovery'");
+      if (!k.ok()) return k.status();
+      if (*k != "mode" && *k != "provisioning_delay_s") {
+        return FieldError(source, "recovery." + *k,
+                          std::string("unknown field; known: mode, provisioning_delay_s, ") + kHint);
+      }
+    }
+    if (rec["mode"]) {
+      const std::string mode = rec["mode"].IsScalar() ? rec["mode"].as<std::string>() : "";
+      if (mode != "standby" && mode != "requeue") {
+        return FieldError(source, "recovery.mode", "expected standby (bulwark's warm standbys, the default) or "
+                                                   "requeue (the conventional baseline), got '" + mode + "'");
+      }
+      job.requeue = mode == "requeue";
+    }
+    if (rec["provisioning_delay_s"]) {
+      Result<int> d = NonNegativeInt(rec["provisioning_delay_s"], source, "recovery.provisioning_delay_s",
+                                     "seconds a requeued job waits for machines acquired cold");
+      if (!d.ok()) return d.status();
+      job.provisioning_delay_s = *d;
+    }
   }
   // bulwark-train's own --pp must say what the controller is told: the
   // stack analyzer, fail-slow cohorts and backup peers follow `parallel`.

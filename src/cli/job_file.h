@@ -10,6 +10,9 @@
 //     persist_every: 50        # also persist them to durable storage every N steps; 0: never
 //   progress:                  # optional; steps read from each rank's output (common/progress_pattern.h)
 //     regex: 'step (?P<step>\d+) loss (?P<loss>\S+)'
+//   recovery:                  # optional; how faults are recovered (controller/job.h)
+//     mode: requeue            # standby (default) or requeue: the conventional baseline
+//     provisioning_delay_s: 600  # requeue: modeled wait for machines acquired cold
 #pragma once
 
 #include <map>
@@ -33,6 +36,10 @@ struct JobFile {
   // progress.regex as written (named groups); "" when the job reports its
   // steps over the rank link or not at all. Submit puts it in `env`.
   std::string progress_regex;
+  // recovery: requeue mode and its modeled provisioning delay (-1: the
+  // controller's default).
+  bool requeue = false;
+  int provisioning_delay_s = -1;
 
   // The controller's default (controller/launch.h), repeated here because
   // the wire's 0 means "never", so the CLI must send the default itself.

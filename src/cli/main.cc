@@ -6,6 +6,7 @@
 //   bulwark status|incidents|ledger [--json] [--dir D]
 //   bulwark inject crash|kill|machine-down|device-fail|nic-flap|corrupt-shard --machine ID [--rank R]
 //   bulwark machine return --machine ID
+//   bulwark update JOB.yaml [--now] [--why TEXT] | rollback [--to N] [--why TEXT] | releases [--json]
 //   bulwark demo [--json] [--out runs/demo] [--data data/kjv] [--steps N]  the main job (src/demo/demo.h)
 //   bulwark bench-recovery [--repeat 3] [--config tiny]  recovery figures per fault class
 //   bulwark bench-checkpoint [--rounds 2] [--config small] in-memory checkpoint cost and restores
@@ -30,6 +31,7 @@
 #include "agent/agent.h"
 #include "cli/client.h"
 #include "cli/job_file.h"
+#include "cli/release_commands.h"
 #include "cluster/layout.h"
 #include "cluster/tls.h"
 #include "cluster/local/local_cluster.h"
@@ -56,7 +58,7 @@ struct Args {
   }
 };
 
-const std::set<std::string> kBoolFlags = {"json", "init", "help", "shard-optimizer", "tls"};
+const std::set<std::string> kBoolFlags = {"json", "init", "help", "shard-optimizer", "tls", "now"};
 
 Result<Args> ParseArgs(int argc, char** argv) {
   Args a;
@@ -251,6 +253,8 @@ Status Submit(const Args& a) {
   req.set_persist_every(job->persist_every);
   req.set_tp(job->tp);
   req.set_pp(job->pp);
+  req.set_recovery(job->requeue ? "requeue" : "standby");
+  req.set_provisioning_delay_ms(job->provisioning_delay_s < 0 ? -1 : int64_t{job->provisioning_delay_s} * 1000);
   // Local clusters share one disk: the cluster directory outlives every
   // machine, so it serves as the durable storage. Absolute, because the
   // agents and ranks do not run in this process's directory.
@@ -473,6 +477,17 @@ Status Run(const Args& a) {
   if (cmd == "ledger") return LedgerCmd(a);
   if (cmd == "inject") return InjectCmd(a);
   if (cmd == "machine") return MachineCmd(a);
+  if (cmd == "update") {
+    if (a.positional.size() < 2) return Status::InvalidArgument("update: usage: bulwark update JOB.yaml [--now]");
+    return UpdateCmd(ClusterDir(a), a.positional[1], ExeDir() + "/bulwark-train", a.Has("now"), a.Get("why"));
+  }
+  if (cmd == "rollback") {
+    Result<int> to = IntFlag(a, "to", 0);
+    if (!to.ok()) return to.status();
+    if (*to < 0) return Status::InvalidArgument("rollback: --to must be a release number (1 is the submitted job)");
+    return RollbackCmd(ClusterDir(a), *to, a.Get("why"));
+  }
+  if (cmd == "releases") return ReleasesCmd(ClusterDir(a), a.Has("json"));
   if (cmd == "demo") return DemoCmd(a);
   if (cmd == "sim") return SimCmd(a.flags);
   if (cmd == "bench-recovery") return BenchRecoveryCmd(a);
@@ -491,7 +506,7 @@ Status Run(const Args& a) {
     o.builtin_signatures = a.Get("signatures", BULWARK_SIGNATURES_FILE);
     return agent::RunAgent(o);
   }
-  std::cout << "usage: bulwark up|down|submit|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-implicit|controller|agent [flags]\n"
+  std::cout << "usage: bulwark up|down|submit|update|rollback|releases|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-implicit|controller|agent [flags]\n"
                "  up --machines N [--standby S] [--tls]  start a local cluster (controller + N+S agents; --tls: mutual TLS)\n"
                "     [--ladder-rungs diagnose,reattempt,rollback,replay|none] [--ladder-tests compute,device,alignment]\n"
                "     [--ladder-budget SECONDS]         the stop-time ladder (docs/ladder.md)\n"
@@ -499,6 +514,10 @@ Status Run(const Args& a) {
                "  down                               stop it\n"
                "  submit JOB.yaml                    run a job (fields: name, world_size, ranks_per_machine,\n"
                "                                     command, args, env, checkpoint, parallel)\n"
+               "  update JOB.yaml [--now] [--why T]  the running job's next release: at the next restart (forced\n"
+               "                                     after 24 h), or --now: restart in place (docs/recovery.md)\n"
+               "  rollback [--to N] [--why T]        back to release N (default: the one before the running one)\n"
+               "  releases [--json]                  the job's releases, who made them, when and why\n"
                "  status|incidents|ledger [--json]\n"
                "  inject crash|kill|machine-down|device-fail|nic-flap|corrupt-shard|nan|loss-spike --machine ID [--rank R]\n"
                "  inject hang --machine ID [--rank R] [--where collective|compute]\n"

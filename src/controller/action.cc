@@ -12,6 +12,7 @@ const char* ActionKindName(ActionKind k) {
     case ActionKind::kReplenishStandby: return "replenish_standby";
     case ActionKind::kCaptureStacks: return "capture_stacks";
     case ActionKind::kRunDiagnostics: return "run_diagnostics";
+    case ActionKind::kRequeue: return "requeue";
   }
   return "unknown";
 }
@@ -42,7 +43,8 @@ Action ActivateAction(const MachineId& machine, int64_t generation) {
   return a;
 }
 
-Action RestartAllAction(Placement placement, int64_t checkpoint_step, std::string reason) {
+Action RestartAllAction(Placement placement, int64_t checkpoint_step, std::string reason, int release,
+                        bool fresh) {
   Action a;
   a.kind = ActionKind::kRestartAll;
   // One restart per placement generation: a repeat of the same restart is a
@@ -50,6 +52,19 @@ Action RestartAllAction(Placement placement, int64_t checkpoint_step, std::strin
   a.id = "restart-all/g" + std::to_string(placement.generation);
   a.placement = std::move(placement);
   a.checkpoint_step = checkpoint_step;
+  a.reason = std::move(reason);
+  a.release = release;
+  a.fresh = fresh;
+  return a;
+}
+
+Action RequeueAction(const Placement& placement, Time until, std::string reason) {
+  Action a;
+  a.kind = ActionKind::kRequeue;
+  // One requeue per generation: the restart that ends it bumps the generation.
+  a.id = "requeue/g" + std::to_string(placement.generation);
+  a.placement = placement;
+  a.until = until;
   a.reason = std::move(reason);
   return a;
 }

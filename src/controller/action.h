@@ -27,6 +27,7 @@ enum class ActionKind {
   kReplenishStandby,  // the standby pool is `count` machines short of its target
   kCaptureStacks,     // every machine of `placement` sends its ranks' stacks for `incident`
   kRunDiagnostics,    // every machine of `placement` stops its ranks and runs `tests` within `budget_ms`
+  kRequeue,           // requeue mode: stop every rank of `placement`, give the machines back until `until`
 };
 
 const char* ActionKindName(ActionKind k);
@@ -37,6 +38,12 @@ struct Action {
   MachineId machine;            // kEvict, kActivate
   Placement placement;          // kRestartAll
   int64_t checkpoint_step = 0;  // kRestartAll: latest checkpoint reported (0: none); advisory
+  // kRestartAll: the release the ranks run (releases.h); and whether the
+  // machines come fresh (requeue mode): no in-memory copy survives on them,
+  // so the ranks restore from durable storage.
+  int release = 1;
+  bool fresh = false;
+  Time until{};  // kRequeue: when the machines are back
   int count = 0;                // kWaitForMachines, kReplenishStandby
   int64_t incident = 0;         // the incident it belongs to, 0 for none
   std::string reason;
@@ -55,7 +62,9 @@ struct Action {
 // Constructors; each builds the id from its arguments.
 Action EvictAction(const MachineId& machine, int64_t incident, std::string reason);
 Action ActivateAction(const MachineId& machine, int64_t generation);
-Action RestartAllAction(Placement placement, int64_t checkpoint_step, std::string reason);
+Action RestartAllAction(Placement placement, int64_t checkpoint_step, std::string reason, int release = 1,
+                        bool fresh = false);
+Action RequeueAction(const Placement& placement, Time until, std::string reason);
 Action WaitForMachinesAction(int missing, int64_t generation);
 Action StopJobAction(int64_t incident, std::string reason);
 Action ReplenishStandbyAction(int deficit, int target, int64_t standby_arrivals);

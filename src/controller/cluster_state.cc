@@ -89,6 +89,13 @@ Status Apply(ClusterState& state, const Action& action, Time now) {
         if (i < static_cast<int>(after.size()) && !state.IsActive(after[i])) state.vacated_slots.insert(i);
       }
       state.placement = action.placement;
+      if (action.release != state.releases.applied) {
+        state.releases.applied = action.release;
+        state.releases.applied_at = now;
+      }
+      if (action.release == state.releases.pending) state.releases.pending = 0;
+      state.requeue_until.reset();
+      state.requeue_granted = false;
       state.restart_pending = false;
       state.restart_reason.clear();
       state.last_restart_at = now;
@@ -106,6 +113,11 @@ Status Apply(ClusterState& state, const Action& action, Time now) {
       return Status::OK();  // an observation to make; the analysis comes back as an event
     case ActionKind::kRunDiagnostics:
       return Status::OK();  // the ladder's state says it is in flight; results come back as events
+    case ActionKind::kRequeue:
+      state.requeue_until = action.until;
+      state.requeue_granted = false;
+      if (state.job == JobState::kWaitingForMachines) return Status::OK();
+      return SetJobState(state, JobState::kWaitingForMachines, now);
   }
   return Status::Internal("unknown action kind");
 }

@@ -17,6 +17,7 @@
 #include "controller/ladder.h"
 #include "controller/ledger.h"
 #include "controller/machine.h"
+#include "controller/releases.h"
 #include "controller/time.h"
 
 namespace bulwark::controller {
@@ -56,6 +57,13 @@ struct ClusterState {
   // A step whose anomaly with no culprit was already reattempted: the same
   // anomaly at the same step again is deterministic, not a fault.
   int64_t anomaly_reattempted_step = -1;
+  // The job's releases (releases.h).
+  ReleaseState releases;
+  // Requeue mode (JobSpec::Recovery::kRequeue): every rank was stopped and
+  // the machines given back at a fault; the restart waits until
+  // `requeue_until` (the modeled provisioning delay), then RequeueDue grants it.
+  std::optional<Time> requeue_until;
+  bool requeue_granted = false;
   // The stop-time ladder in progress, if any (ladder.h).
   LadderStatus ladder;
   // Observations that opened no incident (a job-wide slowdown), newest last.

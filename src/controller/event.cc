@@ -29,7 +29,8 @@ const char* EventKindName(EventKind k) {
       "checkpoint_saved", "operator_returned",   "manual_restart",
       "checkpoint_restored", "hang_suspected",     "fail_slow_suspected",
       "training_anomaly",    "stacks_analyzed",     "diagnostics_reported",
-      "ladder_deadline",
+      "ladder_deadline",     "release_created",     "rollback_requested",
+      "release_due",         "requeue_due",
   };
   int i = static_cast<int>(k);
   return i >= 0 && i < kNumEventKinds ? kNames[i] : "unknown";
@@ -106,6 +107,19 @@ std::string Describe(const Event& e) {
           [](const LadderDeadline& x) {
             return "the ladder's budget for incident " + std::to_string(x.incident) + " ran out";
           },
+          [](const ReleaseCreated& x) {
+            std::string s = "release " + std::to_string(x.release) + " created, applied " +
+                            (x.now ? "now" : "at the next restart");
+            return x.why.empty() ? s : s + ": " + x.why;
+          },
+          [](const RollbackRequested& x) {
+            std::string s = "rollback to release " + std::to_string(x.to) + " requested";
+            return x.why.empty() ? s : s + ": " + x.why;
+          },
+          [](const ReleaseDue& x) {
+            return "release " + std::to_string(x.release) + " waited too long for a restart: forcing it";
+          },
+          [](const RequeueDue&) { return std::string("the requeued job's machines are provisioned"); },
           [](const StacksAnalyzed& x) {
             return "stacks of incident " + std::to_string(x.incident) + ": " + std::to_string(x.groups.size()) +
                    " group(s); " + x.why;

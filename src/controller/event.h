@@ -194,10 +194,42 @@ struct LadderDeadline {
   Time observed{};
 };
 
+// --- releases and recovery modes (releases.h) ---
+
+// An operator created release `release` of the job's code and settings
+// (`bulwark update`): applied at the next restart, or at once with `now`.
+struct ReleaseCreated {
+  int release = 0;
+  bool now = false;
+  std::string why;
+  Time observed{};
+};
+
+// An operator asked to go back to release `to` (`bulwark rollback`).
+struct RollbackRequested {
+  int to = 0;
+  std::string why;
+  Time observed{};
+};
+
+// A lazy release has waited PolicyConfig::update_force_after for a restart
+// that did not come (the plane sends it from its tick).
+struct ReleaseDue {
+  int release = 0;
+  Time observed{};
+};
+
+// A requeued job's modeled provisioning delay ran out (the plane sends it
+// from its tick; ClusterState::requeue_until says when).
+struct RequeueDue {
+  Time observed{};
+};
+
 using Event = std::variant<RankExited, MachineHeartbeatLost, InspectionFailed, NetworkAlert,
                            MachineJoined, StepCompleted, CheckpointSaved, OperatorReturned,
                            ManualRestart, CheckpointRestored, HangSuspected, FailSlowSuspected,
-                           TrainingAnomaly, StacksAnalyzed, DiagnosticsReported, LadderDeadline>;
+                           TrainingAnomaly, StacksAnalyzed, DiagnosticsReported, LadderDeadline,
+                           ReleaseCreated, RollbackRequested, ReleaseDue, RequeueDue>;
 
 // One value per alternative of Event, in the same order.
 enum class EventKind {
@@ -217,8 +249,12 @@ enum class EventKind {
   kStacksAnalyzed,
   kDiagnosticsReported,
   kLadderDeadline,
+  kReleaseCreated,
+  kRollbackRequested,
+  kReleaseDue,
+  kRequeueDue,
 };
-constexpr int kNumEventKinds = 16;
+constexpr int kNumEventKinds = 20;
 static_assert(std::variant_size_v<Event> == kNumEventKinds, "Event and EventKind must match");
 
 inline EventKind KindOf(const Event& e) { return static_cast<EventKind>(e.index()); }

@@ -18,6 +18,9 @@ const char* ResolutionName(Resolution r) {
     case Resolution::kEvictedAndReplaced: return "evicted_and_replaced";
     case Resolution::kWaiting: return "waiting";
     case Resolution::kStopped: return "stopped";
+    case Resolution::kUpdated: return "updated";
+    case Resolution::kRolledBack: return "rolled_back";
+    case Resolution::kRequeued: return "requeued";
   }
   return "unknown";
 }

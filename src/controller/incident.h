@@ -26,6 +26,9 @@ enum class Resolution {
   kEvictedAndReplaced,  // bad machines out, standbys in, restart
   kWaiting,             // machines evicted and no standby: the job waits
   kStopped,             // the policy gave up; a human must act
+  kUpdated,             // a release applied in place (hot update)
+  kRolledBack,          // back to an earlier release after a crash that followed an update
+  kRequeued,            // requeue mode: every rank stopped, machines reacquired cold
 };
 
 const char* IncidentClassName(IncidentClass c);

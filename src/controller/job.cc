@@ -27,6 +27,9 @@ Status JobSpec::Validate() const {
                                    " is not a multiple of ranks_per_machine " +
                                    std::to_string(ranks_per_machine));
   }
+  if (provisioning_delay < Duration(0)) {
+    return Status::InvalidArgument("job " + id + ": provisioning_delay must not be negative");
+  }
   if (Status st = topology().Validate(); !st.ok()) return Status::InvalidArgument("job " + id + ": " + st.message());
   return Status::OK();
 }

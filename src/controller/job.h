@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "controller/machine.h"
+#include "controller/time.h"
 #include "controller/topology.h"
 
 namespace bulwark::controller {
@@ -24,6 +25,17 @@ struct JobSpec {
   // Parallel layout (topology.h): tensor- and pipeline-parallel sizes; the
   // rest is data parallel. The analyzer and the backup planner use it.
   int tp = 1, pp = 1;
+  // How faults are recovered. kStandby is bulwark's way: evict, swap in a
+  // warm standby, restore from in-memory checkpoints. kRequeue is the
+  // conventional baseline (a cluster without bulwark): stop every rank,
+  // give the machines back, wait `provisioning_delay` for machines acquired
+  // cold, restart from durable storage. Same detection, for a fair ratio.
+  enum class Recovery { kStandby, kRequeue };
+  Recovery recovery = Recovery::kStandby;
+  // Models a scheduler's requeue, node allocation and container start.
+  // 10 min: ByteRobust's figure for failover at 10k GPUs without it
+  // (docs/recovery-comparison.md).
+  Duration provisioning_delay = std::chrono::minutes(10);
 
   // world_size / ranks_per_machine, valid only after Validate().
   int MachinesNeeded() const { return world_size / ranks_per_machine; }

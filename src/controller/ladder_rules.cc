@@ -58,8 +58,9 @@ Status ClimbFrom(RuleContext& ctx, Incident& inc, int from) {
       return Status::OK();
     }
     if (rung == "rollback") {
-      // Releases come with hot updates (not built yet): nothing to go back to.
-      inc.rungs.push_back({rung, ctx.now, ctx.now, "no earlier release: nothing to roll back"});
+      Result<bool> rolled = RollBackForLadder(ctx, inc);
+      if (!rolled.ok()) return rolled.status();
+      if (*rolled) return Status::OK();  // watches the restart like a reattempt
       continue;
     }
     if (rung == "replay") {

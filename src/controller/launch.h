@@ -29,4 +29,16 @@ struct JobLaunch {
   static constexpr int kDefaultPersistEvery = 50;
 };
 
+// One release of the job (releases.h): what its ranks run. Release 1 is the
+// job as submitted; `bulwark update` journals the next one.
+struct Release {
+  int number = 1;
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;
+  std::string binary_hash;  // of argv[0]'s file when the CLI could read it; "" otherwise
+  std::string who, why;     // the operator (user@host) and their reason
+  int64_t created_ms = 0;
+  bool now = false;         // applied at once, not at the next restart
+};
+
 }  // namespace bulwark::controller

@@ -15,6 +15,11 @@ using internal::EnterLadder;
 using internal::OnDiagnosticsReported;
 using internal::OnLadderDeadline;
 using internal::OverEvict;
+using internal::OnReleaseCreated;
+using internal::OnRollbackRequested;
+using internal::OnReleaseDue;
+using internal::OnRequeueDue;
+using internal::RollBackAfterCrash;
 
 // ---------------------------------------------------------------------------
 // Helpers shared by the rules
@@ -111,6 +116,20 @@ Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::st
     for (const CrashRecord& c : s.crashes) {
       if (c.progress_epoch == s.progress_epoch && c.signature == signature && c.at < observed) user_code_again = true;
     }
+  }
+  // Shortly after a release took effect, what would stop the job (the
+  // code's own error, a bug on two machines, a crash loop) or a first
+  // code-error crash rolls back instead: the new release is the suspect.
+  const bool code_error = ctx.config.user_code_signatures.count(signature) != 0;
+  if (code_error || user_code_again || !same_signature_on.empty() ||
+      since_progress + 1 >= ctx.config.max_crashes_without_progress) {
+    const std::string what = code_error ? "failed with the code error '" + signature + "'"
+                             : !same_signature_on.empty()
+                                 ? "failed with '" + signature + "' on " + same_signature_on + " too"
+                                 : "ended a crash loop";
+    Result<bool> rolled = RollBackAfterCrash(ctx, cause, observed, what);
+    if (!rolled.ok()) return rolled.status();
+    if (*rolled) return Status::OK();
   }
   if (user_code_again) {
     return StopJob(ctx, cause, observed,
@@ -357,6 +376,10 @@ constexpr std::array<RuleEntry, kNumEventKinds> kRules = {{
     {EventKind::kStacksAnalyzed, OnStacksAnalyzed},
     {EventKind::kDiagnosticsReported, OnDiagnosticsReported},
     {EventKind::kLadderDeadline, OnLadderDeadline},
+    {EventKind::kReleaseCreated, OnReleaseCreated},
+    {EventKind::kRollbackRequested, OnRollbackRequested},
+    {EventKind::kReleaseDue, OnReleaseDue},
+    {EventKind::kRequeueDue, OnRequeueDue},
 }};
 
 constexpr bool RulesInEventOrder() {
@@ -446,6 +469,16 @@ Status Emit(RuleContext& ctx, Action action) {
         inc->closed = true;
       }
       s.ledger.Stop(ctx.now);
+      break;
+    case ActionKind::kRequeue:
+      if (inc != nullptr) {
+        if (!inc->decision) inc->decision = ctx.now;
+        inc->resolution = Resolution::kRequeued;
+        action.incident = inc->id;
+      }
+      BULWARK_RETURN_IF_ERROR(s.ledger.Enter(
+          inc != nullptr && inc->cls == IncidentClass::kManual ? TimeCategory::kManual : TimeCategory::kRecovery,
+          ctx.now));
       break;
     case ActionKind::kEvict:
     case ActionKind::kActivate:

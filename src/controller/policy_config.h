@@ -40,6 +40,14 @@ struct PolicyConfig {
   double daily_failure_rate = 0.005;
   double standby_quantile = 0.99;
 
+  // Releases (releases.h): a lazy release waits for the next restart at
+  // most this long, then restarts the job in place (ByteRobust's 24 h).
+  Duration update_force_after = std::chrono::hours(24);
+  // A crash with a code-error signature, or a crash loop, within this long
+  // of a release taking effect rolls back to the release before it instead
+  // of stopping the job.
+  Duration rollback_window = std::chrono::minutes(30);
+
   // The sliding window of the ETTR ledger.
   Duration ledger_window = std::chrono::hours(1);
 

@@ -39,4 +39,17 @@ Status EnterLadder(RuleContext& ctx, Incident& inc, const std::string& trigger, 
 Status OnDiagnosticsReported(RuleContext& ctx, const Event& e);
 Status OnLadderDeadline(RuleContext& ctx, const Event& e);
 
+// Releases and requeue mode (policy_releases.cc).
+Status OnReleaseCreated(RuleContext& ctx, const Event& e);
+Status OnRollbackRequested(RuleContext& ctx, const Event& e);
+Status OnReleaseDue(RuleContext& ctx, const Event& e);
+Status OnRequeueDue(RuleContext& ctx, const Event& e);
+// A crash that would stop the job (`why`), shortly after a release took
+// effect: rolls back to the release before it instead, and returns true.
+// False (nothing done) when no release is recent or none is left to return to.
+Result<bool> RollBackAfterCrash(RuleContext& ctx, const std::string& cause, Time observed, const std::string& why);
+// The ladder's rollback rung: restarts on the previous release when there is
+// one (true), records why not otherwise (false).
+Result<bool> RollBackForLadder(RuleContext& ctx, Incident& inc);
+
 }  // namespace bulwark::controller::internal

@@ -50,8 +50,24 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
   // Observe and compare. Every active machine holds a slot, so the count
   // answers "does the world match?" without a scan; only a mismatch (rare)
   // looks at the slots.
+  // Requeue mode (the baseline): a restart of a running job first gives
+  // every machine back for the provisioning delay; RequeueDue grants it.
+  const bool requeue = state.spec.recovery == JobSpec::Recovery::kRequeue && !state.placement.empty();
+  const bool restart_needed = state.CountIn(MachineState::kActive) < needed || state.placement.empty() ||
+                              state.restart_pending;
+  const int release = state.releases.NextRestart();
+  std::string release_note;
+  if (release != state.releases.applied) release_note = " (release " + std::to_string(release) + ")";
+
   if (held) {
     // nothing: see above
+  } else if (requeue && restart_needed && !state.requeue_granted) {
+    if (!state.requeue_until) {
+      const std::string why = state.restart_pending ? state.restart_reason : "machines lost";
+      out.push_back(RequeueAction(state.placement, now + state.spec.provisioning_delay,
+                                  "requeue: all ranks stopped, machines back in " +
+                                      FormatDuration(state.spec.provisioning_delay) + ": " + why));
+    }
   } else if (state.CountIn(MachineState::kActive) < needed || state.placement.empty()) {
     std::vector<int> open = OpenSlots(state, needed);
     const int available = static_cast<int>(state.standbys.size());
@@ -71,7 +87,7 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
         out.push_back(ActivateAction(*standby, next.generation));
         ++standby;
       }
-      out.push_back(RestartAllAction(std::move(next), state.checkpoint_step, reason));
+      out.push_back(RestartAllAction(std::move(next), state.checkpoint_step, reason + release_note, release, requeue));
     } else {
       out.push_back(WaitForMachinesAction(static_cast<int>(open.size()) - available,
                                           state.placement.generation));
@@ -80,7 +96,9 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
     Placement next = state.placement;
     next.generation += 1;
     out.push_back(RestartAllAction(std::move(next), state.checkpoint_step,
-                                   "reattempt in place: " + state.restart_reason));
+                                   (requeue ? "requeued: " : "reattempt in place: ") + state.restart_reason +
+                                       release_note,
+                                   release, requeue));
   }
 
   const StandbyReport pool = StandbyStatus(state, config);

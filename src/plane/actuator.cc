@@ -41,13 +41,15 @@ std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launc
           r->set_local_rank(local);
         }
         c.set_durable_dir(launch.durable_dir);
+        c.set_fresh_machines(action.fresh);
         c.set_persist_every(launch.persist_every);
         if (routes.slots.size() == p.slots.size() && routes.slots[slot].machine == p.slots[slot]) {
           const SlotRoute& route = routes.slots[slot];
           c.set_backup_machine(route.backup_machine);
           c.set_backup_addr(route.backup_addr);
           for (RankId r : route.backup_of) c.add_backup_of(r);
-          for (const RestoreSource& s : route.restore_from) {
+          // Fresh machines (requeue mode) fetch no copies: none survived.
+          for (const RestoreSource& s : action.fresh ? std::vector<RestoreSource>{} : route.restore_from) {
             wire::ShardSource* src = c.add_restore_from();
             src->set_rank(s.rank);
             src->set_machine(s.machine);
@@ -66,6 +68,11 @@ std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launc
     case ActionKind::kStopJob:
       // Survivors cannot progress without the full world: stop them rather
       // than let them hang in a collective until their timeout.
+      for (const MachineId& m : current.slots) out.push_back({m, Stop(action.id, action.reason)});
+      break;
+    case ActionKind::kRequeue:
+      // The baseline gives every machine back: the ranks stop, and so does
+      // what the machines held in memory (START_RANKS.fresh_machines).
       for (const MachineId& m : current.slots) out.push_back({m, Stop(action.id, action.reason)});
       break;
     case ActionKind::kRunDiagnostics:

@@ -141,6 +141,15 @@ json EncodeEvent(const Event& e) {
           j["results"] = std::move(results);
         } else if constexpr (std::is_same_v<T, LadderDeadline>) {
           j["incident"] = x.incident;
+        } else if constexpr (std::is_same_v<T, ReleaseCreated>) {
+          j["release"] = x.release;
+          j["now"] = x.now;
+          j["why"] = x.why;
+        } else if constexpr (std::is_same_v<T, RollbackRequested>) {
+          j["to"] = x.to;
+          j["why"] = x.why;
+        } else if constexpr (std::is_same_v<T, ReleaseDue>) {
+          j["release"] = x.release;
         }
       },
       e);
@@ -296,6 +305,28 @@ Result<Event> DecodeEvent(const json& j) {
     BULWARK_RETURN_IF_ERROR(Get(j, "incident", &x.incident));
     return Event(x);
   }
+  if (kind == EventKindName(EventKind::kReleaseCreated)) {
+    ReleaseCreated x;
+    x.observed = observed;
+    BULWARK_RETURN_IF_ERROR(Get(j, "release", &x.release));
+    BULWARK_RETURN_IF_ERROR(Get(j, "now", &x.now));
+    BULWARK_RETURN_IF_ERROR(Get(j, "why", &x.why));
+    return Event(x);
+  }
+  if (kind == EventKindName(EventKind::kRollbackRequested)) {
+    RollbackRequested x;
+    x.observed = observed;
+    BULWARK_RETURN_IF_ERROR(Get(j, "to", &x.to));
+    BULWARK_RETURN_IF_ERROR(Get(j, "why", &x.why));
+    return Event(x);
+  }
+  if (kind == EventKindName(EventKind::kReleaseDue)) {
+    ReleaseDue x;
+    x.observed = observed;
+    BULWARK_RETURN_IF_ERROR(Get(j, "release", &x.release));
+    return Event(x);
+  }
+  if (kind == EventKindName(EventKind::kRequeueDue)) return Event(RequeueDue{observed});
   return Status::InvalidArgument("journal record field 'kind': unknown event kind '" + kind + "'");
 }
 
@@ -328,6 +359,12 @@ Status DecodeJournalFields(const json& r, JournalRow& row) {
       if (!o.ok()) return o.status();
       row.origin = *o;
     }
+  } else if (row.type == "release") {
+    json x;
+    BULWARK_RETURN_IF_ERROR(Get(r, "release", &x));
+    Result<Release> rel = DecodeRelease(x);
+    if (!rel.ok()) return rel.status();
+    row.release = std::move(*rel);
   } else if (row.type == "done") {
     if (r.contains("step")) BULWARK_RETURN_IF_ERROR(Get(r, "step", &row.step));
   } else if (row.type == "origin") {
@@ -349,6 +386,25 @@ Result<JournalRow> DecodeJournalRow(const std::string& text) {
   return row;
 }
 
+json EncodeRelease(const Release& r) {
+  return json{{"number", r.number}, {"argv", r.argv}, {"env", r.env},   {"binary_hash", r.binary_hash},
+              {"who", r.who},       {"why", r.why},   {"created_ms", r.created_ms}, {"now", r.now}};
+}
+
+Result<Release> DecodeRelease(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("journal record field 'release': not an object");
+  Release r;
+  BULWARK_RETURN_IF_ERROR(Get(j, "number", &r.number));
+  BULWARK_RETURN_IF_ERROR(Get(j, "argv", &r.argv));
+  BULWARK_RETURN_IF_ERROR(Get(j, "env", &r.env));
+  BULWARK_RETURN_IF_ERROR(Get(j, "binary_hash", &r.binary_hash));
+  BULWARK_RETURN_IF_ERROR(Get(j, "who", &r.who));
+  BULWARK_RETURN_IF_ERROR(Get(j, "why", &r.why));
+  BULWARK_RETURN_IF_ERROR(Get(j, "created_ms", &r.created_ms));
+  BULWARK_RETURN_IF_ERROR(Get(j, "now", &r.now));
+  return r;
+}
+
 json EncodeLaunch(const JobLaunch& l) {
   return json{{"id", l.spec.id},
               {"world_size", l.spec.world_size},
@@ -360,7 +416,9 @@ json EncodeLaunch(const JobLaunch& l) {
               {"persist_every", l.persist_every},
               {"durable_dir", l.durable_dir},
               {"tp", l.spec.tp},
-              {"pp", l.spec.pp}};
+              {"pp", l.spec.pp},
+              {"recovery", l.spec.recovery == JobSpec::Recovery::kRequeue ? "requeue" : "standby"},
+              {"provisioning_delay_ms", ToMs(l.spec.provisioning_delay)}};
 }
 
 Result<JobLaunch> DecodeLaunch(const json& j) {
@@ -378,6 +436,19 @@ Result<JobLaunch> DecodeLaunch(const json& j) {
   if (j.contains("durable_dir")) BULWARK_RETURN_IF_ERROR(Get(j, "durable_dir", &l.durable_dir));
   if (j.contains("tp")) BULWARK_RETURN_IF_ERROR(Get(j, "tp", &l.spec.tp));
   if (j.contains("pp")) BULWARK_RETURN_IF_ERROR(Get(j, "pp", &l.spec.pp));
+  if (j.contains("recovery")) {
+    std::string mode;
+    BULWARK_RETURN_IF_ERROR(Get(j, "recovery", &mode));
+    if (mode != "standby" && mode != "requeue") {
+      return Status::InvalidArgument("job record field 'recovery': '" + mode + "' is neither standby nor requeue");
+    }
+    l.spec.recovery = mode == "requeue" ? JobSpec::Recovery::kRequeue : JobSpec::Recovery::kStandby;
+  }
+  if (j.contains("provisioning_delay_ms")) {
+    int64_t ms = 0;
+    BULWARK_RETURN_IF_ERROR(Get(j, "provisioning_delay_ms", &ms));
+    l.spec.provisioning_delay = Duration(ms);
+  }
   for (const std::string& a : l.argv) l.spec.command += (l.spec.command.empty() ? "" : " ") + a;
   return l;
 }

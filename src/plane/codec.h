@@ -22,7 +22,7 @@ Result<Event> DecodeEvent(const nlohmann::json& j);
 // One journal row as Plane::Rebuild replays it. Rows are JSON objects with
 // a "type": create (with "standbys"), reconcile, event (with "event" and
 // optionally the agent "origin" it came from), done (with "step"), origin
-// (the origin fields at top level). Types this version does not know are
+// (the origin fields at top level), release (with "release"). Types this version does not know are
 // kept with nothing else decoded, and replay skips them.
 struct JournalOrigin {
   std::string machine;
@@ -35,10 +35,14 @@ struct JournalRow {
   std::optional<Event> event;         // event
   std::optional<JournalOrigin> origin;  // event (when an agent sent it), origin
   int64_t step = 0;                   // done
+  std::optional<Release> release;     // release: what the release runs
 };
 // Corrupt naming the field for a row that is not JSON or lacks what its type
 // needs: a damaged journal is reported, never replayed in part or thrown.
 Result<JournalRow> DecodeJournalRow(const std::string& text);
+
+nlohmann::json EncodeRelease(const Release& r);
+Result<Release> DecodeRelease(const nlohmann::json& j);
 
 nlohmann::json EncodeLaunch(const JobLaunch& l);
 Result<JobLaunch> DecodeLaunch(const nlohmann::json& j);

@@ -140,7 +140,8 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
     // reported yet, so a replayed restart carries peers but no sources; the
     // agents already carry it out and ignore the resent id anyway.
     const BackupPlan routes = a.kind == ActionKind::kRestartAll ? PlanLocked(a.placement) : BackupPlan{};
-    for (MachineCommand& mc : Actuate(a, *launch_, controller_->state().placement, routes)) {
+    const JobLaunch launch = a.kind == ActionKind::kRestartAll ? LaunchFor(a.release) : *launch_;
+    for (MachineCommand& mc : Actuate(a, launch, controller_->state().placement, routes)) {
       if (mc.command.kind() == wire::Command::START_RANKS) mc.command.set_spike_factor(options_.policy.spike_factor);
       AgentFor(mc.machine).desired = std::move(mc.command);
     }
@@ -404,7 +405,7 @@ std::optional<wire::Command> Plane::NextCommand(const std::string& machine, int6
       // A restart decided before this controller's restart was replayed
       // without restore sources (nobody had reported holdings yet); the
       // holdings reported since name them.
-      if (c.kind() == wire::Command::START_RANKS && c.restore_from_size() == 0 && controller_ &&
+      if (c.kind() == wire::Command::START_RANKS && c.restore_from_size() == 0 && !c.fresh_machines() && controller_ &&
           c.generation() == controller_->state().placement.generation) {
         const Placement& p = controller_->state().placement;
         const BackupPlan plan = PlanLocked(p);
@@ -572,6 +573,7 @@ void Plane::Tick(Time now) {
   if (ladder.deadline && now >= *ladder.deadline && journal_error_.ok()) {
     HandleLocked(LadderDeadline{ladder.incident, now}, now, nullptr);
   }
+  ReleaseAndRequeueTimers(now);
   CheckMonitors(now);
 }
 

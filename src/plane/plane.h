@@ -78,6 +78,13 @@ class Plane {
   // Returns a note for the operator: empty when the machine's agent is
   // alive, else why the machine will stay "joining" until it is.
   Result<std::string> ReturnMachine(const std::string& machine, Time now);
+  // Releases (releases.h; plane_releases.cc). Update journals `release` as
+  // the job's next one and hands it to the policy (applied now, or at the
+  // next restart); it returns the release's number. Rollback goes back to
+  // release `to` (0: the one before the running one).
+  Result<int> Update(Release release, const JobSpec& spec, Time now);
+  Status Rollback(int to, const std::string& why, Time now);
+  nlohmann::json ReleasesJson();
   nlohmann::json StatusJson(Time now);
   nlohmann::json IncidentsJson();
   nlohmann::json LedgerJson(Time now);
@@ -138,6 +145,10 @@ class Plane {
   nlohmann::json IncidentsLocked();
   nlohmann::json LedgerLocked(Time now);
   Agent& AgentFor(const std::string& machine);
+  // The job's launch with release `number`'s command and environment.
+  JobLaunch LaunchFor(int number) const;
+  // Sends ReleaseDue and RequeueDue when their times come (from Tick).
+  void ReleaseAndRequeueTimers(Time now);
   // Backup peers and restore sources for `placement` from what the agents
   // last reported; a lost agent's holdings are not offered as sources.
   BackupPlan PlanLocked(const Placement& placement) const;
@@ -151,6 +162,8 @@ class Plane {
   std::unique_ptr<Store> store_;
   std::optional<Controller> controller_;
   std::optional<JobLaunch> launch_;
+  // Releases 2.. as journaled; release 1 is launch_ itself.
+  std::map<int, Release> releases_;
   std::map<std::string, Agent> agents_;
   int64_t next_stream_ = 1;
   Time last_now_{};

@@ -57,6 +57,8 @@ Status Plane::Rebuild(Time now) {
       actions = controller_->Handle(*rec->event, at);
     } else if (type == "done") {
       done_step_ = rec->step;
+    } else if (type == "release" && rec->release) {
+      releases_[rec->release->number] = *rec->release;
     }
     if (rec->origin) {
       Agent& a = agents_[rec->origin->machine];

@@ -125,6 +125,11 @@ class ControlServiceImpl final : public wire::ControlService::Service {
     l.spec.tp = req->tp() > 0 ? req->tp() : 1;
     l.spec.pp = req->pp() > 0 ? req->pp() : 1;
     l.durable_dir = req->durable_dir();
+    if (!req->recovery().empty() && req->recovery() != "standby" && req->recovery() != "requeue") {
+      return ToGrpc(Status::InvalidArgument("recovery '" + req->recovery() + "': use standby or requeue"));
+    }
+    if (req->recovery() == "requeue") l.spec.recovery = JobSpec::Recovery::kRequeue;
+    if (req->provisioning_delay_ms() >= 0) l.spec.provisioning_delay = Duration(req->provisioning_delay_ms());
     Result<std::string> id = plane_->Submit(std::move(l), WallNow());
     if (!id.ok()) return ToGrpc(id.status());
     reply->set_job(*id);
@@ -153,6 +158,34 @@ class ControlServiceImpl final : public wire::ControlService::Service {
     Result<std::string> note = plane_->ReturnMachine(req->machine(), WallNow());
     if (!note.ok()) return ToGrpc(note.status());
     reply->set_note(*note);
+    return grpc::Status::OK;
+  }
+  grpc::Status Update(grpc::ServerContext* ctx, const wire::UpdateRequest* req, wire::UpdateReply* reply) override {
+    if (auto st = CheckToken(ctx, token_, "Update"); !st.ok()) return st;
+    JobSpec spec;
+    spec.id = req->name();
+    spec.world_size = req->world_size();
+    spec.ranks_per_machine = req->ranks_per_machine();
+    spec.tp = req->tp() > 0 ? req->tp() : 1;
+    spec.pp = req->pp() > 0 ? req->pp() : 1;
+    Release r;
+    r.argv.assign(req->argv().begin(), req->argv().end());
+    r.env.insert(req->env().begin(), req->env().end());
+    r.now = req->now();
+    r.why = req->why();
+    r.who = req->who();
+    r.binary_hash = req->binary_hash();
+    Result<int> n = plane_->Update(std::move(r), spec, WallNow());
+    if (!n.ok()) return ToGrpc(n.status());
+    reply->set_release(*n);
+    return grpc::Status::OK;
+  }
+  grpc::Status Rollback(grpc::ServerContext* ctx, const wire::RollbackRequest* req, wire::RollbackReply*) override {
+    if (auto st = CheckToken(ctx, token_, "Rollback"); !st.ok()) return st;
+    return ToGrpc(plane_->Rollback(req->to(), req->why(), WallNow()));
+  }
+  grpc::Status Releases(grpc::ServerContext*, const wire::QueryRequest*, wire::JsonReply* r) override {
+    r->set_json(plane_->ReleasesJson().dump());
     return grpc::Status::OK;
   }
 

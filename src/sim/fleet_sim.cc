@@ -317,6 +317,11 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
         ++s.waits;
         Provision(a.count);
         break;
+      case ActionKind::kRequeue:
+        // Every rank stops; the machines come back after the delay.
+        stalled_ = true;
+        ScheduleEvent(a.until, RequeueDue{a.until});
+        break;
       case ActionKind::kStopJob:
         s.stopped = true;
         s.stop_reason = a.reason;

@@ -51,8 +51,11 @@ inline std::string Brief(const Action& a) {
       for (size_t i = 0; i < a.placement.slots.size(); ++i) {
         s += (i ? "," : "") + a.placement.slots[i];
       }
-      return s + " ckpt " + std::to_string(a.checkpoint_step);
+      s += " ckpt " + std::to_string(a.checkpoint_step);
+      if (a.release != 1) s += " r" + std::to_string(a.release);
+      return a.fresh ? s + " fresh" : s;
     }
+    case ActionKind::kRequeue: return "requeue until " + FormatTime(a.until);
     case ActionKind::kWaitForMachines: return "wait " + std::to_string(a.count);
     case ActionKind::kStopJob: return "stop";
     case ActionKind::kReplenishStandby: return "replenish " + std::to_string(a.count);
@@ -78,8 +81,11 @@ using Lines = std::vector<std::string>;
 // come first in id order, so they become the job) plus standbys s01..sKK.
 class Job {
  public:
-  explicit Job(int machines = 4, int standbys = 2, PolicyConfig config = {}) {
+  explicit Job(int machines = 4, int standbys = 2, PolicyConfig config = {},
+               JobSpec::Recovery recovery = JobSpec::Recovery::kStandby, Duration provisioning = Duration(0)) {
     JobSpec spec;
+    spec.recovery = recovery;
+    spec.provisioning_delay = provisioning;
     spec.id = "llama";
     spec.ranks_per_machine = 2;
     spec.world_size = machines * 2;

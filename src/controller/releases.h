@@ -1,0 +1,44 @@
+// Releases: the versions of a job's code and settings (command, args,
+// environment, optionally the binary's hash) and how the policy moves
+// between them (ByteRobust §3, lazy in-place hot update).
+//
+// Release 1 is the job as submitted; `bulwark update` makes the next one.
+// A lazy release rides the next restart a fault causes anyway, and is forced
+// after PolicyConfig::update_force_after; an urgent one (`--now`) restarts
+// the job in place at once. Either way the ranks restart on the same
+// machines from their in-memory checkpoints: no requeue, at most the step
+// in flight lost. A crash that looks like the code's own fault shortly
+// after a release took effect rolls back to the release before it.
+//
+// The policy tracks only numbers and times; what each release runs lives
+// with the plane (it is journaled there). Pure, like the rest of the policy.
+#pragma once
+
+#include <optional>
+#include <set>
+
+#include "controller/time.h"
+
+namespace bulwark::controller {
+
+struct ReleaseState {
+  int applied = 1;  // the release the ranks run (or will run at their start)
+  int latest = 1;   // the newest release created
+  int pending = 0;  // to apply at the next restart; 0: none
+  Time pending_since{};
+  // When `applied` replaced an earlier release; empty for the submitted one.
+  std::optional<Time> applied_at;
+  // Releases rolled back from: never a rollback target again.
+  std::set<int> rolled_back;
+
+  // The release a rollback from `applied` returns to: the newest earlier
+  // one not itself rolled back; 0 when there is none.
+  int RollbackTarget() const;
+  // True when `applied` took effect within `window` before `now`: a crash
+  // now may well be the new release's fault.
+  bool RecentlyApplied(Time now, Duration window) const;
+  // The release the next restart runs.
+  int NextRestart() const { return pending != 0 ? pending : applied; }
+};
+
+}  // namespace bulwark::controller
