@@ -21,34 +21,6 @@ namespace {
 // at that step before the fault (--step-checksum prints them every step).
 class MemoryCheckpoints : public Cluster {
  protected:
-  // The parameter checksum any rank printed after `step` (ranks hold the
-  // same parameters), searching every rank log on every machine: a rank may
-  // have died before printing a step whose state another rank saved for it.
-  std::string ChecksumAt(int64_t step) {
-    for (const char* m : {"m01", "m02", "m03", "m04", "m05"}) {
-      for (const char* r : {"rank-0.log", "rank-1.log"}) {
-        std::ifstream in(dir_ + "/machines/" + m + "/ranks/" + r);
-        std::string line;
-        while (std::getline(in, line)) {
-          json j = json::parse(line, nullptr, false);
-          if (!j.is_object() || j.value("step", int64_t{-1}) != step || !j.contains("checksum")) continue;
-          if (j.value("event", "") == "step" || j.value("event", "") == "checksum") return j["checksum"];
-        }
-      }
-    }
-    return "";
-  }
-  // The newest `kind` event of rank 0, on the machine now in slot 0.
-  json LastEvent(const json& status, const std::string& kind) {
-    std::ifstream in(dir_ + "/machines/" + status["job"]["placement"][0].get<std::string>() + "/ranks/rank-0.log");
-    std::string line;
-    json last;
-    while (std::getline(in, line)) {
-      json j = json::parse(line, nullptr, false);
-      if (j.is_object() && j.value("event", "") == kind) last = j;
-    }
-    return last;
-  }
   json LastRestore(const json& status) { return LastEvent(status, "restore"); }
   std::string ReadAll(const std::string& path) {
     std::ifstream in(path);

@@ -195,6 +195,7 @@ void Agent::WatchRanks() {
     // The shell's and exec's "command not found": the job's fault, not the machine's.
     if (x.signal == 0 && x.exit_code == 127 && e.signature().empty()) e.set_signature("command_not_found");
     e.set_observed_ms(Ms(x.at));
+    e.set_generation(supervisor_.generation());  // reaped before any newer start
     if (x.signal == 0 && x.exit_code == kExitPeerLost) {
       Log("rank " + std::to_string(x.rank) + " lost a peer (" + e.signature() + "); holding the report for the culprit's");
       echoes_.Hold(e, x.at);

@@ -259,9 +259,17 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
     // machines' faults are no longer incidents.
     if (done_step_ || !controller_) continue;
     // Steps and restores read from a previous generation's ranks (read
-    // before the agent applied the restart) are not the current run's.
-    if ((ev.kind() == wire::AgentEvent::STEP || ev.kind() == wire::AgentEvent::RESTORED) &&
-        ev.generation() != controller_->state().placement.generation) {
+    // before the agent applied the restart) are not the current run's, and
+    // an exit of one is part of the episode the restart already answers
+    // (both ranks of a release that cannot start fail; the first exit
+    // rolls it back, the second must not roll back again). Generation 0:
+    // an agent that does not say.
+    const bool old_generation = ev.generation() != controller_->state().placement.generation;
+    if ((ev.kind() == wire::AgentEvent::STEP || ev.kind() == wire::AgentEvent::RESTORED) && old_generation) continue;
+    if (ev.kind() == wire::AgentEvent::RANK_EXITED && ev.generation() != 0 && old_generation) {
+      Log("rank " + std::to_string(ev.rank()) + " on " + req.machine() + " of generation " +
+          std::to_string(ev.generation()) + " exited after the restart to generation " +
+          std::to_string(controller_->state().placement.generation) + ": part of the episode it answers");
       continue;
     }
     Result<Event> e = EventFromAgent(req.machine(), ev);
