@@ -10,6 +10,7 @@
 //   bulwark demo [--json] [--out runs/demo] [--data data/kjv] [--steps N]  the main job (src/demo/demo.h)
 //   bulwark bench-recovery [--repeat 3] [--config tiny]  recovery figures per fault class
 //   bulwark bench-checkpoint [--rounds 2] [--config small] in-memory checkpoint cost and restores
+//   bulwark bench-compare [--repeat 2] [--provisioning-delay 600]  recovery vs the requeue baseline
 //   bulwark controller [--init] [--metrics-port P] [--dir D]   (started by up)
 //   bulwark agent --machine ID [--dir D]               (started by up)
 //
@@ -451,6 +452,14 @@ Status BenchRecoveryCmd(const Args& a) {
   return demo::RunRecoveryBench(o);
 }
 
+Status BenchCompareCmd(const Args& a) {
+  demo::CompareBenchOptions o;
+  BULWARK_RETURN_IF_ERROR(ReadRunFlags(a, o, {{"repeat", &o.repeat}, {"threads", &o.threads},
+                                              {"provisioning-delay", &o.provisioning_delay_s},
+                                              {"persist-every", &o.persist_every}}));
+  return demo::RunCompareBench(o);
+}
+
 Status BenchImplicitCmd(const Args& a) {
   demo::BenchOptions o;
   o.out = "runs/bench-implicit";
@@ -492,6 +501,7 @@ Status Run(const Args& a) {
   if (cmd == "sim") return SimCmd(a.flags);
   if (cmd == "bench-recovery") return BenchRecoveryCmd(a);
   if (cmd == "bench-checkpoint") return BenchCheckpointCmd(a);
+  if (cmd == "bench-compare") return BenchCompareCmd(a);
   if (cmd == "bench-implicit") return BenchImplicitCmd(a);
   if (cmd == "controller") {
     Result<int> mport = IntFlag(a, "metrics-port", -1);
@@ -506,7 +516,7 @@ Status Run(const Args& a) {
     o.builtin_signatures = a.Get("signatures", BULWARK_SIGNATURES_FILE);
     return agent::RunAgent(o);
   }
-  std::cout << "usage: bulwark up|down|submit|update|rollback|releases|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-implicit|controller|agent [flags]\n"
+  std::cout << "usage: bulwark up|down|submit|update|rollback|releases|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-compare|bench-implicit|controller|agent [flags]\n"
                "  up --machines N [--standby S] [--tls]  start a local cluster (controller + N+S agents; --tls: mutual TLS)\n"
                "     [--ladder-rungs diagnose,reattempt,rollback,replay|none] [--ladder-tests compute,device,alignment]\n"
                "     [--ladder-budget SECONDS]         the stop-time ladder (docs/ladder.md)\n"
@@ -530,6 +540,7 @@ Status Run(const Args& a) {
                "      [--sweep scale|standby|ckpt|detect] [--replay demo]   the policy on a simulated fleet (docs/simulator.md)\n"
                "  bench-recovery [--repeat 3]        detect/recover medians per fault class (tiny model)\n"
                "  bench-checkpoint [--rounds 2] [--shard-optimizer]  in-memory checkpoint overhead and restore times\n"
+               "  bench-compare [--repeat 2] [--provisioning-delay 600]  bulwark vs the requeue baseline (docs/recovery.md)\n"
                "  bench-implicit [--repeat 3]        detect/localize/recover medians per implicit fault class\n"
                "every command takes --dir D (default $BULWARK_DIR, else ./.bulwark)\n";
   return cmd == "help" ? Status::OK() : Status::InvalidArgument("unknown command '" + cmd + "'");

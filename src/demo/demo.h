@@ -45,6 +45,25 @@ struct BenchOptions {
 
 Status RunRecoveryBench(const BenchOptions& o);
 
+// bench/recovery_comparison (compare_bench.cc): the same faults under the
+// conventional requeue and under bulwark's path, as ByteRobust defines its
+// ratios (warm standby vs requeue for a lost machine, hot update vs
+// requeue for a code change). Requeue runs with no provisioning delay and
+// the modeled delay is added to it, disclosed beside the figure.
+struct CompareBenchOptions {
+  std::string exe_dir;
+  std::string out = "runs/bench-compare";
+  std::string data = "data/kjv";
+  std::string config = "tiny";
+  int repeat = 2;
+  int threads = 1;
+  // Seconds a requeue waits for machines acquired cold; 600: ByteRobust's
+  // ">10 min at 10k GPUs" for failover without warm standbys.
+  int provisioning_delay_s = 600;
+  int persist_every = 50;  // durable checkpoints: the requeue's restore point
+};
+Status RunCompareBench(const CompareBenchOptions& o);
+
 // bench/implicit (implicit_bench.cc): each implicit fault class `repeat`
 // times on 4 machines; detect, localize, recover and lost steps per class,
 // and whether the right machine went.

@@ -125,8 +125,11 @@ Status Session::Down() {
 }
 
 Status Session::Submit(const std::string& name, int world_size, const std::vector<std::string>& args,
-                       const std::map<std::string, std::string>& env, int persist_every) {
+                       const std::map<std::string, std::string>& env, int persist_every, const std::string& recovery,
+                       int64_t provisioning_delay_ms) {
   wire::SubmitRequest req;
+  req.set_recovery(recovery);
+  req.set_provisioning_delay_ms(provisioning_delay_ms);
   req.set_name(name);
   req.set_persist_every(persist_every);
   req.set_durable_dir(layout_.dir + "/durable/" + name);
@@ -137,6 +140,21 @@ Status Session::Submit(const std::string& name, int world_size, const std::vecto
   for (const auto& [k, v] : env) (*req.mutable_env())[k] = v;
   Result<std::string> id = client_.Submit(req);
   return id.ok() ? Status::OK() : id.status();
+}
+
+Result<int> Session::Update(const std::string& name, int world_size, const std::vector<std::string>& args,
+                            const std::map<std::string, std::string>& env, bool now, const std::string& why) {
+  wire::UpdateRequest req;
+  req.set_name(name);
+  req.set_world_size(world_size);
+  req.set_ranks_per_machine(1);
+  req.add_argv(exe_dir_ + "/bulwark-train");
+  for (const std::string& a : args) req.add_argv(a);
+  for (const auto& [k, v] : env) (*req.mutable_env())[k] = v;
+  req.set_now(now);
+  req.set_why(why);
+  req.set_who("bench");
+  return client_.Update(req);
 }
 
 Result<json> Session::StatusJson() { return client_.Status(); }

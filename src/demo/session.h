@@ -54,8 +54,15 @@ class Session {
   Status Down();
   // In-memory checkpoint shards are persisted every `persist_every` steps
   // (0: never) under DIR/durable/NAME.
+  // `recovery` is "standby" or "requeue" (controller/job.h), waiting
+  // `provisioning_delay_ms` (-1: the controller's default).
   Status Submit(const std::string& name, int world_size, const std::vector<std::string>& args,
-                const std::map<std::string, std::string>& env, int persist_every = 50);
+                const std::map<std::string, std::string>& env, int persist_every = 50,
+                const std::string& recovery = "standby", int64_t provisioning_delay_ms = -1);
+  // `bulwark update` of the submitted job with new args and env; the
+  // release's number.
+  Result<int> Update(const std::string& name, int world_size, const std::vector<std::string>& args,
+                     const std::map<std::string, std::string>& env, bool now, const std::string& why);
   Result<json> StatusJson();
   Result<json> Incidents();
   Result<json> Ledger();

@@ -38,6 +38,8 @@ void Progress::Start(const nlohmann::json& info) {
   if (json_) {
     nlohmann::json j = info;
     j["event"] = "start";
+    j["wall_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch()).count();
     Emit(j);
     return;
   }
@@ -53,7 +55,11 @@ void Progress::Step(const StepReport& r) {
     if (r.step % log_every_ == 0 || r.step == r.total) {
       nlohmann::json j = {{"event", "step"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                           {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"forward_ms", r.forward_ms},
-                          {"backward_ms", r.backward_ms}, {"comm_ms", r.comm_ms}, {"optimizer_ms", r.optimizer_ms}};
+                          {"backward_ms", r.backward_ms}, {"comm_ms", r.comm_ms}, {"optimizer_ms", r.optimizer_ms},
+                          // Wall clock: a supervisor's benchmarks time recovery
+                          // against the moment a fault was injected.
+                          {"wall_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          std::chrono::system_clock::now().time_since_epoch()).count()}};
       if (r.ckpt_block_ms >= 0) j["ckpt_block_ms"] = r.ckpt_block_ms;
       if (r.ckpt_copy_cpu_ms >= 0) j["ckpt_copy_cpu_ms"] = r.ckpt_copy_cpu_ms;
       if (!r.checksum.empty()) j["checksum"] = r.checksum;
