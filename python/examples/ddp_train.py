@@ -106,6 +106,7 @@ def train(a):
         print(json.dumps({"event": "start", "start_step": start}), flush=True)
 
     step = start
+    ckpt_ms = 0.0   # what the previous step's checkpoint cost
     while a.steps == 0 or step < a.steps:
         step += 1
         t = time.monotonic()
@@ -120,7 +121,9 @@ def train(a):
         # saved or not, from which a fault's lost steps are counted.
         if rank == 0:
             print(json.dumps({"event": "checksum", "step": step, "loss": round(loss.item(), 6),
-                              "checksum": checksum(model)}), flush=True)
+                              "checksum": checksum(model), "compute_ms": round(compute_ms, 2),
+                              "ckpt_ms": round(ckpt_ms, 2)}), flush=True)
+        t = time.monotonic()
         if a.checkpoint == "memory":
             bulwark.save(step, {"model": model.state_dict(), "optimizer": opt.state_dict()})
         elif a.checkpoint == "disk" and step % a.ckpt_every == 0:
@@ -131,6 +134,7 @@ def train(a):
                 os.makedirs(a.ckpt_dir, exist_ok=True)
                 torch.save({"step": step, "model": model.state_dict(), "optimizer": opt.state_dict(), "rng": rngs}, tmp)
                 os.replace(tmp, os.path.join(a.ckpt_dir, "ckpt.pt"))
+        ckpt_ms = (time.monotonic() - t) * 1000.0
         bulwark.step(step, loss=loss.item(), grad_norm=float(norm), compute_ms=compute_ms)
         if step == a.stop_at:
             break
