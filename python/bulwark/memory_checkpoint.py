@@ -183,7 +183,8 @@ class MemoryCheckpoint:
     def save(self, step, state):
         """Checkpoints `state` (anything torch.save takes) as step `step`, with
         this rank's RNG states. Returns once the image is sealed in shared
-        memory; the agent backs it up and persists it in the background."""
+        memory; the agent backs it up and persists it in the background,
+        and the next save() waits until it has."""
         import torch
         t = time.monotonic()
         buf = io.BytesIO()
@@ -196,7 +197,15 @@ class MemoryCheckpoint:
             self._open_region(need)
         slot = self._next
         self._drain()
-        self._wait_released([slot])
+        # Both slots, not only the one about to be overwritten: the agent
+        # must have pushed the previous step to the backup peer before this
+        # one is sealed. Then the peer always holds the step before the
+        # newest, and a dead machine costs at most one step. With only the
+        # slot's own release, pushes may fall two steps behind (the agent
+        # skips a superseded image), the survivors' two slots and the peer
+        # share no step, and the restore falls back to durable storage. The
+        # push had a whole step to finish, so this rarely waits.
+        self._wait_released(range(2))
         r = self._region
         shard.write_image(r.mm, r.offset(slot), r.slot_capacity, shard.ShardInfo(step, self.rank, self.world_size),
                           meta, sections)
