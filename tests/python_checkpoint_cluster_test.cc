@@ -37,6 +37,10 @@ class PythonCheckpoints : public Cluster, public ::testing::WithParamInterface<c
   std::string Mode() const { return GetParam(); }
 
   void Start() {
+    auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
+    ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch (" << torch.err
+                                  << "): run scripts/install-deps.sh (Debian's python3-torch), or configure with "
+                                     "-DBULWARK_TORCH_PYTHON=a python3 that has torch";
     auto up = Bulwark({"up", "--machines", "2", "--standby", "2"});
     ASSERT_EQ(up.exit_code, 0) << up.err;
     std::ofstream(root_ + "/job.yaml") << "name: ddp\nworld_size: 2\ncheckpoint: {persist_every: 10}\n"

@@ -16,7 +16,11 @@ import unittest
 import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import torch  # noqa: E402  (Debian's python3-torch: run under /usr/bin/python3)
+try:
+    import torch  # noqa: E402
+except ImportError as e:
+    raise ImportError("%s cannot import torch (%s): run scripts/install-deps.sh (Debian's python3-torch, which "
+                      "installs for /usr/bin/python3) and run these tests with that python3" % (sys.executable, e))
 
 from bulwark import shard  # noqa: E402
 from bulwark._checksum import checksum64, next_timeline  # noqa: E402
