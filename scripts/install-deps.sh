@@ -24,10 +24,12 @@ packages=(
   # The controller's Prometheus endpoint (cpp-httplib), and promtool, which
   # tests/metrics_test.cc runs on its output (the package's server is not used).
   libcpp-httplib-dev prometheus
+  # The Python client's tests: a PyTorch DDP job (Gloo) under /usr/bin/python3.
+  python3-torch
 )
 if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
   # The Python reference for bench/trainer_throughput.
-  packages+=(python3-torch python3-numpy python3-matplotlib)
+  packages+=(python3-numpy python3-matplotlib)
 fi
 if [[ "${BULWARK_FUZZ:-0}" == 1 ]]; then
   # make fuzz: clang with libFuzzer and the sanitizer runtimes.

@@ -1,4 +1,7 @@
-"""Report a training rank's progress to its bulwark agent.
+"""A training rank's side of bulwark: progress and in-memory checkpoints.
+
+Progress (this module) and every-step in-memory checkpoints (memory_checkpoint.py:
+bulwark.save / bulwark.restore, torch only there).
 
 The agent that starts a rank names a Unix SOCK_SEQPACKET socket in the
 environment variable BULWARK_RANK_SOCKET (the "rank link", the protocol
@@ -19,14 +22,17 @@ next report supersedes it anyway. If the agent that set the variable is not
 listening, a warning is printed once and reporting stops; training goes on.
 """
 
+import contextlib
 import math
 import os
+import re
 import socket
 import sys
 import threading
 import time
 
-__all__ = ["RankLink", "step", "phase", "link"]
+__all__ = ["RankLink", "step", "phase", "link", "save", "restore", "resumed_from_disk", "memory", "peer_loss_exits",
+           "EXIT_PEER_LOST"]
 
 RANK_SOCKET_ENV = "BULWARK_RANK_SOCKET"
 
@@ -132,3 +138,112 @@ def phase(what, expected_s, after_step):
     l = link()
     if l is not None:
         l.phase(what, expected_s, after_step)
+
+
+# --- in-memory checkpoints (memory_checkpoint.py) ---------------------------------------
+
+_memory = None
+_memory_tried = False
+
+
+def _rank_and_world():
+    """From torch.distributed once it is set up, else torchrun's variables."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def memory():
+    """This process's MemoryCheckpoint, connected on first use; None outside
+    bulwark (BULWARK_SHARD_SOCKET unset) or when the agent is not listening."""
+    global _memory, _memory_tried
+    with _link_lock:
+        if _memory is not None or _memory_tried:
+            return _memory
+        _memory_tried = True
+        from . import memory_checkpoint as _m
+        path = os.environ.get(_m.SHARD_SOCKET_ENV, "")
+        if not path:
+            return None
+        rank, world = _rank_and_world()
+        try:
+            _memory = _m.MemoryCheckpoint(path, rank, world)
+        except OSError as e:
+            sys.stderr.write("bulwark: %s=%s names no listening agent (%s); no in-memory checkpoints\n"
+                             % (_m.SHARD_SOCKET_ENV, path, e))
+        return _memory
+
+
+def restore():
+    """Collective (call it on every rank, after init_process_group): the
+    newest step every rank holds a checkpoint of, as memory_checkpoint.Restored (.step,
+    .state as given to save(), .source, .newest_step, .ms), with this rank's
+    RNG states put back; None on a first start or outside bulwark."""
+    m = memory()
+    rank, world = _rank_and_world()
+    if world > 1:
+        # All ranks or none: a mixed world would disagree in the collectives.
+        import torch
+        from . import memory_checkpoint as _m
+        missing = torch.tensor([0.0 if m is not None else 1.0], dtype=torch.float64)
+        _m._all_reduce_sum(missing, world)
+        if missing.item() > 0:
+            if m is not None:
+                sys.stderr.write("bulwark: another rank has no agent; no in-memory checkpoints\n")
+            return None
+    return m.restore() if m is not None else None
+
+
+def save(step, state):
+    """Checkpoints `state` (e.g. {"model": model.state_dict(), "optimizer":
+    opt.state_dict()}) as step `step` into the agent's memory, after the
+    optimizer step; a no-op outside bulwark."""
+    m = memory()
+    if m is not None:
+        m.save(step, state)
+
+
+def resumed_from_disk(step):
+    """Say so when the job resumed from a checkpoint of its own at `step`
+    (restore() found none): later in-memory checkpoints start a timeline of
+    their own, never mixed with copies of the abandoned one."""
+    m = memory()
+    if m is not None:
+        m.resumed_from_disk(step)
+
+
+# --- exits -------------------------------------------------------------------
+
+# bulwark-train's exit code for "a collective failed: a peer died, hung or
+# was cut off" (src/common/exit_codes.h). The agent holds such an exit back
+# for a few seconds: if the peer's own fault and the restart it causes come
+# first, the exit was its echo and is dropped. Any other exit counts as a
+# crash of this rank's machine, and a second one within 10 minutes evicts it.
+EXIT_PEER_LOST = 3
+# What Gloo (and NCCL's TCP store) say when the other side is gone; the same
+# words as the agent's connection_reset signature (config/signatures.tsv).
+_PEER_LOST = re.compile(r"Connection reset by peer|Connection closed by peer|Connection refused|Broken pipe|"
+                        r"Timed out waiting|peer lost")
+
+
+@contextlib.contextmanager
+def peer_loss_exits():
+    """Within it, a collective that fails because a peer is gone ends the
+    rank with EXIT_PEER_LOST instead of a traceback's exit code 1:
+
+        with bulwark.peer_loss_exits():
+            train()
+
+    Other errors pass through unchanged."""
+    try:
+        yield
+    except RuntimeError as e:
+        if not _PEER_LOST.search(str(e)):
+            raise
+        sys.stderr.write("bulwark: a collective failed, a peer is gone (exit %d): %s\n" % (EXIT_PEER_LOST, e))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Not sys.exit: tearing down a process group whose peer is dead can
+        # block, and the agent is waiting for this exit.
+        os._exit(EXIT_PEER_LOST)

@@ -5,6 +5,7 @@ reads, and no-ops outside bulwark."""
 import importlib
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -81,6 +82,28 @@ class ClientTest(unittest.TestCase):
         b.step(1)
         b.step(2)
         self.assertIsNone(b.link())
+
+
+class PeerLossExitTest(unittest.TestCase):
+    """bulwark.peer_loss_exits() in a child process: its exit code is what
+    the agent reads."""
+
+    def run_child(self, body):
+        code = ("import sys; sys.path.insert(0, %r)\nimport bulwark\nwith bulwark.peer_loss_exits():\n    %s\n"
+                % (os.path.join(os.path.dirname(__file__), ".."), body))
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+    def test_a_collective_that_lost_its_peer_exits_with_the_peer_lost_code(self):
+        r = self.run_child("raise RuntimeError('[./gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:30939: "
+                           "Connection reset by peer')")
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("a peer is gone", r.stderr)
+
+    def test_other_errors_pass_through(self):
+        r = self.run_child("raise RuntimeError('mat1 and mat2 shapes cannot be multiplied')")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("shapes cannot be multiplied", r.stderr)
+        self.assertNotIn("a peer is gone", r.stderr)
 
 
 if __name__ == "__main__":

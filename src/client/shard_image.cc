@@ -128,7 +128,12 @@ Result<ShardView> ReadShardImage(const void* src, size_t available, const std::s
   ShardHeader h;
   std::memcpy(&h, src, sizeof h);
   const auto* payload = static_cast<const uint8_t*>(src) + sizeof(ShardHeader);
-  if (Checksum64(payload, h.payload_bytes) != h.payload_checksum) {
+  if (h.checksum_kind != kChecksum64 && h.checksum_kind != kCrc32) {
+    return Status::Corrupt(where + ": shard of step " + std::to_string(h.step) + " has unknown checksum kind " +
+                           std::to_string(h.checksum_kind));
+  }
+  const uint64_t sum = h.checksum_kind == kCrc32 ? Crc32(payload, h.payload_bytes) : Checksum64(payload, h.payload_bytes);
+  if (sum != h.payload_checksum) {
     return Status::Corrupt(where + ": shard of step " + std::to_string(h.step) + " fails its checksum");
   }
   PayloadReader r(payload, h.payload_bytes);

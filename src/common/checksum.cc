@@ -1,5 +1,6 @@
 #include "common/checksum.h"
 
+#include <array>
 #include <cstring>
 
 namespace bulwark {
@@ -73,6 +74,22 @@ uint64_t Checksum64(const void* data, size_t n) {
   Checksum c;
   c.Update(data, n);
   return c.Digest();
+}
+
+uint32_t Crc32(const void* data, size_t n) {
+  static const auto kTable = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) c = kTable[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
 }
 
 }  // namespace bulwark

@@ -1,0 +1,236 @@
+"""The Python client's in-memory checkpoints without a cluster: the shard
+format against values bulwark's C++ computes, and save/restore against a
+socket standing in for the agent's shard store (src/agent/shard_store.cc).
+The cross-language check (C++ reading Python's images and the other way) is
+python_shard_format_test in tests/; the real agent is in
+python_checkpoint_cluster_test."""
+
+import array
+import json
+import os
+import socket
+import sys
+import tempfile
+import threading
+import unittest
+import zlib
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+try:
+    import torch  # noqa: E402
+except ImportError as e:
+    raise ImportError("%s cannot import torch (%s): run scripts/install-deps.sh (Debian's python3-torch, which "
+                      "installs for /usr/bin/python3) and run these tests with that python3" % (sys.executable, e))
+
+from bulwark import shard  # noqa: E402
+from bulwark._checksum import checksum64, next_timeline  # noqa: E402
+from bulwark.memory_checkpoint import MemoryCheckpoint, newest_common_point  # noqa: E402
+
+
+class ChecksumTest(unittest.TestCase):
+    def test_matches_the_cpp_checksum64(self):
+        # Printed by bulwark::Checksum64 (src/common/checksum.cc).
+        self.assertEqual(checksum64(b""), 0x3bfd28428f0d0d36)
+        self.assertEqual(checksum64(b"abc"), 0xe9467527c216a046)
+        self.assertEqual(checksum64(bytes(range(100))), 0xcd519297587db8a0)
+
+    def test_a_timeline_changes_with_the_step_and_repeats_for_the_same_one(self):
+        self.assertEqual(next_timeline(0, 12), next_timeline(0, 12))
+        self.assertNotEqual(next_timeline(0, 12), next_timeline(0, 13))
+        self.assertNotEqual(next_timeline(0, 12), next_timeline(next_timeline(0, 12), 12))
+
+
+class FormatTest(unittest.TestCase):
+    def write(self, step=7, sections=(("state", b"x" * 1000), ("rng", b"r" * 33))):
+        buf = bytearray(8192)
+        shard.write_image(buf, 0, len(buf), shard.ShardInfo(step, 1, 2), b'{"a":1}', list(sections))
+        return buf
+
+    def test_an_image_reads_back_with_its_sections(self):
+        info, meta, sections = shard.read_image(self.write())
+        self.assertEqual((info.step, info.rank, info.world_size), (7, 1, 2))
+        self.assertEqual(meta, b'{"a":1}')
+        self.assertEqual(bytes(sections["state"]), b"x" * 1000)
+        self.assertEqual(bytes(sections["rng"]), b"r" * 33)
+
+    def test_the_payload_is_crc32_and_the_header_checksum64(self):
+        buf = self.write()
+        info, total, kind, psum = shard.peek_header(buf)
+        self.assertEqual(kind, shard.CRC32)
+        self.assertEqual(psum, zlib.crc32(bytes(buf[56:total])))
+        self.assertEqual(int.from_bytes(buf[48:56], "little"), checksum64(bytes(buf[:48])))
+
+    def test_a_flipped_payload_bit_fails_the_checksum(self):
+        buf = self.write()
+        buf[600] ^= 0x10
+        with self.assertRaisesRegex(shard.CorruptShard, "step 7 fails its checksum"):
+            shard.read_image(buf, where="memory copy")
+
+    def test_an_unsealed_image_is_never_complete(self):
+        buf = self.write()
+        buf[48:56] = bytes(8)   # what write_image does first: a writer killed midway
+        self.assertIsNone(shard.peek_header(buf))
+        with self.assertRaisesRegex(shard.CorruptShard, "no complete shard"):
+            shard.read_image(buf)
+
+    def test_an_image_larger_than_its_slot_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "does not fit its slot of 100"):
+            shard.write_image(bytearray(100), 0, 100, shard.ShardInfo(1, 0, 1), b"{}", [("s", b"y" * 200)])
+
+    def test_a_region_lists_its_sealed_slots_newest_first(self):
+        r = shard.Region.create("test", 5000, 2)
+        self.assertEqual(r.slot_capacity, 8192)   # page-rounded
+        for slot, step in ((0, 4), (1, 5)):
+            shard.write_image(r.mm, r.offset(slot), r.slot_capacity, shard.ShardInfo(step, 0, 1), b"{}", [])
+        again = shard.Region.map(os.dup(r.fd))
+        self.assertEqual([(s, i.step) for s, i, _ in again.sealed()], [(1, 5), (0, 4)])
+        again.close()
+        r.close()
+
+    def test_the_newest_common_point_is_shared_by_every_rank(self):
+        a, b = (10, 0), (11, 0)
+        self.assertEqual(newest_common_point([[b, a], [a]]), (a, 11))
+        # Another timeline's step 11 is not step 11 of this one.
+        self.assertEqual(newest_common_point([[a, (11, 5)], [a, b]]), (a, 11))
+        self.assertEqual(newest_common_point([[a], [b]]), (None, -1))
+
+
+class Agent:
+    """A listening shard socket that answers like the agent's store: keeps
+    the regions ranks hand it, releases each SAVED slot, and offers its
+    regions on RESTORE."""
+
+    def __init__(self, durable=None):
+        self.dir = tempfile.mkdtemp()
+        self.path = os.path.join(self.dir, "shards.sock")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.listener.bind(self.path)
+        self.listener.listen(4)
+        self.durable = durable
+        self.regions = []     # fds the ranks handed over
+        self.saved = []       # (slot, step)
+        self.release = True
+        self.changed = threading.Condition()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while True:
+            conn, _ = self.listener.accept()
+            threading.Thread(target=self.answer, args=(conn,), daemon=True).start()
+
+    def answer(self, conn):
+        while True:
+            try:
+                msg, fds, _, _ = socket.recv_fds(conn, 4096, 1)
+            except OSError:
+                return   # the rank went away
+            if not msg:
+                return
+            w = msg.decode().split()
+            if w[0] == "REGION":
+                self.regions.append(fds[0])
+                conn.sendmsg([b"OK"])
+            elif w[0] == "SAVED":
+                with self.changed:
+                    self.saved.append((int(w[1]), int(w[2])))
+                    self.changed.notify_all()
+                if self.release:
+                    conn.sendmsg([("RELEASED %s" % w[1]).encode()])
+            elif w[0] == "RESTORE":
+                for fd in self.regions:
+                    conn.sendmsg([b"COPY memory"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+                if self.durable:
+                    conn.sendmsg([("DURABLE " + self.durable).encode()])
+                conn.sendmsg([b"END"])
+
+
+    def wait_saved(self, n):
+        """The SAVED messages, once `n` arrived (they are not answered)."""
+        with self.changed:
+            self.changed.wait_for(lambda: len(self.saved) >= n, timeout=30)
+            return list(self.saved)
+
+
+class SaveRestoreTest(unittest.TestCase):
+    def test_a_first_start_has_nothing_to_restore(self):
+        agent = Agent()
+        m = MemoryCheckpoint(agent.path, 0, 1, note=lambda s: None)
+        self.assertIsNone(m.restore())
+
+    def test_saves_alternate_slots_and_restore_returns_the_newest_with_the_rng(self):
+        agent = Agent()
+        m = MemoryCheckpoint(agent.path, 0, 1, note=lambda s: None)
+        torch.manual_seed(3)
+        for step in (1, 2, 3):
+            m.save(step, {"w": torch.full((4,), float(step)), "step": step})
+        self.assertEqual(agent.wait_saved(3), [(0, 1), (1, 2), (0, 3)])
+        expected_draw = torch.rand(3)   # what the RNG gives right after step 3
+        torch.rand(100)                 # the job went on drawing before the fault
+        m = MemoryCheckpoint(agent.path, 0, 1, note=lambda s: None)   # the rank restarted
+        got = m.restore()
+        self.assertEqual(got.step, 3)
+        self.assertEqual(got.source, "memory")
+        self.assertEqual(got.newest_step, 3)
+        self.assertTrue(torch.equal(got.state["w"], torch.full((4,), 3.0)))
+        self.assertTrue(torch.equal(torch.rand(3), expected_draw), "the RNG state of step 3 was not restored")
+        # The restore starts a new timeline: later saves never mix with the old one.
+        m.save(4, {"w": torch.zeros(4)})
+        info, meta, _ = shard.read_image(m._region.mm, m._region.offset(0), m._region.slot_capacity)
+        self.assertEqual(json.loads(meta)["timeline"], next_timeline(0, 3))
+
+    def test_a_corrupt_newest_copy_falls_back_to_the_previous_step(self):
+        agent = Agent()
+        notes = []
+        m = MemoryCheckpoint(agent.path, 0, 1, note=notes.append)
+        m.save(1, {"v": 1})
+        m.save(2, {"v": 2})
+        r = m._region
+        r.mm[r.offset(1) + 200] ^= 0x10   # step 2 lives in slot 1
+        got = m.restore()
+        self.assertEqual((got.step, got.state["v"]), (1, 1))
+        self.assertTrue(any("step 2 fails its checksum" in n for n in notes), notes)
+
+    def test_a_save_waits_until_the_agent_has_backed_up_the_previous_step(self):
+        # Otherwise backups could fall two steps behind and a dead machine
+        # would cost more than one step.
+        agent = Agent()
+        agent.release = False
+        m = MemoryCheckpoint(agent.path, 0, 1, note=lambda s: None)
+        m.save(1, {"v": 1})
+        import bulwark.memory_checkpoint as mc
+        old, mc._RELEASE_TIMEOUT_S = mc._RELEASE_TIMEOUT_S, 0.5
+        try:
+            with self.assertRaisesRegex(TimeoutError, r"has held shard slot\(s\) \[0\]"):
+                m.save(2, {"v": 2})
+        finally:
+            mc._RELEASE_TIMEOUT_S = old
+        self.assertEqual(agent.wait_saved(1), [(0, 1)])
+
+    def test_a_growing_state_gets_a_larger_region(self):
+        agent = Agent()
+        m = MemoryCheckpoint(agent.path, 0, 1, note=lambda s: None)
+        m.save(1, {"v": b"a" * 1000})
+        m.save(2, {"v": b"b" * 1_000_000})
+        self.assertEqual(len(agent.regions), 2)
+        self.assertEqual(m.restore().state["v"], b"b" * 1_000_000)
+
+    def test_durable_copies_serve_when_memory_holds_none(self):
+        durable = tempfile.mkdtemp()
+        # What the agent persists: the image's bytes, named by step and rank.
+        src = Agent()
+        w = MemoryCheckpoint(src.path, 0, 1, note=lambda s: None)
+        w.save(20, {"v": 20})
+        r = w._region
+        path = shard.durable_path(durable, 20, 0)
+        os.makedirs(os.path.dirname(path))
+        with open(path, "wb") as f:
+            f.write(r.mm[r.offset(0):r.offset(0) + shard.peek_header(r.mm, r.offset(0))[1]])
+        agent = Agent(durable=durable)
+        m = MemoryCheckpoint(agent.path, 0, 1, note=lambda s: None)
+        got = m.restore()
+        self.assertEqual((got.step, got.source, got.state["v"]), (20, "durable", 20))
+
+
+if __name__ == "__main__":
+    unittest.main()

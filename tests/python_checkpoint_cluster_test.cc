@@ -1,0 +1,237 @@
+// A PyTorch DDP job (python/examples/ddp_train.py: 2 ranks, Gloo, CPU) on a
+// real local cluster, under a killed rank and a dead machine (and, with the
+// client, a corrupted shard), with and
+// without the Python client's every-step in-memory checkpoints
+// (python/bulwark/memory_checkpoint.py):
+//
+//   memory  each fault costs at most one step, the parameters right after
+//           each restore are bitwise those the job printed at that step
+//           before the fault, and the faulted run is bitwise a fault-free
+//           run at a step reached after both faults;
+//   disk    the job's own torch.save every 20 steps: it loses what it
+//           computed since;
+//   none    it starts again from step 0.
+//
+// Each case prints "[ lost ]" lines: the figures in docs/ecosystem.md. The
+// job runs Debian's python3-torch (BULWARK_TORCH_PYTHON, /usr/bin/python3;
+// scripts/install-deps.sh installs it). Every wait polls `bulwark status
+// --json`; no fixed sleeps.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include "support/cluster_fixture.h"
+#include "support/process.h"
+
+namespace bulwark {
+namespace {
+
+const std::string kScript = std::string(BULWARK_PYTHON_DIR) + "/examples/ddp_train.py";
+
+class PythonCheckpoints : public Cluster, public ::testing::WithParamInterface<const char*> {
+ protected:
+  // Hides Cluster's, which prepares the trainer's corpus: nothing here needs it.
+  static void SetUpTestSuite() {}
+
+  std::string Mode() const { return GetParam(); }
+
+  void Start() {
+    auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
+    ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch (" << torch.err
+                                  << "): run scripts/install-deps.sh (Debian's python3-torch), or configure with "
+                                     "-DBULWARK_TORCH_PYTHON=a python3 that has torch";
+    auto up = Bulwark({"up", "--machines", "2", "--standby", "2"});
+    ASSERT_EQ(up.exit_code, 0) << up.err;
+    std::ofstream(root_ + "/job.yaml") << "name: ddp\nworld_size: 2\ncheckpoint: {persist_every: 10}\n"
+                                       << "command: [" << BULWARK_TORCH_PYTHON << ", " << kScript
+                                       << ", --checkpoint, " << Mode() << ", --ckpt-dir, " << root_
+                                       << "/ckpt, --ckpt-every, '20']\n"
+                                       << "env: {PYTHONPATH: " << BULWARK_PYTHON_DIR
+                                       << ", OMP_NUM_THREADS: '1', PYTHONUNBUFFERED: '1'}\n";
+    auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+    ASSERT_EQ(sub.exit_code, 0) << sub.err;
+    json s = WaitFor("the DDP job's first steps", 120, [](const json& s) {
+      return s["job"]["state"] == "running" && s["job"]["last_step"] >= 30;
+    });
+    EXPECT_EQ(s["job"]["placement"], json({"m01", "m02"}));
+    // The client's progress (bulwark.step over the rank link) is the job's.
+    auto human = Bulwark({"status"});
+    EXPECT_NE(human.out.find("job ddp: running, step "), std::string::npos) << human.out;
+  }
+
+  // The current status; a `bulwark status` call that fails under load (no
+  // JSON) is retried rather than read as a job without a step.
+  json Now() { return WaitFor("a status answer", 30, [](const json&) { return true; }); }
+
+  // Injects `fault` on `machine`, waits until the job runs again, and
+  // returns the new incident.
+  json Survive(const std::string& fault, const std::string& machine) {
+    json s = Now();
+    const int64_t gen = s["job"]["generation"];
+    const int64_t incidents = s["job"]["incidents"];
+    Inject(fault, machine);
+    WaitFor(fault + " recovered", 120, [&](const json& x) {
+      return x["job"]["generation"] > gen && x["job"]["state"] == "running" && x["job"]["incidents"] > incidents;
+    });
+    json inc;
+    for (int i = 0; i < 20 && !(inc.is_array() && static_cast<int64_t>(inc.size()) > incidents); ++i) {
+      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(250));  // a status call lost under load
+      inc = Query("incidents");
+    }
+    EXPECT_TRUE(inc.is_array() && static_cast<int64_t>(inc.size()) > incidents) << inc.dump();
+    Report(fault);
+    return inc.is_array() && !inc.empty() ? inc.back() : json::object();
+  }
+
+  void StepsPast(int64_t steps) {
+    const int64_t now = Now()["job"]["last_step"];
+    WaitFor("steps after the restart", 120, [&](const json& x) { return x["job"]["last_step"] >= now + steps; });
+  }
+
+  // What rank 0 printed, per generation, from every machine's rank logs
+  // (cut at the agent's start banners): the checksum after each step, the
+  // client's restore event, the checksum right after it, the start step.
+  struct Generation {
+    int64_t max_step = -1;
+    std::map<int64_t, std::string> checksums;
+    json restore, restored, start;
+  };
+  std::map<int64_t, Generation> Generations() {
+    std::map<int64_t, Generation> out;
+    for (const char* m : {"m01", "m02", "m03", "m04"}) {
+      std::ifstream in(dir_ + "/machines/" + m + "/ranks/rank-0.log");
+      std::string line;
+      int64_t gen = -1;
+      while (std::getline(in, line)) {
+        const std::string banner = " of generation ";
+        if (line.rfind("bulwark-agent: starting rank", 0) == 0 && line.find(banner) != std::string::npos) {
+          gen = std::stoll(line.substr(line.find(banner) + banner.size()));
+          continue;
+        }
+        json j = json::parse(line, nullptr, false);
+        if (!j.is_object()) continue;
+        const std::string ev = j.value("event", "");
+        Generation& g = out[gen];
+        if (ev == "checksum") {
+          const int64_t step = j["step"];
+          g.max_step = std::max(g.max_step, step);
+          g.checksums[step] = j["checksum"];
+        }
+        if (ev == "restore") g.restore = j;
+        if (ev == "restored") g.restored = j;
+        if (ev == "start") g.start = j;
+      }
+    }
+    return out;
+  }
+
+  // Rank 0's checksum of the same job run by two ranks directly, no
+  // bulwark, stopped after `step`.
+  std::string Reference(int64_t step) {
+    const std::string init = "file://" + root_ + "/reference-rendezvous";
+    std::vector<std::unique_ptr<testing::Process>> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.push_back(std::make_unique<testing::Process>(
+          std::vector<std::string>{BULWARK_TORCH_PYTHON, kScript, "--checkpoint", "none", "--stop-at",
+                                   std::to_string(step), "--init", init, "--rank", std::to_string(r),
+                                   "--world-size", "2"},
+          std::map<std::string, std::string>{{"OMP_NUM_THREADS", "1"}}));
+    }
+    std::string sum;
+    for (int r = 0; r < 2; ++r) {
+      testing::ProcessResult res = ranks[r]->Wait(300);
+      EXPECT_EQ(res.exit_code, 0) << "reference rank " << r << ": " << res.err;
+      json last = json::parse(res.LastLine(), nullptr, false);
+      if (r == 0 && last.is_object() && last.value("step", int64_t{-1}) == step) sum = last.value("checksum", "");
+    }
+    return sum;
+  }
+};
+
+TEST_P(PythonCheckpoints, ADdpJobSurvivesAKillAndADeadMachine) {
+  Start();
+  std::vector<std::pair<int64_t, json>> faults;  // the generation each fault ended, its incident
+  std::vector<std::pair<std::string, std::string>> plan = {{"kill", "m01"}, {"machine-down", "m02"}};
+  // With the client, also bit rot in rank 1's newest image, then its death:
+  // the CRC-32 the Python client writes catches it.
+  if (Mode() == "memory") plan.emplace_back("corrupt-shard", "m03");
+  for (const auto& [fault, machine] : plan) {
+    const int64_t gen = Now()["job"]["generation"];
+    faults.emplace_back(gen, Survive(fault, machine));
+    StepsPast(30);
+  }
+  EXPECT_EQ(Now()["job"]["placement"], json({"m01", "m03"}));
+  if (Mode() == "memory") {
+    std::ifstream in(dir_ + "/machines/m03/ranks/rank-1.log");
+    const std::string log((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_NE(log.find("fails its checksum; trying the next copy"), std::string::npos)
+        << "rank 1 did not reject its corrupted copy:\n" << log;
+  }
+  auto gens = Generations();
+  ASSERT_FALSE(gens.empty());
+  const Generation& last = gens.rbegin()->second;
+  const int64_t final_step = last.max_step;
+  Bulwark({"down"});  // the reference below gets the cores
+
+  const char* names[] = {"kill", "machine-down", "corrupt-shard"};
+  for (size_t i = 0; i < faults.size(); ++i) {
+    const auto& [gen, inc] = faults[i];
+    auto next = gens.upper_bound(gen);
+    ASSERT_NE(next, gens.end()) << "no generation after " << gen;
+    const Generation& before = gens[gen];
+    const Generation& after = next->second;
+    ASSERT_TRUE(after.start.is_object()) << "generation " << next->first << " did not start";
+    const int64_t resumed = after.start["start_step"];
+    const int64_t lost = before.max_step - resumed;
+    std::printf("[ lost   ] %s, %-12s: generation %lld printed up to step %lld, the next resumed at %lld: %lld steps lost "
+                "(incident says %s, restored from %s)\n",
+                Mode().c_str(), names[i], static_cast<long long>(gen), static_cast<long long>(before.max_step),
+                static_cast<long long>(resumed), static_cast<long long>(lost),
+                inc.contains("lost_steps") ? inc["lost_steps"].dump().c_str() : "?",
+                after.restore.is_object() ? after.restore.value("source", "?").c_str() : "nothing");
+    EXPECT_GE(lost, 0);
+    if (Mode() == "memory") {
+      ASSERT_TRUE(after.restore.is_object()) << "generation " << next->first << " did not restore";
+      EXPECT_EQ(after.restore["step"], resumed);
+      EXPECT_LE(lost, 1) << names[i];
+      EXPECT_LE(inc.value("lost_steps", int64_t{99}), 1) << inc.dump();
+      EXPECT_EQ(inc.value("restored_step", int64_t{-1}), resumed) << inc.dump();
+      EXPECT_EQ(inc.value("restore_source", ""), after.restore.value("source", "")) << inc.dump();
+      // The kill restarts the rank in place (its memory, or the backup its
+      // peer holds); the dead machine's rank comes back from the peer.
+      if (i == 1) {
+        EXPECT_EQ(after.restore["sources"][1], "peer") << after.restore.dump();
+      }
+      // Bitwise: the parameters right after the restore are those of that
+      // step before the fault.
+      ASSERT_TRUE(after.restored.is_object());
+      std::string printed;
+      for (const auto& [g, old] : gens)
+        if (g <= gen && old.checksums.count(resumed)) printed = old.checksums.at(resumed);
+      EXPECT_FALSE(printed.empty()) << "step " << resumed << " was never printed before the fault";
+      EXPECT_EQ(after.restored["checksum"], printed) << "parameters after the restore differ from step " << resumed;
+    } else if (Mode() == "disk") {
+      EXPECT_EQ(resumed % 20, 0) << "the job's own checkpoints are every 20 steps";
+      EXPECT_LT(lost, 20 + 1);
+    } else {
+      EXPECT_EQ(resumed, 0);
+      EXPECT_EQ(lost, before.max_step);
+    }
+  }
+
+  if (Mode() == "memory") {
+    // The faulted run continued exactly: the same parameters, bit for bit,
+    // as a fault-free run at a step reached after both faults.
+    ASSERT_GT(final_step, 0);
+    const std::string reference = Reference(final_step);
+    ASSERT_FALSE(reference.empty()) << "the reference run did not reach step " << final_step;
+    EXPECT_EQ(last.checksums.at(final_step), reference) << "the recovered run diverged at step " << final_step;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, PythonCheckpoints, ::testing::Values("memory", "disk", "none"),
+                         [](const auto& info) { return std::string(info.param); });
+
+}  // namespace
+}  // namespace bulwark
