@@ -31,6 +31,15 @@ agent::SignatureTable Shipped() {
   return *t;
 }
 
+TEST(Signatures, TheBuiltInTableIsTheShippedFile) {
+  // The agent uses the compiled-in copy, so an installed or copied binary
+  // needs no source tree; it must say what config/signatures.tsv says.
+  auto builtin = agent::SignatureTable::Builtin();
+  ASSERT_TRUE(builtin.ok()) << builtin.status().ToString();
+  EXPECT_EQ(builtin->size(), Shipped().size());
+  EXPECT_EQ(builtin->Match({"NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."}), "xid");
+}
+
 TEST(Signatures, ShippedTableClassifiesCommonDeaths) {
   const agent::SignatureTable t = Shipped();
   EXPECT_EQ(t.Match({"RuntimeError: CUDA error: an illegal memory access was encountered"}), "cuda_error");

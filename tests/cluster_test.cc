@@ -3,6 +3,8 @@
 // status --json` against a deadline; nothing relies on a fixed sleep.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -299,6 +301,24 @@ TEST_F(Cluster, CallsWithoutTheTokenAreRefusedAndLogged) {
   EXPECT_EQ(after["machines"].size(), 1u) << "the intruder must not be registered";
   EXPECT_TRUE(after["job"].is_null()) << "nothing was submitted: " << after.dump();
   EXPECT_TRUE(Query("incidents").empty()) << "nothing was injected or reported";
+}
+
+// A copy of the binary away from the build and source trees (what an
+// installed one is) starts a cluster whose agents come up: nothing in it
+// points back at the tree it was built from.
+TEST_F(Cluster, ACopiedBinaryStartsItsAgents) {
+  const std::string bin = root_ + "/elsewhere/bin";
+  std::filesystem::create_directories(bin);
+  std::filesystem::copy_file(testing::BinDir() + "/bulwark", bin + "/bulwark");
+  std::filesystem::permissions(bin + "/bulwark", std::filesystem::perms::owner_all);
+  auto up = testing::Run({bin + "/bulwark", "up", "--machines", "2", "--dir", dir_}, {}, 60);
+  ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
+  auto status = testing::Run({bin + "/bulwark", "status", "--json", "--dir", dir_}, {}, 10);
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  json s = json::parse(status.out, nullptr, false);
+  ASSERT_TRUE(s.is_object()) << status.out;
+  EXPECT_EQ(s["machines"].size(), 2u) << status.out;
+  testing::Run({bin + "/bulwark", "down", "--dir", dir_}, {}, 60);
 }
 
 TEST_F(Cluster, RestartWithoutDatabaseIsAClearError) {

@@ -284,7 +284,8 @@ Status RunAgent(const AgentOptions& options) {
   if (options.machine.empty()) return Status::InvalidArgument("agent: --machine is required");
   Result<std::string> token = ReadToken(layout.token());
   if (!token.ok()) return token.status();
-  Result<SignatureTable> sigs = SignatureTable::Load(options.builtin_signatures);
+  Result<SignatureTable> sigs = options.builtin_signatures.empty() ? SignatureTable::Builtin()
+                                                                   : SignatureTable::Load(options.builtin_signatures);
   if (!sigs.ok()) return sigs.status();
   if (PathExists(layout.signatures())) {
     Result<SignatureTable> user = SignatureTable::Load(layout.signatures());

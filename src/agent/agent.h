@@ -12,7 +12,8 @@ namespace bulwark::agent {
 struct AgentOptions {
   std::string dir;      // the cluster directory (cluster/layout.h)
   std::string machine;  // this machine's id
-  std::string builtin_signatures;  // the shipped config/signatures.tsv
+  // A signature table to use instead of the built-in one ("": built in).
+  std::string builtin_signatures;
 };
 
 // Runs until SIGTERM/SIGINT (ranks are stopped) or until a machine-down

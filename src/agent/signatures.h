@@ -15,6 +15,8 @@ class SignatureTable {
   // names the file, the line and what is wrong with it.
   static Result<SignatureTable> Parse(const std::string& text, const std::string& source);
   static Result<SignatureTable> Load(const std::string& path);
+  // config/signatures.tsv as it was when the agent was built.
+  static Result<SignatureTable> Builtin();
 
   // Puts `other`'s entries before this table's: user extensions win.
   void Prepend(const SignatureTable& other);

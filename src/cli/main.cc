@@ -513,7 +513,7 @@ Status Run(const Args& a) {
     agent::AgentOptions o;
     o.dir = ClusterDir(a);
     o.machine = a.Get("machine");
-    o.builtin_signatures = a.Get("signatures", BULWARK_SIGNATURES_FILE);
+    o.builtin_signatures = a.Get("signatures");  // "": the table built into the binary
     return agent::RunAgent(o);
   }
   std::cout << "usage: bulwark up|down|submit|update|rollback|releases|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-compare|bench-implicit|controller|agent [flags]\n"
