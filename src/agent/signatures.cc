@@ -105,10 +105,4 @@ std::string SignatureTable::Match(const std::vector<std::string>& lines) const {
   return "";
 }
 
-extern const char* const kBuiltinSignatures;  // builtin_signatures.cc, generated
-
-Result<SignatureTable> SignatureTable::Builtin() {
-  return Parse(kBuiltinSignatures, "the built-in signature table (config/signatures.tsv)");
-}
-
 }  // namespace bulwark::agent
