@@ -1,0 +1,35 @@
+// The plane's side of the cluster backend (cluster/backend.h): which of the
+// policy's decisions the cluster manager must hear about. The backend does
+// its work in the background, so these calls are cheap under the plane's lock.
+#include "plane/plane.h"
+
+namespace bulwark::controller {
+
+void Plane::ActuateBackend(const Action& a) {
+  if (!options_.backend || !backend_done_.insert(a.id).second) return;
+  switch (a.kind) {
+    case ActionKind::kEvict:
+      // The incident id travels into the manager's own record (Slurm's node
+      // Reason), where an administrator looks first.
+      options_.backend->Drain(a.machine, (a.incident > 0 ? "incident " + std::to_string(a.incident) + ": " : "") + a.reason);
+      break;
+    case ActionKind::kReplenishStandby: {
+      // The shortfall is the pool's total; ask only for what was not asked
+      // since the last standby arrived.
+      const int64_t arrivals = controller_ ? controller_->state().standby_arrivals : 0;
+      if (arrivals != backend_arrivals_) {
+        backend_arrivals_ = arrivals;
+        backend_asked_ = 0;
+      }
+      if (a.count > backend_asked_) {
+        options_.backend->Acquire(a.id, a.count - backend_asked_);
+        backend_asked_ = a.count;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+}  // namespace bulwark::controller
