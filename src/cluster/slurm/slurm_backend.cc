@@ -13,6 +13,11 @@ bool Contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
+Status AppendLine(const std::string& path, const std::string& line) {
+  Result<std::string> old = ReadFile(path);
+  return WriteFileAtomic(path, (old.ok() ? *old : "") + line + "\n");
+}
+
 }  // namespace
 
 SlurmBackend::SlurmBackend(Layout layout, SlurmRecord record, std::unique_ptr<CommandRunner> runner, Spawner spawn,
@@ -24,7 +29,11 @@ SlurmBackend::SlurmBackend(Layout layout, SlurmRecord record, std::unique_ptr<Co
       log_(std::move(log)),
       options_(options) {
   agents_.insert(record_.agents.begin(), record_.agents.end());
-  // Jobs an earlier controller submitted: still ours to release and cancel.
+  // What an earlier controller started: agents on spare nodes, and jobs
+  // still ours to release and cancel.
+  if (Result<std::string> started = ReadFile(layout_.slurm_agents()); started.ok()) {
+    for (const std::string& node : ParseLines(*started)) agents_.insert(node);
+  }
   if (Result<std::string> jobs = ReadFile(layout_.slurm_jobs()); jobs.ok()) {
     for (const std::string& line : ParseLines(*jobs)) {
       const size_t sp = line.find(' ');
@@ -222,6 +231,8 @@ Status SlurmBackend::StartAgent(const std::string& node) {
   BULWARK_RETURN_IF_ERROR(MakeDirs(layout_.machine(node)));
   BULWARK_RETURN_IF_ERROR(spawn_(AgentStepArgv(record_, node), layout_.agent_log(node)));
   agents_.insert(node);
+  BULWARK_RETURN_IF_ERROR(MakeDirs(layout_.slurm()));
+  BULWARK_RETURN_IF_ERROR(AppendLine(layout_.slurm_agents(), node));
   return Status::OK();
 }
 
@@ -234,9 +245,7 @@ Status SlurmBackend::SubmitAgentJob(const std::string& node) {
   if (!job.ok()) return job.status();
   own_jobs_.push_back(*job);
   // Recorded for `bulwark down` and for a restarted controller.
-  std::string jobs = ReadFile(layout_.slurm_jobs()).ok() ? *ReadFile(layout_.slurm_jobs()) : "";
-  jobs += *job + (node.empty() ? " grow" : " return") + "\n";
-  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout_.slurm_jobs(), jobs));
+  BULWARK_RETURN_IF_ERROR(AppendLine(layout_.slurm_jobs(), *job + (node.empty() ? " grow" : " return")));
   if (!node.empty()) agents_.insert(node);
   log_("slurm: submitted job " + *job + " for an agent on " + (node.empty() ? "a new node" : node));
   return Status::OK();
