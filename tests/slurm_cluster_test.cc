@@ -25,7 +25,7 @@ class SlurmCluster : public Cluster {
   void SetUp() override {
     Cluster::SetUp();
     slurm_ = root_ + "/slurm";
-    auto r = testing::Run({"bash", BULWARK_SLURM_SCRIPT, "start", slurm_, "4"}, {}, 120);
+    auto r = testing::Run({"/bin/bash", BULWARK_SLURM_SCRIPT, "start", slurm_, "4"}, {}, 120);
     if (r.exit_code == 3) GTEST_SKIP() << r.err;
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     started_ = true;
@@ -36,12 +36,16 @@ class SlurmCluster : public Cluster {
   void TearDown() override {
     if (started_) {
       Cluster::TearDown();  // bulwark down: agents' steps and the controller's jobs
-      testing::Run({"bash", BULWARK_SLURM_SCRIPT, "stop", slurm_}, {}, 60);
+      testing::Run({"/bin/bash", BULWARK_SLURM_SCRIPT, "stop", slurm_}, {}, 60);
       ::unsetenv("SLURM_CONF");
     }
   }
 
-  testing::ProcessResult Slurm(std::vector<std::string> argv) { return testing::Run(argv, {}, 30); }
+  // Slurm's client tools (Debian installs them in /usr/bin; Process execs without a PATH search).
+  testing::ProcessResult Slurm(std::vector<std::string> argv) {
+    argv[0] = "/usr/bin/" + argv[0];
+    return testing::Run(argv, {}, 30);
+  }
 
   // Polls until `pred` holds; false (with the last value in the failure
   // message) after `seconds`.
@@ -53,7 +57,7 @@ class SlurmCluster : public Cluster {
     }
     if (pred()) return true;
     ADD_FAILURE() << "timed out waiting for " << what << "\ncontroller log:\n"
-                  << testing::Run({"tail", "-n", "40", dir_ + "/controller.log"}).out
+                  << testing::Run({"/usr/bin/tail", "-n", "40", dir_ + "/controller.log"}).out
                   << "\nsinfo:\n" << Slurm({"sinfo", "-N", "-o", "%N %T %E"}).out
                   << "\nsqueue:\n" << Slurm({"squeue", "-s"}).out;
     return false;
@@ -81,7 +85,7 @@ TEST_F(SlurmCluster, MachineDownDrainsTheNodeWithTheIncidentAndReturnResumesIt) 
       for (const json& m : s["machines"]) heard += m["last_heard_s_ago"].get<double>() < 3.0;
     }
     return heard == 3;
-  })) << testing::Run({"cat", root_ + "/up.out"}).out;
+  })) << testing::Run({"/bin/cat", root_ + "/up.out"}).out;
 
   // A tiny job with every-step in-memory checkpoints.
   std::ofstream(root_ + "/job.yaml")

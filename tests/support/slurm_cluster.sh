@@ -91,6 +91,13 @@ mkdir -p "$dir"/{munge,spool/ctld,log}
 # writable by others and can be searched by all (clients reach the socket).
 chown munge:munge "$dir/munge"
 chmod 0755 "$dir/munge"
+# ... and every directory above it searchable by all (munged checks): a
+# test's mkdtemp dir is 0700. Search permission only, nothing becomes readable.
+d=$(cd "$dir" && pwd)
+while [[ $d != / ]]; do
+  [[ $(stat -c %A "$d") =~ ^d..[xs]..[xs]..[xt] ]] || chmod a+x "$d"
+  d=$(dirname "$d")
+done
 dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
 chown munge:munge "$dir/munge/munge.key"
 chmod 0400 "$dir/munge/munge.key"
