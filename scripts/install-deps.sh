@@ -24,6 +24,10 @@ packages=(
   # The controller's Prometheus endpoint (cpp-httplib), and promtool, which
   # tests/metrics_test.cc runs on its output (the package's server is not used).
   libcpp-httplib-dev prometheus
+  # The Slurm backend's tests run a real slurmctld and several slurmd on
+  # this host (tests/support/slurm_cluster.sh); the packages' own services
+  # are not started (no systemd here), the tests start private daemons.
+  slurmctld slurmd slurm-client munge
 )
 if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
   # The Python reference for bench/trainer_throughput.
