@@ -256,17 +256,28 @@ Status Down(const Args& a) {
   // Agents first, all at once (each stops its ranks on SIGTERM), then the
   // controller: the whole cluster is gone within about two seconds.
   std::vector<pid_t> agents;
-  for (const std::string& id : ListDir(layout.machines())) {
-    if (Result<pid_t> pid = cluster::LivePid(layout.agent_pid(id)); pid.ok()) agents.push_back(*pid);
-  }
-  cluster::Terminate(agents, 5000);
-  size_t stopped = agents.size();
-  // A Slurm cluster's agents are steps of its allocation, on other hosts.
+  size_t stopped = 0;
   if (PathExists(layout.backend())) {
+    // A Slurm cluster's agents are steps and jobs on other hosts: their pid
+    // files name processes there, not here. Slurm stops them, after the
+    // controller: one that saw its agents vanish would drain their nodes.
+    if (Result<pid_t> pid = cluster::LivePid(layout.controller_pid()); pid.ok()) {
+      cluster::Terminate({*pid}, 5000);
+      ++stopped;
+    }
     cluster::SystemRunner runner;
     Result<int> cancelled = cluster::StopSlurmAgents(layout, runner);
-    if (!cancelled.ok()) return cancelled.status();
-    std::cout << "cancelled " << *cancelled << " Slurm steps and jobs\n";
+    if (cancelled.ok()) {
+      std::cout << "cancelled " << *cancelled << " Slurm steps and jobs\n";
+    } else {
+      std::cerr << "bulwark: " << cancelled.status().message() << "; cancel the agents' steps with scancel\n";
+    }
+  } else {
+    for (const std::string& id : ListDir(layout.machines())) {
+      if (Result<pid_t> pid = cluster::LivePid(layout.agent_pid(id)); pid.ok()) agents.push_back(*pid);
+    }
+    cluster::Terminate(agents, 5000);
+    stopped = agents.size();
   }
   if (Result<pid_t> pid = cluster::LivePid(layout.controller_pid()); pid.ok()) {
     cluster::Terminate({*pid}, 5000);

@@ -4,16 +4,18 @@
 # each), everything under DIR (config, keys, spool, logs, pid files), so no
 # system daemon is touched and nothing is left behind.
 #
-#   slurm_cluster.sh start DIR N   prints SLURM_CONF=DIR/slurm.conf once every node is idle
-#   slurm_cluster.sh stop DIR      stops the daemons, then every slurmstepd and task they left
+#   slurm_cluster.sh start DIR N [PID]  prints SLURM_CONF=DIR/slurm.conf once every node is idle;
+#                                       with PID, stops the cluster by itself once PID is gone (a
+#                                       test killed at its timeout runs no teardown of its own)
+#   slurm_cluster.sh stop DIR           stops the daemons, then every slurmstepd and task they left
 #
 # Needs root (slurmd launches tasks as the submitting user) and Debian's
 # slurmctld, slurmd, slurm-client and munge (scripts/install-deps.sh).
 # Exit status 3 means those are missing: the caller may skip, nothing else.
 set -euo pipefail
 
-cmd=${1:?usage: slurm_cluster.sh start DIR N | stop DIR}
-dir=${2:?usage: slurm_cluster.sh start DIR N | stop DIR}
+cmd=${1:?usage: slurm_cluster.sh start DIR N [PID] | stop DIR}
+dir=${2:?usage: slurm_cluster.sh start DIR N [PID] | stop DIR}
 
 pids_of() {  # the live pids listed in DIR/*.pid files matching $1
   local f
@@ -72,7 +74,8 @@ if [[ $cmd == stop ]]; then
   exit 0
 fi
 
-n=${3:?usage: slurm_cluster.sh start DIR N}
+n=${3:?usage: slurm_cluster.sh start DIR N [PID]}
+watch=${4:-}
 for tool in slurmctld slurmd munged scontrol srun sbatch; do
   if ! command -v "$tool" >/dev/null && [[ ! -x /usr/sbin/$tool ]]; then
     echo "slurm_cluster: $tool is not installed; run scripts/install-deps.sh as root" >&2
@@ -85,6 +88,15 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 export PATH=$PATH:/usr/sbin
 trap 'stop' ERR
+
+if [[ -n $watch ]]; then
+  # The reaper: outside this script's session and without SLURM_CONF (stop
+  # spares it), it waits for the owner to go, however it went.
+  # (A zombie counts as gone: nobody may be reaping it.)
+  setsid env -u SLURM_CONF bash -c \
+    'while s=$(ps -o stat= -p "$1") && [[ $s != Z* ]]; do sleep 1; done; exec bash "$2" stop "$3"' \
+    reaper "$watch" "$(readlink -f "$0")" "$dir" </dev/null >/dev/null 2>&1 &
+fi
 
 mkdir -p "$dir"/{munge,spool/ctld,log}
 # munged insists that its key and socket directories belong to it, are not
