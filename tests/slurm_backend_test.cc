@@ -7,9 +7,11 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <stdlib.h>
 
 #include "cluster/slurm/slurm_backend.h"
 #include "cluster/slurm/slurm_text.h"
+#include "cluster/slurm/slurm_up.h"
 #include "support/process.h"
 
 namespace bulwark::cluster {
@@ -109,6 +111,53 @@ TEST(SlurmText, AgentCommandLinesNameTheNodeAndTheMachine) {
   EXPECT_EQ(any.back(), "--wrap=exec '/opt/bulwark/bin/bulwark' agent --dir '/shared/run' --machine \"$SLURMD_NODENAME\"");
   const std::vector<std::string> on = AgentJobArgv(Record(), "x", "n2");
   EXPECT_NE(std::find(on.begin(), on.end(), "--nodelist=n2"), on.end());
+}
+
+// ---------------------------------------------------------------------------
+// bulwark up --backend slurm: reading the allocation
+// ---------------------------------------------------------------------------
+
+// `scontrol show hostnames n[1-3]` as Slurm prints it; nothing else.
+class HostnamesRunner : public CommandRunner {
+ public:
+  CommandResult Run(const std::vector<std::string>& argv, double) override {
+    CommandResult r;
+    r.exit_code = argv.size() == 4 && argv[3] == "n[1-3]" ? 0 : 1;
+    r.out = "n1\nn2\nn3\n";
+    return r;
+  }
+};
+
+TEST(SlurmUp, PicksAgentsFromTheAllocationAndKeepsTheRestSpare) {
+  ::setenv("SLURM_JOB_ID", "7", 1);
+  ::setenv("SLURM_JOB_NODELIST", "n[1-3]", 1);
+  ::setenv("SLURMD_NODENAME", "n1", 1);
+  HostnamesRunner run;
+  Result<SlurmRecord> r = PlanSlurmUp(run, {1, 1, 0, "/b/bulwark", "/shared/d"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->job, "7");
+  EXPECT_EQ(r->batch_host, "n1");
+  EXPECT_EQ(r->allocation, (std::vector<std::string>{"n1", "n2", "n3"}));
+  EXPECT_EQ(r->agents, (std::vector<std::string>{"n1", "n2"})) << "n3 stays spare";
+  r = PlanSlurmUp(run, {0, 1, 0, "/b/bulwark", "/shared/d"});  // --machines defaults to the rest
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->agents.size(), 3u);
+  r = PlanSlurmUp(run, {3, 1, 0, "/b/bulwark", "/shared/d"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("allocate more nodes"), std::string::npos) << r.status().message();
+  ::unsetenv("SLURM_JOB_ID");
+  r = PlanSlurmUp(run, {1, 1, 0, "/b/bulwark", "/shared/d"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not inside a Slurm allocation"), std::string::npos) << r.status().message();
+  ::unsetenv("SLURM_JOB_NODELIST");
+  ::unsetenv("SLURMD_NODENAME");
+}
+
+TEST(SlurmUp, TheControllersHostMustResolve) {
+  EXPECT_EQ(*ControllerHost("127.0.0.1"), "127.0.0.1");
+  Result<std::string> bad = ControllerHost("no-such-host.invalid");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--listen"), std::string::npos) << bad.status().message();
 }
 
 // ---------------------------------------------------------------------------

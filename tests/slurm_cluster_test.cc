@@ -74,10 +74,12 @@ class SlurmCluster : public Cluster {
 
 TEST_F(SlurmCluster, MachineDownDrainsTheNodeWithTheIncidentAndReturnResumesIt) {
   // The allocation: three nodes, held while the controller runs. --no-kill:
-  // a failed node must not take the whole allocation down with it.
+  // a failed node must not take the whole allocation down with it. Every
+  // node is this host, so agents reach the controller on 127.0.0.1 (the
+  // default, this host's name, would need it to resolve).
   std::ofstream(root_ + "/up.sh") << "#!/bin/bash\n"
                                   << testing::BinDir() << "/bulwark up --backend slurm --machines 2 --standby 1 "
-                                  << "--grow 1 --failure-rate 0.06 --dir " << dir_ << " || exit 1\n"
+                                  << "--grow 1 --failure-rate 0.06 --listen 127.0.0.1 --dir " << dir_ << " || exit 1\n"
                                   << "exec tail --pid=$(cat " << dir_ << "/controller.pid) -f /dev/null\n";
   auto sb = Slurm({"sbatch", "--parsable", "-N3", "--no-kill", "--exclusive", "-o", root_ + "/up.out", root_ + "/up.sh"});
   ASSERT_EQ(sb.exit_code, 0) << sb.err;

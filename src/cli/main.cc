@@ -188,9 +188,9 @@ Status Up(const Args& a) {
     slurm = *r;
     ids = slurm->agents;
     // Agents on other nodes reach the controller by this host's name.
-    char host[256] = {0};
-    ::gethostname(host, sizeof host - 1);
-    listen = a.Get("listen", host);
+    Result<std::string> host = cluster::ControllerHost(a.Get("listen"));
+    if (!host.ok()) return host.status();
+    listen = *host;
     BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.backend(), cluster::EncodeSlurmRecord(*slurm)));
   }
   Result<std::string> token = CreateToken(layout.token());

@@ -1,5 +1,9 @@
 #include "cluster/slurm/slurm_up.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include "cluster/local/local_cluster.h"
@@ -45,6 +49,27 @@ Result<SlurmRecord> PlanSlurmUp(CommandRunner& run, const SlurmUpRequest& req) {
   r.bulwark = req.bulwark;
   r.dir = req.dir;
   return r;
+}
+
+Result<std::string> ControllerHost(const std::string& requested) {
+  std::string host = requested;
+  if (host.empty()) {
+    char name[256] = {0};
+    if (::gethostname(name, sizeof name - 1) != 0) {
+      return Status::FailedPrecondition("up --backend slurm: cannot read this host's name; pass --listen ADDRESS");
+    }
+    host = name;
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (found != nullptr) ::freeaddrinfo(found);
+  if (rc != 0) {
+    return Status::InvalidArgument("up --backend slurm: the controller's host '" + host + "' does not resolve (" +
+                                   ::gai_strerror(rc) + "); pass --listen with a name or address the nodes reach");
+  }
+  return host;
 }
 
 Status LaunchSlurmAgents(const Layout& layout, const SlurmRecord& record) {

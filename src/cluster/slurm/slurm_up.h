@@ -26,6 +26,11 @@ struct SlurmUpRequest {
 // replenishment. Errors say what to run instead.
 Result<SlurmRecord> PlanSlurmUp(CommandRunner& run, const SlurmUpRequest& req);
 
+// The host the controller listens on, for agents on other nodes:
+// `requested` (--listen), else this host's name. It must resolve here, or
+// the controller could not bind it.
+Result<std::string> ControllerHost(const std::string& requested);
+
 // Starts every agent of `record` as an srun step, detached (it outlives
 // `up`), each logging to its machine's agent.log.
 Status LaunchSlurmAgents(const Layout& layout, const SlurmRecord& record);
