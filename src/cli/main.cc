@@ -234,14 +234,19 @@ Status Up(const Args& a) {
     if (a.Has("signatures")) argv.insert(argv.end(), {"--signatures", a.Get("signatures")});
     BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(argv, layout.agent_log(id)));
   }
-  const bool all = WaitFor(20, [&] {
+  // Slurm starts steps through slurmctld and each node's slurmd: allow more.
+  const int agent_wait_s = slurm ? 60 : 20;
+  const bool all = WaitFor(agent_wait_s, [&] {
     Result<json> s = client->Status();
     if (!s.ok()) return false;
     int heard = 0;
     for (const json& m : (*s)["machines"]) heard += m["last_heard_s_ago"].get<double>() < 3.0;
     return heard >= static_cast<int>(ids.size());
   });
-  if (!all) return Status::Unavailable("not every agent registered within 20 s; see " + layout.machines() + "/*/agent.log");
+  if (!all) {
+    return Status::Unavailable("not every agent registered within " + std::to_string(agent_wait_s) + " s; see " +
+                               layout.machines() + "/*/agent.log");
+  }
   std::cout << "cluster up in " << dir << ": controller at " << client->address() << ", " << ids.size()
             << " machines (" << ids.size() - *standby << " for jobs, " << *standby << " standby)"
             << (slurm ? " as tasks of Slurm job " + slurm->job : "") << "\n";
