@@ -306,6 +306,16 @@ TEST_F(SlurmBackendTest, DrainRetriesAFailingScontrolThenReleasesTheNodeFromTheJ
   EXPECT_NE(log_.find("retrying"), std::string::npos) << log_;
 }
 
+TEST_F(SlurmBackendTest, ANodeBulwarkDrainedKeepsItsFirstReason) {
+  auto b = Make();
+  b->Drain("n2", "incident 4: machine n2 lost its heartbeat");
+  ASSERT_TRUE(b->WaitIdle(60));
+  b->Drain("n2", "incident 4: machine n2 is evicted");  // a restarted controller says it again
+  ASSERT_TRUE(b->WaitIdle(60));
+  EXPECT_EQ(slurm_.nodes["n2"].reason, "bulwark incident 4: machine n2 lost its heartbeat");
+  EXPECT_EQ(slurm_.Count("scontrol", "State=DRAIN"), 1u);
+}
+
 TEST_F(SlurmBackendTest, TheBatchHostIsDrainedButStaysInTheJob) {
   auto b = Make();
   b->Drain("n1", "incident 1: device failed");

@@ -28,7 +28,8 @@ class Backend {
 
   // Takes `machine` out of the manager's scheduling with `reason` (it names
   // the incident), and away from this cluster's allocation, so nothing else
-  // lands on it until someone has looked.
+  // lands on it until someone has looked. A machine bulwark drained already
+  // keeps its first reason: saying it again is a no-op.
   virtual void Drain(const std::string& machine, const std::string& reason) = 0;
 
   // Hands `machine` back to scheduling. `start_agent`: its agent is gone, so

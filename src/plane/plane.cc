@@ -66,6 +66,7 @@ Result<std::unique_ptr<Plane>> Plane::Open(PlaneOptions options, Time now) {
   p->store_ = std::move(*store);
   p->started_ = now;
   BULWARK_RETURN_IF_ERROR(p->Rebuild(now));
+  p->ReconcileBackend();
   return p;
 }
 

@@ -144,6 +144,9 @@ class Plane {
   Agent& AgentFor(const std::string& machine);
   // Tells the cluster manager about a delivered decision (plane_backend.cc).
   void ActuateBackend(const Action& a);
+  // After a restart: every evicted machine is drained, in case the drain
+  // was still pending when the previous controller died.
+  void ReconcileBackend();
   // Backup peers and restore sources for `placement` from what the agents
   // last reported; a lost agent's holdings are not offered as sources.
   BackupPlan PlanLocked(const Placement& placement) const;

@@ -3,6 +3,8 @@
 // its work in the background, so these calls are cheap under the plane's lock.
 #include "plane/plane.h"
 
+#include <algorithm>
+
 namespace bulwark::controller {
 
 void Plane::ActuateBackend(const Action& a) {
@@ -29,6 +31,20 @@ void Plane::ActuateBackend(const Action& a) {
     }
     default:
       break;
+  }
+}
+
+void Plane::ReconcileBackend() {
+  if (!options_.backend || !controller_) return;
+  const ClusterState& s = controller_->state();
+  for (const auto& [id, m] : s.machines) {
+    if (m.state != MachineState::kEvicted) continue;
+    // The incident that evicted it last names the drain, as it did the first time.
+    int64_t incident = 0;
+    for (const Incident& i : s.incidents.all()) {
+      if (std::find(i.evicted.begin(), i.evicted.end(), id) != i.evicted.end()) incident = i.id;
+    }
+    options_.backend->Drain(id, (incident > 0 ? "incident " + std::to_string(incident) + ": " : "") + m.last_reason);
   }
 }
 

@@ -154,10 +154,16 @@ Status SlurmBackend::Carry(Request& r) {
 
 Status SlurmBackend::DrainNode(Request& r) {
   if (r.stage == 0) {
-    const std::vector<std::string> argv = DrainArgv(r.machine, r.reason);
-    CommandResult c = Run(argv);
-    if (!c.ok()) return Status::Unavailable(c.Describe(argv));
-    log_("slurm: drained " + r.machine + ": " + DrainReason(r.reason));
+    // Drained by bulwark already (a restarted controller saying it again):
+    // the first reason stays, it names the incident that did it.
+    Result<SlurmNode> before = ShowNode(r.machine);
+    if (!before.ok()) return before.status();
+    if (!DrainedByBulwark(*before)) {
+      const std::vector<std::string> argv = DrainArgv(r.machine, r.reason);
+      CommandResult c = Run(argv);
+      if (!c.ok()) return Status::Unavailable(c.Describe(argv));
+      log_("slurm: drained " + r.machine + ": " + DrainReason(r.reason));
+    }
     r.stage = 1;
   }
   if (r.stage == 1) {
@@ -165,10 +171,10 @@ Status SlurmBackend::DrainNode(Request& r) {
     agents_.erase(r.machine);
     r.stage = 2;
   }
-  // Level check: Slurm says so, with our reason (not an older one).
+  // Level check: Slurm says so, with bulwark's reason.
   Result<SlurmNode> n = ShowNode(r.machine);
   if (!n.ok()) return n.status();
-  if (!n->drain || n->reason != DrainReason(r.reason)) {
+  if (!DrainedByBulwark(*n)) {
     r.stage = 0;  // someone resumed it or changed the reason in between: drain again
     return Status::Unavailable("node " + r.machine + " shows State=" + n->state + " Reason=" + n->reason +
                                " after the drain");
