@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-60}
 BUILD=${FUZZ_BUILD:-build-fuzz}
 JOBS=${JOBS:-$(nproc)}
-HARNESSES=${FUZZ_HARNESSES:-"job_file signatures shard_image record_file journal train_config"}
+HARNESSES=${FUZZ_HARNESSES:-"job_file signatures shard_image record_file journal train_config slurm_text"}
 
 CXX=${FUZZ_CXX:-clang++} cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBULWARK_FUZZ=ON >/dev/null
 cmake --build "$BUILD" -j "$JOBS" --target fuzz_harnesses

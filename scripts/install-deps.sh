@@ -26,6 +26,10 @@ packages=(
   libcpp-httplib-dev prometheus
   # The Python client's tests: a PyTorch DDP job (Gloo) under /usr/bin/python3.
   python3-torch
+  # The Slurm backend's tests run a real slurmctld and several slurmd on
+  # this host (tests/support/slurm_cluster.sh); the packages' own services
+  # are not started (no systemd here), the tests start private daemons.
+  slurmctld slurmd slurm-client munge
 )
 if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
   # The Python reference for bench/trainer_throughput.

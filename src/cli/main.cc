@@ -1,6 +1,7 @@
 // bulwark: the control plane's one binary.
 //
 //   bulwark up --machines N [--standby S] [--metrics-port P] [--tls] [--dir D]   controller + N+S agents
+//   bulwark up --backend slurm [--machines N] [--standby S] [--grow G]   agents as tasks of this Slurm allocation
 //   bulwark down [--dir D]
 //   bulwark submit JOB.yaml [--dir D]
 //   bulwark status|incidents|ledger [--json] [--dir D]
@@ -24,6 +25,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -36,6 +38,7 @@
 #include "cluster/layout.h"
 #include "cluster/tls.h"
 #include "cluster/local/local_cluster.h"
+#include "cluster/slurm/slurm_up.h"
 #include "common/exit_codes.h"
 #include "common/files.h"
 #include "common/token.h"
@@ -147,8 +150,18 @@ Status Up(const Args& a) {
   Result<int> standby = IntFlag(a, "standby", 0);
   if (!machines.ok()) return machines.status();
   if (!standby.ok()) return standby.status();
-  if (*machines <= 0 || *standby < 0) {
+  const std::string backend = a.Get("backend", "local");
+  if (backend != "local" && backend != "slurm") {
+    return Status::InvalidArgument("up: --backend '" + backend + "': use local (the default) or slurm");
+  }
+  // Slurm: --machines defaults to the allocation's nodes less the standbys.
+  if ((*machines <= 0 && backend == "local") || *machines < 0 || *standby < 0) {
     return Status::InvalidArgument("up: --machines must be positive and --standby not negative");
+  }
+  if (backend == "local" && a.Has("grow")) return Status::InvalidArgument("up: --grow applies to --backend slurm only");
+  if (backend == "slurm" && a.Has("tls")) {
+    return Status::InvalidArgument("up: --tls is not supported with --backend slurm yet (the certificates name "
+                                   "127.0.0.1 only); leave out --tls");
   }
   if (cluster::LivePid(layout.controller_pid()).ok()) {
     return Status::FailedPrecondition("a cluster already runs in " + dir + "; 'bulwark down --dir " + dir + "' first");
@@ -159,12 +172,36 @@ Status Up(const Args& a) {
   BULWARK_RETURN_IF_ERROR(
       controller::ApplyLadderFlags(a.Get("ladder-rungs"), a.Get("ladder-tests"), a.Get("ladder-budget"), &ladder));
   BULWARK_RETURN_IF_ERROR(MakeDirs(layout.machines()));
+  const std::string self = ExeDir() + "/bulwark";
+  // Where the agents are: this host, or the Slurm allocation `up` runs in
+  // (the record tells the controller; a local cluster has none).
+  std::vector<std::string> ids = cluster::MachineIds(*machines + *standby);
+  std::string listen = "127.0.0.1";
+  std::remove(layout.backend().c_str());
+  BULWARK_RETURN_IF_ERROR(RemoveTree(layout.slurm()));
+  std::optional<cluster::SlurmRecord> slurm;
+  if (backend == "slurm") {
+    Result<int> grow = IntFlag(a, "grow", 0);
+    if (!grow.ok()) return grow.status();
+    std::error_code ec;
+    const std::string abs_dir = std::filesystem::absolute(dir, ec).string();
+    cluster::SystemRunner runner;
+    Result<cluster::SlurmRecord> r = cluster::PlanSlurmUp(runner, {*machines, *standby, *grow, self, abs_dir});
+    if (!r.ok()) return r.status();
+    slurm = *r;
+    ids = slurm->agents;
+    // Agents on other nodes reach the controller by this host's name.
+    Result<std::string> host = cluster::ControllerHost(a.Get("listen"));
+    if (!host.ok()) return host.status();
+    listen = *host;
+    BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.backend(), cluster::EncodeSlurmRecord(*slurm)));
+  }
   Result<std::string> token = CreateToken(layout.token());
   if (!token.ok()) return token.status();
   // Port 0: the controller binds one the kernel picks and writes it back here
   // once it listens, so no port is guessed free and taken by another
   // process before the controller binds it. Restarts reuse the written one.
-  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_addr(), "127.0.0.1:0\n"));
+  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_addr(), listen + ":0\n"));
   std::remove(layout.controller_pid().c_str());
   // A fresh cluster starts from a fresh database.
   for (const char* suffix : {"", "-wal", "-shm"}) std::remove((layout.controller_db() + suffix).c_str());
@@ -172,14 +209,13 @@ Status Up(const Args& a) {
   BULWARK_RETURN_IF_ERROR(RemoveTree(dir + "/tls"));
   if (a.Has("tls")) BULWARK_RETURN_IF_ERROR(cluster::CreateClusterTls(layout));
 
-  const std::string self = ExeDir() + "/bulwark";
   std::vector<std::string> controller_argv = {self, "controller", "--init", "--dir", dir};
   if (a.Has("metrics-port")) {
     Result<int> mport = IntFlag(a, "metrics-port", 0);
     if (!mport.ok()) return mport.status();
     controller_argv.insert(controller_argv.end(), {"--metrics-port", std::to_string(*mport)});
   }
-  for (const char* f : {"ladder-rungs", "ladder-tests", "ladder-budget"}) {
+  for (const char* f : {"ladder-rungs", "ladder-tests", "ladder-budget", "failure-rate"}) {
     if (a.Has(f)) controller_argv.insert(controller_argv.end(), {std::string("--") + f, a.Get(f)});
   }
   BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(controller_argv, layout.controller_log()));
@@ -194,23 +230,29 @@ Status Up(const Args& a) {
   if (!WaitFor(15, [&] { return client->Status().ok(); })) {
     return Status::Unavailable("controller did not answer within 15 s; see " + layout.controller_log());
   }
-  const std::vector<std::string> ids = cluster::MachineIds(*machines + *standby);
-  for (const std::string& id : ids) {
+  if (slurm) BULWARK_RETURN_IF_ERROR(cluster::LaunchSlurmAgents(layout, *slurm));
+  for (const std::string& id : slurm ? std::vector<std::string>{} : ids) {
     BULWARK_RETURN_IF_ERROR(MakeDirs(layout.machine(id)));
     std::vector<std::string> argv = {self, "agent", "--machine", id, "--dir", dir};
     if (a.Has("signatures")) argv.insert(argv.end(), {"--signatures", a.Get("signatures")});
     BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(argv, layout.agent_log(id)));
   }
-  const bool all = WaitFor(20, [&] {
+  // Slurm starts steps through slurmctld and each node's slurmd: allow more.
+  const int agent_wait_s = slurm ? 60 : 20;
+  const bool all = WaitFor(agent_wait_s, [&] {
     Result<json> s = client->Status();
     if (!s.ok()) return false;
     int heard = 0;
     for (const json& m : (*s)["machines"]) heard += m["last_heard_s_ago"].get<double>() < 3.0;
     return heard >= static_cast<int>(ids.size());
   });
-  if (!all) return Status::Unavailable("not every agent registered within 20 s; see " + layout.machines() + "/*/agent.log");
+  if (!all) {
+    return Status::Unavailable("not every agent registered within " + std::to_string(agent_wait_s) + " s; see " +
+                               layout.machines() + "/*/agent.log");
+  }
   std::cout << "cluster up in " << dir << ": controller at " << client->address() << ", " << ids.size()
-            << " machines (" << *machines << " for jobs, " << *standby << " standby)\n";
+            << " machines (" << ids.size() - *standby << " for jobs, " << *standby << " standby)"
+            << (slurm ? " as tasks of Slurm job " + slurm->job : "") << "\n";
   if (Result<json> s = client->Status(); s.ok() && (*s)["metrics"].is_string()) {
     std::cout << "metrics at " << (*s)["metrics"].get<std::string>() << "\n";
   }
@@ -222,11 +264,29 @@ Status Down(const Args& a) {
   // Agents first, all at once (each stops its ranks on SIGTERM), then the
   // controller: the whole cluster is gone within about two seconds.
   std::vector<pid_t> agents;
-  for (const std::string& id : ListDir(layout.machines())) {
-    if (Result<pid_t> pid = cluster::LivePid(layout.agent_pid(id)); pid.ok()) agents.push_back(*pid);
+  size_t stopped = 0;
+  if (PathExists(layout.backend())) {
+    // A Slurm cluster's agents are steps and jobs on other hosts: their pid
+    // files name processes there, not here. Slurm stops them, after the
+    // controller: one that saw its agents vanish would drain their nodes.
+    if (Result<pid_t> pid = cluster::LivePid(layout.controller_pid()); pid.ok()) {
+      cluster::Terminate({*pid}, 5000);
+      ++stopped;
+    }
+    cluster::SystemRunner runner;
+    Result<int> cancelled = cluster::StopSlurmAgents(layout, runner);
+    if (cancelled.ok()) {
+      std::cout << "cancelled " << *cancelled << " Slurm steps and jobs\n";
+    } else {
+      std::cerr << "bulwark: " << cancelled.status().message() << "; cancel the agents' steps with scancel\n";
+    }
+  } else {
+    for (const std::string& id : ListDir(layout.machines())) {
+      if (Result<pid_t> pid = cluster::LivePid(layout.agent_pid(id)); pid.ok()) agents.push_back(*pid);
+    }
+    cluster::Terminate(agents, 5000);
+    stopped = agents.size();
   }
-  cluster::Terminate(agents, 5000);
-  size_t stopped = agents.size();
   if (Result<pid_t> pid = cluster::LivePid(layout.controller_pid()); pid.ok()) {
     cluster::Terminate({*pid}, 5000);
     ++stopped;
@@ -507,7 +567,7 @@ Status Run(const Args& a) {
     Result<int> mport = IntFlag(a, "metrics-port", -1);
     if (!mport.ok()) return mport.status();
     return controller::RunController({ClusterDir(a), a.Has("init"), *mport, a.Get("ladder-rungs"),
-                                      a.Get("ladder-tests"), a.Get("ladder-budget")});
+                                      a.Get("ladder-tests"), a.Get("ladder-budget"), a.Get("failure-rate")});
   }
   if (cmd == "agent") {
     agent::AgentOptions o;
@@ -518,9 +578,13 @@ Status Run(const Args& a) {
   }
   std::cout << "usage: bulwark up|down|submit|update|rollback|releases|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-compare|bench-implicit|controller|agent [flags]\n"
                "  up --machines N [--standby S] [--tls]  start a local cluster (controller + N+S agents; --tls: mutual TLS)\n"
+               "  up --backend slurm [--machines N] [--standby S] [--grow G] [--listen HOST]\n"
+               "                                     inside a Slurm allocation: agents as its tasks, evictions drain\n"
+               "                                     nodes, G more nodes as jobs of their own (docs/slurm.md)\n"
                "     [--ladder-rungs diagnose,reattempt,rollback,replay|none] [--ladder-tests compute,device,alignment]\n"
                "     [--ladder-budget SECONDS]         the stop-time ladder (docs/ladder.md)\n"
                "     [--metrics-port P]              Prometheus /metrics on 127.0.0.1:P (default: any free port)\n"
+               "     [--failure-rate P]              daily failure probability per machine the standby target is sized for\n"
                "  down                               stop it\n"
                "  submit JOB.yaml                    run a job (fields: name, world_size, ranks_per_machine,\n"
                "                                     command, args, env, checkpoint, parallel)\n"

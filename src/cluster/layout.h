@@ -13,6 +13,10 @@
 //   DIR/machines/ID/health/device        emulated device health ("ok" or an error)
 //   DIR/machines/ID/health/nic           emulated link state ("up" or "down")
 //   DIR/durable/JOB/                     checkpoint shards persisted every persist_every steps
+//   DIR/backend.json                     the cluster manager `up` used, if not local (cluster/backend.h)
+//   DIR/slurm/jobs                       Slurm jobs the controller submitted for more nodes (`down` cancels them)
+//   DIR/slurm/agents                     spare nodes of the allocation the controller started agents on
+//   DIR/slurm/job-J.log                  their output (the agent's log)
 #pragma once
 
 #include <string>
@@ -30,6 +34,10 @@ struct Layout {
   std::string controller_metrics() const { return dir + "/controller.metrics"; }
   std::string controller_metrics_targets() const { return dir + "/controller.metrics.json"; }
   std::string signatures() const { return dir + "/signatures.tsv"; }
+  std::string backend() const { return dir + "/backend.json"; }
+  std::string slurm() const { return dir + "/slurm"; }
+  std::string slurm_jobs() const { return slurm() + "/jobs"; }
+  std::string slurm_agents() const { return slurm() + "/agents"; }
   std::string machines() const { return dir + "/machines"; }
   std::string machine(const std::string& id) const { return machines() + "/" + id; }
   std::string agent_pid(const std::string& id) const { return machine(id) + "/agent.pid"; }

@@ -66,6 +66,7 @@ Result<std::unique_ptr<Plane>> Plane::Open(PlaneOptions options, Time now) {
   p->store_ = std::move(*store);
   p->started_ = now;
   BULWARK_RETURN_IF_ERROR(p->Rebuild(now));
+  p->ReconcileBackend();
   return p;
 }
 
@@ -136,6 +137,7 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
     }
     // A repeated decision (same id) is a no-op everywhere; log it once.
     if (deliver && logged_actions_.insert(a.id).second) Log("action " + a.ToString());
+    if (deliver) ActuateBackend(a);
     // Routes come from the holdings reported now. On replay nothing has been
     // reported yet, so a replayed restart carries peers but no sources; the
     // agents already carry it out and ignore the resent id anyway.
@@ -548,6 +550,11 @@ Result<std::string> Plane::ReturnMachine(const std::string& machine, Time now) {
   // The machine rejoins by passing its agent's self-check: with no agent
   // running it would wait as "joining" forever without saying why.
   const Duration silent = now - a.last_heard;
+  if (options_.backend) options_.backend->Resume(machine, silent > options_.heartbeat_timeout);
+  if (silent > options_.heartbeat_timeout && options_.backend) {
+    return "and asked the cluster manager to start its agent (silent for " + FormatDuration(silent) + "): " + machine +
+           " stays 'joining' until that agent runs";
+  }
   if (silent > options_.heartbeat_timeout) {
     return "but its agent has not been heard from for " + FormatDuration(silent) + ": " + machine +
            " stays 'joining' until its agent runs again (on the local cluster, `bulwark up` restarts missing "

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bulwark.pb.h"
+#include "cluster/backend.h"
 #include "controller/backup_plan.h"
 #include "controller/controller.h"
 #include "controller/launch.h"
@@ -49,6 +50,9 @@ struct PlaneOptions {
   // a demo on a host loaded by a compile once evicted all six machines after
   // a 4.9 s stall.
   Duration tick_period = std::chrono::milliseconds(250);
+  // The cluster manager told of evictions, returns and standby shortfalls
+  // (plane_backend.cc); null for the local backend.
+  std::shared_ptr<cluster::Backend> backend;
 };
 
 class Plane {
@@ -149,6 +153,11 @@ class Plane {
   JobLaunch LaunchFor(int number) const;
   // Sends ReleaseDue and RequeueDue when their times come (from Tick).
   void ReleaseAndRequeueTimers(Time now);
+  // Tells the cluster manager about a delivered decision (plane_backend.cc).
+  void ActuateBackend(const Action& a);
+  // After a restart: every evicted machine is drained, in case the drain
+  // was still pending when the previous controller died.
+  void ReconcileBackend();
   // Backup peers and restore sources for `placement` from what the agents
   // last reported; a lost agent's holdings are not offered as sources.
   BackupPlan PlanLocked(const Placement& placement) const;
@@ -177,6 +186,11 @@ class Plane {
   // kCompactEvery of them (a few hours of steps) and at every start.
   int64_t appended_since_compaction_ = 0;
   static constexpr int64_t kCompactEvery = 20000;
+  // Standby shortfall already asked of the backend since the pool's last
+  // arrival: a growing shortfall asks only for the difference.
+  int64_t backend_arrivals_ = -1;
+  int backend_asked_ = 0;
+  std::set<std::string> backend_done_;  // action ids told already: repeats are no-ops
 };
 
 }  // namespace bulwark::controller

@@ -251,6 +251,21 @@ Status RunController(const ControllerOptions& options) {
   po.create = options.init;
   BULWARK_RETURN_IF_ERROR(
       ApplyLadderFlags(options.ladder_rungs, options.ladder_tests, options.ladder_budget_s, &po.policy.ladder));
+  // A cluster manager to tell of evictions and returns (docs/slurm.md).
+  Result<std::unique_ptr<cluster::Backend>> backend = cluster::OpenBackend(layout, [](const std::string& line) {
+    std::fprintf(stderr, "controller: %s\n", line.c_str());
+    std::fflush(stderr);
+  });
+  if (!backend.ok()) return backend.status();
+  po.backend = std::move(*backend);
+  if (!options.daily_failure_rate.empty()) {
+    char* end = nullptr;
+    po.policy.daily_failure_rate = std::strtod(options.daily_failure_rate.c_str(), &end);
+    if (end == options.daily_failure_rate.c_str() || *end != '\0') {
+      return Status::InvalidArgument("--failure-rate '" + options.daily_failure_rate +
+                                     "' is not a number; give a daily probability per machine, e.g. 0.05");
+    }
+  }
   Result<std::unique_ptr<Plane>> plane = Plane::Open(po, WallNow());
   if (!plane.ok()) return plane.status();
 

@@ -19,6 +19,9 @@ struct ControllerOptions {
   // diagnose,replay --ladder-tests compute,device --ladder-budget 60`;
   // empty keeps the default (ApplyLadderFlags in controller/ladder.h).
   std::string ladder_rungs, ladder_tests, ladder_budget_s;
+  // The per-machine daily failure rate the standby target is sized for
+  // (policy_config.h); empty keeps the default. `bulwark up --failure-rate`.
+  std::string daily_failure_rate;
 };
 
 // Serves until SIGTERM or SIGINT. The address comes from <dir>/controller.addr
