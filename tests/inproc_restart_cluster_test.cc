@@ -1,7 +1,8 @@
 // Restarts that keep processes, end to end on a real local cluster
 // (docs/recovery.md): when a rank dies, its peer on another machine keeps
 // its process and rejoins the next generation in place, and the dead rank's
-// machine hands its rank to the spare it pre-spawned. The job still ends
+// machine hands its rank to the spare it pre-spawned; a standby that takes a
+// dead machine's slot does the same with the spare it kept warm. The job ends
 // bitwise where a fault-free run ends. Every wait polls status or a log; no
 // fixed sleeps.
 #include <gtest/gtest.h>
@@ -19,7 +20,8 @@ namespace {
 
 class InProcessRestart : public Cluster {
  protected:
-  static constexpr int kSteps = 300;
+  // Long enough that the second fault comes while the job trains.
+  static constexpr int kSteps = 600;
   std::vector<std::string> TrainerArgs() const {
     return {"--config", "tiny", "--data", *data_, "--steps", std::to_string(kSteps), "--log-format", "json",
             "--threads", "1", "--dist-timeout", "10", "--eval-every", "0", "--step-checksum"};
@@ -84,7 +86,7 @@ class InProcessRestart : public Cluster {
   }
 };
 
-TEST_F(InProcessRestart, SurvivorKeepsItsProcessSpareTakesTheDeadRankAndTheRunEndsBitwise) {
+TEST_F(InProcessRestart, SurvivorsKeepTheirProcessSparesTakeTheDeadRanksAndTheRunEndsBitwise) {
   auto up = Bulwark({"up", "--machines", "2", "--standby", "1"});
   ASSERT_EQ(up.exit_code, 0) << up.err;
   {
@@ -155,6 +157,25 @@ TEST_F(InProcessRestart, SurvivorKeepsItsProcessSpareTakesTheDeadRankAndTheRunEn
   const std::vector<json> restores = Events(Log("m01", "rank-0.log"), "restore");
   ASSERT_FALSE(restores.empty());
   EXPECT_EQ(restores.back()["source"], "memory") << restores.back().dump();
+
+  // m02 dies whole: the standby m03 takes slot 1 with the spare it kept
+  // warm, and rank 0 rejoins in the process that was the spare.
+  const json warm = WaitForEvent("m03's warm spare", Log("m03", "spare.log"), "spare_ready", 120);
+  ASSERT_TRUE(warm.is_object());
+  const size_t incidents2 = Query("incidents").size();
+  Inject("machine-down", "m02");
+  s = WaitFor("machine-down recovered", 90, [&](const json& x) {
+    return x["job"]["generation"] > next && x["job"]["state"] == "running" && x["job"]["incidents"] > incidents2 &&
+           x["job"]["last_step"] > 0;
+  });
+  Report("machine-down");
+  ASSERT_EQ(s["job"]["placement"], json({"m01", "m03"}));
+  const int64_t third = s["job"]["generation"];
+  const auto swapped = Banners(Log("m03", "rank-1.log"));
+  ASSERT_EQ(swapped.count(third), 1u) << ReadAll(Log("m03", "rank-1.log"));
+  EXPECT_EQ(swapped.at(third).first, "prespawned");
+  EXPECT_EQ(swapped.at(third).second, warm["pid"].get<int64_t>());
+  EXPECT_EQ(Banners(Log("m01", "rank-0.log")).at(third), std::make_pair(std::string("rejoin"), spare_pid));
 
   // The job runs to its end and ends bitwise where a fault-free run does.
   s = WaitFor("job completed", 180, [](const json& x) { return x["job"]["state"] == "completed"; });

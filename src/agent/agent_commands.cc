@@ -22,22 +22,9 @@ void Agent::ApplyCommands() {
       case wire::Command::START_RANKS: {
         if (c.id() == applied_) break;  // already carrying it out
         applied_ = c.id();
-        RankGroupSpec spec;
-        spec.generation = c.generation();
-        for (const auto& r : c.ranks()) spec.ranks.emplace_back(r.rank(), r.local_rank());
-        spec.world_size = c.world_size();
-        spec.local_world_size = c.local_world_size();
-        spec.master_addr = c.master_addr();
-        spec.master_port = c.master_port();
-        spec.argv.assign(c.argv().begin(), c.argv().end());
-        spec.env.insert(c.env().begin(), c.env().end());
-        spec.env[client::kShardSocketEnv] = ShardSocketPath();
-        spec.env[client::kRankSocketEnv] = links_->path();
-        if (c.spike_factor() > 0) spec.env[client::kSpikeFactorEnv] = std::to_string(c.spike_factor());
-        // The job's command is the alignment test's reference model; an
-        // injected SDC stays with the machine, through every restart.
+        RankGroupSpec spec = SpecFrom(c);
+        // The job's command is the alignment test's reference model.
         job_argv_ = spec.argv;
-        if (!sdc_.empty()) spec.env["BULWARK_SDC"] = sdc_;
         // Local rank i holds the backup of backup_of[i] (a replicated-state
         // job writes it from its own memory: client/shard_client.h).
         for (size_t i = 0; i < spec.ranks.size(); ++i) {
@@ -86,10 +73,9 @@ void Agent::ApplyCommands() {
         if (c.id() == applied_) break;
         applied_ = c.id();
         supervisor_.StopAll();
-        supervisor_.StopSpares();
-        spare_spec_.reset();
         ForwardRankLinks(/*progress=*/false);
         followers_.clear();
+        StandBy(c);
         Log("stopped ranks (" + c.reason() + ")");
         break;
       case wire::Command::INJECT:
@@ -112,6 +98,48 @@ void Agent::ApplyCommands() {
         break;
     }
   }
+}
+
+RankGroupSpec Agent::SpecFrom(const wire::Command& c) {
+  RankGroupSpec spec;
+  spec.generation = c.generation();
+  for (const auto& r : c.ranks()) spec.ranks.emplace_back(r.rank(), r.local_rank());
+  spec.world_size = c.world_size();
+  spec.local_world_size = c.local_world_size();
+  spec.master_addr = c.master_addr();
+  spec.master_port = c.master_port();
+  spec.argv.assign(c.argv().begin(), c.argv().end());
+  spec.env.insert(c.env().begin(), c.env().end());
+  spec.env[client::kShardSocketEnv] = ShardSocketPath();
+  spec.env[client::kRankSocketEnv] = links_->path();
+  if (c.spike_factor() > 0) spec.env[client::kSpikeFactorEnv] = std::to_string(c.spike_factor());
+  // An injected SDC stays with the machine, through every restart.
+  if (!sdc_.empty()) spec.env["BULWARK_SDC"] = sdc_;
+  return spec;
+}
+
+void Agent::StandBy(const wire::Command& c) {
+  if (c.argv_size() == 0) {
+    supervisor_.StopSpares();
+    spare_spec_.reset();
+    return;
+  }
+  // A warm standby (plane/actuator.h: WarmStandby): spares of the job, at
+  // once (nothing else runs here). No rank of it ran here to say INPLACE,
+  // so only bulwark-train, which speaks it, is pre-spawned.
+  RankGroupSpec spec = SpecFrom(c);
+  const std::string program = spec.argv[0].substr(spec.argv[0].rfind('/') + 1);
+  if (program != "bulwark-train") {
+    supervisor_.StopSpares();
+    spare_spec_.reset();
+    return;
+  }
+  if (!spare_spec_ || Supervisor::Identity(*spare_spec_) != Supervisor::Identity(spec)) supervisor_.StopSpares();
+  spare_spec_ = spec;
+  saw_step_ = true;
+  in_place_ = true;
+  spares_started_ = 0;
+  Log("standing by warm for " + c.reason().substr(c.reason().rfind(' ') + 1));
 }
 
 void Agent::Inject(const std::string& fault, int rank, const std::string& where, double factor) {
@@ -386,10 +414,11 @@ void Agent::MaybePrespawn() {
   // a spare's), keep one spare per local rank of the job.
   // Only a program that said it can wait for an ASSIGN gets spares: another
   // would run the whole job on its own.
-  if (!spare_spec_ || !in_place_ || !saw_step_ || supervisor_.SpareCount() >= spare_spec_->ranks.size()) return;
-  // Spares that keep dying (the job cannot set up here) are not replaced
-  // forever: a few per generation.
-  if (spares_started_ >= 2 * spare_spec_->ranks.size()) return;
+  const size_t want = static_cast<size_t>(std::max(1, spare_spec_ ? spare_spec_->local_world_size : 1));
+  if (!spare_spec_ || !in_place_ || !saw_step_ || supervisor_.SpareCount() >= want) return;
+  // Spares that keep dying (the job cannot set up here: a pipeline job, a
+  // broken install) are not replaced forever: a few per generation.
+  if (spares_started_ >= 2 * want) return;
   ++spares_started_;
   if (Status st = supervisor_.Prespawn(*spare_spec_); !st.ok()) Log("cannot pre-spawn a spare: " + st.ToString());
 }

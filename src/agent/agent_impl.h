@@ -159,6 +159,11 @@ class Agent {
   void StartRanks(const RankGroupSpec& spec, const std::string& reason);
   // Keeps a spare per local rank of the running job once it trains.
   void MaybePrespawn();
+  // The ranks of a START_RANKS (or a warm standby's STOP_RANKS) as this
+  // machine runs them.
+  RankGroupSpec SpecFrom(const wire::Command& c);
+  // A STOP_RANKS: idle, or warm for the job it names (spares of it).
+  void StandBy(const wire::Command& c);
 
   std::string ShardSocketPath() const { return layout_.machine(o_.machine) + "/shards.sock"; }
 

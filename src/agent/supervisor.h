@@ -78,6 +78,8 @@ class Supervisor {
   size_t SpareCount() const { return spares_.size(); }
   // The rank `pid` runs, or -1.
   int RankOf(pid_t pid) const;
+  // What must match for a process to take a rank of `spec` (handoff.h).
+  static std::string Identity(const RankGroupSpec& spec);
   // SIGTERM, then SIGKILL after `grace`; reaps them. Their exits are not
   // reported: the agent asked for them.
   void StopAll(std::chrono::milliseconds grace = std::chrono::milliseconds(1500));
@@ -102,7 +104,6 @@ class Supervisor {
                       const std::string& log, const std::string& banner);
   // SIGTERM, then SIGKILL after `grace`; reaps them.
   static void Stop(std::vector<pid_t> pids, std::chrono::milliseconds grace);
-  static std::string Identity(const RankGroupSpec& spec);
 
   int64_t generation_ = 0;
   std::map<int, pid_t> live_;  // rank -> pid

@@ -145,8 +145,25 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
       AgentFor(mc.machine).desired = std::move(mc.command);
     }
   }
-  if (deliver) changed_.notify_all();
+  if (deliver) {
+    WarmStandbysLocked();
+    changed_.notify_all();
+  }
   return Status::OK();
+}
+
+void Plane::WarmStandbysLocked() {
+  if (!controller_ || !launch_) return;
+  const ClusterState& s = controller_->state();
+  if ((s.job != JobState::kRunning && s.job != JobState::kRestarting) || s.placement.empty()) return;
+  for (const MachineId& m : s.standbys) {
+    Agent& a = AgentFor(m);
+    // Only an idle standby: nothing asked of it yet, or a stop.
+    if (a.desired && a.desired->kind() != wire::Command::STOP_RANKS) continue;
+    wire::Command warm = WarmStandby(*launch_, s.placement, options_.policy.spike_factor);
+    if (a.desired && a.desired->id() == warm.id()) continue;
+    a.desired = std::move(warm);
+  }
 }
 
 Status Plane::HandleLocked(const Event& e, Time now, const json& origin) {
