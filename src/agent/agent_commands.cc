@@ -62,6 +62,9 @@ void Agent::ApplyCommands() {
           last_progress_[r.first] = Clock::now();
         }
         StartRanks(spec, c.reason());
+        // Spares of another command or environment (a replay's accepted
+        // step, an injected SDC) would never be used.
+        supervisor_.StopSpares(Supervisor::Identity(spec));
         spare_spec_ = spec;
         saw_step_ = false;
         spares_started_ = 0;
@@ -134,7 +137,7 @@ void Agent::StandBy(const wire::Command& c) {
     spare_spec_.reset();
     return;
   }
-  if (!spare_spec_ || Supervisor::Identity(*spare_spec_) != Supervisor::Identity(spec)) supervisor_.StopSpares();
+  supervisor_.StopSpares(Supervisor::Identity(spec));
   spare_spec_ = spec;
   saw_step_ = true;
   in_place_ = true;
@@ -360,6 +363,9 @@ void Agent::HoldPeerLost(int rank) {
 }
 
 void Agent::AwaitWaitingRanks(const RankGroupSpec& spec) {
+  // Only ranks that said INPLACE ever wait: any other program's survivors
+  // are stopped at once, as before.
+  if (!in_place_) return;
   const auto end = Clock::now() + kRejoinWait;
   while (supervisor_.AnyLiveNotWaiting(spec) && Clock::now() < end) {
     ForwardRankLinks(/*progress=*/false);

@@ -196,10 +196,17 @@ Status Supervisor::Discard(int rank) {
   return Status::OK();
 }
 
-void Supervisor::StopSpares() {
+void Supervisor::StopSpares(const std::string& keep) {
   std::vector<pid_t> pids;
-  for (const RunningProcess& s : spares_) pids.push_back(s.pid);
-  spares_.clear();
+  std::vector<RunningProcess> kept;
+  for (const RunningProcess& s : spares_) {
+    if (!keep.empty() && s.identity == keep) {
+      kept.push_back(s);
+    } else {
+      pids.push_back(s.pid);
+    }
+  }
+  spares_ = std::move(kept);
   Stop(pids, std::chrono::milliseconds(1500));
 }
 

@@ -73,8 +73,8 @@ class Supervisor {
   // Ends a waiting rank's process without reporting its exit (the agent
   // reports what it stands for itself). NotFound when no such rank waits.
   Status Discard(int rank);
-  // Ends every spare.
-  void StopSpares();
+  // Ends every spare, but those of the job `keep` (an Identity) when given.
+  void StopSpares(const std::string& keep = "");
   size_t SpareCount() const { return spares_.size(); }
   // The rank `pid` runs, or -1.
   int RankOf(pid_t pid) const;
