@@ -18,8 +18,8 @@
 // no libtorch load, no model build). The agent answers with ASSIGN or kills
 // it (docs/recovery.md).
 //
-// Sends never block: a full socket drops the report rather than slow the
-// step (the next one says as much). Not thread-safe; the training loop owns it.
+// Step and phase reports never block: a full socket drops the report rather
+// than slow the step (the next one says as much); the waits' messages do. Not thread-safe; the training loop owns it.
 #pragma once
 
 #include <cstdint>
