@@ -155,7 +155,20 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
 void Plane::WarmStandbysLocked() {
   if (!controller_ || !launch_) return;
   const ClusterState& s = controller_->state();
-  if ((s.job != JobState::kRunning && s.job != JobState::kRestarting) || s.placement.empty()) return;
+  if ((s.job != JobState::kRunning && s.job != JobState::kRestarting) || s.placement.empty()) {
+    // No job to be warm for (it completed, stopped or waits for machines):
+    // the spares go.
+    for (const MachineId& m : s.standbys) {
+      Agent& a = AgentFor(m);
+      if (!a.desired || a.desired->kind() != wire::Command::STOP_RANKS || a.desired->argv_size() == 0) continue;
+      wire::Command idle;
+      idle.set_kind(wire::Command::STOP_RANKS);
+      idle.set_id(a.desired->id() + "/idle");
+      idle.set_reason("standby, idle: the job is not running");
+      a.desired = std::move(idle);
+    }
+    return;
+  }
   for (const MachineId& m : s.standbys) {
     Agent& a = AgentFor(m);
     // Only an idle standby: nothing asked of it yet, or a stop.
