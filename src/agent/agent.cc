@@ -10,9 +10,11 @@ Status Agent::Run() {
   while (!g_stop) {
     ApplyCommands();
     EmitDiagnostics();
+    // The rank links first: their step reports carry the rank's own time of
+    // the step, the log line of the same step only the time it was read.
+    ReadRankLinks();
     WatchRanks();
     ReleaseEchoes();
-    ReadRankLinks();
     if (Clock::now() >= next_inspect) {
       InspectMachine();
       next_inspect = Clock::now() + kInspectPeriod;
@@ -22,7 +24,10 @@ Status Agent::Run() {
       Report();
       next_report = Clock::now() + kReportPeriod;
     }
-    std::this_thread::sleep_for(kLoopPeriod);
+    MaybePrespawn();
+    // A command wakes the loop at once: a restart must not wait a period.
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    queue_cv_.wait_for(lock, kLoopPeriod, [this] { return !queue_.empty() || g_stop; });
   }
   slow_.Stop();
   supervisor_.StopAll();
@@ -95,8 +100,11 @@ void Agent::CommandLoop() {
     auto reader = rpc->Commands(&ctx, req);
     wire::Command c;
     while (!g_stop && reader->Read(&c)) {
-      std::lock_guard<std::mutex> lock(queue_mu_);
-      queue_.push_back(c);
+      {
+        std::lock_guard<std::mutex> lock(queue_mu_);
+        queue_.push_back(c);
+      }
+      queue_cv_.notify_one();
     }
     reader->Finish();
     {
@@ -207,12 +215,13 @@ void Agent::WatchRanks() {
   }
 }
 
-void Agent::ReportStep(int64_t step) {
+void Agent::ReportStep(int64_t step, int64_t observed_ms) {
   if (step <= reported_step_) return;
   reported_step_ = step;
   wire::AgentEvent e;
   e.set_kind(wire::AgentEvent::STEP);
   e.set_step(step);
+  e.set_observed_ms(observed_ms);  // 0: now (Emit)
   // One step event per loop: the latest is all the policy needs.
   if (!pending_.empty() && pending_.back().kind() == wire::AgentEvent::STEP) pending_.pop_back();
   Emit(e);
@@ -224,6 +233,9 @@ void Agent::ReleaseEchoes() {
   // failed call's deadline.
   const bool reachable = now - last_report_ok_ <= kReportPeriod + kCallDeadline;
   for (wire::AgentEvent& e : echoes_.Due(now, reachable)) {
+    // A rank that waits in place for the restart that did not come ends
+    // now, as the exit this report says it is.
+    if (supervisor_.Discard(e.rank()).ok()) Log("ended rank " + std::to_string(e.rank()) + ", which waited in place");
     Log("reporting rank " + std::to_string(e.rank()) + "'s peer-lost exit: no restart came");
     Emit(std::move(e));
   }

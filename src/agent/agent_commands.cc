@@ -22,22 +22,9 @@ void Agent::ApplyCommands() {
       case wire::Command::START_RANKS: {
         if (c.id() == applied_) break;  // already carrying it out
         applied_ = c.id();
-        RankGroupSpec spec;
-        spec.generation = c.generation();
-        for (const auto& r : c.ranks()) spec.ranks.emplace_back(r.rank(), r.local_rank());
-        spec.world_size = c.world_size();
-        spec.local_world_size = c.local_world_size();
-        spec.master_addr = c.master_addr();
-        spec.master_port = c.master_port();
-        spec.argv.assign(c.argv().begin(), c.argv().end());
-        spec.env.insert(c.env().begin(), c.env().end());
-        spec.env[client::kShardSocketEnv] = ShardSocketPath();
-        spec.env[client::kRankSocketEnv] = links_->path();
-        if (c.spike_factor() > 0) spec.env[client::kSpikeFactorEnv] = std::to_string(c.spike_factor());
-        // The job's command is the alignment test's reference model; an
-        // injected SDC stays with the machine, through every restart.
+        RankGroupSpec spec = SpecFrom(c);
+        // The job's command is the alignment test's reference model.
         job_argv_ = spec.argv;
-        if (!sdc_.empty()) spec.env["BULWARK_SDC"] = sdc_;
         // Local rank i holds the backup of backup_of[i] (a replicated-state
         // job writes it from its own memory: client/shard_client.h).
         for (size_t i = 0; i < spec.ranks.size(); ++i) {
@@ -62,11 +49,16 @@ void Agent::ApplyCommands() {
         }
         // Fetching copies from peers overlaps the ranks' start-up.
         shards_->SetRoutes(routes, ranks);
+        // A rank still inside the failed generation's collective learns of
+        // the failure in moments (its peer's sockets closed); it may then
+        // rejoin in place. One still silent after that is stopped.
+        AwaitWaitingRanks(spec);
+        // What they said while this restart was under way, it answers.
+        echoes_.DropAll();
         // The old ranks' last reports, read before they were stopped, are
         // the old generation's, not this one's progress (a step 500 would
         // hide steps 41.. from the ledger). Stopped first, so that what
         // they print while stopping is behind the new followers.
-        supervisor_.StopAll();
         ForwardRankLinks(/*progress=*/false);
         followers_.clear();
         std::shared_ptr<const ProgressPattern> progress = ProgressFrom(c);
@@ -75,9 +67,14 @@ void Agent::ApplyCommands() {
           followers_.emplace(r.first, LogFollower(supervisor_.LogPath(r.first), progress));
           last_progress_[r.first] = Clock::now();
         }
-        Status st = supervisor_.Start(spec);
-        Log("generation " + std::to_string(spec.generation) + ": started " + std::to_string(spec.ranks.size()) +
-            " ranks (" + c.reason() + ")" + (st.ok() ? "" : ": " + st.ToString()));
+        StartRanks(spec, c.reason());
+        // Spares of another command or environment (a replay's accepted
+        // step, an injected SDC) would never be used.
+        supervisor_.StopSpares(Supervisor::Identity(spec));
+        spare_spec_ = spec;
+        saw_step_ = false;
+        spares_started_ = 0;
+        in_place_ = false;
         reported_step_ = 0;
         break;
       }
@@ -87,6 +84,7 @@ void Agent::ApplyCommands() {
         supervisor_.StopAll();
         ForwardRankLinks(/*progress=*/false);
         followers_.clear();
+        StandBy(c);
         Log("stopped ranks (" + c.reason() + ")");
         break;
       case wire::Command::INJECT:
@@ -109,6 +107,48 @@ void Agent::ApplyCommands() {
         break;
     }
   }
+}
+
+RankGroupSpec Agent::SpecFrom(const wire::Command& c) {
+  RankGroupSpec spec;
+  spec.generation = c.generation();
+  for (const auto& r : c.ranks()) spec.ranks.emplace_back(r.rank(), r.local_rank());
+  spec.world_size = c.world_size();
+  spec.local_world_size = c.local_world_size();
+  spec.master_addr = c.master_addr();
+  spec.master_port = c.master_port();
+  spec.argv.assign(c.argv().begin(), c.argv().end());
+  spec.env.insert(c.env().begin(), c.env().end());
+  spec.env[client::kShardSocketEnv] = ShardSocketPath();
+  spec.env[client::kRankSocketEnv] = links_->path();
+  if (c.spike_factor() > 0) spec.env[client::kSpikeFactorEnv] = std::to_string(c.spike_factor());
+  // An injected SDC stays with the machine, through every restart.
+  if (!sdc_.empty()) spec.env["BULWARK_SDC"] = sdc_;
+  return spec;
+}
+
+void Agent::StandBy(const wire::Command& c) {
+  if (c.argv_size() == 0) {
+    supervisor_.StopSpares();
+    spare_spec_.reset();
+    return;
+  }
+  // A warm standby (plane/actuator.h: WarmStandby): spares of the job, at
+  // once (nothing else runs here). No rank of it ran here to say INPLACE,
+  // so only bulwark-train, which speaks it, is pre-spawned.
+  RankGroupSpec spec = SpecFrom(c);
+  const std::string program = spec.argv[0].substr(spec.argv[0].rfind('/') + 1);
+  if (program != "bulwark-train") {
+    supervisor_.StopSpares();
+    spare_spec_.reset();
+    return;
+  }
+  supervisor_.StopSpares(Supervisor::Identity(spec));
+  spare_spec_ = spec;
+  saw_step_ = true;
+  in_place_ = true;
+  spares_started_ = 0;
+  Log("standing by warm for " + c.reason().substr(c.reason().rfind(' ') + 1));
 }
 
 void Agent::Inject(const std::string& fault, int rank, const std::string& where, double factor) {
@@ -211,6 +251,8 @@ void Agent::Diagnose(const wire::Command& c) {
   // The tests need the machine to themselves; the controller's STOP_RANKS
   // for the same decision may arrive after this one-shot.
   supervisor_.StopAll();
+  supervisor_.StopSpares();
+  spare_spec_.reset();
   ForwardRankLinks(/*progress=*/false);
   followers_.clear();
   DiagnosticsRequest req;
@@ -287,12 +329,110 @@ void Agent::ReadRankLinks() {
 
 void Agent::ForwardRankLinks(bool progress) {
   for (RankLinkServer::Message& m : links_->Take()) {
+    const std::string word = m.text.substr(0, m.text.find(' '));
+    if (word == "INPLACE") {
+      in_place_ = true;
+      continue;
+    }
+    if (word == "LOST" || word == "WAIT" || word == "READY") {
+      // It waits for an ASSIGN (handoff.h). A lost peer is reported the way
+      // a peer-lost exit was: held for the culprit's report and the restart.
+      supervisor_.MarkWaiting(m.pid);
+      if (word == "LOST" && supervisor_.RankOf(m.pid) >= 0) HoldPeerLost(m.rank);
+      continue;
+    }
+    if (m.text.compare(0, 5, "STEP ") == 0) saw_step_ = true;
     if (progress && m.rank == 0 && m.text.compare(0, 5, "STEP ") == 0) {
       Result<client::StepSignal> step = client::StepSignal::Parse(m.text);
-      if (step.ok() && step->halted.empty()) ReportStep(step->step);  // a held-back step did not complete
+      // A held-back step did not complete. The rank's own time of the step:
+      // the agent reads its links only every loop.
+      if (step.ok() && step->halted.empty()) ReportStep(step->step, step->observed_ms);
     }
     signals_.Add(m.rank, supervisor_.generation(), m.text);
   }
+}
+
+void Agent::HoldPeerLost(int rank) {
+  wire::AgentEvent e;
+  e.set_kind(wire::AgentEvent::RANK_EXITED);
+  e.set_rank(rank);
+  e.set_exit_code(kExitPeerLost);
+  auto it = followers_.find(rank);
+  if (it != followers_.end()) {
+    it->second.Poll();
+    e.set_signature(sigs_.Match(it->second.tail()));
+  }
+  const auto now = Clock::now();
+  e.set_observed_ms(Ms(now));
+  Log("rank " + std::to_string(rank) + " lost a peer (" + e.signature() + ") and waits in place; holding the report");
+  echoes_.Hold(e, now);
+}
+
+void Agent::AwaitWaitingRanks(const RankGroupSpec& spec) {
+  // Only ranks that said INPLACE ever wait: any other program's survivors
+  // are stopped at once, as before.
+  if (!in_place_) return;
+  const auto end = Clock::now() + kRejoinWait;
+  while (supervisor_.AnyLiveNotWaiting(spec) && Clock::now() < end) {
+    ForwardRankLinks(/*progress=*/false);
+    WatchRanks();  // a rank that exits instead is an exit, as before
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void Agent::StartRanks(const RankGroupSpec& spec, const std::string& reason) {
+  Result<std::vector<Handoff>> started = supervisor_.Start(spec);
+  if (!started.ok()) {
+    Log("generation " + std::to_string(spec.generation) + ": starting " + std::to_string(spec.ranks.size()) +
+        " ranks failed (" + reason + "): " + started.status().ToString());
+    return;
+  }
+  std::string how;
+  bool retry_cold = false;
+  for (const Handoff& h : *started) {
+    how += " " + std::to_string(h.rank) + ":" + HandoffPathName(h.path);
+    if (h.path == HandoffPath::kCold) continue;
+    client::RankAssignment a;
+    a.generation = spec.generation;
+    a.rank = h.rank;
+    for (const auto& [r, local] : spec.ranks) {
+      if (r == h.rank) a.local_rank = local;
+    }
+    a.world_size = spec.world_size;
+    a.local_world_size = spec.local_world_size;
+    a.master_addr = spec.master_addr;
+    a.master_port = spec.master_port;
+    auto re = spec.rank_env.find(h.rank);
+    if (re != spec.rank_env.end() && re->second.count(client::kShardBackupOfEnv)) {
+      a.backup_of = std::atoi(re->second.at(client::kShardBackupOfEnv).c_str());
+    }
+    a.log_path = supervisor_.LogPath(h.rank);
+    if (Status st = links_->Send(h.pid, a.Format()); !st.ok()) {
+      Log("rank " + std::to_string(h.rank) + ": cannot hand it to pid " + std::to_string(h.pid) + ": " + st.ToString());
+      retry_cold = true;
+    }
+  }
+  if (retry_cold) {
+    // A process that cannot hear its ASSIGN is no use: all cold.
+    started = supervisor_.Start(spec, /*reuse=*/false);
+    how = " all cold (a handoff failed)";
+  }
+  Log("generation " + std::to_string(spec.generation) + ": started " + std::to_string(spec.ranks.size()) +
+      " ranks (" + reason + "):" + how + (started.ok() ? "" : ": " + started.status().ToString()));
+}
+
+void Agent::MaybePrespawn() {
+  // Once the generation trains (its start-up must not share the CPU with
+  // a spare's), keep one spare per local rank of the job.
+  // Only a program that said it can wait for an ASSIGN gets spares: another
+  // would run the whole job on its own.
+  const size_t want = static_cast<size_t>(std::max(1, spare_spec_ ? spare_spec_->local_world_size : 1));
+  if (!spare_spec_ || !in_place_ || !saw_step_ || supervisor_.SpareCount() >= want) return;
+  // Spares that keep dying (the job cannot set up here: a pipeline job, a
+  // broken install) are not replaced forever: a few per generation.
+  if (spares_started_ >= 2 * want) return;
+  ++spares_started_;
+  if (Status st = supervisor_.Prespawn(*spare_spec_); !st.ok()) Log("cannot pre-spawn a spare: " + st.ToString());
 }
 
 }  // namespace bulwark::agent::detail

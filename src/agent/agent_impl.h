@@ -10,6 +10,7 @@
 #include <atomic>
 #include <csignal>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <fstream>
@@ -54,6 +55,11 @@ constexpr auto kLoopPeriod = std::chrono::milliseconds(100);
 // and its tick, so that a dead peer machine is found by its silence before a
 // survivor is blamed.
 constexpr auto kPeerLostGrace = std::chrono::milliseconds(4000);
+// How long a START_RANKS waits for the previous generation's ranks on this
+// machine to say they lost their peers before it stops them (handoff.h): a
+// dead peer's closed sockets fail their collective within milliseconds; a
+// rank still silent after this is hung or computing, and is replaced.
+constexpr auto kRejoinWait = std::chrono::milliseconds(1000);
 constexpr auto kReportPeriod = std::chrono::milliseconds(500);
 constexpr auto kInspectPeriod = std::chrono::milliseconds(1000);
 constexpr auto kCallDeadline = std::chrono::milliseconds(1500);
@@ -143,6 +149,22 @@ class Agent {
   // Python client) prints no JSON step lines.
   void ForwardRankLinks(bool progress);
 
+  // --- handing ranks to running processes (handoff.h) ----------------------
+  // A rank that said LOST: the report its peer-lost exit used to be, held.
+  void HoldPeerLost(int rank);
+  // Reads the rank links until every live rank of `spec`'s job waits for an
+  // ASSIGN, or kRejoinWait passed.
+  void AwaitWaitingRanks(const RankGroupSpec& spec);
+  // Starts `spec`'s ranks and sends the reused processes their ASSIGN.
+  void StartRanks(const RankGroupSpec& spec, const std::string& reason);
+  // Keeps a spare per local rank of the running job once it trains.
+  void MaybePrespawn();
+  // The ranks of a START_RANKS (or a warm standby's STOP_RANKS) as this
+  // machine runs them.
+  RankGroupSpec SpecFrom(const wire::Command& c);
+  // A STOP_RANKS: idle, or warm for the job it names (spares of it).
+  void StandBy(const wire::Command& c);
+
   std::string ShardSocketPath() const { return layout_.machine(o_.machine) + "/shards.sock"; }
 
   // --- observation -------------------------------------------------------
@@ -154,7 +176,7 @@ class Agent {
   // so only a step beyond the last reported one is news: a step going back
   // would read as recomputation in the ledger. reported_step_ restarts at 0
   // with every generation.
-  void ReportStep(int64_t step);
+  void ReportStep(int64_t step, int64_t observed_ms = 0);
 
   // Reports the peer-lost exits whose grace ran out with no restart.
   void ReleaseEchoes();
@@ -192,6 +214,7 @@ class Agent {
   std::mutex stream_mu_;
   grpc::ClientContext* stream_ctx_ = nullptr;
   std::mutex queue_mu_;
+  std::condition_variable queue_cv_;  // a command arrived: the main loop wakes
   std::deque<wire::Command> queue_;
 
   // Main thread only.
@@ -204,6 +227,10 @@ class Agent {
   std::map<int, LogFollower> followers_;
   std::map<int, Clock::time_point> last_progress_;  // by rank: the last matched progress line, or the start
   int64_t reported_step_ = 0;
+  std::optional<RankGroupSpec> spare_spec_;  // the running job's, for spares
+  bool saw_step_ = false;                    // a rank of this generation reported a step
+  bool in_place_ = false;                    // a rank of this generation said INPLACE
+  size_t spares_started_ = 0;                // this generation
   bool device_reported_ = false, disk_reported_ = false, memory_reported_ = false;
   bool nic_was_up_ = true;
   std::optional<Clock::time_point> nic_up_at_;

@@ -60,13 +60,16 @@ void RankLinkServer::Loop() {
       Conn& c = conns_[fds[i].fd];
       std::vector<std::string> w = client::SplitWords(text);
       if (w.size() == 3 && w[0] == "HELLO") {
+        c.hello = true;
         c.rank = std::atoi(w[1].c_str());
         c.pid = static_cast<pid_t>(std::atoi(w[2].c_str()));
-        // The controller's hang detector judges only ranks that report.
-        inbox_.push_back({c.rank, c.pid, "PHASE start 0 0"});
+        // The controller's hang detector judges only ranks that report; a
+        // spare (rank -1) is no rank yet. A process that took a rank says
+        // HELLO again: a new start.
+        if (c.rank >= 0) inbox_.push_back({c.rank, c.pid, "PHASE start 0 0"});
         continue;
       }
-      if (c.rank < 0) {
+      if (!c.hello) {
         log_("rank link: a message before HELLO, ignored: " + text.substr(0, 60));
         continue;
       }

@@ -53,7 +53,8 @@ class RankLinkServer {
   std::thread thread_;
   std::mutex mu_;
   struct Conn {
-    int rank = -1;
+    bool hello = false;
+    int rank = -1;  // -1: a spare (pre-spawned) process
     pid_t pid = 0;
   };
   std::map<int, Conn> conns_;  // by socket

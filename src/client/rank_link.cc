@@ -51,6 +51,37 @@ Result<StepSignal> StepSignal::Parse(const std::string& line) {
   return s;
 }
 
+std::string RankAssignment::Format() const {
+  return "ASSIGN " + std::to_string(generation) + " " + std::to_string(rank) + " " + std::to_string(local_rank) + " " +
+         std::to_string(world_size) + " " + std::to_string(local_world_size) + " " + master_addr + " " +
+         std::to_string(master_port) + " " + std::to_string(backup_of) + " " + log_path;
+}
+
+Result<RankAssignment> RankAssignment::Parse(const std::string& line) {
+  std::vector<std::string> w = SplitWords(line);
+  if (w.size() != 10 || w[0] != "ASSIGN") {
+    return Status::InvalidArgument("rank link: malformed assignment '" + line.substr(0, 80) + "'");
+  }
+  RankAssignment a;
+  try {
+    a.generation = std::stoll(w[1]);
+    a.rank = std::stoi(w[2]);
+    a.local_rank = std::stoi(w[3]);
+    a.world_size = std::stoi(w[4]);
+    a.local_world_size = std::stoi(w[5]);
+    a.master_addr = w[6];
+    a.master_port = std::stoi(w[7]);
+    a.backup_of = std::stoi(w[8]);
+    a.log_path = w[9];
+  } catch (const std::exception&) {
+    return Status::InvalidArgument("rank link: malformed number in '" + line.substr(0, 80) + "'");
+  }
+  if (a.world_size < 1 || a.rank < 0 || a.rank >= a.world_size || a.master_port < 1 || a.master_port > 65535) {
+    return Status::InvalidArgument("rank link: assignment out of range '" + line.substr(0, 80) + "'");
+  }
+  return a;
+}
+
 Result<std::unique_ptr<RankLink>> RankLink::FromEnv(int rank) {
   const char* path = std::getenv(kRankSocketEnv);
   if (path == nullptr || *path == '\0') return std::unique_ptr<RankLink>();
@@ -84,6 +115,37 @@ std::optional<std::string> RankLink::PollInject() {
   std::vector<std::string> w = SplitWords(std::string(buf, n));
   if (w.size() == 2 && w[0] == "INJECT") return w[1];
   return std::nullopt;
+}
+
+void RankLink::Hello(int rank) {
+  const std::string text = "HELLO " + std::to_string(rank) + " " + std::to_string(::getpid());
+  ::send(sock_, text.data(), text.size(), MSG_NOSIGNAL);
+}
+
+void RankLink::OfferInPlace() { ::send(sock_, "INPLACE", 7, MSG_NOSIGNAL); }
+
+std::optional<RankAssignment> RankLink::AwaitAssignment(const std::string& why, int64_t step, int timeout_ms) {
+  const std::string text = why == "READY" ? why : why + " " + std::to_string(step);
+  // Blocking: the agent must hear it, and nothing else is in flight.
+  if (::send(sock_, text.data(), text.size(), MSG_NOSIGNAL) < 0) return std::nullopt;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    int wait = -1;
+    if (timeout_ms >= 0) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()).count();
+      if (left <= 0) return std::nullopt;
+      wait = static_cast<int>(left);
+    }
+    Result<std::string> m = RecvShardMessage(sock_, nullptr, wait);
+    if (!m.ok()) return std::nullopt;  // closed, or no answer in time
+    if (m->rfind("ASSIGN ", 0) != 0) continue;  // an injection for the failed generation
+    Result<RankAssignment> a = RankAssignment::Parse(*m);
+    if (!a.ok()) {
+      std::fprintf(stderr, "%s\n", a.status().message().c_str());
+      return std::nullopt;
+    }
+    return *a;
+  }
 }
 
 bool RankLink::WaitClosed(int timeout_ms) {

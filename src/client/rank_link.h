@@ -7,9 +7,19 @@
 //   HELLO <rank> <pid>                           INJECT nan | loss-spike |
 //   STEP <step signal, see StepSignal::Format>          hang-collective | hang-compute
 //   PHASE <what> <expected_ms> <step>            (the step it follows)
+//   LOST <step>     a collective failed; waiting  ASSIGN <see RankAssignment>
+//   WAIT <step>     a step held back; waiting
+//   READY           a pre-spawned process, set up and waiting (HELLO -1)
+//   INPLACE         this program can wait for an ASSIGN (LOST/WAIT/READY);
+//                   the agent pre-spawns spares only for such a job
 //
-// Sends never block: a full socket drops the report rather than slow the
-// step (the next one says as much). Not thread-safe; the training loop owns it.
+// LOST, WAIT and READY say the process waits for an ASSIGN: the next
+// generation's rank and rendezvous, which it joins in place (no new process,
+// no libtorch load, no model build). The agent answers with ASSIGN or kills
+// it (docs/recovery.md).
+//
+// Step and phase reports never block: a full socket drops the report rather
+// than slow the step (the next one says as much); the waits' messages do. Not thread-safe; the training loop owns it.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +53,26 @@ struct StepSignal {
   bool anomalous() const { return local_nonfinite || nonfinite || !halted.empty(); }
 };
 
+// A rank of a new generation handed to a process that is already running:
+// a survivor of the previous generation, or a pre-spawned one.
+// "ASSIGN <generation> <rank> <local_rank> <world> <local_world> <master_addr>
+//  <master_port> <backup_of or -1> <log path>"
+struct RankAssignment {
+  int64_t generation = 0;
+  int rank = 0, local_rank = 0, world_size = 1, local_world_size = 1;
+  std::string master_addr;
+  int master_port = 0;
+  int backup_of = -1;
+  std::string log_path;
+
+  std::string Format() const;
+  static Result<RankAssignment> Parse(const std::string& line);
+};
+
+// Set (to 1) in a process the agent starts ahead of need: it sets itself up,
+// says READY and waits for its ASSIGN.
+constexpr const char* kPrespawnEnv = "BULWARK_PRESPAWN";
+
 class RankLink {
  public:
   // Connects to the agent named by BULWARK_RANK_SOCKET; nullptr when the
@@ -58,6 +88,15 @@ class RankLink {
   // The agent's next injection request, without waiting: "nan",
   // "loss-spike", "hang-collective", "hang-compute", or nullopt.
   std::optional<std::string> PollInject();
+  // This process now is `rank` (after an ASSIGN): the agent's view of the
+  // link follows, and the hang detector hears a new start.
+  void Hello(int rank);
+  // Says INPLACE (see the top of this file).
+  void OfferInPlace();
+  // "LOST", "WAIT" or "READY" (see the top of this file), then waits up to
+  // `timeout_ms` (-1: forever) for the agent's ASSIGN. nullopt when the time
+  // ran out or the agent closed the link.
+  std::optional<RankAssignment> AwaitAssignment(const std::string& why, int64_t step, int timeout_ms);
   // Waits up to `timeout_ms` for the agent to end the link (it restarts the
   // ranks, which ends this process first); false when the time ran out.
   bool WaitClosed(int timeout_ms);

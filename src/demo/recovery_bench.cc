@@ -7,6 +7,8 @@
 //                 libtorch load): what is left of recover after the phases below
 //   data, rendezvous, init, checkpoint load   the trainer's `start` event
 //   first step    the first step's own compute time
+// and how each slot's rank was realized (docs/recovery.md): rejoin (the
+// process kept), prespawned (a spare took it) or cold (a new process).
 // It prints figures and never judges them.
 #include <algorithm>
 #include <cstdio>
@@ -27,6 +29,20 @@ const std::map<std::string, std::string> kTargets = {
     {"crash", "< 1 s"}, {"kill", "< 1 s"}, {"machine-down", "< 3 s"}, {"device-fail", "< 2 s"}, {"nic-flap", "–"}};
 
 const char* const kPhases[] = {"localize", "spawn", "data", "rendezvous", "init", "checkpoint_load", "first_step"};
+
+// How the agent realized the newest generation in a rank log: the "(...)"
+// of its last start banner's first word ("rejoin", "prespawned", "cold"),
+// or "?" (an agent that does not say).
+std::string LastPath(const std::string& log) {
+  std::ifstream in(log);
+  std::string line, path = "?";
+  while (std::getline(in, line)) {
+    if (line.rfind("bulwark-agent: starting rank", 0) != 0) continue;
+    const size_t open = line.find(" ("), end = line.find_first_of(",)", open == std::string::npos ? 0 : open);
+    path = open == std::string::npos || end == std::string::npos ? "?" : line.substr(open + 2, end - open - 2);
+  }
+  return path;
+}
 
 }  // namespace
 
@@ -99,6 +115,7 @@ Status RunRecoveryBench(const BenchOptions& o) {
       x["localize_s"] = localize_ms / 1000.0;
       // The trainer's phases, from rank 0's log of the restarted generation.
       const std::string log = s.layout().rank_log(Session::SlotMachine(*st, 0), 0);
+      x["paths"] = LastPath(log) + "/" + LastPath(s.layout().rank_log(Session::SlotMachine(*st, 1), 1));
       const std::optional<json> start = LastEvent(log, "start");
       const std::optional<json> first = FirstStepAfterLastStart(log);
       if (start && first) {
@@ -110,9 +127,9 @@ Status RunRecoveryBench(const BenchOptions& o) {
         x["first_step_s"] = first->value("step_ms", 0.0) / 1000.0;
         x["spawn_s"] = x["recover_s"].get<double>() - phases - x["first_step_s"].get<double>();
       }
-      std::printf("  %-12s #%d on %s: detect %.2f s, recover %.2f s (%s), lost %lld steps, restored from %s%s\n", fault,
-                  k + 1, victim.c_str(), x["detect_s"].get<double>(), x["recover_s"].get<double>(),
-                  x["resolution"].get<std::string>().c_str(), static_cast<long long>(x["lost_steps"].get<int64_t>()),
+      std::printf("  %-12s #%d on %s: detect %.2f s, recover %.2f s (%s; ranks %s), lost %lld steps, restored from %s%s\n",
+                  fault, k + 1, victim.c_str(), x["detect_s"].get<double>(), x["recover_s"].get<double>(),
+                  x["resolution"].get<std::string>().c_str(), x["paths"].get<std::string>().c_str(), static_cast<long long>(x["lost_steps"].get<int64_t>()),
                   x["restore_source"].get<std::string>().empty() ? "?" : x["restore_source"].get<std::string>().c_str(),
                   resends > 0 ? " (the agent missed the first injection command; sent again)" : "");
       std::fflush(stdout);
@@ -154,7 +171,8 @@ Status RunRecoveryBench(const BenchOptions& o) {
   }
   std::printf("\n%s", LedgerTable(*ledger).c_str());
   std::printf("  (detect: injection → controller; recover: restart decision → first step; the phases split recover plus "
-              "localize; nic-flap detect is timed from the second flap)\n");
+              "localize; spawn is what recover leaves to the phases, for a reused process the command's delivery "
+              "and the handoff; ranks: how slot 0/slot 1 were realized; nic-flap detect is timed from the second flap)\n");
   const json record{{"config", o.config}, {"repeat", o.repeat}, {"samples", samples}, {"medians", summary}, {"ledger", *ledger}};
   BULWARK_RETURN_IF_ERROR(WriteFileAtomic(o.out + "/result.json", record.dump(2) + "\n"));
   std::printf("  raw samples: %s/result.json\n", o.out.c_str());

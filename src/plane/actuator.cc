@@ -13,6 +13,17 @@ wire::Command Stop(const std::string& id, const std::string& reason) {
 
 }  // namespace
 
+wire::Command WarmStandby(const JobLaunch& launch, const Placement& placement, double spike_factor) {
+  wire::Command c = Stop("warm/" + launch.spec.id, "standby, warm for job " + launch.spec.id);
+  c.set_world_size(placement.world_size());
+  c.set_local_world_size(placement.ranks_per_machine);
+  for (const std::string& a : launch.argv) c.add_argv(a);
+  for (const auto& [k, v] : launch.env) (*c.mutable_env())[k] = v;
+  // As a START_RANKS carries it: part of what the spare runs with.
+  c.set_spike_factor(spike_factor);
+  return c;
+}
+
 int MasterPort(const JobLaunch& launch, int64_t generation) {
   return launch.master_port_base + static_cast<int>(generation % 1000);
 }

@@ -33,6 +33,13 @@ struct MachineCommand {
 std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launch,
                                     const Placement& current, const BackupPlan& routes);
 
+// A standby's desired state while `launch` runs on `placement`: idle (a
+// STOP_RANKS), with the job's command, environment and world so that its
+// agent keeps a spare process of the job ready (agent/handoff.h). An agent
+// that does not use it is idle, as with any STOP_RANKS. One id per job, so
+// that an agent re-applies it after any other command.
+wire::Command WarmStandby(const JobLaunch& launch, const Placement& placement, double spike_factor);
+
 // The port rank 0 listens on for `generation`: a fresh one per generation, so
 // a restart never waits for the previous run's socket to leave TIME_WAIT.
 int MasterPort(const JobLaunch& launch, int64_t generation);

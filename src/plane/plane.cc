@@ -148,8 +148,38 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
       AgentFor(mc.machine).desired = std::move(mc.command);
     }
   }
-  if (deliver) changed_.notify_all();
+  if (deliver) {
+    WarmStandbysLocked();
+    changed_.notify_all();
+  }
   return Status::OK();
+}
+
+void Plane::WarmStandbysLocked() {
+  if (!controller_ || !launch_) return;
+  const ClusterState& s = controller_->state();
+  if ((s.job != JobState::kRunning && s.job != JobState::kRestarting) || s.placement.empty()) {
+    // No job to be warm for (it completed, stopped or waits for machines):
+    // the spares go.
+    for (const MachineId& m : s.standbys) {
+      Agent& a = AgentFor(m);
+      if (!a.desired || a.desired->kind() != wire::Command::STOP_RANKS || a.desired->argv_size() == 0) continue;
+      wire::Command idle;
+      idle.set_kind(wire::Command::STOP_RANKS);
+      idle.set_id(a.desired->id() + "/idle");
+      idle.set_reason("standby, idle: the job is not running");
+      a.desired = std::move(idle);
+    }
+    return;
+  }
+  for (const MachineId& m : s.standbys) {
+    Agent& a = AgentFor(m);
+    // Only an idle standby: nothing asked of it yet, or a stop.
+    if (a.desired && a.desired->kind() != wire::Command::STOP_RANKS) continue;
+    wire::Command warm = WarmStandby(*launch_, s.placement, options_.policy.spike_factor);
+    if (a.desired && a.desired->id() == warm.id()) continue;
+    a.desired = std::move(warm);
+  }
 }
 
 Status Plane::HandleLocked(const Event& e, Time now, const json& origin) {

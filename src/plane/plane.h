@@ -142,6 +142,11 @@ class Plane {
   // Journals, hands to the policy and actuates; the only path for events.
   Status HandleLocked(const Event& e, Time now, const nlohmann::json& origin);
   Status AfterDecision(const std::vector<Action>& actions, bool deliver, Time now);
+  // While the job runs, every idle standby's desired state is a STOP_RANKS
+  // that carries the job's command (actuator.h: WarmStandby): its agent
+  // keeps a spare of the job set up, so that a swap to it costs a
+  // rendezvous and a restore, not a process start (docs/recovery.md).
+  void WarmStandbysLocked();
   // Drops the step rows replay can do without, once replaying what is left
   // is verified to give the same state (journal_compaction.h).
   Status CompactJournal(Time now);

@@ -4,9 +4,18 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <thread>
 
 namespace bulwark::trainer {
 namespace {
@@ -20,6 +29,33 @@ Result<int> EnvInt(const char* name, int lo, int hi) {
                                    ", " + std::to_string(hi) + "]");
   }
   return static_cast<int>(x);
+}
+
+// Waits until something accepts connections at addr:port, trying every
+// 10 ms. libtorch 1.13's TCPStore client, refused because rank 0 has not
+// bound its port yet, sleeps a whole second before it tries again: that
+// second was most of a restart's rendezvous (docs/recovery.md). Connecting
+// only once the store listens leaves its retry unused. False when
+// `timeout` passed (the store's own connect then reports the error).
+bool AwaitListener(const std::string& addr, int port, std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return false;
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  bool up = false;
+  while (!up && std::chrono::steady_clock::now() < end) {
+    for (addrinfo* a = res; a != nullptr && !up; a = a->ai_next) {
+      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      up = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+      ::close(fd);
+    }
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::freeaddrinfo(res);
+  return up;
 }
 
 }  // namespace
@@ -63,6 +99,7 @@ Result<std::unique_ptr<Comm>> Comm::Connect(const DistEnv& env, double timeout_s
   if (env.world_size == 1) return c;
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   try {
+    if (env.rank != 0) AwaitListener(env.master_addr, env.master_port, timeout);
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(env.master_port);
     opts.isServer = env.rank == 0;
@@ -171,7 +208,18 @@ Status Comm::AllReduceSum(std::vector<torch::Tensor>& tensors) {
       holders[i] = {tensors[i]};
       works.push_back(pg_->allreduce(holders[i]));
     }
-    for (auto& w : works) w->wait();
+    // Every one waited for, even after one failed: a collective left queued
+    // in Gloo would still write into these tensors after this returned,
+    // while a rank that stays in its process restores them.
+    std::optional<Status> failed;
+    for (auto& w : works) {
+      try {
+        w->wait();
+      } catch (const std::exception& e) {
+        if (!failed) failed = Fail("all-reduce", e);
+      }
+    }
+    if (failed) return *failed;
   } catch (const std::exception& e) {
     return Fail("all-reduce", e);
   }

@@ -4,7 +4,12 @@
 // Every collective returns a Status. A peer that died shows up as
 // "Connection closed/reset by peer" within about a second; one that hangs,
 // as a timeout after --dist-timeout. Both come back as kUnavailable so the
-// trainer can end with its distinct exit code instead of hanging.
+// trainer can wait in place for the next generation (under an agent) or end
+// with its distinct exit code, instead of hanging. A Comm serves one
+// generation; the next one connects a new Comm.
+//
+// Connect's rendezvous: ranks other than 0 connect to the store only once it
+// listens (see dist.cc for the second that saves).
 #pragma once
 
 #include <torch/torch.h>

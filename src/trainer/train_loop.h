@@ -1,0 +1,70 @@
+// One generation of data-parallel training: restore, then the step loop.
+//
+// Train() (train.cc) sets up what outlives a generation once per process
+// (data, model, parameter store) and runs generations in it: the first one,
+// then one per ASSIGN from the agent after a peer was lost (docs/recovery.md).
+// Everything that depends on the world (the communicator, the in-memory
+// checkpoint's shard client, the optimizer's shard) is rebuilt per
+// generation; the state itself is restored from the in-memory checkpoint as
+// on a cold start, so a generation run in place and one run in a new
+// process compute the same bits.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "client/rank_link.h"
+#include "common/status.h"
+#include "trainer/adamw.h"
+#include "trainer/config.h"
+#include "trainer/dist.h"
+#include "trainer/model.h"
+#include "trainer/params.h"
+#include "trainer/sampler.h"
+#include "trainer/sdc.h"
+#include "trainer/tokens.h"
+
+namespace bulwark::trainer {
+
+using TrainClock = std::chrono::steady_clock;
+
+// What one process keeps across generations.
+struct TrainProcess {
+  TrainConfig cfg;  // with the vocabulary and precision resolved
+  std::string precision_reason;
+  int threads = 1;
+  DataSet data;
+  std::unique_ptr<Sampler> sampler;
+  Transformer model{nullptr};
+  // Built by the first generation (padded to its world size, which a job
+  // keeps; the agent hands a process only a world of the size it had).
+  std::unique_ptr<ParamStore> store;
+  std::unique_ptr<AdamW> opt;
+  int opt_rank = -1;  // the rank `opt` was built for (its ZeRO-1 shard)
+  std::unique_ptr<client::RankLink> link;  // nullptr: no agent
+  // The emulated bad machine's corruption (sdc.h): it stays with the process.
+  std::optional<Sdc> sdc;
+  // Set when this process must not run another generation in place.
+  bool must_exit = false;
+};
+
+// How a generation began, for its `start` event (the recovery breakdown).
+struct GenerationStart {
+  std::string path;  // "cold" (a new process), "prespawned" or "rejoin" (docs/recovery.md)
+  TrainClock::time_point began, data_ready, rendezvous_done;
+  double assign_wait_ms = 0;  // rejoin: from reporting the loss to the ASSIGN
+};
+
+// How a generation ended when it did not fail outright.
+enum class GenerationEnd {
+  kFinished,  // trained to --steps, or --stop-at
+  kHalted,    // a step held back for the controller (anomaly guard): wait for an ASSIGN
+};
+
+// Runs one generation on `comm`. kUnavailable: a peer was lost (the caller
+// may wait for the next generation in place).
+Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const GenerationStart& g);
+
+}  // namespace bulwark::trainer

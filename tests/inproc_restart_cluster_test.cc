@@ -1,0 +1,191 @@
+// Restarts that keep processes, end to end on a real local cluster
+// (docs/recovery.md): when a rank dies, its peer on another machine keeps
+// its process and rejoins the next generation in place, and the dead rank's
+// machine hands its rank to the spare it pre-spawned; a standby that takes a
+// dead machine's slot does the same with the spare it kept warm. The job ends
+// bitwise where a fault-free run ends. Every wait polls status or a log; no
+// fixed sleeps.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "support/cluster_fixture.h"
+#include "support/process.h"
+
+namespace bulwark {
+namespace {
+
+class InProcessRestart : public Cluster {
+ protected:
+  // Long enough that the second fault comes while the job trains.
+  static constexpr int kSteps = 600;
+  std::vector<std::string> TrainerArgs() const {
+    return {"--config", "tiny", "--data", *data_, "--steps", std::to_string(kSteps), "--log-format", "json",
+            "--threads", "1", "--dist-timeout", "10", "--eval-every", "0", "--step-checksum"};
+  }
+  // Rank 0's final checksum of the same job run by two ranks directly.
+  std::string Reference() {
+    std::vector<std::string> args = TrainerArgs();
+    args.insert(args.begin(), testing::BinDir() + "/bulwark-train");
+    auto procs = testing::StartRanks(args, 2, {{"OMP_NUM_THREADS", "1"}});
+    EXPECT_EQ(procs.size(), 2u) << "rank 0 did not announce its rendezvous port";
+    std::string sum;
+    for (size_t r = 0; r < procs.size(); ++r) {
+      testing::ProcessResult res = procs[r]->Wait();
+      EXPECT_EQ(res.exit_code, 0) << "reference rank " << r << ": " << res.err;
+      json done = json::parse(res.LastLine(), nullptr, false);
+      if (r == 0) sum = done.is_object() ? done.value("param_checksum", "") : "";
+    }
+    return sum;
+  }
+  static std::string ReadAll(const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+  std::string Log(const std::string& machine, const std::string& file) {
+    return dir_ + "/machines/" + machine + "/ranks/" + file;
+  }
+  // Every JSON event `kind` in a log, in order.
+  std::vector<json> Events(const std::string& path, const std::string& kind) {
+    std::vector<json> out;
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("event", "") == kind) out.push_back(j);
+    }
+    return out;
+  }
+  // The agent's start banners of a rank log: generation -> (path, pid).
+  std::map<int64_t, std::pair<std::string, int64_t>> Banners(const std::string& path) {
+    std::map<int64_t, std::pair<std::string, int64_t>> out;
+    std::ifstream in(path);
+    std::string line;
+    const std::string gen = " of generation ", open = " (", pid = ", pid ";
+    while (std::getline(in, line)) {
+      if (line.rfind("bulwark-agent: starting rank", 0) != 0) continue;
+      const size_t g = line.find(gen), o = line.find(open, g), p = line.find(pid, o);
+      if (g == std::string::npos || o == std::string::npos || p == std::string::npos) continue;
+      out[std::stoll(line.substr(g + gen.size()))] = {line.substr(o + 2, p - o - 2), std::stoll(line.substr(p + pid.size()))};
+    }
+    return out;
+  }
+  // Waits until `path` holds a `kind` event; returns the newest.
+  json WaitForEvent(const std::string& what, const std::string& path, const std::string& kind, double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::vector<json> ev = Events(path, kind);
+      if (!ev.empty()) return ev.back();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    ADD_FAILURE() << "timed out waiting for " << what << " in " << path;
+    return json();
+  }
+};
+
+TEST_F(InProcessRestart, SurvivorsKeepTheirProcessSparesTakeTheDeadRanksAndTheRunEndsBitwise) {
+  auto up = Bulwark({"up", "--machines", "2", "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  {
+    std::ofstream job(root_ + "/job.yaml");
+    job << "name: short\nworld_size: 2\ncheckpoint: {persist_every: 10}\nargs: [";
+    for (const std::string& a : TrainerArgs()) job << "'" << a << "', ";
+    job << "--memory-ckpt, 'on']\nenv: {OMP_NUM_THREADS: '1'}\n";
+  }
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("first steps", 60, [](const json& s) { return s["job"]["last_step"] >= 20; });
+  ASSERT_EQ(s["job"]["placement"], json({"m01", "m02"}));
+  // Each machine pre-spawns a spare once the job trains.
+  const json spare = WaitForEvent("m01's spare", Log("m01", "spare.log"), "spare_ready", 120);
+  ASSERT_TRUE(spare.is_object());
+  const int64_t spare_pid = spare["pid"];
+  const int64_t gen = s["job"]["generation"];
+  // The processes of this generation, as each said itself.
+  auto pid_of = [&](const std::string& log, int64_t generation) {
+    for (const json& a : Events(log, "adopt")) {
+      if (a["generation"] == generation) return a["pid"].get<int64_t>();
+    }
+    return int64_t{-1};
+  };
+  const int64_t survivor_pid = pid_of(Log("m02", "rank-1.log"), gen);
+  const int64_t killed_pid = pid_of(Log("m01", "rank-0.log"), gen);
+  ASSERT_GT(survivor_pid, 0) << ReadAll(Log("m02", "rank-1.log"));
+  ASSERT_GT(killed_pid, 0) << ReadAll(Log("m01", "rank-0.log"));
+
+  // Rank 0 dies on m01.
+  const size_t incidents = Query("incidents").size();
+  Inject("kill", "m01");
+  s = WaitFor("kill recovered", 90, [&](const json& x) {
+    return x["job"]["generation"] > gen && x["job"]["state"] == "running" && x["job"]["incidents"] > incidents &&
+           x["job"]["last_step"] > 0;
+  });
+  Report("kill");
+  ASSERT_EQ(s["job"]["placement"], json({"m01", "m02"})) << "a kill restarts in place";
+  const int64_t next = s["job"]["generation"];
+
+  // m02's rank 1 rejoined in its own process: the agent's banner and the
+  // trainer's own line name the pid it had before.
+  const auto after = Banners(Log("m02", "rank-1.log"));
+  ASSERT_EQ(after.count(next), 1u) << ReadAll(Log("m02", "rank-1.log"));
+  EXPECT_EQ(after.at(next).first, "rejoin");
+  EXPECT_EQ(after.at(next).second, survivor_pid);
+  std::vector<json> adopted = Events(Log("m02", "rank-1.log"), "adopt");
+  ASSERT_FALSE(adopted.empty());
+  EXPECT_EQ(adopted.back()["path"], "rejoin");
+  EXPECT_EQ(adopted.back()["rank"], 1);
+  EXPECT_EQ(adopted.back()["pid"], survivor_pid) << "the survivor was not the same process";
+  EXPECT_EQ(adopted.back()["generation"], next);
+
+  // m01's rank 0 is the spare, not a new process, and knows it is rank 0.
+  const auto replaced = Banners(Log("m01", "rank-0.log"));
+  ASSERT_EQ(replaced.count(next), 1u) << ReadAll(Log("m01", "rank-0.log"));
+  EXPECT_EQ(replaced.at(next).first, "prespawned");
+  EXPECT_EQ(replaced.at(next).second, spare_pid);
+  EXPECT_NE(spare_pid, killed_pid);
+  adopted = Events(Log("m01", "rank-0.log"), "adopt");
+  ASSERT_FALSE(adopted.empty());
+  EXPECT_EQ(adopted.back()["path"], "prespawned");
+  EXPECT_EQ(adopted.back()["rank"], 0);
+  EXPECT_EQ(adopted.back()["pid"], spare_pid);
+  const json start = Events(Log("m01", "rank-0.log"), "start").back();
+  EXPECT_EQ(start["path"], "prespawned");
+  EXPECT_EQ(start["pid"], spare_pid);
+  const std::vector<json> restores = Events(Log("m01", "rank-0.log"), "restore");
+  ASSERT_FALSE(restores.empty());
+  EXPECT_EQ(restores.back()["source"], "memory") << restores.back().dump();
+
+  // m02 dies whole: the standby m03 takes slot 1 with the spare it kept
+  // warm, and rank 0 rejoins in the process that was the spare.
+  const json warm = WaitForEvent("m03's warm spare", Log("m03", "spare.log"), "spare_ready", 120);
+  ASSERT_TRUE(warm.is_object());
+  const size_t incidents2 = Query("incidents").size();
+  Inject("machine-down", "m02");
+  s = WaitFor("machine-down recovered", 90, [&](const json& x) {
+    return x["job"]["generation"] > next && x["job"]["state"] == "running" && x["job"]["incidents"] > incidents2 &&
+           x["job"]["last_step"] > 0;
+  });
+  Report("machine-down");
+  ASSERT_EQ(s["job"]["placement"], json({"m01", "m03"}));
+  const int64_t third = s["job"]["generation"];
+  const auto swapped = Banners(Log("m03", "rank-1.log"));
+  ASSERT_EQ(swapped.count(third), 1u) << ReadAll(Log("m03", "rank-1.log"));
+  EXPECT_EQ(swapped.at(third).first, "prespawned");
+  EXPECT_EQ(swapped.at(third).second, warm["pid"].get<int64_t>());
+  EXPECT_EQ(Banners(Log("m01", "rank-0.log")).at(third), std::make_pair(std::string("rejoin"), spare_pid));
+
+  // The job runs to its end and ends bitwise where a fault-free run does.
+  s = WaitFor("job completed", 180, [](const json& x) { return x["job"]["state"] == "completed"; });
+  std::vector<json> done = Events(Log("m01", "rank-0.log"), "done");
+  ASSERT_FALSE(done.empty());
+  EXPECT_EQ(done.back()["step"], kSteps);
+  const std::string reference = Reference();
+  ASSERT_FALSE(reference.empty());
+  EXPECT_EQ(done.back()["param_checksum"], reference) << "the run restarted in place diverged from the fault-free one";
+}
+
+}  // namespace
+}  // namespace bulwark
