@@ -1,5 +1,7 @@
 #include "agent/agent_impl.h"
 
+#include <nlohmann/json.hpp>
+
 namespace bulwark::agent {
 namespace detail {
 
@@ -22,8 +24,10 @@ Status Agent::Run() {
       Report();
       next_report = Clock::now() + kReportPeriod;
     }
+    PublishMetrics();
     std::this_thread::sleep_for(kLoopPeriod);
   }
+  metrics_.reset();  // before the state its callback reads goes
   slow_.Stop();
   supervisor_.StopAll();
   for (std::thread& t : tracers_) t.join();
@@ -196,6 +200,7 @@ void Agent::WatchRanks() {
     if (x.signal == 0 && x.exit_code == 127 && e.signature().empty()) e.set_signature("command_not_found");
     e.set_observed_ms(Ms(x.at));
     e.set_generation(supervisor_.generation());  // reaped before any newer start
+    ++rank_exits_[{x.rank, x.signal != 0 ? "signal" : x.exit_code == kExitPeerLost ? "peer_lost" : "error"}];
     if (x.signal == 0 && x.exit_code == kExitPeerLost) {
       Log("rank " + std::to_string(x.rank) + " lost a peer (" + e.signature() + "); holding the report for the culprit's");
       echoes_.Hold(e, x.at);
@@ -235,12 +240,14 @@ void Agent::InspectMachine() {
     nic_up_at_.reset();
   }
   const HealthReading h = Inspect(health_paths_);
+  health_ = h;
   auto fail = [&](const char* kind, const std::string& detail) {
     wire::AgentEvent e;
     e.set_kind(wire::AgentEvent::INSPECTION_FAILED);
     e.set_inspection(kind);
     e.set_detail(detail);
     Log(std::string("inspection failed: ") + kind + ": " + detail);
+    ++inspection_failures_[kind];
     Emit(e);
   };
   // Each failure is reported when it appears, not every second after.
@@ -255,6 +262,7 @@ void Agent::InspectMachine() {
     e.set_kind(wire::AgentEvent::NETWORK_ALERT);
     e.set_detail("link down on " + o_.machine);
     Log("network alert: link down");
+    ++inspection_failures_["nic"];
     Emit(e);
   }
   nic_was_up_ = h.nic_up;
@@ -270,8 +278,79 @@ void Agent::InspectRankProcesses() {
     e.set_rank(rank);
     e.set_detail(detail);
     Log("inspection failed: process: " + detail);
+    ++inspection_failures_["process"];
     Emit(e);
   }
+}
+
+void Agent::PublishMetrics() {
+  // A rank whose process changed since the last look was restarted here.
+  // A rank that started and died between two looks (100 ms) is missed here
+  // but counted among the exits.
+  for (const auto& [rank, pid] : supervisor_.Pids()) {
+    auto [it, first] = seen_pids_.try_emplace(rank, pid);
+    if (!first && it->second != pid) {
+      ++rank_restarts_[rank];
+      it->second = pid;
+    }
+  }
+  AgentSnapshot s;
+  s.machine = o_.machine;
+  s.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  s.registered = registered_;
+  s.since_report_ok_s = std::chrono::duration<double>(Clock::now() - last_report_ok_).count();
+  s.generation = supervisor_.generation();
+  s.live_ranks = supervisor_.LiveRanks();
+  s.rank_restarts = rank_restarts_;
+  s.rank_exits = rank_exits_;
+  s.job_step = reported_step_;
+  s.inspected = health_.has_value();
+  if (health_) s.health = *health_;
+  s.inspection_failures = inspection_failures_;
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  snapshot_ = std::move(s);
+}
+
+// The port an earlier start recorded in agent.metrics, or 0.
+int RecordedMetricsPort(const std::string& path) {
+  Result<std::string> url = ReadFile(path);
+  if (!url.ok()) return 0;
+  const size_t colon = url->rfind(':');
+  return colon == std::string::npos ? 0 : std::atoi(url->c_str() + colon + 1);
+}
+
+void Agent::ServeMetrics(int port) {
+  auto render = [this] {
+    AgentSnapshot s;
+    {
+      std::lock_guard<std::mutex> lock(metrics_mu_);
+      s = snapshot_;
+    }
+    return RenderAgentMetrics(s, shards_->Holdings(), shards_->Stats());
+  };
+  const std::string who = "bulwark agent " + o_.machine;
+  const int want = port >= 0 ? port : RecordedMetricsPort(layout_.agent_metrics(o_.machine));
+  Result<std::unique_ptr<MetricsServer>> m = MetricsServer::Start("127.0.0.1", want, render, who);
+  if (!m.ok() && port < 0 && want != 0) {
+    Log(m.status().message() + "; serving metrics on another port");
+    m = MetricsServer::Start("127.0.0.1", 0, render, who);
+  }
+  if (!m.ok()) {
+    Log("no metrics: " + m.status().message());
+    return;
+  }
+  metrics_ = std::move(*m);
+  if (Status st = WriteFileAtomic(layout_.agent_metrics(o_.machine), metrics_->url() + "\n"); !st.ok()) {
+    Log(st.ToString());
+  }
+  // One file_sd list per machine, so that agents never write the same file;
+  // a scrape config globs them (config/prometheus/prometheus.yml).
+  if (Status st = MakeDirs(layout_.dir + "/metrics.d"); !st.ok()) Log(st.ToString());
+  const std::string targets = nlohmann::json::array(
+      {{{"targets", {"127.0.0.1:" + std::to_string(metrics_->port())}},
+        {"labels", {{"cluster", layout_.dir}, {"machine", o_.machine}, {"component", "agent"}}}}}).dump();
+  if (Status st = WriteFileAtomic(layout_.agent_metrics_targets(o_.machine), targets + "\n"); !st.ok()) Log(st.ToString());
+  Log("metrics at " + metrics_->url());
 }
 
 }  // namespace detail
@@ -305,6 +384,7 @@ Status RunAgent(const AgentOptions& options) {
                                      [](const std::string& line) { Log(line); });
   if (!links.ok()) return links.status();
   Agent agent(options, *token, std::move(*sigs), std::move(*shards), std::move(*links));
+  agent.ServeMetrics(options.metrics_port);
   return agent.Run();
 }
 

@@ -13,6 +13,9 @@ struct AgentOptions {
   std::string dir;      // the cluster directory (cluster/layout.h)
   std::string machine;  // this machine's id
   std::string builtin_signatures;  // the shipped config/signatures.tsv
+  // GET /metrics on 127.0.0.1: this port, or with -1 the one recorded by an
+  // earlier start, else any free one (agent_metrics.h).
+  int metrics_port = -1;
 };
 
 // Runs until SIGTERM/SIGINT (ranks are stopped) or until a machine-down

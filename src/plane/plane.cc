@@ -309,6 +309,8 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
       sig.halted = r.halted();
       sig.observed = at;
       monitors_.Observe(sig);
+      // Rank 0 counts the job's tokens; a held-back step processed none.
+      if (r.rank() == 0 && r.halted().empty()) throughput_.Add(r.tokens(), r.step_ms());
     }
     if (!req.signals().empty()) CheckMonitors(now);
   }
@@ -477,6 +479,7 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
       store_->Append(launch.spec.id, ToMs(now), json{{"type", "create"}, {"standbys", machines}}.dump()));
   controller_.emplace(std::move(*c));
   launch_ = std::move(launch);
+  throughput_ = Throughput();
   Result<std::vector<Action>> actions = controller_->Reconcile(now);
   if (!actions.ok()) return actions.status();
   BULWARK_RETURN_IF_ERROR(store_->Append(launch_->spec.id, ToMs(now), json{{"type", "reconcile"}}.dump()));

@@ -29,6 +29,7 @@
 #include "controller/monitors.h"
 #include "controller/stack_analyzer.h"
 #include "plane/store.h"
+#include "plane/throughput.h"
 
 namespace bulwark::controller {
 
@@ -156,6 +157,7 @@ class Plane {
 
   PlaneOptions options_;
   Monitors monitors_;
+  Throughput throughput_;  // the job's tokens/s, for /metrics
   std::optional<Trace> trace_;
   std::mutex mu_;
   std::condition_variable changed_;

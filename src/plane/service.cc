@@ -17,7 +17,7 @@
 #include "common/token.h"
 #include "plane/codec.h"
 #include "plane/kill_point.h"
-#include "plane/metrics_server.h"
+#include "common/metrics_server.h"
 #include "plane/plane.h"
 
 namespace bulwark::controller {

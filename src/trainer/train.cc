@@ -429,6 +429,7 @@ Status Train(const TrainConfig& cfg_in) {
       s.comm_ms = ms_between(t_bwd, t_comm);
       s.local_nonfinite = local_nonfinite;
       s.observed_ms = WallMs();
+      s.tokens = tokens_per_step;
       link->Step(s);
     }
 
