@@ -53,7 +53,7 @@ std::shared_ptr<grpc::Channel> Agent::Channel() {
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
     Result<std::shared_ptr<grpc::ChannelCredentials>> creds = cluster::ChannelCredentials(layout_);
-    if (!creds.ok()) Log("cannot use the cluster's TLS credentials: " + creds.status().ToString());
+    if (!creds.ok()) AgentLog().Error("cannot use the cluster's TLS credentials: " + creds.status().ToString());
     channel_ = grpc::CreateCustomChannel(a, creds.ok() ? *creds : grpc::InsecureChannelCredentials(), args);
     channel_addr_ = a;
   }
@@ -77,7 +77,7 @@ bool Agent::Register() {
   wire::RegisterReply reply;
   grpc::Status st = rpc->Register(&ctx, req, &reply);
   if (!st.ok()) {
-    if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) Log("controller refused registration: " + st.error_message());
+    if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) LogWarn("controller refused registration: " + st.error_message());
     return false;
   }
   Log("registered " + o_.machine + " with the controller");
@@ -206,7 +206,7 @@ void Agent::WatchRanks() {
       echoes_.Hold(e, x.at);
       continue;
     }
-    Log("rank " + std::to_string(x.rank) + " exited (code " + std::to_string(x.exit_code) + ", signal " +
+    LogWarn("rank " + std::to_string(x.rank) + " exited (code " + std::to_string(x.exit_code) + ", signal " +
         std::to_string(x.signal) + ", signature '" + e.signature() + "')");
     Emit(e);
   }
@@ -246,7 +246,7 @@ void Agent::InspectMachine() {
     e.set_kind(wire::AgentEvent::INSPECTION_FAILED);
     e.set_inspection(kind);
     e.set_detail(detail);
-    Log(std::string("inspection failed: ") + kind + ": " + detail);
+    LogWarn(std::string("inspection failed: ") + kind + ": " + detail);
     ++inspection_failures_[kind];
     Emit(e);
   };
@@ -261,7 +261,7 @@ void Agent::InspectMachine() {
     wire::AgentEvent e;
     e.set_kind(wire::AgentEvent::NETWORK_ALERT);
     e.set_detail("link down on " + o_.machine);
-    Log("network alert: link down");
+    LogWarn("network alert: link down");
     ++inspection_failures_["nic"];
     Emit(e);
   }
@@ -277,7 +277,7 @@ void Agent::InspectRankProcesses() {
     e.set_inspection("process");
     e.set_rank(rank);
     e.set_detail(detail);
-    Log("inspection failed: process: " + detail);
+    LogWarn("inspection failed: process: " + detail);
     ++inspection_failures_["process"];
     Emit(e);
   }
@@ -336,7 +336,7 @@ void Agent::ServeMetrics(int port) {
     m = MetricsServer::Start("127.0.0.1", 0, render, who);
   }
   if (!m.ok()) {
-    Log("no metrics: " + m.status().message());
+    LogWarn("no metrics: " + m.status().message());
     return;
   }
   metrics_ = std::move(*m);
@@ -361,6 +361,7 @@ using namespace detail;
 Status RunAgent(const AgentOptions& options) {
   const cluster::Layout layout{options.dir};
   if (options.machine.empty()) return Status::InvalidArgument("agent: --machine is required");
+  g_log_machine = options.machine;
   Result<std::string> token = ReadToken(layout.token());
   if (!token.ok()) return token.status();
   Result<SignatureTable> sigs = SignatureTable::Load(options.builtin_signatures);
@@ -377,8 +378,9 @@ Status RunAgent(const AgentOptions& options) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
   Log("machine " + options.machine + " up with " + std::to_string(sigs->size()) + " error signatures");
+  const Logger shard_log("shard." + options.machine);
   auto shards = ShardStore::Start(options.machine, layout.machine(options.machine) + "/shards.sock", "127.0.0.1", *token,
-                                 [](const std::string& line) { Log("shards: " + line); });
+                                 [shard_log](const std::string& line) { shard_log.Info(line); });
   if (!shards.ok()) return shards.status();
   auto links = RankLinkServer::Start(layout.machine(options.machine) + "/ranks.sock",
                                      [](const std::string& line) { Log(line); });

@@ -37,6 +37,7 @@
 #include "cluster/tls.h"
 #include "common/exit_codes.h"
 #include "common/files.h"
+#include "common/log.h"
 #include "common/metrics_server.h"
 #include "common/progress_pattern.h"
 #include "common/token.h"
@@ -73,10 +74,15 @@ inline int64_t Ms(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
-inline void Log(const std::string& line) {
-  std::fprintf(stderr, "agent: %s\n", line.c_str());
-  std::fflush(stderr);
+// The agent's logger, "agent.<machine>" (common/log.h): RunAgent names the
+// machine before anything is logged.
+inline std::string g_log_machine = "unnamed";
+inline const Logger& AgentLog() {
+  static const Logger log("agent." + g_log_machine);
+  return log;
 }
+inline void Log(const std::string& line) { AgentLog().Info(line); }
+inline void LogWarn(const std::string& line) { AgentLog().Warn(line); }
 
 class Agent {
  public:

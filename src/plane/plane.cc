@@ -46,10 +46,7 @@ Result<Event> EventFromAgent(const std::string& machine, const wire::AgentEvent&
 
 }  // namespace
 
-void Plane::Log(const std::string& line) {
-  std::fprintf(stderr, "controller: %s\n", line.c_str());
-  std::fflush(stderr);
-}
+void Plane::Log(const std::string& line) { log_.Info(line); }
 
 Time Plane::Now(Time now) {
   // The policy refuses time going backwards; the wall clock may step back.
