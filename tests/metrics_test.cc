@@ -9,6 +9,7 @@
 #include <fstream>
 #include <regex>
 
+#include "agent/agent_metrics.h"
 #include "common/metrics_server.h"
 #include "common/metrics_text.h"
 #include "plane/plane.h"
@@ -113,9 +114,9 @@ TEST(Metrics, APlaneThroughADeviceFailurePassesPromtoolAndCountsIt) {
 }
 
 // The shipped dashboard and scrape config: the config is valid for
-// promtool, and every series the dashboard charts is one the plane serves
-// (a renamed metric must not leave an empty panel behind).
-TEST(Metrics, ShippedDashboardChartsOnlySeriesThePlaneServes) {
+// promtool, and every series the dashboard charts is one the plane or an
+// agent serves (a renamed metric must not leave an empty panel behind).
+TEST(Metrics, ShippedDashboardChartsOnlySeriesThePlaneOrAnAgentServes) {
   testing::ProcessResult r =
       testing::Run({"/bin/sh", "-c", "promtool check config " + std::string(BULWARK_CONFIG_DIR) + "/prometheus/prometheus.yml"}, {}, 30);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -123,7 +124,14 @@ TEST(Metrics, ShippedDashboardChartsOnlySeriesThePlaneServes) {
   nlohmann::json dash = nlohmann::json::parse(in, nullptr, false);
   ASSERT_TRUE(dash.is_object()) << "bulwark-dashboard.json is not JSON";
   std::unique_ptr<Plane> p = PlaneThroughADeviceFailure();
-  const std::string t = p->Metrics(TimeFromMs(6000));
+  // An agent that has seen a bit of everything, so each family has samples.
+  agent::AgentSnapshot a;
+  a.live_ranks = {0};
+  a.rank_exits = {{{0, "signal"}, 1}};
+  a.inspection_failures = {{"device", 1}};
+  agent::ShardStats stats;
+  stats.push.Observe(3);
+  const std::string t = p->Metrics(TimeFromMs(6000)) + agent::RenderAgentMetrics(a, {{0, 40, false}}, stats);
   int exprs = 0;
   const std::regex name("bulwark_[a-z_]+");
   for (const nlohmann::json& panel : dash["panels"]) {
