@@ -2,7 +2,7 @@
 // the in-memory checkpoint path: one shard-sized buffer, hashed in one call
 // and copied-and-hashed in 128 KiB blocks the way WriteShardImage does.
 //
-//   bulwark-checksum-bench [MB] [repetitions]     (default 27 MB, 9)
+//   bulwark-checksum-bench [MB] [repetitions]     (default 27 MB, 21)
 //
 // Prints the median and best GB/s of each, over wall time and over this
 // thread's CPU time: on a host shared with other work the wall figures
@@ -75,7 +75,11 @@ void RunAll(std::vector<Contender>& cs, size_t bytes, int reps) {
 
 int main(int argc, char** argv) {
   const size_t mb = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 27;
-  const int reps = argc > 2 ? std::atoi(argv[2]) : 9;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 21;
+  if (mb < 1 || reps < 1) {
+    std::fprintf(stderr, "usage: bulwark-checksum-bench [MB >= 1] [repetitions >= 1]\n");
+    return 2;
+  }
   const size_t n = mb * 1000 * 1000;
   std::vector<uint8_t> src(n), dst(n);
   std::mt19937_64 rng(42);
