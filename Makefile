@@ -32,6 +32,7 @@ bench:
 	bash bench/recovery/run.sh
 	bash bench/implicit/run.sh
 	bash bench/checkpoint_overhead/run.sh
+	bash bench/checksum/run.sh
 	/usr/bin/python3 bench/poet_cost/run.py
 	/usr/bin/python3 bench/poet_orthogonality/run.py
 	/usr/bin/python3 bench/poet_quality/run.py   # about an hour on 2 cores

@@ -18,7 +18,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (seal && bytes.size() >= kHeader) {
     const uint64_t payload = bytes.size() - kHeader;
     std::memcpy(&bytes[16], &payload, 8);
-    const uint64_t sum = bulwark::Checksum64(bytes.data() + kHeader, payload);
+    // The checksum the claimed version uses: 1 Checksum64, 2 XXH3.
+    uint32_t version;
+    std::memcpy(&version, &bytes[8], 4);
+    const uint64_t sum = version == 1 ? bulwark::Checksum64(bytes.data() + kHeader, payload)
+                                      : bulwark::Xxh3Checksum64(bytes.data() + kHeader, payload);
     std::memcpy(&bytes[24], &sum, 8);
     const uint64_t hsum = bulwark::Checksum64(bytes.data(), 40);
     std::memcpy(&bytes[40], &hsum, 8);

@@ -25,7 +25,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // there), otherwise claim exactly what follows the header.
     const uint64_t avail = bytes.size() - sizeof h;
     if (h.payload_bytes > avail || data[0] % 2 == 0) h.payload_bytes = avail;
-    h.payload_checksum = bulwark::Checksum64(bytes.data() + sizeof h, h.payload_bytes);
+    // The checksum the claimed kind uses; an unknown kind stays unknown.
+    const uint8_t* payload = reinterpret_cast<const uint8_t*>(bytes.data()) + sizeof h;
+    if (h.checksum_kind == bulwark::client::kCrc32) {
+      h.payload_checksum = bulwark::Crc32(payload, h.payload_bytes);
+    } else if (h.checksum_kind == bulwark::client::kXxh3) {
+      h.payload_checksum = bulwark::Xxh3Checksum64(payload, h.payload_bytes);
+    } else {
+      h.payload_checksum = bulwark::Checksum64(payload, h.payload_bytes);
+    }
     h.header_checksum = bulwark::Checksum64(&h, offsetof(ShardHeader, header_checksum));
     std::memcpy(&bytes[0], &h, sizeof h);
   }

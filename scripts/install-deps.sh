@@ -13,6 +13,8 @@ packages=(
   # The default corpus (King James Bible) and its dump tool.
   bible-kjv bible-kjv-text
   nlohmann-json3-dev
+  # XXH3 checksums of checkpoints; spdlog (with fmt) for the control plane's logs.
+  libxxhash-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev
   # The control plane: gRPC wire protocol, SQLite state, YAML job specs, and
   # eu-stack (gdb as the fallback) for the agent's on-demand stack capture.
@@ -30,6 +32,8 @@ packages=(
   # this host (tests/support/slurm_cluster.sh); the packages' own services
   # are not started (no systemd here), the tests start private daemons.
   slurmctld slurmd slurm-client munge
+  # XXH3 in Python: the client's tests read bulwark-train's images with it.
+  python3-xxhash
 )
 if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
   # The Python reference for bench/trainer_throughput.

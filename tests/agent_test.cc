@@ -234,7 +234,17 @@ TEST(RankLink, StepSignalsRoundTripAndBadLinesAreRefused) {
   EXPECT_EQ(back->halted, "nan");
   EXPECT_EQ(back->observed_ms, 1763840000123);
   EXPECT_TRUE(back->anomalous());
-  for (const char* bad : {"STEP 1 2", "STEP x 1 1 1 1 1 1 1 0 0 - 5", "STEP 1 1 1 1 1 1 1 1 0 0 maybe 5", "HELLO 1 2"}) {
+  EXPECT_EQ(back->tokens, 0);
+  // Tokens travel as a 14th word only when known: a 13-word line (the Python
+  // client's, an older trainer's) still parses.
+  const std::string line = s.Format();
+  EXPECT_EQ(line.substr(line.size() - 14), " 1763840000123") << line;
+  s.tokens = 16384;
+  Result<client::StepSignal> with = client::StepSignal::Parse(s.Format());
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  EXPECT_EQ(with->tokens, 16384);
+  for (const char* bad : {"STEP 1 2", "STEP x 1 1 1 1 1 1 1 0 0 - 5", "STEP 1 1 1 1 1 1 1 1 0 0 maybe 5", "HELLO 1 2",
+                          "STEP 1 1 1 1 1 1 1 1 0 0 - 5 -3", "STEP 1 1 1 1 1 1 1 1 0 0 - 5 7 8"}) {
     Result<client::StepSignal> r = client::StepSignal::Parse(bad);
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("rank link"), std::string::npos) << r.status().message();

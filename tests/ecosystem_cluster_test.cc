@@ -165,5 +165,60 @@ TEST_F(Ecosystem, MetricsAreServedWhereStatusSaysAndPassPromtool) {
   EXPECT_NE(res->body.find("bulwark_standby_available 1"), std::string::npos) << res->body;
 }
 
+// Each agent's own /metrics (agent/agent_metrics.h): where its machine
+// directory says, valid for promtool, listing its ranks, and counting a rank
+// killed under it as an exit and a restart.
+TEST_F(Ecosystem, EachAgentServesItsOwnMetricsWhereItsMachineDirSays) {
+  UpAndSubmit({});
+  WaitFor("steps", 30, [](const json& s) { return s["job"]["last_step"] >= 5; });
+  auto scrape = [&](const std::string& machine) {
+    std::ifstream recorded(dir_ + "/machines/" + machine + "/agent.metrics");
+    std::string url;
+    std::getline(recorded, url);
+    const std::string prefix = "http://127.0.0.1:";
+    EXPECT_EQ(url.rfind(prefix, 0), 0u) << machine << ": " << url;
+    httplib::Client c("127.0.0.1", std::atoi(url.c_str() + prefix.size()));
+    auto res = c.Get("/metrics");
+    EXPECT_TRUE(res) << "no answer from " << url;
+    return res && res->status == 200 ? res->body : std::string();
+  };
+  std::string total;
+  for (const char* m : {"m01", "m02", "m03"}) {
+    const std::string body = scrape(m);
+    ASSERT_FALSE(body.empty()) << m;
+    const std::string path = root_ + "/agent-" + m + ".txt";
+    std::ofstream(path) << body;
+    auto check = testing::Run({"/bin/sh", "-c", "promtool check metrics < " + path}, {}, 30);
+    EXPECT_EQ(check.exit_code, 0) << m << ": " << check.out << check.err;
+    // The file_sd list beside it names the same port and the machine.
+    std::ifstream sd(dir_ + "/metrics.d/agent-" + m + ".json");
+    json targets = json::parse(std::string((std::istreambuf_iterator<char>(sd)), {}), nullptr, false);
+    ASSERT_TRUE(targets.is_array()) << m;
+    EXPECT_EQ(targets[0]["labels"]["machine"], m) << targets.dump();
+    total += body;
+  }
+  // Two ranks on two machines, the standby runs none.
+  EXPECT_NE(total.find("bulwark_agent_rank_up{rank=\"0\"} 1"), std::string::npos) << total;
+  EXPECT_NE(total.find("bulwark_agent_rank_up{rank=\"1\"} 1"), std::string::npos) << total;
+  std::smatch step;
+  ASSERT_TRUE(std::regex_search(total, step, std::regex("\nbulwark_agent_job_step ([1-9]\\d*)"))) << total;
+  EXPECT_TRUE(scrape("m03").find("\nbulwark_agent_live_ranks 0\n") != std::string::npos);
+
+  // Kill rank 1 where it runs: its agent counts the exit and, once the
+  // controller restarts the job, the new process.
+  const std::string where = scrape("m01").find("rank_up{rank=\"1\"}") != std::string::npos ? "m01" : "m02";
+  auto r = Bulwark({"inject", "kill", "--machine", where, "--rank", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  WaitFor("the restart", 30, [](const json& s) { return s["job"]["generation"] >= 2 && s["job"]["state"] == "running"; });
+  std::string after;
+  for (int i = 0; i < 50; ++i) {
+    after = scrape(where);
+    if (after.find("bulwark_agent_rank_restarts_total{rank=\"1\"} 1") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(after.find("bulwark_agent_rank_exits_total{rank=\"1\",how=\"signal\"} 1"), std::string::npos) << after;
+  EXPECT_NE(after.find("bulwark_agent_rank_restarts_total{rank=\"1\"} 1"), std::string::npos) << after;
+}
+
 }  // namespace
 }  // namespace bulwark

@@ -9,8 +9,9 @@
 #include <fstream>
 #include <regex>
 
-#include "plane/metrics_server.h"
-#include "plane/metrics_text.h"
+#include "agent/agent_metrics.h"
+#include "common/metrics_server.h"
+#include "common/metrics_text.h"
 #include "plane/plane.h"
 #include "support/agent_messages.h"
 #include "support/process.h"
@@ -113,9 +114,9 @@ TEST(Metrics, APlaneThroughADeviceFailurePassesPromtoolAndCountsIt) {
 }
 
 // The shipped dashboard and scrape config: the config is valid for
-// promtool, and every series the dashboard charts is one the plane serves
-// (a renamed metric must not leave an empty panel behind).
-TEST(Metrics, ShippedDashboardChartsOnlySeriesThePlaneServes) {
+// promtool, and every series the dashboard charts is one the plane or an
+// agent serves (a renamed metric must not leave an empty panel behind).
+TEST(Metrics, ShippedDashboardChartsOnlySeriesThePlaneOrAnAgentServes) {
   testing::ProcessResult r =
       testing::Run({"/bin/sh", "-c", "promtool check config " + std::string(BULWARK_CONFIG_DIR) + "/prometheus/prometheus.yml"}, {}, 30);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -123,7 +124,14 @@ TEST(Metrics, ShippedDashboardChartsOnlySeriesThePlaneServes) {
   nlohmann::json dash = nlohmann::json::parse(in, nullptr, false);
   ASSERT_TRUE(dash.is_object()) << "bulwark-dashboard.json is not JSON";
   std::unique_ptr<Plane> p = PlaneThroughADeviceFailure();
-  const std::string t = p->Metrics(TimeFromMs(6000));
+  // An agent that has seen a bit of everything, so each family has samples.
+  agent::AgentSnapshot a;
+  a.live_ranks = {0};
+  a.rank_exits = {{{0, "signal"}, 1}};
+  a.inspection_failures = {{"device", 1}};
+  agent::ShardStats stats;
+  stats.push.Observe(3);
+  const std::string t = p->Metrics(TimeFromMs(6000)) + agent::RenderAgentMetrics(a, {{0, 40, false}}, stats);
   int exprs = 0;
   const std::regex name("bulwark_[a-z_]+");
   for (const nlohmann::json& panel : dash["panels"]) {
@@ -136,6 +144,38 @@ TEST(Metrics, ShippedDashboardChartsOnlySeriesThePlaneServes) {
     }
   }
   EXPECT_GE(exprs, 10);
+}
+
+// tokens/s comes from rank 0's step signals: tokens over step time across
+// its recent reports; other ranks' counts and held-back steps do not add.
+TEST(Metrics, TokensPerSecondComesFromRankZerosStepSignals) {
+  std::unique_ptr<Plane> p = PlaneThroughADeviceFailure();  // the job runs generation 2 on m01 and m03
+  std::string t = p->Metrics(TimeFromMs(6000));
+  EXPECT_EQ(Value(t, "bulwark_job_tokens_per_second{job=\"demo\"}"), 0) << t;
+  auto signal = [](int rank, int steps, double ms, int64_t tokens, const std::string& halted) {
+    wire::RankSignal s;
+    s.set_rank(rank);
+    s.set_generation(2);
+    s.set_step(10);
+    s.set_steps(steps);
+    s.set_step_ms(ms);
+    s.set_tokens(tokens);
+    s.set_halted(halted);
+    s.set_observed_ms(6000);
+    return s;
+  };
+  wire::ReportRequest r = Report("m01", {});
+  *r.add_signals() = signal(0, 4, 400, 4 * 8192, "");   // 81,920 tokens/s
+  *r.add_signals() = signal(1, 4, 100, 999999, "");     // another rank's count: not the job's
+  *r.add_signals() = signal(0, 1, 50, 8192, "nan");     // held back: processed nothing
+  ASSERT_TRUE(p->Report(r, TimeFromMs(6000)).ok());
+  r = Report("m01", {});
+  *r.add_signals() = signal(0, 2, 400, 2 * 8192, "");   // slower: 40,960 tokens/s
+  ASSERT_TRUE(p->Report(r, TimeFromMs(6500)).ok());
+  t = p->Metrics(TimeFromMs(7000));
+  EXPECT_EQ(Promtool(t), "") << t;
+  EXPECT_EQ(Value(t, "bulwark_job_tokens_per_second{job=\"demo\"}"), 6 * 8192 * 1000.0 / 800) << t;
+  EXPECT_EQ(Value(t, "bulwark_job_tokens_total{job=\"demo\"}"), 6 * 8192) << t;
 }
 
 TEST(Metrics, AFleetWithoutAJobStillPassesPromtool) {

@@ -12,6 +12,7 @@
 #include "agent/shard_store.h"
 #include "client/shard_client.h"
 #include "client/shard_image.h"
+#include "common/checksum.h"
 #include "common/files.h"
 #include "support/process.h"
 
@@ -51,26 +52,38 @@ TEST(PythonShards, CppReadsPythonsImagesAndPythonReadsCpps) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("fails its checksum"), std::string::npos) << c.status().ToString();
 
-  // bulwark-train's images (Checksum64) read in Python.
+  // bulwark-train's images (XXH3, and Checksum64 from before) read in Python.
   std::vector<float> params(1000, 1.5f);
   std::vector<uint8_t> slot(1 << 16);
   ASSERT_TRUE(client::WriteShardImage(slot.data(), slot.size(), {7, 0, 2}, "{\"by\":\"c++\"}",
                                       {{"params", params.data(), params.size() * sizeof(float)}})
                   .ok());
   ASSERT_TRUE(WriteFileAtomic(dir + "/cpp.shard", slot.data(), slot.size()).ok());
+  // The same image as bulwark-train wrote it before XXH3: payload Checksum64.
+  client::ShardHeader h;
+  std::memcpy(&h, slot.data(), sizeof h);
+  ASSERT_EQ(h.checksum_kind, client::kXxh3);
+  h.checksum_kind = client::kChecksum64;
+  h.payload_checksum = Checksum64(slot.data() + sizeof h, h.payload_bytes);
+  h.header_checksum = Checksum64(&h, offsetof(client::ShardHeader, header_checksum));
+  std::memcpy(slot.data(), &h, sizeof h);
+  ASSERT_TRUE(WriteFileAtomic(dir + "/cpp0.shard", slot.data(), slot.size()).ok());
   py = Python(
       "import struct\n"
       "from bulwark import shard\n"
-      "data = open('" + dir + "/cpp.shard', 'rb').read()\n"
-      "info, meta, sections = shard.read_image(data)\n"
-      "print(info.step, info.rank, meta.decode(), struct.unpack_from('<f', sections['params'], 4 * 999)[0])\n"
-      "bad = bytearray(data); bad[500] ^= 1\n"
-      "try:\n"
-      "    shard.read_image(bad, where='cpp')\n"
-      "except shard.CorruptShard as e:\n"
-      "    print(e)\n");
+      "for name in ('cpp', 'cpp0'):\n"
+      "    data = open('" + dir + "/' + name + '.shard', 'rb').read()\n"
+      "    info, meta, sections = shard.read_image(data)\n"
+      "    print(info.step, info.rank, meta.decode(), struct.unpack_from('<f', sections['params'], 4 * 999)[0])\n"
+      "    bad = bytearray(data); bad[500] ^= 1\n"
+      "    try:\n"
+      "        shard.read_image(bad, where=name)\n"
+      "    except shard.CorruptShard as e:\n"
+      "        print(e)\n");
   ASSERT_EQ(py.exit_code, 0) << py.err;
-  EXPECT_EQ(py.out, "7 0 {\"by\":\"c++\"} 1.5\ncpp: shard of step 7 fails its checksum\n");
+  EXPECT_EQ(py.out,
+            "7 0 {\"by\":\"c++\"} 1.5\ncpp: shard of step 7 fails its checksum\n"
+            "7 0 {\"by\":\"c++\"} 1.5\ncpp0: shard of step 7 fails its checksum\n");
 }
 
 bool Eventually(const std::function<bool()>& pred) {

@@ -20,6 +20,7 @@
 #include "client/shard_image.h"
 #include "client/shard_socket.h"
 #include "client/shard_region.h"
+#include "common/checksum.h"
 #include "common/files.h"
 #include "support/process.h"
 
@@ -77,6 +78,54 @@ TEST(ShardImage, RoundTripsAndRejectsTornOrCorruptImages) {
   EXPECT_FALSE(client::ReadShardImage(torn.data(), torn.size(), "torn").ok());
   // So does a truncated copy.
   EXPECT_FALSE(client::ReadShardImage(slot.data(), v->image_bytes - 1, "short").ok());
+}
+
+// Rewrites a sealed image's payload checksum as `kind` computes it and
+// reseals the header: an image as an older writer (kind 0) or the Python
+// client (kind 1) would have left it.
+void Reseal(std::vector<uint8_t>& image, uint32_t kind, uint64_t payload_checksum) {
+  client::ShardHeader h;
+  std::memcpy(&h, image.data(), sizeof h);
+  h.checksum_kind = kind;
+  h.payload_checksum = payload_checksum;
+  h.header_checksum = Checksum64(&h, offsetof(client::ShardHeader, header_checksum));
+  std::memcpy(image.data(), &h, sizeof h);
+}
+
+TEST(ShardImage, WritesXxh3AndStillVerifiesChecksum64AndCrc32Images) {
+  std::vector<float> params(5000, 1.25f);
+  auto sections = Sections(params, "kinds");
+  std::vector<uint8_t> slot(client::ShardImageSize(sections, 2));
+  ASSERT_TRUE(client::WriteShardImage(slot.data(), slot.size(), {3, 0, 1}, "{}", sections).ok());
+  client::ShardHeader h;
+  std::memcpy(&h, slot.data(), sizeof h);
+  const uint8_t* payload = slot.data() + sizeof h;
+  EXPECT_EQ(h.checksum_kind, client::kXxh3);
+  EXPECT_EQ(h.payload_checksum, Xxh3Checksum64(payload, h.payload_bytes));
+
+  // Images sealed before the switch (Checksum64) and by Python (CRC-32) read.
+  std::vector<uint8_t> old = slot;
+  Reseal(old, client::kChecksum64, Checksum64(payload, h.payload_bytes));
+  auto v = client::ReadShardImage(old.data(), old.size(), "old image");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->info.step, 3);
+  std::vector<uint8_t> py = slot;
+  Reseal(py, client::kCrc32, Crc32(payload, h.payload_bytes));
+  EXPECT_TRUE(client::ReadShardImage(py.data(), py.size(), "python image").ok());
+
+  // The kind decides which checksum is checked: XXH3's value under kind 0 fails.
+  std::vector<uint8_t> mixed = slot;
+  Reseal(mixed, client::kChecksum64, h.payload_checksum);
+  auto m = client::ReadShardImage(mixed.data(), mixed.size(), "mixed");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("fails its checksum"), std::string::npos) << m.status().ToString();
+
+  // A kind this build does not know is refused by name, not misread.
+  std::vector<uint8_t> future = slot;
+  Reseal(future, 7, h.payload_checksum);
+  auto f = client::ReadShardImage(future.data(), future.size(), "future");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("unknown checksum kind 7"), std::string::npos) << f.status().ToString();
 }
 
 TEST(ShardRegion, IsSharedBetweenMappingsAndOrdersSealedSlots) {

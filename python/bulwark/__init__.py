@@ -68,13 +68,16 @@ class RankLink:
         except OSError:
             pass  # the agent is gone: it restarts this rank, nothing to tell
 
-    def step(self, step, loss=None, grad_norm=None, local_grad_norm=None, compute_ms=None, comm_ms=None):
+    def step(self, step, loss=None, grad_norm=None, local_grad_norm=None, compute_ms=None, comm_ms=None,
+             tokens=None):
         """Step `step` completed. Its duration is the time since the previous
         call (or since connecting). `local_grad_norm` is this rank's own
         gradient norm before the all-reduce: with it a NaN is pinned on the
         rank that produced it. `compute_ms` feeds the fail-slow detector,
         which compares compute time per step across machines; without it
-        that detector stays silent for this job."""
+        that detector stays silent for this job. `tokens`, the tokens the
+        whole job processed in this step (batch x context x data-parallel
+        ranks), gives the controller's tokens/s; rank 0's count is used."""
         now = time.monotonic()
         with self._lock:
             step_ms = (now - self._last) * 1000.0
@@ -86,7 +89,8 @@ class RankLink:
             self._send("STEP %d 1 %s %s %s %.3f %.3f %.3f %d %d - %d" % (
                 int(step), _number(loss or 0), _number(grad_norm or 0), _number(local_grad_norm or 0),
                 step_ms, float(compute_ms or 0), float(comm_ms or 0),
-                1 if local_nonfinite else 0, 1 if nonfinite else 0, int(time.time() * 1000)))
+                1 if local_nonfinite else 0, 1 if nonfinite else 0, int(time.time() * 1000))
+                + (" %d" % int(tokens) if tokens else ""))
 
     def phase(self, what, expected_s, after_step):
         """A pause that is not a step begins after `after_step` and should take
@@ -125,12 +129,12 @@ def link():
         return _link
 
 
-def step(step, loss=None, grad_norm=None, local_grad_norm=None, compute_ms=None, comm_ms=None):
+def step(step, loss=None, grad_norm=None, local_grad_norm=None, compute_ms=None, comm_ms=None, tokens=None):
     """Reports a completed step (see RankLink.step); a no-op outside bulwark."""
     l = link()
     if l is not None:
         l.step(step, loss=loss, grad_norm=grad_norm, local_grad_norm=local_grad_norm,
-               compute_ms=compute_ms, comm_ms=comm_ms)
+               compute_ms=compute_ms, comm_ms=comm_ms, tokens=tokens)
 
 
 def phase(what, expected_s, after_step):

@@ -54,11 +54,20 @@ class ClientTest(unittest.TestCase):
         b.step(7, loss=2.5, grad_norm=0.75, compute_ms=80)
         self.assertEqual(agent.recv(), "HELLO 3 %d" % os.getpid())
         w = agent.recv().split()
-        self.assertEqual(len(w), 13)  # StepSignal::Parse wants exactly 13 words
+        self.assertEqual(len(w), 13)  # StepSignal::Parse: 13 words, 14 with tokens
         self.assertEqual(w[:6], ["STEP", "7", "1", "2.5", "0.75", "0"])
         self.assertGreaterEqual(float(w[6]), 0.0)   # step ms
         self.assertEqual(w[7:12], ["80.000", "0.000", "0", "0", "-"])
         self.assertGreater(int(w[12]), 1_700_000_000_000)  # ms since the epoch
+
+    def test_tokens_travel_as_a_fourteenth_word(self):
+        agent = Agent()
+        b = fresh({"BULWARK_RANK_SOCKET": agent.path})
+        b.step(2, loss=1.0, tokens=16384)
+        agent.recv()  # HELLO
+        w = agent.recv().split()
+        self.assertEqual(len(w), 14)  # StepSignal::Parse takes 13, or 14 with tokens
+        self.assertEqual(w[13], "16384")
 
     def test_a_nan_loss_is_reported_as_non_finite(self):
         agent = Agent()

@@ -1,5 +1,7 @@
 #include "agent/agent_impl.h"
 
+#include <nlohmann/json.hpp>
+
 namespace bulwark::agent {
 namespace detail {
 
@@ -25,10 +27,12 @@ Status Agent::Run() {
       next_report = Clock::now() + kReportPeriod;
     }
     MaybePrespawn();
+    PublishMetrics();
     // A command wakes the loop at once: a restart must not wait a period.
     std::unique_lock<std::mutex> lock(queue_mu_);
     queue_cv_.wait_for(lock, kLoopPeriod, [this] { return !queue_.empty() || g_stop; });
   }
+  metrics_.reset();  // before the state its callback reads goes
   slow_.Stop();
   supervisor_.StopAll();
   for (std::thread& t : tracers_) t.join();
@@ -54,7 +58,7 @@ std::shared_ptr<grpc::Channel> Agent::Channel() {
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
     Result<std::shared_ptr<grpc::ChannelCredentials>> creds = cluster::ChannelCredentials(layout_);
-    if (!creds.ok()) Log("cannot use the cluster's TLS credentials: " + creds.status().ToString());
+    if (!creds.ok()) AgentLog().Error("cannot use the cluster's TLS credentials: " + creds.status().ToString());
     channel_ = grpc::CreateCustomChannel(a, creds.ok() ? *creds : grpc::InsecureChannelCredentials(), args);
     channel_addr_ = a;
   }
@@ -78,7 +82,7 @@ bool Agent::Register() {
   wire::RegisterReply reply;
   grpc::Status st = rpc->Register(&ctx, req, &reply);
   if (!st.ok()) {
-    if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) Log("controller refused registration: " + st.error_message());
+    if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) LogWarn("controller refused registration: " + st.error_message());
     return false;
   }
   Log("registered " + o_.machine + " with the controller");
@@ -204,12 +208,13 @@ void Agent::WatchRanks() {
     if (x.signal == 0 && x.exit_code == 127 && e.signature().empty()) e.set_signature("command_not_found");
     e.set_observed_ms(Ms(x.at));
     e.set_generation(supervisor_.generation());  // reaped before any newer start
+    ++rank_exits_[{x.rank, x.signal != 0 ? "signal" : x.exit_code == kExitPeerLost ? "peer_lost" : "error"}];
     if (x.signal == 0 && x.exit_code == kExitPeerLost) {
       Log("rank " + std::to_string(x.rank) + " lost a peer (" + e.signature() + "); holding the report for the culprit's");
       echoes_.Hold(e, x.at);
       continue;
     }
-    Log("rank " + std::to_string(x.rank) + " exited (code " + std::to_string(x.exit_code) + ", signal " +
+    LogWarn("rank " + std::to_string(x.rank) + " exited (code " + std::to_string(x.exit_code) + ", signal " +
         std::to_string(x.signal) + ", signature '" + e.signature() + "')");
     Emit(e);
   }
@@ -247,12 +252,14 @@ void Agent::InspectMachine() {
     nic_up_at_.reset();
   }
   const HealthReading h = Inspect(health_paths_);
+  health_ = h;
   auto fail = [&](const char* kind, const std::string& detail) {
     wire::AgentEvent e;
     e.set_kind(wire::AgentEvent::INSPECTION_FAILED);
     e.set_inspection(kind);
     e.set_detail(detail);
-    Log(std::string("inspection failed: ") + kind + ": " + detail);
+    LogWarn(std::string("inspection failed: ") + kind + ": " + detail);
+    ++inspection_failures_[kind];
     Emit(e);
   };
   // Each failure is reported when it appears, not every second after.
@@ -266,7 +273,8 @@ void Agent::InspectMachine() {
     wire::AgentEvent e;
     e.set_kind(wire::AgentEvent::NETWORK_ALERT);
     e.set_detail("link down on " + o_.machine);
-    Log("network alert: link down");
+    LogWarn("network alert: link down");
+    ++inspection_failures_["nic"];
     Emit(e);
   }
   nic_was_up_ = h.nic_up;
@@ -281,9 +289,80 @@ void Agent::InspectRankProcesses() {
     e.set_inspection("process");
     e.set_rank(rank);
     e.set_detail(detail);
-    Log("inspection failed: process: " + detail);
+    LogWarn("inspection failed: process: " + detail);
+    ++inspection_failures_["process"];
     Emit(e);
   }
+}
+
+void Agent::PublishMetrics() {
+  // A rank whose process changed since the last look was restarted here.
+  // A rank that started and died between two looks (100 ms) is missed here
+  // but counted among the exits.
+  for (const auto& [rank, pid] : supervisor_.Pids()) {
+    auto [it, first] = seen_pids_.try_emplace(rank, pid);
+    if (!first && it->second != pid) {
+      ++rank_restarts_[rank];
+      it->second = pid;
+    }
+  }
+  AgentSnapshot s;
+  s.machine = o_.machine;
+  s.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  s.registered = registered_;
+  s.since_report_ok_s = std::chrono::duration<double>(Clock::now() - last_report_ok_).count();
+  s.generation = supervisor_.generation();
+  s.live_ranks = supervisor_.LiveRanks();
+  s.rank_restarts = rank_restarts_;
+  s.rank_exits = rank_exits_;
+  s.job_step = reported_step_;
+  s.inspected = health_.has_value();
+  if (health_) s.health = *health_;
+  s.inspection_failures = inspection_failures_;
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  snapshot_ = std::move(s);
+}
+
+// The port an earlier start recorded in agent.metrics, or 0.
+int RecordedMetricsPort(const std::string& path) {
+  Result<std::string> url = ReadFile(path);
+  if (!url.ok()) return 0;
+  const size_t colon = url->rfind(':');
+  return colon == std::string::npos ? 0 : std::atoi(url->c_str() + colon + 1);
+}
+
+void Agent::ServeMetrics(int port) {
+  auto render = [this] {
+    AgentSnapshot s;
+    {
+      std::lock_guard<std::mutex> lock(metrics_mu_);
+      s = snapshot_;
+    }
+    return RenderAgentMetrics(s, shards_->Holdings(), shards_->Stats());
+  };
+  const std::string who = "bulwark agent " + o_.machine;
+  const int want = port >= 0 ? port : RecordedMetricsPort(layout_.agent_metrics(o_.machine));
+  Result<std::unique_ptr<MetricsServer>> m = MetricsServer::Start("127.0.0.1", want, render, who);
+  if (!m.ok() && port < 0 && want != 0) {
+    Log(m.status().message() + "; serving metrics on another port");
+    m = MetricsServer::Start("127.0.0.1", 0, render, who);
+  }
+  if (!m.ok()) {
+    LogWarn("no metrics: " + m.status().message());
+    return;
+  }
+  metrics_ = std::move(*m);
+  if (Status st = WriteFileAtomic(layout_.agent_metrics(o_.machine), metrics_->url() + "\n"); !st.ok()) {
+    Log(st.ToString());
+  }
+  // One file_sd list per machine, so that agents never write the same file;
+  // a scrape config globs them (config/prometheus/prometheus.yml).
+  if (Status st = MakeDirs(layout_.dir + "/metrics.d"); !st.ok()) Log(st.ToString());
+  const std::string targets = nlohmann::json::array(
+      {{{"targets", {"127.0.0.1:" + std::to_string(metrics_->port())}},
+        {"labels", {{"cluster", layout_.dir}, {"machine", o_.machine}, {"component", "agent"}}}}}).dump();
+  if (Status st = WriteFileAtomic(layout_.agent_metrics_targets(o_.machine), targets + "\n"); !st.ok()) Log(st.ToString());
+  Log("metrics at " + metrics_->url());
 }
 
 }  // namespace detail
@@ -294,6 +373,7 @@ using namespace detail;
 Status RunAgent(const AgentOptions& options) {
   const cluster::Layout layout{options.dir};
   if (options.machine.empty()) return Status::InvalidArgument("agent: --machine is required");
+  g_log_machine = options.machine;
   Result<std::string> token = ReadToken(layout.token());
   if (!token.ok()) return token.status();
   Result<SignatureTable> sigs = options.builtin_signatures.empty() ? SignatureTable::Builtin()
@@ -311,13 +391,15 @@ Status RunAgent(const AgentOptions& options) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
   Log("machine " + options.machine + " up with " + std::to_string(sigs->size()) + " error signatures");
+  const Logger shard_log("shard." + options.machine);
   auto shards = ShardStore::Start(options.machine, layout.machine(options.machine) + "/shards.sock", "127.0.0.1", *token,
-                                 [](const std::string& line) { Log("shards: " + line); });
+                                 [shard_log](const std::string& line) { shard_log.Info(line); });
   if (!shards.ok()) return shards.status();
   auto links = RankLinkServer::Start(layout.machine(options.machine) + "/ranks.sock",
                                      [](const std::string& line) { Log(line); });
   if (!links.ok()) return links.status();
   Agent agent(options, *token, std::move(*sigs), std::move(*shards), std::move(*links));
+  agent.ServeMetrics(options.metrics_port);
   return agent.Run();
 }
 

@@ -14,6 +14,9 @@ struct AgentOptions {
   std::string machine;  // this machine's id
   // A signature table to use instead of the built-in one ("": built in).
   std::string builtin_signatures;
+  // GET /metrics on 127.0.0.1: this port, or with -1 the one recorded by an
+  // earlier start, else any free one (agent_metrics.h).
+  int metrics_port = -1;
 };
 
 // Runs until SIGTERM/SIGINT (ranks are stopped) or until a machine-down

@@ -21,6 +21,7 @@
 #include <set>
 #include <thread>
 
+#include "agent/agent_metrics.h"
 #include "agent/diagnostics.h"
 #include "agent/echo_hold.h"
 #include "agent/inspector.h"
@@ -37,6 +38,8 @@
 #include "cluster/tls.h"
 #include "common/exit_codes.h"
 #include "common/files.h"
+#include "common/log.h"
+#include "common/metrics_server.h"
 #include "common/progress_pattern.h"
 #include "common/token.h"
 #include "agent/agent.h"
@@ -77,10 +80,15 @@ inline int64_t Ms(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
-inline void Log(const std::string& line) {
-  std::fprintf(stderr, "agent: %s\n", line.c_str());
-  std::fflush(stderr);
+// The agent's logger, "agent.<machine>" (common/log.h): RunAgent names the
+// machine before anything is logged.
+inline std::string g_log_machine = "unnamed";
+inline const Logger& AgentLog() {
+  static const Logger log("agent." + g_log_machine);
+  return log;
 }
+inline void Log(const std::string& line) { AgentLog().Info(line); }
+inline void LogWarn(const std::string& line) { AgentLog().Warn(line); }
 
 class Agent {
  public:
@@ -93,6 +101,14 @@ class Agent {
   }
 
   Status Run();
+
+  // Serves GET /metrics (agent_metrics.h) on 127.0.0.1:`port`; port < 0:
+  // the port recorded in machines/ID/agent.metrics by an earlier start, so
+  // that a restarted agent keeps its scrape target, else any free port.
+  // Records the URL and a file_sd target list beside agent.log. A port that
+  // cannot be bound is logged and the agent runs without metrics:
+  // protecting the job comes first.
+  void ServeMetrics(int port);
 
  private:
   // --- the controller connection ---------------------------------------
@@ -187,6 +203,9 @@ class Agent {
   // emulation stops ranks on purpose: not judged while it runs.
   void InspectRankProcesses();
 
+  // Copies the loop's state for the metrics thread (agent_metrics.h).
+  void PublishMetrics();
+
   AgentOptions o_;
   cluster::Layout layout_;
   std::string token_;
@@ -234,6 +253,17 @@ class Agent {
   bool device_reported_ = false, disk_reported_ = false, memory_reported_ = false;
   bool nic_was_up_ = true;
   std::optional<Clock::time_point> nic_up_at_;
+
+  // For /metrics: gathered by the main thread, published as a snapshot.
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::map<int, pid_t> seen_pids_;  // each rank's newest process seen
+  std::map<int, int64_t> rank_restarts_;
+  std::map<std::pair<int, std::string>, int64_t> rank_exits_;
+  std::map<std::string, int64_t> inspection_failures_;
+  std::optional<HealthReading> health_;
+  std::mutex metrics_mu_;
+  AgentSnapshot snapshot_;  // guarded by metrics_mu_
+  std::unique_ptr<MetricsServer> metrics_;
 };
 
 }  // namespace detail

@@ -130,6 +130,7 @@ void SignalSum::Add(int rank, int64_t generation, const std::string& text) {
   r.set_nonfinite(s->nonfinite);
   r.set_halted(s->halted);
   r.set_observed_ms(s->observed_ms);
+  r.set_tokens(s->tokens);
   if (s->anomalous()) {
     Flush(rank);
     singles_.push_back(std::move(r));
@@ -147,6 +148,7 @@ void SignalSum::Add(int rank, int64_t generation, const std::string& text) {
   r.set_step_ms(sum.step_ms() + r.step_ms());
   r.set_compute_ms(sum.compute_ms() + r.compute_ms());
   r.set_comm_ms(sum.comm_ms() + r.comm_ms());
+  r.set_tokens(sum.tokens() + r.tokens());
   sum = std::move(r);
 }
 

@@ -210,10 +210,15 @@ void ShardStore::Impl::Process(const Work& w, const ShardRoutes& routes) {
     if (st.ok()) {
       ++stats_.pushed;
       stats_.last_push_ms = MsSince(t);
+      stats_.push.Observe(stats_.last_push_ms);
       if (stats_.push_failures > 0) log_("backups to " + routes.backup_machine + " flow again");
       stats_.push_failures = 0;
-    } else if (stats_.push_failures++ == 0) {
-      log_("backup of rank " + std::to_string(w.rank) + " to " + routes.backup_machine + " failed: " + st.ToString());
+    } else {
+      ++stats_.push_failures_total;
+      // Logged when the failures start, not once a step while they last.
+      if (stats_.push_failures++ == 0) {
+        log_("backup of rank " + std::to_string(w.rank) + " to " + routes.backup_machine + " failed: " + st.ToString());
+      }
     }
   }
   if (routes.persist_every > 0 && !routes.durable_dir.empty() && w.step % routes.persist_every == 0) {
@@ -226,9 +231,11 @@ void ShardStore::Impl::Process(const Work& w, const ShardRoutes& routes) {
     if (st.ok()) {
       ++stats_.persisted;
       stats_.last_persist_ms = MsSince(t);
+      stats_.persist.Observe(stats_.last_persist_ms);
       log_("persisted rank " + std::to_string(w.rank) + " step " + std::to_string(w.step) + " (" +
            std::to_string(bytes >> 20) + " MiB) in " + std::to_string(static_cast<int>(stats_.last_persist_ms)) + " ms");
     } else {
+      ++stats_.persist_failures;
       log_("persisting rank " + std::to_string(w.rank) + " step " + std::to_string(w.step) + " failed: " + st.ToString());
     }
   }

@@ -47,11 +47,31 @@ struct ShardHolding {
   bool backup = false;
 };
 
-// What the store did lately, for the agent's log and the benchmarks.
+// Durations as the buckets of a Prometheus histogram: counts, not samples,
+// so the store's memory stays fixed however long the job runs.
+struct LatencyBuckets {
+  // From a loopback push of a tiny model's shard (~1 ms) to a slow disk's
+  // persist of a large one (seconds).
+  static constexpr int kBounds = 11;
+  static constexpr double kBoundsMs[kBounds] = {1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 5000};
+  int64_t at_or_below[kBounds] = {};  // cumulative
+  int64_t count = 0;
+  double sum_ms = 0;
+  void Observe(double ms) {
+    for (int i = 0; i < kBounds; ++i) at_or_below[i] += ms <= kBoundsMs[i];
+    ++count;
+    sum_ms += ms;
+  }
+};
+
+// What the store did so far, for the agent's log, /metrics and the benchmarks.
 struct ShardStats {
-  int64_t pushed = 0, persisted = 0, superseded = 0, push_failures = 0;
+  int64_t pushed = 0, persisted = 0, superseded = 0;
+  int64_t push_failures = 0;  // consecutive: back to 0 once a push succeeds
+  int64_t push_failures_total = 0, persist_failures = 0;
   int64_t refused = 0;  // peer connections or pushed images refused (shard_auth.h, size and rank checks)
   double last_push_ms = 0, last_persist_ms = 0, last_fetch_ms = 0;
+  LatencyBuckets push, persist;
 };
 
 class ShardStore {

@@ -13,7 +13,7 @@
 //   bulwark bench-checkpoint [--rounds 2] [--config small] in-memory checkpoint cost and restores
 //   bulwark bench-compare [--repeat 2] [--provisioning-delay 600]  recovery vs the requeue baseline
 //   bulwark controller [--init] [--metrics-port P] [--dir D]   (started by up)
-//   bulwark agent --machine ID [--dir D]               (started by up)
+//   bulwark agent --machine ID [--dir D] [--metrics-port P]  (started by up)
 //
 // D defaults to $BULWARK_DIR, else ./.bulwark. main only reads arguments and
 // turns the commands' Status into an exit code.
@@ -574,6 +574,9 @@ Status Run(const Args& a) {
     o.dir = ClusterDir(a);
     o.machine = a.Get("machine");
     o.builtin_signatures = a.Get("signatures");  // "": the table built into the binary
+    Result<int> mport = IntFlag(a, "metrics-port", -1);
+    if (!mport.ok()) return mport.status();
+    o.metrics_port = *mport;
     return agent::RunAgent(o);
   }
   std::cout << "usage: bulwark up|down|submit|update|rollback|releases|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-compare|bench-implicit|controller|agent [flags]\n"

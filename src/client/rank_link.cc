@@ -19,12 +19,13 @@ std::string StepSignal::Format() const {
                 static_cast<long long>(step), steps, loss, grad_norm, local_grad_norm, step_ms, compute_ms, comm_ms,
                 local_nonfinite ? 1 : 0, nonfinite ? 1 : 0, halted.empty() ? "-" : halted.c_str(),
                 static_cast<long long>(observed_ms));
+  if (tokens > 0) return std::string(buf) + " " + std::to_string(tokens);
   return buf;
 }
 
 Result<StepSignal> StepSignal::Parse(const std::string& line) {
   std::vector<std::string> w = SplitWords(line);
-  if (w.size() != 13 || w[0] != "STEP") {
+  if ((w.size() != 13 && w.size() != 14) || w[0] != "STEP") {
     return Status::InvalidArgument("rank link: malformed step report '" + line.substr(0, 80) + "'");
   }
   StepSignal s;
@@ -42,10 +43,11 @@ Result<StepSignal> StepSignal::Parse(const std::string& line) {
     s.nonfinite = w[10] == "1";
     s.halted = w[11] == "-" ? "" : w[11];
     s.observed_ms = std::stoll(w[12]);
+    if (w.size() == 14) s.tokens = std::stoll(w[13]);
   } catch (const std::exception&) {
     return Status::InvalidArgument("rank link: malformed number in '" + line.substr(0, 80) + "'");
   }
-  if (s.steps < 0 || (s.halted != "" && s.halted != "nan" && s.halted != "spike")) {
+  if (s.steps < 0 || s.tokens < 0 || (s.halted != "" && s.halted != "nan" && s.halted != "spike")) {
     return Status::InvalidArgument("rank link: bad step report '" + line.substr(0, 80) + "'");
   }
   return s;

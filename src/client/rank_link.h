@@ -46,8 +46,12 @@ struct StepSignal {
   bool local_nonfinite = false, nonfinite = false;
   std::string halted;  // "" | "nan" | "spike"
   int64_t observed_ms = 0;  // wall clock, ms since the epoch
+  // Tokens the whole job processed in these steps (bulwark-train: batch x
+  // context x data-parallel ranks), for the controller's tokens/s; 0:
+  // unknown. Sent as an optional 14th word, so 13-word reports still parse.
+  int64_t tokens = 0;
 
-  // "STEP 12 1 3.41 0.82 0.80 95.1 80.2 12.3 0 0 - 1763840000000"
+  // "STEP 12 1 3.41 0.82 0.80 95.1 80.2 12.3 0 0 - 1763840000000 [16384]"
   std::string Format() const;
   static Result<StepSignal> Parse(const std::string& line);
   bool anomalous() const { return local_nonfinite || nonfinite || !halted.empty(); }

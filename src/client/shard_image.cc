@@ -38,7 +38,7 @@ class PayloadWriter {
  private:
   uint8_t* dst_;
   size_t at_ = 0;
-  Checksum sum_;
+  Xxh3Checksum sum_;
 };
 
 class PayloadReader {
@@ -96,6 +96,7 @@ Status WriteShardImage(void* dst, size_t capacity, const ShardInfo& info, const 
   ShardHeader next{};
   std::memcpy(next.magic, kMagic, sizeof kMagic);
   next.version = kVersion;
+  next.checksum_kind = kXxh3;
   next.step = info.step;
   next.rank = info.rank;
   next.world_size = info.world_size;
@@ -128,11 +129,15 @@ Result<ShardView> ReadShardImage(const void* src, size_t available, const std::s
   ShardHeader h;
   std::memcpy(&h, src, sizeof h);
   const auto* payload = static_cast<const uint8_t*>(src) + sizeof(ShardHeader);
-  if (h.checksum_kind != kChecksum64 && h.checksum_kind != kCrc32) {
-    return Status::Corrupt(where + ": shard of step " + std::to_string(h.step) + " has unknown checksum kind " +
-                           std::to_string(h.checksum_kind));
+  uint64_t sum = 0;
+  switch (h.checksum_kind) {
+    case kChecksum64: sum = Checksum64(payload, h.payload_bytes); break;
+    case kCrc32: sum = Crc32(payload, h.payload_bytes); break;
+    case kXxh3: sum = Xxh3Checksum64(payload, h.payload_bytes); break;
+    default:
+      return Status::Corrupt(where + ": shard of step " + std::to_string(h.step) + " has unknown checksum kind " +
+                             std::to_string(h.checksum_kind) + " (written by a newer bulwark?)");
   }
-  const uint64_t sum = h.checksum_kind == kCrc32 ? Crc32(payload, h.payload_bytes) : Checksum64(payload, h.payload_bytes);
   if (sum != h.payload_checksum) {
     return Status::Corrupt(where + ": shard of step " + std::to_string(h.step) + " fails its checksum");
   }

@@ -7,7 +7,11 @@
 //   DIR/controller.{pid,log}
 //   DIR/controller.metrics    URL of the controller's Prometheus endpoint
 //   DIR/controller.metrics.json  the same as a Prometheus file_sd target list
+//   DIR/metrics.d/agent-ID.json  each agent's file_sd target list: one file per agent
+//                                (no two writers), in one directory (file_sd globs
+//                                only the last path segment)
 //   DIR/machines/ID/agent.{pid,log}
+//   DIR/machines/ID/agent.metrics        URL of the agent's Prometheus endpoint
 //   DIR/machines/ID/ranks/rank-R.log     each rank's stdout and stderr
 //   DIR/machines/ID/ranks/rank-R.pid
 //   DIR/machines/ID/health/device        emulated device health ("ok" or an error)
@@ -42,6 +46,8 @@ struct Layout {
   std::string machine(const std::string& id) const { return machines() + "/" + id; }
   std::string agent_pid(const std::string& id) const { return machine(id) + "/agent.pid"; }
   std::string agent_log(const std::string& id) const { return machine(id) + "/agent.log"; }
+  std::string agent_metrics(const std::string& id) const { return machine(id) + "/agent.metrics"; }
+  std::string agent_metrics_targets(const std::string& id) const { return dir + "/metrics.d/agent-" + id + ".json"; }
   std::string ranks(const std::string& id) const { return machine(id) + "/ranks"; }
   std::string rank_log(const std::string& id, int rank) const {
     return ranks(id) + "/rank-" + std::to_string(rank) + ".log";

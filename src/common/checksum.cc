@@ -1,7 +1,11 @@
 #include "common/checksum.h"
 
+#include <xxh_x86dispatch.h>
+#include <xxhash.h>
+
 #include <array>
 #include <cstring>
+#include <new>
 
 namespace bulwark {
 namespace {
@@ -75,6 +79,26 @@ uint64_t Checksum64(const void* data, size_t n) {
   c.Update(data, n);
   return c.Digest();
 }
+
+// The _dispatch entry points pick SSE2, AVX2 or AVX-512 when first called,
+// so one binary runs everywhere at the best width the CPU has.
+uint64_t Xxh3Checksum64(const void* data, size_t n) { return XXH3_64bits_dispatch(data, n); }
+
+struct Xxh3Checksum::State {
+  XXH3_state_t* s = XXH3_createState();
+  ~State() { XXH3_freeState(s); }
+};
+
+Xxh3Checksum::Xxh3Checksum() : state_(std::make_unique<State>()) {
+  if (state_->s == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset(state_->s);
+}
+Xxh3Checksum::~Xxh3Checksum() = default;
+Xxh3Checksum::Xxh3Checksum(Xxh3Checksum&&) noexcept = default;
+Xxh3Checksum& Xxh3Checksum::operator=(Xxh3Checksum&&) noexcept = default;
+
+void Xxh3Checksum::Update(const void* data, size_t n) { XXH3_64bits_update_dispatch(state_->s, data, n); }
+uint64_t Xxh3Checksum::Digest() const { return XXH3_64bits_digest(state_->s); }
 
 uint32_t Crc32(const void* data, size_t n) {
   static const auto kTable = [] {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace bulwark {
@@ -28,6 +29,30 @@ class Checksum {
 };
 
 uint64_t Checksum64(const void* data, size_t n);
+
+// XXH3-64 (xxHash 0.8, seed 0, Debian's libxxhash): the payload checksum of
+// shard images and records since it replaced Checksum64 there. It hashes
+// about twice as fast per CPU second (bench/checksum, docs/checkpoints.md)
+// because it uses SIMD lanes where Checksum64 is a scalar multiply chain.
+// Checksum64 stays for headers, parameter fingerprints and reading older
+// files. The digest of a byte string is the same on every machine, whichever
+// instruction set the library picks at run time.
+uint64_t Xxh3Checksum64(const void* data, size_t n);
+
+// Streaming XXH3: Update() in any split gives Xxh3Checksum64 of the whole.
+class Xxh3Checksum {
+ public:
+  Xxh3Checksum();
+  ~Xxh3Checksum();
+  Xxh3Checksum(Xxh3Checksum&&) noexcept;
+  Xxh3Checksum& operator=(Xxh3Checksum&&) noexcept;
+  void Update(const void* data, size_t n);
+  uint64_t Digest() const;
+
+ private:
+  struct State;  // xxHash's state, kept out of this header
+  std::unique_ptr<State> state_;
+};
 // CRC-32 as zlib's crc32() and Python's zlib.crc32 compute it (reflected,
 // polynomial 0xEDB88320): the payload checksum of shards the Python client
 // writes. Table-driven, a few hundred MB/s: only read, never on a hot path.

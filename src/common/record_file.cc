@@ -9,7 +9,15 @@ namespace bulwark {
 namespace {
 
 constexpr char kMagic[8] = {'B', 'L', 'W', 'K', 'R', 'E', 'C', '\0'};
-constexpr uint32_t kVersion = 1;
+// Version 2 checksums the payload with XXH3; version 1 (Checksum64) is still
+// read, so checkpoints and token shards written before the switch load. The
+// header's own checksum is Checksum64 in both: it covers the version field.
+constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersionChecksum64 = 1;
+
+uint64_t PayloadChecksum(uint32_t version, const char* p, size_t n) {
+  return version == kVersionChecksum64 ? Checksum64(p, n) : Xxh3Checksum64(p, n);
+}
 constexpr size_t kHeaderSize = 48;
 
 template <typename T>
@@ -42,7 +50,7 @@ std::string RecordWriter::Serialize() const {
   Put<uint32_t>(out, kVersion);
   Put<uint32_t>(out, sections_);
   Put<uint64_t>(out, payload_.size());
-  Put<uint64_t>(out, Checksum64(payload_.data(), payload_.size()));
+  Put<uint64_t>(out, PayloadChecksum(kVersion, payload_.data(), payload_.size()));
   out += kind_;
   Put<uint64_t>(out, Checksum64(out.data(), out.size()));
   out += payload_;
@@ -60,9 +68,9 @@ Result<RecordReader> RecordReader::Parse(std::string bytes, const std::string& k
   if (std::memcmp(h, kMagic, 8) != 0) return corrupt("not a bulwark record (bad magic)");
   if (Take<uint64_t>(h + 40) != Checksum64(h, 40)) return corrupt("header checksum mismatch");
   uint32_t version = Take<uint32_t>(h + 8);
-  if (version != kVersion) {
+  if (version != kVersion && version != kVersionChecksum64) {
     return corrupt("record version " + std::to_string(version) + " is not supported (this build reads " +
-                   std::to_string(kVersion) + ")");
+                   std::to_string(kVersionChecksum64) + " and " + std::to_string(kVersion) + ")");
   }
   std::string want_kind = kind;
   want_kind.resize(8, '\0');
@@ -75,7 +83,9 @@ Result<RecordReader> RecordReader::Parse(std::string bytes, const std::string& k
     return corrupt("payload is " + std::to_string(bytes.size() - kHeaderSize) + " bytes, header says " +
                    std::to_string(len) + " (torn write?)");
   }
-  if (Checksum64(h + kHeaderSize, len) != Take<uint64_t>(h + 24)) return corrupt("payload checksum mismatch");
+  if (PayloadChecksum(version, h + kHeaderSize, len) != Take<uint64_t>(h + 24)) {
+    return corrupt("payload checksum mismatch");
+  }
 
   RecordReader r;
   r.bytes_ = std::move(bytes);

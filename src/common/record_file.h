@@ -4,7 +4,9 @@
 // Layout (little-endian):
 //   header (48 bytes): magic "BLWKREC\0" | u32 version | u32 section count |
 //                      u64 payload bytes | u64 payload checksum |
-//                      char kind[8] | u64 header checksum
+//                      char kind[8] | u64 header checksum (Checksum64)
+//   version 2 checksums the payload with XXH3, version 1 with Checksum64;
+//   writers write 2, readers take both.
 //   payload: per section, u32 name length | name | u64 data length | data
 //
 // A reader checks the magic, the header checksum, the payload length against

@@ -46,10 +46,7 @@ Result<Event> EventFromAgent(const std::string& machine, const wire::AgentEvent&
 
 }  // namespace
 
-void Plane::Log(const std::string& line) {
-  std::fprintf(stderr, "controller: %s\n", line.c_str());
-  std::fflush(stderr);
-}
+void Plane::Log(const std::string& line) { log_.Info(line); }
 
 Time Plane::Now(Time now) {
   // The policy refuses time going backwards; the wall clock may step back.
@@ -341,6 +338,8 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
       sig.halted = r.halted();
       sig.observed = at;
       monitors_.Observe(sig);
+      // Rank 0 counts the job's tokens; a held-back step processed none.
+      if (r.rank() == 0 && r.halted().empty()) throughput_.Add(r.tokens(), r.step_ms());
     }
     if (!req.signals().empty()) CheckMonitors(now);
   }
@@ -509,6 +508,7 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
       store_->Append(launch.spec.id, ToMs(now), json{{"type", "create"}, {"standbys", machines}}.dump()));
   controller_.emplace(std::move(*c));
   launch_ = std::move(launch);
+  throughput_ = Throughput();
   Result<std::vector<Action>> actions = controller_->Reconcile(now);
   if (!actions.ok()) return actions.status();
   BULWARK_RETURN_IF_ERROR(store_->Append(launch_->spec.id, ToMs(now), json{{"type", "reconcile"}}.dump()));

@@ -29,7 +29,9 @@
 #include "controller/launch.h"
 #include "controller/monitors.h"
 #include "controller/stack_analyzer.h"
+#include "common/log.h"
 #include "plane/store.h"
+#include "plane/throughput.h"
 
 namespace bulwark::controller {
 
@@ -170,6 +172,8 @@ class Plane {
 
   PlaneOptions options_;
   Monitors monitors_;
+  Throughput throughput_;  // the job's tokens/s, for /metrics
+  Logger log_{"controller"};
   std::optional<Trace> trace_;
   std::mutex mu_;
   std::condition_variable changed_;

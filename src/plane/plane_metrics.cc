@@ -1,11 +1,11 @@
-// The plane's Prometheus metrics (GET /metrics, plane/metrics_server.h):
+// The plane's Prometheus metrics (GET /metrics, common/metrics_server.h):
 // the same state `status`, `incidents` and `ledger` report, as families a
 // Grafana dashboard can chart (config/grafana/bulwark.json). Everything is
 // computed from the plane's state at scrape time, so a controller restarted
 // from its journal serves the same ledger and incident figures.
 #include <cmath>
 
-#include "plane/metrics_text.h"
+#include "common/metrics_text.h"
 #include "plane/plane.h"
 
 namespace bulwark::controller {
@@ -114,6 +114,12 @@ std::string Plane::Metrics(Time now) {
   m.Family("bulwark_job_step", "gauge",
            "The newest step the job completed (falls back after a restore; deriv() of it is steps per second).");
   m.Sample("bulwark_job_step", {{"job", job}}, static_cast<double>(s.last_step));
+  m.Family("bulwark_job_tokens_per_second", "gauge",
+           "Tokens the job processes per second of stepping, over its last reports (0 until its ranks report tokens).");
+  m.Sample("bulwark_job_tokens_per_second", {{"job", job}}, throughput_.tokens_per_s());
+  m.Family("bulwark_job_tokens_total", "counter",
+           "Tokens the job processed, recomputed steps included; rate() of it stalls with the job.");
+  m.Sample("bulwark_job_tokens_total", {{"job", job}}, static_cast<double>(throughput_.total()));
   m.Family("bulwark_job_generation", "gauge", "How many times the job's ranks were (re)started.");
   m.Sample("bulwark_job_generation", {{"job", job}}, static_cast<double>(s.placement.generation));
   m.Family("bulwark_job_world_size", "gauge", "Ranks in the job.");

@@ -17,7 +17,8 @@
 #include "common/token.h"
 #include "plane/codec.h"
 #include "plane/kill_point.h"
-#include "plane/metrics_server.h"
+#include "common/log.h"
+#include "common/metrics_server.h"
 #include "plane/plane.h"
 
 namespace bulwark::controller {
@@ -43,14 +44,19 @@ grpc::Status ToGrpc(const Status& s) {
   return grpc::Status(code, s.message());
 }
 
+// The controller process's logger; the Plane logs through the same name.
+const Logger& ControllerLog() {
+  static const Logger log("controller");
+  return log;
+}
+
 // Refuses (and logs) a call that does not carry the cluster token.
 grpc::Status CheckToken(grpc::ServerContext* ctx, const std::string& token, const char* call) {
   const auto& md = ctx->client_metadata();
   auto it = md.find(kTokenMetadataKey);
   if (it != md.end() && std::string(it->second.data(), it->second.size()) == token) return grpc::Status::OK;
-  std::fprintf(stderr, "controller: refused %s from %s: %s\n", call, ctx->peer().c_str(),
-               it == md.end() ? "no cluster token" : "wrong cluster token");
-  std::fflush(stderr);
+  ControllerLog().Warn(std::string("refused ") + call + " from " + ctx->peer() + ": " +
+                       (it == md.end() ? "no cluster token" : "wrong cluster token"));
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                       std::string(call) + ": missing or wrong cluster token; pass the --dir the "
                                           "cluster was started with (bulwark up writes DIR/token)");
@@ -213,25 +219,25 @@ std::unique_ptr<MetricsServer> ServeMetrics(const cluster::Layout& layout, int p
       MetricsServer::Start("127.0.0.1", want, [plane] { return plane->Metrics(WallNow()); });
   if (!m.ok() && port < 0 && want != 0) {
     // The recorded port is taken now (by whom is not ours to know): any port.
-    std::fprintf(stderr, "controller: %s; serving metrics on another port\n", m.status().message().c_str());
+    ControllerLog().Warn(m.status().message() + "; serving metrics on another port");
     m = MetricsServer::Start("127.0.0.1", 0, [plane] { return plane->Metrics(WallNow()); });
   }
   if (!m.ok()) {
-    std::fprintf(stderr, "controller: no metrics: %s\n", m.status().message().c_str());
+    ControllerLog().Warn("no metrics: " + m.status().message());
     return nullptr;
   }
   if (Status st = WriteFileAtomic(layout.controller_metrics(), (*m)->url() + "\n"); !st.ok()) {
-    std::fprintf(stderr, "controller: %s\n", st.ToString().c_str());
+    ControllerLog().Error(st.ToString());
   }
   // For Prometheus's file_sd: a scrape config that follows the controller
   // to whatever port it got (config/prometheus/prometheus.yml).
   const std::string targets = nlohmann::json::array(
       {{{"targets", {"127.0.0.1:" + std::to_string((*m)->port())}}, {"labels", {{"cluster", layout.dir}}}}}).dump();
   if (Status st = WriteFileAtomic(layout.controller_metrics_targets(), targets + "\n"); !st.ok()) {
-    std::fprintf(stderr, "controller: %s\n", st.ToString().c_str());
+    ControllerLog().Error(st.ToString());
   }
   plane->set_metrics_url((*m)->url());
-  std::fprintf(stderr, "controller: metrics at %s\n", (*m)->url().c_str());
+  ControllerLog().Info("metrics at " + (*m)->url());
   return std::move(*m);
 }
 
@@ -290,8 +296,8 @@ Status RunController(const ControllerOptions& options) {
     BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_addr(), address + "\n"));
   }
   BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_pid(), std::to_string(::getpid()) + "\n"));
-  std::fprintf(stderr, "controller: serving on %s%s\n", address.c_str(),
-               cluster::TlsEnabled(layout) ? " (mutual TLS: clients need the cluster's certificate)" : "");
+  ControllerLog().Info("serving on " + address +
+                       (cluster::TlsEnabled(layout) ? " (mutual TLS: clients need the cluster's certificate)" : ""));
   std::unique_ptr<MetricsServer> metrics = ServeMetrics(layout, options.metrics_port, plane->get());
   std::fflush(stderr);
 

@@ -415,6 +415,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
       s.comm_ms = ms_between(t_bwd, t_comm);
       s.local_nonfinite = local_nonfinite;
       s.observed_ms = WallMs();
+      s.tokens = tokens_per_step;
       link->Step(s);
     }
 

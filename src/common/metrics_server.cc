@@ -1,4 +1,4 @@
-#include "plane/metrics_server.h"
+#include "common/metrics_server.h"
 
 #include <httplib.h>
 #include <sys/socket.h>
@@ -6,7 +6,7 @@
 #include <chrono>
 #include <thread>
 
-namespace bulwark::controller {
+namespace bulwark {
 
 struct MetricsServer::Impl {
   httplib::Server http;
@@ -14,7 +14,8 @@ struct MetricsServer::Impl {
 };
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& host, int port,
-                                                           std::function<std::string()> render) {
+                                                           std::function<std::string()> render,
+                                                           const std::string& who) {
   std::unique_ptr<MetricsServer> s(new MetricsServer());
   s->impl_ = std::make_unique<Impl>();
   s->host_ = host;
@@ -22,10 +23,10 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& h
   // One worker: scrapes come every few seconds, and each takes the plane's
   // lock; more threads would only queue on it.
   http.new_task_queue = [] { return new httplib::ThreadPool(1); };
-  // SO_REUSEADDR only: a restarted controller may take its recorded port
-  // back from TIME_WAIT, but httplib's default also sets SO_REUSEPORT, which
-  // would let a second controller bind the same port and answer half the
-  // scrapes.
+  // SO_REUSEADDR only: a restarted controller or agent may take its
+  // recorded port back from TIME_WAIT, but httplib's default also sets
+  // SO_REUSEPORT, which would let a second process bind the same port and
+  // answer half the scrapes.
   http.set_socket_options([](int sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
@@ -33,8 +34,8 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& h
   http.Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
     res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("bulwark controller: metrics at /metrics\n", "text/plain");
+  http.Get("/", [who](const httplib::Request&, httplib::Response& res) {
+    res.set_content(who + ": metrics at /metrics\n", "text/plain");
   });
   const int bound = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
@@ -57,4 +58,4 @@ MetricsServer::~MetricsServer() {
 
 std::string MetricsServer::url() const { return "http://" + host_ + ":" + std::to_string(port_) + "/metrics"; }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark

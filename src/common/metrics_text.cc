@@ -1,9 +1,9 @@
-#include "plane/metrics_text.h"
+#include "common/metrics_text.h"
 
 #include <cmath>
 #include <cstdio>
 
-namespace bulwark::controller {
+namespace bulwark {
 
 std::string EscapeLabelValue(const std::string& v) {
   std::string out;
@@ -64,4 +64,15 @@ void MetricsText::Histogram(const std::string& name, const std::string& help, co
   Sample(name + "_count", {}, static_cast<double>(observations.size()));
 }
 
-}  // namespace bulwark::controller
+void MetricsText::HistogramCounts(const std::string& name, const std::string& help, const std::vector<double>& bounds,
+                                  const std::vector<int64_t>& at_or_below, int64_t count, double sum) {
+  Family(name, "histogram", help);
+  for (size_t i = 0; i < bounds.size() && i < at_or_below.size(); ++i) {
+    Sample(name + "_bucket", {{"le", FormatSampleValue(bounds[i])}}, static_cast<double>(at_or_below[i]));
+  }
+  Sample(name + "_bucket", {{"le", "+Inf"}}, static_cast<double>(count));
+  Sample(name + "_sum", {}, sum);
+  Sample(name + "_count", {}, static_cast<double>(count));
+}
+
+}  // namespace bulwark

@@ -2,14 +2,15 @@
 // a family is a # HELP and a # TYPE line followed by its samples. Small
 // enough that a client library (Debian 12 packages none for C++) would add
 // more than it saves; `promtool check metrics` validates the output in
-// tests/metrics_test.cc.
+// tests/metrics_test.cc (the controller's) and tests/agent_metrics_test.cc.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
-namespace bulwark::controller {
+namespace bulwark {
 
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
 
@@ -24,6 +25,11 @@ class MetricsText {
   void Histogram(const std::string& name, const std::string& help, const std::vector<double>& bounds,
                  const std::vector<double>& observations);
 
+  // The same from counts kept by the observer: `at_or_below[i]` observations
+  // were <= bounds[i] (cumulative), `count` and `sum` over all of them.
+  void HistogramCounts(const std::string& name, const std::string& help, const std::vector<double>& bounds,
+                       const std::vector<int64_t>& at_or_below, int64_t count, double sum);
+
   const std::string& text() const { return out_; }
 
  private:
@@ -36,4 +42,4 @@ std::string EscapeLabelValue(const std::string& v);
 // format spells them.
 std::string FormatSampleValue(double v);
 
-}  // namespace bulwark::controller
+}  // namespace bulwark
