@@ -61,7 +61,7 @@ const char* CriticalXidName(unsigned long long xid) {
 std::unique_ptr<GpuHealth> GpuHealth::Open(const std::string& library, const Logger& log) {
   Result<std::unique_ptr<Nvml>> nvml = Nvml::Load(library);
   if (!nvml.ok()) {
-    log("warning: " + nvml.status().message() + "; the device check reads the emulated device file instead");
+    log("warning: " + nvml.status().message() + "; the device check reads the emulated device file");
     return nullptr;
   }
   log("NVML " + library + ": " + std::to_string((*nvml)->gpus()) + " GPU(s); the device check reads them");

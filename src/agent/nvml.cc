@@ -53,14 +53,16 @@ Result<std::unique_ptr<Nvml>> Nvml::Load(const std::string& path) {
   if (n->lib_ == nullptr) {
     const char* why = ::dlerror();
     return Status::NotFound("NVML " + path + " cannot be loaded (" + (why ? why : "?") +
-                            "); install the NVIDIA driver or set BULWARK_NVML_LIB to libnvidia-ml.so.1's path");
+                            "; no NVIDIA driver here? else set BULWARK_NVML_LIB to its libnvidia-ml.so.1)");
   }
   auto api = std::make_unique<Api>();
   std::string missing;
+  int missing_more = 0;
   auto sym = [&](auto& fn, const char* name, const char* alt = nullptr) {
     void* p = ::dlsym(n->lib_, name);
     if (p == nullptr && alt != nullptr) p = ::dlsym(n->lib_, alt);
-    if (p == nullptr) missing += std::string(missing.empty() ? "" : ", ") + name;
+    if (p == nullptr && missing.empty()) missing = name;
+    else if (p == nullptr) ++missing_more;
     fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
   };
   sym(api->init, "nvmlInit_v2");
@@ -77,9 +79,11 @@ Result<std::unique_ptr<Nvml>> Nvml::Load(const std::string& path) {
   sym(api->event_set_wait, "nvmlEventSetWait_v2");
   sym(api->event_set_free, "nvmlEventSetFree");
   if (!missing.empty()) {
-    return Status::InvalidArgument("NVML " + path + " lacks " + missing +
-                                   ": not an NVML library, or a driver older than CUDA 11's; point BULWARK_NVML_LIB at "
-                                   "the driver's libnvidia-ml.so.1");
+    return Status::InvalidArgument(
+        "NVML " + path + " lacks " + missing +
+        (missing_more > 0 ? " and " + std::to_string(missing_more) + " more entry points" : std::string()) +
+        ": not an NVML library, or a driver older than CUDA 11's; point BULWARK_NVML_LIB at the driver's "
+        "libnvidia-ml.so.1");
   }
   n->api_ = std::move(api);
   if (int rc = n->api_->init(); rc != kNvmlSuccess) {
