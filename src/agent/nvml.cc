@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <type_traits>
 
 namespace bulwark::agent {
 namespace {
