@@ -86,11 +86,15 @@ TEST_F(FakeNvml, UncorrectableEccRiseFailsTheDeviceUntilRebaselined) {
   EXPECT_EQ(gpu->Read().detail, "GPU 1: uncorrectable ECC errors rose 3 -> 4");
 }
 
-TEST_F(FakeNvml, EccOffIsNotAFailure) {
+TEST_F(FakeNvml, EccOffIsNotAFailureAndItsFirstCountIsTheBaseline) {
   Write("gpus 1\necc-off 0\n");
   auto gpu = Open();
   ASSERT_NE(gpu, nullptr);
   EXPECT_TRUE(gpu->Read().ok);
+  Write("gpus 1\necc 0 4\n");  // readable now: old errors, not a rise from 0
+  EXPECT_TRUE(gpu->Read().ok);
+  Write("gpus 1\necc 0 5\n");
+  EXPECT_EQ(gpu->Read().detail, "GPU 0: uncorrectable ECC errors rose 4 -> 5");
 }
 
 TEST_F(FakeNvml, PendingAndFailedRowRemapsFailTheDevice) {

@@ -115,7 +115,14 @@ GpuVerdict GpuHealth::Read() {
     // NOT_SUPPORTED: ECC is off on this GPU; nothing to compare.
     if (ecc_rc == kNvmlSuccess) {
       auto b = baseline.find(i);
-      const unsigned long long was = b == baseline.end() ? 0 : b->second;
+      if (b == baseline.end()) {
+        // No count at start (ECC was off, the read failed): this first
+        // count is the baseline, not a rise from 0.
+        std::lock_guard<std::mutex> lock(mu_);
+        ecc_baseline_.emplace(i, ecc);
+        b = baseline.emplace(i, ecc).first;
+      }
+      const unsigned long long was = b->second;
       if (ecc > was) {
         failures.push_back(Gpu(i) + ": uncorrectable ECC errors rose " + std::to_string(was) + " -> " +
                            std::to_string(ecc));
