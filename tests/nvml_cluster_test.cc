@@ -71,7 +71,9 @@ TEST_F(NvmlCluster, AnEccRiseEvictsTheMachineAndAThermalSlowdownIsOnlyAHint) {
   EXPECT_TRUE(WaitForAgentLog("m01", "device slowdown: GPU 0 slowed down: thermal (hardware)", 20)) << AgentLog("m01");
 
   // 2. m02's GPU reports new uncorrectable ECC errors: evicted, m03 swapped in.
-  int64_t before = Query("status")["job"]["last_step"];
+  // From the last status read, not a new query: a query can miss its
+  // deadline on a loaded host and answer null.
+  const int64_t before = s["job"]["last_step"];
   inject_ms_ = NowMs();
   WriteNvml("m02", "gpus 1\necc 0 5\n");
   s = WaitFor("standby swapped in", 60, [&](const json& s) {
@@ -80,9 +82,19 @@ TEST_F(NvmlCluster, AnEccRiseEvictsTheMachineAndAThermalSlowdownIsOnlyAHint) {
   });
   EXPECT_EQ(MachineState(s, "m02"), "evicted");
   EXPECT_EQ(MachineState(s, "m01"), "active") << "a slowdown hint evicts nobody";
-  const json inc = Query("incidents");
-  ASSERT_EQ(inc.size(), 1u) << inc.dump();
-  EXPECT_NE(inc[0].dump().find("GPU 0: uncorrectable ECC errors rose 2 -> 5"), std::string::npos) << inc.dump();
+  // The incident names the GPU's reading. Not "the only incident": on a
+  // loaded 2-core host another detector may open one of its own meanwhile,
+  // which is not this test's subject; the slowdown's evicting nobody is
+  // checked above by m01 staying active.
+  json inc;
+  for (int tries = 0; tries < 10 && !inc.is_array(); ++tries) inc = Query("incidents");
+  ASSERT_TRUE(inc.is_array() && !inc.empty()) << inc.dump();
+  bool named = false;
+  for (const json& i : inc) {
+    named |= i.dump().find("device inspection failed on m02: GPU 0: uncorrectable ECC errors rose 2 -> 5") !=
+             std::string::npos;
+  }
+  EXPECT_TRUE(named) << inc.dump();
   Report("nvml-ecc");
 }
 
