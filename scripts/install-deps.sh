@@ -20,6 +20,8 @@ packages=(
   # eu-stack (gdb as the fallback) for the agent's on-demand stack capture.
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libsqlite3-dev
   libyaml-cpp-dev elfutils gdb
+  # elfutils' libdw: the agent unwinds ranks in-process, no eu-stack needed.
+  libdw-dev
   # HMAC-SHA256 for the agents' authenticated shard transfers; the openssl
   # command makes a cluster's CA and certificates for `bulwark up --tls`.
   libssl-dev openssl

@@ -176,7 +176,8 @@ TEST(Supervisor, ReportsExitCodeAndSignalOfRealProcesses) {
 }
 
 // The tracer works on any program, not only bulwark-train: a shell's
-// `sleep` child here, captured from outside with eu-stack.
+// `sleep` child here, captured from outside with libdw, in-process
+// (tracer_test.cc compares it with eu-stack).
 TEST(Tracer, CapturesEveryThreadOfAnyProcess) {
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
@@ -189,10 +190,10 @@ TEST(Tracer, CapturesEveryThreadOfAnyProcess) {
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
-  EXPECT_EQ(st->tool, "eu-stack");
+  EXPECT_EQ(st->tool, "libdw");
   EXPECT_NE(st->text.find("TID " + std::to_string(child)), std::string::npos) << st->text;
   EXPECT_NE(st->text.find("nanosleep"), std::string::npos) << st->text;
-  std::printf("[ timing ] eu-stack on sleep: %.0f ms\n", st->ms);
+  std::printf("[ timing ] libdw on sleep: %.0f ms\n", st->ms);
   // A process that is gone: a clear error, not a hang.
   Result<agent::CapturedStack> gone = agent::CaptureStacks(child, std::chrono::milliseconds(3000));
   EXPECT_FALSE(gone.ok());

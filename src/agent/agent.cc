@@ -251,7 +251,7 @@ void Agent::InspectMachine() {
     WriteFileAtomic(health_paths_.nic, std::string("up\n"));
     nic_up_at_.reset();
   }
-  const HealthReading h = Inspect(health_paths_);
+  const HealthReading h = Inspect(health_paths_, gpu_.get());
   health_ = h;
   auto fail = [&](const char* kind, const std::string& detail) {
     wire::AgentEvent e;
@@ -278,6 +278,9 @@ void Agent::InspectMachine() {
     Emit(e);
   }
   nic_was_up_ = h.nic_up;
+  // A fail-slow hint, once per episode: the compute-time comparison decides.
+  if (h.device_slowdown != device_slowdown_ && !h.device_slowdown.empty()) Log("device slowdown: " + h.device_slowdown);
+  device_slowdown_ = h.device_slowdown;
   InspectRankProcesses();
 }
 

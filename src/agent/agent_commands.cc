@@ -99,7 +99,7 @@ void Agent::ApplyCommands() {
       case wire::Command::RESET_HEALTH:
         slow_.Stop();
         sdc_.clear();
-        ResetEmulatedHealth(health_paths_);
+        ResetEmulatedHealth(health_paths_, gpu_.get());
         device_reported_ = disk_reported_ = memory_reported_ = false;
         Log("emulated device and NIC reset to healthy");
         break;

@@ -98,6 +98,7 @@ class Agent {
         supervisor_(layout_.ranks(o_.machine)), incarnation_(Ms(Clock::now())), shards_(std::move(shards)),
         links_(std::move(links)) {
     health_paths_ = {layout_.device(o_.machine), layout_.nic(o_.machine), layout_.machine(o_.machine)};
+    gpu_ = GpuHealth::Open(Nvml::LibraryPath(), [](const std::string& line) { Log(line); });
   }
 
   Status Run();
@@ -213,6 +214,7 @@ class Agent {
   Supervisor supervisor_;
   const int64_t incarnation_;
   InspectorPaths health_paths_;
+  std::unique_ptr<GpuHealth> gpu_;  // null without NVML: the emulated device alone
   std::unique_ptr<ShardStore> shards_;
   std::unique_ptr<RankLinkServer> links_;
   SignalSum signals_;
@@ -252,6 +254,7 @@ class Agent {
   size_t spares_started_ = 0;                // this generation
   bool device_reported_ = false, disk_reported_ = false, memory_reported_ = false;
   bool nic_was_up_ = true;
+  std::string device_slowdown_;  // the NVML slowdown hint last logged
   std::optional<Clock::time_point> nic_up_at_;
 
   // For /metrics: gathered by the main thread, published as a snapshot.

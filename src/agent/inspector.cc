@@ -24,13 +24,21 @@ std::string FirstLine(const std::string& path) {
 
 }  // namespace
 
-HealthReading Inspect(const InspectorPaths& paths) {
+HealthReading Inspect(const InspectorPaths& paths, GpuHealth* gpu) {
   HealthReading r;
   const std::string device = FirstLine(paths.device);
   // A missing file is a healthy device: nothing has reported an error.
   if (!device.empty() && device != "ok") {
     r.device_ok = false;
     r.device_detail = device;
+  }
+  if (gpu != nullptr) {
+    const GpuVerdict v = gpu->Read();
+    if (!v.ok) {
+      r.device_ok = false;
+      r.device_detail += (r.device_detail.empty() ? "" : "; ") + v.detail;
+    }
+    r.device_slowdown = v.slowdown;
   }
   r.nic_up = FirstLine(paths.nic) != "down";
 
@@ -58,9 +66,10 @@ HealthReading Inspect(const InspectorPaths& paths) {
   return r;
 }
 
-void ResetEmulatedHealth(const InspectorPaths& paths) {
+void ResetEmulatedHealth(const InspectorPaths& paths, GpuHealth* gpu) {
   WriteFileAtomic(paths.device, std::string("ok\n"));
   WriteFileAtomic(paths.nic, std::string("up\n"));
+  if (gpu != nullptr) gpu->Rebaseline();
 }
 
 char ProcessState(pid_t pid) {

@@ -4,7 +4,9 @@
 // machine's directory (cluster/layout.h): a fault injector writes them, and
 // this reads them exactly as it would read nvidia-smi or a link state. Disk
 // and memory are real: free space under the machine directory and the
-// host's available memory.
+// host's available memory. Where NVML loads (gpu_health.h) the real GPUs
+// are read too; the emulated file stays readable beside them, so the local
+// fault injector still works on a GPU host.
 #pragma once
 
 #include <sys/types.h>
@@ -15,11 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "agent/gpu_health.h"
+
 namespace bulwark::agent {
 
 struct HealthReading {
   bool device_ok = true;
   std::string device_detail;
+  std::string device_slowdown;  // a fail-slow hint from NVML, not a failure ("" none)
   bool nic_up = true;
   bool disk_ok = true;
   std::string disk_detail;
@@ -33,10 +38,12 @@ struct InspectorPaths {
   std::string disk;    // a directory on the disk the ranks write to
 };
 
-HealthReading Inspect(const InspectorPaths& paths);
+// `gpu` null: no NVML, the emulated device alone.
+HealthReading Inspect(const InspectorPaths& paths, GpuHealth* gpu = nullptr);
 
-// Resets the emulated device and NIC to healthy: a repaired machine.
-void ResetEmulatedHealth(const InspectorPaths& paths);
+// Resets the emulated device and NIC to healthy, and NVML's baseline where
+// it is loaded: a repaired machine.
+void ResetEmulatedHealth(const InspectorPaths& paths, GpuHealth* gpu = nullptr);
 
 // The state letter of /proc/PID/stat ('R', 'S', 'D', 'T', ...), or 0.
 char ProcessState(pid_t pid);

@@ -8,11 +8,19 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <vector>
 
-namespace bulwark::agent {
+#include "agent/stack_unwind.h"
 
-Result<std::string> RunCaptured(const std::vector<std::string>& argv, std::chrono::milliseconds budget, int* exit_code) {
+namespace bulwark::agent {
+namespace {
+
+// Forks; the child runs `child_main` with stdout on a pipe and must _exit.
+// Returns what it wrote, killing it once `budget` passes (`what` names it
+// in that error).
+Result<std::string> RunChild(const std::function<void()>& child_main, const std::string& what,
+                             std::chrono::milliseconds budget, int* exit_code) {
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return Status::IOError(std::string("pipe: ") + std::strerror(errno));
   pid_t child = ::fork();
@@ -23,12 +31,7 @@ Result<std::string> RunCaptured(const std::vector<std::string>& argv, std::chron
   }
   if (child == 0) {
     ::dup2(out[1], 1);
-    int devnull = ::open("/dev/null", O_WRONLY);
-    if (devnull >= 0) ::dup2(devnull, 2);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
+    child_main();
     ::_exit(127);
   }
   ::close(out[1]);
@@ -53,23 +56,89 @@ Result<std::string> RunCaptured(const std::vector<std::string>& argv, std::chron
   int status = 0;
   ::waitpid(child, &status, 0);
   *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (timed_out) return Status::Unavailable(argv[0] + " took longer than " + std::to_string(budget.count()) + " ms");
+  if (timed_out) return Status::Unavailable(what + " took longer than " + std::to_string(budget.count()) + " ms");
   return text;
+}
+
+void WriteAll(int fd, const std::string& s) {
+  for (size_t done = 0; done < s.size();) {
+    const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n <= 0 && errno != EINTR) return;
+    if (n > 0) done += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+const char* StackToolName(StackTool tool) {
+  switch (tool) {
+    case StackTool::kLibdw: return "libdw";
+    case StackTool::kEuStack: return "eu-stack";
+    case StackTool::kGdb: return "gdb";
+  }
+  return "?";
+}
+
+Result<std::string> RunCaptured(const std::vector<std::string>& argv, std::chrono::milliseconds budget, int* exit_code) {
+  return RunChild(
+      [&] {
+        int devnull = ::open("/dev/null", O_WRONLY);
+        if (devnull >= 0) ::dup2(devnull, 2);
+        std::vector<char*> args;
+        for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        ::execvp(args[0], args.data());
+      },
+      argv[0], budget, exit_code);
+}
+
+Result<CapturedStack> CaptureStacksWith(StackTool tool, pid_t pid, std::chrono::milliseconds budget) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int code = 0;
+  Result<std::string> text = Status::Internal("no tool");
+  switch (tool) {
+    case StackTool::kLibdw:
+      // In a child: the ptrace attach of a process that never stops (state
+      // D) blocks, and only a kill ends it. The child writes the stacks, or
+      // the error, and exits 0 or 1.
+      text = RunChild(
+          [pid] {
+            Result<std::string> r = UnwindAllThreads(pid);
+            WriteAll(1, r.ok() ? *r : r.status().message());
+            ::_exit(r.ok() ? 0 : 1);
+          },
+          "libdw", budget, &code);
+      if (text.ok() && code != 0) text = Status::Unavailable(code == 1 ? *text : "exit " + std::to_string(code));
+      break;
+    case StackTool::kEuStack:
+      text = RunCaptured({"eu-stack", "-p", std::to_string(pid)}, budget, &code);
+      if (text.ok() && code != 0) text = Status::Unavailable("exit " + std::to_string(code));
+      break;
+    case StackTool::kGdb:
+      text = RunCaptured({"gdb", "-p", std::to_string(pid), "-batch", "-nx", "-ex", "thread apply all bt"}, budget,
+                         &code);
+      // gdb exits 0 even when it could not attach; a frame says it did.
+      if (text.ok() && text->find("#0") == std::string::npos) text = Status::Unavailable("exit " + std::to_string(code));
+      break;
+  }
+  if (!text.ok()) return text.status();
+  if (tool != StackTool::kGdb && text->find("TID ") == std::string::npos) return Status::Unavailable("no thread");
+  return CapturedStack{*text, StackToolName(tool),
+                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()};
 }
 
 Result<CapturedStack> CaptureStacks(pid_t pid, std::chrono::milliseconds budget) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
-  int code = 0;
-  Result<std::string> eu = RunCaptured({"eu-stack", "-p", std::to_string(pid)}, budget, &code);
-  if (eu.ok() && code == 0 && eu->find("TID ") != std::string::npos) return CapturedStack{*eu, "eu-stack", elapsed()};
-  std::string why = "eu-stack: " + (eu.ok() ? "exit " + std::to_string(code) : eu.status().message());
-  const auto left = budget - std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
-  if (left.count() > 100) {
-    Result<std::string> gdb = RunCaptured({"gdb", "-p", std::to_string(pid), "-batch", "-nx", "-ex", "thread apply all bt"},
-                                          left, &code);
-    if (gdb.ok() && gdb->find("#0") != std::string::npos) return CapturedStack{*gdb, "gdb", elapsed()};
-    why += "; gdb: " + (gdb.ok() ? "exit " + std::to_string(code) : gdb.status().message());
+  std::string why;
+  for (StackTool tool : {StackTool::kLibdw, StackTool::kEuStack, StackTool::kGdb}) {
+    const auto left = budget - std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    if (left.count() <= 100) break;
+    Result<CapturedStack> st = CaptureStacksWith(tool, pid, left);
+    if (st.ok()) {
+      st->ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      return st;
+    }
+    why += std::string(why.empty() ? "" : "; ") + StackToolName(tool) + ": " + st.status().message();
   }
   return Status::Unavailable("no stack of process " + std::to_string(pid) + " (" + why + ")");
 }
