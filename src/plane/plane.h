@@ -138,6 +138,9 @@ class Plane {
   // Journals, hands to the policy and actuates; the only path for events.
   Status HandleLocked(const Event& e, Time now, const nlohmann::json& origin);
   Status AfterDecision(const std::vector<Action>& actions, bool deliver, Time now);
+  // Queues a RunDiagnostics action's DIAGNOSE one-shot for each of its
+  // machines (with their replay groups or network links).
+  void SendDiagnose(const Action& a);
   // Drops the step rows replay can do without, once replaying what is left
   // is verified to give the same state (journal_compaction.h).
   Status CompactJournal(Time now);
@@ -157,6 +160,11 @@ class Plane {
   PlaneOptions options_;
   Monitors monitors_;
   std::optional<Trace> trace_;
+  // The latest RunDiagnostics decided, replayed ones included: a controller
+  // restarted while the ladder waits for it sends it again (the agents
+  // ignore a command id they already ran), instead of waiting out the
+  // budget for answers from machines whose command died with the old one.
+  std::optional<Action> diagnose_decided_;
   std::mutex mu_;
   std::condition_variable changed_;
   std::unique_ptr<Store> store_;

@@ -251,6 +251,7 @@ Status RunController(const ControllerOptions& options) {
   po.create = options.init;
   BULWARK_RETURN_IF_ERROR(
       ApplyLadderFlags(options.ladder_rungs, options.ladder_tests, options.ladder_budget_s, &po.policy.ladder));
+  BULWARK_RETURN_IF_ERROR(ApplyLadderAlignEvery(options.ladder_align_every_s, &po.policy.ladder));
   Result<std::unique_ptr<Plane>> plane = Plane::Open(po, WallNow());
   if (!plane.ok()) return plane.status();
 

@@ -19,6 +19,8 @@ struct ControllerOptions {
   // diagnose,replay --ladder-tests compute,device --ladder-budget 60`;
   // empty keeps the default (ApplyLadderFlags in controller/ladder.h).
   std::string ladder_rungs, ladder_tests, ladder_budget_s;
+  // `--ladder-align-every SECONDS`: the periodic bitwise check (0: off).
+  std::string ladder_align_every_s;
 };
 
 // Serves until SIGTERM or SIGINT. The address comes from <dir>/controller.addr
