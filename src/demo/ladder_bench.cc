@@ -14,6 +14,7 @@
 // For each fault, the mechanism that resolved it (the last incident it
 // caused), and for each rung climbed, its time; printed beside ByteRobust's
 // shares of incidents per mechanism. Figures only, no assertions.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -74,6 +75,9 @@ Status RunLadderBench(const BenchOptions& o) {
       const std::string victim = Session::SlotMachine(*st, static_cast<size_t>(1 + round % 3));
       const int64_t before = (*st)["job"].value("incidents", int64_t{0});
       const int64_t gen = (*st)["job"].value("generation", int64_t{0});
+      Result<json> rel = s.Releases();
+      if (!rel.ok()) return rel.status();
+      const int64_t applied_before = (*rel).value("applied", int64_t{0});
       int64_t inject_ms = WallMs();
       const std::string f = fault;
       if (f == "transient") {
@@ -98,7 +102,15 @@ Status RunLadderBench(const BenchOptions& o) {
         if (n <= before) return false;
         Result<json> inc = s.FindIncident(n);
         if (!inc.ok() || !inc->value("closed", false)) return false;
-        if (f == "bad-release" && inc->value("resolution", "") != "rolled_back") return false;
+        if (f == "bad-release") {
+          // Rolled back: the release applied before the update is applied
+          // again (the incident may end otherwise: a machine its crashes
+          // got evicted, a heartbeat lost on the loaded host meanwhile).
+          Result<json> r = s.Releases();
+          if (!r.ok() || r->value("applied", int64_t{0}) != applied_before || r->value("pending", int64_t{0}) != 0) {
+            return false;
+          }
+        }
         last = *inc;
         return true;
       });
@@ -115,18 +127,28 @@ Status RunLadderBench(const BenchOptions& o) {
           rungs.push_back(r);
         }
       }
-      const std::string mech = Mechanism(last);
+      std::string mech = Mechanism(last);
+      if (f == "bad-release") mech = "rollback";  // the wait above saw it rolled back
+      json evicted_all = json::array();  // every eviction on the way, e.g. a healthy machine the bad release crashed on
+      for (int64_t id = before + 1; id <= last["id"].get<int64_t>(); ++id) {
+        Result<json> inc = s.FindIncident(id);
+        if (!inc.ok()) continue;
+        for (const json& m : inc->value("evicted", json::array())) {
+          if (std::find(evicted_all.begin(), evicted_all.end(), m) == evicted_all.end()) evicted_all.push_back(m);
+        }
+      }
       json x{{"fault", f}, {"machine", victim}, {"incidents", last["id"].get<int64_t>() - before},
-             {"mechanism", mech}, {"evicted", last["evicted"]}, {"resolved_s", resolved_s},
+             {"mechanism", mech}, {"evicted", evicted_all}, {"resolved_s", resolved_s},
              {"recover_s", last.value("recover_s", -1.0)}, {"ladder", rungs}};
       std::printf("  round %d %-13s on %s: %s after %lld incident(s), %.1f s from the injection to training again;",
                   round + 1, fault, victim.c_str(), mech.c_str(), static_cast<long long>(x["incidents"].get<int64_t>()),
                   resolved_s);
       for (const json& r : rungs) std::printf(" [%s %.1f s]", r["rung"].get<std::string>().c_str(), r.value("seconds", -1.0));
+      if (!evicted_all.empty()) std::printf(" evicted %s", evicted_all.dump().c_str());
       std::printf("\n");
       std::fflush(stdout);
       samples.push_back(x);
-      for (const json& m : last["evicted"]) BULWARK_RETURN_IF_ERROR(s.ReturnToStandby(m.get<std::string>()));
+      for (const json& m : evicted_all) BULWARK_RETURN_IF_ERROR(s.ReturnToStandby(m.get<std::string>()));
       Result<json> now = s.StatusJson();
       if (!now.ok()) return now.status();
       st = now;

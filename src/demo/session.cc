@@ -161,6 +161,7 @@ Result<int> Session::Update(const std::string& name, int world_size, const std::
 Result<json> Session::StatusJson() { return client_.Status(); }
 Result<json> Session::Incidents() { return client_.Incidents(); }
 Result<json> Session::Ledger() { return client_.Ledger(); }
+Result<json> Session::Releases() { return client_.Releases(); }
 namespace {
 int CountLines(const std::string& path, const std::string& needle) {
   std::ifstream in(path);

@@ -67,6 +67,7 @@ class Session {
   Result<json> StatusJson();
   Result<json> Incidents();
   Result<json> Ledger();
+  Result<json> Releases();
   // Injects `fault` and confirms within 3 s, from the agent's log, that the
   // agent acted on it; sends it once more if not (a one-shot command can be
   // lost when the agent's 30 s command stream rolls over). Returns the
