@@ -31,6 +31,7 @@ bench:
 	bash bench/trainer_throughput/run.sh
 	bash bench/recovery/run.sh
 	bash bench/implicit/run.sh
+	bash bench/ladder/run.sh
 	bash bench/checkpoint_overhead/run.sh
 	bash bench/checksum/run.sh
 	/usr/bin/python3 bench/poet_cost/run.py

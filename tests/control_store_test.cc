@@ -564,7 +564,8 @@ TEST(Plane, BadInjectionsAreRefusedAndNothingIsSent) {
       {Injection("m01", "slow", 0, "", 0.5), "above 1"},
       {Injection("m01", "slow", 0), "above 1"},
       {Injection("m01", "hang", 0, "disk"), "collective or compute"},
-      {Injection("m01", "crash", 0, "", 2), "slow only"},
+      {Injection("m01", "crash", 0, "", 2), "slow and slow-link only"},
+      {Injection("m01", "slow-link", 0, "", 1.0), "above 1"},
       {Injection("m01", "nan", 0, "compute"), "hang only"},
   };
   for (const Case& c : cases) {

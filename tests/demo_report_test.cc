@@ -91,6 +91,24 @@ TEST(DemoReport, ImplicitIncidentsShowTheirStackGroups) {
       << r->html;
 }
 
+TEST(DemoReport, AnIncidentThatClimbedTheLadderShowsARowPerRung) {
+  json run = SampleRun();
+  run["incidents"][0]["ladder"] = {
+      {{"rung", "diagnose"}, {"started_ms", 1'012'000}, {"seconds", 4.4}, {"outcome", "all 4 machine(s) passed diagnostics"}},
+      {{"rung", "rollback"}, {"started_ms", 1'016'400}, {"seconds", 0.0}, {"outcome", "no earlier release: nothing to roll back"}},
+      {{"rung", "replay"}, {"started_ms", 1'016'400}, {"seconds", 21.3}, {"outcome", "culprit m03 (h1 x v0)"}}};
+  Result<Report> r = RenderReport(run);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(r->markdown.find("### Incident 1: the stop-time ladder"), std::string::npos) << r->markdown;
+  EXPECT_NE(r->markdown.find("| diagnose | +12.0 s | 4.4 s | all 4 machine(s) passed diagnostics |"), std::string::npos)
+      << r->markdown;
+  EXPECT_NE(r->markdown.find("| replay | +16.4 s | 21.3 s | culprit m03 (h1 x v0) |"), std::string::npos) << r->markdown;
+  EXPECT_NE(r->html.find("<tr><td>replay</td><td>+16.4 s</td><td>21.3</td><td>culprit m03 (h1 x v0)</td></tr>"),
+            std::string::npos)
+      << r->html;
+  EXPECT_EQ(RenderReport(SampleRun())->markdown.find("stop-time ladder"), std::string::npos) << "no ladder, no section";
+}
+
 TEST(DemoReport, TextFromTheClusterIsEscaped) {
   Result<Report> r = RenderReport(SampleRun());
   ASSERT_TRUE(r.ok());

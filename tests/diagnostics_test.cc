@@ -110,5 +110,42 @@ TEST(Diagnostics, AReplayGroupWithAnSdcMemberDiverges) {
   EXPECT_NE(bad.detail.find("diverged"), std::string::npos) << bad.detail;
 }
 
+// One network link of two processes (two "machines") over real Gloo: both
+// ends pass, the first reports the link with its time, bandwidth and
+// latency; the second end reports nothing unless it failed. A NIC that
+// reads "down" fails at once, without waiting for the peer.
+TEST(Diagnostics, ANetworkLinkIsMeasuredByBothEndsAndADownNicFailsIt) {
+  const std::string dir = testing::MakeTempDir();
+  InspectorPaths health{dir + "/device", dir + "/nic", dir};
+  const std::string bin = testing::BinDir() + "/bulwark-train";
+  const int port = 33000 + static_cast<int>(::getpid() % 2000);
+  ReplayGroup g0{"net0", 0, 2, "127.0.0.1", port}, g1{"net0", 1, 2, "127.0.0.1", port};
+  TestOutcome r1;
+  std::thread other([&] { r1 = NetworkCheck(bin, g1, /*net_slow=*/10, health, std::chrono::seconds(60)); });
+  TestOutcome r0 = NetworkCheck(bin, g0, 0, health, std::chrono::seconds(60));
+  other.join();
+  EXPECT_TRUE(r0.passed) << r0.detail;
+  EXPECT_TRUE(r1.passed) << r1.detail;
+  EXPECT_EQ(r0.test, "network/net0");
+  EXPECT_EQ(r1.test, "network-part/net0");
+  EXPECT_GT(r0.ms, 0);
+  EXPECT_NE(r0.detail.find(" MB/s, latency "), std::string::npos) << r0.detail;
+  std::printf("[ figure ] one link, one end 10x slowed: %.1f ms, %s\n", r0.ms, r0.detail.c_str());
+
+  ASSERT_TRUE(WriteFileAtomic(health.nic, std::string("down\n")).ok());
+  TestOutcome down = NetworkCheck(bin, g0, 0, health, std::chrono::seconds(60));
+  EXPECT_FALSE(down.passed);
+  EXPECT_EQ(down.detail, "the NIC is down");
+  // RunDiagnostics runs only the links for "network", not replay groups.
+  DiagnosticsRequest req;
+  req.tests = {"network"};
+  req.health = health;
+  req.net_check_binary = bin;
+  req.replay = {{"h0", 0, 2, "127.0.0.1", port + 1}, {"net0", 0, 2, "127.0.0.1", port + 2}};
+  DiagnosticsOutcome out = RunDiagnostics(req);
+  ASSERT_EQ(out.results.size(), 1u);
+  EXPECT_EQ(out.results[0].test, "network/net0");
+}
+
 }  // namespace
 }  // namespace bulwark::agent

@@ -8,6 +8,8 @@
 // with the majority, the eviction and the standby swap.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <algorithm>
 
 #include "support/cluster_fixture.h"
@@ -83,11 +85,148 @@ TEST_F(Ladder, WithoutAlignmentDualPhaseReplayFindsTheSdcMachine) {
   EXPECT_EQ(inc["ladder"][2]["outcome"], "culprit m03 (h1 x v0)") << inc.dump();
 }
 
+// The newest incident that evicted `machine`, or null.
+json IncidentEvicting(const json& incidents, const std::string& machine) {
+  if (!incidents.is_array()) return json();
+  for (auto it = incidents.rbegin(); it != incidents.rend(); ++it) {
+    for (const json& m : (*it).value("evicted", json::array())) {
+      if (m == machine) return *it;
+    }
+  }
+  return json();
+}
+
+// The network rung: m03's links are degraded (`inject slow-link`: its end
+// of every pairwise all-reduce runs 20x slower; nothing else about the
+// machine is wrong), and m01 corrupts silently, which is what makes a NaN
+// with no culprit and starts the ladder. With only compute, device and
+// network tests, the diagnose rung runs the ring's four links (real Gloo
+// all-reduces between bulwark-train --net-check processes): net1 (m02-m03)
+// and net2 (m03-m04) are the outliers, and m03, the machine they share, is
+// evicted. m01's corruption then comes back and is the later rungs' to find.
+TEST_F(Ladder, TheNetworkTestEvictsTheMachineOnTheOutlierLinks) {
+  auto up = Bulwark({"up", "--machines", "4", "--standby", "2", "--ladder-tests", "compute,device,network"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  WriteJob(4);
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("first steps", 60, [](const json& s) { return s["job"]["last_step"] >= 20; });
+  auto bad = Bulwark({"inject", "slow-link", "--machine", "m03", "--factor", "1"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("must be above 1"), std::string::npos) << bad.err;
+  auto slow = Bulwark({"inject", "slow-link", "--machine", "m03", "--factor", "20"});
+  ASSERT_EQ(slow.exit_code, 0) << slow.err;
+  Inject("sdc", "m01");
+  json inc;
+  WaitFor("eviction of m03 by the network test", 150, [&](const json& s) {
+    if (MachineState(s, "m03") != "evicted") return false;
+    inc = IncidentEvicting(Query("incidents"), "m03");
+    return !inc.is_null();
+  });
+  ASSERT_FALSE(inc.is_null());
+  ASSERT_TRUE(inc.contains("ladder")) << inc.dump();
+  const json& rung = inc["ladder"][0];
+  EXPECT_EQ(rung["rung"], "diagnose");
+  const std::string outcome = rung["outcome"];
+  std::printf("[ timing ] diagnose rung with the network test %.3f s: %s\n", rung.value("seconds", -1.0),
+              outcome.c_str());
+  EXPECT_NE(outcome.find("m03: network link net1 (m02-m03) took"), std::string::npos) << outcome;
+  EXPECT_EQ(outcome.find("m02:"), std::string::npos) << "a neighbour on one slow link is not blamed: " << outcome;
+  EXPECT_EQ(outcome.find("m04:"), std::string::npos) << outcome;
+  EXPECT_EQ(inc["evicted"], json({"m03"})) << inc.dump();
+}
+
+// The periodic bitwise check (--ladder-align-every): `drift` corruption
+// leaves every value finite and rarely makes a spike, so no detector opens
+// an incident; every 15 s the controller stops the job for the alignment
+// test on every machine, and the check after the injection finds m03.
+TEST_F(Ladder, ThePeriodicBitwiseCheckFindsADriftingMachine) {
+  auto up = Bulwark({"up", "--machines", "4", "--standby", "2", "--ladder-align-every", "15"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  WriteJob(4);
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  WaitFor("first steps", 60, [](const json& s) { return s["job"]["last_step"] >= 20; });
+  auto drift = Bulwark({"inject", "sdc", "--machine", "m03", "--mode", "drift"});
+  ASSERT_EQ(drift.exit_code, 0) << drift.err;
+  json inc;
+  json s = WaitFor("eviction of m03 by the periodic check", 150, [&](const json& s) {
+    if (MachineState(s, "m03") != "evicted" || s["job"]["state"] != "running") return false;
+    inc = IncidentEvicting(Query("incidents"), "m03");
+    return !inc.is_null();
+  });
+  ASSERT_FALSE(inc.is_null());
+  EXPECT_NE(inc["cause"].get<std::string>().find("periodic bitwise check"), std::string::npos) << inc.dump();
+  ASSERT_TRUE(inc.contains("ladder")) << inc.dump();
+  const json& rung = inc["ladder"][0];
+  std::printf("[ timing ] periodic bitwise check %.3f s: %s\n", rung.value("seconds", -1.0),
+              rung["outcome"].get<std::string>().c_str());
+  EXPECT_NE(rung["outcome"].get<std::string>().find("m03: alignment hash"), std::string::npos) << rung.dump();
+  EXPECT_EQ(inc["evicted"], json({"m03"})) << inc.dump();
+  // Checks that found nothing restarted in place and evicted nobody.
+  for (const json& i : Query("incidents")) {
+    if (i["cause"].get<std::string>().find("periodic bitwise check") == std::string::npos || !i["closed"]) continue;
+    if (i.value("evicted", json::array()).empty()) EXPECT_EQ(i["resolution"], "reattempt") << i.dump();
+  }
+}
+
+// A controller killed as the ladder starts: the kill point fires right
+// after the second NaN (the one that starts the diagnose rung) is
+// journaled, before any DIAGNOSE one-shot was queued, so no agent got one
+// from it. The restarted controller replays the journal, finds the
+// diagnose rung in flight and sends the one-shots (an agent that had run
+// the same id would ignore the repeat); every machine answers and the rung
+// evicts m03 by its alignment hash. Before, the rung waited out its budget
+// with nobody answering: inconclusive, and on to the later rungs.
+TEST_F(Ladder, ARestartedControllerResendsTheDiagnosticsInFlight) {
+  auto up = testing::Run({testing::BinDir() + "/bulwark", "up", "--machines", "4", "--standby", "2", "--dir", dir_},
+                         {{"BULWARK_TEST_KILL_AT", "journaled:training_anomaly#2"}}, 60);
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  WriteJob(4);
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  WaitFor("first steps", 60, [](const json& s) { return s["job"]["last_step"] >= 20; });
+  pid_t first = 0;
+  std::ifstream(dir_ + "/controller.pid") >> first;
+  ASSERT_GT(first, 0);
+  Inject("sdc", "m03");
+  // The controller dies at its kill point; wait for that, then start one.
+  bool dead = false;
+  for (int i = 0; i < 900 && !dead; ++i) {
+    dead = ::kill(first, 0) != 0;
+    if (!dead) {
+      std::ifstream stat("/proc/" + std::to_string(first) + "/stat");
+      std::string line;
+      std::getline(stat, line);
+      const size_t paren = line.rfind(')');
+      dead = paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+    }
+    if (!dead) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(dead) << "the controller never reached journaled:training_anomaly#2";
+  controller_ = std::make_unique<testing::Process>(
+      std::vector<std::string>{testing::BinDir() + "/bulwark", "controller", "--dir", dir_});
+  json inc;
+  WaitFor("eviction of m03 after the controller's restart", 150, [&](const json& s) {
+    if (MachineState(s, "m03") != "evicted") return false;
+    inc = IncidentEvicting(Query("incidents"), "m03");
+    return !inc.is_null();
+  });
+  ASSERT_FALSE(inc.is_null());
+  const json& rung = inc["ladder"][0];
+  const std::string outcome = rung["outcome"];
+  std::printf("[ timing ] diagnose rung across a controller restart %.3f s: %s\n", rung.value("seconds", -1.0),
+              outcome.c_str());
+  EXPECT_NE(outcome.find("m03: alignment hash"), std::string::npos) << outcome;
+  EXPECT_EQ(outcome.find("no answer"), std::string::npos) << "every machine answered: " << outcome;
+}
+
 TEST_F(Ladder, ABadLadderConfigurationIsAOneLineErrorAtStart) {
   for (const auto& [flags, hint] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--ladder-rungs", "diagnose,pray"}, "rung 'pray' is unknown"},
            {{"--ladder-budget", "0"}, "must be positive"},
-           {{"--ladder-tests", "compute,network"}, "test 'network' is unknown"}}) {
+           {{"--ladder-tests", "compute,gpu-burn"}, "test 'gpu-burn' is unknown"},
+           {{"--ladder-align-every", "hourly"}, "align-every 'hourly' is not a number"}}) {
     std::vector<std::string> args = {"up", "--machines", "1"};
     args.insert(args.end(), flags.begin(), flags.end());
     auto r = Bulwark(args);

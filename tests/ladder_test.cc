@@ -6,6 +6,7 @@
 #include <set>
 
 #include "controller/ladder.h"
+#include "controller/policy.h"
 #include "support/controller_fixture.h"
 
 namespace bulwark::controller {
@@ -49,8 +50,12 @@ TEST(Ladder, UnknownRungOrZeroBudgetIsAOneLineErrorAtStart) {
   ASSERT_FALSE(z.ok());
   EXPECT_NE(z.status().message().find("diagnose_budget"), std::string::npos) << z.status().ToString();
   PolicyConfig test;
-  test.ladder.tests = {"compute", "network"};
+  test.ladder.tests = {"compute", "gpu-burn"};
   EXPECT_FALSE(test.Validate().ok());
+  test.ladder.tests = {"compute", "network"};
+  EXPECT_TRUE(test.Validate().ok());
+  test.ladder.net_slow_ratio = 1;
+  EXPECT_NE(test.Validate().message().find("net_slow_ratio"), std::string::npos);
 }
 
 // ---------------------------------------------------------------------------
@@ -348,6 +353,74 @@ TEST(Ladder, FlagsAsBulwarkUpTakesThem) {
   EXPECT_EQ(st.message(), "policy: ladder rung 'prayer' is unknown; use diagnose, reattempt, rollback or replay");
   EXPECT_FALSE(ApplyLadderFlags("", "", "0", &bad).ok()) << "a zero budget";
   EXPECT_FALSE(ApplyLadderFlags("", "", "soon", &bad).ok());
+}
+
+TEST(LadderPolicy, TheNetworkTestSendsTheRingsLinksInTheOrderAgentsRunThem) {
+  PolicyConfig c;
+  c.ladder.tests = {"compute", "network"};
+  LadderJob j(1, c);
+  j.Nan(11, 11);
+  j.Do(StepCompleted{10, S(14)});
+  std::vector<Action> acts;
+  {
+    TrainingAnomaly a;
+    a.step = 11;
+    a.kind = "nan";
+    a.at = S(15);
+    a.observed = S(15.1);
+    acts = j.Act(a);
+  }
+  ASSERT_EQ(Briefs(acts), (Lines{"diagnose i2 compute,network"}));
+  EXPECT_EQ(acts[0].group_names, (std::vector<std::string>{"net0", "net1", "net2", "net3"}));
+  EXPECT_EQ(acts[0].groups[3], (std::vector<MachineId>{"m04", "m01"}));
+  // m02's two links are slow: m02 is evicted.
+  const std::map<MachineId, std::vector<DiagnosticResult>> results = {
+      {"m01", {{"compute", true, "", 80}, {"network/net0", true, "", 900}}},
+      {"m02", {{"compute", true, "", 80}, {"network/net1", true, "", 950}}},
+      {"m03", {{"compute", true, "", 80}, {"network/net2", true, "", 60}}},
+      {"m04", {{"compute", true, "", 80}, {"network/net3", true, "", 55}}}};
+  Lines last;
+  for (const auto& [m, rs] : results) last = j.Do(DiagnosticsReported{2, m, rs, "", S(20)});
+  EXPECT_EQ(last, (Lines{"evict m02", "activate s01", "restart_all g3 m01,s01,m03,m04 ckpt 0"}));
+  EXPECT_NE(j.Last().rungs[0].outcome.find("m02: network link net0 (m01-m02) took 900 ms"), std::string::npos)
+      << j.Last().rungs[0].outcome;
+}
+
+// The periodic bitwise check (align_every): due on time, an incident of its
+// own, the drifting machine evicted; a clean check restarts in place.
+TEST(LadderPolicy, ThePeriodicBitwiseCheckFindsADriftingMachineWithoutAnIncident) {
+  PolicyConfig c;
+  c.ladder.align_every = Secs(60);
+  LadderJob j(1, c);  // steps 1..10 at 1..10 s: the clock started at 1 s
+  EXPECT_FALSE(AlignmentCheckIsDue(j.controller->state(), c.ladder, S(60)));
+  EXPECT_TRUE(AlignmentCheckIsDue(j.controller->state(), c.ladder, S(61)));
+  PolicyConfig off;
+  EXPECT_FALSE(AlignmentCheckIsDue(j.controller->state(), off.ladder, S(1000))) << "off by default";
+  EXPECT_TRUE(j.Do(AlignmentCheckDue{S(30)}).empty()) << "an early or repeated event decides nothing";
+  EXPECT_EQ(j.Do(AlignmentCheckDue{S(61)}), (Lines{"diagnose i1 alignment"}));
+  EXPECT_EQ(j.ladder().state, LadderState::kDiagnosing);
+  EXPECT_TRUE(j.Do(AlignmentCheckDue{S(62)}).empty()) << "one check at a time";
+  EXPECT_FALSE(AlignmentCheckIsDue(j.controller->state(), c.ladder, S(200))) << "not while it runs";
+  for (const char* m : {"m01", "m02", "m04"}) j.Do(DiagnosticsReported{1, m, {{"alignment", true, "", 900}}, "good", S(64)});
+  EXPECT_EQ(j.Do(DiagnosticsReported{1, "m03", {{"alignment", true, "", 900}}, "drifted", S(65)}),
+            (Lines{"evict m03", "activate s01", "restart_all g2 m01,m02,s01,m04 ckpt 0"}));
+  EXPECT_EQ(j.Last().cause, "periodic bitwise check");
+  EXPECT_EQ(j.Last().evicted, (std::vector<MachineId>{"m03"}));
+  EXPECT_EQ(j.ladder().state, LadderState::kWatching);
+  for (int k = 10; k <= 16; ++k) j.Do(StepCompleted{k, S(70 + k)});
+  EXPECT_EQ(j.ladder().state, LadderState::kIdle);
+  EXPECT_TRUE(j.Last().closed);
+  // The next check counts from the start of this one (61 s), and finds nothing.
+  EXPECT_FALSE(AlignmentCheckIsDue(j.controller->state(), c.ladder, S(120)));
+  EXPECT_EQ(j.Do(AlignmentCheckDue{S(121)}), (Lines{"diagnose i2 alignment"}));
+  for (const char* m : {"m01", "m02", "s01"}) j.Do(DiagnosticsReported{2, m, {{"alignment", true, "", 900}}, "good", S(124)});
+  EXPECT_EQ(j.Do(DiagnosticsReported{2, "m04", {{"alignment", true, "", 900}}, "good", S(125)}),
+            (Lines{"restart_all g3 m01,m02,s01,m04 ckpt 0"}));
+  EXPECT_EQ(j.Last().resolution, Resolution::kReattempt);
+  EXPECT_TRUE(j.Last().evicted.empty());
+  EXPECT_EQ(j.ladder().state, LadderState::kIdle) << "a clean check starts no ladder";
+  Status bad = ApplyLadderAlignEvery("hourly", &c.ladder);
+  EXPECT_EQ(bad.message(), "policy: ladder align-every 'hourly' is not a number of seconds; e.g. 600 (0: off)");
 }
 
 TEST(LadderPolicy, WithoutALadderARepeatStopsAtOnceAsBefore) {

@@ -235,6 +235,25 @@ TEST_F(Trainer, TwoStagesOfTwoReplicasFollowTheDataParallelLossCurve) {
       << pp[0].out;
 }
 
+// The SDC test hook in the pipeline trainer (sdc.h): BULWARK_SDC=drift
+// perturbs one gradient element per step, silently; the run completes and
+// prints nothing different, only its parameters differ from a clean run's
+// (which is deterministic: ExactResume).
+TEST_F(Trainer, PipelineStagesTakeTheSdcHookSilently) {
+  const std::vector<std::string> args = {"--steps", "3", "--batch-size", "4", "--pp", "2", "--micro-batches", "2",
+                                         "--precision", "fp32"};
+  auto run = [&](const std::map<std::string, std::string>& env) {
+    std::vector<ProcessResult> out;
+    for (auto& p : testing::StartRanks(Args(args), 2, env)) out.push_back(p->Wait());
+    EXPECT_EQ(out.size(), 2u);
+    return out;
+  };
+  const std::string clean = Checksum(run({}), 3);
+  auto drift = run({{"BULWARK_SDC", "drift"}});
+  EXPECT_NE(Checksum(drift, 3), clean) << "the corruption changed nothing";
+  EXPECT_EQ(drift[0].err.find("sdc"), std::string::npos) << "silent: " << drift[0].err;
+}
+
 TEST_F(Trainer, DeadStagePeerEndsTheRankWithPeerLostExitCode) {
   auto ranks = testing::StartRanks(
       Args({"--steps", "100000", "--dist-timeout", "20", "--pp", "2", "--micro-batches", "2"}), 2);

@@ -99,6 +99,8 @@ void Agent::ApplyCommands() {
       case wire::Command::RESET_HEALTH:
         slow_.Stop();
         sdc_.clear();
+        net_slow_ = 0;
+        compute_bad_ = false;
         ResetEmulatedHealth(health_paths_, gpu_.get());
         device_reported_ = disk_reported_ = memory_reported_ = false;
         Log("emulated device and NIC reset to healthy");
@@ -189,6 +191,18 @@ void Agent::Inject(const std::string& fault, int rank, const std::string& where,
   } else if (fault == "nic-flap") {
     WriteFileAtomic(health_paths_.nic, std::string("down\n"));
     nic_up_at_ = Clock::now() + kNicFlapDown;
+  } else if (fault == "compute-fail") {
+    // A broken ALU: its GEMM check gets one element wrong (diagnostics.h)
+    // and its ranks' matmuls go NaN now and then (the SDC hook, nan mode).
+    compute_bad_ = true;
+    sdc_ = "nan:1.000000";
+    for (const auto& [r, pid] : supervisor_.Pids()) {
+      if (Status st = links_->Send(pid, "INJECT sdc-" + sdc_); !st.ok()) Log("cannot inject compute-fail: " + st.ToString());
+    }
+  } else if (fault == "slow-link") {
+    // A degraded link (a flaky cable, a NIC renegotiated down): nothing
+    // fails, the machine's network test's collectives run F x slower.
+    net_slow_ = factor > 1 ? factor : 10;
   } else if (fault == "slow") {
     // The machine itself is slow from now on, whatever runs on it, until
     // an operator repairs it (RESET_HEALTH).
@@ -260,7 +274,15 @@ void Agent::Diagnose(const wire::Command& c) {
   req.budget = std::chrono::milliseconds(c.budget_ms() > 0 ? c.budget_ms() : 60000);
   req.trainer_argv = job_argv_;
   req.sdc = sdc_;
+  req.net_slow = net_slow_;
+  req.compute_corrupt = compute_bad_;
   req.health = health_paths_;
+  {
+    char self[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    const std::string exe = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
+    if (!exe.empty()) req.net_check_binary = exe.substr(0, exe.rfind('/') + 1) + "bulwark-train";
+  }
   for (const wire::ReplayAssignment& x : c.replay()) {
     req.replay.push_back({x.group(), x.rank(), x.world(), x.master_addr(), x.master_port()});
   }

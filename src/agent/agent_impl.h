@@ -224,6 +224,8 @@ class Agent {
   // emulated SDC ("" none, "nan:1.000000"), commands already run, answers in.
   std::vector<std::string> job_argv_;
   std::string sdc_;
+  double net_slow_ = 0;  // `inject slow-link`: the network test's links F x slower
+  bool compute_bad_ = false;  // `inject compute-fail`: the GEMM check sees a wrong element
   std::set<std::string> diagnosed_;
   std::mutex diagnostics_mu_;
   std::vector<wire::AgentEvent> diagnostics_done_;

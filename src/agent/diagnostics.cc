@@ -5,6 +5,7 @@
 #include <ctime>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "agent/tracer.h"
@@ -157,6 +158,57 @@ TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std:
   return o;
 }
 
+bool IsNetworkLink(const std::string& group) { return group.rfind("net", 0) == 0; }
+
+TestOutcome NetworkCheck(const std::string& binary, const ReplayGroup& link, double net_slow,
+                         const InspectorPaths& health, std::chrono::milliseconds budget) {
+  const auto t0 = Clock::now();
+  TestOutcome o{(link.rank == 0 ? "network/" : "network-part/") + link.group, false, "", 0};
+  if (!Inspect(health).nic_up) {
+    o.detail = "the NIC is down";
+    return o;
+  }
+  if (binary.empty()) {
+    o.detail = "no network check program (bulwark-train beside the agent)";
+    return o;
+  }
+  // Each link gets at most 30 s: a peer that never comes must not use up
+  // the budget of the links after it.
+  const auto limit = std::min(budget, std::chrono::milliseconds(30000));
+  std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET", "RANK=" + std::to_string(link.rank),
+                                   "WORLD_SIZE=" + std::to_string(link.world), "LOCAL_RANK=0",
+                                   "MASTER_ADDR=" + link.master_addr, "MASTER_PORT=" + std::to_string(link.master_port)};
+  if (net_slow > 1) argv.push_back("BULWARK_NET_SLOW=" + std::to_string(net_slow));
+  argv.insert(argv.end(), {binary, "--net-check", "--net-timeout",
+                           std::to_string(std::max<int64_t>(1, limit.count() / 1000))});
+  int code = 0;
+  Result<std::string> out = RunCaptured(argv, limit, &code);
+  const double wall = MsSince(t0);
+  if (!out.ok() || code != 0) {
+    o.ms = wall;
+    o.detail = out.ok() ? "the link check exited with code " + std::to_string(code) : out.status().message();
+    return o;
+  }
+  // {"net_check":"ok","ms":...,"mb_per_s":...,"latency_us":...}
+  auto number = [&](const char* key) {
+    const std::string k = std::string("\"") + key + "\":";
+    const size_t at = out->find(k);
+    return at == std::string::npos ? -1.0 : std::atof(out->c_str() + at + k.size());
+  };
+  const double ms = number("ms"), mbps = number("mb_per_s"), lat = number("latency_us");
+  if (ms <= 0) {
+    o.ms = wall;
+    o.detail = "the link check printed no timing";
+    return o;
+  }
+  o.passed = true;
+  o.ms = ms;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.0f MB/s, latency %.0f us", mbps, lat);
+  o.detail = buf;
+  return o;
+}
+
 DiagnosticsOutcome RunDiagnostics(const DiagnosticsRequest& req) {
   DiagnosticsOutcome out;
   const auto end = Clock::now() + req.budget;
@@ -167,18 +219,28 @@ DiagnosticsOutcome RunDiagnostics(const DiagnosticsRequest& req) {
       continue;
     }
     if (test == "compute") {
-      out.results.push_back(ComputeCheck());
+      out.results.push_back(ComputeCheck(req.compute_corrupt));
     } else if (test == "device") {
       out.results.push_back(DeviceCheck(req.health));
     } else if (test == "replay") {
       // Rank 0 of each group speaks for it; the other ranks' runs only
       // report a failure to take part (it explains a group's silence).
       for (const ReplayGroup& g : req.replay) {
+        if (IsNetworkLink(g.group)) continue;
         const auto left_now = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
         TestOutcome r = ReplayCheck(req.trainer_argv, req.sdc, g, req.replay_steps,
                                     std::max(left_now, std::chrono::milliseconds(1)));
         if (g.rank == 0) out.results.push_back(std::move(r));
         else if (!r.passed) out.results.push_back({"replay-part/" + g.group, false, r.detail, r.ms});
+      }
+    } else if (test == "network") {
+      // In the controller's order (deadlock-free: NetworkLinks in ladder.h).
+      for (const ReplayGroup& g : req.replay) {
+        if (!IsNetworkLink(g.group)) continue;
+        const auto left_now = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
+        TestOutcome r = NetworkCheck(req.net_check_binary, g, req.net_slow, req.health,
+                                     std::max(left_now, std::chrono::milliseconds(1)));
+        if (g.rank == 0 || !r.passed) out.results.push_back(std::move(r));
       }
     } else if (test == "alignment") {
       out.results.push_back(AlignmentCheck(req.trainer_argv, req.sdc, left, &out.alignment_hash));

@@ -9,6 +9,9 @@
 //              host measures the scheduler) goes to the controller, which
 //              fails a machine at compute_slow_ratio x the fleet's median
 //   device     the (emulated) device's health, as the inspector reads it
+//   network    `bulwark-train --net-check` with each neighbour in turn (the
+//              links the controller assigned): a timed Gloo all-reduce of
+//              4 MB and of one float; the controller compares the links
 //   alignment  `<the job's trainer argv> --align`: one fixed step of the
 //              job's architecture (trainer/align.h); the controller compares
 //              the hash with the other machines'
@@ -49,9 +52,19 @@ struct DiagnosticsRequest {
   // passed to the alignment run as BULWARK_SDC, like to the ranks.
   std::string sdc;
   InspectorPaths health;
-  // tests = {"replay"}: the groups to replay in, in order (horizontal first).
+  // tests = {"replay"}: the groups to replay in, in order (horizontal first);
+  // with "network", the links ("net<i>") to measure, in order.
   std::vector<ReplayGroup> replay;
   int replay_steps = 5;
+  // The network test's program: bulwark-train beside the agent's binary
+  // (any job's links can be measured, not only bulwark-train's).
+  std::string net_check_binary;
+  // `bulwark inject slow-link --factor F`: this machine's links F x slower
+  // (0: healthy); passed to the check as BULWARK_NET_SLOW.
+  double net_slow = 0;
+  // `bulwark inject compute-fail`: the GEMM check's result has one wrong
+  // element (ComputeCheck's corrupt), as on a machine with a broken ALU.
+  bool compute_corrupt = false;
 };
 
 struct DiagnosticsOutcome {
@@ -74,6 +87,14 @@ TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const s
 // the detail holding the hash; other ranks' outcome only says they ran.
 TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc, const ReplayGroup& g,
                         int steps, std::chrono::milliseconds budget);
+// This machine's end of one network link: `<binary> --net-check` as rank
+// `rank` of 2. The link's rank 0 gets "network/<link>" with the timed
+// collectives' ms (what the controller compares) and the bandwidth and
+// latency in the detail; rank 1 gets "network-part/<link>", reported only
+// when it failed. A NIC that reads "down" fails at once.
+TestOutcome NetworkCheck(const std::string& binary, const ReplayGroup& link, double net_slow,
+                         const InspectorPaths& health, std::chrono::milliseconds budget);
+bool IsNetworkLink(const std::string& group);
 // Every requested test, in order, within the budget (what is left of it
 // goes to the next test; a test that gets none fails "no time left").
 DiagnosticsOutcome RunDiagnostics(const DiagnosticsRequest& req);

@@ -171,6 +171,7 @@ Status Up(const Args& a) {
   controller::LadderConfig ladder;
   BULWARK_RETURN_IF_ERROR(
       controller::ApplyLadderFlags(a.Get("ladder-rungs"), a.Get("ladder-tests"), a.Get("ladder-budget"), &ladder));
+  BULWARK_RETURN_IF_ERROR(controller::ApplyLadderAlignEvery(a.Get("ladder-align-every"), &ladder));
   BULWARK_RETURN_IF_ERROR(MakeDirs(layout.machines()));
   const std::string self = ExeDir() + "/bulwark";
   // Where the agents are: this host, or the Slurm allocation `up` runs in
@@ -215,7 +216,7 @@ Status Up(const Args& a) {
     if (!mport.ok()) return mport.status();
     controller_argv.insert(controller_argv.end(), {"--metrics-port", std::to_string(*mport)});
   }
-  for (const char* f : {"ladder-rungs", "ladder-tests", "ladder-budget", "failure-rate"}) {
+  for (const char* f : {"ladder-rungs", "ladder-tests", "ladder-budget", "failure-rate", "ladder-align-every"}) {
     if (a.Has(f)) controller_argv.insert(controller_argv.end(), {std::string("--") + f, a.Get(f)});
   }
   BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(controller_argv, layout.controller_log()));
@@ -520,6 +521,14 @@ Status BenchCompareCmd(const Args& a) {
   return demo::RunCompareBench(o);
 }
 
+Status BenchLadderCmd(const Args& a) {
+  demo::BenchOptions o;
+  o.out = "runs/bench-ladder";
+  o.repeat = 1;
+  BULWARK_RETURN_IF_ERROR(ReadRunFlags(a, o, {{"repeat", &o.repeat}, {"threads", &o.threads}}));
+  return demo::RunLadderBench(o);
+}
+
 Status BenchImplicitCmd(const Args& a) {
   demo::BenchOptions o;
   o.out = "runs/bench-implicit";
@@ -563,11 +572,13 @@ Status Run(const Args& a) {
   if (cmd == "bench-checkpoint") return BenchCheckpointCmd(a);
   if (cmd == "bench-compare") return BenchCompareCmd(a);
   if (cmd == "bench-implicit") return BenchImplicitCmd(a);
+  if (cmd == "bench-ladder") return BenchLadderCmd(a);
   if (cmd == "controller") {
     Result<int> mport = IntFlag(a, "metrics-port", -1);
     if (!mport.ok()) return mport.status();
     return controller::RunController({ClusterDir(a), a.Has("init"), *mport, a.Get("ladder-rungs"),
-                                      a.Get("ladder-tests"), a.Get("ladder-budget"), a.Get("failure-rate")});
+                                      a.Get("ladder-tests"), a.Get("ladder-budget"), a.Get("failure-rate"),
+                                      a.Get("ladder-align-every")});
   }
   if (cmd == "agent") {
     agent::AgentOptions o;
@@ -579,13 +590,14 @@ Status Run(const Args& a) {
     o.metrics_port = *mport;
     return agent::RunAgent(o);
   }
-  std::cout << "usage: bulwark up|down|submit|update|rollback|releases|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-compare|bench-implicit|controller|agent [flags]\n"
+  std::cout << "usage: bulwark up|down|submit|update|rollback|releases|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-compare|bench-implicit|bench-ladder|controller|agent [flags]\n"
                "  up --machines N [--standby S] [--tls]  start a local cluster (controller + N+S agents; --tls: mutual TLS)\n"
                "  up --backend slurm [--machines N] [--standby S] [--grow G] [--listen HOST]\n"
                "                                     inside a Slurm allocation: agents as its tasks, evictions drain\n"
                "                                     nodes, G more nodes as jobs of their own (docs/slurm.md)\n"
-               "     [--ladder-rungs diagnose,reattempt,rollback,replay|none] [--ladder-tests compute,device,alignment]\n"
-               "     [--ladder-budget SECONDS]         the stop-time ladder (docs/ladder.md)\n"
+
+               "     [--ladder-rungs diagnose,reattempt,rollback,replay|none] [--ladder-tests compute,device,network,alignment]\n"
+               "     [--ladder-budget SECONDS] [--ladder-align-every SECONDS]   the stop-time ladder (docs/ladder.md)\n"
                "     [--metrics-port P]              Prometheus /metrics on 127.0.0.1:P (default: any free port)\n"
                "     [--failure-rate P]              daily failure probability per machine the standby target is sized for\n"
                "  down                               stop it\n"
@@ -600,6 +612,8 @@ Status Run(const Args& a) {
                "  inject hang --machine ID [--rank R] [--where collective|compute]\n"
                "  inject slow --machine ID --factor F   the machine's ranks run F x slower (F > 1)\n"
                "  inject sdc --machine ID [--mode nan|drift] [--rate R]   silent matmul corruption (docs/ladder.md)\n"
+               "  inject slow-link --machine ID --factor F   the machine's network links run F x slower (F > 1)\n"
+               "  inject compute-fail --machine ID   a broken ALU: wrong GEMM check, NaN matmuls (bench/ladder)\n"
                "  machine return --machine ID        hand a repaired machine back\n"
                "  demo [--json] [--out runs/demo]    4 machines + 2 standby train the small model through every\n"
                "                                     fault class; live line, tables, report.{html,md,json}\n"
@@ -609,6 +623,7 @@ Status Run(const Args& a) {
                "  bench-checkpoint [--rounds 2] [--shard-optimizer]  in-memory checkpoint overhead and restore times\n"
                "  bench-compare [--repeat 2] [--provisioning-delay 600]  bulwark vs the requeue baseline (docs/recovery.md)\n"
                "  bench-implicit [--repeat 3]        detect/localize/recover medians per implicit fault class\n"
+               "  bench-ladder [--repeat 1]          time per ladder rung and share of faults per rung (bench/ladder)\n"
                "every command takes --dir D (default $BULWARK_DIR, else ./.bulwark)\n";
   return cmd == "help" ? Status::OK() : Status::InvalidArgument("unknown command '" + cmd + "'");
 }

@@ -66,6 +66,9 @@ struct ClusterState {
   bool requeue_granted = false;
   // The stop-time ladder in progress, if any (ladder.h).
   LadderStatus ladder;
+  // The periodic bitwise check's clock (LadderConfig::align_every): the
+  // first step, then the start of the latest check.
+  std::optional<Time> align_check_from;
   // Observations that opened no incident (a job-wide slowdown), newest last.
   std::vector<std::string> notes;
 

@@ -30,7 +30,7 @@ const char* EventKindName(EventKind k) {
       "checkpoint_restored", "hang_suspected",     "fail_slow_suspected",
       "training_anomaly",    "stacks_analyzed",     "diagnostics_reported",
       "ladder_deadline",     "release_created",     "rollback_requested",
-      "release_due",         "requeue_due",
+      "release_due",         "requeue_due",         "alignment_check_due",
   };
   int i = static_cast<int>(k);
   return i >= 0 && i < kNumEventKinds ? kNames[i] : "unknown";
@@ -120,6 +120,7 @@ std::string Describe(const Event& e) {
             return "release " + std::to_string(x.release) + " waited too long for a restart: forcing it";
           },
           [](const RequeueDue&) { return std::string("the requeued job's machines are provisioned"); },
+          [](const AlignmentCheckDue&) { return std::string("the periodic bitwise check is due"); },
           [](const StacksAnalyzed& x) {
             return "stacks of incident " + std::to_string(x.incident) + ": " + std::to_string(x.groups.size()) +
                    " group(s); " + x.why;

@@ -225,11 +225,17 @@ struct RequeueDue {
   Time observed{};
 };
 
+// The periodic bitwise check (LadderConfig::align_every) is due: the plane
+// sends it from its tick when AlignmentCheckIsDue (policy.h) says so.
+struct AlignmentCheckDue {
+  Time observed{};
+};
+
 using Event = std::variant<RankExited, MachineHeartbeatLost, InspectionFailed, NetworkAlert,
                            MachineJoined, StepCompleted, CheckpointSaved, OperatorReturned,
                            ManualRestart, CheckpointRestored, HangSuspected, FailSlowSuspected,
                            TrainingAnomaly, StacksAnalyzed, DiagnosticsReported, LadderDeadline,
-                           ReleaseCreated, RollbackRequested, ReleaseDue, RequeueDue>;
+                           ReleaseCreated, RollbackRequested, ReleaseDue, RequeueDue, AlignmentCheckDue>;
 
 // One value per alternative of Event, in the same order.
 enum class EventKind {
@@ -253,8 +259,9 @@ enum class EventKind {
   kRollbackRequested,
   kReleaseDue,
   kRequeueDue,
+  kAlignmentCheckDue,
 };
-constexpr int kNumEventKinds = 20;
+constexpr int kNumEventKinds = 21;
 static_assert(std::variant_size_v<Event> == kNumEventKinds, "Event and EventKind must match");
 
 inline EventKind KindOf(const Event& e) { return static_cast<EventKind>(e.index()); }

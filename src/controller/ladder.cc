@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <set>
 
 namespace bulwark::controller {
@@ -16,7 +18,7 @@ const std::set<std::string>& KnownRungs() {
   return k;
 }
 const std::set<std::string>& KnownTests() {
-  static const std::set<std::string> k = {"compute", "device", "alignment"};
+  static const std::set<std::string> k = {"compute", "device", "network", "alignment"};
   return k;
 }
 }  // namespace
@@ -32,15 +34,15 @@ Status LadderConfig::Validate() const {
   }
   for (const std::string& t : tests) {
     if (KnownTests().count(t) == 0) {
-      return Status::InvalidArgument("policy: ladder test '" + t + "' is unknown; use compute, device or alignment");
+      return Status::InvalidArgument("policy: ladder test '" + t + "' is unknown; use compute, device, network or alignment");
     }
   }
   if (diagnose_budget.count() <= 0 || replay_budget.count() <= 0) {
     return Status::InvalidArgument("policy: ladder diagnose_budget and replay_budget must be positive (got " +
                                    FormatDuration(diagnose_budget) + " and " + FormatDuration(replay_budget) + ")");
   }
-  if (!(compute_slow_ratio > 1.0)) {
-    return Status::InvalidArgument("policy: ladder compute_slow_ratio must be above 1");
+  if (!(compute_slow_ratio > 1.0) || !(net_slow_ratio > 1.0)) {
+    return Status::InvalidArgument("policy: ladder compute_slow_ratio and net_slow_ratio must be above 1");
   }
   if (settle_steps < 1 || replay_k < 0) {
     return Status::InvalidArgument("policy: ladder settle_steps must be at least 1 and replay_k not negative");
@@ -72,6 +74,18 @@ Status ApplyLadderFlags(const std::string& rungs, const std::string& tests, cons
     config->diagnose_budget = Duration(static_cast<int64_t>(s * 1000));
   }
   return config->Validate();
+}
+
+Status ApplyLadderAlignEvery(const std::string& seconds, LadderConfig* config) {
+  if (seconds.empty()) return Status::OK();
+  char* end = nullptr;
+  const double s = std::strtod(seconds.c_str(), &end);
+  if (*end != '\0' || !(s >= 0) || s > 7 * 86400) {
+    return Status::InvalidArgument("policy: ladder align-every '" + seconds +
+                                   "' is not a number of seconds; e.g. 600 (0: off)");
+  }
+  config->align_every = Duration(static_cast<int64_t>(s * 1000));
+  return Status::OK();
 }
 
 // ---------------------------------------------------------------------------
@@ -152,14 +166,134 @@ Status LadderStatus::Move(LadderInput on) {
 // ---------------------------------------------------------------------------
 // Diagnostics verdict
 
+NetworkLinkMap NetworkLinks(const std::vector<MachineId>& machines) {
+  NetworkLinkMap links;
+  const size_t n = machines.size();
+  if (n < 2) return links;
+  const size_t count = n == 2 ? 1 : n;  // two machines: one link, not the same link twice
+  for (size_t p = 0; p < count; ++p) {
+    links["net" + std::to_string(p)] = {machines[p], machines[(p + 1) % n]};
+  }
+  return links;
+}
+
+int NetworkLinkIndex(const std::string& name) {
+  if (name.rfind("net", 0) != 0 || name.size() == 3) return -1;
+  int i = 0;
+  for (size_t c = 3; c < name.size(); ++c) {
+    if (name[c] < '0' || name[c] > '9' || i > 1000000) return -1;
+    i = i * 10 + (name[c] - '0');
+  }
+  return i;
+}
+
+namespace {
+
+bool IsNetworkResult(const std::string& test, std::string* link) {
+  for (const char* prefix : {"network/", "network-part/"}) {
+    const size_t n = std::strlen(prefix);
+    if (test.compare(0, n, prefix) == 0) {
+      *link = test.substr(n);
+      return true;
+    }
+  }
+  return false;
+}
+
+// The network rule (JudgeDiagnostics): which links fail, then which machines
+// they blame.
+void JudgeLinks(const std::vector<MachineId>& machines, const std::map<MachineId, MachineDiagnostics>& reports,
+                const LadderConfig& config, const NetworkLinkMap& links,
+                const std::function<void(const MachineId&, const std::string&)>& fail) {
+  struct Seen {
+    bool reported = false, failed = false;
+    double ms = 0;
+    std::string detail;
+  };
+  std::map<std::string, Seen> seen;
+  for (const MachineId& m : machines) {
+    auto it = reports.find(m);
+    if (it == reports.end()) continue;
+    for (const DiagnosticResult& r : it->second.results) {
+      std::string link;
+      if (!IsNetworkResult(r.test, &link) || links.count(link) == 0) continue;
+      Seen& s = seen[link];
+      s.reported = true;
+      if (!r.passed) {
+        s.failed = true;
+        s.detail += (s.detail.empty() ? "" : "; ") + r.detail;
+      } else if (r.test.rfind("network/", 0) == 0) {
+        s.ms = r.ms;
+        if (s.detail.empty()) s.detail = r.detail;
+      }
+    }
+  }
+  std::vector<double> times;
+  for (const auto& [name, s] : seen) {
+    if (!s.failed && s.ms > 0) times.push_back(s.ms);
+  }
+  std::sort(times.begin(), times.end());
+  // The lower median: with one bad machine in a ring of four, half the
+  // links are slow, and the plain median would sit between the two kinds.
+  const double reference = times.size() >= 3 ? times[(times.size() - 1) / 2] : 0;
+  std::map<std::string, std::string> bad;  // link -> why
+  for (const auto& [name, ends] : links) {
+    bool both_answered = true;
+    for (const MachineId& m : ends) both_answered = both_answered && reports.count(m) > 0;
+    auto it = seen.find(name);
+    if (it == seen.end()) {
+      // A machine that did not answer is failed for that already; a link
+      // both ends answered without measuring is a failed link.
+      if (both_answered) bad[name] = "no result";
+      continue;
+    }
+    const Seen& s = it->second;
+    if (s.failed) {
+      bad[name] = "failed: " + s.detail;
+    } else if (reference > 0 && s.ms >= config.net_slow_ratio * reference) {
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "took %.0f ms, %.1fx the reference link's %.0f ms", s.ms, s.ms / reference,
+                    reference);
+      bad[name] = buf + (s.detail.empty() ? std::string() : " (" + s.detail + ")");
+    }
+  }
+  if (bad.empty()) return;
+  std::map<MachineId, int> total, failing;
+  for (const auto& [name, ends] : links) {
+    for (const MachineId& m : ends) {
+      ++total[m];
+      if (bad.count(name)) ++failing[m];
+    }
+  }
+  std::set<MachineId> blamed, silent;
+  for (const auto& [m, f] : failing) {
+    if (reports.count(m) == 0) silent.insert(m);  // failed already: "no answer"
+    else if (f >= 2 || f == total[m]) blamed.insert(m);
+  }
+  for (const auto& [name, why] : bad) {
+    const std::vector<MachineId>& ends = links.at(name);
+    const std::string peer_a = ends[0], peer_b = ends.size() > 1 ? ends[1] : ends[0];
+    const bool explained = blamed.count(peer_a) || blamed.count(peer_b) || silent.count(peer_a) || silent.count(peer_b);
+    for (const MachineId& m : ends) {
+      if (blamed.count(m) || !explained) {
+        fail(m, "network link " + name + " (" + peer_a + "-" + peer_b + ") " + why);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 DiagnosticsVerdict JudgeDiagnostics(const std::vector<MachineId>& machines,
                                     const std::map<MachineId, MachineDiagnostics>& reports,
-                                    const LadderConfig& config, const std::string& budget_note) {
+                                    const LadderConfig& config, const std::string& budget_note,
+                                    const NetworkLinkMap& links) {
   DiagnosticsVerdict v;
   auto fail = [&](const MachineId& m, const std::string& why) {
     std::string& w = v.failed[m];
     w += (w.empty() ? "" : "; ") + why;
   };
+  JudgeLinks(machines, reports, config, links, fail);
   // The fleet's median compute time: a slow machine is judged against its
   // peers on this host, not against a number measured elsewhere.
   std::vector<double> compute_ms;
@@ -192,6 +326,8 @@ DiagnosticsVerdict JudgeDiagnostics(const std::vector<MachineId>& machines,
       continue;
     }
     for (const DiagnosticResult& r : it->second.results) {
+      std::string link;
+      if (IsNetworkResult(r.test, &link)) continue;  // judged per link above
       if (!r.passed) {
         fail(m, r.test + " failed" + (r.detail.empty() ? "" : ": " + r.detail));
       } else if (r.test == "compute" && median > 0 && compute_ms.size() >= 2 &&

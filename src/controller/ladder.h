@@ -3,8 +3,9 @@
 // first; each rung that cannot settle the fault hands it to the next.
 //
 //   diagnose   targeted tests on every machine of the job, in parallel, each
-//              with a budget (compute check, device health, bitwise
-//              alignment); failing machines are evicted and the job restarts
+//              with a budget (compute check, device health, pairwise network
+//              links, bitwise alignment); failing machines are evicted and
+//              the job restarts
 //   reattempt  every machine passed: restart in place (a transient fault)
 //   rollback   it fails again: roll back to the previous release; there are
 //              no releases yet, so the rung records "no earlier release"
@@ -36,7 +37,10 @@ struct LadderConfig {
   // The rungs to climb, in this order; a rung left out is skipped. Empty:
   // no ladder (a no-culprit anomaly that repeats stops the job, as before).
   std::vector<std::string> rungs = {"diagnose", "reattempt", "rollback", "replay"};
-  // The tests of the diagnose rung, run on every machine in parallel.
+  // The tests of the diagnose rung, run on every machine in parallel:
+  // compute, device, network, alignment. "network" is opt-in (it costs a
+  // process start per link, and a bad link is usually named by the NIC
+  // inspection before the ladder is needed).
   std::vector<std::string> tests = {"compute", "device", "alignment"};
   // Each machine's whole test run must answer within this; a machine that
   // does not is failed ("no answer within ...").
@@ -46,6 +50,12 @@ struct LadderConfig {
   // A machine whose compute check took this many times the fleet's median
   // fails it (a slow device is as bad as a wrong one in lock-step training).
   double compute_slow_ratio = 2.0;
+  // A network link (a pairwise all-reduce between neighbouring machines)
+  // whose timed collectives took this many times the reference link's fails
+  // (NetworkLinks, JudgeDiagnostics). Higher than the compute ratio: links
+  // on a shared host share its scheduler, and a link is measured by two
+  // processes, not one thread's CPU time.
+  double net_slow_ratio = 3.0;
   // After a restart decided by the ladder, this many steps past the step
   // that triggered it must complete before the ladder calls the fault
   // settled; a fault before that "fails again" and climbs on.
@@ -53,6 +63,11 @@ struct LadderConfig {
   // Algorithm 1's k: m = k*PP horizontal and n = DP/k vertical groups; 0
   // picks the smallest k that gives at least 2x2 groups.
   int replay_k = 0;
+  // The periodic bitwise check: every this long the alignment test runs on
+  // every machine (the job stops for it, a few seconds), so that a machine
+  // that drifts silently (no NaN, no spike, no incident) is still found.
+  // Zero: off (the default; it costs a stop and a restart each time).
+  Duration align_every{0};
 
   // One-line InvalidArgument naming the bad rung, test or budget.
   Status Validate() const;
@@ -64,6 +79,8 @@ struct LadderConfig {
 // then validated: a one-line InvalidArgument for anything wrong.
 Status ApplyLadderFlags(const std::string& rungs, const std::string& tests, const std::string& budget_s,
                         LadderConfig* config);
+// `bulwark up --ladder-align-every SECONDS` (0: off; "" keeps the default).
+Status ApplyLadderAlignEvery(const std::string& seconds, LadderConfig* config);
 
 // ---------------------------------------------------------------------------
 // States and the transition table
@@ -128,15 +145,38 @@ struct DiagnosticsVerdict {
   bool inconclusive = false;                // too many failed to believe the tests
 };
 
+// The network test's links: machine i and its neighbour i+1 in slot order,
+// closing the ring when there are more than two ("net0", "net1", ...; none
+// for one machine). Each machine is in two links (one when there are two
+// machines), so one bad machine shows as two slow links that share it,
+// and one bad cable as one. The agents run their links in name order,
+// which is deadlock-free: link p waits only for links before it.
+using NetworkLinkMap = std::map<std::string, std::vector<MachineId>>;
+NetworkLinkMap NetworkLinks(const std::vector<MachineId>& machines);
+// The order of the links' names as agents must run them ("net10" after
+// "net9"): the link's index.
+int NetworkLinkIndex(const std::string& name);
+
 // Judges one diagnose rung: a failed or missing test, a compute time at
 // least `compute_slow_ratio` x the median of all machines' compute times, an
 // alignment hash that differs from a strict majority's, or no answer at all
 // (a machine in `machines` absent from `reports`) fails the machine. Half
 // the job or more failing (in a job of more than one machine) says the test
 // or its environment, not the machines: inconclusive, nobody evicted.
+//
+// Network results ("network/<link>" from the link's first machine,
+// "network-part/<link>" when the second could not take part) judge links,
+// not the machine that reported them: a link fails when it failed or its
+// time is at least `net_slow_ratio` x the reference (the lower median of
+// the passed links' times: with one bad machine in a ring of 4, two of the
+// four links are slow, and the plain median would be half slow). A machine
+// on two failing links, or on all of its links, fails; a failing link that
+// touches no such machine fails both its ends (a bad cable: fast isolation
+// over precise localization).
 DiagnosticsVerdict JudgeDiagnostics(const std::vector<MachineId>& machines,
                                     const std::map<MachineId, MachineDiagnostics>& reports,
-                                    const LadderConfig& config, const std::string& budget_note);
+                                    const LadderConfig& config, const std::string& budget_note,
+                                    const NetworkLinkMap& links = {});
 
 // ---------------------------------------------------------------------------
 // Dual-phase replay (ByteRobust Algorithm 1)
@@ -177,7 +217,9 @@ struct LadderStatus {
   std::vector<MachineId> machines;                      // asked to run diagnostics
   std::map<MachineId, MachineDiagnostics> reports;      // answered so far
   std::map<std::string, bool> replay_results;           // "h0" / "v1" -> passed
+  NetworkLinkMap links;           // the network test's links, when it runs
   bool reattempted = false;       // the reattempt rung is spent (or came before the ladder)
+  bool periodic = false;          // a periodic bitwise check, not a fault (align_every)
   // Sets state to LadderNext(state, on).
   Status Move(LadderInput on);
 };

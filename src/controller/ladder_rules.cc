@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "controller/ladder.h"
+#include "controller/policy.h"
 #include "controller/policy_internal.h"
 
 namespace bulwark::controller::internal {
@@ -25,6 +26,33 @@ void EndRung(Incident& inc, Time now, const std::string& outcome) {
   inc.rungs.back().outcome = outcome;
 }
 
+// Sends RunDiagnostics for `tests` to every machine of the job and holds
+// the job until they answered or the budget ran out. The network test's
+// links travel as the action's groups ("net<i>", in the order the agents
+// must run them).
+Status StartDiagnose(RuleContext& ctx, Incident& inc, int rung, const std::vector<std::string>& tests) {
+  ClusterState& s = ctx.state;
+  LadderStatus& l = s.ladder;
+  BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kDiagnose));
+  l.machines = s.placement.slots;
+  l.reports.clear();
+  l.links.clear();
+  l.deadline = ctx.now + ctx.config.ladder.diagnose_budget;
+  inc.rungs.push_back({"diagnose", ctx.now, std::nullopt, ""});
+  Action a = RunDiagnosticsAction(inc.id, rung, s.placement, tests, ctx.config.ladder.diagnose_budget, inc.why);
+  if (std::find(tests.begin(), tests.end(), "network") != tests.end()) {
+    l.links = NetworkLinks(l.machines);
+    std::vector<std::pair<int, std::string>> order;
+    for (const auto& [name, ends] : l.links) order.push_back({NetworkLinkIndex(name), name});
+    std::sort(order.begin(), order.end());
+    for (const auto& [index, name] : order) {
+      a.group_names.push_back(name);
+      a.groups.push_back(l.links[name]);
+    }
+  }
+  return Emit(ctx, std::move(a));
+}
+
 // Climbs to the first enabled rung at or after `from` that applies, in the
 // same decision: diagnose and replay wait for results (the ladder holds the
 // job), reattempt restarts and watches, rollback is recorded and passed,
@@ -38,13 +66,8 @@ Status ClimbFrom(RuleContext& ctx, Incident& inc, int from) {
     const std::string& rung = cfg.rungs[i];
     l.rung = i;
     if (rung == "diagnose") {
-      BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kDiagnose));
-      l.machines = s.placement.slots;
-      l.reports.clear();
-      l.deadline = ctx.now + cfg.diagnose_budget;
-      inc.rungs.push_back({rung, ctx.now, std::nullopt, ""});
-      inc.why = "stopped for diagnostics on " + std::to_string(l.machines.size()) + " machine(s): " + l.trigger;
-      return Emit(ctx, RunDiagnosticsAction(inc.id, i, s.placement, cfg.tests, cfg.diagnose_budget, inc.why));
+      inc.why = "stopped for diagnostics on " + std::to_string(s.placement.slots.size()) + " machine(s): " + l.trigger;
+      return StartDiagnose(ctx, inc, i, cfg.tests);
     }
     if (rung == "reattempt") {
       if (l.reattempted) continue;  // the trigger already followed a reattempt
@@ -115,9 +138,19 @@ Status FinishDiagnose(RuleContext& ctx, Incident& inc, const std::string& budget
   for (const MachineId& m : l.machines) {
     if (ctx.state.IsActive(m)) still.push_back(m);
   }
-  const DiagnosticsVerdict v = JudgeDiagnostics(still, l.reports, ctx.config.ladder, budget_note);
+  const DiagnosticsVerdict v = JudgeDiagnostics(still, l.reports, ctx.config.ladder, budget_note, l.links);
   l.deadline.reset();
   EndRung(inc, ctx.now, v.why);
+  if (l.periodic && (v.failed.empty() || v.inconclusive)) {
+    // A routine check that found nothing is no fault: the job goes on in
+    // place, and the ladder is not started by it.
+    BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kExhausted));
+    inc.resolution = Resolution::kReattempt;
+    inc.why = "periodic bitwise check: " + v.why + "; restarted in place";
+    ctx.state.restart_pending = true;
+    ctx.state.restart_reason = "periodic bitwise check done";
+    return Status::OK();
+  }
   if (v.failed.empty() || v.inconclusive) return ClimbFrom(ctx, inc, l.rung + 1);
   BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kRestart));
   std::vector<MachineId> bad;
@@ -179,6 +212,33 @@ Status EnterLadder(RuleContext& ctx, Incident& inc, const std::string& trigger, 
   return ClimbFrom(ctx, inc, 0);
 }
 
+
+// The periodic bitwise check (LadderConfig::align_every): the alignment
+// test on every machine at once, as a diagnose rung of its own incident.
+// A machine whose hash differs from the majority's is evicted and the
+// ladder watches, as after any diagnose rung; nothing found restarts in
+// place (FinishDiagnose).
+Status OnAlignmentCheckDue(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<AlignmentCheckDue>(e);
+  ClusterState& s = ctx.state;
+  if (!AlignmentCheckIsDue(s, ctx.config.ladder, x.observed)) return Status::OK();  // a repeat, or too late
+  s.align_check_from = ctx.now;
+  Result<Incident*> opened = OpenIncident(ctx, IncidentClass::kImplicit, "periodic bitwise check", std::nullopt,
+                                          /*localized=*/false);
+  if (!opened.ok()) return opened.status();
+  Incident& inc = **opened;
+  LadderStatus& l = s.ladder;
+  l = LadderStatus{};
+  l.periodic = true;
+  l.trigger = "periodic bitwise check (every " + FormatDuration(ctx.config.ladder.align_every) + ")";
+  l.trigger_step = s.last_step;
+  l.incident = inc.id;
+  l.rung = -1;  // no rung of the configured ladder: a fault it finds climbs from the first
+  inc.notes.push_back("ladder: " + l.trigger);
+  inc.why = "stopped for the periodic bitwise check on " + std::to_string(s.placement.slots.size()) + " machine(s)";
+  return StartDiagnose(ctx, inc, -1, {"alignment"});
+}
+
 Status OnDiagnosticsReported(RuleContext& ctx, const Event& e) {
   const auto& x = std::get<DiagnosticsReported>(e);
   LadderStatus& l = ctx.state.ladder;
@@ -232,3 +292,13 @@ Status OnLadderDeadline(RuleContext& ctx, const Event& e) {
 }
 
 }  // namespace bulwark::controller::internal
+
+namespace bulwark::controller {
+
+bool AlignmentCheckIsDue(const ClusterState& s, const LadderConfig& config, Time now) {
+  return config.align_every.count() > 0 && s.job == JobState::kRunning && s.ladder.state == LadderState::kIdle &&
+         s.incidents.Current() == nullptr && s.align_check_from && now - *s.align_check_from >= config.align_every &&
+         !s.placement.slots.empty();
+}
+
+}  // namespace bulwark::controller

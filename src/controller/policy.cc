@@ -14,6 +14,7 @@ using namespace internal;
 using internal::EnterLadder;
 using internal::OnDiagnosticsReported;
 using internal::OnLadderDeadline;
+using internal::OnAlignmentCheckDue;
 using internal::OverEvict;
 using internal::OnReleaseCreated;
 using internal::OnRollbackRequested;
@@ -276,6 +277,7 @@ Status OnStepCompleted(RuleContext& ctx, const Event& e) {
   if (LadderHoldsJob(s)) return Status::OK();
   s.last_step = x.step;
   s.ledger.StepCompleted(x.step, x.observed);
+  if (!s.align_check_from) s.align_check_from = x.observed;  // the periodic check's clock starts with training
   if (s.ladder.state == LadderState::kWatching && x.step > s.ladder.trigger_step + ctx.config.ladder.settle_steps) {
     BULWARK_RETURN_IF_ERROR(s.ladder.Move(LadderInput::kSettled));
   }
@@ -380,6 +382,7 @@ constexpr std::array<RuleEntry, kNumEventKinds> kRules = {{
     {EventKind::kRollbackRequested, OnRollbackRequested},
     {EventKind::kReleaseDue, OnReleaseDue},
     {EventKind::kRequeueDue, OnRequeueDue},
+    {EventKind::kAlignmentCheckDue, OnAlignmentCheckDue},
 }};
 
 constexpr bool RulesInEventOrder() {

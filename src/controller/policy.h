@@ -54,4 +54,10 @@ Status Emit(RuleContext& ctx, Action action);
 // from the rule (unknown machine, illegal request) nothing was changed.
 Status Decide(RuleContext& ctx, const Event& event);
 
+// Whether the periodic bitwise check (LadderConfig::align_every) is due at
+// `now`: on, the job running with no incident open and no ladder climbing,
+// and align_every since the first step or the latest check. The plane asks
+// from its tick and sends AlignmentCheckDue; the rule asks again.
+bool AlignmentCheckIsDue(const ClusterState& s, const LadderConfig& config, Time now);
+
 }  // namespace bulwark::controller

@@ -38,6 +38,7 @@ Status OverEvict(RuleContext& ctx, Incident& inc, const std::vector<MachineId>& 
 Status EnterLadder(RuleContext& ctx, Incident& inc, const std::string& trigger, int64_t step, bool reattempted);
 Status OnDiagnosticsReported(RuleContext& ctx, const Event& e);
 Status OnLadderDeadline(RuleContext& ctx, const Event& e);
+Status OnAlignmentCheckDue(RuleContext& ctx, const Event& e);
 
 // Releases and requeue mode (policy_releases.cc).
 Status OnReleaseCreated(RuleContext& ctx, const Event& e);

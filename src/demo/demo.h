@@ -69,6 +69,12 @@ Status RunCompareBench(const CompareBenchOptions& o);
 // and whether the right machine went.
 Status RunImplicitBench(const BenchOptions& o);
 
+// bench/ladder (ladder_bench.cc): a transient crash, a compute-fail
+// machine, a release that cannot start and a silently corrupting machine,
+// `repeat` rounds; the mechanism that resolved each, the time per rung, and
+// the shares beside ByteRobust's.
+Status RunLadderBench(const BenchOptions& o);
+
 struct CheckpointBenchOptions {
   std::string exe_dir;
   std::string out = "runs/bench-checkpoint";

@@ -359,6 +359,16 @@ Result<Report> RenderReport(const json& run) {
       md << "| " << RankList(g["ranks"]) << " | " << g["count"] << " | `" << Cell(g["stack"].get<std::string>()) << "` |\n";
     }
   }
+  // Incidents that climbed the stop-time ladder: a row per rung.
+  for (const json& i : run["incidents"]) {
+    if (!i.contains("ladder")) continue;
+    md << "\n### Incident " << i["id"] << ": the stop-time ladder\n\n| rung | started | seconds | outcome |\n"
+       << "|---|---:|---:|---|\n";
+    for (const json& r : i["ladder"]) {
+      md << "| " << Cell(r.value("rung", "")) << " | +" << Fmt("%.1f s", (r.value("started_ms", 0.0) - t0) / 1000)
+         << " | " << Opt(r, "seconds", "%.1f s") << " | " << Cell(r.value("outcome", "")) << " |\n";
+    }
+  }
   rep.markdown = md.str();
 
   // The page: the timeline first (it is the point), then the same tables.
@@ -397,6 +407,17 @@ Result<Report> RenderReport(const json& run) {
     for (const json& g : i["stacks"]["groups"]) {
       h << "<tr><td>" << RankList(g["ranks"]) << "</td><td>" << g["count"] << "</td><td><code>"
         << Escape(g["stack"].get<std::string>()) << "</code></td></tr>\n";
+    }
+    h << "</table>\n";
+  }
+  for (const json& i : run["incidents"]) {
+    if (!i.contains("ladder")) continue;
+    h << "<h3>Incident " << i["id"] << ": the stop-time ladder</h3>\n"
+      << "<table><tr><th>rung</th><th>started</th><th>seconds</th><th>outcome</th></tr>\n";
+    for (const json& r : i["ladder"]) {
+      h << "<tr><td>" << Escape(r.value("rung", "")) << "</td><td>+"
+        << Fmt("%.1f s", (r.value("started_ms", 0.0) - t0) / 1000) << "</td><td>" << Opt(r, "seconds", "%.1f")
+        << "</td><td>" << Escape(r.value("outcome", "")) << "</td></tr>\n";
     }
     h << "</table>\n";
   }

@@ -103,10 +103,11 @@ std::optional<json> FirstStepAfterLastStart(const std::string& log) {
 }
 
 Result<std::unique_ptr<Session>> Session::Up(const std::string& exe_dir, const std::string& dir, int machines, int standby,
-                                             bool quiet_stdout) {
-  const Status up = RunChild({exe_dir + "/bulwark", "up", "--machines", std::to_string(machines), "--standby",
-                              std::to_string(standby), "--dir", dir},
-                             60, quiet_stdout);
+                                             bool quiet_stdout, const std::vector<std::string>& up_flags) {
+  std::vector<std::string> argv = {exe_dir + "/bulwark", "up", "--machines", std::to_string(machines), "--standby",
+                                   std::to_string(standby), "--dir", dir};
+  argv.insert(argv.end(), up_flags.begin(), up_flags.end());
+  const Status up = RunChild(argv, 60, quiet_stdout);
   Result<cli::ControlClient> client = up.ok() ? cli::ControlClient::Connect(dir) : Result<cli::ControlClient>(up);
   if (!client.ok()) {
     // A half-started cluster (controller up, an agent missing) goes down too.
@@ -160,6 +161,7 @@ Result<int> Session::Update(const std::string& name, int world_size, const std::
 Result<json> Session::StatusJson() { return client_.Status(); }
 Result<json> Session::Incidents() { return client_.Incidents(); }
 Result<json> Session::Ledger() { return client_.Ledger(); }
+Result<json> Session::Releases() { return client_.Releases(); }
 namespace {
 int CountLines(const std::string& path, const std::string& needle) {
   std::ifstream in(path);

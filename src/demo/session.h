@@ -47,8 +47,9 @@ std::optional<json> FirstStepAfterLastStart(const std::string& log);
 class Session {
  public:
   // `bulwark up --machines N --standby S --dir DIR`, then connects.
+  // `up_flags` go to `bulwark up` too (e.g. the ladder's settings).
   static Result<std::unique_ptr<Session>> Up(const std::string& exe_dir, const std::string& dir, int machines, int standby,
-                                             bool quiet_stdout = false);
+                                             bool quiet_stdout = false, const std::vector<std::string>& up_flags = {});
   ~Session();  // Down(), ignoring its result: the caller already failed
 
   Status Down();
@@ -66,6 +67,7 @@ class Session {
   Result<json> StatusJson();
   Result<json> Incidents();
   Result<json> Ledger();
+  Result<json> Releases();
   // Injects `fault` and confirms within 3 s, from the agent's log, that the
   // agent acted on it; sends it once more if not (a one-shot command can be
   // lost when the agent's 30 s command stream rolls over). Returns the

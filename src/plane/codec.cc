@@ -327,6 +327,7 @@ Result<Event> DecodeEvent(const json& j) {
     return Event(x);
   }
   if (kind == EventKindName(EventKind::kRequeueDue)) return Event(RequeueDue{observed});
+  if (kind == EventKindName(EventKind::kAlignmentCheckDue)) return Event(AlignmentCheckDue{observed});
   return Status::InvalidArgument("journal record field 'kind': unknown event kind '" + kind + "'");
 }
 

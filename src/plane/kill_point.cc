@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 namespace bulwark::controller {
 namespace {
@@ -29,6 +30,12 @@ void KillPointJournaled(const std::string& event_kind) {
   if (Target().empty()) return;
   const std::string point = "journaled:" + event_kind;
   if (Target() == point) Die(point);
+  // "journaled:<kind>#N": the Nth such event this process journals. Called
+  // under the plane's lock, so the count needs none of its own.
+  static std::map<std::string, int> seen;
+  if (Target().rfind(point + "#", 0) == 0 && ++seen[point] == std::atoi(Target().c_str() + point.size() + 1)) {
+    Die(Target());
+  }
 }
 
 void KillPointSent(const std::string& command_kind, const std::string& machine, int64_t generation) {

@@ -10,6 +10,8 @@
 //   journaled:<event kind>                 an event of that kind was
 //                                          journaled; its actions not yet
 //                                          carried out ("rank_exited")
+//   journaled:<event kind>#N               the Nth one ("training_anomaly#2":
+//                                          the NaN that starts the ladder)
 //   sent:<COMMAND>:<machine>[:g<gen>]      a command of that kind (and
 //                                          generation) was written to the
 //                                          machine's stream ("sent:STOP_RANKS:m02")

@@ -8,6 +8,7 @@
 #include "plane/actuator.h"
 #include "plane/codec.h"
 #include "plane/kill_point.h"
+#include "controller/policy.h"
 #include "common/files.h"
 
 namespace bulwark::controller {
@@ -81,6 +82,36 @@ BackupPlan Plane::PlanLocked(const Placement& placement) const {
   return PlanBackups(placement, layout, addrs, holdings);
 }
 
+void Plane::SendDiagnose(const Action& a) {
+  // The tests themselves are a one-shot; the ranks' stop is desired
+  // state (the actuator's). A replay group or a network link
+  // rendezvouses at its first machine on a port of its own, clear of the
+  // job's generations.
+  std::map<MachineId, std::vector<wire::ReplayAssignment>> replay;
+  for (size_t g = 0; g < a.groups.size() && g < a.group_names.size(); ++g) {
+    for (size_t r = 0; r < a.groups[g].size(); ++r) {
+      wire::ReplayAssignment x;
+      x.set_group(a.group_names[g]);
+      x.set_rank(static_cast<int>(r));
+      x.set_world(static_cast<int>(a.groups[g].size()));
+      x.set_master_addr(launch_->master_addr);
+      x.set_master_port(launch_->master_port_base + 1000 + static_cast<int>((a.incident * 37 + g) % 1000));
+      replay[a.groups[g][r]].push_back(std::move(x));
+    }
+  }
+  for (const MachineId& m : a.placement.slots) {
+    wire::Command c;
+    for (const wire::ReplayAssignment& x : replay[m]) *c.add_replay() = x;
+    c.set_kind(wire::Command::DIAGNOSE);
+    c.set_id(a.id);
+    c.set_incident(a.incident);
+    c.set_budget_ms(a.budget_ms);
+    for (const std::string& t : a.tests) c.add_tests(t);
+    c.set_reason(a.reason);
+    AgentFor(m).oneshots.push_back(std::move(c));
+  }
+}
+
 Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Time now) {
   monitors_.AfterActions(actions, now, controller_ ? controller_->state().spec.topology() : Topology{});
   for (const Action& a : actions) {
@@ -104,33 +135,9 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
       trace_ = std::move(t);
       continue;
     }
-    if (a.kind == ActionKind::kRunDiagnostics && deliver) {
-      // The tests themselves are a one-shot; the ranks' stop is desired
-      // state (the actuator's). A replay group rendezvouses at its first
-      // machine on a port of its own, clear of the job's generations.
-      std::map<MachineId, std::vector<wire::ReplayAssignment>> replay;
-      for (size_t g = 0; g < a.groups.size() && g < a.group_names.size(); ++g) {
-        for (size_t r = 0; r < a.groups[g].size(); ++r) {
-          wire::ReplayAssignment x;
-          x.set_group(a.group_names[g]);
-          x.set_rank(static_cast<int>(r));
-          x.set_world(static_cast<int>(a.groups[g].size()));
-          x.set_master_addr(launch_->master_addr);
-          x.set_master_port(launch_->master_port_base + 1000 + static_cast<int>((a.incident * 37 + g) % 1000));
-          replay[a.groups[g][r]].push_back(std::move(x));
-        }
-      }
-      for (const MachineId& m : a.placement.slots) {
-        wire::Command c;
-        for (const wire::ReplayAssignment& x : replay[m]) *c.add_replay() = x;
-        c.set_kind(wire::Command::DIAGNOSE);
-        c.set_id(a.id);
-        c.set_incident(a.incident);
-        c.set_budget_ms(a.budget_ms);
-        for (const std::string& t : a.tests) c.add_tests(t);
-        c.set_reason(a.reason);
-        AgentFor(m).oneshots.push_back(std::move(c));
-      }
+    if (a.kind == ActionKind::kRunDiagnostics) {
+      diagnose_decided_ = a;
+      if (deliver) SendDiagnose(a);
     }
     // A repeated decision (same id) is a no-op everywhere; log it once.
     if (deliver && logged_actions_.insert(a.id).second) Log("action " + a.ToString());
@@ -520,12 +527,13 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
 
 Status Plane::Inject(const wire::InjectRequest& req) {
   static const std::set<std::string> kFaults = {"crash", "kill", "machine-down", "device-fail", "nic-flap",
-                                                "corrupt-shard", "hang", "slow", "nan", "loss-spike", "sdc"};
+                                                "corrupt-shard", "hang", "slow", "nan", "loss-spike", "sdc",
+                                                "slow-link", "compute-fail"};
   const std::string& machine = req.machine();
   const std::string& fault = req.fault();
   if (kFaults.count(fault) == 0) {
     return Status::InvalidArgument("unknown fault '" + fault + "'; use crash, kill, machine-down, device-fail, "
-                                   "nic-flap, corrupt-shard, hang, slow, nan, loss-spike or sdc");
+                                   "nic-flap, corrupt-shard, hang, slow, nan, loss-spike, sdc, slow-link or compute-fail");
   }
   std::string where = req.where();
   // sdc: `where` carries the mode (nan, drift) and `factor` the rate per step (0: 1).
@@ -543,12 +551,13 @@ Status Plane::Inject(const wire::InjectRequest& req) {
   } else if (!where.empty()) {
     return Status::InvalidArgument("--where applies to hang only");
   }
-  if (fault == "slow" && !(req.factor() > 1.0)) {
-    return Status::InvalidArgument("slow --factor " + std::to_string(req.factor()) +
-                                   ": the factor must be above 1 (2 runs the machine's ranks 2x slower)");
+  if ((fault == "slow" || fault == "slow-link") && !(req.factor() > 1.0)) {
+    return Status::InvalidArgument(fault + " --factor " + std::to_string(req.factor()) +
+                                   ": the factor must be above 1 (2 runs the machine's " +
+                                   (fault == "slow" ? "ranks" : "network links") + " 2x slower)");
   }
-  if (fault != "slow" && fault != "sdc" && req.factor() != 0) {
-    return Status::InvalidArgument("--factor applies to slow only");
+  if (fault != "slow" && fault != "slow-link" && fault != "sdc" && req.factor() != 0) {
+    return Status::InvalidArgument("--factor applies to slow and slow-link only");
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
@@ -617,6 +626,9 @@ void Plane::Tick(Time now) {
   const LadderStatus& ladder = controller_->state().ladder;
   if (ladder.deadline && now >= *ladder.deadline && journal_error_.ok()) {
     HandleLocked(LadderDeadline{ladder.incident, now}, now, nullptr);
+  }
+  if (journal_error_.ok() && AlignmentCheckIsDue(controller_->state(), options_.policy.ladder, now)) {
+    HandleLocked(AlignmentCheckDue{now}, now, nullptr);
   }
   ReleaseAndRequeueTimers(now);
   CheckMonitors(now);

@@ -149,6 +149,9 @@ class Plane {
   // keeps a spare of the job set up, so that a swap to it costs a
   // rendezvous and a restore, not a process start (docs/recovery.md).
   void WarmStandbysLocked();
+  // Queues a RunDiagnostics action's DIAGNOSE one-shot for each of its
+  // machines (with their replay groups or network links).
+  void SendDiagnose(const Action& a);
   // Drops the step rows replay can do without, once replaying what is left
   // is verified to give the same state (journal_compaction.h).
   Status CompactJournal(Time now);
@@ -175,6 +178,11 @@ class Plane {
   Throughput throughput_;  // the job's tokens/s, for /metrics
   Logger log_{"controller"};
   std::optional<Trace> trace_;
+  // The latest RunDiagnostics decided, replayed ones included: a controller
+  // restarted while the ladder waits for it sends it again (the agents
+  // ignore a command id they already ran), instead of waiting out the
+  // budget for answers from machines whose command died with the old one.
+  std::optional<Action> diagnose_decided_;
   std::mutex mu_;
   std::condition_variable changed_;
   std::unique_ptr<Store> store_;

@@ -72,6 +72,18 @@ Status Plane::Rebuild(Time now) {
     ++replayed;
   }
   Log("rebuilt job " + row.id + " from " + std::to_string(replayed) + " journal entries");
+  // The ladder waits for diagnostics this controller's predecessor asked
+  // for; the one-shots may have died with it before every agent got one.
+  // Sent again under the same id, they run only where they never ran.
+  if (controller_ && diagnose_decided_ && !done_step_) {
+    const LadderStatus& l = controller_->state().ladder;
+    const bool waiting = l.state == LadderState::kDiagnosing || l.state == LadderState::kReplaying;
+    if (waiting && diagnose_decided_->incident == l.incident) {
+      Log("re-sending " + diagnose_decided_->id + " to the job's " +
+          std::to_string(diagnose_decided_->placement.slots.size()) + " machine(s): the ladder was waiting for it");
+      SendDiagnose(*diagnose_decided_);
+    }
+  }
   BULWARK_RETURN_IF_ERROR(CompactJournal(now));
   // The detectors learned nothing from the journal (signals are not kept):
   // a live job's ranks get the first step's allowance again.

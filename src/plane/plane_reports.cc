@@ -115,7 +115,9 @@ json Plane::StatusJson(Time now) {
     json ladder{{"state", LadderStateName(l.state)}};
     if (l.state != LadderState::kIdle) {
       const auto& rungs = controller_->config().ladder.rungs;
-      ladder["rung"] = l.rung >= 0 && l.rung < static_cast<int>(rungs.size()) ? rungs[l.rung] : "";
+      ladder["rung"] = l.rung >= 0 && l.rung < static_cast<int>(rungs.size()) ? rungs[l.rung]
+                       : l.periodic                                            ? "periodic check"
+                                                                               : "";
       ladder["trigger"] = l.trigger;
       ladder["incident"] = l.incident;
       if (l.deadline) ladder["deadline_in_s"] = static_cast<double>(ToMs(*l.deadline - now)) / 1000.0;

@@ -272,6 +272,7 @@ Status RunController(const ControllerOptions& options) {
                                      "' is not a number; give a daily probability per machine, e.g. 0.05");
     }
   }
+  BULWARK_RETURN_IF_ERROR(ApplyLadderAlignEvery(options.ladder_align_every_s, &po.policy.ladder));
   Result<std::unique_ptr<Plane>> plane = Plane::Open(po, WallNow());
   if (!plane.ok()) return plane.status();
 

@@ -22,6 +22,8 @@ struct ControllerOptions {
   // The per-machine daily failure rate the standby target is sized for
   // (policy_config.h); empty keeps the default. `bulwark up --failure-rate`.
   std::string daily_failure_rate;
+  // `--ladder-align-every SECONDS`: the periodic bitwise check (0: off).
+  std::string ladder_align_every_s;
 };
 
 // Serves until SIGTERM or SIGINT. The address comes from <dir>/controller.addr

@@ -2,6 +2,7 @@
 //   bulwark-train prepare --corpus kjv --out data/kjv
 //   bulwark-train --config small --data data/kjv [--key value ...]
 //   bulwark-train ... --align [--align-threads N] [--align-steps S]   (trainer/align.h)
+//   bulwark-train --net-check [--net-timeout S]   under RANK/WORLD_SIZE=2/MASTER_* (trainer/net_check.h)
 // Exit codes: common/exit_codes.h.
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "common/exit_codes.h"
 #include "trainer/align.h"
 #include "trainer/config.h"
+#include "trainer/net_check.h"
 #include "trainer/train.h"
 
 using namespace bulwark;
@@ -74,6 +76,16 @@ int main(int argc, char** argv) {
         std::fputs(trainer::UsageText(*cfg).c_str(), stdout);
         return kExitOk;
       }
+    }
+    // One network link (a stop-time diagnostic): needs no model or data.
+    if (!args.empty() && args[0] == "--net-check") {
+      double timeout_s = 30;
+      if (args.size() == 3 && args[1] == "--net-timeout") timeout_s = std::atof(args[2].c_str());
+      if (!(timeout_s > 0) || (args.size() != 1 && args.size() != 3)) {
+        return Fail(Status::InvalidArgument("usage: bulwark-train --net-check [--net-timeout SECONDS]"));
+      }
+      Status s = trainer::RunNetCheck(timeout_s);
+      return s.ok() ? kExitOk : Fail(s);
     }
     // Bitwise alignment (a stop-time diagnostic): the job's own arguments
     // say the architecture; --align and its thread count are taken out.

@@ -24,6 +24,7 @@
 #include "trainer/precision.h"
 #include "trainer/progress.h"
 #include "trainer/sampler.h"
+#include "trainer/sdc.h"
 #include "trainer/simd.h"
 #include "trainer/tokens.h"
 
@@ -358,6 +359,9 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
   // --------------------------------------------------------------------------
   // The loop. `st.step` counts completed steps; step s+1 is being computed.
   double last_fwd_ms = 0, last_ckpt_ms = 0;
+  // The emulated bad machine's corruption (sdc.h), as in train.cc: from the
+  // environment or a rank-link inject.
+  std::optional<Sdc> sdc = Sdc::FromEnv();
   while (st.step < cfg.steps) {
     if (cfg.eval_every > 0 && st.step % cfg.eval_every == 0) {
       // Not a step: the hang detector gets the phase's own allowance.
@@ -367,6 +371,13 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
       progress.Eval(st.step, *val);
     }
     const auto t0 = Clock::now();
+
+    // ---- the agent's test hook: silent data corruption stays on once
+    // injected ("sdc-nan:R" / "sdc-drift:R"); the pipeline has no other hook.
+    if (link) {
+      const std::string inject = link->PollInject().value_or("");
+      if (inject.rfind("sdc-", 0) == 0) sdc = Sdc::Parse(inject.substr(4));
+    }
 
     // ---- 1F1B over this replica's micro-batches
     store.ZeroGrad();
@@ -387,6 +398,11 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
     }
     BULWARK_RETURN_IF_ERROR(world.WaitSends());
     store.LossSlot().fill_(layers.head ? stage.loss_sum / M : 0.0);
+    // Like a bad ALU feeding the all-reduce: silent, no log line, no flag.
+    if (sdc) {
+      torch::Tensor g = store.GradsView();
+      sdc->Corrupt(g);
+    }
     const auto t_bwd = Clock::now();
 
     // ---- average gradients (and the loss) across the stage's replicas
