@@ -81,7 +81,8 @@ TEST_F(SlurmCluster, MachineDownDrainsTheNodeWithTheIncidentAndReturnResumesIt) 
                                   << testing::BinDir() << "/bulwark up --backend slurm --machines 2 --standby 1 "
                                   << "--grow 1 --failure-rate 0.06 --listen 127.0.0.1 --dir " << dir_ << " || exit 1\n"
                                   << "exec tail --pid=$(cat " << dir_ << "/controller.pid) -f /dev/null\n";
-  auto sb = Slurm({"sbatch", "--parsable", "-N3", "--no-kill", "--exclusive", "-o", root_ + "/up.out", root_ + "/up.sh"});
+  // -D: Slurm writes the job's resize scripts (slurm_job_N_resize.sh) into its working directory.
+  auto sb = Slurm({"sbatch", "--parsable", "-N3", "--no-kill", "--exclusive", "-D", root_, "-o", root_ + "/up.out", root_ + "/up.sh"});
   ASSERT_EQ(sb.exit_code, 0) << sb.err;
   ASSERT_TRUE(Until("three agents registered", 90, [&] {
     json s = Query("status");
