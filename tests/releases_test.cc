@@ -123,14 +123,39 @@ TEST(Releases, CodeErrorShortlyAfterAnUpdateRollsBack) {
   EXPECT_EQ(job.state().releases.RollbackTarget(), 0);
 }
 
+TEST(Releases, AnyCrashBeforeAnUpdatesFirstStepRollsBack) {
+  // A release that cannot start (a bad flag: exit 2, no signature) is
+  // rolled back at its first crash; no healthy machine is evicted for it.
+  Job job;
+  job.StartAndRun(10);
+  job.Do(Update(2, true, S(101)));
+  EXPECT_EQ(Briefs(job.Do(Crash("m02", "", S(103)))), (Lines{"restart_all g3 m01,m02,m03,m04 ckpt 10"}));
+  EXPECT_EQ(job.LastIncident().resolution, Resolution::kRolledBack);
+  EXPECT_NE(job.LastIncident().why.find("came before its first step"), std::string::npos) << job.LastIncident().why;
+  // Back on release 1, a crash before its first step is the usual reattempt:
+  // a rollback is no update.
+  EXPECT_EQ(Briefs(job.Do(Crash("m03", "", S(106)))), (Lines{"restart_all g4 m01,m02,m03,m04 ckpt 10"}));
+  EXPECT_EQ(job.LastIncident().resolution, Resolution::kReattempt);
+}
+
+TEST(Releases, CrashAfterTheUpdatesFirstStepIsTheUsualReattempt) {
+  Job job;
+  job.StartAndRun(10);
+  job.Do(Update(2, true, S(101)));
+  job.Do(Step(11, S(110)));
+  EXPECT_EQ(Briefs(job.Do(Crash("m02", "", S(115)))), (Lines{"restart_all g3 m01,m02,m03,m04 ckpt 10 r2"}));
+  EXPECT_EQ(job.LastIncident().resolution, Resolution::kReattempt);
+}
+
 TEST(Releases, CrashLoopAfterAnUpdateRollsBackInsteadOfStopping) {
   Job job;
   job.StartAndRun(10);
-  job.Do(Update(2, true, S(101)));  // restart g2, no step after it
-  job.Do(Crash("m01", "", S(105)));  // reattempt g3
-  job.Do(Crash("m02", "", S(108)));  // reattempt g4
-  auto acts = job.Do(Crash("m03", "", S(111)));
-  EXPECT_EQ(Briefs(acts), (Lines{"restart_all g5 m01,m02,m03,m04 ckpt 10"}));
+  job.Do(Update(2, true, S(101)));  // restart g2
+  job.Do(Step(11, S(110)));         // release 2 ran a step
+  job.Do(Crash("m01", "", S(115)));  // reattempt g3
+  job.Do(Crash("m02", "", S(118)));  // reattempt g4
+  auto acts = job.Do(Crash("m03", "", S(121)));
+  EXPECT_EQ(Briefs(acts), (Lines{"restart_all g5 m01,m02,m03,m04 ckpt 10"})) << "a crash loop: back to release 1";
   EXPECT_EQ(job.LastIncident().resolution, Resolution::kRolledBack);
 }
 

@@ -90,8 +90,10 @@ Status Apply(ClusterState& state, const Action& action, Time now) {
       }
       state.placement = action.placement;
       if (action.release != state.releases.applied) {
+        state.releases.applied_by_update = action.release > state.releases.applied;
         state.releases.applied = action.release;
         state.releases.applied_at = now;
+        state.releases.applied_epoch = state.progress_epoch;
       }
       if (action.release == state.releases.pending) state.releases.pending = 0;
       state.requeue_until.reset();

@@ -122,9 +122,14 @@ Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::st
   // code's own error, a bug on two machines, a crash loop) or a first
   // code-error crash rolls back instead: the new release is the suspect.
   const bool code_error = ctx.config.user_code_signatures.count(signature) != 0;
-  if (code_error || user_code_again || !same_signature_on.empty() ||
+  // A crash before an updated release completed its first step: the
+  // release cannot even start (a usage error, a bad flag), whatever the
+  // log says. Rolling back now beats evicting the machines it crashed on.
+  const bool never_stepped = s.releases.applied_by_update && s.progress_epoch == s.releases.applied_epoch;
+  if (code_error || never_stepped || user_code_again || !same_signature_on.empty() ||
       since_progress + 1 >= ctx.config.max_crashes_without_progress) {
     const std::string what = code_error ? "failed with the code error '" + signature + "'"
+                             : never_stepped ? "came before its first step"
                              : !same_signature_on.empty()
                                  ? "failed with '" + signature + "' on " + same_signature_on + " too"
                                  : "ended a crash loop";

@@ -14,6 +14,7 @@
 // with the plane (it is journaled there). Pure, like the rest of the policy.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <set>
 
@@ -28,6 +29,11 @@ struct ReleaseState {
   Time pending_since{};
   // When `applied` replaced an earlier release; empty for the submitted one.
   std::optional<Time> applied_at;
+  // ClusterState::progress_epoch when `applied` took effect, and whether it
+  // came by an update (newer) rather than a rollback: a crash before the
+  // new release's first step is blamed on it.
+  int64_t applied_epoch = 0;
+  bool applied_by_update = false;
   // Releases rolled back from: never a rollback target again.
   std::set<int> rolled_back;
 
