@@ -44,6 +44,7 @@ void Agent::ApplyCommands() {
         // Requeue mode: the machine counts as given back and acquired cold.
         if (c.fresh_machines()) {
           supervisor_.StopAll();
+          supervisor_.StopSpares();  // a machine acquired cold holds no spare either
           shards_->Forget();
           Log("fresh machine (requeue): forgot every in-memory copy");
         }

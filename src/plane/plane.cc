@@ -162,7 +162,9 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
 void Plane::WarmStandbysLocked() {
   if (!controller_ || !launch_) return;
   const ClusterState& s = controller_->state();
-  if ((s.job != JobState::kRunning && s.job != JobState::kRestarting) || s.placement.empty()) {
+  // The requeue baseline acquires its machines cold: no warm spares.
+  const bool requeue = s.spec.recovery == JobSpec::Recovery::kRequeue;
+  if ((s.job != JobState::kRunning && s.job != JobState::kRestarting) || s.placement.empty() || requeue) {
     // No job to be warm for (it completed, stopped or waits for machines):
     // the spares go.
     for (const MachineId& m : s.standbys) {
@@ -180,7 +182,8 @@ void Plane::WarmStandbysLocked() {
     Agent& a = AgentFor(m);
     // Only an idle standby: nothing asked of it yet, or a stop.
     if (a.desired && a.desired->kind() != wire::Command::STOP_RANKS) continue;
-    wire::Command warm = WarmStandby(*launch_, s.placement, options_.policy.spike_factor);
+    // Warm for the release the ranks run (a hot update changes it).
+    wire::Command warm = WarmStandby(LaunchFor(s.releases.applied), s.placement, options_.policy.spike_factor);
     if (a.desired && a.desired->id() == warm.id()) continue;
     a.desired = std::move(warm);
   }
