@@ -286,7 +286,14 @@ void Agent::InspectMachine() {
 
 void Agent::InspectRankProcesses() {
   const std::map<int, pid_t> none;
-  for (const auto& [rank, detail] : stuck_.Check(slow_.active() ? none : supervisor_.Pids(), std::chrono::steady_clock::now())) {
+  // Before a rank of this generation has stepped, a long uninterruptible
+  // sleep is mostly start-up paging libtorch and the data in from a cold
+  // disk (seen: four ranks 10 s in D at a demo's first start, which stopped
+  // the job as a software error); the first-step hang allowance covers a
+  // start that never progresses.
+  const bool started = saw_step_ || reported_step_ > 0;
+  for (const auto& [rank, detail] :
+       stuck_.Check(slow_.active() || !started ? none : supervisor_.Pids(), std::chrono::steady_clock::now())) {
     wire::AgentEvent e;
     e.set_kind(wire::AgentEvent::INSPECTION_FAILED);
     e.set_inspection("process");
