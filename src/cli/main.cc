@@ -33,7 +33,9 @@
 
 #include "agent/agent.h"
 #include "cli/client.h"
+#include "cli/args.h"
 #include "cli/job_file.h"
+#include "cli/run_commands.h"
 #include "cli/release_commands.h"
 #include "cluster/layout.h"
 #include "cluster/tls.h"
@@ -51,63 +53,6 @@ namespace bulwark::cli {
 namespace {
 
 using nlohmann::json;
-
-struct Args {
-  std::vector<std::string> positional;
-  std::map<std::string, std::string> flags;
-  bool Has(const std::string& k) const { return flags.count(k) != 0; }
-  std::string Get(const std::string& k, const std::string& def = "") const {
-    auto it = flags.find(k);
-    return it == flags.end() ? def : it->second;
-  }
-};
-
-const std::set<std::string> kBoolFlags = {"json", "init", "help", "shard-optimizer", "tls", "now"};
-
-Result<Args> ParseArgs(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s.rfind("--", 0) == 0) {
-      std::string key = s.substr(2), value;
-      const size_t eq = key.find('=');
-      if (eq != std::string::npos) {
-        value = key.substr(eq + 1);
-        key = key.substr(0, eq);
-      } else if (kBoolFlags.count(key) == 0) {
-        if (i + 1 >= argc) return Status::InvalidArgument("flag --" + key + " needs a value");
-        value = argv[++i];
-      }
-      a.flags[key] = value;
-    } else {
-      a.positional.push_back(s);
-    }
-  }
-  return a;
-}
-
-std::string ExeDir() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return ".";
-  std::string p(buf, static_cast<size_t>(n));
-  return p.substr(0, p.rfind('/'));
-}
-
-std::string ClusterDir(const Args& a) {
-  if (a.Has("dir")) return a.Get("dir");
-  if (const char* d = std::getenv("BULWARK_DIR")) return d;
-  return ".bulwark";
-}
-
-Result<int> IntFlag(const Args& a, const std::string& key, int def) {
-  if (!a.Has(key)) return def;
-  try {
-    return std::stoi(a.Get(key));
-  } catch (const std::exception&) {
-    return Status::InvalidArgument("--" + key + ": expected an integer, got '" + a.Get(key) + "'");
-  }
-}
 
 void Print(const json& j, bool as_json, const std::function<void(const json&)>& human);
 
@@ -472,77 +417,6 @@ Status MachineCmd(const Args& a) {
     std::cout << "returned " << a.Get("machine") << " to the fleet, " << *note << "\n";
   }
   return Status::OK();
-}
-
-// ---------------------------------------------------------------------------
-// demo and bench-recovery (src/demo/)
-// ---------------------------------------------------------------------------
-
-// The flags shared by the demo and the benchmarks, then integer flags that
-// keep their defaults when absent.
-template <typename Options>
-Status ReadRunFlags(const Args& a, Options& o, std::initializer_list<std::pair<const char*, int*>> ints) {
-  o.exe_dir = ExeDir();
-  o.out = a.Get("out", o.out);
-  o.data = a.Get("data", o.data);
-  o.config = a.Get("config", o.config);
-  for (auto [key, field] : ints) {
-    Result<int> v = IntFlag(a, key, *field);
-    if (!v.ok()) return v.status();
-    *field = *v;
-  }
-  return Status::OK();
-}
-
-Status DemoCmd(const Args& a) {
-  demo::DemoOptions o;
-  o.json = a.Has("json");
-  BULWARK_RETURN_IF_ERROR(ReadRunFlags(a, o, {{"steps", &o.steps}, {"batch-size", &o.batch}, {"ckpt-every", &o.ckpt_every},
-                                              {"threads", &o.threads}, {"machines", &o.machines},
-                                              {"standby", &o.standby}, {"gap", &o.gap_steps}}));
-  if (o.machines < 4 || o.standby != 2) {
-    // Two evictions use up the standbys and the third leaves the job waiting.
-    return Status::InvalidArgument("demo: the schedule is written for --machines 4 or more and --standby 2");
-  }
-  return demo::RunDemo(o);
-}
-
-Status BenchRecoveryCmd(const Args& a) {
-  demo::BenchOptions o;
-  BULWARK_RETURN_IF_ERROR(ReadRunFlags(a, o, {{"repeat", &o.repeat}, {"threads", &o.threads}}));
-  return demo::RunRecoveryBench(o);
-}
-
-Status BenchCompareCmd(const Args& a) {
-  demo::CompareBenchOptions o;
-  BULWARK_RETURN_IF_ERROR(ReadRunFlags(a, o, {{"repeat", &o.repeat}, {"threads", &o.threads},
-                                              {"provisioning-delay", &o.provisioning_delay_s},
-                                              {"persist-every", &o.persist_every}}));
-  return demo::RunCompareBench(o);
-}
-
-Status BenchLadderCmd(const Args& a) {
-  demo::BenchOptions o;
-  o.out = "runs/bench-ladder";
-  o.repeat = 1;
-  BULWARK_RETURN_IF_ERROR(ReadRunFlags(a, o, {{"repeat", &o.repeat}, {"threads", &o.threads}}));
-  return demo::RunLadderBench(o);
-}
-
-Status BenchImplicitCmd(const Args& a) {
-  demo::BenchOptions o;
-  o.out = "runs/bench-implicit";
-  BULWARK_RETURN_IF_ERROR(ReadRunFlags(a, o, {{"repeat", &o.repeat}, {"threads", &o.threads}}));
-  return demo::RunImplicitBench(o);
-}
-
-Status BenchCheckpointCmd(const Args& a) {
-  demo::CheckpointBenchOptions o;
-  o.shard_optimizer = a.Has("shard-optimizer");
-  BULWARK_RETURN_IF_ERROR(ReadRunFlags(a, o, {{"rounds", &o.rounds}, {"steps", &o.steps}, {"warmup", &o.warmup},
-                                              {"threads", &o.threads}, {"persist-every", &o.persist_every}}));
-  if (o.steps <= o.warmup) return Status::InvalidArgument("bench-checkpoint: --steps must exceed --warmup");
-  return demo::RunCheckpointBench(o);
 }
 
 Status Run(const Args& a) {

@@ -1,0 +1,136 @@
+// The plane's operator requests: submitting the job, emulated fault
+// injection on the local backend, and handing a repaired machine back.
+#include <random>
+
+#include "plane/codec.h"
+#include "plane/plane.h"
+
+namespace bulwark::controller {
+
+using nlohmann::json;
+
+Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  now = Now(now);
+  BULWARK_RETURN_IF_ERROR(launch.spec.Validate());
+  if (launch.persist_every < 0) {
+    return Status::InvalidArgument("job " + launch.spec.id + ": persist_every is " +
+                                   std::to_string(launch.persist_every) +
+                                   "; use 0 to never persist checkpoints, or N to persist every N steps");
+  }
+  if (controller_) {
+    return Status::FailedPrecondition("job " + launch_->spec.id + " is already running on this cluster; "
+                                      "run 'bulwark down' and 'bulwark up' for a new one");
+  }
+  // Every machine whose agent is up serves the job or waits on standby.
+  std::vector<MachineId> machines;
+  for (const auto& [id, a] : agents_) {
+    if (now - a.last_heard <= options_.heartbeat_timeout) machines.push_back(id);
+  }
+  if (static_cast<int>(machines.size()) < launch.spec.MachinesNeeded()) {
+    return Status::FailedPrecondition(
+        "job " + launch.spec.id + " needs " + std::to_string(launch.spec.MachinesNeeded()) +
+        " machines but " + std::to_string(machines.size()) +
+        " agents are up; start more with 'bulwark up --machines N' or lower world_size");
+  }
+  Result<Controller> c = Controller::Create(launch.spec, options_.policy, machines, now);
+  if (!c.ok()) return c.status();
+  // A random base makes two clusters on one host (tests, demos) unlikely to
+  // collide on rank 0's port; it is journaled with the spec, so replay and
+  // every later generation agree on it.
+  std::random_device rd;
+  launch.master_port_base = 20000 + static_cast<int>(rd() % 30000);
+  for (const std::string& a : launch.argv) launch.spec.command += (launch.spec.command.empty() ? "" : " ") + a;
+  BULWARK_RETURN_IF_ERROR(store_->PutJob({launch.spec.id, EncodeLaunch(launch).dump(), ToMs(now)}));
+  BULWARK_RETURN_IF_ERROR(
+      store_->Append(launch.spec.id, ToMs(now), json{{"type", "create"}, {"standbys", machines}}.dump()));
+  controller_.emplace(std::move(*c));
+  launch_ = std::move(launch);
+  throughput_ = Throughput();
+  Result<std::vector<Action>> actions = controller_->Reconcile(now);
+  if (!actions.ok()) return actions.status();
+  BULWARK_RETURN_IF_ERROR(store_->Append(launch_->spec.id, ToMs(now), json{{"type", "reconcile"}}.dump()));
+  BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, true, now));
+  BULWARK_RETURN_IF_ERROR(SaveSnapshots(now));
+  Log("job " + launch_->spec.id + " submitted: " + launch_->spec.command);
+  return launch_->spec.id;
+}
+
+Status Plane::Inject(const wire::InjectRequest& req) {
+  static const std::set<std::string> kFaults = {"crash", "kill", "machine-down", "device-fail", "nic-flap",
+                                                "corrupt-shard", "hang", "slow", "nan", "loss-spike", "sdc",
+                                                "slow-link", "compute-fail"};
+  const std::string& machine = req.machine();
+  const std::string& fault = req.fault();
+  if (kFaults.count(fault) == 0) {
+    return Status::InvalidArgument("unknown fault '" + fault + "'; use crash, kill, machine-down, device-fail, "
+                                   "nic-flap, corrupt-shard, hang, slow, nan, loss-spike, sdc, slow-link or compute-fail");
+  }
+  std::string where = req.where();
+  // sdc: `where` carries the mode (nan, drift) and `factor` the rate per step (0: 1).
+  if (fault == "sdc") {
+    if (where.empty()) where = "nan";
+    if (where != "nan" && where != "drift") return Status::InvalidArgument("sdc --mode '" + where + "': use nan or drift");
+    if (!(req.factor() >= 0 && req.factor() <= 1)) {
+      return Status::InvalidArgument("sdc --rate " + std::to_string(req.factor()) + ": a probability per step in (0, 1]");
+    }
+  } else if (fault == "hang") {
+    if (where.empty()) where = "collective";
+    if (where != "collective" && where != "compute") {
+      return Status::InvalidArgument("hang --where '" + where + "': use collective or compute");
+    }
+  } else if (!where.empty()) {
+    return Status::InvalidArgument("--where applies to hang only");
+  }
+  if ((fault == "slow" || fault == "slow-link") && !(req.factor() > 1.0)) {
+    return Status::InvalidArgument(fault + " --factor " + std::to_string(req.factor()) +
+                                   ": the factor must be above 1 (2 runs the machine's " +
+                                   (fault == "slow" ? "ranks" : "network links") + " 2x slower)");
+  }
+  if (fault != "slow" && fault != "slow-link" && fault != "sdc" && req.factor() != 0) {
+    return Status::InvalidArgument("--factor applies to slow and slow-link only");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
+  const int rank = req.rank();
+  wire::Command c;
+  c.set_kind(wire::Command::INJECT);
+  c.set_id("inject/" + fault);
+  c.set_inject(fault);
+  c.set_inject_rank(rank);
+  c.set_inject_where(where);
+  c.set_inject_factor(req.factor());
+  agents_[machine].oneshots.push_back(std::move(c));
+  changed_.notify_all();
+  Log("injecting " + fault + " on " + machine);
+  return Status::OK();
+}
+
+Result<std::string> Plane::ReturnMachine(const std::string& machine, Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  now = Now(now);
+  if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
+  BULWARK_RETURN_IF_ERROR(HandleLocked(OperatorReturned{machine, now}, now, nullptr));
+  wire::Command c;
+  c.set_kind(wire::Command::RESET_HEALTH);
+  c.set_id("reset-health");
+  Agent& a = agents_[machine];
+  a.oneshots.push_back(std::move(c));
+  changed_.notify_all();
+  // The machine rejoins by passing its agent's self-check: with no agent
+  // running it would wait as "joining" forever without saying why.
+  const Duration silent = now - a.last_heard;
+  if (options_.backend) options_.backend->Resume(machine, silent > options_.heartbeat_timeout);
+  if (silent > options_.heartbeat_timeout && options_.backend) {
+    return "and asked the cluster manager to start its agent (silent for " + FormatDuration(silent) + "): " + machine +
+           " stays 'joining' until that agent runs";
+  }
+  if (silent > options_.heartbeat_timeout) {
+    return "but its agent has not been heard from for " + FormatDuration(silent) + ": " + machine +
+           " stays 'joining' until its agent runs again (on the local cluster, `bulwark up` restarts missing "
+           "agents)";
+  }
+  return std::string();
+}
+
+}  // namespace bulwark::controller
