@@ -12,11 +12,13 @@
 #include "plane/plane.h"
 #include "plane/store.h"
 #include "support/agent_messages.h"
+#include "support/plane_commands.h"
 #include "support/process.h"
 
 namespace bulwark::controller {
 namespace {
 
+using testing::Desired;
 using testing::DeviceFailed;
 using testing::Reg;
 using testing::Report;
@@ -143,15 +145,6 @@ wire::ReportRequest Holding(const std::string& m, std::vector<std::tuple<int, in
   return r;
 }
 
-// The START_RANKS (or STOP_RANKS) command `machine` should be carrying out.
-wire::Command Desired(Plane& p, const std::string& machine, int64_t at_ms) {
-  const int64_t stream = p.OpenStream(machine);
-  std::string sent;
-  bool superseded = false;
-  std::optional<wire::Command> c = p.NextCommand(machine, stream, &sent, TimeFromMs(at_ms), &superseded);
-  EXPECT_TRUE(c.has_value()) << machine << " has no command";
-  return c.value_or(wire::Command{});
-}
 
 TEST(Plane, RebuildFromJournalRestoresPlacementIncidentsAndDedup) {
   PlaneOptions o;

@@ -7,11 +7,13 @@
 #include "plane/codec.h"
 #include "plane/plane.h"
 #include "support/agent_messages.h"
+#include "support/plane_commands.h"
 #include "support/process.h"
 
 namespace bulwark::controller {
 namespace {
 
+using testing::Desired;
 using testing::DeviceFailed;
 using testing::Reg;
 using testing::Report;
@@ -35,14 +37,6 @@ Release V2(bool now) {
   return r;
 }
 
-wire::Command Desired(Plane& p, const std::string& machine, int64_t at_ms) {
-  const int64_t stream = p.OpenStream(machine);
-  std::string sent;
-  bool superseded = false;
-  std::optional<wire::Command> c = p.NextCommand(machine, stream, &sent, TimeFromMs(at_ms), &superseded);
-  EXPECT_TRUE(c.has_value()) << machine << " has no command";
-  return c.value_or(wire::Command{});
-}
 
 std::vector<std::string> Argv(const wire::Command& c) { return {c.argv().begin(), c.argv().end()}; }
 
