@@ -156,7 +156,10 @@ TEST_F(InProcessRestart, SurvivorsKeepTheirProcessSparesTakeTheDeadRanksAndTheRu
   EXPECT_EQ(start["pid"], spare_pid);
   const std::vector<json> restores = Events(Log("m01", "rank-0.log"), "restore");
   ASSERT_FALSE(restores.empty());
-  EXPECT_EQ(restores.back()["source"], "memory") << restores.back().dump();
+  // From this machine's memory, or the peer's copy when the peer finished
+  // a step the killed rank did not (replicated state: that copy is newer).
+  const std::string source = restores.back().value("source", "");
+  EXPECT_TRUE(source == "memory" || source == "peer") << restores.back().dump();
 
   // m02 dies whole: the standby m03 takes slot 1 with the spare it kept
   // warm, and rank 0 rejoins in the process that was the spare.
