@@ -286,8 +286,9 @@ TEST(LadderPolicy, AllPassRollsBackToNothingThenReplayNamesTheIntersection) {
 TEST(LadderPolicy, AfterAnUpdateTheRollbackRungReturnsToThePreviousRelease) {
   LadderJob j;
   // The job was updated in place (release 2) and ran on.
-  EXPECT_EQ(j.Do(ReleaseCreated{2, true, "new loss scaling", S(10.5)}),
-            (Lines{"restart_all g2 m01,m02,m03,m04 ckpt 0 r2"}));
+  EXPECT_EQ(j.Do(ReleaseCreated{2, true, "new loss scaling", S(10.5)}), (Lines{"stage r2"}));
+  for (const char* m : {"m01", "m02", "m03"}) j.Do(ReleaseStaged{m, 2, true, "", S(10.6)});
+  EXPECT_EQ(j.Do(ReleaseStaged{"m04", 2, true, "", S(10.7)}), (Lines{"restart_all g2 m01,m02,m03,m04 ckpt 0 r2"}));
   j.Do(StepCompleted{11, S(11)});
   j.Nan(12, 12);  // first: a plain reattempt (g3)
   j.Do(StepCompleted{11, S(14)});

@@ -58,6 +58,23 @@ TEST(PlaneReleases, UpdateNowRestartsInPlaceWithTheNewCommandAndSurvivesARestart
     Result<int> n = p->Update(V2(true), Launch().spec, TimeFromMs(3000));
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     EXPECT_EQ(*n, 2);
+    // First the machines stage it beside the running ranks...
+    const wire::Command stage = Desired(*p, "m01", 3050);
+    EXPECT_EQ(stage.kind(), wire::Command::STAGE_RELEASE);
+    EXPECT_EQ(stage.release(), 2);
+    EXPECT_EQ(Argv(stage), (std::vector<std::string>{"/bin/echo", "v2"}));
+    EXPECT_EQ(stage.env().at("LOSS_SCALE"), "2");
+    EXPECT_EQ(p->StatusJson(TimeFromMs(3050))["job"]["generation"], 1) << "no restart yet";
+    // ...then, every machine answered, the job restarts on it.
+    for (const char* m : {"m01", "m02"}) {
+      wire::AgentEvent e;
+      e.set_kind(wire::AgentEvent::RELEASE_STAGED);
+      e.set_seq(std::string(m) == "m01" ? 2 : 1);
+      e.set_release(2);
+      e.set_staged(true);
+      e.set_observed_ms(3080);
+      ASSERT_TRUE(p->Report(Report(m, {e}), TimeFromMs(3080)).ok());
+    }
     const wire::Command c = Desired(*p, "m01", 3100);
     EXPECT_EQ(c.kind(), wire::Command::START_RANKS);
     EXPECT_EQ(c.generation(), 2);

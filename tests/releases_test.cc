@@ -21,10 +21,19 @@ using testing::Step;
 
 Event Update(int release, bool now, Time at) { return ReleaseCreated{release, now, "fix the loader", at}; }
 
+// `update --now` as the plane carries it out: the machines stage the
+// release (ReleaseStaged from each), then the job restarts on it.
+std::vector<Action> UpdateNow(Job& job, int release, Time at) {
+  EXPECT_EQ(Briefs(job.Do(Update(release, true, at))), (Lines{"stage r" + std::to_string(release)}));
+  std::vector<Action> acts;
+  for (const char* m : {"m01", "m02", "m03", "m04"}) acts = job.Do(ReleaseStaged{m, release, true, "", at + std::chrono::seconds(1)});
+  return acts;
+}
+
 TEST(Releases, LazyUpdateRidesTheNextRestart) {
   Job job;
   job.StartAndRun(10);
-  EXPECT_TRUE(job.Do(Update(2, false, S(101))).empty()) << "lazy: nothing restarts for it";
+  EXPECT_EQ(Briefs(job.Do(Update(2, false, S(101)))), (Lines{"stage r2"})) << "lazy: nothing restarts for it";
   EXPECT_EQ(job.state().releases.pending, 2);
   EXPECT_EQ(job.state().releases.applied, 1);
   // The next restart a fault causes anyway applies it.
@@ -40,15 +49,58 @@ TEST(Releases, LazyUpdateRidesTheNextRestart) {
 TEST(Releases, UpdateNowRestartsInPlaceAsAManualIncident) {
   Job job;
   job.StartAndRun(10);
-  EXPECT_EQ(Briefs(job.Do(Update(2, true, S(101)))), (Lines{"restart_all g2 m01,m02,m03,m04 ckpt 10 r2"}));
+  EXPECT_EQ(Briefs(job.Do(Update(2, true, S(101)))), (Lines{"stage r2"})) << "staged first; the job trains on";
+  EXPECT_EQ(job.state().job, JobState::kRunning);
+  EXPECT_TRUE(job.controller->incidents().empty());
+  EXPECT_TRUE(job.Do(ReleaseStaged{"m01", 2, true, "", S(101.5)}).empty());
+  EXPECT_TRUE(job.Do(ReleaseStaged{"m02", 2, true, "", S(101.6)}).empty());
+  EXPECT_TRUE(job.Do(ReleaseStaged{"m03", 2, false, "cannot", S(101.7)}).empty());
+  EXPECT_EQ(Briefs(job.Do(ReleaseStaged{"m04", 2, true, "", S(102)})), (Lines{"restart_all g2 m01,m02,m03,m04 ckpt 10 r2"}))
+      << "every machine answered";
   const Incident& inc = job.LastIncident();
+  EXPECT_NE(inc.why.find("staged on 3 of 4 machines in 1s; the others start cold"), std::string::npos) << inc.why;
   EXPECT_EQ(inc.cls, IncidentClass::kManual);
   EXPECT_EQ(inc.resolution, Resolution::kUpdated);
   EXPECT_TRUE(inc.evicted.empty()) << "same machines";
   job.Do(Step(11, S(110)));
   EXPECT_TRUE(job.LastIncident().closed);
-  EXPECT_EQ(job.state().ledger.Cumulative(S(110)).of(TimeCategory::kManual), Duration(9000))
+  EXPECT_EQ(job.state().ledger.Cumulative(S(110)).of(TimeCategory::kManual), Duration(8000))
       << "the update's seconds are the operator's";
+}
+
+TEST(Releases, StagingThatRunsOutOfTimeRestartsAnyway) {
+  PolicyConfig config;
+  config.release_stage_timeout = std::chrono::seconds(30);
+  Job job(4, 2, config);
+  job.StartAndRun(10);
+  job.Do(Update(2, true, S(101)));
+  job.Do(ReleaseStaged{"m01", 2, true, "", S(102)});
+  EXPECT_TRUE(job.Do(StageDue{2, S(120)}).empty()) << "before its deadline";
+  EXPECT_EQ(Briefs(job.Do(StageDue{2, S(131)})), (Lines{"restart_all g2 m01,m02,m03,m04 ckpt 10 r2"}));
+  EXPECT_NE(job.LastIncident().why.find("staging ran out of time: staged on 1 of 4 machines in 30s"),
+            std::string::npos)
+      << job.LastIncident().why;
+  // Late answers and a late deadline change nothing.
+  EXPECT_TRUE(job.Do(ReleaseStaged{"m02", 2, true, "", S(132)}).empty());
+  EXPECT_TRUE(job.Do(StageDue{2, S(133)}).empty());
+}
+
+TEST(Releases, AFaultWhileStagingRestartsOnTheNewReleaseAndEndsTheStaging) {
+  Job job;
+  job.StartAndRun(10);
+  job.Do(Update(2, true, S(101)));
+  EXPECT_EQ(Briefs(job.Do(Crash("m02", "", S(102)))), (Lines{"restart_all g2 m01,m02,m03,m04 ckpt 10 r2"}));
+  EXPECT_EQ(job.state().releases.staging, 0);
+  job.Do(Step(11, S(110)));
+  for (const char* m : {"m01", "m02", "m03", "m04"}) {
+    EXPECT_TRUE(job.Do(ReleaseStaged{m, 2, true, "", S(111)}).empty()) << "no second restart for it";
+  }
+}
+
+TEST(Releases, RequeueModeStagesNothing) {
+  Job job(4, 2, {}, JobSpec::Recovery::kRequeue, std::chrono::seconds(30));
+  job.StartAndRun(10);
+  EXPECT_EQ(Briefs(job.Do(Update(2, false, S(101)))), (Lines{})) << "the baseline sets nothing up ahead";
 }
 
 TEST(Releases, LazyUpdateIsForcedAfterItsAge) {
@@ -78,7 +130,7 @@ TEST(Releases, NewerLazyReleaseSupersedesThePendingOne) {
 TEST(Releases, OperatorRollsBackToThePreviousRelease) {
   Job job;
   job.StartAndRun(10);
-  job.Do(Update(2, true, S(101)));
+  UpdateNow(job, 2, S(101));
   job.Do(Step(11, S(110)));
   auto acts = job.Do(RollbackRequested{0, "loss diverged", S(115)});
   EXPECT_EQ(Briefs(acts), (Lines{"restart_all g3 m01,m02,m03,m04 ckpt 10"})) << "release 1 again";
@@ -110,7 +162,7 @@ TEST(Releases, BadRollbacksAreRefusedAndChangeNothing) {
 TEST(Releases, CodeErrorShortlyAfterAnUpdateRollsBack) {
   Job job;
   job.StartAndRun(10);
-  job.Do(Update(2, true, S(101)));
+  UpdateNow(job, 2, S(101));
   job.Do(Step(11, S(110)));
   auto acts = job.Do(Crash("m03", "import_error", S(130)));
   EXPECT_EQ(Briefs(acts), (Lines{"restart_all g3 m01,m02,m03,m04 ckpt 10"})) << "back on release 1, no eviction";
@@ -128,7 +180,7 @@ TEST(Releases, AnyCrashBeforeAnUpdatesFirstStepRollsBack) {
   // rolled back at its first crash; no healthy machine is evicted for it.
   Job job;
   job.StartAndRun(10);
-  job.Do(Update(2, true, S(101)));
+  UpdateNow(job, 2, S(101));
   EXPECT_EQ(Briefs(job.Do(Crash("m02", "", S(103)))), (Lines{"restart_all g3 m01,m02,m03,m04 ckpt 10"}));
   EXPECT_EQ(job.LastIncident().resolution, Resolution::kRolledBack);
   EXPECT_NE(job.LastIncident().why.find("came before its first step"), std::string::npos) << job.LastIncident().why;
@@ -141,7 +193,7 @@ TEST(Releases, AnyCrashBeforeAnUpdatesFirstStepRollsBack) {
 TEST(Releases, CrashAfterTheUpdatesFirstStepIsTheUsualReattempt) {
   Job job;
   job.StartAndRun(10);
-  job.Do(Update(2, true, S(101)));
+  UpdateNow(job, 2, S(101));
   job.Do(Step(11, S(110)));
   EXPECT_EQ(Briefs(job.Do(Crash("m02", "", S(115)))), (Lines{"restart_all g3 m01,m02,m03,m04 ckpt 10 r2"}));
   EXPECT_EQ(job.LastIncident().resolution, Resolution::kReattempt);
@@ -150,7 +202,7 @@ TEST(Releases, CrashAfterTheUpdatesFirstStepIsTheUsualReattempt) {
 TEST(Releases, CrashLoopAfterAnUpdateRollsBackInsteadOfStopping) {
   Job job;
   job.StartAndRun(10);
-  job.Do(Update(2, true, S(101)));  // restart g2
+  UpdateNow(job, 2, S(101));  // restart g2
   job.Do(Step(11, S(110)));         // release 2 ran a step
   job.Do(Crash("m01", "", S(115)));  // reattempt g3
   job.Do(Crash("m02", "", S(118)));  // reattempt g4
@@ -164,7 +216,7 @@ TEST(Releases, CodeErrorLongAfterAnUpdateIsTheUsualCrash) {
   config.rollback_window = std::chrono::minutes(5);
   Job job(4, 2, config);
   job.StartAndRun(10);
-  job.Do(Update(2, true, S(101)));
+  UpdateNow(job, 2, S(101));
   job.RunSteps(11, 60, S(110));  // 10 min of steps
   EXPECT_EQ(Briefs(job.Do(Crash("m03", "import_error", S(700)))), (Lines{"restart_all g3 m01,m02,m03,m04 ckpt 60 r2"}))
       << "a reattempt on the same release";

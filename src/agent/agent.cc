@@ -27,6 +27,7 @@ Status Agent::Run() {
       next_report = Clock::now() + kReportPeriod;
     }
     MaybePrespawn();
+    MaybeReportStaged();
     PublishMetrics();
     // A command wakes the loop at once: a restart must not wait a period.
     std::unique_lock<std::mutex> lock(queue_mu_);

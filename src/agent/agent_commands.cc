@@ -45,6 +45,7 @@ void Agent::ApplyCommands() {
         if (c.fresh_machines()) {
           supervisor_.StopAll();
           supervisor_.StopSpares();  // a machine acquired cold holds no spare either
+          staging_.reset();
           shards_->Forget();
           Log("fresh machine (requeue): forgot every in-memory copy");
         }
@@ -70,8 +71,10 @@ void Agent::ApplyCommands() {
         }
         StartRanks(spec, c.reason());
         // Spares of another command or environment (a replay's accepted
-        // step, an injected SDC) would never be used.
-        supervisor_.StopSpares(Supervisor::Identity(spec));
+        // step, an injected SDC, a release staged but not the one started)
+        // would never be used.
+        supervisor_.StopSpares({Supervisor::Identity(spec)});
+        staging_.reset();
         spare_spec_ = spec;
         saw_step_ = false;
         spares_started_ = 0;
@@ -96,6 +99,9 @@ void Agent::ApplyCommands() {
         break;
       case wire::Command::DIAGNOSE:
         Diagnose(c);
+        break;
+      case wire::Command::STAGE_RELEASE:
+        Stage(c);
         break;
       case wire::Command::RESET_HEALTH:
         slow_.Stop();
@@ -133,6 +139,7 @@ RankGroupSpec Agent::SpecFrom(const wire::Command& c) {
 void Agent::StandBy(const wire::Command& c) {
   if (c.argv_size() == 0) {
     supervisor_.StopSpares();
+    staging_.reset();
     spare_spec_.reset();
     return;
   }
@@ -143,10 +150,12 @@ void Agent::StandBy(const wire::Command& c) {
   const std::string program = spec.argv[0].substr(spec.argv[0].rfind('/') + 1);
   if (program != "bulwark-train") {
     supervisor_.StopSpares();
+    staging_.reset();
     spare_spec_.reset();
     return;
   }
-  supervisor_.StopSpares(Supervisor::Identity(spec));
+  supervisor_.StopSpares({Supervisor::Identity(spec)});
+  staging_.reset();
   spare_spec_ = spec;
   saw_step_ = true;
   in_place_ = true;
@@ -267,6 +276,7 @@ void Agent::Diagnose(const wire::Command& c) {
   // for the same decision may arrive after this one-shot.
   supervisor_.StopAll();
   supervisor_.StopSpares();
+  staging_.reset();
   spare_spec_.reset();
   ForwardRankLinks(/*progress=*/false);
   followers_.clear();
@@ -450,7 +460,10 @@ void Agent::MaybePrespawn() {
   // Only a program that said it can wait for an ASSIGN gets spares: another
   // would run the whole job on its own.
   const size_t want = static_cast<size_t>(std::max(1, spare_spec_ ? spare_spec_->local_world_size : 1));
-  if (!spare_spec_ || !in_place_ || !saw_step_ || supervisor_.SpareCount() >= want) return;
+  if (!spare_spec_ || !in_place_ || !saw_step_ ||
+      supervisor_.SpareCount(Supervisor::Identity(*spare_spec_)) >= want) {
+    return;
+  }
   // Spares that keep dying (the job cannot set up here: a pipeline job, a
   // broken install) are not replaced forever: a few per generation.
   if (spares_started_ >= 2 * want) return;

@@ -143,6 +143,14 @@ class Agent {
   // alignment run takes seconds; the main loop keeps its beat and sends the
   // answer as an event when it is in.
   void Diagnose(const wire::Command& c);
+
+  // --- staged releases (agent_staging.cc) ------------------------------------
+  // A STAGE_RELEASE: processes of the release, set up beside the running
+  // ranks, so that the restart that applies it is a handoff (handoff.h).
+  void Stage(const wire::Command& c);
+  // Reports RELEASE_STAGED once the staged processes wait (or cannot).
+  void MaybeReportStaged();
+  void ReportStaged(bool staged, const std::string& detail);
   void EmitDiagnostics();
 
   // The job's progress pattern, when its environment carries one (the job
@@ -254,6 +262,17 @@ class Agent {
   bool saw_step_ = false;                    // a rank of this generation reported a step
   bool in_place_ = false;                    // a rank of this generation said INPLACE
   size_t spares_started_ = 0;                // this generation
+  struct Staging {
+    std::string id;  // the command's: a resent one is not staged twice
+    int release = 0;
+    RankGroupSpec spec;
+    std::string identity;
+    size_t want = 1;
+    size_t started = 0;
+    Clock::time_point since;
+    bool reported = false;
+  };
+  std::optional<Staging> staging_;
   bool device_reported_ = false, disk_reported_ = false, memory_reported_ = false;
   bool nic_was_up_ = true;
   std::string device_slowdown_;  // the NVML slowdown hint last logged

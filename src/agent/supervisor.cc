@@ -196,11 +196,22 @@ Status Supervisor::Discard(int rank) {
   return Status::OK();
 }
 
-void Supervisor::StopSpares(const std::string& keep) {
+size_t Supervisor::SpareCount(const std::string& identity) const {
+  return static_cast<size_t>(std::count_if(spares_.begin(), spares_.end(),
+                                           [&](const RunningProcess& s) { return s.identity == identity; }));
+}
+
+size_t Supervisor::WaitingSpareCount(const std::string& identity) const {
+  return static_cast<size_t>(std::count_if(spares_.begin(), spares_.end(), [&](const RunningProcess& s) {
+    return s.identity == identity && s.waiting;
+  }));
+}
+
+void Supervisor::StopSpares(const std::set<std::string>& keep) {
   std::vector<pid_t> pids;
   std::vector<RunningProcess> kept;
   for (const RunningProcess& s : spares_) {
-    if (!keep.empty() && s.identity == keep) {
+    if (keep.count(s.identity) != 0) {
       kept.push_back(s);
     } else {
       pids.push_back(s.pid);

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -73,9 +74,11 @@ class Supervisor {
   // Ends a waiting rank's process without reporting its exit (the agent
   // reports what it stands for itself). NotFound when no such rank waits.
   Status Discard(int rank);
-  // Ends every spare, but those of the job `keep` (an Identity) when given.
-  void StopSpares(const std::string& keep = "");
-  size_t SpareCount() const { return spares_.size(); }
+  // Ends every spare, but those of the jobs in `keep` (Identities).
+  void StopSpares(const std::set<std::string>& keep = {});
+  // The spares of `identity` alive (and of them, those waiting for an ASSIGN).
+  size_t SpareCount(const std::string& identity) const;
+  size_t WaitingSpareCount(const std::string& identity) const;
   // The rank `pid` runs, or -1.
   int RankOf(pid_t pid) const;
   // What must match for a process to take a rank of `spec` (handoff.h).

@@ -13,6 +13,7 @@ const char* ActionKindName(ActionKind k) {
     case ActionKind::kCaptureStacks: return "capture_stacks";
     case ActionKind::kRunDiagnostics: return "run_diagnostics";
     case ActionKind::kRequeue: return "requeue";
+    case ActionKind::kStageRelease: return "stage_release";
   }
   return "unknown";
 }
@@ -55,6 +56,18 @@ Action RestartAllAction(Placement placement, int64_t checkpoint_step, std::strin
   a.reason = std::move(reason);
   a.release = release;
   a.fresh = fresh;
+  return a;
+}
+
+Action StageReleaseAction(const Placement& placement, int release, std::string reason) {
+  Action a;
+  a.kind = ActionKind::kStageRelease;
+  // One staging per release and placement: a restart before it is used
+  // (a fault) changes the generation, and the new one stages again.
+  a.id = "stage/r" + std::to_string(release) + "/g" + std::to_string(placement.generation);
+  a.placement = placement;
+  a.release = release;
+  a.reason = std::move(reason);
   return a;
 }
 

@@ -28,6 +28,7 @@ enum class ActionKind {
   kCaptureStacks,     // every machine of `placement` sends its ranks' stacks for `incident`
   kRunDiagnostics,    // every machine of `placement` stops its ranks and runs `tests` within `budget_ms`
   kRequeue,           // requeue mode: stop every rank of `placement`, give the machines back until `until`
+  kStageRelease,      // every machine of `placement` sets up processes of `release` beside its ranks
 };
 
 const char* ActionKindName(ActionKind k);
@@ -65,6 +66,7 @@ Action ActivateAction(const MachineId& machine, int64_t generation);
 Action RestartAllAction(Placement placement, int64_t checkpoint_step, std::string reason, int release = 1,
                         bool fresh = false);
 Action RequeueAction(const Placement& placement, Time until, std::string reason);
+Action StageReleaseAction(const Placement& placement, int release, std::string reason);
 Action WaitForMachinesAction(int missing, int64_t generation);
 Action StopJobAction(int64_t incident, std::string reason);
 Action ReplenishStandbyAction(int deficit, int target, int64_t standby_arrivals);

@@ -96,6 +96,11 @@ Status Apply(ClusterState& state, const Action& action, Time now) {
         state.releases.applied_epoch = state.progress_epoch;
       }
       if (action.release == state.releases.pending) state.releases.pending = 0;
+      // Whatever was being staged, this restart settles it: it runs the
+      // release it names, with or without staged processes.
+      state.releases.staging = 0;
+      state.releases.staged.clear();
+      state.releases.not_staged.clear();
       state.requeue_until.reset();
       state.requeue_granted = false;
       state.restart_pending = false;
@@ -115,6 +120,8 @@ Status Apply(ClusterState& state, const Action& action, Time now) {
       return Status::OK();  // an observation to make; the analysis comes back as an event
     case ActionKind::kRunDiagnostics:
       return Status::OK();  // the ladder's state says it is in flight; results come back as events
+    case ActionKind::kStageRelease:
+      return Status::OK();  // the machines answer with ReleaseStaged
     case ActionKind::kRequeue:
       state.requeue_until = action.until;
       state.requeue_granted = false;

@@ -31,6 +31,7 @@ const char* EventKindName(EventKind k) {
       "training_anomaly",    "stacks_analyzed",     "diagnostics_reported",
       "ladder_deadline",     "release_created",     "rollback_requested",
       "release_due",         "requeue_due",         "alignment_check_due",
+      "release_staged",      "stage_due",
   };
   int i = static_cast<int>(k);
   return i >= 0 && i < kNumEventKinds ? kNames[i] : "unknown";
@@ -121,6 +122,13 @@ std::string Describe(const Event& e) {
           },
           [](const RequeueDue&) { return std::string("the requeued job's machines are provisioned"); },
           [](const AlignmentCheckDue&) { return std::string("the periodic bitwise check is due"); },
+          [](const ReleaseStaged& x) {
+            return x.machine + (x.ready ? " staged" : " cannot stage") + " release " + std::to_string(x.release) +
+                   (x.detail.empty() ? "" : ": " + x.detail);
+          },
+          [](const StageDue& x) {
+            return "staging release " + std::to_string(x.release) + " ran out of time: restarting without it";
+          },
           [](const StacksAnalyzed& x) {
             return "stacks of incident " + std::to_string(x.incident) + ": " + std::to_string(x.groups.size()) +
                    " group(s); " + x.why;

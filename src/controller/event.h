@@ -219,6 +219,25 @@ struct ReleaseDue {
   Time observed{};
 };
 
+// Machine `machine` holds processes of release `release` set up and waiting
+// to take its ranks (agent/handoff.h: a staged release), or, with `ready`
+// false, says why it cannot (`detail`: a program that does not speak the
+// handoff protocol, a process that failed to set up).
+struct ReleaseStaged {
+  MachineId machine;
+  int release = 0;
+  bool ready = false;
+  std::string detail;
+  Time observed{};
+};
+
+// An urgent release's staging ran past PolicyConfig::release_stage_timeout
+// (the plane sends it from its tick; ReleaseState::stage_deadline).
+struct StageDue {
+  int release = 0;
+  Time observed{};
+};
+
 // A requeued job's modeled provisioning delay ran out (the plane sends it
 // from its tick; ClusterState::requeue_until says when).
 struct RequeueDue {
@@ -235,7 +254,8 @@ using Event = std::variant<RankExited, MachineHeartbeatLost, InspectionFailed, N
                            MachineJoined, StepCompleted, CheckpointSaved, OperatorReturned,
                            ManualRestart, CheckpointRestored, HangSuspected, FailSlowSuspected,
                            TrainingAnomaly, StacksAnalyzed, DiagnosticsReported, LadderDeadline,
-                           ReleaseCreated, RollbackRequested, ReleaseDue, RequeueDue, AlignmentCheckDue>;
+                           ReleaseCreated, RollbackRequested, ReleaseDue, RequeueDue, AlignmentCheckDue,
+                           ReleaseStaged, StageDue>;
 
 // One value per alternative of Event, in the same order.
 enum class EventKind {
@@ -260,8 +280,10 @@ enum class EventKind {
   kReleaseDue,
   kRequeueDue,
   kAlignmentCheckDue,
+  kReleaseStaged,
+  kStageDue,
 };
-constexpr int kNumEventKinds = 21;
+constexpr int kNumEventKinds = 23;
 static_assert(std::variant_size_v<Event> == kNumEventKinds, "Event and EventKind must match");
 
 inline EventKind KindOf(const Event& e) { return static_cast<EventKind>(e.index()); }

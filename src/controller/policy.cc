@@ -20,6 +20,8 @@ using internal::OnReleaseCreated;
 using internal::OnRollbackRequested;
 using internal::OnReleaseDue;
 using internal::OnRequeueDue;
+using internal::OnReleaseStaged;
+using internal::OnStageDue;
 using internal::RollBackAfterCrash;
 
 // ---------------------------------------------------------------------------
@@ -388,6 +390,8 @@ constexpr std::array<RuleEntry, kNumEventKinds> kRules = {{
     {EventKind::kReleaseDue, OnReleaseDue},
     {EventKind::kRequeueDue, OnRequeueDue},
     {EventKind::kAlignmentCheckDue, OnAlignmentCheckDue},
+    {EventKind::kReleaseStaged, OnReleaseStaged},
+    {EventKind::kStageDue, OnStageDue},
 }};
 
 constexpr bool RulesInEventOrder() {
@@ -493,6 +497,7 @@ Status Emit(RuleContext& ctx, Action action) {
     case ActionKind::kReplenishStandby:
     case ActionKind::kCaptureStacks:
     case ActionKind::kRunDiagnostics:
+    case ActionKind::kStageRelease:
       break;
   }
   BULWARK_RETURN_IF_ERROR(Apply(s, action, ctx.now));

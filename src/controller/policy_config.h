@@ -43,6 +43,12 @@ struct PolicyConfig {
   // Releases (releases.h): a lazy release waits for the next restart at
   // most this long, then restarts the job in place (ByteRobust's 24 h).
   Duration update_force_after = std::chrono::hours(24);
+  // An urgent release (`update --now`) is staged first: every machine sets
+  // up processes of it beside the running ranks, which train on, and the
+  // restart hands the ranks to them. It waits at most this long for the
+  // machines' answers, then restarts anyway (cold where not staged). 0:
+  // restart at once, cold.
+  Duration release_stage_timeout = std::chrono::seconds(60);
   // A crash with a code-error signature, or a crash loop, within this long
   // of a release taking effect rolls back to the release before it instead
   // of stopping the job.

@@ -45,6 +45,8 @@ Status OnReleaseCreated(RuleContext& ctx, const Event& e);
 Status OnRollbackRequested(RuleContext& ctx, const Event& e);
 Status OnReleaseDue(RuleContext& ctx, const Event& e);
 Status OnRequeueDue(RuleContext& ctx, const Event& e);
+Status OnReleaseStaged(RuleContext& ctx, const Event& e);
+Status OnStageDue(RuleContext& ctx, const Event& e);
 // A crash that would stop the job (`why`), shortly after a release took
 // effect: rolls back to the release before it instead, and returns true.
 // False (nothing done) when no release is recent or none is left to return to.

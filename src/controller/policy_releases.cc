@@ -25,6 +25,28 @@ bool CanRestartNow(const ClusterState& s) { return RanksAreLive(s.job) && !Ladde
 
 std::string R(int release) { return "release " + std::to_string(release); }
 
+Status UpdateNow(RuleContext& ctx, int release, const std::string& why, const std::string& staging) {
+  return PlannedRestart(ctx, "hot update to " + R(release) + (why.empty() ? "" : ": " + why), Resolution::kUpdated,
+                        "restart in place on the same machines from in-memory checkpoints with " + R(release) +
+                            (staging.empty() ? "" : " (" + staging + ")"));
+}
+
+// Every machine answered (or time ran out): restart with the staged
+// release, unless the job can no longer be restarted in place (then the
+// release stays pending for the job's next start).
+Status FinishStaging(RuleContext& ctx, Time now, std::string why) {
+  ReleaseState& r = ctx.state.releases;
+  const int release = r.staging;
+  const size_t machines = ctx.state.placement.slots.size();
+  std::string note = "staged on " + std::to_string(r.staged.size()) + " of " + std::to_string(machines) +
+                     " machines in " + FormatDuration(now - r.stage_started);
+  if (!r.not_staged.empty()) note += "; the others start cold";
+  if (!why.empty()) note = why + ": " + note;
+  r.staging = 0;
+  if (!CanRestartNow(ctx.state) || ctx.state.restart_pending) return Status::OK();
+  return UpdateNow(ctx, release, r.stage_why, note);
+}
+
 }  // namespace
 
 Status OnReleaseCreated(RuleContext& ctx, const Event& e) {
@@ -38,13 +60,52 @@ Status OnReleaseCreated(RuleContext& ctx, const Event& e) {
     return Status::FailedPrecondition(R(x.release) + " is not the next release: the latest is " +
                                       std::to_string(s.releases.latest));
   }
-  s.releases.latest = x.release;
-  s.releases.pending = x.release;
-  s.releases.pending_since = x.observed;
-  if (!x.now || !CanRestartNow(s)) return Status::OK();
-  return PlannedRestart(ctx, "hot update to " + R(x.release) + (x.why.empty() ? "" : ": " + x.why),
-                        Resolution::kUpdated,
-                        "restart in place on the same machines from in-memory checkpoints with " + R(x.release));
+  ReleaseState& r = s.releases;
+  r.latest = x.release;
+  r.pending = x.release;
+  r.pending_since = x.observed;
+  r.staging = 0;
+  r.staged.clear();
+  r.not_staged.clear();
+  if (!CanRestartNow(s)) return Status::OK();
+  // Requeue mode is the conventional baseline: nothing is set up ahead.
+  const bool stage = s.spec.recovery != JobSpec::Recovery::kRequeue &&
+                     ctx.config.release_stage_timeout > Duration::zero() && !s.placement.empty();
+  if (stage) {
+    // Lazy or now, the machines set the release up beside the running
+    // ranks: the restart that applies it, planned or a fault's, then hands
+    // the ranks to processes already loaded.
+    BULWARK_RETURN_IF_ERROR(Emit(ctx, StageReleaseAction(s.placement, x.release, "stage " + R(x.release))));
+  }
+  if (!x.now) return Status::OK();
+  if (stage) {
+    r.staging = x.release;
+    r.stage_started = x.observed;
+    r.stage_deadline = x.observed + ctx.config.release_stage_timeout;
+    r.stage_why = x.why;
+    return Status::OK();
+  }
+  return UpdateNow(ctx, x.release, x.why, "");
+}
+
+Status OnReleaseStaged(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<ReleaseStaged>(e);
+  ClusterState& s = ctx.state;
+  ReleaseState& r = s.releases;
+  // A lazy release's staging, or a stale answer: nothing waits for it.
+  if (x.release != r.staging) return Status::OK();
+  (x.ready ? r.staged : r.not_staged).insert(x.machine);
+  for (const MachineId& m : s.placement.slots) {
+    if (r.staged.count(m) == 0 && r.not_staged.count(m) == 0) return Status::OK();
+  }
+  return FinishStaging(ctx, x.observed, "");
+}
+
+Status OnStageDue(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<StageDue>(e);
+  const ReleaseState& r = ctx.state.releases;
+  if (x.release != r.staging || x.observed < r.stage_deadline) return Status::OK();
+  return FinishStaging(ctx, x.observed, "staging ran out of time");
 }
 
 Status OnRollbackRequested(RuleContext& ctx, const Event& e) {
@@ -71,6 +132,7 @@ Status OnRollbackRequested(RuleContext& ctx, const Event& e) {
     return Status::FailedPrecondition("the job already runs " + R(to));
   }
   if (to < r.applied) r.rolled_back.insert(r.applied);
+  r.staging = 0;  // a release being staged is not what the operator wants now
   r.pending = to;
   r.pending_since = x.observed;
   if (!CanRestartNow(s)) return Status::OK();

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <set>
+#include <string>
 
 #include "controller/time.h"
 
@@ -36,6 +37,16 @@ struct ReleaseState {
   bool applied_by_update = false;
   // Releases rolled back from: never a rollback target again.
   std::set<int> rolled_back;
+  // An urgent release the machines are staging (processes of it set up and
+  // waiting, so that the restart is a handoff, not a cold start): the job
+  // trains on meanwhile, and restarts once every machine has answered or at
+  // `stage_deadline`. 0: none.
+  int staging = 0;
+  Time stage_started{};
+  Time stage_deadline{};
+  std::string stage_why;             // the operator's, for the incident
+  std::set<std::string> staged;      // machines that hold it ready
+  std::set<std::string> not_staged;  // machines that said they cannot
 
   // The release a rollback from `applied` returns to: the newest earlier
   // one not itself rolled back; 0 when there is none.

@@ -10,6 +10,10 @@
 //                when the job is productive again (ByteRobust's recovery
 //                includes redoing lost steps)
 //   lost         steps completed before the fault and done again
+//   stall        from the last step the old runs completed (the fault, or
+//                for a staged hot update the moment the old ranks stopped:
+//                they train on while the new release is set up) to regain:
+//                the time the job was not productive
 // The requeue runs with no provisioning delay; the modeled delay is added
 // to its figures, disclosed beside them, and the ratio is given both ways.
 // Figures only, never judged.
@@ -32,6 +36,7 @@ struct Timing {
   int64_t progress = 0;        // newest step the runs begun before the fault completed
   int64_t first_ms = -1;       // first step of a run begun after it
   int64_t regain_ms = -1;      // first step past `progress` of a run begun after it
+  int64_t last_old_ms = -1;    // the last step of the runs begun before it
 };
 
 // Reads every rank log of the cluster. A log holds one run after another
@@ -52,6 +57,7 @@ Timing TimeFromLogs(const cluster::Layout& layout, int64_t fault_ms) {
         if (kind != "step" || !e.contains("wall_ms")) continue;
         if (run_start <= fault_ms) {
           t.progress = std::max(t.progress, e["step"].get<int64_t>());
+          t.last_old_ms = std::max(t.last_old_ms, e["wall_ms"].get<int64_t>());
         } else {
           after.emplace_back(e["wall_ms"].get<int64_t>(), e["step"].get<int64_t>());
         }
@@ -125,6 +131,7 @@ Result<json> RunMode(const CompareBenchOptions& o, const std::string& mode) {
              {"lost_steps", std::max<int64_t>(0, t.progress - closed->value("restored_step", t.progress))},
              {"first_step_s", (t.first_ms - fault_ms) / 1000.0},
              {"regain_s", (t.regain_ms - fault_ms) / 1000.0},
+             {"stall_s", (t.regain_ms - std::max(fault_ms, t.last_old_ms)) / 1000.0},
              // Both paths get the same detection: from the controller's
              // detection on, the difference is recovery alone.
              {"regain_after_detect_s", (t.regain_ms - closed->value("detected_ms", fault_ms)) / 1000.0}};
@@ -169,13 +176,15 @@ Status RunCompareBench(const CompareBenchOptions& o) {
   std::printf("\nbench/recovery_comparison: %s config, 2 ranks (1 per machine, %d thread each), %d faults per class;\n"
               "medians; durable checkpoints every %d steps; requeue measured with no provisioning delay,\n"
               "then with a modeled %.0f s added (ByteRobust: failover without standbys takes >10 min at 10k GPUs);\n"
-              "'det.': timed from the controller's detection, which both paths share\n\n",
+              "'det.': timed from the controller's detection, which both paths share; 'stall': from the old runs'\n"
+              "last step to regain, the time the job was not productive (a staged hot update trains on while\n"
+              "its new release is set up)\n\n",
               o.config.c_str(), o.threads, o.repeat, o.persist_every, delay);
-  std::printf("  %-13s | %-24s | %-24s | %-30s\n", "", "bulwark (standby, memory)", "requeue (durable)",
+  std::printf("  %-13s | %-33s | %-33s | %-41s\n", "", "bulwark (standby, memory)", "requeue (durable)",
               "ratio: requeue/bulwark regain");
   const std::string modeled = "+" + std::to_string(o.provisioning_delay_s) + " s";
-  std::printf("  %-13s | %8s %8s %6s | %8s %8s %6s | %8s %10s %10s\n", "fault", "first", "regain", "lost", "first",
-              "regain", "lost", "0 s", modeled.c_str(), "0 s, det.");
+  std::printf("  %-13s | %8s %8s %8s %6s | %8s %8s %8s %6s | %8s %10s %10s %10s\n", "fault", "first", "regain",
+              "stall", "lost", "first", "regain", "stall", "lost", "0 s", modeled.c_str(), "0 s, det.", "0 s, stall");
   json summary = json::object();
   const std::map<std::string, std::string> kByteRobust = {{"machine-down", "warm standby vs requeue: 10.87x"},
                                                           {"update", "hot update vs requeue: 11.04x"},
@@ -192,13 +201,18 @@ Status RunCompareBench(const CompareBenchOptions& o) {
     const double bd = MedianOf(samples, "standby", fault, "regain_after_detect_s");
     const double qd = MedianOf(samples, "requeue", fault, "regain_after_detect_s");
     const double ratio_det = bd > 0 ? qd / bd : -1;
-    std::printf("  %-13s | %7.2fs %7.2fs %6.0f | %7.2fs %7.2fs %6.0f | %7.1fx %9.1fx %9.1fx   ByteRobust %s\n", fault, bf,
-                br, Median(bl), qf, qr, Median(ql), ratio0, ratio_modeled, ratio_det, kByteRobust.at(fault).c_str());
+    const double bs = MedianOf(samples, "standby", fault, "stall_s"), qs = MedianOf(samples, "requeue", fault, "stall_s");
+    const double ratio_stall = bs > 0 ? qs / bs : -1;
+    std::printf("  %-13s | %7.2fs %7.2fs %7.2fs %6.0f | %7.2fs %7.2fs %7.2fs %6.0f | %7.1fx %9.1fx %9.1fx %9.1fx   "
+                "ByteRobust %s\n",
+                fault, bf, br, bs, Median(bl), qf, qr, qs, Median(ql), ratio0, ratio_modeled, ratio_det, ratio_stall,
+                kByteRobust.at(fault).c_str());
     summary[fault] = {{"bulwark_first_step_s", bf}, {"bulwark_regain_s", br}, {"bulwark_lost_steps", Median(bl)},
                       {"requeue_first_step_s", qf}, {"requeue_regain_s", qr}, {"requeue_lost_steps", Median(ql)},
                       {"ratio_no_delay", ratio0}, {"ratio_modeled_delay", ratio_modeled},
                       {"bulwark_regain_after_detect_s", bd}, {"requeue_regain_after_detect_s", qd},
-                      {"ratio_no_delay_after_detect", ratio_det}};
+                      {"ratio_no_delay_after_detect", ratio_det}, {"bulwark_stall_s", bs}, {"requeue_stall_s", qs},
+                      {"ratio_no_delay_stall", ratio_stall}};
   }
   json result{{"config", o.config}, {"threads", o.threads}, {"repeat", o.repeat}, {"persist_every", o.persist_every},
               {"provisioning_delay_s", o.provisioning_delay_s}, {"summary", summary}, {"samples", samples}};

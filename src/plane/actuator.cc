@@ -94,6 +94,7 @@ std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launc
     case ActionKind::kActivate:
     case ActionKind::kReplenishStandby:
     case ActionKind::kCaptureStacks:  // a one-shot request the plane sends itself
+    case ActionKind::kStageRelease:   // likewise, beside the running ranks
       break;
   }
   return out;

@@ -150,6 +150,13 @@ json EncodeEvent(const Event& e) {
           j["why"] = x.why;
         } else if constexpr (std::is_same_v<T, ReleaseDue>) {
           j["release"] = x.release;
+        } else if constexpr (std::is_same_v<T, ReleaseStaged>) {
+          j["machine"] = x.machine;
+          j["release"] = x.release;
+          j["ready"] = x.ready;
+          j["detail"] = x.detail;
+        } else if constexpr (std::is_same_v<T, StageDue>) {
+          j["release"] = x.release;
         }
       },
       e);
@@ -322,6 +329,21 @@ Result<Event> DecodeEvent(const json& j) {
   }
   if (kind == EventKindName(EventKind::kReleaseDue)) {
     ReleaseDue x;
+    x.observed = observed;
+    BULWARK_RETURN_IF_ERROR(Get(j, "release", &x.release));
+    return Event(x);
+  }
+  if (kind == EventKindName(EventKind::kReleaseStaged)) {
+    ReleaseStaged x;
+    x.observed = observed;
+    BULWARK_RETURN_IF_ERROR(Get(j, "machine", &x.machine));
+    BULWARK_RETURN_IF_ERROR(Get(j, "release", &x.release));
+    BULWARK_RETURN_IF_ERROR(Get(j, "ready", &x.ready));
+    BULWARK_RETURN_IF_ERROR(Get(j, "detail", &x.detail));
+    return Event(x);
+  }
+  if (kind == EventKindName(EventKind::kStageDue)) {
+    StageDue x;
     x.observed = observed;
     BULWARK_RETURN_IF_ERROR(Get(j, "release", &x.release));
     return Event(x);

@@ -37,6 +37,8 @@ Result<Event> EventFromAgent(const std::string& machine, const wire::AgentEvent&
       for (const wire::TestResult& r : a.results()) d.results.push_back({r.test(), r.passed(), r.detail(), r.ms()});
       return Event(std::move(d));
     }
+    case wire::AgentEvent::RELEASE_STAGED:
+      return Event(ReleaseStaged{machine, a.release(), a.staged(), a.detail(), observed});
     case wire::AgentEvent::RESTORED:
       return Event(CheckpointRestored{a.step(), a.source(), a.newest_step(), a.restore_ms(), observed});
     default:
@@ -112,6 +114,27 @@ void Plane::SendDiagnose(const Action& a) {
   }
 }
 
+void Plane::SendStageRelease(const Action& a) {
+  if (logged_actions_.insert(a.id).second) Log("action " + a.ToString());
+  // What a START_RANKS of the release will carry, so that the agent's
+  // processes match it (agent/handoff.h: JobIdentity).
+  const JobLaunch launch = LaunchFor(a.release);
+  for (const MachineId& m : a.placement.slots) {
+    wire::Command c;
+    c.set_kind(wire::Command::STAGE_RELEASE);
+    c.set_id(a.id);
+    c.set_release(a.release);
+    c.set_generation(a.placement.generation);
+    c.set_world_size(a.placement.world_size());
+    c.set_local_world_size(a.placement.ranks_per_machine);
+    for (const std::string& x : launch.argv) c.add_argv(x);
+    for (const auto& [k, v] : launch.env) (*c.mutable_env())[k] = v;
+    c.set_spike_factor(options_.policy.spike_factor);
+    c.set_reason(a.reason);
+    AgentFor(m).oneshots.push_back(std::move(c));
+  }
+}
+
 Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Time now) {
   monitors_.AfterActions(actions, now, controller_ ? controller_->state().spec.topology() : Topology{});
   for (const Action& a : actions) {
@@ -138,6 +161,11 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
     if (a.kind == ActionKind::kRunDiagnostics) {
       diagnose_decided_ = a;
       if (deliver) SendDiagnose(a);
+    }
+    if (a.kind == ActionKind::kStageRelease) {
+      // A replayed staging is history: the restart it led to is journaled.
+      if (deliver) SendStageRelease(a);
+      continue;
     }
     // A repeated decision (same id) is a no-op everywhere; log it once.
     if (deliver && logged_actions_.insert(a.id).second) Log("action " + a.ToString());
@@ -182,8 +210,10 @@ void Plane::WarmStandbysLocked() {
     Agent& a = AgentFor(m);
     // Only an idle standby: nothing asked of it yet, or a stop.
     if (a.desired && a.desired->kind() != wire::Command::STOP_RANKS) continue;
-    // Warm for the release the ranks run (a hot update changes it).
+    // Warm for the release the ranks run (a hot update changes it, and
+    // with it the command's id, so that the agent takes it anew).
     wire::Command warm = WarmStandby(LaunchFor(s.releases.applied), s.placement, options_.policy.spike_factor);
+    warm.set_id(warm.id() + "/r" + std::to_string(s.releases.applied));
     if (a.desired && a.desired->id() == warm.id()) continue;
     a.desired = std::move(warm);
   }

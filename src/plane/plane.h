@@ -152,6 +152,9 @@ class Plane {
   // Queues a RunDiagnostics action's DIAGNOSE one-shot for each of its
   // machines (with their replay groups or network links).
   void SendDiagnose(const Action& a);
+  // Queues a StageRelease action's STAGE_RELEASE one-shot for each of its
+  // machines, with the release's command as its restart will carry it.
+  void SendStageRelease(const Action& a);
   // Drops the step rows replay can do without, once replaying what is left
   // is verified to give the same state (journal_compaction.h).
   Status CompactJournal(Time now);

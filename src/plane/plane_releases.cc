@@ -79,7 +79,11 @@ json Plane::ReleasesJson() {
     } else if (auto it = releases_.find(n); it != releases_.end()) {
       rel = it->second;
     }
-    std::string state = n == r.applied ? "running" : n == r.pending ? "pending" : "";
+    std::string state = n == r.applied   ? "running"
+                        : n == r.staging ? "pending, staging (" + std::to_string(r.staged.size() + r.not_staged.size()) +
+                                               " machines answered)"
+                        : n == r.pending ? "pending"
+                                         : "";
     if (r.rolled_back.count(n) != 0) state += state.empty() ? "rolled back" : ", rolled back before";
     json j = EncodeRelease(rel);
     j["number"] = n;
@@ -98,6 +102,7 @@ void Plane::ReleaseAndRequeueTimers(Time now) {
     HandleLocked(RequeueDue{now}, now, nullptr);
   }
   const ReleaseState& r = controller_->state().releases;
+  if (r.staging != 0 && now >= r.stage_deadline) HandleLocked(StageDue{r.staging, now}, now, nullptr);
   const bool live = s.job == JobState::kRunning || s.job == JobState::kRestarting;
   if (r.pending != 0 && live && !s.restart_pending && s.incidents.Current() == nullptr &&
       s.ladder.state == LadderState::kIdle && now - r.pending_since >= options_.policy.update_force_after) {

@@ -307,6 +307,7 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
         break;
       }
       case ActionKind::kActivate:
+      case ActionKind::kStageRelease:  // the simulated fleet runs no releases
         break;
       case ActionKind::kRestartAll:
         OnRestart(a.placement);

@@ -56,6 +56,7 @@ inline std::string Brief(const Action& a) {
       return a.fresh ? s + " fresh" : s;
     }
     case ActionKind::kRequeue: return "requeue until " + FormatTime(a.until);
+    case ActionKind::kStageRelease: return "stage r" + std::to_string(a.release);
     case ActionKind::kWaitForMachines: return "wait " + std::to_string(a.count);
     case ActionKind::kStopJob: return "stop";
     case ActionKind::kReplenishStandby: return "replenish " + std::to_string(a.count);
