@@ -238,8 +238,10 @@ Result<CommandLine> ParseCommandLine(const std::vector<std::string>& given) {
   // Words no command claimed: an unknown command (or flag before one).
   for (const std::string& extra : app.remaining()) {
     if (extra.rfind("-", 0) == 0) {
-      return Status::InvalidArgument("'" + extra + "' before the command: flags follow it, as in 'bulwark status " +
-                                     extra + "'" + Hint(""));
+      const std::string flag = extra.substr(0, extra.find('='));
+      const std::string cmd = current().empty() ? "COMMAND" : current();
+      return Status::InvalidArgument("'" + flag + "' before the command: flags follow it ('bulwark " + cmd + " " +
+                                     flag + " ...')" + Hint(current()));
     }
     const std::string best = Nearest(extra, CommandNames());
     return Status::InvalidArgument("unknown command '" + extra + "'" +
