@@ -78,6 +78,10 @@ TEST(Config, FlagsOverrideAConfigFileWhereverItStands) {
   auto last = ParseTrainArgs({"--steps", "3", "--steps=4"});
   ASSERT_TRUE(last.ok()) << last.status().ToString();
   EXPECT_EQ(last->steps, 4);  // a repeated flag: the last wins
+  auto empty = ParseTrainArgs({"--ckpt-dir=", "--steps", "6"});
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_EQ(empty->ckpt_dir, "");  // "=" and nothing: empty, not the next word
+  EXPECT_EQ(empty->steps, 6);
   RemoveTree(dir);
 }
 

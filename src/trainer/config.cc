@@ -358,13 +358,25 @@ void BuildApp(CLI::App& app, TrainConfig& cfg) {
   }
 }
 
-// "--batch_size=3" -> "--batch-size=3": keys take '-' or '_' alike.
+// "--batch_size=3" -> "--batch-size=3": keys take '-' or '_' alike. And
+// "--ckpt-dir=" -> "--ckpt-dir" "": an explicitly empty value, which CLI11
+// would otherwise fill with the next word.
 std::vector<std::string> CanonicalFlags(const std::vector<std::string>& args) {
-  std::vector<std::string> out = args;
-  for (std::string& a : out) {
-    if (a.rfind("--", 0) != 0) continue;
-    const size_t eq = a.find('=');
-    std::replace(a.begin(), eq == std::string::npos ? a.end() : a.begin() + static_cast<long>(eq), '_', '-');
+  std::vector<std::string> out;
+  for (std::string a : args) {
+    if (a.rfind("--", 0) == 0) {
+      const size_t eq = a.find('=');
+      std::replace(a.begin(), eq == std::string::npos ? a.end() : a.begin() + static_cast<long>(eq), '_', '-');
+      if (eq + 1 == a.size()) {
+        const Key* k = FindKey(a.substr(2, eq - 2));
+        if (k && *k->type != '\0') {
+          out.push_back(a.substr(0, eq));
+          out.push_back("");
+          continue;
+        }
+      }
+    }
+    out.push_back(a);
   }
   return out;
 }
