@@ -15,6 +15,8 @@ packages=(
   nlohmann-json3-dev
   # XXH3 checksums of checkpoints; spdlog (with fmt) for the control plane's logs.
   libxxhash-dev libspdlog-dev libfmt-dev
+  # The command lines of bulwark and bulwark-train (header-only CLI11).
+  libcli11-dev
   libgtest-dev libgmock-dev
   # The control plane: gRPC wire protocol, SQLite state, YAML job specs, and
   # eu-stack (gdb as the fallback) for the agent's on-demand stack capture.

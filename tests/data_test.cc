@@ -65,6 +65,70 @@ TEST(Config, FileKeysAndUnknownKeyWithLineNumber) {
   RemoveTree(dir);
 }
 
+TEST(Config, FlagsOverrideAConfigFileWhereverItStands) {
+  std::string dir = testing::MakeTempDir();
+  std::string file = JoinPath(dir, "run.conf");
+  WriteFileAtomic(file, std::string("steps = 7\nresume = true\nlr = 0.25\n"));
+  auto c = ParseTrainArgs({"--steps", "11", "--resume=false", "--config", file, "--batch_size=5"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->steps, 11);         // the flag, though the file came later
+  EXPECT_FALSE(c->resume);         // a boolean flag with an explicit value
+  EXPECT_DOUBLE_EQ(c->lr, 0.25);   // the file where no flag says otherwise
+  EXPECT_EQ(c->batch_size, 5);     // '_' for '-'
+  auto last = ParseTrainArgs({"--steps", "3", "--steps=4"});
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  EXPECT_EQ(last->steps, 4);  // a repeated flag: the last wins
+  auto empty = ParseTrainArgs({"--ckpt-dir=", "--steps", "6"});
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_EQ(empty->ckpt_dir, "");  // "=" and nothing: empty, not the next word
+  EXPECT_EQ(empty->steps, 6);
+  RemoveTree(dir);
+}
+
+TEST(Config, BooleanFlagsTakeNoValueAndRefuseABadOne) {
+  auto c = ParseTrainArgs({"--shard-optimizer", "--steps", "2"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->shard_optimizer);
+  EXPECT_EQ(c->steps, 2);
+  auto bad = ParseTrainArgs({"--resume=maybe"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--resume 'maybe' is not true or false"), std::string::npos)
+      << bad.status().message();
+  auto stray = ParseTrainArgs({"--resume", "false"});  // a boolean flag does not take the next word
+  ASSERT_FALSE(stray.ok());
+  EXPECT_NE(stray.status().message().find("unexpected argument 'false'"), std::string::npos)
+      << stray.status().message();
+}
+
+TEST(Config, MissingValueAndUnknownFlagAreOneLine) {
+  auto missing = ParseTrainArgs({"--lr"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(), "flag --lr needs a value");
+  auto unknown = ParseTrainArgs({"--poet-neuman-terms=3"});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("did you mean '--poet-neumann-terms'"), std::string::npos)
+      << unknown.status().message();
+  EXPECT_EQ(unknown.status().message().find('\n'), std::string::npos);
+}
+
+// --help lists every key with room between its name and its help (the
+// long names once ran into their help text) and the value it would take.
+TEST(Config, HelpListsEveryKeySeparatedFromItsHelp) {
+  auto tiny = ParseTrainArgs({"--config", "tiny"});
+  ASSERT_TRUE(tiny.ok());
+  const std::string help = UsageText(*tiny);
+  for (const char* key : {"--poet-neumann-terms", "--allow-fresh-start", "--poet-fs-fraction", "--shard-optimizer",
+                          "--steps", "--config", "--resume", "--d-model"}) {
+    const size_t at = help.find(std::string(key) + " ");
+    const size_t at_eol = help.find(std::string(key) + "\n");
+    EXPECT_TRUE(at != std::string::npos || at_eol != std::string::npos) << key << " not followed by space:\n" << help;
+  }
+  EXPECT_EQ(help.find("--poet-neumann-termsCayley"), std::string::npos) << help;
+  EXPECT_NE(help.find("Cayley-Neumann terms k (>= 1)"), std::string::npos) << help;
+  EXPECT_NE(help.find("model width [64]"), std::string::npos) << "tiny's d-model as the default:\n" << help;
+  EXPECT_NE(help.find("bulwark-train prepare"), std::string::npos) << help;
+}
+
 // ---------------------------------------------------------------- sampler
 
 TEST(Sampler, EachEpochVisitsEverySampleOnceInASeededOrder) {

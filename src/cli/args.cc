@@ -3,36 +3,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <set>
 
 namespace bulwark::cli {
-namespace {
-
-const std::set<std::string> kBoolFlags = {"json", "init", "help", "shard-optimizer", "tls", "now"};
-
-}  // namespace
-
-Result<Args> ParseArgs(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s.rfind("--", 0) == 0) {
-      std::string key = s.substr(2), value;
-      const size_t eq = key.find('=');
-      if (eq != std::string::npos) {
-        value = key.substr(eq + 1);
-        key = key.substr(0, eq);
-      } else if (kBoolFlags.count(key) == 0) {
-        if (i + 1 >= argc) return Status::InvalidArgument("flag --" + key + " needs a value");
-        value = argv[++i];
-      }
-      a.flags[key] = value;
-    } else {
-      a.positional.push_back(s);
-    }
-  }
-  return a;
-}
 
 std::string ExeDir() {
   char buf[4096];

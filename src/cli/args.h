@@ -1,5 +1,6 @@
-// The bulwark binary's command line: positional words and --flags, and the
-// few lookups every subcommand shares.
+// The bulwark binary's command line as the commands read it: positional
+// words and --flags (parsed by cli/commands.h), and the few lookups every
+// subcommand shares.
 #pragma once
 
 #include <map>
@@ -20,8 +21,6 @@ struct Args {
   }
 };
 
-// "--key value" and "--key=value"; the boolean flags take no value.
-Result<Args> ParseArgs(int argc, char** argv);
 // The directory of the running executable (bulwark-train lives beside it).
 std::string ExeDir();
 // --dir, else $BULWARK_DIR, else ./.bulwark.

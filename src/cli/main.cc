@@ -15,8 +15,10 @@
 //   bulwark controller [--init] [--metrics-port P] [--dir D]   (started by up)
 //   bulwark agent --machine ID [--dir D] [--metrics-port P]  (started by up)
 //
-// D defaults to $BULWARK_DIR, else ./.bulwark. main only reads arguments and
-// turns the commands' Status into an exit code.
+// D defaults to $BULWARK_DIR, else ./.bulwark. `bulwark --help` and
+// `bulwark COMMAND --help` list the commands and each one's flags, declared
+// in commands.cc (CLI11). main only reads arguments and turns the commands'
+// Status into an exit code.
 #include <unistd.h>
 
 #include <chrono>
@@ -34,6 +36,7 @@
 #include "agent/agent.h"
 #include "cli/client.h"
 #include "cli/args.h"
+#include "cli/commands.h"
 #include "cli/job_file.h"
 #include "cli/run_commands.h"
 #include "cli/release_commands.h"
@@ -420,7 +423,7 @@ Status MachineCmd(const Args& a) {
 }
 
 Status Run(const Args& a) {
-  const std::string cmd = a.positional.empty() ? "help" : a.positional[0];
+  const std::string cmd = a.positional.at(0);
   if (cmd == "up") return Up(a);
   if (cmd == "down") return Down(a);
   if (cmd == "submit") return Submit(a);
@@ -464,52 +467,22 @@ Status Run(const Args& a) {
     o.metrics_port = *mport;
     return agent::RunAgent(o);
   }
-  std::cout << "usage: bulwark up|down|submit|update|rollback|releases|status|incidents|ledger|inject|machine|demo|sim|bench-recovery|bench-checkpoint|bench-compare|bench-implicit|bench-ladder|controller|agent [flags]\n"
-               "  up --machines N [--standby S] [--tls]  start a local cluster (controller + N+S agents; --tls: mutual TLS)\n"
-               "  up --backend slurm [--machines N] [--standby S] [--grow G] [--listen HOST]\n"
-               "                                     inside a Slurm allocation: agents as its tasks, evictions drain\n"
-               "                                     nodes, G more nodes as jobs of their own (docs/slurm.md)\n"
-
-               "     [--ladder-rungs diagnose,reattempt,rollback,replay|none] [--ladder-tests compute,device,network,alignment]\n"
-               "     [--ladder-budget SECONDS] [--ladder-align-every SECONDS]   the stop-time ladder (docs/ladder.md)\n"
-               "     [--metrics-port P]              Prometheus /metrics on 127.0.0.1:P (default: any free port)\n"
-               "     [--failure-rate P]              daily failure probability per machine the standby target is sized for\n"
-               "  down                               stop it\n"
-               "  submit JOB.yaml                    run a job (fields: name, world_size, ranks_per_machine,\n"
-               "                                     command, args, env, checkpoint, parallel)\n"
-               "  update JOB.yaml [--now] [--why T]  the running job's next release: at the next restart (forced\n"
-               "                                     after 24 h), or --now: restart in place (docs/recovery.md)\n"
-               "  rollback [--to N] [--why T]        back to release N (default: the one before the running one)\n"
-               "  releases [--json]                  the job's releases, who made them, when and why\n"
-               "  status|incidents|ledger [--json]\n"
-               "  inject crash|kill|machine-down|device-fail|nic-flap|corrupt-shard|nan|loss-spike --machine ID [--rank R]\n"
-               "  inject hang --machine ID [--rank R] [--where collective|compute]\n"
-               "  inject slow --machine ID --factor F   the machine's ranks run F x slower (F > 1)\n"
-               "  inject sdc --machine ID [--mode nan|drift] [--rate R]   silent matmul corruption (docs/ladder.md)\n"
-               "  inject slow-link --machine ID --factor F   the machine's network links run F x slower (F > 1)\n"
-               "  inject compute-fail --machine ID   a broken ALU: wrong GEMM check, NaN matmuls (bench/ladder)\n"
-               "  machine return --machine ID        hand a repaired machine back\n"
-               "  demo [--json] [--out runs/demo]    4 machines + 2 standby train the small model through every\n"
-               "                                     fault class; live line, tables, report.{html,md,json}\n"
-               "  sim [--gpus 9600] [--days 90] [--seed S] [--config sim.yaml] [--json] [--report DIR]\n"
-               "      [--sweep scale|standby|ckpt|detect] [--replay demo]   the policy on a simulated fleet (docs/simulator.md)\n"
-               "  bench-recovery [--repeat 3]        detect/recover medians per fault class (tiny model)\n"
-               "  bench-checkpoint [--rounds 2] [--shard-optimizer]  in-memory checkpoint overhead and restore times\n"
-               "  bench-compare [--repeat 2] [--provisioning-delay 600]  bulwark vs the requeue baseline (docs/recovery.md)\n"
-               "  bench-implicit [--repeat 3]        detect/localize/recover medians per implicit fault class\n"
-               "  bench-ladder [--repeat 1]          time per ladder rung and share of faults per rung (bench/ladder)\n"
-               "every command takes --dir D (default $BULWARK_DIR, else ./.bulwark)\n";
-  return cmd == "help" ? Status::OK() : Status::InvalidArgument("unknown command '" + cmd + "'");
+  // commands.cc declares no other command.
+  return Status::Internal("command '" + cmd + "' is declared but not dispatched");
 }
 
 }  // namespace
 }  // namespace bulwark::cli
 
 int main(int argc, char** argv) {
-  auto args = bulwark::cli::ParseArgs(argc, argv);
-  bulwark::Status st = args.ok() ? bulwark::cli::Run(*args) : args.status();
+  auto line = bulwark::cli::ParseCommandLine(std::vector<std::string>(argv + 1, argv + argc));
+  if (line.ok() && !line->help.empty()) {
+    std::fputs(line->help.c_str(), stdout);
+    return 0;
+  }
+  bulwark::Status st = line.ok() ? bulwark::cli::Run(line->args) : line.status();
   if (!st.ok()) {
-    std::fprintf(stderr, "bulwark: %s\n", st.message().c_str());
+    std::fprintf(stderr, "bulwark: error: %s\n", st.message().c_str());
     return bulwark::ExitCodeFor(st);
   }
   return 0;

@@ -6,15 +6,22 @@
 #include <functional>
 #include <sstream>
 
+#include <CLI/CLI.hpp>
+
 #include "common/files.h"
+#include "common/suggest.h"
 
 namespace bulwark::trainer {
 namespace {
 
+// One setting: its name in flags and files, its help, the label of its value
+// in --help ("" for a boolean, which takes none), and how to set and show it.
+// This table is the single source of the command line (ParseTrainArgs builds
+// its CLI11 options from it), the config files and the help text.
 struct Key {
   const char* name;
   const char* help;
-  bool is_bool;
+  const char* type;
   std::function<Status(TrainConfig&, const std::string&)> set;
   std::function<std::string(const TrainConfig&)> get;
 };
@@ -53,16 +60,16 @@ std::string Num(double x) {
 }
 
 #define INT_KEY(NAME, FIELD, HELP)                                                           \
-  Key{NAME, HELP, false, [](TrainConfig& c, const std::string& v) { return ParseInt(NAME, v, c.FIELD); }, \
+  Key{NAME, HELP, "INT", [](TrainConfig& c, const std::string& v) { return ParseInt(NAME, v, c.FIELD); }, \
       [](const TrainConfig& c) { return std::to_string(c.FIELD); }}
 #define DBL_KEY(NAME, FIELD, HELP)                                                              \
-  Key{NAME, HELP, false, [](TrainConfig& c, const std::string& v) { return ParseDouble(NAME, v, c.FIELD); }, \
+  Key{NAME, HELP, "NUM", [](TrainConfig& c, const std::string& v) { return ParseDouble(NAME, v, c.FIELD); }, \
       [](const TrainConfig& c) { return Num(c.FIELD); }}
 #define STR_KEY(NAME, FIELD, HELP)                                                          \
-  Key{NAME, HELP, false, [](TrainConfig& c, const std::string& v) { c.FIELD = v; return Status::OK(); }, \
+  Key{NAME, HELP, "TEXT", [](TrainConfig& c, const std::string& v) { c.FIELD = v; return Status::OK(); }, \
       [](const TrainConfig& c) { return c.FIELD; }}
 #define BOOL_KEY(NAME, FIELD, HELP)                                                           \
-  Key{NAME, HELP, true, [](TrainConfig& c, const std::string& v) { return ParseBool(NAME, v, c.FIELD); }, \
+  Key{NAME, HELP, "", [](TrainConfig& c, const std::string& v) { return ParseBool(NAME, v, c.FIELD); }, \
       [](const TrainConfig& c) { return std::string(c.FIELD ? "true" : "false"); }}
 
 const std::vector<Key>& Keys() {
@@ -125,21 +132,6 @@ std::string Canonical(std::string key) {
   return key;
 }
 
-size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 const Key* FindKey(const std::string& key) {
   for (const Key& k : Keys())
     if (key == k.name) return &k;
@@ -147,15 +139,12 @@ const Key* FindKey(const std::string& key) {
 }
 
 Status UnknownKey(const std::string& key, const std::string& where) {
-  std::string best;
-  size_t best_d = 1000;
-  for (const Key& k : Keys()) {
-    size_t d = EditDistance(key, k.name);
-    if (d < best_d) best_d = d, best = k.name;
-  }
+  std::vector<std::string> names;
+  for (const Key& k : Keys()) names.push_back(k.name);
+  const std::string best = Nearest(key, names);
   std::string dashes = where == "flag" ? "--" : "";
   std::string msg = "unknown " + where + " '" + dashes + key + "'";
-  if (best_d <= 3) msg += "; did you mean '" + dashes + best + "'?";
+  if (!best.empty()) msg += "; did you mean '" + dashes + best + "'?";
   msg += " (bulwark-train --help lists every key)";
   return Status::InvalidArgument(msg);
 }
@@ -317,7 +306,85 @@ Status SetKey(TrainConfig& cfg, const std::string& raw_key, const std::string& v
   return k->set(cfg, value);
 }
 
-Result<TrainConfig> ParseTrainArgs(const std::vector<std::string>& args) {
+namespace {
+
+// Raised by an option's callback: the key's own one-line error, reported as
+// it is rather than as CLI11's wording.
+struct KeyError {
+  Status status;
+};
+
+std::string ShownValue(const std::string& v) { return v.empty() ? "none" : v; }
+
+// The command line as CLI11 sees it, built from Keys(): one option per key,
+// whose callback is the key's `set`, so a bad value gives the same error as
+// the same key in a config file. `cfg` is what the callbacks set and what
+// the help shows as each key's default. --config was applied before parsing
+// (flags win over it wherever they stand), so here it only takes its value.
+void BuildApp(CLI::App& app, TrainConfig& cfg) {
+  app.name("bulwark-train");
+  app.description(
+      "bulwark-train: the C++ LLM trainer bulwark supervises.\n"
+      "  bulwark-train [--config tiny|small|FILE] [--key value ...]\n"
+      "  bulwark-train prepare --corpus kjv|PATH --out DIR [--vocab-size N] [--val-fraction F]\n"
+      "  bulwark-train ... --align [--align-threads N] [--align-steps S]   bitwise alignment check (stop-time ladder)\n"
+      "  bulwark-train --net-check [--net-timeout S]   one network link, under RANK/WORLD_SIZE=2/MASTER_*\n"
+      "Every key is also valid as a 'key = value' line in a config file; '-' and '_' are interchangeable.");
+  app.allow_extras();  // unknown flags are reported by ParseTrainArgs, with the nearest key
+  app.get_formatter()->column_width(34);
+  // (A const string: CLI11 would take a mutable one for the variable to fill.)
+  const std::string config_help =
+      "preset (tiny, small) or a file of 'key = value' lines; flags override it [" + cfg.preset + "]";
+  app.add_option("--config", config_help)
+      ->type_name("NAME|FILE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (const Key& k : Keys()) {
+    const Key* key = &k;
+    const std::string help = std::string(k.help) + " [" + ShownValue(k.get(cfg)) + "]";
+    CLI::Option* o = app.add_option(
+        std::string("--") + k.name,
+        [key, &cfg](const CLI::results_t& values) {
+          Status s = key->set(cfg, values.empty() ? "" : values.back());
+          if (!s.ok()) throw KeyError{s};
+          return true;
+        },
+        help);
+    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    if (*k.type == '\0') {
+      o->expected(0);  // --resume, or --resume=false
+    } else {
+      o->type_name(k.type);
+    }
+  }
+}
+
+// "--batch_size=3" -> "--batch-size=3": keys take '-' or '_' alike. And
+// "--ckpt-dir=" -> "--ckpt-dir" "": an explicitly empty value, which CLI11
+// would otherwise fill with the next word.
+std::vector<std::string> CanonicalFlags(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (std::string a : args) {
+    if (a.rfind("--", 0) == 0) {
+      const size_t eq = a.find('=');
+      std::replace(a.begin(), eq == std::string::npos ? a.end() : a.begin() + static_cast<long>(eq), '_', '-');
+      if (eq + 1 == a.size()) {
+        const Key* k = FindKey(a.substr(2, eq - 2));
+        if (k && *k->type != '\0') {
+          out.push_back(a.substr(0, eq));
+          out.push_back("");
+          continue;
+        }
+      }
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<TrainConfig> ParseTrainArgs(const std::vector<std::string>& raw_args) {
+  const std::vector<std::string> args = CanonicalFlags(raw_args);
   // First pass: find --config so that flags apply on top of it wherever
   // they stand on the command line.
   std::string config = "small";
@@ -337,46 +404,36 @@ Result<TrainConfig> ParseTrainArgs(const std::vector<std::string>& args) {
     return Status::InvalidArgument("--config '" + config + "' is neither a preset (tiny, small) nor an existing file");
   }
 
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.rfind("--", 0) != 0) {
-      return Status::InvalidArgument("unexpected argument '" + a + "'; flags look like --key value");
+  CLI::App app;
+  BuildApp(app, cfg);
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+    app.parse(reversed);
+  } catch (const KeyError& e) {
+    return e.status;
+  } catch (const CLI::ArgumentMismatch& e) {
+    // "--steps: 1 required INT missing": the flag ended the line.
+    const std::string what = e.what();
+    return Status::InvalidArgument("flag " + what.substr(0, what.find(':')) + " needs a value");
+  } catch (const CLI::ParseError& e) {
+    return Status::InvalidArgument(std::string(e.what()) + " (bulwark-train --help lists every key)");
+  }
+  for (const std::string& extra : app.remaining()) {
+    if (extra.rfind("-", 0) != 0) {
+      return Status::InvalidArgument("unexpected argument '" + extra + "'; flags look like --key value");
     }
-    std::string key = a.substr(2), value;
-    bool has_value = false;
-    if (auto eq = key.find('='); eq != std::string::npos) {
-      value = key.substr(eq + 1);
-      key.resize(eq);
-      has_value = true;
-    }
-    key = Canonical(key);
-    if (key == "config") {
-      if (!has_value) ++i;
-      continue;
-    }
-    const Key* k = FindKey(key);
-    if (!k) return UnknownKey(key, "flag");
-    if (!has_value && !k->is_bool) {
-      if (i + 1 >= args.size()) return Status::InvalidArgument("flag --" + key + " needs a value");
-      value = args[++i];
-    }
-    BULWARK_RETURN_IF_ERROR(k->set(cfg, value));
+    std::string key = extra.substr(extra.rfind("--", 0) == 0 ? 2 : 1);
+    return UnknownKey(key.substr(0, key.find('=')), "flag");
   }
   cfg.model.poet.enabled = cfg.optimizer == "poet";
   return cfg;
 }
 
-std::string UsageText(const TrainConfig& cfg) {
-  std::ostringstream o;
-  o << "usage: bulwark-train [--config tiny|small|FILE] [--key value ...]\n"
-    << "       bulwark-train prepare --corpus kjv|PATH --out DIR [--vocab-size N] [--val-fraction F]\n\n"
-    << "Keys (also valid as 'key = value' lines in a config file):\n";
-  for (const Key& k : Keys()) {
-    std::string name = std::string("  --") + k.name;
-    name.resize(22, ' ');
-    o << name << k.help << " [" << k.get(cfg) << "]\n";
-  }
-  return o.str();
+std::string UsageText(const TrainConfig& shown) {
+  TrainConfig cfg = shown;
+  CLI::App app;
+  BuildApp(app, cfg);
+  return app.help();
 }
 
 }  // namespace bulwark::trainer

@@ -72,7 +72,14 @@ int main(int argc, char** argv) {
     if (!args.empty() && args[0] == "prepare") return ExecPrepare(argv);
     for (const auto& a : args) {
       if (a == "--help" || a == "-h" || a == "help") {
-        auto cfg = trainer::ParseTrainArgs({});
+        // The defaults shown are those of the rest of the line (--config
+        // tiny --help shows tiny's), else the small preset's.
+        std::vector<std::string> rest;
+        for (const auto& b : args) {
+          if (b != "--help" && b != "-h" && b != "help") rest.push_back(b);
+        }
+        auto cfg = trainer::ParseTrainArgs(rest);
+        if (!cfg.ok()) cfg = trainer::ParseTrainArgs({});
         std::fputs(trainer::UsageText(*cfg).c_str(), stdout);
         return kExitOk;
       }
