@@ -126,5 +126,49 @@ TEST_F(Pipeline, GroupsBackupsAndInMemoryRecoveryEndBitwiseLikeAFaultFreeRun) {
   EXPECT_EQ(done["param_checksum"], reference) << "the recovered run diverged from the fault-free one";
 }
 
+// Dual-phase replay keeps the job's pipeline layout (ByteRobust's
+// Algorithm 1): with alignment left out of the ladder's tests, m03 (stage
+// 1 of replica 0) corrupts its gradients silently; the horizontal groups
+// replay one stage's share of the layers each, data parallel ({m01, m02}
+// stage 0, {m03, m04} stage 1), the vertical ones the job's own two-stage
+// pipeline with DP shrunk to 1 ({m01, m03}, {m02, m04}). h1 and v0
+// diverge and m03 is the only machine in both.
+TEST_F(Pipeline, DualPhaseReplayKeepsThePipelineLayoutAndFindsTheSdcMachine) {
+  auto up = Bulwark({"up", "--machines", "4", "--standby", "2", "--ladder-tests", "compute,device"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  {
+    std::ofstream job(root_ + "/job.yaml");
+    job << "name: pipe\nworld_size: 4\nparallel: {pp: 2}\nargs: [";
+    for (const std::string& a : TrainerArgs()) job << "'" << a << "', ";
+    job << "--memory-ckpt, 'on']\nenv: {OMP_NUM_THREADS: '1'}\n";
+  }
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("first steps", 60, [](const json& s) { return s["job"]["last_step"] >= 20; });
+  const int64_t gen = s["job"]["generation"];
+  Inject("sdc", "m03");
+  s = WaitFor("eviction of m03", 150, [&](const json& s) {
+    return MachineState(s, "m03") == "evicted" && s["job"]["generation"] > gen && s["job"]["state"] == "running";
+  });
+  json inc = Query("incidents").back();
+  EXPECT_EQ(inc["evicted"], json({"m03"})) << inc.dump();
+  ASSERT_TRUE(inc.contains("ladder")) << inc.dump();
+  std::vector<std::string> rungs;
+  for (const json& r : inc["ladder"]) {
+    rungs.push_back(r["rung"]);
+    std::printf("[ timing ] %-9s %.3f s: %s\n", r["rung"].get<std::string>().c_str(), r.value("seconds", -1.0),
+                r["outcome"].get<std::string>().c_str());
+  }
+  ASSERT_FALSE(rungs.empty()) << inc.dump();
+  EXPECT_EQ(rungs.back(), "replay") << inc.dump();
+  EXPECT_EQ(inc["ladder"].back()["outcome"], "culprit m03 (h1 x v0)") << inc.dump();
+  // Each machine ran its groups in the job's layout: the agents' logs say how.
+  std::ifstream f(dir_ + "/machines/m01/agent.log");
+  const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("replay/h0 ok"), std::string::npos) << log;
+  EXPECT_NE(log.find("(stage 0's layers, data parallel; hash "), std::string::npos) << log;
+  EXPECT_NE(log.find("(the job's pipeline (pp 2); diverged (non-finite); hash "), std::string::npos) << log;
+}
+
 }  // namespace
 }  // namespace bulwark

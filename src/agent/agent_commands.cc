@@ -295,7 +295,8 @@ void Agent::Diagnose(const wire::Command& c) {
     if (!exe.empty()) req.net_check_binary = exe.substr(0, exe.rfind('/') + 1) + "bulwark-train";
   }
   for (const wire::ReplayAssignment& x : c.replay()) {
-    req.replay.push_back({x.group(), x.rank(), x.world(), x.master_addr(), x.master_port()});
+    req.replay.push_back({x.group(), x.rank(), x.world(), x.master_addr(), x.master_port(), std::max(1, x.pp()),
+                          x.pp() > 1 ? x.stage() : -1});
   }
   const int64_t incident = c.incident();
   Log("running diagnostics for incident " + std::to_string(incident) + " (" + std::to_string(req.tests.size()) +
@@ -314,6 +315,8 @@ void Agent::Diagnose(const wire::Command& c) {
       r->set_detail(t.detail);
       r->set_ms(t.ms);
       line += " " + t.test + (t.passed ? " ok " : " FAILED ") + std::to_string(static_cast<int>(t.ms)) + " ms";
+      // What a replay group ran (its layout) and its hash.
+      if (t.test.rfind("replay", 0) == 0 && !t.detail.empty()) line += " (" + t.detail + ")";
     }
     Log("diagnostics for incident " + std::to_string(incident) + ":" + line);
     std::lock_guard<std::mutex> lock(diagnostics_mu_);

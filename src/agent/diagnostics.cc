@@ -136,16 +136,22 @@ TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std:
   if (!sdc.empty()) argv.push_back("BULWARK_SDC=" + sdc);
   argv.insert(argv.end(), trainer_argv.begin(), trainer_argv.end());
   argv.insert(argv.end(), {"--align", "--align-steps", std::to_string(steps)});
+  // A pipeline job: the vertical group keeps the job's --pp; a horizontal
+  // group replays one stage's share of the layers (trainer/align.h).
+  if (g.pp > 1 && g.stage >= 0) argv.insert(argv.end(), {"--align-stage", std::to_string(g.stage)});
+  const std::string layout = g.pp <= 1    ? ""
+                             : g.stage >= 0 ? "stage " + std::to_string(g.stage) + "'s layers, data parallel; "
+                                            : "the job's pipeline (pp " + std::to_string(g.pp) + "); ";
   int code = 0;
   Result<std::string> out = RunCaptured(argv, budget, &code);
   o.ms = MsSince(t0);
   if (!out.ok() || code != 0) {
-    o.detail = out.ok() ? "the replay exited with code " + std::to_string(code) : out.status().message();
+    o.detail = layout + (out.ok() ? "the replay exited with code " + std::to_string(code) : out.status().message());
     return o;
   }
   if (g.rank != 0) {
     o.passed = true;
-    o.detail = "took part";
+    o.detail = layout + "took part";
     return o;
   }
   const size_t at = out->find("\"align_hash\":\"");
@@ -154,7 +160,7 @@ TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std:
     return o;
   }
   o.passed = out->find("\"finite\":true") != std::string::npos;
-  o.detail = (o.passed ? "" : "diverged (non-finite); ") + std::string("hash ") + out->substr(at + 14, 16);
+  o.detail = layout + (o.passed ? "" : "diverged (non-finite); ") + std::string("hash ") + out->substr(at + 14, 16);
   return o;
 }
 

@@ -40,6 +40,9 @@ struct ReplayGroup {
   int rank = 0, world = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
+  // A pipeline job (pp > 1): a vertical group replays the job's PP layout,
+  // a horizontal one (stage >= 0) that stage's share of the layers.
+  int pp = 1, stage = -1;
 };
 
 struct DiagnosticsRequest {

@@ -1,6 +1,8 @@
 #include "plane/plane.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -90,9 +92,19 @@ void Plane::SendDiagnose(const Action& a) {
   // rendezvouses at its first machine on a port of its own, clear of the
   // job's generations.
   std::map<MachineId, std::vector<wire::ReplayAssignment>> replay;
+  // A pipeline job's replay: horizontal group h covers stage h / k, where
+  // the k x PP horizontal groups come first (ladder_rules.cc).
+  const int pp = controller_ ? std::max(1, controller_->state().spec.pp) : 1;
+  const int horizontal = static_cast<int>(
+      std::count_if(a.group_names.begin(), a.group_names.end(), [](const std::string& n) { return n.rfind('h', 0) == 0; }));
+  const int k = std::max(1, horizontal / pp);
   for (size_t g = 0; g < a.groups.size() && g < a.group_names.size(); ++g) {
+    const std::string& name = a.group_names[g];
+    const bool is_h = name.rfind('h', 0) == 0 && name.size() > 1 && std::isdigit(static_cast<unsigned char>(name[1]));
     for (size_t r = 0; r < a.groups[g].size(); ++r) {
       wire::ReplayAssignment x;
+      x.set_pp(pp);
+      x.set_stage(is_h && pp > 1 ? std::atoi(name.c_str() + 1) / k : -1);
       x.set_group(a.group_names[g]);
       x.set_rank(static_cast<int>(r));
       x.set_world(static_cast<int>(a.groups[g].size()));

@@ -30,6 +30,12 @@ namespace bulwark::trainer {
 // under RANK/WORLD_SIZE/MASTER_* it is one group of a dual-phase replay:
 // every rank computes its own fixed batch and the gradients are averaged,
 // and rank 0 prints the line with "finite" (loss, grads, params all finite).
-Status RunAlign(const TrainConfig& cfg, int threads, int steps = 1);
+//
+// Under --pp P > 1 in a group of more than one rank it replays the job's
+// pipeline layout (a vertical group of dual-phase replay): stages exchange
+// activations and gradients, replicas of a stage average their gradients.
+// With `stage` >= 0 (--align-stage S; a horizontal group) the model is
+// shrunk to stage S's share of the layers and run data parallel.
+Status RunAlign(const TrainConfig& cfg, int threads, int steps = 1, int stage = -1);
 
 }  // namespace bulwark::trainer

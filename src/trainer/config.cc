@@ -327,7 +327,7 @@ void BuildApp(CLI::App& app, TrainConfig& cfg) {
       "bulwark-train: the C++ LLM trainer bulwark supervises.\n"
       "  bulwark-train [--config tiny|small|FILE] [--key value ...]\n"
       "  bulwark-train prepare --corpus kjv|PATH --out DIR [--vocab-size N] [--val-fraction F]\n"
-      "  bulwark-train ... --align [--align-threads N] [--align-steps S]   bitwise alignment check (stop-time ladder)\n"
+      "  bulwark-train ... --align [--align-threads N] [--align-steps S] [--align-stage K]   bitwise alignment check, replay (stop-time ladder)\n"
       "  bulwark-train --net-check [--net-timeout S]   one network link, under RANK/WORLD_SIZE=2/MASTER_*\n"
       "Every key is also valid as a 'key = value' line in a config file; '-' and '_' are interchangeable.");
   app.allow_extras();  // unknown flags are reported by ParseTrainArgs, with the nearest key

@@ -1,7 +1,7 @@
 // bulwark-train: the C++ LLM trainer that bulwark supervises.
 //   bulwark-train prepare --corpus kjv --out data/kjv
 //   bulwark-train --config small --data data/kjv [--key value ...]
-//   bulwark-train ... --align [--align-threads N] [--align-steps S]   (trainer/align.h)
+//   bulwark-train ... --align [--align-threads N] [--align-steps S] [--align-stage K]   (trainer/align.h)
 //   bulwark-train --net-check [--net-timeout S]   under RANK/WORLD_SIZE=2/MASTER_* (trainer/net_check.h)
 // Exit codes: common/exit_codes.h.
 #include <unistd.h>
@@ -97,13 +97,15 @@ int main(int argc, char** argv) {
     // Bitwise alignment (a stop-time diagnostic): the job's own arguments
     // say the architecture; --align and its thread count are taken out.
     bool align = false;
-    int align_threads = 1, align_steps = 1;
+    int align_threads = 1, align_steps = 1, align_stage = -1;
     for (size_t i = 0; i < args.size();) {
       if (args[i] == "--align") {
         align = true;
         args.erase(args.begin() + static_cast<long>(i));
-      } else if ((args[i] == "--align-threads" || args[i] == "--align-steps") && i + 1 < args.size()) {
-        (args[i] == "--align-threads" ? align_threads : align_steps) = std::atoi(args[i + 1].c_str());
+      } else if ((args[i] == "--align-threads" || args[i] == "--align-steps" || args[i] == "--align-stage") &&
+                 i + 1 < args.size()) {
+        const int v = std::atoi(args[i + 1].c_str());
+        (args[i] == "--align-threads" ? align_threads : args[i] == "--align-steps" ? align_steps : align_stage) = v;
         args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
       } else {
         ++i;
@@ -115,7 +117,7 @@ int main(int argc, char** argv) {
     auto cfg = trainer::ParseTrainArgs(args);
     if (!cfg.ok()) return Fail(cfg.status());
     if (align) {
-      Status s = trainer::RunAlign(*cfg, align_threads, align_steps);
+      Status s = trainer::RunAlign(*cfg, align_threads, align_steps, align_stage);
       return s.ok() ? kExitOk : Fail(s);
     }
     Status valid = cfg->Validate();

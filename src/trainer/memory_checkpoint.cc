@@ -1,6 +1,7 @@
 #include "trainer/memory_checkpoint.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -239,7 +240,8 @@ Status MemoryCheckpoint::Load(const client::ShardView& v, TrainState* st) {
   gen.set_state(state);
   st->step = meta["step"].get<int64_t>();
   st->data_cursor = meta["data_cursor"].get<uint64_t>();
-  st->loss = meta["loss"].get<double>();
+  // A non-finite loss is stored as JSON null.
+  st->loss = meta["loss"].is_number() ? meta["loss"].get<double>() : std::nan("");
 
   // Every rank restored its slice; the all-gathers give the group the rest.
   const int W = group_.world_size();

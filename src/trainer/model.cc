@@ -1,6 +1,7 @@
 #include "trainer/model.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #include "trainer/kernels.h"
 
@@ -254,6 +255,22 @@ int64_t CountParameters(torch::nn::Module& m) {
   int64_t n = 0;
   for (const auto& p : m.parameters()) n += p.numel();
   return n;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> StageParameters(Transformer& model, const StageLayers& layers) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (auto& p : model->named_parameters()) {
+    const std::string& k = p.key();
+    bool mine = false;
+    if (k.rfind("tok_emb.", 0) == 0) mine = layers.embed;
+    else if (k.rfind("final_norm.", 0) == 0 || k.rfind("lm_head.", 0) == 0) mine = layers.head;
+    else if (k.rfind("blocks.", 0) == 0) {
+      int block = std::atoi(k.c_str() + 7);
+      mine = block >= layers.first && block < layers.last;
+    }
+    if (mine) out.emplace_back(k, p.value());
+  }
+  return out;
 }
 
 }  // namespace bulwark::trainer

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "trainer/config.h"
+#include "trainer/pipeline_plan.h"
 #include "trainer/poet.h"
 
 namespace bulwark::trainer {
@@ -127,5 +128,9 @@ struct TransformerImpl : torch::nn::Module {
 TORCH_MODULE(Transformer);
 
 int64_t CountParameters(torch::nn::Module& m);
+
+// One pipeline stage's parameters of `model`, by name, in the model's order
+// (the embedding on the first stage, the norm and LM head on the last).
+std::vector<std::pair<std::string, torch::Tensor>> StageParameters(Transformer& model, const StageLayers& layers);
 
 }  // namespace bulwark::trainer

@@ -53,23 +53,6 @@ void MakeBatch(const std::vector<uint16_t>& tokens, Sampler& sampler, uint64_t f
   }
 }
 
-// This stage's parameters, by name, in the model's order.
-std::vector<std::pair<std::string, torch::Tensor>> StageParameters(Transformer& model, const StageLayers& layers) {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (auto& p : model->named_parameters()) {
-    const std::string& k = p.key();
-    bool mine = false;
-    if (k.rfind("tok_emb.", 0) == 0) mine = layers.embed;
-    else if (k.rfind("final_norm.", 0) == 0 || k.rfind("lm_head.", 0) == 0) mine = layers.head;
-    else if (k.rfind("blocks.", 0) == 0) {
-      int block = std::atoi(k.c_str() + 7);
-      mine = block >= layers.first && block < layers.last;
-    }
-    if (mine) out.emplace_back(k, p.value());
-  }
-  return out;
-}
-
 // One stage of one replica: its layers, its neighbours, the saved tensors of
 // micro-batches in flight.
 class Stage {
@@ -423,6 +406,32 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
     st.loss = norm_loss[1].item<double>();
     double grad_norm = std::sqrt(norm_loss[0].item<double>());
     const auto t_comm = Clock::now();
+    // ---- a non-finite loss or gradient is held back, as in data-parallel
+    // training (train_loop.cc): nothing applied, nothing checkpointed, so the
+    // newest copy is the step before it. Every rank sees the same all-reduced
+    // values. The controller decides; a pipeline rank cannot wait for the
+    // next generation in place, so it waits to be stopped.
+    if (!std::isfinite(st.loss) || !std::isfinite(grad_norm)) {
+      const std::string what = "step " + std::to_string(st.step + 1) + ": non-finite loss or grad norm (loss " +
+                               std::to_string(st.loss) + ", grad norm " + std::to_string(grad_norm) + ")";
+      note("holding back " + what + "; not applied");
+      if (!link) return Status::FailedPrecondition(what + "; stopped before applying it");
+      client::StepSignal sig;
+      sig.step = st.step + 1;
+      sig.loss = st.loss;
+      sig.grad_norm = grad_norm;
+      sig.local_grad_norm = grad_norm;
+      sig.local_nonfinite = true;
+      sig.nonfinite = true;
+      sig.halted = "nan";
+      sig.observed_ms = WallMs();
+      link->Step(sig);
+      if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->WaitCopied());
+      if (!link->WaitClosed(5 * 60 * 1000)) {
+        return Status::FailedPrecondition(what + "; held back, and no restart came within 5 minutes");
+      }
+      return Status::Unavailable(what + "; held back, and the agent restarts the job");
+    }
 
     // ---- clip, update, re-assemble sharded parameters
     if (cfg.grad_clip > 0 && grad_norm > cfg.grad_clip) store.GradsView().mul_(cfg.grad_clip / (grad_norm + 1e-6));

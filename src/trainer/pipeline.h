@@ -12,8 +12,11 @@
 // A peer that dies or hangs fails a send, a receive or a collective, and the
 // rank ends with the peer-lost exit code like a data-parallel run.
 //
-// Not here: in-memory checkpoints (disk checkpoints only; --memory-ckpt on is
-// refused) and POET (refused with --pp > 1).
+// A step whose loss or gradient norm is non-finite is held back (not applied,
+// not checkpointed) and the rank waits to be stopped, as in data parallel.
+//
+// Not here: POET (refused with --pp > 1) and restarts that keep the process
+// (a pipeline rank is restarted as a new process).
 #pragma once
 
 #include "common/status.h"
