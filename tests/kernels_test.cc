@@ -176,5 +176,66 @@ TEST(Kernels, Bf16WeightsAndResidualAddMatchTheCastPath) {
   EXPECT_EQ(g1[1].scalar_type(), torch::kBFloat16);
 }
 
+// ---------------------------------------------------------------- eager
+
+// kernels::eager is what a tensor off the CPU runs (a CUDA rank); here it
+// runs on the CPU against the fused kernels: values and gradients, in fp32
+// and for bf16 inputs.
+TEST(Kernels, EagerFallbacksMatchTheFusedKernels) {
+  torch::manual_seed(11);
+  const int64_t B = 2, T = 6, H = 3, D = 8, C = H * D;
+  auto [cos, sin] = RopeTables(10, D);
+  auto x = torch::randn({B, T, C}), w = torch::randn({C});
+  auto check = [](const std::function<torch::Tensor(std::vector<torch::Tensor>&)>& fused,
+                  const std::function<torch::Tensor(std::vector<torch::Tensor>&)>& eager,
+                  const std::vector<torch::Tensor>& in, double tol, const char* what) {
+    auto [y1, g1] = ValueAndGrads(fused, in, 9);
+    auto [y2, g2] = ValueAndGrads(eager, in, 9);
+    EXPECT_EQ(y1.scalar_type(), y2.scalar_type()) << what;
+    EXPECT_EQ(y1.sizes(), y2.sizes()) << what;
+    ExpectClose(y1.to(torch::kFloat32), y2.to(torch::kFloat32), tol, what);
+    for (size_t i = 0; i < g1.size(); ++i) ExpectClose(g1[i], g2[i], 10 * tol, what);
+  };
+  for (auto type : {torch::kFloat32, torch::kBFloat16}) {
+    const double tol = type == torch::kFloat32 ? 1e-5 : 2e-2;
+    auto xt = x.to(type);
+    check([&](auto& in) { return kernels::RmsNorm(in[0], in[1], 1e-5); },
+          [&](auto& in) { return kernels::eager::RmsNorm(in[0], in[1], 1e-5); }, {xt, w}, tol, "rmsnorm");
+    check([&](auto& in) { return kernels::RmsNorm(in[0], in[1], 1e-5, torch::kBFloat16); },
+          [&](auto& in) { return kernels::eager::RmsNorm(in[0], in[1], 1e-5, torch::kBFloat16); }, {xt, w}, 2e-2,
+          "rmsnorm to bf16");
+    auto gu = (torch::randn({B, T, 2 * C}) * 2).to(type);
+    check([](auto& in) { return kernels::SwiGluPacked(in[0]); },
+          [](auto& in) { return kernels::eager::SwiGluPacked(in[0]); }, {gu}, tol, "swiglu");
+    auto s = (torch::randn({B, H, T, T}) * 3).to(type);
+    check([](auto& in) { return kernels::CausalSoftmax(in[0], 0.3); },
+          [](auto& in) { return kernels::eager::CausalSoftmax(in[0], 0.3); }, {s}, tol, "softmax");
+    check([&](auto& in) { return kernels::RopeHeads(in[0], H, cos, sin); },
+          [&](auto& in) { return kernels::eager::RopeHeads(in[0], H, cos, sin); }, {xt}, tol, "rope");
+    auto qkv = torch::randn({B, T, 3 * C}).to(type);
+    auto cat = [](std::vector<torch::Tensor> o) { return torch::cat({o[0], o[1], o[2]}, -1); };
+    check([&](auto& in) { return cat(kernels::QkvHeads(in[0], H, cos, sin)); },
+          [&](auto& in) { return cat(kernels::eager::QkvHeads(in[0], H, cos, sin)); }, {qkv}, tol, "qkv");
+    auto logits = (torch::randn({12, 30}) * 3).to(type);
+    auto targets = torch::randint(0, 30, {12}, torch::kInt64);
+    check([&](auto& in) { return kernels::CrossEntropy(in[0], targets); },
+          [&](auto& in) { return kernels::eager::CrossEntropy(in[0], targets); }, {logits}, tol, "cross-entropy");
+    auto r = torch::randn({B, T, C});
+    check([](auto& in) { return kernels::ResidualAdd(in[0], in[1]); },
+          [](auto& in) { return kernels::eager::ResidualAdd(in[0], in[1]); }, {r, xt}, tol, "residual");
+  }
+  // bf16 weights: the fused one reads a filled bf16 copy, the eager one
+  // casts the masters; both send the gradient to each master.
+  auto m1 = torch::randn({4, 5}), m2 = torch::randn({3, 5});
+  auto w16 = torch::cat({m1, m2}, 0).to(torch::kBFloat16);
+  check([&](auto& in) { return kernels::Bf16Weights({in[0], in[1]}, w16); },
+        [&](auto& in) { return kernels::eager::Bf16Weights({in[0], in[1]}, w16); }, {m1, m2}, 0, "bf16 weights");
+  auto dst = torch::empty({7}, torch::kBFloat16), ref = torch::empty({7}, torch::kBFloat16);
+  auto src = torch::randn({7});
+  kernels::FloatToBf16(src, ref);
+  kernels::eager::FloatToBf16(src, dst);
+  EXPECT_TRUE(torch::equal(dst, ref));
+}
+
 }  // namespace
 }  // namespace bulwark::trainer

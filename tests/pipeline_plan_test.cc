@@ -1,9 +1,11 @@
-// Pipeline planning and the precision default: pure functions, no libtorch.
+// Pipeline planning, the precision default and the device choice: pure
+// functions, no libtorch.
 #include <gtest/gtest.h>
 
 #include <set>
 
 #include "trainer/config.h"
+#include "trainer/device.h"
 #include "trainer/pipeline_plan.h"
 #include "trainer/precision.h"
 
@@ -117,6 +119,63 @@ TEST(Precision, DefaultFollowsTheCpuFlags) {
   EXPECT_TRUE(ChoosePrecision("bf16", none)->bf16);  // asked for: honoured, if slow
   EXPECT_FALSE(ChoosePrecision("fp32", cpu)->bf16);
   EXPECT_FALSE(ChoosePrecision("fp16", cpu).ok());
+}
+
+// --device against every build and machine (train.cc passes the facts).
+TEST(Device, AutoTakesCudaOnlyWhenBuiltWithItAndAGpuIsVisible) {
+  auto cpu_build = ChooseDevice("auto", /*built_with_cuda=*/false, /*gpus=*/4);
+  ASSERT_TRUE(cpu_build.ok());
+  EXPECT_FALSE(cpu_build->cuda);
+  EXPECT_EQ(cpu_build->reason, "cpu (auto: this build has no CUDA)");
+  auto no_gpu = ChooseDevice("auto", true, 0);
+  ASSERT_TRUE(no_gpu.ok());
+  EXPECT_FALSE(no_gpu->cuda);
+  EXPECT_NE(no_gpu->reason.find("no GPU visible"), std::string::npos);
+  auto gpu = ChooseDevice("auto", true, 1);
+  ASSERT_TRUE(gpu.ok());
+  EXPECT_TRUE(gpu->cuda);
+  EXPECT_EQ(gpu->reason, "cuda (auto: 1 GPU visible)");
+  EXPECT_FALSE(ChooseDevice("cpu", true, 8)->cuda);
+  EXPECT_TRUE(ChooseDevice("cuda", true, 2)->cuda);
+  // This binary: Debian's libtorch has no CUDA, so CI builds without it.
+  EXPECT_FALSE(BuiltWithCuda());
+}
+
+TEST(Device, CudaWithoutCudaIsOneLineNamingTheReason) {
+  auto build = ChooseDevice("cuda", false, 0);
+  ASSERT_FALSE(build.ok());
+  EXPECT_EQ(build.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(build.status().message().find("built against a libtorch without CUDA"), std::string::npos);
+  EXPECT_NE(build.status().message().find("scripts/gpu-build.sh"), std::string::npos);
+  EXPECT_EQ(build.status().message().find('\n'), std::string::npos);
+  auto machine = ChooseDevice("cuda", true, 0);
+  ASSERT_FALSE(machine.ok());
+  EXPECT_NE(machine.status().message().find("sees no GPU"), std::string::npos) << machine.status().message();
+  auto bad = ChooseDevice("gpu", true, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "--device 'gpu' is not one of: auto, cpu, cuda");
+}
+
+TEST(Device, ConfigKeyValidatesAndCudaRefusesWhatItCannotServe) {
+  auto c = ParseTrainArgs({"--device", "cpu"});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->device, "cpu");
+  EXPECT_TRUE(c->Validate().ok());
+  EXPECT_EQ(ParseTrainArgs({})->device, "auto");
+  auto bad = ParseTrainArgs({"--device", "gpu"});
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->Validate().message(), "--device 'gpu' is not one of: auto, cpu, cuda");
+
+  TrainConfig cfg = *ParseTrainArgs({"--config", "tiny"});
+  EXPECT_TRUE(CheckCudaSupports(cfg).ok());
+  cfg.pp = 2;
+  EXPECT_NE(CheckCudaSupports(cfg).message().find("pipeline parallelism"), std::string::npos);
+  cfg.pp = 1;
+  cfg.optimizer = "poet";
+  EXPECT_NE(CheckCudaSupports(cfg).message().find("--optimizer poet"), std::string::npos);
+  cfg.optimizer = "adamw";
+  cfg.memory_ckpt = "on";
+  EXPECT_NE(CheckCudaSupports(cfg).message().find("--memory-ckpt on"), std::string::npos);
 }
 
 }  // namespace

@@ -135,6 +135,35 @@ TEST_F(Trainer, BadPrecisionIsOneLineError) {
   EXPECT_NE(r.err.find("--precision 'fp16' is not one of: auto, bf16, fp32"), std::string::npos) << r.err;
 }
 
+// --device (trainer/device.h): this build has no CUDA (Debian's libtorch).
+TEST_F(Trainer, DeviceCpuAndAutoTrainOnTheCpuAndSaySo) {
+  auto cpu = Launch(1, {"--steps", "3", "--device", "cpu"});
+  auto dflt = Launch(1, {"--steps", "3"});
+  auto autod = Launch(1, {"--steps", "3", "--device", "auto"});
+  EXPECT_EQ(Checksum(cpu, 3), Checksum(dflt, 3));
+  EXPECT_EQ(Checksum(autod, 3), Checksum(dflt, 3));
+  auto start = testing::Events(autod[0], "start");
+  ASSERT_EQ(start.size(), 1u);
+  EXPECT_EQ(start[0].value("device", ""), "cpu (auto: this build has no CUDA)");
+  auto cpu_start = testing::Events(cpu[0], "start");
+  ASSERT_EQ(cpu_start.size(), 1u);
+  EXPECT_EQ(cpu_start[0].value("device", ""), "cpu (--device cpu)");
+}
+
+TEST_F(Trainer, DeviceCudaOnACpuBuildIsOneLineError) {
+  auto r = testing::Run(Args({"--device", "cuda", "--ckpt-dir", dir_ + "/c", "--ckpt-every", "1"}));
+  testing::ExpectUsageError(r, "--device cuda: this bulwark-train was built against a libtorch without CUDA");
+  EXPECT_NE(r.err.find("use --device cpu"), std::string::npos) << r.err;
+  EXPECT_FALSE(PathExists(dir_ + "/c"));
+  // Before the pipeline's own path, too.
+  testing::ExpectUsageError(testing::Run(Args({"--device", "cuda", "--pp", "2"})), "without CUDA");
+}
+
+TEST_F(Trainer, BadDeviceIsOneLineErrorListingTheChoices) {
+  auto r = testing::Run(Args({"--device", "gpu"}));
+  testing::ExpectUsageError(r, "--device 'gpu' is not one of: auto, cpu, cuda");
+}
+
 // ---------------------------------------------------------------- data parallel
 
 TEST_F(Trainer, TwoRanksOfBatchBMatchOneRankOfBatch2B) {

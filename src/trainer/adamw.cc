@@ -15,9 +15,11 @@ double LearningRate(int64_t step, int64_t total, int64_t warmup, double peak, do
 
 AdamW::AdamW(ParamStore& store, int64_t begin, int64_t end, AdamWOptions opts)
     : store_(store), begin_(begin), end_(std::max(begin, end)), opts_(opts) {
-  m_ = torch::zeros({end_ - begin_}, torch::kFloat32);
-  v_ = torch::zeros({end_ - begin_}, torch::kFloat32);
-  denom_ = torch::empty({end_ - begin_}, torch::kFloat32);
+  // Beside the parameters: the CPU, or a CUDA rank's GPU.
+  const auto on = store.params().options();
+  m_ = torch::zeros({end_ - begin_}, on);
+  v_ = torch::zeros({end_ - begin_}, on);
+  denom_ = torch::empty({end_ - begin_}, on);
 }
 
 void AdamW::Step(double base_lr, int64_t base_t, double poet_lr, int64_t poet_t) {

@@ -10,8 +10,14 @@
 namespace bulwark::trainer {
 namespace {
 
-void AddFloats(RecordWriter& w, const std::string& name, const torch::Tensor& t) {
+// A CUDA rank's tensors go through host memory; CPU tensors are used as they are.
+torch::Tensor OnHost(const torch::Tensor& t) {
   auto c = t.contiguous();
+  return c.is_cpu() ? c : c.cpu();
+}
+
+void AddFloats(RecordWriter& w, const std::string& name, const torch::Tensor& t) {
+  auto c = OnHost(t);
   w.Add(name, c.data_ptr<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
 }
 
@@ -20,6 +26,13 @@ Status CopyFloats(const RecordReader& r, const std::string& name, int64_t src_of
   if (!bytes.ok()) return bytes.status();
   size_t need = static_cast<size_t>(src_offset + dst.numel()) * sizeof(float);
   if (bytes->size() < need) return Status::Corrupt(r.where() + ": section '" + name + "' is too short");
+  if (!dst.is_cpu()) {
+    auto host = torch::empty(dst.sizes(), dst.options().device(torch::kCPU));
+    std::memcpy(host.data_ptr<float>(), bytes->data() + src_offset * sizeof(float), dst.numel() * sizeof(float));
+    torch::NoGradGuard no_grad;
+    dst.copy_(host);
+    return Status::OK();
+  }
   std::memcpy(dst.data_ptr<float>(), bytes->data() + src_offset * sizeof(float), dst.numel() * sizeof(float));
   return Status::OK();
 }
@@ -57,7 +70,7 @@ Status SaveCheckpoint(const TrainConfig& cfg, Comm& comm, torch::nn::Module& mod
     if (holds_params) {
       AddFloats(w, "params", store.ParamsView());
       for (auto& b : model.named_buffers()) {
-        auto t = b.value().contiguous();
+        auto t = OnHost(b.value());
         w.Add("buffer:" + b.key(), t.data_ptr(), static_cast<size_t>(t.numel() * t.element_size()));
       }
     }
@@ -166,7 +179,13 @@ Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& c
                                          std::to_string(t.numel() * t.element_size()) +
                                          "; resume with the settings that wrote it");
         }
-        std::memcpy(t.data_ptr(), bytes->data(), bytes->size());
+        if (t.is_cpu()) {
+          std::memcpy(t.data_ptr(), bytes->data(), bytes->size());
+        } else {
+          auto host = torch::empty(t.sizes(), t.options().device(torch::kCPU));
+          std::memcpy(host.data_ptr(), bytes->data(), bytes->size());
+          t.copy_(host);
+        }
       }
       auto rng = r.Get("rng");
       auto state = torch::empty({static_cast<int64_t>(rng->size())}, torch::kUInt8);

@@ -104,6 +104,7 @@ const std::vector<Key>& Keys() {
       INT_KEY("stop-at", stop_at, "stop after this step as if preempted (drills, tests); 0: never"),
       STR_KEY("memory-ckpt", memory_ckpt, "every-step in-memory checkpoints via the agent: auto, on or off"),
       BOOL_KEY("step-checksum", step_checksum, "print a parameter checksum with every step (tests)"),
+      STR_KEY("device", device, "auto (CUDA when this build has it and a GPU is visible), cpu or cuda"),
       STR_KEY("precision", precision, "auto (bf16 where the CPU has AVX-512 BF16 or AMX), bf16 or fp32"),
       INT_KEY("pp", pp, "pipeline stages; WORLD_SIZE = data-parallel ranks x pp"),
       INT_KEY("micro-batches", micro_batches, "micro-batches per step (must divide --batch-size)"),
@@ -262,6 +263,9 @@ Status TrainConfig::Validate() const {
   }
   if (precision != "auto" && precision != "bf16" && precision != "fp32") {
     return Status::InvalidArgument("--precision '" + precision + "' is not one of: auto, bf16, fp32");
+  }
+  if (device != "auto" && device != "cpu" && device != "cuda") {
+    return Status::InvalidArgument("--device '" + device + "' is not one of: auto, cpu, cuda");
   }
   if (pp < 1) return Status::InvalidArgument("--pp must be at least 1");
   if (pp > model.n_layers) {

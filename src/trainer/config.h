@@ -78,6 +78,9 @@ struct TrainConfig {
   // each rank's batch is cut into (1F1B schedule).
   int pp = 1;
   int micro_batches = 1;
+  // auto (CUDA when built with it and a GPU is visible), cpu or cuda;
+  // Train() resolves it (device.h).
+  std::string device = "auto";
 
   Status Validate() const;
 };

@@ -424,6 +424,7 @@ struct ResidualAddFn : torch::autograd::Function<ResidualAddFn> {
 }  // namespace
 
 void FloatToBf16(const torch::Tensor& src, torch::Tensor& dst) {
+  if (!src.is_cpu()) return eager::FloatToBf16(src, dst);
   TORCH_CHECK(src.is_contiguous() && dst.is_contiguous() && src.numel() == dst.numel() &&
                   src.scalar_type() == torch::kFloat32 && dst.scalar_type() == torch::kBFloat16,
               "FloatToBf16: contiguous float32 -> bfloat16 of equal size");
@@ -434,34 +435,47 @@ void FloatToBf16(const torch::Tensor& src, torch::Tensor& dst) {
 
 torch::Tensor Bf16Weights(const std::vector<torch::Tensor>& masters, const torch::Tensor& w16) {
   TORCH_CHECK(!masters.empty() && masters.size() <= 3, "Bf16Weights takes one to three masters");
+  if (!masters[0].is_cpu()) return eager::Bf16Weights(masters, w16);
   torch::Tensor none;
   return Bf16WeightsFn::apply(w16, masters[0], c10::IValue(masters.size() > 1 ? masters[1] : none),
                               c10::IValue(masters.size() > 2 ? masters[2] : none));
 }
 
 torch::Tensor ResidualAdd(const torch::Tensor& x, const torch::Tensor& y) {
+  if (!x.is_cpu()) return eager::ResidualAdd(x, y);
   if (x.scalar_type() == torch::kFloat32 && y.scalar_type() == torch::kBFloat16) return ResidualAddFn::apply(x, y);
   return x + y;
 }
 
 torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
                       c10::optional<torch::ScalarType> out) {
+  if (!x.is_cpu()) return eager::RmsNorm(x, weight, eps, out);
   return RmsNormFn::apply(x, weight, eps, static_cast<int64_t>(out.value_or(x.scalar_type())));
 }
-torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up) { return SwiGluFn::apply(gate, up); }
-torch::Tensor SwiGluPacked(const torch::Tensor& gate_up) { return SwiGluPackedFn::apply(gate_up); }
+torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up) {
+  if (!gate.is_cpu()) return eager::SwiGlu(gate, up);
+  return SwiGluFn::apply(gate, up);
+}
+torch::Tensor SwiGluPacked(const torch::Tensor& gate_up) {
+  if (!gate_up.is_cpu()) return eager::SwiGluPacked(gate_up);
+  return SwiGluPackedFn::apply(gate_up);
+}
 torch::Tensor CausalSoftmax(const torch::Tensor& scores, double scale) {
+  if (!scores.is_cpu()) return eager::CausalSoftmax(scores, scale);
   return CausalSoftmaxFn::apply(scores, scale);
 }
 torch::Tensor RopeHeads(const torch::Tensor& x, int64_t heads, const torch::Tensor& cos, const torch::Tensor& sin) {
+  if (!x.is_cpu()) return eager::RopeHeads(x, heads, cos, sin);
   return RopeHeadsFn::apply(x, heads, cos.narrow(0, 0, x.size(1)).contiguous(), sin.narrow(0, 0, x.size(1)).contiguous());
 }
 std::vector<torch::Tensor> QkvHeads(const torch::Tensor& qkv, int64_t heads, const torch::Tensor& cos,
                                     const torch::Tensor& sin) {
+  if (!qkv.is_cpu()) return eager::QkvHeads(qkv, heads, cos, sin);
   return QkvHeadsFn::apply(qkv, heads, cos.narrow(0, 0, qkv.size(1)).contiguous(),
                            sin.narrow(0, 0, qkv.size(1)).contiguous());
 }
 torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+  if (!logits.is_cpu()) return eager::CrossEntropy(logits, targets);
   return CrossEntropyFn::apply(logits, targets);
 }
 

@@ -56,4 +56,26 @@ torch::Tensor ResidualAdd(const torch::Tensor& x, const torch::Tensor& y);
 // Mean cross-entropy of logits (N, V) against int64 targets (N).
 torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets);
 
+// The same functions as eager libtorch ops (autograd derives the backward):
+// what every function above runs for tensors that are not on the CPU (a
+// CUDA rank, --device cuda), since the fused kernels read host memory. Same
+// types in and out, arithmetic in fp32; equal to the fused kernels within
+// rounding, not bitwise (kernels_test checks both on the CPU). Not fused:
+// on a GPU each is several launches (docs/gpu.md).
+namespace eager {
+torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
+                      c10::optional<torch::ScalarType> out = c10::nullopt);
+torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up);
+torch::Tensor SwiGluPacked(const torch::Tensor& gate_up);
+torch::Tensor CausalSoftmax(const torch::Tensor& scores, double scale);
+torch::Tensor RopeHeads(const torch::Tensor& x, int64_t heads, const torch::Tensor& cos, const torch::Tensor& sin);
+std::vector<torch::Tensor> QkvHeads(const torch::Tensor& qkv, int64_t heads, const torch::Tensor& cos,
+                                    const torch::Tensor& sin);
+// Ignores `w16`: the masters are cast on use.
+torch::Tensor Bf16Weights(const std::vector<torch::Tensor>& masters, const torch::Tensor& w16);
+void FloatToBf16(const torch::Tensor& src, torch::Tensor& dst);
+torch::Tensor ResidualAdd(const torch::Tensor& x, const torch::Tensor& y);
+torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets);
+}  // namespace eager
+
 }  // namespace bulwark::trainer::kernels

@@ -14,7 +14,7 @@ torch::ScalarType ComputeType(const ModelConfig& cfg) { return cfg.bf16 ? torch:
 // bf16 shadow of the flat parameters
 
 Bf16Shadow::Bf16Shadow(torch::Tensor flat32)
-    : flat32_(std::move(flat32)), flat16_(torch::empty(flat32_.sizes(), torch::kBFloat16)) {}
+    : flat32_(std::move(flat32)), flat16_(torch::empty(flat32_.sizes(), flat32_.options().dtype(torch::kBFloat16))) {}
 
 void Bf16Shadow::Sync() {
   if (flat32_._version() == version_) return;
@@ -113,7 +113,7 @@ void BlockLinearImpl::Initialize(at::Generator& gen, const ModelConfig& cfg) {
   if (scheme == "normalized") {
     w.div_(w.norm(2, {1}, /*keepdim=*/true));  // each output neuron unit-norm
   } else if (scheme == "uniform-spectrum") {
-    auto usv = torch::linalg::svd(w.to(torch::kFloat64), /*full_matrices=*/false, c10::nullopt);
+    auto usv = at::linalg_svd(w.to(torch::kFloat64), /*full_matrices=*/false);
     w.copy_(torch::matmul(std::get<0>(usv), std::get<2>(usv)).to(torch::kFloat32));  // U V^T: every sigma = 1
   }
   if (poet) {

@@ -36,8 +36,11 @@ ParamStore::ParamStore(const std::vector<std::pair<std::string, torch::Tensor>>&
   num_params_ = n;
 
   int64_t padded = (n + padded_to - 1) / padded_to * padded_to;
-  params_ = torch::zeros({padded}, torch::kFloat32);
-  grads_ = torch::zeros({n + 1}, torch::kFloat32);
+  // On the parameters' device (the model is moved before the store is
+  // built, train.cc): the CPU, or a CUDA rank's GPU.
+  auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(named.empty() ? torch::kCPU : named.front().second.device());
+  params_ = torch::zeros({padded}, opts);
+  grads_ = torch::zeros({n + 1}, opts);
 
   torch::NoGradGuard no_grad;
   size_t i = 0;
@@ -57,9 +60,11 @@ ParamStore::ParamStore(const std::vector<std::pair<std::string, torch::Tensor>>&
 std::string ParamStore::Checksum(const std::vector<torch::Tensor>& state) {
   bulwark::Checksum sum;
   auto p = ParamsView().contiguous();
+  if (!p.is_cpu()) p = p.cpu();  // a CUDA rank: the same bytes, copied to the host
   sum.Update(p.data_ptr<float>(), static_cast<size_t>(p.numel()) * sizeof(float));
   for (const auto& t : state) {
     auto c = t.contiguous();
+    if (!c.is_cpu()) c = c.cpu();
     sum.Update(c.data_ptr(), static_cast<size_t>(c.numel() * c.element_size()));
   }
   return sum.HexDigest();

@@ -115,7 +115,7 @@ torch::Tensor PoetLinearImpl::forward(const torch::Tensor& x) {
 void PoetLinearImpl::SetInitialWeight(const torch::Tensor& w) {
   torch::NoGradGuard g;
   w0.copy_(w);
-  sigma0.copy_(torch::linalg::svdvals(w0.to(torch::kFloat64), c10::nullopt).to(torch::kFloat32));
+  sigma0.copy_(at::linalg_svdvals(w0.to(torch::kFloat64)).to(torch::kFloat32));
   if (r_cum.numel() > 0) r_cum.copy_(torch::eye(out_));
 }
 
@@ -163,7 +163,7 @@ PoetDiagnostics PoetLinearImpl::Diagnose() {
   auto go = Rotations(q_out, side_out_), gi = Rotations(q_in, side_in_);
   d.orth_error_r = orth(go, out_);
   d.orth_error_p = orth(gi, in_);
-  auto s = torch::linalg::svdvals(EffectiveWeight().to(torch::kFloat64), c10::nullopt).to(torch::kFloat32);
+  auto s = at::linalg_svdvals(EffectiveWeight().to(torch::kFloat64)).to(torch::kFloat32);
   d.spectrum_drift = ((s - sigma0).abs().max() / sigma0.max()).item<double>();
   if (r_cum.numel() > 0) d.probe = ApplyLeft(r_cum, go).trace().item<double>() / static_cast<double>(out_);
   return d;

@@ -21,6 +21,7 @@
 
 #include "client/rank_link.h"
 #include "client/shard_socket.h"
+#include "trainer/device.h"
 #include "trainer/pipeline.h"
 #include "trainer/precision.h"
 #include "trainer/progress.h"
@@ -70,6 +71,18 @@ void Announce(const client::RankAssignment& a, const std::string& path) {
                   {"pid", static_cast<int64_t>(::getpid())}});
 }
 
+// --device against this build and machine; a CUDA choice also checks that
+// the settings are ones a CUDA rank serves.
+Result<DeviceChoice> ResolveDevice(const TrainConfig& cfg, int* gpus) {
+  *gpus = 0;
+#ifdef BULWARK_CUDA
+  *gpus = static_cast<int>(torch::cuda::device_count());
+#endif
+  auto device = ChooseDevice(cfg.device, BuiltWithCuda(), *gpus);
+  if (device.ok() && device->cuda) BULWARK_RETURN_IF_ERROR(CheckCudaSupports(cfg));
+  return device;
+}
+
 Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
   p.cfg = cfg_in;
   TrainConfig& cfg = p.cfg;
@@ -78,6 +91,27 @@ Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
   if (!precision.ok()) return precision.status();
   cfg.model.bf16 = precision->bf16;
   p.precision_reason = precision->reason;
+  int gpus = 0;
+  auto device = ResolveDevice(cfg, &gpus);
+  if (!device.ok()) return device.status();
+  p.device_reason = device->reason;
+  if (device->cuda) {
+#ifdef BULWARK_CUDA
+    // CUDA BUILD ONLY: never compiled on the CI machine (Debian's libtorch is
+    // CPU-only); docs/gpu.md lists what a GPU session must check here.
+    // Ranks of one machine take its GPUs in turn (one GPU: they share it).
+    const char* local_rank = std::getenv("LOCAL_RANK");
+    p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>((local_rank ? std::atoi(local_rank) : 0) % gpus));
+    // Exact resume: deterministic kernels only (an op without one throws,
+    // naming itself), and cuBLAS's fixed workspace, which it reads when it
+    // creates its first handle, after this.
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    // The shard image is read from host memory (memory_checkpoint.cc):
+    // auto means off on a GPU until its device -> host copy exists.
+    if (cfg.memory_ckpt == "auto") cfg.memory_ckpt = "off";
+#endif
+  }
   p.threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(p.threads);  // libtorch defaults to 1 on this platform
 
@@ -96,7 +130,8 @@ Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
                                    "samples of --context tokens");
   }
   p.model = Transformer(cfg.model);
-  p.model->Initialize(cfg.seed);
+  p.model->Initialize(cfg.seed);  // on the CPU, from the CPU generator: the same draws on every device
+  if (!p.device.is_cpu()) p.model->to(p.device);
   // From the environment (the agent sets it when `bulwark inject sdc` came
   // before the start) or later a rank-link inject.
   p.sdc = Sdc::FromEnv();
@@ -106,6 +141,9 @@ Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
 }  // namespace
 
 Status Train(const TrainConfig& cfg_in) {
+  int gpus = 0;
+  // Before the pipeline's path: it runs on the CPU only (CheckCudaSupports).
+  if (auto device = ResolveDevice(cfg_in, &gpus); !device.ok()) return device.status();
   if (UsesPipeline(cfg_in)) {
     // Pipeline stages restart in new processes (docs/recovery.md).
     if (std::getenv(client::kPrespawnEnv)) return Status::InvalidArgument("pipeline jobs are not pre-spawned");

@@ -48,9 +48,15 @@ void MakeBatch(const std::vector<uint16_t>& tokens, Sampler& sampler, uint64_t f
   }
 }
 
+// A host batch on the rank's device (a CUDA rank); the CPU's is used as is.
+torch::Tensor OnDevice(const torch::Tensor& t, const torch::Device& device) {
+  return device.is_cpu() ? t : t.to(device);
+}
+
 // Mean validation loss over the first eval_batches*B*W validation samples in
 // order; each rank evaluates its share and the sums are all-reduced.
-Result<double> Evaluate(const TrainConfig& cfg, Comm& comm, Transformer& model, const std::vector<uint16_t>& val) {
+Result<double> Evaluate(const TrainConfig& cfg, Comm& comm, Transformer& model, const std::vector<uint16_t>& val,
+                        const torch::Device& device) {
   torch::NoGradGuard no_grad;
   const int B = cfg.batch_size, T = cfg.model.context;
   const uint64_t n_samples = (val.size() - 1) / T;
@@ -66,7 +72,7 @@ Result<double> Evaluate(const TrainConfig& cfg, Comm& comm, Transformer& model, 
         x[b * T + t] = val[(first + b) * T + t];
         y[b * T + t] = val[(first + b) * T + t + 1];
       }
-    sum += model->Loss(idx, tgt).item<double>();
+    sum += model->Loss(OnDevice(idx, device), OnDevice(tgt, device)).item<double>();
     count += 1;
   }
   auto acc = torch::tensor({sum, count}, torch::kFloat64);
@@ -266,8 +272,9 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
                   {"params", store.num_params()}, {"world_size", W}, {"optimizer", cfg.optimizer},
                   {"poet_params", store.poet_group().end - store.poet_group().begin}, {"steps", cfg.steps},
                   {"start_step", st.step}, {"threads", p.threads}, {"shape", cfg.model.ShapeString()},
-                  {"shard_optimizer", cfg.shard_optimizer}, {"precision", p.precision_reason}});
-  if (g.path != "rejoin") progress.Note("precision: " + p.precision_reason);
+                  {"shard_optimizer", cfg.shard_optimizer}, {"precision", p.precision_reason},
+                  {"device", p.device_reason}});
+  if (g.path != "rejoin") progress.Note("device: " + p.device_reason + "; precision: " + p.precision_reason);
 
   // Gradient buckets: slices of the flat gradient buffer; the loss rides in
   // the last one (params.h).
@@ -289,7 +296,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
     if (cfg.eval_every > 0 && st.step % cfg.eval_every == 0) {
       // Not a step: the hang detector gets the phase's own allowance.
       if (link) link->Phase("eval", std::max(1000.0, 2 * cfg.eval_batches * last_fwd_ms), st.step);
-      auto val = Evaluate(cfg, comm, model, data->val);
+      auto val = Evaluate(cfg, comm, model, data->val, p.device);
       if (!val.ok()) return val.status();
       progress.Eval(st.step, *val);
     }
@@ -304,8 +311,9 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
     // ---- forward and backward on this rank's share of the global batch
     store.ZeroGrad();
     MakeBatch(data->train, sampler, st.data_cursor + static_cast<uint64_t>(rank) * B, B, T, idx, targets);
-    if (inject == "hang-compute") SpinInCompute(model, idx, targets);
-    auto loss = model->Loss(idx, targets);
+    const torch::Tensor x = OnDevice(idx, p.device), y = OnDevice(targets, p.device);
+    if (inject == "hang-compute") SpinInCompute(model, x, y);
+    auto loss = model->Loss(x, y);
     const auto t_fwd = Clock::now();
     loss.backward();
     float local_loss = loss.item<float>();
@@ -435,7 +443,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   }
 
   if (cfg.eval_every > 0 && st.step == cfg.steps) {
-    auto val = Evaluate(cfg, comm, model, data->val);
+    auto val = Evaluate(cfg, comm, model, data->val, p.device);
     if (!val.ok()) return val.status();
     progress.Eval(st.step, *val);
   }

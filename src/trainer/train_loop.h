@@ -34,6 +34,10 @@ using TrainClock = std::chrono::steady_clock;
 struct TrainProcess {
   TrainConfig cfg;  // with the vocabulary and precision resolved
   std::string precision_reason;
+  // --device resolved (device.h): parameters, optimizer state, batches and
+  // the step live there; batches are built on the host and copied.
+  torch::Device device{torch::kCPU};
+  std::string device_reason;
   int threads = 1;
   DataSet data;
   std::unique_ptr<Sampler> sampler;

@@ -1,0 +1,35 @@
+// --device: where a rank's parameters, optimizer state, batches and step run.
+//
+// auto takes CUDA when this bulwark-train was built against a CUDA libtorch
+// (CMake defines BULWARK_CUDA, src/trainer/CMakeLists.txt) and a GPU is
+// visible, else the CPU. The choice is pure (tests pass the build's and the
+// machine's facts); train.cc asks libtorch for them. docs/gpu.md says what a
+// CUDA rank runs and what it does not serve yet.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "trainer/config.h"
+
+namespace bulwark::trainer {
+
+struct DeviceChoice {
+  bool cuda = false;
+  std::string reason;  // "cpu (auto: this build has no CUDA)", "cuda (--device cuda; 1 GPU visible)", ...
+};
+
+// `requested` is auto, cpu or cuda; `built_with_cuda`: BULWARK_CUDA;
+// `gpus`: the CUDA devices libtorch sees. --device cuda on a CPU-only
+// build, or with no GPU visible, is a one-line error naming the reason.
+Result<DeviceChoice> ChooseDevice(const std::string& requested, bool built_with_cuda, int gpus);
+
+// The settings a CUDA rank refuses (one line naming the first), rather than
+// running them half on the CPU: pipeline stages, POET, in-memory checkpoints
+// (--memory-ckpt on) and the CPU-only diagnostics are CPU paths today.
+Status CheckCudaSupports(const TrainConfig& cfg);
+
+// True when this binary was compiled with BULWARK_CUDA.
+bool BuiltWithCuda();
+
+}  // namespace bulwark::trainer
