@@ -75,12 +75,7 @@ TEST_F(Ladder, WithoutAlignmentDualPhaseReplayFindsTheSdcMachine) {
   json inc = Query("incidents").back();
   EXPECT_EQ(inc["evicted"], json({"m03"})) << inc.dump();
   ASSERT_TRUE(inc.contains("ladder")) << inc.dump();
-  std::vector<std::string> rungs;
-  for (const json& r : inc["ladder"]) {
-    rungs.push_back(r["rung"]);
-    std::printf("[ timing ] %-9s %.3f s: %s\n", r["rung"].get<std::string>().c_str(), r.value("seconds", -1.0),
-                r["outcome"].get<std::string>().c_str());
-  }
+  const std::vector<std::string> rungs = LadderRungs(inc);
   EXPECT_EQ(rungs, (std::vector<std::string>{"diagnose", "rollback", "replay"})) << inc.dump();
   EXPECT_EQ(inc["ladder"][2]["outcome"], "culprit m03 (h1 x v0)") << inc.dump();
 }

@@ -153,12 +153,7 @@ TEST_F(Pipeline, DualPhaseReplayKeepsThePipelineLayoutAndFindsTheSdcMachine) {
   json inc = Query("incidents").back();
   EXPECT_EQ(inc["evicted"], json({"m03"})) << inc.dump();
   ASSERT_TRUE(inc.contains("ladder")) << inc.dump();
-  std::vector<std::string> rungs;
-  for (const json& r : inc["ladder"]) {
-    rungs.push_back(r["rung"]);
-    std::printf("[ timing ] %-9s %.3f s: %s\n", r["rung"].get<std::string>().c_str(), r.value("seconds", -1.0),
-                r["outcome"].get<std::string>().c_str());
-  }
+  const std::vector<std::string> rungs = LadderRungs(inc);
   ASSERT_FALSE(rungs.empty()) << inc.dump();
   EXPECT_EQ(rungs.back(), "replay") << inc.dump();
   EXPECT_EQ(inc["ladder"].back()["outcome"], "culprit m03 (h1 x v0)") << inc.dump();

@@ -13,6 +13,20 @@
 
 namespace bulwark::client {
 
+StepSignal StepSignal::Halted(int64_t step, double loss, double grad_norm, const std::string& why) {
+  StepSignal s;
+  s.step = step;
+  s.loss = loss;
+  s.grad_norm = grad_norm;
+  s.local_grad_norm = grad_norm;
+  s.nonfinite = why == "nan";
+  s.halted = why;
+  s.observed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  return s;
+}
+
 std::string StepSignal::Format() const {
   char buf[320];
   std::snprintf(buf, sizeof buf, "STEP %lld %d %.9g %.9g %.9g %.3f %.3f %.3f %d %d %s %lld",

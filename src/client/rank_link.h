@@ -55,6 +55,9 @@ struct StepSignal {
   std::string Format() const;
   static Result<StepSignal> Parse(const std::string& line);
   bool anomalous() const { return local_nonfinite || nonfinite || !halted.empty(); }
+  // Step `step`, held back by the rank's anomaly guard (`why`: "nan" or
+  // "spike"), observed now; the caller adds what it knows locally.
+  static StepSignal Halted(int64_t step, double loss, double grad_norm, const std::string& why);
 };
 
 // A rank of a new generation handed to a process that is already running:

@@ -416,15 +416,8 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
                                std::to_string(st.loss) + ", grad norm " + std::to_string(grad_norm) + ")";
       note("holding back " + what + "; not applied");
       if (!link) return Status::FailedPrecondition(what + "; stopped before applying it");
-      client::StepSignal sig;
-      sig.step = st.step + 1;
-      sig.loss = st.loss;
-      sig.grad_norm = grad_norm;
-      sig.local_grad_norm = grad_norm;
+      client::StepSignal sig = client::StepSignal::Halted(st.step + 1, st.loss, grad_norm, "nan");
       sig.local_nonfinite = true;
-      sig.nonfinite = true;
-      sig.halted = "nan";
-      sig.observed_ms = WallMs();
       link->Step(sig);
       if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->WaitCopied());
       if (!link->WaitClosed(5 * 60 * 1000)) {

@@ -353,15 +353,9 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
                                " (loss " + std::to_string(st.loss) + ", grad norm " + std::to_string(grad_norm) + ")";
       note("holding back " + what + "; not applied");
       if (!link) return Status::FailedPrecondition(what + "; stopped before applying it");
-      client::StepSignal s;
-      s.step = st.step + 1;
-      s.loss = st.loss;
-      s.grad_norm = grad_norm;
+      client::StepSignal s = client::StepSignal::Halted(st.step + 1, st.loss, grad_norm, halt);
       s.local_grad_norm = local_norm;
       s.local_nonfinite = local_nonfinite;
-      s.nonfinite = halt == "nan";
-      s.halted = halt;
-      s.observed_ms = WallMs();
       link->Step(s);
       // The controller decides; the agent hands this process the next
       // generation (or ends it).

@@ -119,6 +119,17 @@ class Cluster : public ::testing::Test {
     return "";
   }
   // The newest `kind` event of rank 0, on the machine now in slot 0.
+  // The rungs an incident's ladder climbed, in order, each printed with its
+  // time and outcome.
+  static std::vector<std::string> LadderRungs(const json& inc) {
+    std::vector<std::string> rungs;
+    for (const json& r : inc.value("ladder", json::array())) {
+      rungs.push_back(r["rung"]);
+      std::printf("[ timing ] %-9s %.3f s: %s\n", r["rung"].get<std::string>().c_str(), r.value("seconds", -1.0),
+                  r["outcome"].get<std::string>().c_str());
+    }
+    return rungs;
+  }
   json LastEvent(const json& status, const std::string& kind) {
     std::ifstream in(dir_ + "/machines/" + status["job"]["placement"][0].get<std::string>() + "/ranks/rank-0.log");
     std::string line;
