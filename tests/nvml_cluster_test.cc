@@ -69,6 +69,14 @@ TEST_F(NvmlCluster, AnEccRiseEvictsTheMachineAndAThermalSlowdownIsOnlyAHint) {
   const int64_t gen = s["job"]["generation"];
   WriteNvml("m01", "gpus 1\necc 0 2\nthrottle 0 0x40\n");
   EXPECT_TRUE(WaitForAgentLog("m01", "device slowdown: GPU 0 slowed down: thermal (hardware)", 20)) << AgentLog("m01");
+  // The hint reaches the controller: the machine's status carries it, and a
+  // fail-slow verdict on the machine would name it (plane.cc: CheckMonitors).
+  s = WaitFor("the slowdown hint at the controller", 20, [](const json& s) {
+    for (const json& m : s["machines"]) {
+      if (m["id"] == "m01") return m.value("device_slowdown", "") == "GPU 0 slowed down: thermal (hardware)";
+    }
+    return false;
+  });
 
   // 2. m02's GPU reports new uncorrectable ECC errors: evicted, m03 swapped in.
   // From the last status read, not a new query: a query can miss its

@@ -132,6 +132,7 @@ void Agent::Report() {
   req.set_machine(o_.machine);
   req.set_incarnation(incarnation_);
   req.set_generation(supervisor_.generation());
+  req.set_device_slowdown(device_slowdown_);
   for (int r : supervisor_.LiveRanks()) req.add_live_ranks(r);
   for (const ShardHolding& h : shards_->Holdings()) {
     wire::ShardCopy* c = req.add_shards();

@@ -304,6 +304,10 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
   a.heard_since_start = true;
   a.live_ranks.assign(req.live_ranks().begin(), req.live_ranks().end());
   a.generation = req.generation();
+  if (req.device_slowdown() != a.device_slowdown) {
+    if (!req.device_slowdown().empty()) Log(req.machine() + " reports a device slowdown: " + req.device_slowdown());
+    a.device_slowdown = req.device_slowdown();
+  }
   // The agent's current holdings, not a delta: copies it dropped are gone.
   a.shards.clear();
   for (const wire::ShardCopy& c : req.shards()) a.shards.push_back({req.machine(), c.rank(), c.step(), c.backup()});
@@ -400,7 +404,17 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
 
 void Plane::CheckMonitors(Time now) {
   if (!controller_ || done_step_ || !journal_error_.ok()) return;
-  for (const Event& e : monitors_.Check(now)) HandleLocked(e, now, nullptr);
+  for (Event& e : monitors_.Check(now)) {
+    // A slow machine whose device says why (NVML: thermal, power brake):
+    // the reason goes with the verdict, into the incident.
+    if (auto* slow = std::get_if<FailSlowSuspected>(&e)) {
+      auto it = agents_.find(slow->machine);
+      if (it != agents_.end() && !it->second.device_slowdown.empty()) {
+        slow->detail += " (its device reports: " + it->second.device_slowdown + ")";
+      }
+    }
+    HandleLocked(e, now, nullptr);
+  }
 }
 
 Status Plane::UploadStacks(const wire::StacksRequest& req, Time now) {

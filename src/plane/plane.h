@@ -118,6 +118,7 @@ class Plane {
     // after a controller restart they return with the next reports).
     std::string shard_addr;
     std::vector<ShardHolding> shards;
+    std::string device_slowdown;  // the device's fail-slow hint, "" none (runtime, not journaled)
     std::optional<wire::Command> desired;
     std::deque<wire::Command> oneshots;
     int64_t stream = 0;  // the newest command stream's number

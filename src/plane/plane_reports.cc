@@ -50,6 +50,7 @@ json Plane::StatusJson(Time now) {
     json m{{"id", id}, {"dir", a.dir}, {"last_heard_s_ago", ToMs(now - a.last_heard) / 1000.0},
            {"live_ranks", a.live_ranks}, {"generation", a.generation}, {"state", "registered"},
            {"shard_addr", a.shard_addr}, {"shards", shards}};
+    if (!a.device_slowdown.empty()) m["device_slowdown"] = a.device_slowdown;
     if (controller_) {
       if (const MachineStatus* s = controller_->state().FindMachine(id)) {
         m["state"] = MachineStateName(s->state);
