@@ -5,16 +5,21 @@
 // lands in the middle of their compute slows the step that every rank then
 // waits for. The push worker therefore sends in chunks, and before each
 // chunk it looks at the rank's phase word (client/shard_phase.h, set by the
-// trainer around its all-reduce and all-gather): in the default mode it
+// trainer around its all-reduce and all-gather): in `collective` mode it
 // sends only while the rank waits in a collective. A deadline bounds the
 // wait, after which it sends anyway, so no backup is skipped for pacing and
 // the slot is back with the rank before it is reused (two steps later).
 //
 // BULWARK_SHARD_PACE (the agent's environment) picks the mode:
-//   collective  send while the rank is in a collective (default)
+//   off         send at once (default)
+//   collective  send while the rank is in a collective
 //   compute     send while it is not (the network is idle then: for ranks
 //               whose collectives and the push share one NIC)
-//   off         send at once, as before pacing existed
+// Off by default: on the 2-core dev host, collective pacing moved the push's
+// cost out of the forward pass into the all-reduce (gloo over loopback is
+// CPU-bound there too) without a throughput gain the host's noise would
+// show, and it delays every backup by most of a step (docs/checkpoints.md,
+// "Measured").
 #pragma once
 
 #include <algorithm>
@@ -32,17 +37,20 @@ enum class PaceMode { kOff, kCollective, kCompute };
 inline PaceMode PaceModeFromEnv() {
   const char* v = std::getenv("BULWARK_SHARD_PACE");
   const std::string s = v == nullptr ? "" : v;
-  if (s == "off") return PaceMode::kOff;
+  if (s == "collective") return PaceMode::kCollective;
   if (s == "compute") return PaceMode::kCompute;
-  return PaceMode::kCollective;
+  return PaceMode::kOff;
 }
 
 // The deadline is this fraction of the rank's step interval after the image
-// was sealed: the image of step s is sealed early in step s+1, whose
-// all-reduce and all-gather come at its end, so the window falls at 0.8 to
-// 1.0 intervals; 1.1 lets it close, and the slot is still released long
-// before the rank reuses it at 2 intervals.
-constexpr double kPaceFraction = 1.1;
+// was sealed. The image of step s is sealed early in step s+1, whose
+// all-reduce and all-gather come at its end (about 0.75 to 0.95 intervals
+// after the seal on the dev host). The backup of s must be with the peer
+// before step s+1 completes, or a machine lost early in step s+2 would cost
+// two steps instead of one; 0.9 leaves the rest of the image time to go out
+// after the deadline. The slot is back with the rank long before it reuses
+// it at 2 intervals.
+constexpr double kPaceFraction = 0.9;
 // A paced push never waits longer than this in all: the receiving agent
 // gives up on a stream without progress after kTransferTimeoutS (10 s).
 constexpr std::chrono::milliseconds kPaceMaxWait{4000};

@@ -69,7 +69,7 @@ class ShardStore::Impl {
   size_t largest_local_ = 0;
   static constexpr size_t kMaxImageRatio = 8;
   std::map<int, RegionPtr> backups_;
-  PaceMode pace_mode_ = PaceMode::kCollective;
+  PaceMode pace_mode_ = PaceMode::kOff;
   std::map<int, StepClock> step_clocks_;  // per local rank: when its images are sealed
   std::map<int, std::vector<Fetched>> fetched_;
   ShardRoutes routes_;
