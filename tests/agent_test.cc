@@ -185,7 +185,16 @@ TEST(Tracer, CapturesEveryThreadOfAnyProcess) {
     ::execlp("sleep", "sleep", "30", static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  ::usleep(200 * 1000);
+  // Wait until it sleeps (nanosleep 35 or clock_nanosleep 230 in
+  // /proc/PID/syscall): a loaded host can still be starting it after any
+  // fixed pause, and its stack then has no nanosleep yet.
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream sc("/proc/" + std::to_string(child) + "/syscall");
+    std::string nr;
+    sc >> nr;
+    if (nr == "35" || nr == "230") break;
+    ::usleep(10 * 1000);
+  }
   Result<agent::CapturedStack> st = agent::CaptureStacks(child, std::chrono::milliseconds(5000));
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
