@@ -67,9 +67,10 @@ struct Pace {
   double waited_ms = 0;
   bool late = false;  // the deadline passed before the push was done
 
+  bool Active() const { return mode != PaceMode::kOff && word != nullptr; }
   // Blocks until the next chunk may go.
   void Wait() {
-    if (mode == PaceMode::kOff || word == nullptr) return;
+    if (!Active()) return;
     const auto t0 = PaceClock::now();
     for (;;) {
       const uint32_t p = client::LoadPhase(word);
