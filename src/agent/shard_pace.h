@@ -67,10 +67,9 @@ struct Pace {
   double waited_ms = 0;
   bool late = false;  // the deadline passed before the push was done
 
-  bool Active() const { return mode != PaceMode::kOff && word != nullptr; }
   // Blocks until the next chunk may go.
   void Wait() {
-    if (!Active()) return;
+    if (mode == PaceMode::kOff || word == nullptr) return;
     const auto t0 = PaceClock::now();
     for (;;) {
       const uint32_t p = client::LoadPhase(word);

@@ -54,12 +54,9 @@ Status ShardStore::Impl::PushOnce(const std::string& addr, int rank, int64_t ste
   // clock for a stream without progress starts with it.
   pace.Wait();
   Status st = SendAll(push_fd_, head.data(), head.size());
-  // Unpaced (the default, and any rank that never says its phase): the
-  // image in one go, as before pacing existed.
-  const size_t chunk = pace.Active() ? kPaceChunk : bytes;
-  for (size_t at = 0; st.ok() && at < bytes; at += chunk) {
+  for (size_t at = 0; st.ok() && at < bytes; at += kPaceChunk) {
     if (at > 0) pace.Wait();
-    st = SendAll(push_fd_, image + at, std::min(chunk, bytes - at));
+    st = SendAll(push_fd_, image + at, std::min(kPaceChunk, bytes - at));
   }
   if (st.ok()) {
     auto reply = RecvLine(push_fd_);
