@@ -60,8 +60,6 @@ TEST(AgentMetrics, RanksShardCopiesStoreLatenciesAndInspectionsAreServed) {
   for (double ms : {0.5, 3.0, 40.0}) stats.push.Observe(ms);
   stats.persist.Observe(700);
   stats.last_fetch_ms = 250;
-  stats.pace_waited_ms = 1500;
-  stats.pace_late = 4;
 
   const std::string t = RenderAgentMetrics(s, holdings, stats);
   EXPECT_EQ(Promtool(t), "") << t;
@@ -85,8 +83,6 @@ TEST(AgentMetrics, RanksShardCopiesStoreLatenciesAndInspectionsAreServed) {
   EXPECT_TRUE(Has(t, "bulwark_agent_shard_persist_seconds_bucket{le=\"0.5\"} 0")) << t;
   EXPECT_TRUE(Has(t, "bulwark_agent_shard_persist_seconds_bucket{le=\"1\"} 1")) << t;
   EXPECT_TRUE(Has(t, "bulwark_agent_shard_fetch_seconds 0.25")) << t;
-  EXPECT_TRUE(Has(t, "bulwark_agent_shard_pace_wait_seconds_total 1.5")) << t;
-  EXPECT_TRUE(Has(t, "bulwark_agent_shard_pace_late_total 4")) << t;
   EXPECT_TRUE(Has(t, "bulwark_agent_inspection_ok{check=\"device\"} 0")) << t;
   EXPECT_TRUE(Has(t, "bulwark_agent_inspection_ok{check=\"nic\"} 1")) << t;
   EXPECT_TRUE(Has(t, "bulwark_agent_inspection_failures_total{check=\"device\"} 1")) << t;

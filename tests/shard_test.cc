@@ -18,7 +18,6 @@
 #include "client/restore_point.h"
 #include "client/shard_client.h"
 #include "client/shard_image.h"
-#include "client/shard_phase.h"
 #include "client/shard_socket.h"
 #include "client/shard_region.h"
 #include "common/checksum.h"
@@ -317,74 +316,6 @@ TEST_F(Stores, UnreachablePeerCostsNothingButItsCopy) {
   ASSERT_TRUE(copies.ok()) << copies.status().ToString();
   EXPECT_TRUE(copies->empty());
   EXPECT_FALSE(ShardClient::Connect(dir_ + "/nobody.sock", 0, 1).ok());
-}
-
-// Pacing (agent/shard_pace.h): while the rank says it computes, its pushes
-// wait for a collective or for their deadline, whichever comes first; either
-// way every backup arrives. No timing is asserted, only what happened.
-TEST_F(Stores, PacedPushesWaitForACollectiveButNeverSkipABackup) {
-  // Pacing is opt-in: a's store again, started with it on.
-  stores_.erase("a");
-  ::setenv("BULWARK_SHARD_PACE", "collective", 1);
-  auto paced = agent::ShardStore::Start("a", dir_ + "/a.sock", "127.0.0.1", kToken, [](const std::string&) {});
-  ::unsetenv("BULWARK_SHARD_PACE");
-  ASSERT_TRUE(paced.ok()) << paced.status().ToString();
-  stores_["a"] = std::move(*paced);
-  StartPeerRank();
-  agent::ShardRoutes routes;
-  routes.backup_machine = "b";
-  routes.backup_addr = stores_["b"]->addr();
-  stores_["a"]->SetRoutes(routes, {0});
-  auto c = ShardClient::Connect(dir_ + "/a.sock", 0, 2);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  ASSERT_TRUE((*c)->Copies().ok());
-  ASSERT_TRUE((*c)->OpenRegion(client::ShardImageSize(Sections(StateAt(0), "x"), 4096)).ok());
-  std::vector<float> params;
-  auto save = [&](int step) {
-    ASSERT_TRUE((*c)->WaitCopied().ok());
-    params = StateAt(step);
-    ASSERT_TRUE((*c)->BeginSave({step, 0, 2}, "{}", Sections(params, "x")).ok());
-    ASSERT_TRUE((*c)->WaitCopied().ok());
-    // Each backup arrives before the next image: none is superseded.
-    ASSERT_TRUE(Eventually([&] { return Holds("b", 0, true) == step; })) << "backup of step " << step;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  };
-  // Computing all along: once the step interval is known (from the second
-  // image on), each push waits out its deadline and then goes anyway.
-  (*c)->SetPhase(client::kPhaseComputing);
-  for (int step = 1; step <= 4; ++step) save(step);
-  const int64_t late = stores_["a"]->Stats().pace_late;
-  EXPECT_GE(late, 2);
-  EXPECT_GT(stores_["a"]->Stats().pace_waited_ms, 0);
-  // In a collective: pushes go at once, none late.
-  (*c)->SetPhase(client::kPhaseCommunicating);
-  for (int step = 5; step <= 7; ++step) save(step);
-  EXPECT_EQ(stores_["a"]->Stats().pace_late, late);
-  EXPECT_EQ(stores_["a"]->Stats().superseded, 0);
-}
-
-// Without BULWARK_SHARD_PACE a rank's phase word changes nothing.
-TEST_F(Stores, PushesAreNotPacedByDefault) {
-  StartPeerRank();
-  agent::ShardRoutes routes;
-  routes.backup_machine = "b";
-  routes.backup_addr = stores_["b"]->addr();
-  stores_["a"]->SetRoutes(routes, {0});
-  auto c = ShardClient::Connect(dir_ + "/a.sock", 0, 2);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  ASSERT_TRUE((*c)->Copies().ok());
-  ASSERT_TRUE((*c)->OpenRegion(client::ShardImageSize(Sections(StateAt(0), "x"), 4096)).ok());
-  (*c)->SetPhase(client::kPhaseComputing);
-  std::vector<float> params;
-  for (int step = 1; step <= 3; ++step) {
-    ASSERT_TRUE((*c)->WaitCopied().ok());
-    params = StateAt(step);
-    ASSERT_TRUE((*c)->BeginSave({step, 0, 2}, "{}", Sections(params, "x")).ok());
-    ASSERT_TRUE((*c)->WaitCopied().ok());
-    ASSERT_TRUE(Eventually([&] { return Holds("b", 0, true) == step; })) << "backup of step " << step;
-  }
-  EXPECT_EQ(stores_["a"]->Stats().pace_late, 0);
-  EXPECT_EQ(stores_["a"]->Stats().pace_waited_ms, 0);
 }
 
 // The shard protocol is authenticated and bounded: a connection that cannot

@@ -72,14 +72,7 @@ std::string RenderAgentMetrics(const AgentSnapshot& s, const std::vector<ShardHo
   m.Family("bulwark_agent_shard_refused_total", "counter",
            "Peer connections or pushed images refused (authentication, size or rank checks).");
   m.Sample("bulwark_agent_shard_refused_total", {}, static_cast<double>(stats.refused));
-  m.Family("bulwark_agent_shard_pace_wait_seconds_total", "counter",
-           "Time pushes waited for the ranks' collectives (BULWARK_SHARD_PACE).");
-  m.Sample("bulwark_agent_shard_pace_wait_seconds_total", {}, stats.pace_waited_ms / 1000.0);
-  m.Family("bulwark_agent_shard_pace_late_total", "counter",
-           "Paced pushes whose deadline passed before they were done; the rest went out at once.");
-  m.Sample("bulwark_agent_shard_pace_late_total", {}, static_cast<double>(stats.pace_late));
-  Latency(m, "bulwark_agent_shard_push_seconds",
-          "Time to push one shard image to the backup peer, sending only (not waiting for a window).", stats.push);
+  Latency(m, "bulwark_agent_shard_push_seconds", "Time to push one shard image to the backup peer.", stats.push);
   Latency(m, "bulwark_agent_shard_persist_seconds", "Time to persist one shard image to durable storage.",
           stats.persist);
   m.Family("bulwark_agent_shard_fetch_seconds", "gauge",

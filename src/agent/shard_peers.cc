@@ -35,8 +35,7 @@ std::string PeerName(int fd) {
 }
 }  // namespace
 
-Status ShardStore::Impl::PushOnce(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes,
-                                  Pace& pace) {
+Status ShardStore::Impl::PushOnce(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes) {
   if (push_fd_ < 0 || push_to_ != addr) {
     if (push_fd_ >= 0) ::close(push_fd_);
     push_fd_ = -1;
@@ -50,14 +49,8 @@ Status ShardStore::Impl::PushOnce(const std::string& addr, int rank, int64_t ste
     push_to_ = addr;
   }
   std::string head = "PUSH " + std::to_string(rank) + " " + std::to_string(step) + " " + std::to_string(bytes) + "\n";
-  // The first chunk's wait comes before the request line: the receiver's
-  // clock for a stream without progress starts with it.
-  pace.Wait();
   Status st = SendAll(push_fd_, head.data(), head.size());
-  for (size_t at = 0; st.ok() && at < bytes; at += kPaceChunk) {
-    if (at > 0) pace.Wait();
-    st = SendAll(push_fd_, image + at, std::min(kPaceChunk, bytes - at));
-  }
+  if (st.ok()) st = SendAll(push_fd_, image, bytes);
   if (st.ok()) {
     auto reply = RecvLine(push_fd_);
     if (!reply.ok()) st = reply.status();
@@ -72,11 +65,10 @@ Status ShardStore::Impl::PushOnce(const std::string& addr, int rank, int64_t ste
 
 // A kept connection may have been closed by the peer meanwhile (it
 // restarted): one retry on a fresh connection.
-Status ShardStore::Impl::Push(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes,
-                              Pace& pace) {
+Status ShardStore::Impl::Push(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes) {
   const bool fresh = push_fd_ < 0 || push_to_ != addr;
-  Status st = PushOnce(addr, rank, step, image, bytes, pace);
-  if (!st.ok() && !fresh) st = PushOnce(addr, rank, step, image, bytes, pace);
+  Status st = PushOnce(addr, rank, step, image, bytes);
+  if (!st.ok() && !fresh) st = PushOnce(addr, rank, step, image, bytes);
   return st;
 }
 

@@ -131,8 +131,7 @@ void ShardStore::Impl::Handle(int64_t conn, int sock, const std::string& msg, in
         client::PeekShardHeader(p->second.current->slot(slot), p->second.current->slot_capacity(), &info, nullptr) &&
         info.step == step && info.rank == owner->second) {
       p->second.previous.reset();
-      const auto deadline = step_clocks_[info.rank].Sealed(Clock::now());
-      work_.push_back({info.rank, slot, step, p->second.current, conn, !p->second.peer_writes, deadline});
+      work_.push_back({info.rank, slot, step, p->second.current, conn, !p->second.peer_writes});
       work_cv_.notify_all();
       return;
     }
@@ -206,18 +205,11 @@ void ShardStore::Impl::Process(const Work& w, const ShardRoutes& routes) {
   if (!client::PeekShardHeader(image, w.region->slot_capacity(), nullptr, &bytes)) return;
   if (w.push && !routes.backup_addr.empty()) {
     auto t = Clock::now();
-    Pace pace;
-    pace.mode = pace_mode_;
-    if (w.deadline != Clock::time_point{}) pace.word = w.region->phase_word();
-    pace.deadline = w.deadline;
-    Status st = Push(routes.backup_addr, w.rank, w.step, image, bytes, pace);
+    Status st = Push(routes.backup_addr, w.rank, w.step, image, bytes);
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.pace_waited_ms += pace.waited_ms;
-    stats_.pace_late += pace.late;
     if (st.ok()) {
       ++stats_.pushed;
-      // Sending, not waiting for a window: what the transfer itself takes.
-      stats_.last_push_ms = MsSince(t) - pace.waited_ms;
+      stats_.last_push_ms = MsSince(t);
       stats_.push.Observe(stats_.last_push_ms);
       if (stats_.push_failures > 0) log_("backups to " + routes.backup_machine + " flow again");
       stats_.push_failures = 0;
@@ -268,7 +260,6 @@ Result<std::unique_ptr<ShardStore>> ShardStore::Start(const std::string& machine
   impl->socket_path_ = socket_path;
   impl->host_ = host;
   impl->log_ = std::move(log);
-  impl->pace_mode_ = PaceModeFromEnv();
   auto u = client::ListenShardSocket(socket_path);
   if (!u.ok()) return u.status();
   impl->unix_fd_ = *u;

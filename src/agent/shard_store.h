@@ -71,10 +71,6 @@ struct ShardStats {
   int64_t push_failures_total = 0, persist_failures = 0;
   int64_t refused = 0;  // peer connections or pushed images refused (shard_auth.h, size and rank checks)
   double last_push_ms = 0, last_persist_ms = 0, last_fetch_ms = 0;
-  // Pacing (shard_pace.h): time pushes waited for the ranks' collectives, and
-  // pushes whose deadline passed first (the rest went out regardless).
-  double pace_waited_ms = 0;
-  int64_t pace_late = 0;
   LatencyBuckets push, persist;
 };
 

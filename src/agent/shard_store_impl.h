@@ -18,7 +18,6 @@
 #include <thread>
 #include <vector>
 
-#include "agent/shard_pace.h"
 #include "agent/shard_store.h"
 #include "client/shard_region.h"
 
@@ -58,7 +57,6 @@ class ShardStore::Impl {
     RegionPtr region;
     int64_t conn;
     bool push;
-    Clock::time_point deadline;  // for a paced push (shard_pace.h)
   };
   std::map<int, Primary> primaries_;
   // The job as this machine's ranks described it (REGION): pushed images
@@ -69,8 +67,6 @@ class ShardStore::Impl {
   size_t largest_local_ = 0;
   static constexpr size_t kMaxImageRatio = 8;
   std::map<int, RegionPtr> backups_;
-  PaceMode pace_mode_ = PaceMode::kOff;
-  std::map<int, StepClock> step_clocks_;  // per local rank: when its images are sealed
   std::map<int, std::vector<Fetched>> fetched_;
   ShardRoutes routes_;
   bool fetching_ = false;
@@ -104,12 +100,11 @@ class ShardStore::Impl {
   // --- sending, persisting, releasing ---------------------------------
   void WorkLoop();
   void Process(const Work& w, const ShardRoutes& routes);
-  // `pace` paces the chunks (shard_pace.h).
-  Status PushOnce(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes, Pace& pace);
+  Status PushOnce(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes);
 
   // A kept connection may have been closed by the peer meanwhile (it
   // restarted): one retry on a fresh connection.
-  Status Push(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes, Pace& pace);
+  Status Push(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes);
   static void Prune(const std::string& dir, int rank);
 
   // --- peers (TCP) -------------------------------------------------------

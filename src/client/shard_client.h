@@ -31,7 +31,6 @@
 #include <vector>
 
 #include "client/shard_image.h"
-#include "client/shard_phase.h"
 #include "client/shard_region.h"
 #include "common/status.h"
 
@@ -98,12 +97,6 @@ class ShardClient {
   }
   // Blocks until the image begun by BeginSave is sealed and announced.
   Status WaitCopied();
-  // Tells the agent whether this rank is in a collective (client/shard_phase.h),
-  // by which it paces the pushes of this rank's backups. A no-op before
-  // OpenRegion.
-  void SetPhase(uint32_t phase) {
-    if (region_.valid()) StorePhase(region_.phase_word(), phase);
-  }
   // Milliseconds spent blocked in BeginSave and WaitCopied since the last call.
   double TakeBlockedMs();
   // CPU milliseconds the background copies took since the last call: work

@@ -49,12 +49,7 @@ class ShardRegion {
   // never `keep` (the newest, while a new image is received).
   int OldestSlot(int keep = -1) const;
 
-  // The writer's communication phase (client/shard_phase.h), a word in the
-  // header past the layout fields; nullptr for an unmapped region.
-  uint32_t* phase_word() const { return base_ ? reinterpret_cast<uint32_t*>(base_ + kPhaseOffset) : nullptr; }
-
   static constexpr size_t kHeaderBytes = 4096;
-  static constexpr size_t kPhaseOffset = 64;
 
  private:
   int fd_ = -1;

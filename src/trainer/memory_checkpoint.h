@@ -77,9 +77,6 @@ class MemoryCheckpoint {
   // Call before the next optimizer step.
   Status WaitCopied() { return client_->WaitCopied(); }
   double TakeBlockedMs() { return client_->TakeBlockedMs(); }
-  // Around the step's collectives: the agent pushes this rank's backups
-  // while it communicates (agent/shard_pace.h).
-  void Communicating(bool on) { client_->SetPhase(on ? client::kPhaseCommunicating : client::kPhaseComputing); }
   double TakeCopyCpuMs() { return client_->TakeCopyCpuMs(); }
 
  private:

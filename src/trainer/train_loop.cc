@@ -336,10 +336,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
 
     // ---- average gradients (and the loss) across data-parallel ranks
     if (W > 1) {
-      if (mem != nullptr) mem->Communicating(true);
-      Status reduced = comm.AllReduceSum(buckets);
-      if (mem != nullptr) mem->Communicating(false);
-      BULWARK_RETURN_IF_ERROR(reduced);
+      BULWARK_RETURN_IF_ERROR(comm.AllReduceSum(buckets));
       store.grads().div_(W);
     }
     st.loss = store.LossSlot().item<double>();
@@ -373,12 +370,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
     // The update changes what the background copy of the last step reads.
     if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->WaitCopied());
     opt.Step(lr, st.step + 1, poet_lr, st.step + 1 - LastMerge(cfg, st.step));
-    if (cfg.shard_optimizer && W > 1) {
-      if (mem != nullptr) mem->Communicating(true);
-      Status gathered = comm.AllGatherChunks(store.params());
-      if (mem != nullptr) mem->Communicating(false);
-      BULWARK_RETURN_IF_ERROR(gathered);
-    }
+    if (cfg.shard_optimizer && W > 1) BULWARK_RETURN_IF_ERROR(comm.AllGatherChunks(store.params()));
 
     st.step += 1;
     st.data_cursor += static_cast<uint64_t>(B) * W;
