@@ -164,5 +164,76 @@ TEST(ImplicitPolicy, AMissingCommandStopsTheJobAndEvictsNoMachine) {
   EXPECT_EQ(c->state().FindMachine("m01")->state, MachineState::kActive);
 }
 
+// The hang of rank 2 (on m03) at step 11; the others wait for it.
+StacksAnalyzed HangOfRank2(int64_t incident, int64_t generation, const MachineId& on, double at) {
+  StacksAnalyzed a;
+  a.incident = incident;
+  a.generation = generation;
+  a.groups = {{3, "wait < main", {0, 1, 3}}, {1, "deadlock < main", {2}}};
+  a.suspects = {on};
+  a.why = "outlier rank(s) {2}";
+  a.observed = S(at);
+  return a;
+}
+
+TEST(ImplicitPolicy, AHangThatFollowsTheRankToItsReplacementStopsTheJobAfterOneEviction) {
+  Job j;
+  EXPECT_EQ(j.Do(HangSuspected{10, S(10), Secs(2), false, S(12.1)}), (Lines{"trace i1"}));
+  EXPECT_EQ(j.Do(HangOfRank2(1, 1, "m03", 12.4)), (Lines{"evict m03", "activate s01",
+                                                          "restart_all g2 m01,m02,s01,m04 ckpt 0"}));
+  // The restart replays from the start (no checkpoint): steps 1..10 again,
+  // then rank 2, now on s01, blocks at the very same step.
+  for (int k = 1; k <= 10; ++k) j.Do(StepCompleted{k, S(20 + k)});
+  EXPECT_EQ(j.Do(HangSuspected{10, S(30), Secs(2), false, S(32.1)}), (Lines{"trace i2"}));
+  EXPECT_EQ(j.Do(HangOfRank2(2, 2, "s01", 32.4)), (Lines{"stop"}));
+  const Incident& inc = j.Last();
+  EXPECT_EQ(inc.resolution, Resolution::kStopped);
+  EXPECT_TRUE(inc.evicted.empty());
+  EXPECT_NE(inc.why.find("follows the job, not the machine"), std::string::npos) << inc.why;
+  EXPECT_NE(inc.why.find("replaced m03"), std::string::npos) << inc.why;
+  EXPECT_EQ(j.controller->state().machines.at("s02").state, MachineState::kStandby) << "the pool is kept";
+}
+
+TEST(ImplicitPolicy, AHangAtAnotherStepOnTheReplacementIsANewFaultAndEvicts) {
+  Job j;
+  j.Do(HangSuspected{10, S(10), Secs(2), false, S(12.1)});
+  j.Do(HangOfRank2(1, 1, "m03", 12.4));
+  for (int k = 1; k <= 15; ++k) j.Do(StepCompleted{k, S(20 + k)});  // step 11 completed this time
+  j.Do(HangSuspected{15, S(35), Secs(2), false, S(37.1)});
+  EXPECT_EQ(j.Do(HangOfRank2(2, 2, "s01", 37.4)), (Lines{"evict s01", "activate s02",
+                                                          "restart_all g3 m01,m02,s02,m04 ckpt 0", "replenish 1"}));
+}
+
+TEST(ImplicitPolicy, AGroupLargerThanThePoolIsNarrowedToTheStuckRanksMachine) {
+  Job j(/*pp=*/2);  // pipelines {0,2} on m01,m03 and {1,3} on m02,m04
+  // One standby only: the pipeline of m03 holds two machines.
+  j.Do(MachineJoined{"s02", false, "EUD found a bad GPU", S(10.5)});
+  j.Do(HangSuspected{10, S(10), Secs(2), false, S(12.1)});
+  StacksAnalyzed a;
+  a.incident = 1;
+  a.generation = 1;
+  // The all-reduce majority, rank 0 waiting in recv for rank 2, rank 2 stuck.
+  a.groups = {{2, "allreduce < main", {1, 3}}, {1, "recv < main", {0}}, {1, "spin < main", {2}}};
+  a.group = "pp group {0,2}";
+  a.suspects = {"m01", "m03"};
+  a.why = "outlier rank(s) {0,2}";
+  a.observed = S(12.4);
+  EXPECT_EQ(j.Do(a), (Lines{"evict m03", "activate s01", "restart_all g2 m01,m02,s01,m04 ckpt 0", "replenish 1"}));
+  const Incident& inc = j.Last();
+  ASSERT_FALSE(inc.notes.empty());
+  EXPECT_NE(inc.notes.back().find("under watch: m01"), std::string::npos) << inc.notes.back();
+}
+
+TEST(ImplicitPolicy, AMachineReplacingASlowOneAndSlowTheSameWayIsNotEvicted) {
+  Job j;
+  FailSlowSuspected slow{"m04", 5, 2.1, "m04 computes 2.10x the others' time per step (5/5 rounds)", S(60)};
+  EXPECT_EQ(j.Do(slow)[0], "evict m04");
+  j.Do(StepCompleted{11, S(70)});
+  FailSlowSuspected again{"s01", 5, 2.1, "s01 computes 2.10x the others' time per step (5/5 rounds)", S(130)};
+  EXPECT_TRUE(j.Do(again).empty());
+  EXPECT_NE(j.controller->state().notes.back().find("follows the rank"), std::string::npos)
+      << j.controller->state().notes.back();
+}
+
 }  // namespace
 }  // namespace bulwark::controller

@@ -65,30 +65,45 @@ Status Apply(ClusterState& state, const Action& action, Time now) {
     case ActionKind::kActivate:
       return SetMachineState(state, action.machine, MachineState::kActive, now, "activated into the job");
     case ActionKind::kRestartAll: {
-      // Only the slots that changed hands touch the machines' records.
+      // Only the slots that changed hands touch the machines' records. When
+      // Reconcile named them, only those are looked at.
       const std::vector<MachineId>& before = state.placement.slots;
       const std::vector<MachineId>& after = action.placement.slots;
-      for (size_t i = 0; i < std::max(before.size(), after.size()); ++i) {
-        if (i < before.size() && i < after.size() && before[i] == after[i]) continue;
-        if (i < before.size()) {
-          MachineStatus* old = state.FindMachine(before[i]);
-          if (old != nullptr && old->slot == static_cast<int>(i)) old->slot = -1;
+      const bool known = action.slots_known && before.size() == after.size();
+      std::vector<int> look;
+      if (known) {
+        look = action.changed_slots;
+      } else {
+        look.resize(std::max(before.size(), after.size()));
+        for (size_t i = 0; i < look.size(); ++i) look[i] = static_cast<int>(i);
+      }
+      std::set<int> candidates;  // slots that changed hands now
+      for (const int i : look) {
+        const size_t u = static_cast<size_t>(i);
+        if (u < before.size() && u < after.size() && before[u] == after[u]) continue;
+        candidates.insert(i);
+        if (u < before.size()) {
+          MachineStatus* old = state.FindMachine(before[u]);
+          if (old != nullptr && old->slot == i) old->slot = -1;
         }
-        if (i < after.size()) {
-          if (MachineStatus* now_there = state.FindMachine(after[i])) now_there->slot = static_cast<int>(i);
+        if (u < after.size()) {
+          if (MachineStatus* now_there = state.FindMachine(after[u])) now_there->slot = i;
         }
       }
       // A slot is open afterwards only if it was vacated before or changed
       // hands now, and its machine is not active.
-      std::set<int> candidates;
-      candidates.swap(state.vacated_slots);
-      for (size_t i = 0; i < after.size(); ++i) {
-        if (i >= before.size() || before[i] != after[i]) candidates.insert(static_cast<int>(i));
-      }
+      candidates.insert(state.vacated_slots.begin(), state.vacated_slots.end());
+      state.vacated_slots.clear();
       for (int i : candidates) {
         if (i < static_cast<int>(after.size()) && !state.IsActive(after[i])) state.vacated_slots.insert(i);
       }
-      state.placement = action.placement;
+      if (known) {
+        for (const int i : action.changed_slots) state.placement.slots[i] = after[i];
+        state.placement.generation = action.placement.generation;
+        state.placement.ranks_per_machine = action.placement.ranks_per_machine;
+      } else {
+        state.placement = action.placement;
+      }
       if (action.release != state.releases.applied) {
         state.releases.applied_by_update = action.release > state.releases.applied;
         state.releases.applied = action.release;

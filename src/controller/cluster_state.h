@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "controller/action.h"
+#include "controller/crash_attribution.h"
 #include "controller/incident.h"
 #include "controller/job.h"
 #include "controller/ladder.h"
@@ -21,14 +22,6 @@
 #include "controller/time.h"
 
 namespace bulwark::controller {
-
-// A crash of a rank that named no machine (no hardware signature).
-struct CrashRecord {
-  Time at{};
-  MachineId machine;
-  std::string signature;
-  int64_t progress_epoch = 0;  // ClusterState::progress_epoch when it happened
-};
 
 struct ClusterState {
   // Desired.
@@ -54,6 +47,21 @@ struct ClusterState {
   // no longer count against the restart budget.
   int64_t progress_epoch = 0;
   std::vector<CrashRecord> crashes;  // software crashes within the crash window
+  std::optional<Time> last_progress_at;  // the latest step or (re)start: chance counts crashes from it
+  // The generation whose ranks reported their restore: until then a crash
+  // is a start-up crash (crash_attribution.h), after it one at a step.
+  int64_t restored_generation = 0;
+  // Machines evicted by an implicit fault (hang, fail-slow, NaN culprit)
+  // since the last progress, by the slot they held and the step it hit: the
+  // same fault at the same step on the machine that replaced one is the
+  // job's, not the machine's (policy_implicit.cc).
+  struct ImplicitEviction {
+    std::string kind;  // "hang", "slow", "nan"
+    int64_t step = 0;
+    int slot = -1;
+    MachineId machine;
+  };
+  std::vector<ImplicitEviction> implicit_evictions;
   // A step whose anomaly with no culprit was already reattempted: the same
   // anomaly at the same step again is deterministic, not a fault.
   int64_t anomaly_reattempted_step = -1;

@@ -71,16 +71,36 @@ void PruneBefore(std::vector<Time>& times, Time cutoff) {
 }
 
 
-// A crash that names no machine: a software error, or a transient one.
-// The ladder, cheapest first:
-//   the same non-empty signature on another machine since the last progress
-//       -> stop: the code (or data) is broken, restarting will not help;
-//   max_crashes_without_progress crashes within the window since progress
-//       -> stop: a crash loop, never an endless one;
-//   a second crash on the same machine within the window (progress or not)
-//       -> evict it: the machine is suspect even without a signature;
-//   otherwise -> reattempt: restart in place on the same machines.
-Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::string& signature,
+// The facts of a crash as attribution needs them (crash_attribution.h):
+// where the job was (the step its restored ranks were running, or start-up)
+// and the chance bound for a job of this size.
+CrashRecord RecordOf(const ClusterState& s, const MachineId& machine, const std::string& signature,
+                     int exit_code, Time observed) {
+  CrashRecord c{observed, machine, signature, s.progress_epoch, exit_code, kStartup, s.placement.generation};
+  const bool restored = s.job == JobState::kRunning || s.restored_generation == s.placement.generation;
+  if (restored) c.site = s.last_step + 1;
+  return c;
+}
+
+CrashRules RulesFor(const RuleContext& ctx) {
+  return CrashRules{ctx.config.user_code_signatures, ctx.config.max_crashes_without_progress,
+                    static_cast<int>(ctx.state.placement.slots.size()), ctx.config.daily_failure_rate,
+                    ctx.config.crash_loop_quantile};
+}
+
+// A crash that names no machine: a software error, a transient one, or a
+// peer's echo. Attribution (crash_attribution.h) says whose it is; this
+// carries it out:
+//   the job's code or data (a user-code error again, the same failure on
+//       another machine)                     -> stop, nothing evicted;
+//   the same failure at the same step on the same machine, or a crash loop
+//       beyond chance                        -> the stop-time ladder, whose
+//       diagnostics tell a machine from the job (stop without a ladder);
+//   a different crash on a machine that crashed within the window
+//                                            -> evict it;
+//   otherwise                                -> reattempt in place.
+// Shortly after a release, what would stop the job rolls back instead.
+Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::string& signature, int exit_code,
                        Time observed, const std::string& cause) {
   ClusterState& s = ctx.state;
   MachineStatus* m = s.FindMachine(machine);
@@ -96,83 +116,69 @@ Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::st
                                  [&](const CrashRecord& c) { return c.at < cutoff; }),
                   s.crashes.end());
   PruneBefore(m->crashes, cutoff);
-
-  // Look back first, then record this crash.
-  int since_progress = 0;
-  MachineId same_signature_on;  // another machine that failed the same way
-  for (const CrashRecord& c : s.crashes) {
-    if (c.progress_epoch != s.progress_epoch) continue;
-    ++since_progress;
-    if (!signature.empty() && c.signature == signature && c.machine != machine) {
-      same_signature_on = c.machine;
-    }
-  }
-  const bool recurs_here = !m->crashes.empty();
-  s.crashes.push_back({observed, machine, signature, s.progress_epoch});
+  const CrashRecord crash = RecordOf(s, machine, signature, exit_code, observed);
+  const Duration since_progress =
+      s.last_progress_at ? std::min(ctx.config.crash_window, observed - *s.last_progress_at) : ctx.config.crash_window;
+  const CrashAttribution a = AttributeCrash(crash, s.crashes, !m->crashes.empty(), since_progress, RulesFor(ctx));
+  s.crashes.push_back(crash);
   InsertSorted(m->crashes, observed);
   const std::string window = FormatDuration(ctx.config.crash_window);
 
-  // The job's own code (a missing command, an import error): a second time
-  // anywhere is proof enough, and no machine is to blame.
-  bool user_code_again = false;
-  if (ctx.config.user_code_signatures.count(signature) != 0) {
-    for (const CrashRecord& c : s.crashes) {
-      if (c.progress_epoch == s.progress_epoch && c.signature == signature && c.at < observed) user_code_again = true;
-    }
-  }
   // Shortly after a release took effect, what would stop the job (the
-  // code's own error, a bug on two machines, a crash loop) or a first
-  // code-error crash rolls back instead: the new release is the suspect.
+  // code's own error, a failure that follows the job, a crash loop) or a
+  // first code-error crash rolls back instead: the new release is the
+  // suspect. A crash before an updated release completed its first step
+  // means the release cannot even start (a usage error, a bad flag),
+  // whatever the log says: rolling back beats evicting machines.
   const bool code_error = ctx.config.user_code_signatures.count(signature) != 0;
-  // A crash before an updated release completed its first step: the
-  // release cannot even start (a usage error, a bad flag), whatever the
-  // log says. Rolling back now beats evicting the machines it crashed on.
   const bool never_stepped = s.releases.applied_by_update && s.progress_epoch == s.releases.applied_epoch;
-  if (code_error || never_stepped || user_code_again || !same_signature_on.empty() ||
-      since_progress + 1 >= ctx.config.max_crashes_without_progress) {
+  const bool would_stop = a.verdict == CrashVerdict::kCodeError || a.verdict == CrashVerdict::kFollowsJob ||
+                          a.verdict == CrashVerdict::kRepeatsHere || a.verdict == CrashVerdict::kCrashLoop;
+  if (code_error || never_stepped || would_stop) {
     const std::string what = code_error ? "failed with the code error '" + signature + "'"
                              : never_stepped ? "came before its first step"
-                             : !same_signature_on.empty()
-                                 ? "failed with '" + signature + "' on " + same_signature_on + " too"
-                                 : "ended a crash loop";
+                             : a.verdict == CrashVerdict::kCrashLoop ? "ended a crash loop"
+                                                                     : "failed: " + a.why;
     Result<bool> rolled = RollBackAfterCrash(ctx, cause, observed, what);
     if (!rolled.ok()) return rolled.status();
     if (*rolled) return Status::OK();
   }
-  if (user_code_again) {
-    return StopJob(ctx, cause, observed,
-                   "stopped: '" + signature + "' again without a completed step: the job's code or command "
-                   "is at fault, not a machine (nothing evicted); fix the job, then resubmit");
-  }
-  if (!same_signature_on.empty()) {
-    return StopJob(ctx, cause, observed,
-                   "stopped: software error '" + signature + "' on " + same_signature_on + " and " +
-                       machine + " within " + window +
-                       " without a completed step: a code or data bug, not a machine; fix or "
-                       "roll back the code, then resubmit");
+  switch (a.verdict) {
+    case CrashVerdict::kCodeError:
+      return StopJob(ctx, cause, observed,
+                     "stopped: " + a.why + ": the job's code or command is at fault, not a machine (nothing "
+                     "evicted); fix the job, then resubmit");
+    case CrashVerdict::kFollowsJob:
+      if (signature.empty() && LadderEnabled(ctx.config) && s.ladder.state == LadderState::kIdle) break;
+      return StopJob(ctx, cause, observed,
+                     "stopped: software error " + a.why + " within " + window +
+                         " without a completed step: the failure follows the job, not a machine, so a code or "
+                         "data bug (nothing evicted); fix or roll back the code, then resubmit");
+    default:
+      break;
   }
   // The ladder's crash triggers: an unsigned crash while the ladder watches
   // a restart it decided is the fault coming back (the next rung); an
-  // unsigned crash that would end a crash loop (restarts in place and
-  // evictions already failed to stop it, and no machine names itself)
-  // climbs the ladder instead of stopping; the ladder stops the job when
-  // it runs out of rungs, so restarts stay bounded.
-  if (signature.empty() && LadderEnabled(ctx.config) && !recurs_here &&
-      (s.ladder.state == LadderState::kWatching ||
-       (s.ladder.state == LadderState::kIdle && since_progress + 1 >= ctx.config.max_crashes_without_progress))) {
+  // unsigned failure that recurs where it failed, or a loop beyond chance,
+  // climbs the ladder instead of stopping (its diagnostics find a faulty
+  // machine, or it stops the job as deterministic when it runs out of rungs,
+  // so restarts stay bounded).
+  const bool evidence = a.verdict == CrashVerdict::kFollowsJob || a.verdict == CrashVerdict::kRepeatsHere ||
+                        a.verdict == CrashVerdict::kCrashLoop;
+  if (signature.empty() && LadderEnabled(ctx.config) &&
+      ((s.ladder.state == LadderState::kWatching && a.verdict != CrashVerdict::kReattempt) ||
+       (s.ladder.state == LadderState::kIdle && evidence))) {
     Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kExplicit, cause, observed);
     if (!inc.ok()) return inc.status();
-    return EnterLadder(ctx, **inc, "unsigned crash on " + machine + " after " + std::to_string(since_progress) +
-                                       " crash(es) without progress",
-                       s.last_step, /*reattempted=*/since_progress > 0);
+    return EnterLadder(ctx, **inc, "unsigned crash on " + machine + ": " + a.why, s.last_step,
+                       /*reattempted=*/a.since_progress > 0);
   }
-  if (since_progress + 1 >= ctx.config.max_crashes_without_progress) {
+  if (a.verdict == CrashVerdict::kCrashLoop) {
     return StopJob(ctx, cause, observed,
-                   "stopped: " + std::to_string(since_progress + 1) + " crashes within " + window +
-                       " without a completed step: a crash loop; read the ranks' logs, fix, then "
-                       "resubmit");
+                   "stopped: " + a.why + " within " + window + ": a crash loop; read the ranks' logs, fix, then "
+                   "resubmit");
   }
-  if (recurs_here && ctx.config.user_code_signatures.count(signature) == 0) {
+  if (a.verdict == CrashVerdict::kEvictMachine || a.verdict == CrashVerdict::kRepeatsHere) {
     Status st = EvictForFault(ctx, machine, cause + "; crashed again within " + window, observed);
     if (!st.ok()) return st;
     if (Incident* inc = s.incidents.Current()) {
@@ -183,7 +189,7 @@ Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::st
   Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kExplicit, cause, observed);
   if (!inc.ok()) return inc.status();
   (*inc)->resolution = Resolution::kReattempt;
-  (*inc)->why = "reattempt in place: no machine indicated, first crash on " + machine;
+  (*inc)->why = "reattempt in place: " + a.why;
   s.restart_pending = true;
   s.restart_reason = cause;
   return Status::OK();
@@ -205,7 +211,7 @@ Status OnRankExited(RuleContext& ctx, const Event& e) {
   if (ctx.config.hardware_signatures.count(x.log_signature) != 0) {
     return EvictForFault(ctx, x.machine, Describe(e), FaultTimeOf(e));
   }
-  return OnSoftwareCrash(ctx, x.machine, x.log_signature, x.observed, Describe(e));
+  return OnSoftwareCrash(ctx, x.machine, x.log_signature, x.exit_code, x.observed, Describe(e));
 }
 
 Status OnHeartbeatLost(RuleContext& ctx, const Event& e) {
@@ -219,7 +225,7 @@ Status OnInspectionFailed(RuleContext& ctx, const Event& e) {
     return EvictForFault(ctx, x.machine, Describe(e), FaultTimeOf(e));
   }
   return OnSoftwareCrash(ctx, x.machine, std::string(InspectionKindName(x.kind)) + "_inspection",
-                         x.observed, Describe(e));
+                         /*exit_code=*/0, x.observed, Describe(e));
 }
 
 // NIC flaps usually heal within seconds; only a repeat within the window
@@ -283,6 +289,14 @@ Status OnStepCompleted(RuleContext& ctx, const Event& e) {
   // progress, and they must not end the incident it is diagnosing.
   if (LadderHoldsJob(s)) return Status::OK();
   s.last_step = x.step;
+  s.last_progress_at = x.observed;
+  // A step past an implicit eviction's step completed: that fault did not
+  // follow the job there (fail-slow has no step; it stays on record).
+  s.implicit_evictions.erase(std::remove_if(s.implicit_evictions.begin(), s.implicit_evictions.end(),
+                                            [&](const ClusterState::ImplicitEviction& e) {
+                                              return e.kind != "slow" && e.step <= x.step;
+                                            }),
+                             s.implicit_evictions.end());
   s.ledger.StepCompleted(x.step, x.observed);
   if (!s.align_check_from) s.align_check_from = x.observed;  // the periodic check's clock starts with training
   if (s.ladder.state == LadderState::kWatching && x.step > s.ladder.trigger_step + ctx.config.ladder.settle_steps) {
@@ -320,6 +334,7 @@ Status OnCheckpointRestored(RuleContext& ctx, const Event& e) {
   ClusterState& s = ctx.state;
   if (!RanksAreLive(s.job)) return Status::OK();
   if (s.last_restart_at && x.observed <= *s.last_restart_at) return Status::OK();
+  s.restored_generation = s.placement.generation;  // crashes from now on are at a step
   Incident* inc = s.incidents.Current();
   if (inc == nullptr) {
     Incident* last = s.incidents.Last();

@@ -17,6 +17,10 @@ Status PolicyConfig::Validate() const {
     return Status::InvalidArgument("policy: daily_failure_rate " + std::to_string(daily_failure_rate) +
                                    " is not a probability in [0, 1]");
   }
+  if (!(crash_loop_quantile > 0.0 && crash_loop_quantile < 1.0)) {
+    return Status::InvalidArgument("policy: crash_loop_quantile " + std::to_string(crash_loop_quantile) +
+                                   " is outside (0, 1); 0.999 calls a loop only when chance is that unlikely");
+  }
   if (!(standby_quantile > 0.0 && standby_quantile <= 1.0)) {
     return Status::InvalidArgument("policy: standby_quantile " + std::to_string(standby_quantile) +
                                    " is outside (0, 1]");

@@ -23,6 +23,13 @@ struct PolicyConfig {
   // Crashes within the window with no step completed in between that stop
   // the job: restarts are bounded by progress, not by count alone.
   int max_crashes_without_progress = 3;
+  // ...plus the crashes that chance explains in a job this size: unrelated
+  // faults land inside one restart of 12,500 machines (one every ~35 min, a
+  // restart ~5 min), and counting them as a loop stopped healthy jobs in the
+  // simulator. The bound is this quantile of Binomial(machines,
+  // daily_failure_rate x time since the last step); a 4-machine job gets 0
+  // extra, a 12,500-machine job a few (crash_attribution.h).
+  double crash_loop_quantile = 0.999;
 
   // Log signatures that name the machine's hardware: evict at once. "nccl"
   // alone is not one: every surviving rank reports an NCCL error when one
@@ -56,6 +63,15 @@ struct PolicyConfig {
 
   // The sliding window of the ETTR ledger.
   Duration ledger_window = std::chrono::hours(1);
+
+  // Over-eviction the pool can absorb: when a hang's or a slow machine's
+  // parallel group is larger than the standbys at hand, evict only the
+  // machines that stand out (the outlier ranks' machines, the culprit) and
+  // keep the rest under watch. A whole 16-machine pipeline evicted into a
+  // pool of 12 idled a simulated 9,600-GPU job for a 30-minute provisioning
+  // wait (its worst hour 47%); if the narrowed choice was wrong, the fault
+  // comes back and the next verdict names the machine that stands out then.
+  bool narrow_to_pool = true;
 
   // --- implicit faults: the detectors (hang_detector.h, fail_slow_detector.h,
   // anomaly_detector.h) and what follows them ---

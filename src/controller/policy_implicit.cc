@@ -41,6 +41,86 @@ bool StaleForRestart(const ClusterState& s, Time observed) {
   return !RanksAreLive(s.job) || LadderHoldsJob(s) || (s.last_restart_at && observed <= *s.last_restart_at);
 }
 
+// The machines whose ranks stand out most in the stacks: the analyzer's
+// suspects are the smallest parallel group holding every outlier, and a
+// stuck rank's pipeline neighbours are outliers too (they wait in send/recv
+// while the data-parallel majority waits in the all-reduce). Among the
+// outlier groups the largest is those waiters; the others, and ranks with no
+// stack at all, are the narrowest choice.
+std::vector<MachineId> NarrowestMachines(const ClusterState& s, const StacksAnalyzed& x) {
+  std::set<MachineId> out;
+  const int world = s.placement.world_size();
+  auto add = [&](int r) {
+    if (r >= 0 && r < world) out.insert(s.placement.MachineOf(r));
+  };
+  // groups[0] is the healthy majority; groups are largest first.
+  const size_t first = x.groups.size() > 2 ? 2 : 1;
+  for (size_t g = first; g < x.groups.size(); ++g) {
+    for (int r : x.groups[g].ranks) add(r);
+  }
+  for (int r : x.missing) add(r);
+  return {out.begin(), out.end()};
+}
+
+// An earlier implicit eviction of `kind` at `step` from the slot `machine`
+// holds now: the fault came back on the machine that replaced the evicted
+// one, so it follows the job (its code, its data, its rank), not a machine.
+const ClusterState::ImplicitEviction* FollowsJob(const ClusterState& s, const std::string& kind, int64_t step,
+                                                 const std::vector<MachineId>& machines) {
+  for (const MachineId& m : machines) {
+    const int slot = s.placement.SlotOf(m);
+    for (const ClusterState::ImplicitEviction& e : s.implicit_evictions) {
+      if (e.kind == kind && e.slot == slot && e.machine != m && (kind == "slow" || e.step == step)) return &e;
+    }
+  }
+  return nullptr;
+}
+
+// Over-eviction the pool can absorb (PolicyConfig::narrow_to_pool): when the
+// group is larger than the standbys at hand, only the narrowest machines go
+// (`narrow`, when that is fewer), and the rest stay under watch. Evicting a
+// whole 16-machine pipeline into a pool of 12 idled the job for a 30-minute
+// provisioning wait in the simulator; the stacks or the culprit's own values
+// already separate the faulty machine from its waiting neighbours.
+std::vector<MachineId> FitToPool(RuleContext& ctx, Incident& inc, const std::vector<MachineId>& group,
+                                 const std::vector<MachineId>& narrow) {
+  const int available = ctx.state.CountIn(MachineState::kStandby);
+  if (!ctx.config.narrow_to_pool || static_cast<int>(group.size()) <= available || narrow.empty() ||
+      narrow.size() >= group.size()) {
+    return group;
+  }
+  std::string watched;
+  for (const MachineId& m : group) {
+    if (std::find(narrow.begin(), narrow.end(), m) == narrow.end()) watched += (watched.empty() ? "" : ", ") + m;
+  }
+  inc.notes.push_back("narrowed to " + std::to_string(narrow.size()) + " of the group's " +
+                      std::to_string(group.size()) + " machines: " + std::to_string(available) +
+                      " standby(s) at hand; under watch: " + watched);
+  return narrow;
+}
+
+// Records what an implicit eviction took, slot by slot, for FollowsJob.
+void RecordImplicit(ClusterState& s, const std::string& kind, int64_t step, const std::vector<MachineId>& machines) {
+  for (const MachineId& m : machines) {
+    const int slot = s.placement.SlotOf(m);
+    if (slot >= 0) s.implicit_evictions.push_back({kind, step, slot, m});
+  }
+  // Fail-slow entries have no step to expire them: keep the newest few.
+  if (s.implicit_evictions.size() > 64) s.implicit_evictions.erase(s.implicit_evictions.begin());
+}
+
+// The fault came back where the evicted machine was: stop, nothing more
+// evicted. Evicting the next machine would drain the pool one healthy
+// machine at a time for a fault the second occurrence shows to be the job's.
+Status StopFollowingJob(RuleContext& ctx, Incident& inc, const std::string& what,
+                        const ClusterState::ImplicitEviction& e, const MachineId& now_on) {
+  inc.resolution = Resolution::kStopped;
+  inc.why = "stopped: " + what + " came back on " + now_on + ", which replaced " + e.machine + " (evicted for it): it " +
+            "follows the job, not the machine, so the job's code or data (nothing more evicted); read the stacks, " +
+            "fix, then resubmit";
+  return Emit(ctx, StopJobAction(inc.id, inc.why));
+}
+
 }  // namespace
 
 bool LadderHoldsJob(const ClusterState& s) {
@@ -76,10 +156,20 @@ Status OnStacksAnalyzed(RuleContext& ctx, const Event& e) {
   inc->stacks = x;
   inc->localized = ctx.now;
   if (!x.suspects.empty()) {
+    const std::vector<MachineId> outliers = NarrowestMachines(ctx.state, x);
+    const int64_t step = ctx.state.last_step + 1;
+    if (const auto* e = FollowsJob(ctx.state, "hang", step, outliers.empty() ? x.suspects : outliers)) {
+      return StopFollowingJob(ctx, *inc, "the hang at step " + std::to_string(step),
+                              *e, ctx.state.placement.slots[e->slot]);
+    }
+    const std::vector<MachineId> evict = FitToPool(ctx, *inc, x.suspects, outliers);
     std::string who;
-    for (const MachineId& m : x.suspects) who += (who.empty() ? "" : ", ") + m;
-    return OverEvict(ctx, *inc, x.suspects,
-                     "evicted " + who + (x.group.empty() ? "" : " (" + x.group + ")") + " by stack aggregation: " + x.why);
+    for (const MachineId& m : evict) who += (who.empty() ? "" : ", ") + m;
+    const bool whole = evict.size() == x.suspects.size();
+    RecordImplicit(ctx.state, "hang", step, outliers.empty() ? evict : outliers);
+    return OverEvict(ctx, *inc, evict,
+                     "evicted " + who + (x.group.empty() || !whole ? "" : " (" + x.group + ")") +
+                         " by stack aggregation: " + x.why);
   }
   inc->resolution = Resolution::kReattempt;
   inc->why = "reattempt in place: " + x.why;
@@ -102,10 +192,21 @@ Status OnFailSlowSuspected(RuleContext& ctx, const Event& e) {
     return Status::NotFound("machine " + x.machine + " is not known to the controller");
   }
   if (!s.IsActive(x.machine)) return Status::OK();
+  if (const auto* prior = FollowsJob(s, "slow", 0, {x.machine})) {
+    // The machine that replaced a slow one is slow the same way: the rank's
+    // share of the work is (an uneven shard, a bigger stage), not a machine.
+    // Evicting the next one would not help; training goes on, recorded.
+    s.notes.push_back("at step " + std::to_string(s.last_step) + ": " + x.detail + "; " + x.machine + " replaced " +
+                      prior->machine + ", evicted for the same slowness: it follows the rank, nothing evicted");
+    if (s.notes.size() > 20) s.notes.erase(s.notes.begin());
+    return Status::OK();
+  }
   Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kImplicit, Describe(e), std::nullopt);
   if (!inc.ok()) return inc.status();
   std::string group;
-  std::vector<MachineId> machines = GroupMachines(s, {x.machine}, &group);
+  std::vector<MachineId> machines = FitToPool(ctx, **inc, GroupMachines(s, {x.machine}, &group), {x.machine});
+  if (machines.size() == 1) group.clear();
+  RecordImplicit(s, "slow", 0, {x.machine});
   return OverEvict(ctx, **inc, machines,
                    "evicted " + (group.empty() ? x.machine : group + " (holding " + x.machine + ")") + ": " + x.detail);
 }
@@ -125,8 +226,20 @@ Status OnTrainingAnomaly(RuleContext& ctx, const Event& e) {
   Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kImplicit, Describe(e), x.at);
   if (!inc.ok()) return inc.status();
   if (!x.culprits.empty()) {
+    if (const auto* prior = FollowsJob(s, "nan", x.step, x.culprits)) {
+      // The replacement's own values went bad at the same step: the data or
+      // the model, or corruption the ladder must find; not this machine.
+      if (LadderEnabled(ctx.config)) {
+        return EnterLadder(ctx, **inc, x.kind + " at step " + std::to_string(x.step) + " came back on the machine "
+                                           "that replaced " + prior->machine, x.step, /*reattempted=*/true);
+      }
+      return StopFollowingJob(ctx, **inc, "the " + x.kind + " at step " + std::to_string(x.step), *prior,
+                              s.placement.slots[prior->slot]);
+    }
     std::string group;
-    std::vector<MachineId> machines = GroupMachines(s, x.culprits, &group);
+    std::vector<MachineId> machines = FitToPool(ctx, **inc, GroupMachines(s, x.culprits, &group), x.culprits);
+    if (machines.size() == x.culprits.size()) group.clear();
+    RecordImplicit(s, "nan", x.step, x.culprits);
     std::string who;
     for (const MachineId& m : x.culprits) who += (who.empty() ? "" : ", ") + m;
     return OverEvict(ctx, **inc, machines,

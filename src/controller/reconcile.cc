@@ -87,7 +87,12 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
         out.push_back(ActivateAction(*standby, next.generation));
         ++standby;
       }
+      const bool same_size = !state.placement.empty() && state.placement.slots.size() == next.slots.size();
       out.push_back(RestartAllAction(std::move(next), state.checkpoint_step, reason + release_note, release, requeue));
+      if (same_size) {
+        out.back().slots_known = true;
+        out.back().changed_slots = open;
+      }
     } else {
       out.push_back(WaitForMachinesAction(static_cast<int>(open.size()) - available,
                                           state.placement.generation));
@@ -99,6 +104,7 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
                                    (requeue ? "requeued: " : "reattempt in place: ") + state.restart_reason +
                                        release_note,
                                    release, requeue));
+    out.back().slots_known = true;  // the same machines: no slot changes hands
   }
 
   const StandbyReport pool = StandbyStatus(state, config);

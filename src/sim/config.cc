@@ -78,6 +78,7 @@ Status ReadPolicy(const json& j, controller::PolicyConfig& p) {
     else if (key == "network_alert_window") p.network_alert_window = Secs(*x);
     else if (key == "anomaly_wait") p.anomaly_wait = Secs(*x);
     else if (key == "max_crashes_without_progress") p.max_crashes_without_progress = static_cast<int>(*x);
+    else if (key == "crash_loop_quantile") p.crash_loop_quantile = *x;
     else return Bad(field, "unknown policy field; see src/controller/policy_config.h (times in seconds)");
   }
   return Status::OK();

@@ -76,7 +76,7 @@ class FleetSim {
   void Deliver(Event e);
   void Carry(const std::vector<Action>& actions);
   void Provision(int wanted);
-  void OnRestart(const Placement& p);
+  void OnRestart(const Action& a);
   std::vector<MachineId> Suspects() const;
   void Finish();
 
@@ -310,7 +310,7 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
       case ActionKind::kStageRelease:  // the simulated fleet runs no releases
         break;
       case ActionKind::kRestartAll:
-        OnRestart(a.placement);
+        OnRestart(a);
         break;
       case ActionKind::kWaitForMachines:
         // The cluster backend is asked for the missing machines too, so a
@@ -377,18 +377,24 @@ void FleetSim::Provision(int wanted) {
 
 // The ranks restart on `p`: after process start, communicator init (growing
 // with the job), the restore and one step, the first step completes.
-void FleetSim::OnRestart(const Placement& p) {
+void FleetSim::OnRestart(const Action& a) {
+  const Placement& p = a.placement;
   ++r_.fleet.restarts;
   gen_ = p.generation;
   // Only the slots that changed hands are parsed: a restart of 12,500
-  // machines replaces a few.
-  placed_.resize(p.slots.size());
-  slots_.resize(p.slots.size(), -1);
-  for (size_t i = 0; i < p.slots.size(); ++i) {
-    if (placed_[i] == p.slots[i]) continue;
+  // machines replaces a few, and the action names them when it knows.
+  auto take = [&](size_t i) {
+    if (placed_[i] == p.slots[i]) return;
     placed_[i] = p.slots[i];
     slots_[i] = IndexOf(p.slots[i]);
     machines_[slots_[i]].slot = static_cast<int>(i);
+  };
+  if (a.slots_known && placed_.size() == p.slots.size()) {
+    for (const int i : a.changed_slots) take(static_cast<size_t>(i));
+  } else {
+    placed_.resize(p.slots.size());
+    slots_.resize(p.slots.size(), -1);
+    for (size_t i = 0; i < p.slots.size(); ++i) take(i);
   }
   const Costs& k = c_.costs;
   hang_reported_ = false;

@@ -1,0 +1,97 @@
+#include "controller/crash_attribution.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/exit_codes.h"
+#include "controller/standby_pool.h"
+
+namespace bulwark::controller {
+namespace {
+
+// A rank that lost a peer (its collective failed) says nothing about its
+// own machine or code: bulwark-train exits kExitPeerLost, other programs
+// leave a connection or NCCL error in their log. It needs a restart, and it
+// counts toward a loop, but it is never evidence.
+bool PeerLost(const CrashRecord& c) {
+  return c.exit_code == kExitPeerLost || c.signature == "connection_reset" || c.signature == "nccl";
+}
+
+bool SameFailure(const CrashRecord& a, const CrashRecord& b) {
+  return a.signature == b.signature && a.exit_code == b.exit_code;
+}
+
+}  // namespace
+
+const char* CrashVerdictName(CrashVerdict v) {
+  switch (v) {
+    case CrashVerdict::kReattempt: return "reattempt";
+    case CrashVerdict::kEvictMachine: return "evict_machine";
+    case CrashVerdict::kCodeError: return "code_error";
+    case CrashVerdict::kFollowsJob: return "follows_job";
+    case CrashVerdict::kRepeatsHere: return "repeats_here";
+    case CrashVerdict::kCrashLoop: return "crash_loop";
+  }
+  return "?";
+}
+
+int CrashLoopLimit(const CrashRules& rules, Duration elapsed) {
+  const double days = std::max<double>(0, elapsed.count()) / (86400.0 * 1000.0);
+  const double p = std::min(1.0, rules.daily_failure_rate * days);
+  Result<int> chance = BinomialQuantile(std::max(rules.machines, 0), p, rules.crash_loop_quantile);
+  return rules.max_crashes_without_progress + (chance.ok() ? *chance : 0);
+}
+
+CrashAttribution AttributeCrash(const CrashRecord& crash, const std::vector<CrashRecord>& earlier,
+                                bool recurs_here, Duration since_progress, const CrashRules& rules) {
+  CrashAttribution a;
+  a.loop_limit = CrashLoopLimit(rules, since_progress);
+  const bool user_code = rules.user_code_signatures.count(crash.signature) != 0;
+  const bool peer_lost = PeerLost(crash);
+  bool user_code_again = false;
+  const CrashRecord* same_elsewhere = nullptr;  // the same signature on another machine
+  const CrashRecord* same_step = nullptr;       // the same failure at the same step, an earlier generation
+  for (const CrashRecord& c : earlier) {
+    if (c.progress_epoch != crash.progress_epoch) continue;
+    ++a.since_progress;
+    if (peer_lost || PeerLost(c)) continue;
+    if (user_code && c.signature == crash.signature) user_code_again = true;
+    if (!crash.signature.empty() && c.signature == crash.signature && c.machine != crash.machine) {
+      same_elsewhere = &c;
+    }
+    if (crash.site != kStartup && c.site == crash.site && c.generation < crash.generation && SameFailure(c, crash)) {
+      // Another machine's occurrence is the stronger evidence: keep it.
+      if (same_step == nullptr || same_step->machine == crash.machine) same_step = &c;
+    }
+  }
+  const std::string at_step = "at step " + std::to_string(crash.site);
+  if (user_code_again) {
+    a.verdict = CrashVerdict::kCodeError;
+    a.why = "'" + crash.signature + "' again without a completed step";
+  } else if (same_elsewhere != nullptr) {
+    a.verdict = CrashVerdict::kFollowsJob;
+    a.other = same_elsewhere->machine;
+    a.why = "'" + crash.signature + "' on " + a.other + " and " + crash.machine;
+  } else if (same_step != nullptr && same_step->machine != crash.machine) {
+    a.verdict = CrashVerdict::kFollowsJob;
+    a.other = same_step->machine;
+    a.why = "the same failure " + at_step + " on " + a.other + " and then on " + crash.machine;
+  } else if (same_step != nullptr) {
+    a.verdict = CrashVerdict::kRepeatsHere;
+    a.why = "the same failure " + at_step + " on " + crash.machine + " after a restart";
+  } else if (a.since_progress + 1 >= a.loop_limit) {
+    a.verdict = CrashVerdict::kCrashLoop;
+    a.why = std::to_string(a.since_progress + 1) + " crashes without a completed step (chance explains fewer than " +
+            std::to_string(a.loop_limit) + ")";
+  } else if (recurs_here && !peer_lost && !user_code) {
+    a.verdict = CrashVerdict::kEvictMachine;
+    a.why = crash.machine + "'s ranks crashed again";
+  } else {
+    a.verdict = CrashVerdict::kReattempt;
+    a.why = peer_lost ? "a rank on " + crash.machine + " lost a peer"
+                      : "no machine indicated, first crash on " + crash.machine;
+  }
+  return a;
+}
+
+}  // namespace bulwark::controller
