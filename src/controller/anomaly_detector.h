@@ -51,6 +51,7 @@ class AnomalyDetector {
   int world_ = 0;
   int64_t history_step_ = 0;  // newest step in the history
   std::deque<double> loss_, grad_norm_;
+  std::optional<double> loss_median_, grad_norm_median_;  // of the histories, until they change
   std::map<int64_t, Pending> pending_;  // by step
   std::map<int64_t, std::map<int, RankSignal>> recent_;  // ordinary reports of recent steps, by step and rank
   int64_t reported_ = 0;  // anomalies at or below this step were reported

@@ -42,6 +42,14 @@ void FailSlowDetector::Observe(const RankSignal& s) {
 
 std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
   if (!armed_ || now - round_start_ < config_.slow_round) return std::nullopt;
+  // A round lasts until every machine has slow_min_steps steps in it, up to
+  // ten rounds' time: a 5 s step never fits 3 steps in a 10 s round, and
+  // without this a large model's slow machine was never compared at all
+  // (found by the simulator once it drove this detector).
+  const bool short_of_steps = std::any_of(round_.begin(), round_.end(), [&](const auto& kv) {
+    return kv.second.steps < config_.slow_min_steps;
+  });
+  if (short_of_steps && now - round_start_ < config_.slow_round * 10) return std::nullopt;
   std::map<Key, Sums> round;
   round.swap(round_);
   round_start_ = now;

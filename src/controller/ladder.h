@@ -216,6 +216,7 @@ struct LadderStatus {
   std::optional<Time> deadline;   // kDiagnosing, kReplaying
   std::vector<MachineId> machines;                      // asked to run diagnostics
   std::map<MachineId, MachineDiagnostics> reports;      // answered so far
+  size_t answered_prefix = 0;  // machines[0..this) answered or left the job
   std::map<std::string, bool> replay_results;           // "h0" / "v1" -> passed
   NetworkLinkMap links;           // the network test's links, when it runs
   bool reattempted = false;       // the reattempt rung is spent (or came before the ladder)

@@ -114,9 +114,14 @@ StackAnalysis AnalyzeStacks(const std::vector<RankStack>& stacks, const Topology
   StackAnalysis a;
   std::map<std::string, StackGroup> by_sig;
   std::set<int> seen;
+  // Ranks blocked in the same place often send byte-identical texts (one
+  // capture per machine for all its ranks): each distinct text is parsed once.
+  std::map<std::string, std::vector<std::string>> parsed;
   for (const RankStack& s : stacks) {
     if (s.rank < 0 || s.rank >= topology.world || !seen.insert(s.rank).second) continue;
-    std::vector<std::string> frames = NormalizeMainThread(s.text);
+    auto it = parsed.find(s.text);
+    if (it == parsed.end()) it = parsed.emplace(s.text, NormalizeMainThread(s.text)).first;
+    const std::vector<std::string>& frames = it->second;
     if (frames.empty()) continue;  // no usable stack: missing
     StackGroup& g = by_sig[Join(frames)];
     if (g.ranks.empty()) {

@@ -54,7 +54,14 @@ std::vector<std::pair<const char*, double*>> CostFields(Costs& c) {
           {"requeue", &c.requeue},
           {"reschedule", &c.reschedule},
           {"baseline_timeout", &c.baseline_timeout},
-          {"baseline_watchdog", &c.baseline_watchdog}};
+          {"baseline_watchdog", &c.baseline_watchdog},
+          {"step_jitter", &c.step_jitter},
+          {"compute_share", &c.compute_share},
+          {"slow_factor_min", &c.slow_factor_min},
+          {"slow_factor_max", &c.slow_factor_max},
+          {"diagnose", &c.diagnose},
+          {"replay", &c.replay},
+          {"sdc_found", &c.sdc_found}};
 }
 
 controller::Duration Secs(double s) {
@@ -77,6 +84,12 @@ Status ReadPolicy(const json& j, controller::PolicyConfig& p) {
     else if (key == "network_alerts_to_evict") p.network_alerts_to_evict = static_cast<int>(*x);
     else if (key == "network_alert_window") p.network_alert_window = Secs(*x);
     else if (key == "anomaly_wait") p.anomaly_wait = Secs(*x);
+    else if (key == "slow_ratio") p.slow_ratio = *x;
+    else if (key == "slow_min_steps") p.slow_min_steps = static_cast<int>(*x);
+    else if (key == "spike_factor") p.spike_factor = *x;
+    else if (key == "hang_window") p.hang_window = static_cast<int>(*x);
+    else if (key == "hang_warmup_steps") p.hang_warmup_steps = static_cast<int>(*x);
+    else if (key == "crash_window") p.crash_window = Secs(*x);
     else if (key == "max_crashes_without_progress") p.max_crashes_without_progress = static_cast<int>(*x);
     else if (key == "crash_loop_quantile") p.crash_loop_quantile = *x;
     else return Bad(field, "unknown policy field; see src/controller/policy_config.h (times in seconds)");
@@ -100,6 +113,10 @@ Result<SimConfig> ConfigFromJson(const json& j, SimConfig c) {
           c.rates.manual_per_day = *x;
           continue;
         }
+        if (name == "benign_spikes_per_day") {
+          c.rates.benign_spikes_per_day = *x;
+          continue;
+        }
         Result<FaultClass> cls = ParseClass("faults." + name, name);
         if (!cls.ok()) return cls.status();
         c.rates.per_machine_day[static_cast<int>(*cls)] = *x;
@@ -107,9 +124,15 @@ Result<SimConfig> ConfigFromJson(const json& j, SimConfig c) {
     } else if (key == "costs") {
       if (!v.is_object()) return Bad("costs", "expected a mapping of cost name -> seconds");
       for (const auto& [name, val] : v.items()) {
-        if (name == "memory_checkpoints") {
-          if (!val.is_boolean()) return Bad("costs.memory_checkpoints", "expected true or false");
-          c.costs.memory_checkpoints = val.get<bool>();
+        if (name == "memory_checkpoints" || name == "sdc_shows_locally") {
+          if (!val.is_boolean()) return Bad("costs." + name, "expected true or false");
+          (name == "memory_checkpoints" ? c.costs.memory_checkpoints : c.costs.sdc_shows_locally) = val.get<bool>();
+          continue;
+        }
+        if (name == "stack_sample_replicas") {
+          Result<double> x = Number(val, "costs." + name);
+          if (!x.ok()) return x.status();
+          c.costs.stack_sample_replicas = static_cast<int>(*x);
           continue;
         }
         bool found = false;
@@ -146,12 +169,10 @@ Result<SimConfig> ConfigFromJson(const json& j, SimConfig c) {
         if (!cls.ok()) return cls.status();
         c.returned_classes.push_back(*cls);
       }
-    } else if (v.is_boolean() && (key == "oracle_standbys" || key == "provisioning" || key == "hang_evicts_pp_group" ||
-                                  key == "fit_first_step_allowance")) {
-      (key == "oracle_standbys"         ? c.oracle_standbys
-       : key == "provisioning"          ? c.provisioning
-       : key == "hang_evicts_pp_group" ? c.hang_evicts_pp_group
-                                        : c.fit_first_step_allowance) = v.get<bool>();
+    } else if (v.is_boolean() && (key == "oracle_standbys" || key == "provisioning" || key == "fit_first_step_allowance")) {
+      (key == "oracle_standbys" ? c.oracle_standbys
+       : key == "provisioning"  ? c.provisioning
+                                : c.fit_first_step_allowance) = v.get<bool>();
     } else {
       Result<double> x = Number(v, key);
       if (!x.ok()) return x.status();
@@ -201,6 +222,14 @@ Status Validate(const SimConfig& c) {
   if (!(c.rates.manual_per_day >= 0)) {
     return Bad("faults.manual_per_day", "rate is negative; give restarts per day >= 0");
   }
+  if (!(c.rates.benign_spikes_per_day >= 0)) {
+    return Bad("faults.benign_spikes_per_day", "rate is negative; give spikes per day >= 0");
+  }
+  if (!(c.costs.slow_factor_max >= c.costs.slow_factor_min && c.costs.slow_factor_min >= 1)) {
+    return Bad("costs.slow_factor_min", "must be >= 1 and <= slow_factor_max");
+  }
+  if (!(c.costs.sdc_found <= 1)) return Bad("costs.sdc_found", "is a probability; give a value in [0, 1]");
+  if (c.costs.stack_sample_replicas < 1) return Bad("costs.stack_sample_replicas", "must be at least 1");
   Costs copy = c.costs;
   for (auto& [name, field] : CostFields(copy)) {
     if (!(*field >= 0) || !std::isfinite(*field)) {
@@ -225,10 +254,13 @@ json ToJson(const SimConfig& c) {
   json faults;
   for (int i = 0; i < kNumFaultClasses; ++i) faults[kClassNames[i]] = c.rates.per_machine_day[i];
   faults["manual_per_day"] = c.rates.manual_per_day;
+  faults["benign_spikes_per_day"] = c.rates.benign_spikes_per_day;
   json costs;
   Costs copy = c.costs;
   for (auto& [name, field] : CostFields(copy)) costs[name] = *field;
   costs["memory_checkpoints"] = c.costs.memory_checkpoints;
+  costs["sdc_shows_locally"] = c.costs.sdc_shows_locally;
+  costs["stack_sample_replicas"] = c.costs.stack_sample_replicas;
   return {{"gpus", c.gpus},
           {"gpus_per_machine", c.gpus_per_machine},
           {"machines", c.machines()},
@@ -239,7 +271,6 @@ json ToJson(const SimConfig& c) {
           {"initial_standbys", c.initial_standbys},
           {"oracle_standbys", c.oracle_standbys},
           {"provisioning", c.provisioning},
-          {"hang_evicts_pp_group", c.hang_evicts_pp_group},
           {"fit_first_step_allowance", c.fit_first_step_allowance},
           {"faults", faults},
           {"costs", costs},
@@ -247,6 +278,9 @@ json ToJson(const SimConfig& c) {
            {{"daily_failure_rate", c.policy.daily_failure_rate},
             {"standby_quantile", c.policy.standby_quantile},
             {"hang_factor", c.policy.hang_factor},
+            {"slow_ratio", c.policy.slow_ratio},
+            {"spike_factor", c.policy.spike_factor},
+            {"anomaly_wait_s", c.policy.anomaly_wait.count() / 1000.0},
             {"slow_rounds", c.policy.slow_rounds},
             {"network_alerts_to_evict", c.policy.network_alerts_to_evict}}}};
 }

@@ -57,6 +57,13 @@ struct FaultRates {
   // Planned restarts (code and config updates) per day for the whole job:
   // Llama 3's 47 planned interruptions in 54 days.
   double manual_per_day = 47.0 / 54.0;
+  // Benign loss spikes (an unusual batch) per day for the whole job, and
+  // their size over the rolling median (log-normal): assumed, no published
+  // rate. They exist so that spike_factor is tested against something: a
+  // spike the detector flags is reattempted, and comes back when the same
+  // batch is replayed.
+  double benign_spikes_per_day = 1.0;
+  double spike_median = 1.3, spike_sigma = 0.25;
 };
 
 struct Costs {
@@ -74,11 +81,36 @@ struct Costs {
   // The analyzer: every rank's stacks captured and grouped. Local: the trace
   // deadline (3 s) dominates; at 10k GPUs ~15 s is assumed.
   double stack_capture = 15;
-  // NaN: the bad step completes, then every rank's report is awaited at
-  // most PolicyConfig::anomaly_wait (2 s); local demo: 0.58 s.
+  // NaN for the baselines (the trainer stops on a NaN loss after the bad
+  // step); bulwark's NaN goes through the anomaly detector, which waits at
+  // most PolicyConfig::anomaly_wait for the ranks' reports (local demo: 0.58 s).
   double detect_sdc = 2;
-  // Hang and fail-slow detection come from PolicyConfig (hang_factor x the
-  // step, slow_round x slow_rounds): the policy's own detectors' thresholds.
+  // Hang, fail-slow, NaN and spike detection are the policy's own detectors
+  // (controller::Monitors) reading modelled step reports, and the hang's
+  // verdict is the real stack analyzer's on modelled stacks (signals.h):
+  // ranks' step times vary by step_jitter (assumed; a fault-free local job's
+  // worst machine measured 1.15x on a loaded host, docs/implicit-faults.md),
+  // compute is compute_share of a step (assumed), and a fail-slow machine
+  // computes slow_factor_min..max times its peers' time (uniform; assumed).
+  double step_jitter = 0.03;
+  double compute_share = 0.8;
+  double slow_factor_min = 1.2, slow_factor_max = 3.0;
+  // Data-parallel replicas (with all their pipeline and tensor ranks) whose
+  // stacks the analyzer reads at a hang: a sample, not the whole job. Three
+  // is the fewest that keeps the all-reduce waiters a strict majority over a
+  // stuck replica's whole pipeline.
+  int stack_sample_replicas = 3;
+  // The stop-time ladder's diagnostics (compute, device, alignment) and its
+  // dual-phase replay at scale: assumed (local, tiny model: 0.5 s and 16.6 s,
+  // docs/ladder.md). The alignment test finds a machine that corrupts
+  // silently with probability sdc_found (1.0: every local run of the
+  // emulated SDC, docs/ladder.md; real corruption may hide better).
+  double diagnose = 120, replay = 300;
+  double sdc_found = 1.0;
+  // Whether the corrupting machine's own values show the NaN (the demo's
+  // `inject nan`: the anomaly detector names it and it is evicted at once),
+  // or the corruption is silent (Llama 3's SDC: no culprit, reattempt, ladder).
+  bool sdc_shows_locally = false;
 
   // --- recovery: restart decided -> first step completed ---
   // Process start (image already on the machine, CUDA context, imports).
@@ -137,10 +169,6 @@ struct SimConfig {
   bool oracle_standbys = false;
   // Requested standbys arrive; off for a fixed local cluster.
   bool provisioning = true;
-  // Hang verdict: the analyzer's outliers are the stuck machine's whole
-  // pipeline group (ByteRobust Fig. 7; an 8-machine PP group evicts 6-7
-  // healthy ones), or only the machine.
-  bool hang_evicts_pp_group = true;
   // Evicted machines of these classes are handed back by an operator after
   // `return_after` seconds (a replay of the demo); empty: never.
   std::vector<FaultClass> returned_classes;

@@ -9,8 +9,10 @@
 #include <set>
 
 #include "controller/controller.h"
+#include "controller/monitors.h"
 #include "controller/topology.h"
 #include "sim/fault_stream.h"
+#include "sim/signals.h"
 
 namespace bulwark::sim {
 namespace {
@@ -24,17 +26,22 @@ double Seconds(Duration d) { return static_cast<double>(d.count()) / 1000.0; }
 // Faults that make their machine the culprit (evicting it is no
 // over-eviction). A software crash or a flap that heals leaves it healthy.
 bool PinsMachine(FaultClass c) { return c != FaultClass::kSoftware && c != FaultClass::kNicFlap; }
-// Faults after which no step completes until a restart.
-bool Stalls(FaultClass c) { return c != FaultClass::kNicFlap && c != FaultClass::kFailSlow; }
+// Faults after which no step completes until a restart. Silent corruption
+// stalls the job through its NaN (FleetSim::EmitNan), a step later.
+bool Stalls(FaultClass c) {
+  return c != FaultClass::kNicFlap && c != FaultClass::kFailSlow && c != FaultClass::kSdc;
+}
 
 class FleetSim {
  public:
-  FleetSim(const SimConfig& c, SimResult& r) : c_(WithFittedAllowance(c, r)), r_(r), stream_(c) {}
+  FleetSim(const SimConfig& c, SimResult& r)
+      : c_(WithFittedAllowance(c, r)), r_(r), stream_(c), monitors_(c_.policy), noise_(c.seed * 0x9e3779b97f4a7c15ULL + 7),
+        step_s_(c.costs.step) {}
   Status Run();
 
  private:
   // ---------------------------------------------------------------- the queue
-  enum class Kind { kFault, kDeliver, kFirstStep, kCatchUp, kHangCheck, kArrive, kReturn, kScript, kEnd };
+  enum class Kind { kFault, kDeliver, kFirstStep, kCatchUp, kMonitor, kSlowRound, kSpike, kArrive, kReturn, kScript, kEnd };
   struct Due {
     Time at;
     int64_t seq;
@@ -62,22 +69,43 @@ class FleetSim {
   static int IndexOf(const MachineId& id) { return std::atoi(id.c_str() + 1); }
 
   // ---------------------------------------------------------------- the job
+  // Steps run at step_s_ from the anchor (t_first_, s_first_): the first
+  // step of a generation, or the moment a slow machine changed the pace.
   int64_t StepAt(Time t) const {
-    return s_first_ + (t - t_first_) / Secs(c_.costs.step);
+    return s_first_ + static_cast<int64_t>(Seconds(t - t_first_) / step_s_);
   }
-  Time StepTime(int64_t k) const { return t_first_ + Secs(c_.costs.step) * (k - s_first_); }
-  Duration HangAllowance() const;
+  Time StepTime(int64_t k) const { return t_first_ + Secs(step_s_ * static_cast<double>(k - s_first_)); }
+  void Reanchor(double step_s);
   void SyncProgress();
   void Stall(int machine, FaultClass cls);
   void Inject(const Fault& f);
   void ScheduleScript();
+
+  // ---------------------------------------------------------------- the signals (signals.h)
+  // The ranks' step reports of steps fed_+1..upto, thinned: a run of steps
+  // as one report, then the last ones one by one (what the detectors keep).
+  void FeedProgress(int64_t upto);
+  void Report(int64_t step, int steps, double loss_scale);
+  // The monitors' verdicts by now, handed to the controller.
+  void CheckMonitors();
+  // A silently corrupting machine turns step `k` non-finite: every rank's
+  // global values, none of its local ones, and the ranks hold the step.
+  void EmitNan(int machine, int64_t k);
+  void ScheduleSpike();
+  void EmitSpike();
+  controller::StacksAnalyzed AnalyzeHang() const;
+  void ReportDiagnostics(const Action& a);
+  bool Placed(int m) const { return m >= 0 && !machines_[m].evicted && machines_[m].slot >= 0 &&
+                                    machines_[m].slot < static_cast<int>(slots_.size()) &&
+                                    slots_[machines_[m].slot] == m; }
+  int SdcPlaced() const;
+  double Noise() { return 1.0 + c_.costs.step_jitter * (noise_.Uniform() + noise_.Uniform() + noise_.Uniform() - 1.5) * 2.0; }
 
   // ---------------------------------------------------------------- the controller
   void Deliver(Event e);
   void Carry(const std::vector<Action>& actions);
   void Provision(int wanted);
   void OnRestart(const Action& a);
-  std::vector<MachineId> Suspects() const;
   void Finish();
 
   static SimConfig WithFittedAllowance(SimConfig c, SimResult& r);
@@ -99,13 +127,30 @@ class FleetSim {
   std::vector<MachineId> placed_;  // the same, as the controller names them
   int in_flight_ = 0;       // standbys requested and not yet arrived
 
+  Monitors monitors_;       // the policy's own detectors, as the plane runs them
+  Rng noise_;               // step-time noise, slow factors, spikes: apart from the fault trace
+  int64_t fed_ = 0;         // the last step the monitors heard of in this generation
+  double step_s_;           // seconds per step now (a slow machine stretches it)
+  // A machine that computes `factor` times its peers' time, while its
+  // stage's step reports are sampled for the fail-slow detector.
+  struct Slow {
+    int machine = -1;
+    double factor = 1;
+    int rounds = 0;
+    std::vector<int> cohort;  // slots reported each step: the slow one and peers of its stage
+  } slow_;
+  // A benign loss spike at `step` of size `scale`: it comes back whenever
+  // that step (its batch) is replayed after a restart.
+  int64_t spike_step_ = 0;
+  double spike_scale_ = 1;
+
   int64_t gen_ = 0;
   bool running_ = false;    // the generation completed its first step
   bool stalled_ = false;    // a fault stopped progress; no step until a restart
-  bool hang_reported_ = false;
   int64_t stall_id_ = 0;
   Time stall_since_{};
   int stall_machine_ = -1;
+  std::vector<int> sdc_machines_;  // machines that corrupt silently, until evicted
   FaultClass stall_class_ = FaultClass::kGpu;
   Time restart_at_{};
   Time t_first_{};
@@ -150,13 +195,13 @@ void FleetSim::ScheduleEvent(Time at, Event e) {
   Schedule(at, Kind::kDeliver, 0, slot);
 }
 
-// The hang detector's allowance (hang_detector.h): the first steps after a
-// start get hang_first_step, later ones hang_factor x the step, at least
-// hang_floor.
-Duration FleetSim::HangAllowance() const {
-  const PolicyConfig& p = c_.policy;
-  if (!running_ || StepAt(now_) - s_first_ < p.hang_warmup_steps) return p.hang_first_step;
-  return std::max(p.hang_floor, Secs(p.hang_factor * c_.costs.step));
+void FleetSim::Reanchor(double step_s) {
+  if (running_ && !stalled_) {
+    const int64_t k = StepAt(now_);
+    t_first_ = StepTime(k);
+    s_first_ = k;
+  }
+  step_s_ = step_s;
 }
 
 // Reports the last step completed by now, if the controller has not heard
@@ -175,13 +220,103 @@ void FleetSim::Stall(int machine, FaultClass cls) {
   stall_machine_ = machine;
   stall_class_ = cls;
   if (stalled_) return;
+  FeedProgress(reported_);
   stalled_ = true;
-  hang_reported_ = false;
   ++stall_id_;
   stall_since_ = running_ ? StepTime(reported_) : restart_at_;
   // No step comes any more: unless the fault's own events restart the job
-  // first, the hang detector will say so.
-  Schedule(std::max(now_, stall_since_ + HangAllowance()), Kind::kHangCheck, gen_, stall_id_);
+  // first, the hang detector will say so once its allowance has passed.
+  Schedule(std::max(now_, stall_since_ + monitors_.hang_allowance()) + Duration(1), Kind::kMonitor, gen_);
+}
+
+void FleetSim::Report(int64_t step, int steps, double loss_scale) {
+  const Costs& k = c_.costs;
+  std::vector<int> slots = {0};
+  slots.insert(slots.end(), slow_.cohort.begin(), slow_.cohort.end());
+  for (const int slot : slots) {
+    RankSignal r;
+    r.machine = placed_[slot];
+    r.rank = slot * c_.gpus_per_machine;
+    r.step = step;
+    r.steps = steps;
+    const double noise = steps == 1 ? Noise() : 1.0;
+    r.step_ms = 1000.0 * step_s_ * steps * noise;
+    const double own = slots_[slot] == slow_.machine ? slow_.factor : 1.0;
+    r.compute_ms = 1000.0 * k.step * k.compute_share * own * steps * (steps == 1 ? Noise() : 1.0);
+    r.comm_ms = r.step_ms - r.compute_ms;
+    r.loss = 2.0 * loss_scale * (steps == 1 ? Noise() : 1.0);
+    r.grad_norm = 1.0 * (steps == 1 ? Noise() : 1.0);
+    r.local_grad_norm = r.grad_norm;
+    r.observed = StepTime(step);
+    monitors_.Observe(r);
+  }
+}
+
+void FleetSim::FeedProgress(int64_t upto) {
+  if (!running_ || upto <= fed_) return;
+  const int64_t keep = c_.policy.hang_window + c_.policy.hang_warmup_steps;
+  int64_t from = std::max(fed_ + 1, s_first_);
+  if (upto - from + 1 > keep) {
+    const int64_t bulk_end = upto - keep;
+    Report(bulk_end, static_cast<int>(bulk_end - from + 1), 1.0);
+    from = bulk_end + 1;
+  }
+  for (int64_t k = from; k <= upto; ++k) Report(k, 1, 1.0);
+  fed_ = upto;
+}
+
+void FleetSim::CheckMonitors() {
+  FeedProgress(running_ && !stalled_ ? StepAt(now_) : reported_);
+  for (Event& e : monitors_.Check(now_)) Deliver(std::move(e));
+}
+
+int FleetSim::SdcPlaced() const {
+  for (int m : sdc_machines_) {
+    if (Placed(m) && machines_[m].broken && machines_[m].fault == FaultClass::kSdc) return m;
+  }
+  return -1;
+}
+
+void FleetSim::EmitNan(int machine, int64_t k) {
+  Stall(machine, FaultClass::kSdc);
+  const Time at = std::max(now_, StepTime(k));
+  // A sample of the ranks' reports: the detector waits anomaly_wait for the
+  // rest of the 100,000, as it would for reports that do not come.
+  for (int i = 0; i < 8 && i < static_cast<int>(placed_.size()); ++i) {
+    const int slot = i == 0 ? machines_[machine].slot : (machines_[machine].slot + i) % static_cast<int>(placed_.size());
+    RankSignal r;
+    r.machine = placed_[slot];
+    r.rank = slot * c_.gpus_per_machine;
+    r.step = k;
+    r.loss = r.grad_norm = std::nan("");
+    // Silent corruption: every rank's own values look fine. The demo's
+    // injected NaN shows in the culprit's own gradients.
+    const bool own = i == 0 && c_.costs.sdc_shows_locally;
+    r.local_grad_norm = own ? std::nan("") : 1.0;
+    r.local_nonfinite = own;
+    r.nonfinite = true;
+    r.halted = "nan";
+    r.observed = at;
+    monitors_.Observe(r);
+  }
+  Schedule(at + c_.policy.anomaly_wait + Duration(1), Kind::kMonitor, gen_);
+}
+
+void FleetSim::ScheduleSpike() {
+  if (c_.rates.benign_spikes_per_day <= 0 || !c_.script.empty()) return;
+  Schedule(now_ + Secs(noise_.Exponential(c_.rates.benign_spikes_per_day / 86400.0)), Kind::kSpike);
+}
+
+// A benign spike at the step in flight, or the same spike again when its
+// batch is replayed: the ranks report a loss spike_scale_ times the usual.
+void FleetSim::EmitSpike() {
+  if (!running_ || stalled_) return;
+  SyncProgress();
+  FeedProgress(reported_);
+  Report(reported_ + 1, 1, spike_scale_);
+  fed_ = reported_ + 1;
+  // The report is of the step in flight: it arrives when that step ends.
+  Schedule(std::max(now_, StepTime(reported_ + 1)) + c_.policy.anomaly_wait + Duration(1), Kind::kMonitor, gen_);
 }
 
 void FleetSim::Inject(const Fault& f) {
@@ -234,23 +369,32 @@ void FleetSim::Inject(const Fault& f) {
     }
     case FaultClass::kHang:
       break;  // only the hang detector sees it
-    case FaultClass::kSdc: {
-      TrainingAnomaly e;
-      e.step = reported_ + 1;
-      e.kind = "nan";
-      e.culprits = {id};
-      for (int i = 0; i < c_.gpus_per_machine; ++i) e.culprit_ranks.push_back(rank + i);
-      e.reports = c_.gpus;
-      e.halted = true;
-      e.detail = "non-finite loss at step " + std::to_string(e.step) + " (" + id + "'s own gradients)";
-      e.at = now_ + Secs(k.step);
-      e.observed = e.at + Secs(k.detect_sdc);
-      ScheduleEvent(e.observed, e);
+    case FaultClass::kSdc:
+      // Silent: no event of its own. The step in flight goes non-finite
+      // everywhere; the anomaly detector sees no culprit (the real path:
+      // reattempt, the same NaN again, the stop-time ladder).
+      sdc_machines_.push_back(m);
+      if (running_ && !stalled_) {
+        SyncProgress();
+        EmitNan(m, reported_ + 1);
+      }
       break;
-    }
     case FaultClass::kFailSlow: {
-      const Time at = now_ + c_.policy.slow_round * c_.policy.slow_rounds;
-      ScheduleEvent(at, FailSlowSuspected{id, c_.policy.slow_rounds, 2.0, "computes 2x its peers' time", at});
+      // Every step now waits for the slow machine; the fail-slow detector
+      // reads its stage's compute times (sampled) until it flags it or the
+      // sampling gives up.
+      const double factor = k.slow_factor_min + (k.slow_factor_max - k.slow_factor_min) * noise_.Uniform();
+      FeedProgress(StepAt(now_));
+      slow_ = Slow{m, factor, 0, {}};
+      const Topology t{c_.gpus, c_.tp, c_.pp};
+      const int dp = t.dp();
+      const controller::Topology::Coord at = t.Of(f.slot * c_.gpus_per_machine);
+      for (int i = 0; i < std::min(dp, 8); ++i) {
+        const int peer = (at.dp + i) % dp;
+        slow_.cohort.push_back((at.tp + t.tp * (peer + dp * at.pp)) / c_.gpus_per_machine);
+      }
+      Reanchor(k.step * factor);
+      Schedule(now_ + c_.policy.slow_round, Kind::kSlowRound);
       break;
     }
   }
@@ -274,20 +418,59 @@ void FleetSim::Deliver(Event e) {
   Carry(*acts);
 }
 
-// The analyzer's verdict, as the recorded stacks of the local cluster show
-// it: the machine that stopped is the outlier; a rank stuck in a collective
-// also leaves its pipeline peers waiting in send/recv, so the group they
-// share is chosen (ByteRobust Fig. 7).
-std::vector<MachineId> FleetSim::Suspects() const {
-  if (stall_machine_ < 0 || machines_[stall_machine_].evicted) return {};
+// The analyzer's verdict on the stacks a hang leaves: the stuck machine's
+// ranks spin in a kernel, its pipeline neighbours wait in recv, everyone
+// else in the all-reduce; a dead machine sends none. A link that is down
+// leaves its ranks waiting in the all-reduce like everyone: no outlier.
+controller::StacksAnalyzed FleetSim::AnalyzeHang() const {
   const Placement& p = ctl_->state().placement;
-  const int slot = p.SlotOf(IdOf(stall_machine_));
-  if (slot < 0) return {};
-  if (stall_class_ != FaultClass::kHang || !c_.hang_evicts_pp_group || c_.pp <= 1) return {IdOf(stall_machine_)};
-  const Topology t = ctl_->state().spec.topology();
-  std::set<MachineId> out;
-  for (int r : t.GroupOf(GroupKind::kPP, slot * p.ranks_per_machine).ranks) out.insert(p.MachineOf(r));
-  return {out.begin(), out.end()};
+  const Topology t{c_.gpus, c_.tp, c_.pp};
+  const bool stuck = stall_machine_ >= 0 && Placed(stall_machine_) && stall_class_ == FaultClass::kHang;
+  const int stuck_slot = stuck ? machines_[stall_machine_].slot : (stall_machine_ >= 0 && Placed(stall_machine_)
+                                                                       ? machines_[stall_machine_].slot : 0);
+  const int stuck_dp = t.Of(stuck_slot * c_.gpus_per_machine).dp;
+  return AnalyzeSample(t, p, stuck_slot, c_.costs.stack_sample_replicas, [&](int slot) {
+    const int m = slots_[slot];
+    if (machines_[m].broken && machines_[m].fault == FaultClass::kHost) return RankRole::kNoStack;
+    if (stuck && m == stall_machine_) return RankRole::kStuck;
+    if (stuck && t.Of(slot * c_.gpus_per_machine).dp == stuck_dp) return RankRole::kRecvWait;
+    return RankRole::kAllReduceWait;
+  });
+}
+
+// The stop-time ladder's diagnostics, answered after their modelled time: a
+// machine that corrupts silently disagrees with the others' alignment hash
+// (with probability sdc_found), and a replay group holding it goes
+// non-finite; every other machine and group passes.
+void FleetSim::ReportDiagnostics(const Action& a) {
+  const Costs& k = c_.costs;
+  auto corrupts = [&](const MachineId& id) {
+    const int m = IndexOf(id);
+    return machines_[m].broken && machines_[m].fault == FaultClass::kSdc && !machines_[m].evicted;
+  };
+  if (a.tests == std::vector<std::string>{"replay"}) {
+    const Time at = now_ + Secs(k.replay);
+    DiagnosticsReported r{a.incident, a.placement.slots.empty() ? "" : a.placement.slots[0], {}, "", at};
+    for (size_t g = 0; g < a.group_names.size(); ++g) {
+      bool bad = false;
+      if (g < a.groups.size()) {
+        for (const MachineId& id : a.groups[g]) bad = bad || corrupts(id);
+      }
+      r.results.push_back({"replay/" + a.group_names[g], !bad, bad ? "non-finite loss" : "", 0});
+    }
+    ScheduleEvent(at, std::move(r));
+    return;
+  }
+  const Time at = now_ + Secs(k.diagnose);
+  const bool align = std::find(a.tests.begin(), a.tests.end(), "alignment") != a.tests.end();
+  for (const MachineId& id : a.placement.slots) {
+    DiagnosticsReported r{a.incident, id, {}, "", at};
+    for (const std::string& t : a.tests) {
+      if (t != "alignment") r.results.push_back({t, true, "", 0});
+    }
+    if (align) r.alignment_hash = corrupts(id) && noise_.Uniform() < k.sdc_found ? "corrupt" : "good";
+    ScheduleEvent(at, std::move(r));
+  }
 }
 
 void FleetSim::Carry(const std::vector<Action>& actions) {
@@ -297,6 +480,7 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
       case ActionKind::kEvict: {
         MachineSim& m = machines_[IndexOf(a.machine)];
         m.evicted = true;
+        if (IndexOf(a.machine) == slow_.machine) slow_ = Slow{};  // the pace returns at the restart
         // Its ranks are gone: the job makes no progress until a restart.
         if (m.slot >= 0 && slots_[m.slot] == IndexOf(a.machine)) stalled_ = true;
         ++s.evicted;
@@ -333,37 +517,27 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
         break;
       }
       case ActionKind::kCaptureStacks: {
-        StacksAnalyzed v;
+        StacksAnalyzed v = AnalyzeHang();
         v.incident = a.incident;
         v.generation = a.placement.generation;
-        v.suspects = Suspects();
-        v.group = v.suspects.size() > 1 ? "pp group" : "";
-        v.why = v.suspects.empty() ? "no outlier" : "outlier stacks";
         v.observed = now_ + Secs(c_.costs.stack_capture);
         ScheduleEvent(v.observed, std::move(v));
         break;
       }
-      case ActionKind::kRunDiagnostics: {
-        // The simulated fleet has no silent corruption: every machine (and
-        // every replay group) passes, after the stack-capture cost.
-        const Time at = now_ + Secs(c_.costs.stack_capture);
-        if (a.tests == std::vector<std::string>{"replay"}) {
-          DiagnosticsReported r{a.incident, a.placement.slots.empty() ? "" : a.placement.slots[0], {}, "", at};
-          for (const std::string& g : a.group_names) r.results.push_back({"replay/" + g, true, "", 0});
-          ScheduleEvent(at, std::move(r));
-        } else {
-          for (const MachineId& m : a.placement.slots) {
-            DiagnosticsReported r{a.incident, m, {}, "", at};
-            for (const std::string& t : a.tests) r.results.push_back({t, true, "", 0});
-            ScheduleEvent(at, std::move(r));
-          }
-        }
+      case ActionKind::kRunDiagnostics:
+        ReportDiagnostics(a);
         break;
-      }
+    }
+  }
+  // The monitors follow the decisions, as in the plane: a restart arms
+  // them (and its ranks say hello), a stop or a wait disarms them.
+  monitors_.AfterActions(actions, now_, Topology{c_.gpus, c_.tp, c_.pp});
+  for (const Action& a : actions) {
+    if (a.kind == ActionKind::kRestartAll && !placed_.empty()) {
+      monitors_.Observe(RankPhase{placed_[0], 0, "start", Duration(0), now_, 0});
     }
   }
 }
-
 // Orders machines until `wanted` are on their way; each joins the pool
 // after the provisioning delay.
 void FleetSim::Provision(int wanted) {
@@ -397,9 +571,10 @@ void FleetSim::OnRestart(const Action& a) {
     for (size_t i = 0; i < p.slots.size(); ++i) take(i);
   }
   const Costs& k = c_.costs;
-  hang_reported_ = false;
-  // The hang detector arms a first-step allowance at every start.
-  Schedule(now_ + c_.policy.hang_first_step, Kind::kHangCheck, gen_, -1);
+  // The hang detector arms its first-step allowance at every start
+  // (Monitors::AfterActions); it is checked when that allowance ends.
+  Schedule(now_ + c_.policy.hang_first_step + Duration(1), Kind::kMonitor, gen_);
+  fed_ = 0;
   high_water_ = std::max(high_water_, reported_);
   const int64_t durable_steps = std::max<int64_t>(1, std::llround(k.durable_interval / k.step));
   restored_ = k.memory_checkpoints ? high_water_ : high_water_ / durable_steps * durable_steps;
@@ -438,6 +613,7 @@ Status FleetSim::Run() {
   // One fault of the stream waits in the queue at a time: memory stays flat.
   std::optional<Fault> pending = stream_.Next();
   if (pending) Schedule(AtSeconds(pending->at), Kind::kFault);
+  ScheduleSpike();
   while (!queue_.empty() && !ended_ && !r_.fleet.stopped) {
     const Due d = queue_.top();
     if (d.at > end_) break;
@@ -456,37 +632,72 @@ Status FleetSim::Run() {
         Deliver(std::move(e));
         break;
       }
-      case Kind::kFirstStep:
+      case Kind::kFirstStep: {
         if (!current || stalled_ || running_) break;
+        // A machine that corrupts silently spoils the first step it runs:
+        // nothing completes, the step ends non-finite.
+        const int sdc = SdcPlaced();
         running_ = true;
         t_first_ = now_;
-        s_first_ = restored_ + 1;
-        reported_ = s_first_;
-        high_water_ = std::max(high_water_, s_first_);
+        s_first_ = sdc >= 0 ? restored_ : restored_ + 1;
+        reported_ = restored_;
+        fed_ = restored_;
+        // The pace: a slow machine still placed holds every step back.
+        step_s_ = c_.costs.step * (Placed(slow_.machine) ? slow_.factor : 1.0);
         Deliver(CheckpointRestored{restored_, c_.costs.memory_checkpoints ? "memory" : "durable", high_water_,
                                    1000.0 * (c_.costs.memory_checkpoints ? c_.costs.restore_memory
                                                                           : c_.costs.restore_durable),
                                    now_});
+        if (!current || !running_) break;
+        if (sdc >= 0) {
+          EmitNan(sdc, restored_ + 1);
+          break;
+        }
+        reported_ = s_first_;
+        high_water_ = std::max(high_water_, s_first_);
         Deliver(StepCompleted{s_first_, now_});
+        FeedProgress(s_first_);
         if (s_first_ < high_water_) Schedule(StepTime(high_water_), Kind::kCatchUp, gen_);
         if (c_.total_steps > 0) Schedule(StepTime(std::max(c_.total_steps, s_first_)), Kind::kEnd, gen_);
+        // The spike's batch comes round again.
+        if (spike_step_ > s_first_) Schedule(StepTime(spike_step_ - 1), Kind::kSpike, gen_, 1);
         ScheduleScript();
         break;
+      }
       case Kind::kCatchUp:
         if (current) SyncProgress();
         break;
-      case Kind::kHangCheck: {
-        // arg -1: the first-step allowance armed at the restart; otherwise
-        // the stall it was armed for.
-        const bool first_step_check = d.arg == -1 && !running_;
-        if (!current || hang_reported_ || !(first_step_check || (stalled_ && d.arg == stall_id_))) break;
-        const Time since = first_step_check ? restart_at_ : stall_since_;
-        const JobState js = ctl_->state().job;
-        if (js != JobState::kRunning && js != JobState::kRestarting) break;
-        hang_reported_ = true;
-        Deliver(HangSuspected{reported_, since, now_ - since, !running_, now_});
+      case Kind::kMonitor:
+        if (current) CheckMonitors();
         break;
-      }
+      case Kind::kSlowRound:
+        if (slow_.machine < 0) break;
+        if (running_ && !stalled_) {
+          CheckMonitors();
+          // Sampled for a bounded time: a machine the detector has not
+          // flagged by then stays, slow, and the report counts it.
+          if (++slow_.rounds >= 10 * c_.policy.slow_rounds * std::max(1, c_.policy.slow_min_steps)) {
+            ++r_.fleet.slow_undetected;
+            slow_.cohort.clear();  // still slow; no longer sampled
+            break;
+          }
+        }
+        Schedule(now_ + c_.policy.slow_round, Kind::kSlowRound);
+        break;
+      case Kind::kSpike:
+        if (d.arg == 1) {  // a replay of the spike's step
+          if (current && running_ && !stalled_ && StepAt(now_) + 1 == spike_step_) EmitSpike();
+          break;
+        }
+        if (running_ && !stalled_) {
+          spike_step_ = StepAt(now_) + 1;
+          spike_scale_ = c_.rates.spike_median * std::exp(c_.rates.spike_sigma * 2.0 *
+                                                          (noise_.Uniform() + noise_.Uniform() + noise_.Uniform() - 1.5));
+          ++r_.fleet.benign_spikes;
+          EmitSpike();
+        }
+        ScheduleSpike();
+        break;
       case Kind::kArrive:
         --in_flight_;
         ++r_.fleet.standbys_arrived;
@@ -527,6 +738,7 @@ void FleetSim::Finish() {
   if (!r_.fleet.stopped) {
     SyncProgress();
   }
+  r_.fleet.high_water = std::max(high_water_, reported_);
   const Time end = r_.fleet.stopped ? now_ : end_;
   ArmResult& a = r_.arms[0];
   // A stopped job accrues no ledger time; the rest of the horizon is lost,

@@ -42,6 +42,9 @@ struct FleetStats {
   int64_t standbys_arrived = 0;
   int64_t waits = 0;               // WaitForMachines: an eviction found the pool empty
   int max_deficit = 0;
+  int64_t slow_undetected = 0;     // slow machines the fail-slow detector never flagged (sampling gave up)
+  int64_t benign_spikes = 0;       // benign loss spikes the ranks reported
+  int64_t high_water = 0;          // the last step the job reached
   bool stopped = false;
   std::string stop_reason;
   // class -> resolution -> count, from the controller's incidents.

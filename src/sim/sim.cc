@@ -137,7 +137,6 @@ SimConfig DemoReplay() {
   c.provisioning = false;  // the local cluster has no machines to add
   c.days = 1;
   c.total_steps = 450;
-  c.hang_evicts_pp_group = false;
   // The demo hands hang, NaN and slow machines back once the job recovered,
   // and the device-fail machine when the job waits for one.
   c.returned_classes = {FaultClass::kHang, FaultClass::kSdc, FaultClass::kFailSlow, FaultClass::kGpu};
@@ -157,6 +156,9 @@ SimConfig DemoReplay() {
   k.nic_alert_interval = 0.97;
   k.detect_sdc = 0.58 - 0.36 > 0 ? 0.58 - 0.36 : 0;
   k.stack_capture = 1.0;  // assumed: well inside the 3 s trace deadline
+  k.sdc_shows_locally = true;  // the demo injects a NaN into one machine's own gradients
+  k.diagnose = 0.5;            // docs/ladder.md: the diagnose rung's median, tiny model
+  k.replay = 16.6;             // docs/ladder.md: the replay rung's median
   // ... and where a restart's seconds go: spawn 0.45, rendezvous ~1 (in
   // some restarts), data + init + checkpoint load ~0.05, then one step.
   k.process_start = 0.45;
