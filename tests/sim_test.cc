@@ -186,4 +186,28 @@ TEST(Sim, EveryDetectorThresholdMovesTheOutcome) {
   }
 }
 
+// A bug in the job's own code at step 100, on every start: stopped within a
+// bounded number of attempts, nothing evicted, at 9,600 and 100,000 GPUs.
+TEST(Sim, AJobThatFailsAtTheSameStepEveryStartIsStoppedWithNoMachineEvicted) {
+  for (int gpus : {9600, 100000}) {
+    // PP 10 at 100,000 GPUs, as `bulwark sim --gpus 100000` fits it.
+    nlohmann::json j = {{"gpus", gpus}, {"pp", gpus == 100000 ? 10 : 16}, {"days", 1}, {"bug_step", 100}, {"bug_slot", 7}};
+    nlohmann::json none;
+    for (const char* f : {"gpu", "hbm", "software", "network", "host", "hang", "sdc", "fail_slow", "nic_flap",
+                          "manual_per_day", "benign_spikes_per_day"}) {
+      none[f] = 0;
+    }
+    j["faults"] = none;
+    Result<SimConfig> c = ConfigFromJson(j);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    Result<SimResult> r = Simulate(*c);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->fleet.stopped) << gpus;
+    EXPECT_EQ(r->fleet.evicted, 0) << gpus;
+    EXPECT_LE(r->fleet.restarts, 6) << gpus << " GPUs: restarts must stay bounded";
+    std::printf("%d GPUs: stopped after %lld restarts: %s\n", gpus, static_cast<long long>(r->fleet.restarts),
+                r->fleet.stop_reason.c_str());
+  }
+}
+
 }  // namespace bulwark::sim

@@ -179,6 +179,8 @@ Result<SimConfig> ConfigFromJson(const json& j, SimConfig c) {
       if (key == "gpus") c.gpus = static_cast<int>(*x);
       else if (key == "gpus_per_machine") c.gpus_per_machine = static_cast<int>(*x);
       else if (key == "tp") c.tp = static_cast<int>(*x);
+      else if (key == "bug_step") c.bug_step = static_cast<int64_t>(*x);
+      else if (key == "bug_slot") c.bug_slot = static_cast<int>(*x);
       else if (key == "pp") c.pp = static_cast<int>(*x);
       else if (key == "days") c.days = *x;
       else if (key == "seed") c.seed = static_cast<uint64_t>(*x);

@@ -174,6 +174,12 @@ struct SimConfig {
   std::vector<FaultClass> returned_classes;
   double return_after = 0;
   std::vector<ScriptedFault> script;  // non-empty: replay this, no random faults
+  // > 0: a bug in the job's own code: the rank of slot `bug_slot` exits with
+  // code 1 (no signature) whenever the job runs step `bug_step`, on every
+  // start and whatever machine holds the slot. The policy must stop the job
+  // within a bounded number of attempts and evict no machine.
+  int64_t bug_step = 0;
+  int bug_slot = 0;
   // > 0: the run ends when the job completes this step (a replay), not at `days`.
   int64_t total_steps = 0;
   FaultRates rates;

@@ -41,7 +41,7 @@ class FleetSim {
 
  private:
   // ---------------------------------------------------------------- the queue
-  enum class Kind { kFault, kDeliver, kFirstStep, kCatchUp, kMonitor, kSlowRound, kSpike, kArrive, kReturn, kScript, kEnd };
+  enum class Kind { kFault, kDeliver, kFirstStep, kCatchUp, kMonitor, kSlowRound, kSpike, kBug, kArrive, kReturn, kScript, kEnd };
   struct Due {
     Time at;
     int64_t seq;
@@ -634,23 +634,29 @@ Status FleetSim::Run() {
       }
       case Kind::kFirstStep: {
         if (!current || stalled_ || running_) break;
-        // A machine that corrupts silently spoils the first step it runs:
-        // nothing completes, the step ends non-finite.
+        // A machine that corrupts silently, or the job's own bug, spoils the
+        // first step: nothing completes.
         const int sdc = SdcPlaced();
-        running_ = true;
-        t_first_ = now_;
-        s_first_ = sdc >= 0 ? restored_ : restored_ + 1;
-        reported_ = restored_;
-        fed_ = restored_;
-        // The pace: a slow machine still placed holds every step back.
-        step_s_ = c_.costs.step * (Placed(slow_.machine) ? slow_.factor : 1.0);
+        const bool bug = c_.bug_step == restored_ + 1;
+        // The restore is reported before any step (the ranks report it first).
         Deliver(CheckpointRestored{restored_, c_.costs.memory_checkpoints ? "memory" : "durable", high_water_,
                                    1000.0 * (c_.costs.memory_checkpoints ? c_.costs.restore_memory
                                                                           : c_.costs.restore_durable),
                                    now_});
-        if (!current || !running_) break;
+        if (d.gen != gen_ || stalled_) break;
+        running_ = true;
+        t_first_ = now_;
+        s_first_ = sdc >= 0 || bug ? restored_ : restored_ + 1;
+        reported_ = restored_;
+        fed_ = restored_;
+        // The pace: a slow machine still placed holds every step back.
+        step_s_ = c_.costs.step * (Placed(slow_.machine) ? slow_.factor : 1.0);
         if (sdc >= 0) {
           EmitNan(sdc, restored_ + 1);
+          break;
+        }
+        if (bug) {
+          Schedule(now_ + Secs(step_s_ / 2), Kind::kBug, gen_);
           break;
         }
         reported_ = s_first_;
@@ -659,6 +665,10 @@ Status FleetSim::Run() {
         FeedProgress(s_first_);
         if (s_first_ < high_water_) Schedule(StepTime(high_water_), Kind::kCatchUp, gen_);
         if (c_.total_steps > 0) Schedule(StepTime(std::max(c_.total_steps, s_first_)), Kind::kEnd, gen_);
+        // The job's own bug strikes when it runs that step, on every start.
+        if (c_.bug_step >= s_first_) {
+          Schedule(std::max(now_, StepTime(c_.bug_step - 1) + Secs(c_.costs.step / 2)), Kind::kBug, gen_);
+        }
         // The spike's batch comes round again.
         if (spike_step_ > s_first_) Schedule(StepTime(spike_step_ - 1), Kind::kSpike, gen_, 1);
         ScheduleScript();
@@ -684,6 +694,17 @@ Status FleetSim::Run() {
         }
         Schedule(now_ + c_.policy.slow_round, Kind::kSlowRound);
         break;
+      case Kind::kBug: {
+        if (!current || !running_ || stalled_ || c_.bug_slot >= static_cast<int>(slots_.size()) ||
+            StepAt(now_) + 1 != c_.bug_step) {
+          break;
+        }
+        const int m = slots_[c_.bug_slot];
+        Stall(m, FaultClass::kSoftware);
+        const Time seen = now_ + Secs(c_.costs.detect_software);
+        ScheduleEvent(seen, RankExited{IdOf(m), c_.bug_slot * c_.gpus_per_machine, 1, 0, "", seen});
+        break;
+      }
       case Kind::kSpike:
         if (d.arg == 1) {  // a replay of the spike's step
           if (current && running_ && !stalled_ && StepAt(now_) + 1 == spike_step_) EmitSpike();
