@@ -6,6 +6,9 @@
 // eviction, the standby swap and the in-memory restore.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+
 #include "support/cluster_fixture.h"
 
 namespace bulwark {
@@ -121,6 +124,37 @@ TEST_F(Implicit, AMissingCommandStopsTheJobWithoutEvictingAnyMachine) {
   json inc = Query("incidents").back();
   EXPECT_TRUE(inc["evicted"].empty()) << inc.dump();
   EXPECT_NE(inc["why"].get<std::string>().find("command_not_found"), std::string::npos) << inc.dump();
+}
+
+// A hang in the job's own code: rank 1 blocks at step 40 on every start,
+// whatever machine holds it (tests/fixtures/jobs/hang_at_step.py, a plain
+// Python job with the client). The first hang evicts its machine (stack
+// aggregation cannot know yet); the same hang at the same step on the
+// standby that replaced it says the hang follows the job: the job stops,
+// with no second eviction and the other standby kept.
+TEST_F(Implicit, AHangThatFollowsTheJobEvictsAtMostOneMachineThenStops) {
+  auto up = Bulwark({"up", "--machines", "3", "--standby", "2"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  const std::string barrier = root_ + "/barrier";
+  ASSERT_EQ(::system(("mkdir -p " + barrier).c_str()), 0);
+  std::ofstream(root_ + "/job.yaml") << "name: deadlock\nworld_size: 3\n"
+                                     << "command: [/usr/bin/python3, " << BULWARK_FIXTURES << "/jobs/hang_at_step.py]\n"
+                                     << "env: {PYTHONPATH: " << BULWARK_PYTHON_DIR << ", BARRIER_DIR: " << barrier
+                                     << ", HANG_RANK: '1', HANG_STEP: '40', PYTHONUNBUFFERED: '1'}\n";
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("the job to stop", 240, [](const json& s) { return s["job"]["state"] == "stopped"; });
+  json incidents = Query("incidents");
+  int evicted = 0;
+  for (const json& i : incidents) evicted += static_cast<int>(i["evicted"].size());
+  EXPECT_LE(evicted, 1) << incidents.dump();
+  EXPECT_EQ(MachineState(s, "m02"), "evicted") << s.dump();
+  const json& last = incidents.back();
+  EXPECT_TRUE(last["evicted"].empty()) << last.dump();
+  const std::string why = last["why"].get<std::string>();
+  EXPECT_NE(why.find("follows the job, not the machine"), std::string::npos) << why;
+  std::printf("[ deterministic hang ] %zu incident(s), %d machine(s) evicted: %s\n", incidents.size(), evicted,
+              why.c_str());
 }
 
 TEST_F(Implicit, BadInjectionsAreOneLineErrors) {
