@@ -127,6 +127,78 @@ TEST_F(Ecosystem, APythonJobReportingWithTheClientShowsStepsAndItsHangIsDetected
   });
 }
 
+// A job that ends is done, whatever it printed: a script with no done line
+// and no client, whose ranks print their steps, keep their own checkpoint
+// (a file per rank) and exit 0 at their last step. `crash_once`: rank 1
+// exits 3 right after its last checkpoint, the first time only.
+void WriteEndingScriptJob(const std::string& root, bool crash_once) {
+  const std::string script = root + "/train.sh";
+  std::ofstream(script) << "#!/bin/bash\n"
+                        << "ckpt=" << root << "/ckpt-$RANK\n"
+                        << "start=$(cat $ckpt 2>/dev/null || echo 0)\n"
+                        << "echo \"[rank $RANK] resuming after step $start\"\n"
+                        << "last=$((20 + 3 * RANK))\n"  // rank 1 trains three steps longer than rank 0
+                        << "for ((i = start + 1; i <= last; i++)); do\n"
+                        << "  echo \"[rank $RANK] step $i loss 2.$((i % 10))\"\n"
+                        << "  echo $i > $ckpt\n"
+                        << "  sleep 0.1\n"
+                        << "done\n"
+                        << (crash_once ? "if [[ $RANK == 1 && ! -e " + root + "/crashed ]]; then\n"
+                                         "  touch " + root + "/crashed; echo 'rank 1: crashing after its last checkpoint'; exit 3\n"
+                                         "fi\n"
+                                       : "")
+                        << "exit 0\n";
+  ::chmod(script.c_str(), 0755);
+  std::ofstream(root + "/job.yaml") << "name: ends\nworld_size: 2\n"
+                                    << "command: [" << script << "]\n"
+                                    << "progress: {regex: 'step (?P<step>\\d+) loss (?P<loss>[0-9.]+)'}\n";
+}
+
+TEST_F(Ecosystem, AForeignJobWhoseRanksExitZeroIsCompletedAtItsLastStep) {
+  auto r = Bulwark({"up", "--machines", "2", "--standby", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  WriteEndingScriptJob(root_, /*crash_once=*/false);
+  r = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json s = WaitFor("the script's end", 60, [](const json& s) { return s["job"]["state"] == "completed"; });
+  // Rank 0 ended at step 20 while rank 1 trained on; it was waited for,
+  // and its step 23 is the last one seen.
+  EXPECT_EQ(s["job"]["done_step"], 23) << s.dump();
+  EXPECT_EQ(s["job"]["done_why"], "every rank of generation 1 exited 0") << s.dump();
+  EXPECT_EQ(s["job"]["generation"], 1) << s.dump();
+  EXPECT_EQ(s["job"]["incidents"], 0) << s.dump();
+  auto human = Bulwark({"status"});
+  EXPECT_NE(human.out.find("job ends: completed at step 23 (every rank of generation 1 exited 0)"), std::string::npos)
+      << human.out;
+  // Well past the hang detector's learned allowance (2 s): a finished job
+  // is not a hung one, and is never restarted.
+  std::this_thread::sleep_for(std::chrono::seconds(6));
+  s = Query("status");
+  EXPECT_EQ(s["job"]["state"], "completed") << s.dump();
+  EXPECT_EQ(s["job"]["generation"], 1) << s.dump();
+  EXPECT_EQ(s["job"]["incidents"], 0) << s.dump();
+}
+
+TEST_F(Ecosystem, AForeignJobRestartedAtItsFinalStepCompletesAgainInsteadOfLooping) {
+  auto r = Bulwark({"up", "--machines", "2", "--standby", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  WriteEndingScriptJob(root_, /*crash_once=*/true);
+  r = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Rank 0 ended with 0 at step 20, rank 1 failed after step 23: an
+  // incident, and a restart of both that resumes at their final steps;
+  // they print no step and exit 0 at once.
+  json s = WaitFor("the restarted script's end", 90, [](const json& s) { return s["job"]["state"] == "completed"; });
+  EXPECT_EQ(s["job"]["done_step"], 23) << s.dump();
+  EXPECT_EQ(s["job"]["generation"], 2) << s.dump();
+  EXPECT_EQ(s["job"]["incidents"], 1) << s.dump();
+  std::this_thread::sleep_for(std::chrono::seconds(6));
+  s = Query("status");
+  EXPECT_EQ(s["job"]["state"], "completed") << s.dump();
+  EXPECT_EQ(s["job"]["generation"], 2) << s.dump();
+  EXPECT_EQ(s["job"]["incidents"], 1) << s.dump();
+}
+
 TEST_F(Ecosystem, MetricsAreServedWhereStatusSaysAndPassPromtool) {
   // No port given: the controller binds one the kernel picks (no guessed
   // free port another process could take first) and says where.

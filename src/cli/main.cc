@@ -285,8 +285,14 @@ Status StatusCmd(const Args& a) {
       std::cout << "no job submitted\n";
     } else {
       const json& job = j["job"];
+      // A completed job: the step it ended at and how it ended.
+      const bool done = job.value("done_step", json()).is_number();
       std::cout << "job " << job["id"].get<std::string>() << ": " << job["state"].get<std::string>()
-                << ", step " << job["last_step"] << ", generation " << job["generation"]
+                << (done ? " at step " : ", step ") << (done ? job["done_step"] : job["last_step"])
+                << (done && job.value("done_why", json()).is_string() && !job["done_why"].get<std::string>().empty()
+                        ? " (" + job["done_why"].get<std::string>() + ")"
+                        : "")
+                << ", generation " << job["generation"]
                 << ", placement " << job["placement"].dump() << ", incidents " << job["incidents"] << "\n";
     }
     for (const json& m : j["machines"]) {
