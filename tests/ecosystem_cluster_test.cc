@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <regex>
 
@@ -35,6 +36,9 @@ class Ecosystem : public Cluster {
                                        << "progress: {regex: 'step (?P<step>\\d+) loss (?P<loss>[0-9.]+)'}\n";
   }
   std::string HangFile() const { return root_ + "/hang"; }
+
+  // Below (a Python job whose ranks block at different call sites).
+  void PythonCallSitesSingleOutTheOutlier(const std::string& interpreter);
 
   void UpAndSubmit(std::vector<std::string> up_flags = {}) {
     std::vector<std::string> up = {"up", "--machines", "2", "--standby", "1"};
@@ -197,6 +201,73 @@ TEST_F(Ecosystem, AForeignJobRestartedAtItsFinalStepCompletesAgainInsteadOfLoopi
   EXPECT_EQ(s["job"]["state"], "completed") << s.dump();
   EXPECT_EQ(s["job"]["generation"], 2) << s.dump();
   EXPECT_EQ(s["job"]["incidents"], 1) << s.dump();
+}
+
+// A Python job on 3 machines whose ranks, once the hang file appears (first
+// generation only), block in time.sleep: rank 2 in its data loader, the
+// others in their "all-reduce". Natively the three stacks are alike (the
+// same sleep under the same evaluation loop), so only their Python frames
+// (agent/python_stack.h) single out rank 2, and its machine is evicted.
+void Ecosystem::PythonCallSitesSingleOutTheOutlier(const std::string& interpreter) {
+  const std::string& root = root_;
+  if (::access(interpreter.c_str(), X_OK) != 0) GTEST_SKIP() << interpreter << " is not installed here";
+  auto r = Bulwark({"up", "--machines", "3", "--standby", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ofstream(root + "/train.py") << "import os, time\n"                                        // 1
+                                    << "hang = os.environ['HANG_FILE']\n"                         // 2
+                                    << "first = os.environ['TORCHELASTIC_RESTART_COUNT'] == '0'\n"  // 3
+                                    << "def load_batch():\n"                                      // 4
+                                    << "    time.sleep(3600)\n"                                   // 5
+                                    << "def all_reduce_grads():\n"                                // 6
+                                    << "    time.sleep(3600)\n"                                   // 7
+                                    << "def train():\n"                                           // 8
+                                    << "    for step in range(1, 1000000):\n"                     // 9
+                                    << "        if first and os.path.exists(hang):\n"             // 10
+                                    << "            if os.environ['RANK'] == '2':\n"              // 11
+                                    << "                load_batch()\n"                           // 12
+                                    << "            all_reduce_grads()\n"                         // 13
+                                    << "        print(f'step {step} loss 2.5', flush=True)\n"     // 14
+                                    << "        time.sleep(0.2)\n"                                // 15
+                                    << "train()\n";                                               // 16
+  std::ofstream(root + "/job.yaml") << "name: pyhang\nworld_size: 3\n"
+                                    << "command: [" << interpreter << ", " << root << "/train.py]\n"
+                                    << "progress: {regex: 'step (?P<step>\\d+) loss (?P<loss>[0-9.]+)'}\n"
+                                    << "env: {HANG_FILE: " << root << "/hang}\n";
+  r = Bulwark({"submit", root + "/job.yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  WaitFor("steps", 60, [](const json& s) { return s["job"]["state"] == "running" && s["job"]["last_step"] >= 10; });
+  std::ofstream(root + "/hang") << "block\n";
+  json s = WaitFor("m03's eviction", 60, [](const json& s) {
+    return MachineState(s, "m03") == "evicted" && s["job"]["generation"] >= 2 && s["job"]["state"] == "running";
+  });
+  json inc = Query("incidents").back();
+  EXPECT_EQ(inc["evicted"], json({"m03"})) << inc.dump();
+  ASSERT_TRUE(inc.contains("stacks")) << inc.dump();
+  const json& groups = inc["stacks"]["groups"];
+  ASSERT_EQ(groups.size(), 2u) << inc.dump();
+  EXPECT_EQ(groups[0]["ranks"], json({0, 1}));
+  EXPECT_EQ(groups[1]["ranks"], json({2}));
+  EXPECT_NE(groups[0]["stack"].get<std::string>().find("[py] all_reduce_grads (train.py:7) < [py] train (train.py:13)"),
+            std::string::npos)
+      << groups.dump();
+  EXPECT_NE(groups[1]["stack"].get<std::string>().find("[py] load_batch (train.py:5) < [py] train (train.py:12)"),
+            std::string::npos)
+      << groups.dump();
+  EXPECT_NE(inc["stacks"]["why"].get<std::string>().find(
+                "in Python the outliers are at load_batch (train.py:5) via train (train.py:12), the others at "
+                "all_reduce_grads (train.py:7) via train (train.py:13)"),
+            std::string::npos)
+      << inc.dump();
+  std::printf("[ python ] %s: %s\n", interpreter.c_str(), inc["stacks"]["why"].get<std::string>().c_str());
+  for (const json& g : groups) std::printf("[ python ]   %s: %s\n", g["ranks"].dump().c_str(), g["stack"].get<std::string>().c_str());
+}
+
+TEST_F(Ecosystem, APythonRankAtAnotherCallSiteIsSingledOutByItsPythonFrames) {
+  PythonCallSitesSingleOutTheOutlier("/usr/bin/python3.11");
+}
+
+TEST_F(Ecosystem, APythonRankAtAnotherCallSiteIsSingledOutWithASharedLibraryPython) {
+  PythonCallSitesSingleOutTheOutlier("/root/.pyenv/versions/3.11.7/bin/python3.11");
 }
 
 TEST_F(Ecosystem, MetricsAreServedWhereStatusSaysAndPassPromtool) {

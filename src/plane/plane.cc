@@ -481,9 +481,7 @@ void Plane::FinishTrace(Time now) {
   e.incident = t.incident;
   e.generation = t.placement.generation;
   for (const StackGroup& g : an.groups) {
-    std::string top;
-    for (size_t i = 0; i < g.frames.size() && i < 12; ++i) top += (i ? " < " : "") + g.frames[i];
-    e.groups.push_back({static_cast<int>(g.ranks.size()), top, g.ranks});
+    e.groups.push_back({static_cast<int>(g.ranks.size()), SummarizeFrames(g.frames), g.ranks});
   }
   e.missing = an.missing;
   e.group = an.group ? an.group->Name() : "";
