@@ -16,10 +16,32 @@ bool ProcessMemory::Read(uint64_t addr, void* out, size_t n) {
 }
 
 std::optional<PythonLayout> LayoutFor(int minor) {
-  if (minor != 11) return std::nullopt;
-  // CPython 3.11 on x86_64: the Py_BUILD_CORE headers' offsets, which match
-  // py-spy's (docs/ecosystem.md, "Python frames").
+  // x86_64 offsets, printed by offsetof() from each version's Py_BUILD_CORE
+  // headers (docs/ecosystem.md, "Python frames"; 3.11's match py-spy's).
   PythonLayout l;
+  if (minor == 12) {
+    l.minor = 12;
+    l.runtime_interpreters_head = 40;
+    l.interp_threads_head = 72;
+    l.tstate_next = 8;
+    l.tstate_cframe = 56;
+    l.tstate_native_thread_id = 144;
+    l.cframe_current_frame = 0;
+    l.frame_code = 0;
+    l.frame_previous = 8;
+    l.frame_prev_instr = 56;
+    l.frame_owner = 70;
+    l.owner_cstack = 3;  // FRAME_OWNED_BY_CSTACK
+    l.code_firstlineno = 68;
+    l.code_filename = 112;
+    l.code_qualname = 128;
+    l.code_linetable = 136;
+    l.code_adaptive = 192;
+    l.unicode_ascii_data = 40;    // no wstr since 3.12
+    l.unicode_compact_data = 56;
+    return l;
+  }
+  if (minor != 11) return std::nullopt;
   l.minor = 11;
   l.runtime_interpreters_head = 40;
   l.interp_threads_head = 16;
@@ -46,7 +68,7 @@ Result<PythonReader> PythonReader::Open(MemoryReader* mem, uint64_t runtime, uin
   std::optional<PythonLayout> l = major == 3 ? LayoutFor(minor) : std::nullopt;
   if (!l) {
     return Status::FailedPrecondition("CPython " + std::to_string(major) + "." + std::to_string(minor) +
-                                 ": no known layout (3.11 is read); native frames only");
+                                 ": no known layout (3.11 and 3.12 are read); native frames only");
   }
   return PythonReader(mem, runtime, version, *l);
 }
@@ -203,11 +225,19 @@ PythonThread PythonReader::Frames(uint64_t tstate) {
       break;
     }
     uint64_t code = 0, prev = 0, instr = 0;
-    uint8_t entry = 0;
+    uint8_t entry = 0, owner = 0;
     if (!ReadPtr(frame + l_.frame_code, &code) || !ReadPtr(frame + l_.frame_previous, &prev) ||
-        !ReadPtr(frame + l_.frame_prev_instr, &instr) || !mem_->Read(frame + l_.frame_is_entry, &entry, 1)) {
+        !ReadPtr(frame + l_.frame_prev_instr, &instr) ||
+        (l_.frame_is_entry >= 0 && !mem_->Read(frame + l_.frame_is_entry, &entry, 1)) ||
+        (l_.frame_owner >= 0 && !mem_->Read(frame + l_.frame_owner, &owner, 1))) {
       out.error = "frame " + std::to_string(n) + " is unreadable (the process changed or ended)";
       break;
+    }
+    if (l_.frame_owner >= 0 && owner == l_.owner_cstack) {
+      // 3.12's shim: the frames before it ran in one C call of the loop.
+      if (!out.frames.empty()) out.frames.back().entry = true;
+      frame = prev;
+      continue;
     }
     auto cached = code_cache_.find(code);
     if (cached == code_cache_.end()) {

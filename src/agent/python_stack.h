@@ -52,15 +52,19 @@ struct PythonLayout {
   uint64_t runtime_interpreters_head = 0, interp_threads_head = 0;
   uint64_t tstate_next = 0, tstate_cframe = 0, tstate_native_thread_id = 0;
   uint64_t cframe_current_frame = 0;
-  // _PyInterpreterFrame
-  uint64_t frame_code = 0, frame_previous = 0, frame_prev_instr = 0, frame_is_entry = 0;
+  // _PyInterpreterFrame. Where one C call of the evaluation loop begins:
+  // 3.11 marks its first frame (is_entry); 3.12 pushes a shim frame owned
+  // by the C stack before it (owner == owner_cstack). -1: no such field.
+  uint64_t frame_code = 0, frame_previous = 0, frame_prev_instr = 0;
+  int64_t frame_is_entry = -1, frame_owner = -1;
+  uint8_t owner_cstack = 3;
   // PyCodeObject
   uint64_t code_firstlineno = 0, code_filename = 0, code_qualname = 0, code_linetable = 0, code_adaptive = 0;
   // PyUnicodeObject: the state word, compact ASCII data, compact non-ASCII data
   uint64_t unicode_length = 16, unicode_state = 32, unicode_ascii_data = 0, unicode_compact_data = 0;
 };
 
-// The layout of CPython 3.`minor`, when this reader knows it (3.11).
+// The layout of CPython 3.`minor`, when this reader knows it (3.11, 3.12).
 std::optional<PythonLayout> LayoutFor(int minor);
 
 struct PythonFrame {
