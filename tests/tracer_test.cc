@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -343,9 +344,9 @@ TEST(PythonStacks, AnOlderBuildFallsBackToNativeFramesAndSaysSo) {
                          "frames only");
 }
 
-TEST(PythonStacks, ANewerBuildFallsBackToNativeFramesAndSaysSo) {
-  ExpectNativeFramesOnly("/root/.pyenv/versions/3.13.0/bin/python3.13",
-                         "# python: CPython 3.13: no known layout (3.11 and 3.12 are read); native frames only");
+// 3.13: the offsets come from the interpreter itself (_Py_DebugOffsets).
+TEST(PythonStacks, Python313ShowsPythonFramesSplicedThroughItsDebugOffsets) {
+  ExpectPythonFramesSpliced("/root/.pyenv/versions/3.13.0/bin/python3.13", "3.13");
 }
 
 // --- the reader on a memory image (support/python_image.h) -----------------
@@ -387,9 +388,48 @@ TEST(PythonReader, ReadsEveryThreadsFramesNamesAndLinesFromAnImage) {
 
 TEST(PythonReader, AnUnknownVersionIsRefusedNamingIt) {
   testing::PythonImage img = testing::BuildPython311Image();
-  auto r = agent::PythonReader::Open(&img.mem, img.runtime, 0x030D00F0);
+  auto r = agent::PythonReader::Open(&img.mem, img.runtime, 0x030E00F0);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("CPython 3.13: no known layout"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("CPython 3.14: no known layout"), std::string::npos) << r.status().message();
+}
+
+// 3.13's block as its headers lay it out, with its own offsets (values
+// printed by offsetof() against 3.13.0's headers).
+std::string DebugOffsets313() {
+  std::string d(agent::kDebugOffsetsSize, '\0');
+  auto put = [&](size_t pos, uint64_t v) { std::memcpy(&d[pos], &v, 8); };
+  std::memcpy(&d[0], "xdebugpy", 8);
+  put(8, 0x030D00F0);
+  for (auto [pos, v] : std::vector<std::pair<size_t, uint64_t>>{
+           {40, 632}, {72, 7344}, {168, 8}, {184, 72}, {200, 160}, {232, 8}, {240, 0}, {248, 56}, {264, 70},
+           {280, 112}, {296, 128}, {304, 136}, {312, 68}, {344, 200}, {520, 16}, {528, 32}, {544, 32}, {552, 16},
+           {560, 40}}) {
+    put(pos, v);
+  }
+  return d;
+}
+
+TEST(PythonReader, Python313sLayoutComesFromItsDebugOffsets) {
+  Result<agent::PythonLayout> l = agent::LayoutFromDebugOffsets(DebugOffsets313());
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->interp_threads_head, 7344u);
+  EXPECT_EQ(l->tstate_cframe, -1);  // the current frame is in the thread state
+  EXPECT_EQ(l->tstate_current_frame, 72u);
+  EXPECT_EQ(l->frame_owner, 70);
+  EXPECT_EQ(l->code_adaptive, 200u);
+  EXPECT_EQ(l->unicode_compact_data, 56u);
+  std::string torn = DebugOffsets313();
+  torn[0] = 'X';
+  EXPECT_NE(agent::LayoutFromDebugOffsets(torn).status().message().find("no _Py_DebugOffsets"), std::string::npos);
+  std::string later = DebugOffsets313();
+  later[10] = 14;  // 3.14: another layout of the block itself
+  EXPECT_NE(agent::LayoutFromDebugOffsets(later).status().message().find("version 3.14"), std::string::npos);
+  std::string wild = DebugOffsets313();
+  wild[296 + 5] = 1;  // a qualname offset in the terabytes
+  EXPECT_NE(agent::LayoutFromDebugOffsets(wild).status().message().find("unreadable"), std::string::npos);
+  std::string free_threaded = DebugOffsets313();
+  free_threaded[16] = 1;
+  EXPECT_NE(agent::LayoutFromDebugOffsets(free_threaded).status().message().find("free-threaded"), std::string::npos);
 }
 
 TEST(PythonReader, AProcessThatDiesMidWalkGivesTheFramesReadSoFar) {

@@ -63,12 +63,73 @@ std::optional<PythonLayout> LayoutFor(int minor) {
   return l;
 }
 
+Result<PythonLayout> LayoutFromDebugOffsets(const std::string& d) {
+  if (d.size() < kDebugOffsetsSize || d.compare(0, 8, "xdebugpy") != 0) {
+    return Status::FailedPrecondition("no _Py_DebugOffsets at _PyRuntime; native frames only");
+  }
+  auto at = [&](size_t pos) {
+    uint64_t v = 0;
+    std::memcpy(&v, d.data() + pos, sizeof v);
+    return v;
+  };
+  const uint64_t version = at(8);
+  if (((version >> 24) & 0xff) != 3 || ((version >> 16) & 0xff) != 13) {
+    return Status::FailedPrecondition("_Py_DebugOffsets of version " + std::to_string((version >> 24) & 0xff) + "." +
+                                      std::to_string((version >> 16) & 0xff) +
+                                      ": its own layout is unknown (3.13's is read); native frames only");
+  }
+  if (at(16) != 0) return Status::FailedPrecondition("a free-threaded CPython 3.13: native frames only");
+  // Where 3.13's _Py_DebugOffsets keeps each offset: offsetof() against its
+  // Py_BUILD_CORE headers.
+  PythonLayout l;
+  l.minor = 13;
+  l.runtime_interpreters_head = at(40);
+  l.interp_threads_head = at(72);
+  l.tstate_next = at(168);
+  l.tstate_current_frame = at(184);
+  l.tstate_native_thread_id = at(200);
+  l.frame_previous = at(232);
+  l.frame_code = at(240);        // f_executable: the code object of an ordinary frame
+  l.frame_prev_instr = at(248);  // instr_ptr: the instruction running, a call while it calls
+  l.frame_owner = static_cast<int64_t>(at(264));
+  l.owner_cstack = 3;  // FRAME_OWNED_BY_CSTACK
+  l.code_filename = at(280);
+  l.code_qualname = at(296);
+  l.code_linetable = at(304);
+  l.code_firstlineno = at(312);
+  l.code_adaptive = at(344);
+  l.bytes_size = at(520);
+  l.bytes_data = at(528);
+  l.unicode_state = at(544);
+  l.unicode_length = at(552);
+  l.unicode_ascii_data = at(560);
+  l.unicode_compact_data = at(560) + 16;  // PyCompactUnicodeObject: utf8_length, utf8 after the ASCII header
+  // A torn block would send every read astray: offsets are within a struct.
+  for (uint64_t o : {l.runtime_interpreters_head, l.interp_threads_head, l.tstate_next, l.tstate_current_frame,
+                     l.tstate_native_thread_id, l.frame_previous, l.frame_code, l.frame_prev_instr, l.code_filename,
+                     l.code_qualname, l.code_linetable, l.code_firstlineno, l.code_adaptive, l.bytes_size, l.bytes_data,
+                     l.unicode_state, l.unicode_length, l.unicode_ascii_data, static_cast<uint64_t>(l.frame_owner)}) {
+    if (o > (1u << 16)) return Status::FailedPrecondition("_Py_DebugOffsets holds an offset of " + std::to_string(o) +
+                                                          ": unreadable; native frames only");
+  }
+  return l;
+}
+
 Result<PythonReader> PythonReader::Open(MemoryReader* mem, uint64_t runtime, uint32_t version) {
   const int major = static_cast<int>((version >> 24) & 0xff), minor = static_cast<int>((version >> 16) & 0xff);
+  if (major == 3 && minor == 13) {
+    std::string block(kDebugOffsetsSize, '\0');
+    if (!mem->Read(runtime, block.data(), block.size())) {
+      return Status::Unavailable("_Py_DebugOffsets at _PyRuntime is unreadable; native frames only");
+    }
+    Result<PythonLayout> l = LayoutFromDebugOffsets(block);
+    if (!l.ok()) return l.status();
+    return PythonReader(mem, runtime, version, *l);
+  }
   std::optional<PythonLayout> l = major == 3 ? LayoutFor(minor) : std::nullopt;
   if (!l) {
     return Status::FailedPrecondition("CPython " + std::to_string(major) + "." + std::to_string(minor) +
-                                 ": no known layout (3.11 and 3.12 are read); native frames only");
+                                 ": no known layout (3.11, 3.12 and 3.13 are read); native frames only");
   }
   return PythonReader(mem, runtime, version, *l);
 }
@@ -194,12 +255,12 @@ int PythonReader::LineOf(uint64_t code, uint64_t prev_instr) {
   uint64_t table = 0;
   int64_t size = 0;
   if (!mem_->Read(code + l_.code_firstlineno, &first, sizeof first) || !ReadPtr(code + l_.code_linetable, &table) ||
-      !mem_->Read(table + 16, &size, sizeof size)) {  // PyBytesObject: ob_size at 16, bytes at 32
+      !mem_->Read(table + l_.bytes_size, &size, sizeof size)) {
     return 0;
   }
   if (size <= 0 || static_cast<size_t>(size) > kMaxLineTable) return 0;
   std::string t(static_cast<size_t>(size), '\0');
-  if (!mem_->Read(table + 32, t.data(), t.size())) return 0;
+  if (!mem_->Read(table + l_.bytes_data, t.data(), t.size())) return 0;
   const uint64_t start = code + l_.code_adaptive;
   if (prev_instr < start) return first;  // not started: its first line
   return DecodeLineTable(t, first, static_cast<int64_t>((prev_instr - start) / 2));
@@ -209,8 +270,11 @@ PythonThread PythonReader::Frames(uint64_t tstate) {
   PythonThread out;
   out.tstate = tstate;
   uint64_t cframe = 0, frame = 0;
-  if (!ReadPtr(tstate + l_.tstate_native_thread_id, &out.native_tid) || !ReadPtr(tstate + l_.tstate_cframe, &cframe) ||
-      (cframe != 0 && !ReadPtr(cframe + l_.cframe_current_frame, &frame))) {
+  const bool read = ReadPtr(tstate + l_.tstate_native_thread_id, &out.native_tid) &&
+                    (l_.tstate_cframe < 0 ? ReadPtr(tstate + l_.tstate_current_frame, &frame)
+                                          : ReadPtr(tstate + static_cast<uint64_t>(l_.tstate_cframe), &cframe) &&
+                                                (cframe == 0 || ReadPtr(cframe + l_.cframe_current_frame, &frame)));
+  if (!read) {
     out.error = "its thread state is unreadable";
     return out;
   }

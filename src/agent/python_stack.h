@@ -48,10 +48,14 @@ class ProcessMemory final : public MemoryReader {
 // Where the structures are, for one CPython minor version (x86_64).
 struct PythonLayout {
   int minor = 0;
-  // _PyRuntimeState, PyInterpreterState, PyThreadState
+  // _PyRuntimeState, PyInterpreterState, PyThreadState. The current frame
+  // is in the thread's _PyCFrame up to 3.12 (tstate_cframe, then
+  // cframe_current_frame), in the thread state itself from 3.13
+  // (tstate_cframe -1, tstate_current_frame).
   uint64_t runtime_interpreters_head = 0, interp_threads_head = 0;
-  uint64_t tstate_next = 0, tstate_cframe = 0, tstate_native_thread_id = 0;
-  uint64_t cframe_current_frame = 0;
+  uint64_t tstate_next = 0, tstate_native_thread_id = 0;
+  int64_t tstate_cframe = -1;
+  uint64_t cframe_current_frame = 0, tstate_current_frame = 0;
   // _PyInterpreterFrame. Where one C call of the evaluation loop begins:
   // 3.11 marks its first frame (is_entry); 3.12 pushes a shim frame owned
   // by the C stack before it (owner == owner_cstack). -1: no such field.
@@ -60,12 +64,22 @@ struct PythonLayout {
   uint8_t owner_cstack = 3;
   // PyCodeObject
   uint64_t code_firstlineno = 0, code_filename = 0, code_qualname = 0, code_linetable = 0, code_adaptive = 0;
+  // PyBytesObject (the location table): its size and its bytes
+  uint64_t bytes_size = 16, bytes_data = 32;
   // PyUnicodeObject: the state word, compact ASCII data, compact non-ASCII data
   uint64_t unicode_length = 16, unicode_state = 32, unicode_ascii_data = 0, unicode_compact_data = 0;
 };
 
 // The layout of CPython 3.`minor`, when this reader knows it (3.11, 3.12).
+// 3.13 publishes its own (LayoutFromDebugOffsets).
 std::optional<PythonLayout> LayoutFor(int minor);
+
+// 3.13's layout from the _Py_DebugOffsets block that starts _PyRuntime
+// (`block`: its first kDebugOffsetsSize bytes): FailedPrecondition when the
+// block does not say 3.13 (its own layout changes with the version), or
+// is a free-threaded build's.
+constexpr size_t kDebugOffsetsSize = 584;
+Result<PythonLayout> LayoutFromDebugOffsets(const std::string& block);
 
 struct PythonFrame {
   std::string qualname;  // "Trainer.step", "main.<locals>.inner", "?" when unreadable
