@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include <regex>
+#include <memory>
+#include <csignal>
+#include <filesystem>
 
 #include "support/cluster_fixture.h"
 
@@ -268,6 +271,83 @@ TEST_F(Ecosystem, APythonRankAtAnotherCallSiteIsSingledOutByItsPythonFrames) {
 
 TEST_F(Ecosystem, APythonRankAtAnotherCallSiteIsSingledOutWithASharedLibraryPython) {
   PythonCallSitesSingleOutTheOutlier("/root/.pyenv/versions/3.11.7/bin/python3.11");
+}
+
+// `bulwark run`: up, submit, follow, down in one command. The job is a
+// script that keeps its own checkpoint (a file per rank) and ends with 0
+// after step `last` (0: never).
+class BulwarkRun : public Ecosystem {
+ protected:
+  std::unique_ptr<testing::Process> StartRun(int last) {
+    const std::string script = root_ + "/train.sh";
+    std::ofstream(script) << "#!/bin/bash\n"
+                          << "ckpt=" << root_ << "/ckpt-$RANK\n"
+                          << "start=$(cat $ckpt 2>/dev/null || echo 0)\n"
+                          << "for ((i = start + 1; " << (last > 0 ? "i <= " + std::to_string(last) : "") << "; i++)); do\n"
+                          << "  echo \"step $i loss 2.$((i % 10))\"; echo $i > $ckpt; sleep 0.2\n"
+                          << "done\n";
+    ::chmod(script.c_str(), 0755);
+    return std::make_unique<testing::Process>(std::vector<std::string>{
+        testing::BinDir() + "/bulwark", "run", "--machines", "2", "--standby", "1", "--dir", dir_, "--progress",
+        "step (?P<step>\\d+) loss (?P<loss>[0-9.]+)", "--", script});
+  }
+  // Processes whose command line names this test's directory: the
+  // controller, the agents and the ranks (none once the run is over).
+  std::vector<pid_t> Leftovers() {
+    std::vector<pid_t> out;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = e.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream in(e.path() / "cmdline");
+      std::string cmd((std::istreambuf_iterator<char>(in)), {});
+      if (cmd.find(root_) != std::string::npos && std::atoi(name.c_str()) != ::getpid()) out.push_back(std::atoi(name.c_str()));
+    }
+    return out;
+  }
+};
+
+TEST_F(BulwarkRun, FollowsAJobThroughAKillToItsEndAndLeavesNothingBehind) {
+  auto run = StartRun(40);
+  WaitFor("steps", 60, [](const json& s) { return s["job"]["last_step"] >= 5; });
+  auto r = Bulwark({"inject", "kill", "--machine", "m01"});  // from "another terminal"
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  testing::ProcessResult res = run->Wait(120);
+  EXPECT_EQ(res.exit_code, 0) << res.out << res.err;
+  EXPECT_NE(res.out.find("running job run on 2 machine(s)"), std::string::npos) << res.out;
+  EXPECT_NE(res.out.find("incident 1 ("), std::string::npos) << "the kill's incident is printed:\n" << res.out;
+  EXPECT_NE(res.out.find("job run completed at step 40 (every rank of generation 2 exited 0) after "), std::string::npos)
+      << res.out;
+  EXPECT_NE(res.out.find(": 1 incident(s), ETTR "), std::string::npos) << res.out;
+  EXPECT_TRUE(Leftovers().empty()) << res.out;
+}
+
+TEST_F(BulwarkRun, CtrlCBringsTheClusterDownAndLeavesNoProcessBehind) {
+  auto run = StartRun(0);
+  WaitFor("steps", 60, [](const json& s) { return s["job"]["last_step"] >= 3; });
+  ASSERT_FALSE(Leftovers().empty());
+  ::kill(run->pid(), SIGINT);
+  testing::ProcessResult res = run->Wait(60);
+  EXPECT_EQ(res.exit_code, 130) << res.out << res.err;
+  EXPECT_NE(res.out.find("interrupted: the cluster is brought down mid-job"), std::string::npos) << res.out;
+  EXPECT_TRUE(Leftovers().empty()) << res.out;
+}
+
+TEST_F(BulwarkRun, JsonPrintsOneSummaryAndACommandIsRequired) {
+  auto none = Bulwark({"run", "--machines", "2"});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("run: no command"), std::string::npos) << none.err;
+  auto stray = Bulwark({"status", "--", "ls"});
+  EXPECT_NE(stray.err.find("only 'run' takes one"), std::string::npos) << stray.err;
+  const std::string script = root_ + "/short.sh";
+  std::ofstream(script) << "#!/bin/bash\nfor i in 1 2 3; do echo \"step $i loss 1.0\"; sleep 0.1; done\n";
+  ::chmod(script.c_str(), 0755);
+  auto res = Bulwark({"run", "--machines", "1", "--json", "--progress", "step (?P<step>\\d+)", "--", script}, 120);
+  EXPECT_EQ(res.exit_code, 0) << res.out << res.err;
+  json j = json::parse(res.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << res.out;
+  EXPECT_EQ(j["exit_code"], 0);
+  EXPECT_EQ(j["job"]["state"], "completed");
+  EXPECT_EQ(j["job"]["done_step"], 3);
 }
 
 TEST_F(Ecosystem, MetricsAreServedWhereStatusSaysAndPassPromtool) {
