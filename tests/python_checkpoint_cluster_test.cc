@@ -233,5 +233,55 @@ TEST_P(PythonCheckpoints, ADdpJobSurvivesAKillAndADeadMachine) {
 INSTANTIATE_TEST_SUITE_P(Modes, PythonCheckpoints, ::testing::Values("memory", "disk", "none"),
                          [](const auto& info) { return std::string(info.param); });
 
+// Python frames in the stack aggregation (agent/python_stack.h): the DDP
+// job on 3 machines, rank 1's data loader blocked (the example's test-only
+// switch), ranks 0 and 2 waiting for it in the gradients' all-reduce inside
+// loss.backward(). The incident's groups name both in Python, and rank 1's
+// machine is evicted.
+class PythonStacksCluster : public Cluster {
+ protected:
+  static void SetUpTestSuite() {}
+};
+
+TEST_F(PythonStacksCluster, ADdpRankBlockedInItsDataLoaderIsNamedByItsPythonFramesAndEvicted) {
+  auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
+  ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch: run scripts/install-deps.sh";
+  auto up = Bulwark({"up", "--machines", "3", "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  std::ofstream(root_ + "/job.yaml") << "name: ddp\nworld_size: 3\n"
+                                     << "command: [" << BULWARK_TORCH_PYTHON << ", " << kScript
+                                     << ", --checkpoint, none]\n"
+                                     << "env: {PYTHONPATH: " << BULWARK_PYTHON_DIR
+                                     << ", OMP_NUM_THREADS: '1', PYTHONUNBUFFERED: '1', BULWARK_EXAMPLE_BLOCK_LOADER: "
+                                     << root_ << "/block, BULWARK_EXAMPLE_BLOCK_RANK: '1'}\n";
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("the DDP job's first steps", 120, [](const json& s) {
+    return s["job"]["state"] == "running" && s["job"]["last_step"] >= 10;
+  });
+  const std::string victim = s["job"]["placement"][1];
+  std::ofstream(root_ + "/block") << "block rank 1's loader\n";
+  inject_ms_ = NowMs();
+  WaitFor(victim + "'s eviction", 120, [&](const json& s) {
+    return MachineState(s, victim) == "evicted" && s["job"]["generation"] >= 2 && s["job"]["state"] == "running";
+  });
+  Report("loader hang");
+  json inc = Query("incidents").back();
+  EXPECT_EQ(inc["evicted"], json({victim})) << inc.dump();
+  ASSERT_TRUE(inc.contains("stacks")) << inc.dump();
+  const json& groups = inc["stacks"]["groups"];
+  ASSERT_EQ(groups.size(), 2u) << inc.dump();
+  EXPECT_EQ(groups[0]["ranks"], json({0, 2})) << groups.dump();
+  EXPECT_EQ(groups[1]["ranks"], json({1})) << groups.dump();
+  const std::string healthy = groups[0]["stack"], outlier = groups[1]["stack"];
+  EXPECT_NE(outlier.find("[py] batch (ddp_train.py:"), std::string::npos) << outlier;
+  EXPECT_NE(healthy.find("[py] Tensor.backward (_tensor.py:"), std::string::npos) << healthy;
+  EXPECT_NE(healthy.find("[py] train (ddp_train.py:"), std::string::npos) << healthy;
+  const std::string why = inc["stacks"]["why"];
+  EXPECT_NE(why.find("in Python the outliers are at batch (ddp_train.py:"), std::string::npos) << why;
+  std::printf("[ python ] %s\n[ python ]   {0,2}: %s\n[ python ]   {1}: %s\n", why.c_str(), healthy.c_str(),
+              outlier.c_str());
+}
+
 }  // namespace
 }  // namespace bulwark
