@@ -283,5 +283,55 @@ TEST_F(PythonStacksCluster, ADdpRankBlockedInItsDataLoaderIsNamedByItsPythonFram
               outlier.c_str());
 }
 
+// Fail-slow for a DDP job that reports only its step and loss: the client
+// measures compute time itself (python/bulwark/ddp_timing.py: the step's
+// time less its all-reduce window), so one machine made 3x slower (the
+// agents' SIGSTOP duty cycle, as for bulwark-train) is found and evicted.
+TEST_F(PythonStacksCluster, ADdpJobWithNoComputeTimesIsFoundSlowOnOneMachine) {
+  auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
+  ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch: run scripts/install-deps.sh";
+  auto up = Bulwark({"up", "--machines", "3", "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  std::ofstream(root_ + "/plain_ddp.py") << "import torch, torch.distributed as dist, torch.nn as nn\n"
+                                         << "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+                                         << "import bulwark\n"
+                                         << "torch.set_num_threads(1)\n"
+                                         << "torch.manual_seed(0)\n"
+                                         << "dist.init_process_group('gloo')\n"
+                                         << "model = DDP(nn.Sequential(nn.Linear(128, 512), nn.ReLU(), "
+                                            "nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 1)))\n"
+                                         << "opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+                                         << "step = 0\n"
+                                         << "while True:\n"
+                                         << "    step += 1\n"
+                                         << "    loss = model(torch.randn(256, 128)).pow(2).mean()\n"
+                                         << "    opt.zero_grad()\n"
+                                         << "    loss.backward()\n"
+                                         << "    opt.step()\n"
+                                         << "    bulwark.step(step, loss=loss.item())\n";
+  std::ofstream(root_ + "/job.yaml") << "name: plain\nworld_size: 3\n"
+                                     << "command: [" << BULWARK_TORCH_PYTHON << ", " << root_ << "/plain_ddp.py]\n"
+                                     << "env: {PYTHONPATH: " << BULWARK_PYTHON_DIR
+                                     << ", OMP_NUM_THREADS: '1', PYTHONUNBUFFERED: '1'}\n";
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("the DDP job's first steps", 120, [](const json& s) {
+    return s["job"]["state"] == "running" && s["job"]["last_step"] >= 30;
+  });
+  const std::string victim = s["job"]["placement"][1];
+  const int64_t gen = s["job"]["generation"];
+  inject_ms_ = NowMs();
+  auto r = Bulwark({"inject", "slow", "--machine", victim, "--factor", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  WaitFor(victim + "'s eviction as slow", 240, [&](const json& s) {
+    return MachineState(s, victim) == "evicted" && s["job"]["generation"] > gen && s["job"]["state"] == "running";
+  });
+  Report("python slow");
+  json inc = Query("incidents").back();
+  EXPECT_EQ(inc["evicted"], json({victim})) << inc.dump();
+  EXPECT_NE(inc["cause"].get<std::string>().find("fail-slow " + victim + ": " + victim + " computes "), std::string::npos)
+      << inc.dump();
+}
+
 }  // namespace
 }  // namespace bulwark
