@@ -17,6 +17,7 @@
 // scripts/install-deps.sh installs it). Every wait polls `bulwark status
 // --json`; no fixed sleeps.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <fstream>
 #include <map>
@@ -331,6 +332,44 @@ TEST_F(PythonStacksCluster, ADdpJobWithNoComputeTimesIsFoundSlowOnOneMachine) {
   EXPECT_EQ(inc["evicted"], json({victim})) << inc.dump();
   EXPECT_NE(inc["cause"].get<std::string>().find("fail-slow " + victim + ": " + victim + " computes "), std::string::npos)
       << inc.dump();
+}
+
+// The example a user would recognise (python/examples/gpt_train.py: a small
+// GPT, DDP over Gloo, the client in a few lines) under `bulwark run`, as
+// the README shows it: it trains, survives a kill from another terminal,
+// and ends with exit code 0, a summary, and nothing left running.
+TEST_F(PythonStacksCluster, BulwarkRunTrainsTheGptExampleThroughAKillToExitCodeZero) {
+  auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
+  ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch: run scripts/install-deps.sh";
+  testing::Process run({testing::BinDir() + "/bulwark", "run", "--machines", "2", "--standby", "1", "--dir", dir_,
+                        "--name", "gpt", "--", BULWARK_TORCH_PYTHON,
+                        std::string(BULWARK_PYTHON_DIR) + "/examples/gpt_train.py", "--steps", "400"},
+                       {{"OMP_NUM_THREADS", "1"}});
+  WaitFor("the GPT's first steps", 120, [](const json& s) { return s["job"]["last_step"] >= 30; });
+  inject_ms_ = NowMs();
+  auto kill = Bulwark({"inject", "kill", "--machine", "m01"});
+  ASSERT_EQ(kill.exit_code, 0) << kill.err;
+  testing::ProcessResult res = run.Wait(300);
+  EXPECT_EQ(res.exit_code, 0) << res.out << res.err;
+  EXPECT_NE(res.out.find("incident 1 ("), std::string::npos) << res.out;
+  EXPECT_NE(res.out.find("job gpt completed at step 400 (every rank of generation 2 exited 0) after "),
+            std::string::npos)
+      << res.out;
+  EXPECT_NE(res.out.find(": 1 incident(s), ETTR "), std::string::npos) << res.out;
+  // The restarted ranks resumed from memory, not from step 0.
+  bool resumed = false;
+  for (const char* m : {"m01", "m02", "m03"}) {
+    std::ifstream in(dir_ + "/machines/" + m + "/ranks/rank-0.log");
+    const std::string log((std::istreambuf_iterator<char>(in)), {});
+    resumed = resumed || log.find("resumed after step ") != std::string::npos;
+  }
+  EXPECT_TRUE(resumed) << res.out;
+  // Down: the controller's pid file names no live process.
+  std::ifstream pid_file(dir_ + "/controller.pid");
+  int pid = 0;
+  pid_file >> pid;
+  EXPECT_TRUE(pid <= 0 || ::kill(pid, 0) != 0) << "bulwark run left the controller up";
+  std::printf("[ run    ] %s", res.out.substr(res.out.rfind("job gpt completed")).c_str());
 }
 
 }  // namespace
