@@ -291,6 +291,12 @@ class BulwarkRun : public Ecosystem {
         testing::BinDir() + "/bulwark", "run", "--machines", "2", "--standby", "1", "--dir", dir_, "--progress",
         "step (?P<step>\\d+) loss (?P<loss>[0-9.]+)", "--", script});
   }
+  // `bulwark run --dir DIR ARGS`: the fixture's Bulwark() appends --dir,
+  // which after "--" would be the job's.
+  testing::ProcessResult RunCmd(std::vector<std::string> args, double timeout_s = 120) {
+    args.insert(args.begin(), {testing::BinDir() + "/bulwark", "run", "--dir", dir_});
+    return testing::Run(args, {}, timeout_s);
+  }
   // Processes whose command line names this test's directory: the
   // controller, the agents and the ranks (none once the run is over).
   std::vector<pid_t> Leftovers() {
@@ -332,8 +338,17 @@ TEST_F(BulwarkRun, CtrlCBringsTheClusterDownAndLeavesNoProcessBehind) {
   EXPECT_TRUE(Leftovers().empty()) << res.out;
 }
 
+TEST_F(BulwarkRun, AClusterAlreadyRunningThereIsLeftAlone) {
+  auto up = Bulwark({"up", "--machines", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  auto run = RunCmd({"--machines", "1", "--", "/bin/true"});
+  EXPECT_EQ(run.exit_code, 2) << run.out << run.err;
+  EXPECT_NE(run.err.find("a cluster already runs in " + dir_), std::string::npos) << run.err;
+  EXPECT_EQ(Bulwark({"status"}).exit_code, 0) << "the running cluster was brought down";
+}
+
 TEST_F(BulwarkRun, JsonPrintsOneSummaryAndACommandIsRequired) {
-  auto none = Bulwark({"run", "--machines", "2"});
+  auto none = RunCmd({"--machines", "2"});
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_NE(none.err.find("run: no command"), std::string::npos) << none.err;
   auto stray = Bulwark({"status", "--", "ls"});
@@ -341,7 +356,7 @@ TEST_F(BulwarkRun, JsonPrintsOneSummaryAndACommandIsRequired) {
   const std::string script = root_ + "/short.sh";
   std::ofstream(script) << "#!/bin/bash\nfor i in 1 2 3; do echo \"step $i loss 1.0\"; sleep 0.1; done\n";
   ::chmod(script.c_str(), 0755);
-  auto res = Bulwark({"run", "--machines", "1", "--json", "--progress", "step (?P<step>\\d+)", "--", script}, 120);
+  auto res = RunCmd({"--machines", "1", "--json", "--progress", "step (?P<step>\\d+)", "--", script});
   EXPECT_EQ(res.exit_code, 0) << res.out << res.err;
   json j = json::parse(res.out, nullptr, false);
   ASSERT_TRUE(j.is_object()) << res.out;

@@ -12,6 +12,7 @@
 
 #include "cli/client.h"
 #include "cluster/layout.h"
+#include "cluster/local/local_cluster.h"
 #include "common/progress_pattern.h"
 
 namespace bulwark::cli {
@@ -73,6 +74,14 @@ Result<int> RunJobCmd(const Args& a, const std::function<Status(const Args&)>& u
   if (a.Has("progress")) {
     Result<ProgressPattern> p = ProgressPattern::Compile(a.Get("progress"));
     if (!p.ok()) return p.status().Annotate("run: --progress");
+  }
+  // A cluster already running there is someone's: its own `up` would fail,
+  // and the cleanup after a failed `up` would bring it down.
+  const cluster::Layout layout{ClusterDir(a)};
+  if (cluster::LivePid(layout.controller_pid()).ok()) {
+    return Status::FailedPrecondition("run: a cluster already runs in " + layout.dir +
+                                      "; bulwark run brings up its own: give another --dir, or 'bulwark submit' "
+                                      "to that one");
   }
   const bool as_json = a.Has("json");
   const bool tty = !as_json && ::isatty(1);
