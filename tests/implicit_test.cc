@@ -185,6 +185,67 @@ TEST(StackAnalyzer, OneOutlierInAPipelineEvictsItsWholeStageGroup) {
   EXPECT_EQ(a.suspects, (std::vector<MachineId>{"m02", "m06"}));
 }
 
+// Python ranks (the tracer's spliced frames, agent/python_stack.h): the
+// same native wait, different Python call sites.
+std::vector<std::string> GlooWaitIn(const std::vector<std::string>& python) {
+  std::vector<std::string> f = {"__futex_abstimed_wait_common", "pthread_cond_clockwait",
+                                "gloo::transport::tcp::UnboundBuffer::waitRecv", "gloo::allreduce",
+                                "c10d::ProcessGroupGloo::AsyncAllreduceWork::run", "c10d::Work::wait",
+                                "torch::distributed::c10d::(anonymous namespace)::all_reduce", "pybind11::cpp_function::dispatcher",
+                                "cfunction_call", "_PyObject_MakeTpCall", "PyObject_Vectorcall", "??",
+                                "_PyEval_EvalFrameDefault"};
+  // What the tracer does: the evaluation loop's frame replaced by the Python ones.
+  f.pop_back();
+  for (const std::string& p : python) f.push_back("[py] " + p);
+  f.push_back("PyEval_EvalCode");
+  return f;
+}
+
+TEST(StackAnalyzer, PythonFramesKeepTheirNameAndLineWithoutTheDirectory) {
+  std::vector<std::string> f = NormalizeMainThread(
+      EuStack(7, GlooWaitIn({"all_reduce (/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py:1536)",
+                             "train.<locals>.step (/home/a/run-7/train.py:42)", "<module> (/home/a/run-7/train.py:90)"})));
+  ASSERT_GE(f.size(), 4u);
+  EXPECT_EQ(f[f.size() - 4], "[py] all_reduce (distributed_c10d.py:1536)");
+  EXPECT_EQ(f[f.size() - 3], "[py] train.<locals>.step (train.py:42)");  // <locals> is no template
+  EXPECT_EQ(f[f.size() - 2], "[py] <module> (train.py:90)");
+  EXPECT_TRUE(IsPythonFrame(f[f.size() - 2]));
+  EXPECT_FALSE(IsPythonFrame(f.front()));
+}
+
+TEST(StackAnalyzer, RanksWaitingInTheSameNativeCodeAtDifferentPythonCallSitesGroupApart) {
+  // Ranks 0, 1, 3 wait in the gradients' all-reduce; rank 2 in another
+  // all-reduce, the loader's. Natively alike (one group of four, "all
+  // ranks wait in the same place"); in Python, rank 2 is the odd one out.
+  std::map<int, MachineId> m{{0, "m01"}, {1, "m02"}, {2, "m03"}, {3, "m04"}};
+  std::vector<RankStack> stacks;
+  for (int r = 0; r < 4; ++r) {
+    const std::string site = r == 2 ? "next_batch (/data/r2/train.py:31)" : "step (/data/r" + std::to_string(r) + "/train.py:57)";
+    stacks.push_back({r, m[r], EuStack(r, GlooWaitIn({"all_reduce (/t/distributed_c10d.py:1536)", site,
+                                                      "main (/data/train.py:90)"})), ""});
+  }
+  StackAnalysis a = AnalyzeStacks(stacks, Topology{4, 1, 1}, m);
+  ASSERT_EQ(a.groups.size(), 2u);
+  EXPECT_EQ(a.groups[0].ranks, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(a.outliers, (std::vector<int>{2}));
+  EXPECT_EQ(a.suspects, (std::vector<MachineId>{"m03"}));
+  // Both are in the all-reduce; the call sites that took them there differ.
+  EXPECT_NE(a.why.find("; in Python the outliers are at all_reduce (distributed_c10d.py:1536) via next_batch "
+                       "(train.py:31), the others at all_reduce (distributed_c10d.py:1536) via step (train.py:57)"),
+            std::string::npos)
+      << a.why;
+  // For people: the innermost frames are all native, so the summary goes on
+  // to the Python frames below them.
+  const std::string odd = SummarizeFrames(a.groups[1].frames);
+  EXPECT_NE(odd.find(" < ... < [py] all_reduce (distributed_c10d.py:1536) < [py] next_batch (train.py:31) < [py] main "
+                     "(train.py:90)"),
+            std::string::npos)
+      << odd;
+  EXPECT_EQ(odd.find("PyEval_EvalCode"), std::string::npos) << odd;
+  // Without Python frames, the summary is the innermost frames as before.
+  EXPECT_EQ(SummarizeFrames({"a", "b", "main"}, 2), "a < b");
+}
+
 TEST(StackAnalyzer, TiesEmptinessAndUniformityEvictNobody) {
   std::map<int, MachineId> m{{0, "m01"}, {1, "m02"}, {2, "m03"}, {3, "m04"}};
   // Two ranks, two stacks: no majority to call healthy.

@@ -17,6 +17,7 @@
 // scripts/install-deps.sh installs it). Every wait polls `bulwark status
 // --json`; no fixed sleeps.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <fstream>
 #include <map>
@@ -232,6 +233,144 @@ TEST_P(PythonCheckpoints, ADdpJobSurvivesAKillAndADeadMachine) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, PythonCheckpoints, ::testing::Values("memory", "disk", "none"),
                          [](const auto& info) { return std::string(info.param); });
+
+// Python frames in the stack aggregation (agent/python_stack.h): the DDP
+// job on 3 machines, rank 1's data loader blocked (the example's test-only
+// switch), ranks 0 and 2 waiting for it in the gradients' all-reduce inside
+// loss.backward(). The incident's groups name both in Python, and rank 1's
+// machine is evicted.
+class PythonStacksCluster : public Cluster {
+ protected:
+  static void SetUpTestSuite() {}
+};
+
+TEST_F(PythonStacksCluster, ADdpRankBlockedInItsDataLoaderIsNamedByItsPythonFramesAndEvicted) {
+  auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
+  ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch: run scripts/install-deps.sh";
+  auto up = Bulwark({"up", "--machines", "3", "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  std::ofstream(root_ + "/job.yaml") << "name: ddp\nworld_size: 3\n"
+                                     << "command: [" << BULWARK_TORCH_PYTHON << ", " << kScript
+                                     << ", --checkpoint, none]\n"
+                                     << "env: {PYTHONPATH: " << BULWARK_PYTHON_DIR
+                                     << ", OMP_NUM_THREADS: '1', PYTHONUNBUFFERED: '1', BULWARK_EXAMPLE_BLOCK_LOADER: "
+                                     << root_ << "/block, BULWARK_EXAMPLE_BLOCK_RANK: '1'}\n";
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("the DDP job's first steps", 120, [](const json& s) {
+    return s["job"]["state"] == "running" && s["job"]["last_step"] >= 10;
+  });
+  const std::string victim = s["job"]["placement"][1];
+  std::ofstream(root_ + "/block") << "block rank 1's loader\n";
+  inject_ms_ = NowMs();
+  WaitFor(victim + "'s eviction", 120, [&](const json& s) {
+    return MachineState(s, victim) == "evicted" && s["job"]["generation"] >= 2 && s["job"]["state"] == "running";
+  });
+  Report("loader hang");
+  json inc = Query("incidents").back();
+  EXPECT_EQ(inc["evicted"], json({victim})) << inc.dump();
+  ASSERT_TRUE(inc.contains("stacks")) << inc.dump();
+  const json& groups = inc["stacks"]["groups"];
+  ASSERT_EQ(groups.size(), 2u) << inc.dump();
+  EXPECT_EQ(groups[0]["ranks"], json({0, 2})) << groups.dump();
+  EXPECT_EQ(groups[1]["ranks"], json({1})) << groups.dump();
+  const std::string healthy = groups[0]["stack"], outlier = groups[1]["stack"];
+  EXPECT_NE(outlier.find("[py] batch (ddp_train.py:"), std::string::npos) << outlier;
+  EXPECT_NE(healthy.find("[py] Tensor.backward (_tensor.py:"), std::string::npos) << healthy;
+  EXPECT_NE(healthy.find("[py] train (ddp_train.py:"), std::string::npos) << healthy;
+  const std::string why = inc["stacks"]["why"];
+  EXPECT_NE(why.find("in Python the outliers are at batch (ddp_train.py:"), std::string::npos) << why;
+  std::printf("[ python ] %s\n[ python ]   {0,2}: %s\n[ python ]   {1}: %s\n", why.c_str(), healthy.c_str(),
+              outlier.c_str());
+}
+
+// Fail-slow for a DDP job that reports only its step and loss: the client
+// measures compute time itself (python/bulwark/ddp_timing.py: the step's
+// time less its all-reduce window), so one machine made 3x slower (the
+// agents' SIGSTOP duty cycle, as for bulwark-train) is found and evicted.
+TEST_F(PythonStacksCluster, ADdpJobWithNoComputeTimesIsFoundSlowOnOneMachine) {
+  auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
+  ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch: run scripts/install-deps.sh";
+  auto up = Bulwark({"up", "--machines", "3", "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  std::ofstream(root_ + "/plain_ddp.py") << "import torch, torch.distributed as dist, torch.nn as nn\n"
+                                         << "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+                                         << "import bulwark\n"
+                                         << "torch.set_num_threads(1)\n"
+                                         << "torch.manual_seed(0)\n"
+                                         << "dist.init_process_group('gloo')\n"
+                                         << "model = DDP(nn.Sequential(nn.Linear(128, 512), nn.ReLU(), "
+                                            "nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 1)))\n"
+                                         << "opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+                                         << "step = 0\n"
+                                         << "while True:\n"
+                                         << "    step += 1\n"
+                                         << "    loss = model(torch.randn(256, 128)).pow(2).mean()\n"
+                                         << "    opt.zero_grad()\n"
+                                         << "    loss.backward()\n"
+                                         << "    opt.step()\n"
+                                         << "    bulwark.step(step, loss=loss.item())\n";
+  std::ofstream(root_ + "/job.yaml") << "name: plain\nworld_size: 3\n"
+                                     << "command: [" << BULWARK_TORCH_PYTHON << ", " << root_ << "/plain_ddp.py]\n"
+                                     << "env: {PYTHONPATH: " << BULWARK_PYTHON_DIR
+                                     << ", OMP_NUM_THREADS: '1', PYTHONUNBUFFERED: '1'}\n";
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("the DDP job's first steps", 120, [](const json& s) {
+    return s["job"]["state"] == "running" && s["job"]["last_step"] >= 30;
+  });
+  const std::string victim = s["job"]["placement"][1];
+  const int64_t gen = s["job"]["generation"];
+  inject_ms_ = NowMs();
+  auto r = Bulwark({"inject", "slow", "--machine", victim, "--factor", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  WaitFor(victim + "'s eviction as slow", 240, [&](const json& s) {
+    return MachineState(s, victim) == "evicted" && s["job"]["generation"] > gen && s["job"]["state"] == "running";
+  });
+  Report("python slow");
+  json inc = Query("incidents").back();
+  EXPECT_EQ(inc["evicted"], json({victim})) << inc.dump();
+  EXPECT_NE(inc["cause"].get<std::string>().find("fail-slow " + victim + ": " + victim + " computes "), std::string::npos)
+      << inc.dump();
+}
+
+// The example a user would recognise (python/examples/gpt_train.py: a small
+// GPT, DDP over Gloo, the client in a few lines) under `bulwark run`, as
+// the README shows it: it trains, survives a kill from another terminal,
+// and ends with exit code 0, a summary, and nothing left running.
+TEST_F(PythonStacksCluster, BulwarkRunTrainsTheGptExampleThroughAKillToExitCodeZero) {
+  auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
+  ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch: run scripts/install-deps.sh";
+  testing::Process run({testing::BinDir() + "/bulwark", "run", "--machines", "2", "--standby", "1", "--dir", dir_,
+                        "--name", "gpt", "--", BULWARK_TORCH_PYTHON,
+                        std::string(BULWARK_PYTHON_DIR) + "/examples/gpt_train.py", "--steps", "400"},
+                       {{"OMP_NUM_THREADS", "1"}});
+  WaitFor("the GPT's first steps", 120, [](const json& s) { return s["job"]["last_step"] >= 30; });
+  inject_ms_ = NowMs();
+  auto kill = Bulwark({"inject", "kill", "--machine", "m01"});
+  ASSERT_EQ(kill.exit_code, 0) << kill.err;
+  testing::ProcessResult res = run.Wait(300);
+  EXPECT_EQ(res.exit_code, 0) << res.out << res.err;
+  EXPECT_NE(res.out.find("incident 1 ("), std::string::npos) << res.out;
+  EXPECT_NE(res.out.find("job gpt completed at step 400 (every rank of generation 2 exited 0) after "),
+            std::string::npos)
+      << res.out;
+  EXPECT_NE(res.out.find(": 1 incident(s), ETTR "), std::string::npos) << res.out;
+  // The restarted ranks resumed from memory, not from step 0.
+  bool resumed = false;
+  for (const char* m : {"m01", "m02", "m03"}) {
+    std::ifstream in(dir_ + "/machines/" + m + "/ranks/rank-0.log");
+    const std::string log((std::istreambuf_iterator<char>(in)), {});
+    resumed = resumed || log.find("resumed after step ") != std::string::npos;
+  }
+  EXPECT_TRUE(resumed) << res.out;
+  // Down: the controller's pid file names no live process.
+  std::ifstream pid_file(dir_ + "/controller.pid");
+  int pid = 0;
+  pid_file >> pid;
+  EXPECT_TRUE(pid <= 0 || ::kill(pid, 0) != 0) << "bulwark run left the controller up";
+  std::printf("[ run    ] %s", res.out.substr(res.out.rfind("job gpt completed")).c_str());
+}
 
 }  // namespace
 }  // namespace bulwark

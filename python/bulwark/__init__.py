@@ -31,6 +31,8 @@ import sys
 import threading
 import time
 
+from . import ddp_timing
+
 __all__ = ["RankLink", "step", "phase", "link", "save", "restore", "resumed_from_disk", "memory", "peer_loss_exits",
            "EXIT_PEER_LOST"]
 
@@ -74,13 +76,22 @@ class RankLink:
         call (or since connecting). `local_grad_norm` is this rank's own
         gradient norm before the all-reduce: with it a NaN is pinned on the
         rank that produced it. `compute_ms` feeds the fail-slow detector,
-        which compares compute time per step across machines; without it
-        that detector stays silent for this job. `tokens`, the tokens the
+        which compares compute time per step across machines. Without it,
+        a DDP job's is measured (ddp_timing.py: the step's time less its
+        all-reduce window, and that window as `comm_ms`); a job with
+        neither leaves that detector silent. `tokens`, the tokens the
         whole job processed in this step (batch x context x data-parallel
         ranks), gives the controller's tokens/s; rank 0's count is used."""
         now = time.monotonic()
         with self._lock:
             step_ms = (now - self._last) * 1000.0
+            # Taken every step, so that a window never carries into the next.
+            measured = ddp_timing.take_comm_ms(self._last)
+            if measured is not None:
+                if compute_ms is None:
+                    compute_ms = max(0.0, step_ms - measured)
+                if comm_ms is None:
+                    comm_ms = measured
             self._last = now
             nonfinite = not (_finite(loss) and _finite(grad_norm))
             local_nonfinite = not _finite(local_grad_norm)
@@ -108,6 +119,10 @@ class RankLink:
 _link = None
 _link_lock = threading.Lock()
 _given_up = False
+
+# Under bulwark, a DDP job's compute time is measured unless it says it.
+if os.environ.get(RANK_SOCKET_ENV):
+    ddp_timing.install()
 
 
 def link():

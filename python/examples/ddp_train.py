@@ -38,6 +38,15 @@ DIM, HIDDEN, BATCH = 64, 256, 32
 
 
 def batch(step, rank):
+    # Test-only (tests/python_checkpoint_cluster_test.cc): while the file
+    # BULWARK_EXAMPLE_BLOCK_LOADER names exists, rank BULWARK_EXAMPLE_BLOCK_RANK
+    # of the first run blocks here, as a loader stuck on its storage would,
+    # and its peers wait for it in the gradients' all-reduce.
+    block = os.environ.get("BULWARK_EXAMPLE_BLOCK_LOADER")
+    if (block and rank == int(os.environ.get("BULWARK_EXAMPLE_BLOCK_RANK", "-1"))
+            and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"):
+        while os.path.exists(block):
+            time.sleep(0.1)
     g = torch.Generator().manual_seed(step * 1000 + rank)
     x = torch.randn(BATCH, DIM, generator=g)
     return x, x.sum(dim=1, keepdim=True).sin()

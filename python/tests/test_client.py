@@ -93,6 +93,44 @@ class ClientTest(unittest.TestCase):
         self.assertIsNone(b.link())
 
 
+class DdpTimingTest(unittest.TestCase):
+    """bulwark.ddp_timing: a DDP step reported without compute_ms gets one
+    measured (the step's time less its all-reduce window)."""
+
+    def test_a_ddp_step_without_compute_ms_reports_the_measured_split(self):
+        try:
+            import torch
+            import torch.distributed as dist
+            import torch.nn as nn
+            from torch.nn.parallel import DistributedDataParallel as DDP
+        except ImportError:
+            self.skipTest("no torch in this python")
+        agent = Agent()
+        b = fresh({"BULWARK_RANK_SOCKET": agent.path})  # installs the timing hook
+        dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+        try:
+            model = DDP(nn.Linear(16, 1))
+            self.assertTrue(getattr(type(model), "_bulwark_timed", False))
+            b.link()
+            for step in (1, 2):
+                model(torch.randn(8, 16)).sum().backward()
+                b.step(step, loss=1.0)
+            model(torch.randn(8, 16)).sum().backward()
+            b.step(3, loss=1.0, compute_ms=5)  # the script's own figure wins
+        finally:
+            dist.destroy_process_group()
+        agent.recv()  # HELLO
+        agent.recv()  # step 1: its all-reduce began before the link did
+        w = agent.recv().split()
+        step_ms, compute_ms, comm_ms = float(w[6]), float(w[7]), float(w[8])
+        self.assertGreater(comm_ms, 0.0)
+        self.assertGreater(compute_ms, 0.0)
+        self.assertAlmostEqual(compute_ms + comm_ms, step_ms, delta=0.01)
+        w = agent.recv().split()
+        self.assertEqual(w[7], "5.000")
+        self.assertGreater(float(w[8]), 0.0)  # the window still measured
+
+
 class PeerLossExitTest(unittest.TestCase):
     """bulwark.peer_loss_exits() in a child process: its exit code is what
     the agent reads."""

@@ -134,6 +134,11 @@ void Agent::Report() {
   req.set_generation(supervisor_.generation());
   req.set_device_slowdown(device_slowdown_);
   for (int r : supervisor_.LiveRanks()) req.add_live_ranks(r);
+  for (const auto& [rank, step] : finished_) {
+    wire::FinishedRank* f = req.add_finished();
+    f->set_rank(rank);
+    f->set_step(step);
+  }
   for (const ShardHolding& h : shards_->Holdings()) {
     wire::ShardCopy* c = req.add_shards();
     c->set_rank(h.rank);
@@ -192,6 +197,12 @@ void Agent::WatchRanks() {
       tail = it->second.tail();
     }
     if (x.signal == 0 && x.exit_code == 0) {
+      int64_t step = 0;
+      if (it != followers_.end() && it->second.last_step()) step = *it->second.last_step();
+      if (auto l = link_steps_.find(x.rank); l != link_steps_.end()) step = std::max(step, l->second);
+      finished_[x.rank] = step;
+      Log("rank " + std::to_string(x.rank) + " exited 0 after step " + std::to_string(step) + ": it has finished");
+      // bulwark-train's done line says so at once, before the other ranks' exits are in.
       if (x.rank == 0 && it != followers_.end() && it->second.done_step()) {
         wire::AgentEvent e;
         e.set_kind(wire::AgentEvent::JOB_DONE);

@@ -80,6 +80,8 @@ void Agent::ApplyCommands() {
         spares_started_ = 0;
         in_place_ = false;
         reported_step_ = 0;
+        finished_.clear();
+        link_steps_.clear();
         break;
       }
       case wire::Command::STOP_RANKS:
@@ -88,6 +90,8 @@ void Agent::ApplyCommands() {
         supervisor_.StopAll();
         ForwardRankLinks(/*progress=*/false);
         followers_.clear();
+        finished_.clear();
+        link_steps_.clear();
         StandBy(c);
         Log("stopped ranks (" + c.reason() + ")");
         break;
@@ -378,11 +382,15 @@ void Agent::ForwardRankLinks(bool progress) {
       continue;
     }
     if (m.text.compare(0, 5, "STEP ") == 0) saw_step_ = true;
-    if (progress && m.rank == 0 && m.text.compare(0, 5, "STEP ") == 0) {
+    if (progress && m.text.compare(0, 5, "STEP ") == 0) {
       Result<client::StepSignal> step = client::StepSignal::Parse(m.text);
       // A held-back step did not complete. The rank's own time of the step:
       // the agent reads its links only every loop.
-      if (step.ok() && step->halted.empty()) ReportStep(step->step, step->observed_ms);
+      if (step.ok() && step->halted.empty()) {
+        int64_t& newest = link_steps_[m.rank];
+        newest = std::max(newest, step->step);
+        if (m.rank == 0) ReportStep(step->step, step->observed_ms);
+      }
     }
     signals_.Add(m.rank, supervisor_.generation(), m.text);
   }

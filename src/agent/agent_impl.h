@@ -258,6 +258,12 @@ class Agent {
   std::map<int, LogFollower> followers_;
   std::map<int, Clock::time_point> last_progress_;  // by rank: the last matched progress line, or the start
   int64_t reported_step_ = 0;
+  // This generation's ranks that exited 0 here, each with the last step it
+  // was seen to complete: sent with every report (bulwark.proto:
+  // FinishedRank). Whatever a rank printed, exit 0 is its end; the
+  // controller completes the job once every rank of it has ended so.
+  std::map<int, int64_t> finished_;
+  std::map<int, int64_t> link_steps_;  // by rank: the newest step it sent over its rank link, this generation
   std::optional<RankGroupSpec> spare_spec_;  // the running job's, for spares
   bool saw_step_ = false;                    // a rank of this generation reported a step
   bool in_place_ = false;                    // a rank of this generation said INPLACE

@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+
 #include "common/suggest.h"
 
 namespace bulwark::cli {
@@ -60,6 +62,15 @@ const std::vector<Command>& Commands() {
              {"signatures", "FILE", "the agents' log signature table instead of the built-in one"}},
             kLadder)},
       {"down", "stop the cluster: agents (and their ranks), then the controller", {}, {}},
+      {"run",
+       "up, submit the command after --, follow it to its end, down: bulwark run --machines N -- python train.py",
+       {},
+       {{"machines", "N", "machines for the job, one rank each (required)"},
+        {"standby", "S", "warm standby machines [0]"},
+        {"ranks-per-machine", "R", "ranks per machine [1]"},
+        {"progress", "REGEX", "read steps from the ranks' output, e.g. 'step (?P<step>\\d+) loss (?P<loss>\\S+)'"},
+        {"name", "NAME", "the job's name [run]"},
+        kJson}},
       {"submit",
        "run a job",
        {{"JOB.yaml", "fields: name, world_size, ranks_per_machine, command, args, env, checkpoint, parallel"}},
@@ -208,6 +219,12 @@ Status UnknownFlag(const std::string& command, const std::string& arg, const CLI
 
 Result<CommandLine> ParseCommandLine(const std::vector<std::string>& given) {
   std::vector<std::string> args = given;
+  // `run`'s command: every word after the first "--", passed on untouched.
+  std::vector<std::string> command;
+  if (auto dashes = std::find(args.begin(), args.end(), "--"); dashes != args.end()) {
+    command.assign(dashes + 1, args.end());
+    args.erase(dashes, args.end());
+  }
   // `bulwark help [COMMAND]` is `bulwark [COMMAND] --help`.
   if (!args.empty() && args[0] == "help") {
     args.erase(args.begin());
@@ -259,6 +276,10 @@ Result<CommandLine> ParseCommandLine(const std::vector<std::string>& given) {
     return Status::InvalidArgument(cmd + ": unexpected argument '" + extra + "'" + Hint(cmd));
   }
   out.args.positional.push_back(cmd);
+  if (!command.empty() && cmd != "run") {
+    return Status::InvalidArgument(cmd + ": unexpected '--' and command (only 'run' takes one)" + Hint(cmd));
+  }
+  out.args.positional.insert(out.args.positional.end(), command.begin(), command.end());
   for (const CLI::Option* o : sub.get_options()) {
     if (o->count() == 0) continue;
     if (o->get_positional() && o->get_lnames().empty()) {

@@ -3,6 +3,7 @@
 //   bulwark up --machines N [--standby S] [--metrics-port P] [--tls] [--dir D]   controller + N+S agents
 //   bulwark up --backend slurm [--machines N] [--standby S] [--grow G]   agents as tasks of this Slurm allocation
 //   bulwark down [--dir D]
+//   bulwark run --machines N [--standby S] [--progress REGEX] [--json] -- COMMAND ARGS   up, submit, follow, down
 //   bulwark submit JOB.yaml [--dir D]
 //   bulwark status|incidents|ledger [--json] [--dir D]
 //   bulwark inject crash|kill|machine-down|device-fail|nic-flap|corrupt-shard --machine ID [--rank R]
@@ -39,6 +40,7 @@
 #include "cli/commands.h"
 #include "cli/job_file.h"
 #include "cli/run_commands.h"
+#include "cli/run_job.h"
 #include "cli/release_commands.h"
 #include "cluster/layout.h"
 #include "cluster/tls.h"
@@ -285,8 +287,14 @@ Status StatusCmd(const Args& a) {
       std::cout << "no job submitted\n";
     } else {
       const json& job = j["job"];
+      // A completed job: the step it ended at and how it ended.
+      const bool done = job.value("done_step", json()).is_number();
       std::cout << "job " << job["id"].get<std::string>() << ": " << job["state"].get<std::string>()
-                << ", step " << job["last_step"] << ", generation " << job["generation"]
+                << (done ? " at step " : ", step ") << (done ? job["done_step"] : job["last_step"])
+                << (done && job.value("done_why", json()).is_string() && !job["done_why"].get<std::string>().empty()
+                        ? " (" + job["done_why"].get<std::string>() + ")"
+                        : "")
+                << ", generation " << job["generation"]
                 << ", placement " << job["placement"].dump() << ", incidents " << job["incidents"] << "\n";
     }
     for (const json& m : j["machines"]) {
@@ -471,6 +479,9 @@ Status Run(const Args& a) {
   return Status::Internal("command '" + cmd + "' is declared but not dispatched");
 }
 
+// `bulwark run` ends with its job's outcome, not only with an error.
+Result<int> RunJob(const Args& a) { return RunJobCmd(a, Up, Down); }
+
 }  // namespace
 }  // namespace bulwark::cli
 
@@ -479,6 +490,12 @@ int main(int argc, char** argv) {
   if (line.ok() && !line->help.empty()) {
     std::fputs(line->help.c_str(), stdout);
     return 0;
+  }
+  if (line.ok() && line->args.positional.at(0) == "run") {
+    bulwark::Result<int> code = bulwark::cli::RunJob(line->args);
+    if (code.ok()) return *code;
+    std::fprintf(stderr, "bulwark: error: %s\n", code.status().message().c_str());
+    return bulwark::ExitCodeFor(code.status());
   }
   bulwark::Status st = line.ok() ? bulwark::cli::Run(line->args) : line.status();
   if (!st.ok()) {

@@ -1,7 +1,9 @@
 #include "controller/stack_analyzer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
+#include <utility>
 #include <sstream>
 
 namespace bulwark::controller {
@@ -37,6 +39,20 @@ std::string StripBrackets(const std::string& s) {
   return out;
 }
 
+// A Python frame the tracer spliced in (agent/python_stack.h), "qualname
+// (file:line)" after its "[py] " mark: kept whole, for the line tells call
+// sites apart (two collectives, two loader paths in one function), but
+// with the file's directory dropped, for ranks may run the same script from
+// different directories.
+std::string PythonFrame(const std::string& s) {
+  const size_t open = s.rfind(" (");
+  if (open == std::string::npos || s.back() != ')') return std::string(kPythonMark) + s;
+  std::string where = s.substr(open + 2, s.size() - open - 3);
+  const size_t slash = where.rfind('/', where.rfind(':'));
+  if (slash != std::string::npos) where = where.substr(slash + 1);
+  return std::string(kPythonMark) + s.substr(0, open) + " (" + where + ")";
+}
+
 // One frame line's function, normalized; empty for a line that is no frame.
 std::optional<std::string> FrameName(const std::string& line) {
   std::istringstream in(line);
@@ -53,6 +69,10 @@ std::optional<std::string> FrameName(const std::string& line) {
     size_t sp = rest.find(' ');
     rest = sp == std::string::npos ? "" : rest.substr(sp + 1);
     if (StartsWith(rest, "in ")) rest = rest.substr(3);
+  }
+  if (StartsWith(rest, kPythonMark)) {
+    while (!rest.empty() && rest.back() == ' ') rest.pop_back();
+    return PythonFrame(rest.substr(std::strlen(kPythonMark)));
   }
   // gdb's " at file:line" / " from lib.so" and eu-stack's " - module".
   for (const char* tail : {" at ", " from ", " - "}) {
@@ -77,6 +97,33 @@ bool IsStartupFrame(const std::string& f) {
          f == "__clone3" || f == "__clone";
 }
 
+// Where, in Python, an outlier's stack parts from the majority's, for each
+// of the two: its innermost Python frame (what it is doing), and, when that
+// is not where the chains part, " via " the first frame that differs when
+// both are walked from the outermost frame in (the call site that took it
+// there). Without the mark; "" for no Python frames.
+std::pair<std::string, std::string> WherePythonDiffers(const std::vector<std::string>& odd,
+                                                       const std::vector<std::string>& rest) {
+  std::vector<std::string> a, b;
+  for (const std::string& f : odd) {
+    if (IsPythonFrame(f)) a.push_back(f.substr(std::strlen(kPythonMark)));
+  }
+  for (const std::string& f : rest) {
+    if (IsPythonFrame(f)) b.push_back(f.substr(std::strlen(kPythonMark)));
+  }
+  if (a.empty()) return {"", ""};
+  size_t i = a.size(), j = b.size();
+  while (i > 0 && j > 0 && a[i - 1] == b[j - 1]) {
+    --i;
+    --j;
+  }
+  auto where = [](const std::vector<std::string>& chain, size_t parted) {
+    if (chain.empty()) return std::string();
+    return parted > 1 ? chain[0] + " via " + chain[parted - 1] : chain[0];
+  };
+  return {where(a, i), where(b, j)};
+}
+
 std::string Join(const std::vector<std::string>& frames) {
   std::string s;
   for (size_t i = 0; i < frames.size(); ++i) s += (i ? " < " : "") + frames[i];
@@ -84,6 +131,21 @@ std::string Join(const std::vector<std::string>& frames) {
 }
 
 }  // namespace
+
+bool IsPythonFrame(const std::string& frame) { return StartsWith(frame, kPythonMark); }
+
+std::string SummarizeFrames(const std::vector<std::string>& frames, size_t limit) {
+  std::string s;
+  const size_t n = std::min(limit, frames.size());
+  for (size_t i = 0; i < n; ++i) s += (i ? " < " : "") + frames[i];
+  size_t shown = 0;
+  for (size_t i = n; i < frames.size() && shown < kSummaryPythonFrames; ++i) {
+    if (!IsPythonFrame(frames[i])) continue;
+    s += shown++ == 0 ? " < ... < " : " < ";
+    s += frames[i];
+  }
+  return s;
+}
 
 std::vector<std::string> NormalizeMainThread(const std::string& text) {
   std::vector<std::string> frames;
@@ -189,6 +251,13 @@ StackAnalysis AnalyzeStacks(const std::vector<RankStack>& stacks, const Topology
   a.why = "outlier rank(s) {" + who + "} of " + std::to_string(a.groups.size()) + " stack groups; " +
           (a.group ? "the smallest group holding them is " + a.group->Name() + ", on " : std::string("on ")) + m;
   if (!a.missing.empty()) a.why += " (" + std::to_string(a.missing.size()) + " rank(s) gave no stack)";
+  // Python ranks: what the odd ones out and the rest are doing in Python.
+  for (size_t i = 1; i < a.groups.size(); ++i) {
+    const auto [odd, rest] = WherePythonDiffers(a.groups[i].frames, a.groups[0].frames);
+    if (odd.empty()) continue;
+    a.why += "; in Python the outliers are at " + odd + (rest.empty() ? "" : ", the others at " + rest);
+    break;
+  }
   return a;
 }
 

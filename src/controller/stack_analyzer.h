@@ -36,8 +36,21 @@ struct RankStack {
 // only; addresses, frame numbers, symbol versions (@GLIBC_2.2.5), argument
 // lists, template arguments, clone suffixes (.isra.0, .constprop.1, [clone
 // .cold]) and the process start-up frames below main removed. Unnamed frames
-// become "??" and runs of them collapse to one.
+// become "??" and runs of them collapse to one. Python frames the tracer
+// spliced in ("[py] qualname (file:line)", agent/python_stack.h) keep their
+// qualified name and line, their file without its directory: ranks at
+// different Python call sites inside the same native code group apart.
 std::vector<std::string> NormalizeMainThread(const std::string& text);
+
+// The mark of a Python frame, in a capture and in a normalized frame.
+inline constexpr const char* kPythonMark = "[py] ";
+bool IsPythonFrame(const std::string& frame);
+
+// A group's frames for people, innermost first: the innermost `limit`, then,
+// when Python frames lie deeper (a rank waiting inside a C library), up to
+// kSummaryPythonFrames of them after " < ... < ": what it was doing in Python.
+inline constexpr size_t kSummaryPythonFrames = 6;
+std::string SummarizeFrames(const std::vector<std::string>& frames, size_t limit = 12);
 
 struct StackGroup {
   std::string signature;            // the normalized frames joined by " < "
@@ -52,7 +65,7 @@ struct StackAnalysis {
   std::vector<int> missing;        // ranks with no stack (counted among outliers)
   std::optional<ParallelGroup> group;  // smallest group holding every outlier
   std::vector<MachineId> suspects;     // machines to over-evict, ascending
-  std::string why;                     // one line for the incident
+  std::string why;                     // one line for the incident; Python ranks: where the outliers are in Python
 };
 
 // Groups `stacks` (one per rank of `topology`; ranks absent from `stacks`

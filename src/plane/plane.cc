@@ -311,6 +311,8 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
   // The agent's current holdings, not a delta: copies it dropped are gone.
   a.shards.clear();
   for (const wire::ShardCopy& c : req.shards()) a.shards.push_back({req.machine(), c.rank(), c.step(), c.backup()});
+  a.finished.clear();
+  for (const wire::FinishedRank& f : req.finished()) a.finished[f.rank()] = f.step();
   const bool was_lost = a.lost_reported;
   a.lost_reported = false;
 
@@ -329,15 +331,7 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
     a.acked_seq = ev.seq();
     const json origin{{"machine", req.machine()}, {"incarnation", a.incarnation}, {"seq", ev.seq()}};
     if (ev.kind() == wire::AgentEvent::JOB_DONE) {
-      if (!done_step_ && launch_) {
-        done_step_ = ev.step();
-        json record = origin;
-        record["type"] = "done";
-        record["step"] = ev.step();
-        store_->Append(launch_->spec.id, ToMs(now), record.dump());
-        Log("job " + launch_->spec.id + " finished at step " + std::to_string(ev.step()));
-        SaveSnapshots(now);
-      }
+      if (!done_step_ && launch_) CompleteLocked(ev.step(), "rank 0 printed its done line", origin, now);
       continue;
     }
     // A finished job has nothing left to protect: its ranks' exits and its
@@ -378,6 +372,7 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
         }
         continue;
       }
+      if (r.halted().empty()) highest_step_ = std::max(highest_step_, r.step());
       RankSignal sig;
       sig.machine = req.machine();
       sig.rank = r.rank();
@@ -399,7 +394,45 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
     }
     if (!req.signals().empty()) CheckMonitors(now);
   }
+  // After the events: an exit they report may have restarted the job, and
+  // the ranks that finished before it are then the old run's.
+  CompleteIfEveryRankExitedLocked(now);
   return a.acked_seq;
+}
+
+void Plane::CompleteIfEveryRankExitedLocked(Time now) {
+  if (!controller_ || !launch_ || done_step_ || !journal_error_.ok()) return;
+  const ClusterState& s = controller_->state();
+  const Placement& p = s.placement;
+  if (p.empty() || p.generation == 0) return;
+  int64_t step = std::max(s.last_step, highest_step_);
+  for (int r = 0; r < p.world_size(); ++r) {
+    auto a = agents_.find(p.MachineOf(r));
+    if (a == agents_.end() || a->second.generation != p.generation) return;
+    auto f = a->second.finished.find(r);
+    if (f == a->second.finished.end()) return;
+    step = std::max(step, f->second);
+  }
+  std::string why = "every rank of generation " + std::to_string(p.generation) + " exited 0";
+  // Nothing it printed matched: a progress pattern that never matches, or a
+  // program that ended at once. Done all the same, and said so.
+  if (step == 0) why += " before any step was seen";
+  CompleteLocked(step, why, json(nullptr), now);
+}
+
+void Plane::CompleteLocked(int64_t step, const std::string& why, const json& origin, Time now) {
+  done_step_ = step;
+  done_why_ = why;
+  json record = origin.is_object() ? origin : json::object();
+  record["type"] = "done";
+  record["step"] = step;
+  record["why"] = why;
+  if (Status st = store_->Append(launch_->spec.id, ToMs(now), record.dump()); !st.ok()) {
+    Log("cannot journal the job's completion: " + st.ToString() + "; a restarted controller will hear the agents again");
+  }
+  Log("job " + launch_->spec.id + " finished at step " + std::to_string(step) + ": " + why);
+  monitors_.Stop();
+  SaveSnapshots(now);
 }
 
 void Plane::CheckMonitors(Time now) {
@@ -448,9 +481,7 @@ void Plane::FinishTrace(Time now) {
   e.incident = t.incident;
   e.generation = t.placement.generation;
   for (const StackGroup& g : an.groups) {
-    std::string top;
-    for (size_t i = 0; i < g.frames.size() && i < 12; ++i) top += (i ? " < " : "") + g.frames[i];
-    e.groups.push_back({static_cast<int>(g.ranks.size()), top, g.ranks});
+    e.groups.push_back({static_cast<int>(g.ranks.size()), SummarizeFrames(g.frames), g.ranks});
   }
   e.missing = an.missing;
   e.group = an.group ? an.group->Name() : "";

@@ -119,6 +119,9 @@ class Plane {
     std::string shard_addr;
     std::vector<ShardHolding> shards;
     std::string device_slowdown;  // the device's fail-slow hint, "" none (runtime, not journaled)
+    // Its ranks of `generation` that exited 0 -> the last step each was seen
+    // to complete (replaced by every report, like shards).
+    std::map<int, int64_t> finished;
     std::optional<wire::Command> desired;
     std::deque<wire::Command> oneshots;
     int64_t stream = 0;  // the newest command stream's number
@@ -141,6 +144,20 @@ class Plane {
   void FinishTrace(Time now);
   // Runs the detectors and handles what they found.
   void CheckMonitors(Time now);
+  // A job ends when its program does, whatever it printed: once every rank
+  // of the current placement has exited 0 (as its machine's agent last
+  // reported), the job is complete at the last step seen, the highest of
+  // the job's progress, any rank's signalled step and the finished ranks'.
+  // A rank that exits 0 while others train is waited for: until the last
+  // one ends the job runs and is protected as before, so a rank that then
+  // fails or hangs is an ordinary incident, and its restart starts every
+  // rank again, the finished ones too (a program that resumes at its end
+  // exits 0 again at once, and completes the job then).
+  void CompleteIfEveryRankExitedLocked(Time now);
+  // Journals the job's completion at `step` (`why` for people) and stops
+  // protecting it: its ranks' exits and its machines' faults are no longer
+  // incidents.
+  void CompleteLocked(int64_t step, const std::string& why, const nlohmann::json& origin, Time now);
   Time Now(Time now);
   // Journals, hands to the policy and actuates; the only path for events.
   Status HandleLocked(const Event& e, Time now, const nlohmann::json& origin);
@@ -200,6 +217,10 @@ class Plane {
   Time started_{};
   std::optional<Time> last_tick_;
   std::optional<int64_t> done_step_;
+  std::string done_why_;  // how it ended, for status (journaled with the done row)
+  // The highest step any rank signalled (the job's progress is rank 0's; a
+  // rank may go further before it ends). Runtime only, like the signals.
+  int64_t highest_step_ = 0;
   std::set<std::string> logged_actions_;
   std::string metrics_url_;  // "" when metrics are not served
   Status journal_error_;  // sticky: set once, the plane decides nothing more

@@ -57,6 +57,9 @@ Status Plane::Rebuild(Time now) {
       actions = controller_->Handle(*rec->event, at);
     } else if (type == "done") {
       done_step_ = rec->step;
+      // For people only; older journals do not say.
+      const json row = json::parse(entry.json, nullptr, false);
+      done_why_ = row.is_object() ? row.value("why", "") : "";
     } else if (type == "release" && rec->release) {
       releases_[rec->release->number] = *rec->release;
     }

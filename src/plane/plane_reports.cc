@@ -77,6 +77,7 @@ json Plane::StatusJson(Time now) {
                   {"placement", s.placement.slots},
                   {"last_step", s.last_step},
                   {"done_step", done_step_ ? json(*done_step_) : json(nullptr)},
+                  {"done_why", done_step_ ? json(done_why_) : json(nullptr)},
                   {"incidents", controller_->incidents().size()},
                   {"persist_every", launch_->persist_every},
                   {"durable_dir", launch_->durable_dir}};

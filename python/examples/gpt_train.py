@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""A small GPT in plain PyTorch, trained with DDP over Gloo on CPU: the kind
+of script bulwark protects, with the client in a few lines (marked CLIENT).
+
+    bulwark run --machines 2 --standby 1 -- python3 python/examples/gpt_train.py --steps 300
+
+It learns this file's own text, one character at a time. Each step it
+reports its loss to bulwark and checkpoints the model and the optimizer
+into its agent's memory. After a restart it resumes from the newest step
+every rank has a checkpoint of (its own, or a peer's backup copy), so a
+killed rank or a dead machine costs at most one step. At --steps every rank exits 0 and the job is complete.
+Run directly, without bulwark, the client calls do nothing: pass --init
+file:///tmp/somefile --rank R --world-size N.
+"""
+
+import argparse
+import math
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import bulwark  # noqa: E402  CLIENT
+
+BLOCK, BATCH, DIM, HEADS, LAYERS = 32, 16, 64, 4, 2
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, DIM)
+        self.pos = nn.Parameter(torch.zeros(1, BLOCK, DIM))
+        layer = nn.TransformerEncoderLayer(DIM, HEADS, 4 * DIM, dropout=0.0, batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, LAYERS)
+        self.norm = nn.LayerNorm(DIM)
+        self.head = nn.Linear(DIM, vocab, bias=False)
+        # Each position sees itself and what came before.
+        self.register_buffer("causal", torch.triu(torch.full((BLOCK, BLOCK), float("-inf")), diagonal=1))
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos[:, : idx.shape[1]]
+        x = self.blocks(x, mask=self.causal[: idx.shape[1], : idx.shape[1]])
+        return self.head(self.norm(x))
+
+
+def batch(data, step, rank):
+    """Sequences drawn by (step, rank): a resumed run sees the same data."""
+    g = torch.Generator().manual_seed(step * 1000 + rank)
+    starts = torch.randint(0, len(data) - BLOCK - 1, (BATCH,), generator=g)
+    x = torch.stack([data[s: s + BLOCK] for s in starts])
+    y = torch.stack([data[s + 1: s + BLOCK + 1] for s in starts])
+    return x, y
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--init", default="env://")
+    ap.add_argument("--rank", type=int, default=int(os.environ.get("RANK", "0")))
+    ap.add_argument("--world-size", type=int, default=int(os.environ.get("WORLD_SIZE", "1")))
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    with bulwark.peer_loss_exits():  # CLIENT: a lost peer is its fault, not this machine's
+        dist.init_process_group("gloo", init_method=a.init, rank=a.rank, world_size=a.world_size)
+        train(a)
+    dist.destroy_process_group()
+
+
+def train(a):
+    rank = dist.get_rank()
+    text = open(os.path.abspath(__file__), encoding="utf-8").read()
+    chars = sorted(set(text))
+    data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
+    torch.manual_seed(0)  # the same initial weights on every rank
+    model = GPT(len(chars))
+    ddp = DDP(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
+
+    step = 0
+    resumed = bulwark.restore()  # CLIENT: the newest step every rank has a checkpoint of
+    if resumed is not None:
+        model.load_state_dict(resumed.state["model"])
+        opt.load_state_dict(resumed.state["optimizer"])
+        step = resumed.step
+        if rank == 0:
+            print("resumed after step %d" % step, flush=True)
+
+    while step < a.steps:
+        step += 1
+        x, y = batch(data, step, rank)
+        logits = ddp(x)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if rank == 0 and (step % 10 == 0 or step == a.steps):
+            print("step %d loss %.4f (perplexity %.1f)" % (step, loss.item(), math.exp(loss.item())), flush=True)
+        bulwark.save(step, {"model": model.state_dict(), "optimizer": opt.state_dict()})  # CLIENT
+        bulwark.step(step, loss=loss.item())  # CLIENT: progress; compute time is measured for it
+
+
+if __name__ == "__main__":
+    main()
