@@ -325,7 +325,7 @@ TEST(Inspector, EmulatedDeviceAndNicAreRead) {
   EXPECT_FALSE(h.device_ok);
   EXPECT_EQ(h.device_detail, "Xid 48: uncorrectable ECC error");
   EXPECT_FALSE(h.nic_up);
-  agent::ResetEmulatedHealth(p);
+  ASSERT_TRUE(agent::ResetEmulatedHealth(p).ok());
   EXPECT_TRUE(agent::Inspect(p).device_ok);
   EXPECT_TRUE(agent::Inspect(p).nic_up);
 }

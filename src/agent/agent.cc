@@ -250,7 +250,9 @@ void Agent::ReleaseEchoes() {
 
 void Agent::InspectMachine() {
   if (nic_up_at_ && Clock::now() >= *nic_up_at_) {
-    WriteFileAtomic(health_paths_.nic, std::string("up\n"));
+    if (Status st = WriteFileAtomic(health_paths_.nic, std::string("up\n")); !st.ok()) {
+      LogWarn("the emulated NIC stays down: " + st.ToString());  // and is inspected, and reported, as down
+    }
     nic_up_at_.reset();
   }
   const HealthReading h = Inspect(health_paths_, gpu_.get());

@@ -108,9 +108,13 @@ void Agent::ApplyCommands() {
         sdc_.clear();
         net_slow_ = 0;
         compute_bad_ = false;
-        ResetEmulatedHealth(health_paths_, gpu_.get());
         device_reported_ = disk_reported_ = memory_reported_ = false;
-        Log("emulated device and NIC reset to healthy");
+        if (Status st = ResetEmulatedHealth(health_paths_, gpu_.get()); !st.ok()) {
+          // The next inspection reads the fault file still there and reports it.
+          LogWarn("could not reset the emulated device and NIC: " + st.ToString());
+        } else {
+          Log("emulated device and NIC reset to healthy");
+        }
         break;
       default:
         break;
@@ -196,10 +200,15 @@ void Agent::Inject(const std::string& fault, int rank, const std::string& where,
     // The agent and, through PDEATHSIG, its ranks die at once.
     ::kill(::getpid(), SIGKILL);
   } else if (fault == "device-fail") {
-    WriteFileAtomic(health_paths_.device,
-                    std::string("Xid 48: uncorrectable ECC error (double-bit) on device 0\n"));
+    if (Status st = WriteFileAtomic(health_paths_.device,
+                                    std::string("Xid 48: uncorrectable ECC error (double-bit) on device 0\n"));
+        !st.ok()) {
+      LogWarn("could not inject " + fault + ": " + st.ToString());
+    }
   } else if (fault == "nic-flap") {
-    WriteFileAtomic(health_paths_.nic, std::string("down\n"));
+    if (Status st = WriteFileAtomic(health_paths_.nic, std::string("down\n")); !st.ok()) {
+      LogWarn("could not inject " + fault + ": " + st.ToString());
+    }
     nic_up_at_ = Clock::now() + kNicFlapDown;
   } else if (fault == "compute-fail") {
     // A broken ALU: its GEMM check gets one element wrong (diagnostics.h)

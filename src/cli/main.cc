@@ -214,12 +214,17 @@ Status Down(const Args& a) {
   // controller: the whole cluster is gone within about two seconds.
   std::vector<pid_t> agents;
   size_t stopped = 0;
+  // Down goes on past a process that would not die: the rest still go, and
+  // the one left is named for the operator to kill.
+  auto terminate = [](const std::vector<pid_t>& pids) {
+    if (Status st = cluster::Terminate(pids, 5000); !st.ok()) std::cerr << "bulwark: " << st.message() << "\n";
+  };
   if (PathExists(layout.backend())) {
     // A Slurm cluster's agents are steps and jobs on other hosts: their pid
     // files name processes there, not here. Slurm stops them, after the
     // controller: one that saw its agents vanish would drain their nodes.
     if (Result<pid_t> pid = cluster::LivePid(layout.controller_pid()); pid.ok()) {
-      cluster::Terminate({*pid}, 5000);
+      terminate({*pid});
       ++stopped;
     }
     cluster::SystemRunner runner;
@@ -233,11 +238,11 @@ Status Down(const Args& a) {
     for (const std::string& id : ListDir(layout.machines())) {
       if (Result<pid_t> pid = cluster::LivePid(layout.agent_pid(id)); pid.ok()) agents.push_back(*pid);
     }
-    cluster::Terminate(agents, 5000);
+    terminate(agents);
     stopped = agents.size();
   }
   if (Result<pid_t> pid = cluster::LivePid(layout.controller_pid()); pid.ok()) {
-    cluster::Terminate({*pid}, 5000);
+    terminate({*pid});
     ++stopped;
   }
   std::cout << "stopped " << stopped << " processes in " << layout.dir << "\n";

@@ -241,27 +241,39 @@ Status Plane::HandleLocked(const Event& e, Time now, const json& origin) {
       // Still remember it was seen, so that a restart does not apply it later.
       json record = origin;
       record["type"] = "origin";
-      store_->Append(launch_->spec.id, ToMs(now), record.dump());
+      BULWARK_RETURN_IF_ERROR(JournalLocked(record, now));
     }
     return actions.status();
   }
   json record{{"type", "event"}, {"event", EncodeEvent(e)}};
   if (!origin.is_null()) record["origin"] = origin;
   // Journal before acting: a decision that was acted on is always replayed.
-  if (Status st = store_->Append(launch_->spec.id, ToMs(now), record.dump()); !st.ok()) {
-    // The policy has changed its state but the journal does not say so:
-    // acting now could never be replayed. Keep the first error and decide
-    // nothing more (LevelDB's sticky background error).
-    journal_error_ = st.Annotate("controller stopped deciding (journal not written)");
-    Log(journal_error_.ToString() + "; fix the disk, then restart the controller: it replays the journal");
-    return journal_error_;
-  }
+  BULWARK_RETURN_IF_ERROR(JournalLocked(record, now));
   if (KindOf(e) != EventKind::kStepCompleted) Log("event " + Describe(e));
   KillPointJournaled(EventKindName(KindOf(e)));
-  if (++appended_since_compaction_ >= kCompactEvery) BULWARK_RETURN_IF_ERROR(CompactJournal(now));
-  BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, /*deliver=*/true, now));
-  if (KindOf(e) != EventKind::kStepCompleted || !actions->empty()) return SaveSnapshots(now);
-  return Status::OK();
+  Status after = Status::OK();
+  if (++appended_since_compaction_ >= kCompactEvery) after = CompactJournal(now);
+  if (after.ok()) after = AfterDecision(*actions, /*deliver=*/true, now);
+  if (after.ok() && (KindOf(e) != EventKind::kStepCompleted || !actions->empty())) after = SaveSnapshots(now);
+  if (!after.ok()) Log("after journaling " + Describe(e) + ": " + after.ToString());
+  return after;
+}
+
+void Plane::FeedLocked(const Event& e, Time now, const json& origin) {
+  // Nobody waits on the answer, and HandleLocked has logged any failure; a
+  // journal failure also stops all further deciding (journal_error_).
+  HandleLocked(e, now, origin).IgnoreError();
+}
+
+Status Plane::JournalLocked(const json& record, Time now) {
+  Status st = store_->Append(launch_->spec.id, ToMs(now), record.dump());
+  if (st.ok()) return st;
+  // The policy has changed its state but the journal does not say so:
+  // acting now could never be replayed. Keep the first error and decide
+  // nothing more (LevelDB's sticky background error).
+  journal_error_ = st.Annotate("controller stopped deciding (journal not written)");
+  Log(journal_error_.ToString() + "; fix the disk, then restart the controller: it replays the journal");
+  return journal_error_;
 }
 
 Status Plane::Register(const wire::RegisterRequest& req, Time now) {
@@ -319,7 +331,7 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
     // A machine the job has not seen, or one an operator returned, joins
     // once it reports: the local backend's self-check is its agent being up.
     if (m == nullptr || m->state == MachineState::kJoining) {
-      HandleLocked(MachineJoined{req.machine(), true, "agent reporting", now}, now, nullptr);
+      FeedLocked(MachineJoined{req.machine(), true, "agent reporting", now}, now, nullptr);
     } else if (was_lost) {
       Log("machine " + req.machine() + " is heard from again; it stays " + MachineStateName(m->state));
     }
@@ -334,9 +346,10 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
         json record = origin;
         record["type"] = "done";
         record["step"] = ev.step();
-        store_->Append(launch_->spec.id, ToMs(now), record.dump());
+        BULWARK_RETURN_IF_ERROR(JournalLocked(record, now));
         Log("job " + launch_->spec.id + " finished at step " + std::to_string(ev.step()));
-        SaveSnapshots(now);
+        // The done row is journaled: a restart replays it, snapshot or not.
+        if (Status st = SaveSnapshots(now); !st.ok()) Log("after the job finished: " + st.ToString());
       }
       continue;
     }
@@ -362,7 +375,7 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
       Log(e.status().ToString());
       continue;
     }
-    HandleLocked(*e, now, origin);
+    FeedLocked(*e, now, origin);
   }
   // The ranks' signals feed the detectors; only the current generation's,
   // and only while the job trains.
@@ -413,7 +426,7 @@ void Plane::CheckMonitors(Time now) {
         slow->detail += " (its device reports: " + it->second.device_slowdown + ")";
       }
     }
-    HandleLocked(e, now, nullptr);
+    FeedLocked(e, now, nullptr);
   }
 }
 
@@ -467,16 +480,18 @@ void Plane::FinishTrace(Time now) {
   const size_t slash = options_.db_path.find_last_of('/');
   const std::string dir = (slash == std::string::npos ? std::string(".") : options_.db_path.substr(0, slash)) +
                           "/stacks/incident-" + std::to_string(t.incident);
-  if (MakeDirs(dir).ok()) {
-    for (const RankStack& s : t.stacks) {
-      WriteFileAtomic(dir + "/rank-" + std::to_string(s.rank) + ".txt",
-                      "# rank " + std::to_string(s.rank) + " on " + s.machine + "\n" +
-                          (s.text.empty() ? "# no stack: " + s.error + "\n" : s.text));
-    }
-    WriteFileAtomic(dir + "/analysis.json", EncodeEvent(Event(e)).dump(2) + "\n");
+  // For people only: the verdict goes to the policy whether they are written or not.
+  Status written = MakeDirs(dir);
+  for (const RankStack& s : t.stacks) {
+    if (!written.ok()) break;
+    written = WriteFileAtomic(dir + "/rank-" + std::to_string(s.rank) + ".txt",
+                              "# rank " + std::to_string(s.rank) + " on " + s.machine + "\n" +
+                                  (s.text.empty() ? "# no stack: " + s.error + "\n" : s.text));
   }
+  if (written.ok()) written = WriteFileAtomic(dir + "/analysis.json", EncodeEvent(Event(e)).dump(2) + "\n");
+  if (!written.ok()) Log("raw stacks of incident " + std::to_string(t.incident) + " not kept: " + written.ToString());
   Log("stacks of incident " + std::to_string(t.incident) + ": " + e.why + " (raw stacks in " + dir + ")");
-  HandleLocked(Event(e), now, nullptr);
+  FeedLocked(Event(e), now, nullptr);
 }
 
 int64_t Plane::OpenStream(const std::string& machine) {
@@ -554,16 +569,16 @@ void Plane::Tick(Time now) {
     const MachineStatus* m = controller_->state().FindMachine(id);
     if (m == nullptr || m->state == MachineState::kEvicted) continue;
     a.lost_reported = true;
-    HandleLocked(MachineHeartbeatLost{id, a.last_heard, now}, now, nullptr);
+    FeedLocked(MachineHeartbeatLost{id, a.last_heard, now}, now, nullptr);
   }
   if (trace_ && now >= trace_->deadline) FinishTrace(now);
   // The ladder's rung in flight ran past its budget: the results so far decide.
   const LadderStatus& ladder = controller_->state().ladder;
   if (ladder.deadline && now >= *ladder.deadline && journal_error_.ok()) {
-    HandleLocked(LadderDeadline{ladder.incident, now}, now, nullptr);
+    FeedLocked(LadderDeadline{ladder.incident, now}, now, nullptr);
   }
   if (journal_error_.ok() && AlignmentCheckIsDue(controller_->state(), options_.policy.ladder, now)) {
-    HandleLocked(AlignmentCheckDue{now}, now, nullptr);
+    FeedLocked(AlignmentCheckDue{now}, now, nullptr);
   }
   ReleaseAndRequeueTimers(now);
   CheckMonitors(now);

@@ -143,7 +143,15 @@ class Plane {
   void CheckMonitors(Time now);
   Time Now(Time now);
   // Journals, hands to the policy and actuates; the only path for events.
+  // Logs every failure itself (a refusal, the journal, what follows the
+  // journaled decision), so a caller that has no one to tell may use Feed.
   Status HandleLocked(const Event& e, Time now, const nlohmann::json& origin);
+  // HandleLocked for events nobody waits on (an agent's report, the tick).
+  void FeedLocked(const Event& e, Time now, const nlohmann::json& origin);
+  // Appends one row to the journal. A failure is sticky (journal_error_):
+  // the policy's state may have moved past what the journal can replay, so
+  // the plane decides nothing more until it is restarted.
+  Status JournalLocked(const nlohmann::json& record, Time now);
   Status AfterDecision(const std::vector<Action>& actions, bool deliver, Time now);
   // While the job runs, every idle standby's desired state is a STOP_RANKS
   // that carries the job's command (actuator.h: WarmStandby): its agent
