@@ -19,6 +19,7 @@
 
 using namespace bulwark;
 using namespace bulwark::controller;
+using namespace bulwark::plane;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

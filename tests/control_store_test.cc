@@ -15,7 +15,7 @@
 #include "support/plane_commands.h"
 #include "support/process.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 using testing::Desired;
@@ -589,4 +589,4 @@ TEST(Plane, UnknownMachineIsNotFoundByName) {
 }
 
 }  // namespace
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

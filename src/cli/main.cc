@@ -458,7 +458,7 @@ Status Run(const Args& a) {
   if (cmd == "controller") {
     Result<int> mport = IntFlag(a, "metrics-port", -1);
     if (!mport.ok()) return mport.status();
-    return controller::RunController({ClusterDir(a), a.Has("init"), *mport, a.Get("ladder-rungs"),
+    return plane::RunController({ClusterDir(a), a.Has("init"), *mport, a.Get("ladder-rungs"),
                                       a.Get("ladder-tests"), a.Get("ladder-budget"), a.Get("failure-rate"),
                                       a.Get("ladder-align-every")});
   }

@@ -5,7 +5,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 using nlohmann::json;
@@ -522,4 +522,4 @@ json BreakdownJson(const TimeBreakdown& b) {
   return json{{"wall_s", Seconds(b.wall)}, {"ettr", b.ettr()}, {"seconds", by}};
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -13,7 +13,7 @@
 #include "controller/policy.h"
 #include "common/files.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 using nlohmann::json;
@@ -584,4 +584,4 @@ void Plane::Tick(Time now) {
   CheckMonitors(now);
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -30,10 +30,11 @@
 #include "controller/monitors.h"
 #include "controller/stack_analyzer.h"
 #include "common/log.h"
+#include "plane/core.h"
 #include "plane/store.h"
 #include "plane/throughput.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 
 struct PlaneOptions {
   std::string db_path;
@@ -222,4 +223,4 @@ class Plane {
   std::set<std::string> backend_done_;  // action ids told already: repeats are no-ops
 };
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

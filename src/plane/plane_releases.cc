@@ -4,7 +4,7 @@
 #include "plane/codec.h"
 #include "plane/plane.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 
 using nlohmann::json;
 
@@ -110,4 +110,4 @@ void Plane::ReleaseAndRequeueTimers(Time now) {
   }
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane
