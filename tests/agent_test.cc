@@ -125,7 +125,7 @@ TEST(EchoHold, GraceRunsOnlyWhileTheControllerIsReachable) {
   EXPECT_EQ(hold.Due(t0 + seconds(14), true), std::vector<int>{7}) << "4 s of reachable grace";
   // A restart drops what is held.
   hold.Hold(8, t0 + seconds(20));
-  EXPECT_EQ(hold.DropAll(), 1u);
+  EXPECT_EQ(hold.DropEchoes(t0 + seconds(21)), 1u);
   EXPECT_TRUE(hold.Due(t0 + seconds(30), true).empty());
 }
 

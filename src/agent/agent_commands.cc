@@ -15,7 +15,7 @@ void Agent::ApplyCommands() {
   for (const wire::Command& c : batch) {
     if (c.kind() == wire::Command::START_RANKS || c.kind() == wire::Command::STOP_RANKS) {
       if (c.id() != applied_ && !echoes_.empty()) {
-        Log("dropping " + std::to_string(echoes_.DropAll()) + " peer-lost exit(s): the restart answers them");
+        Log("dropping " + std::to_string(echoes_.DropEchoes(Clock::now())) + " peer-lost exit(s): the restart answers them");
       }
     }
     switch (c.kind()) {
@@ -56,7 +56,7 @@ void Agent::ApplyCommands() {
         // rejoin in place. One still silent after that is stopped.
         AwaitWaitingRanks(spec);
         // What they said while this restart was under way, it answers.
-        echoes_.DropAll();
+        echoes_.DropEchoes(Clock::now());
         // The old ranks' last reports, read before they were stopped, are
         // the old generation's, not this one's progress (a step 500 would
         // hide steps 41.. from the ledger). Stopped first, so that what

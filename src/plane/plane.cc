@@ -10,6 +10,7 @@
 #include "plane/actuator.h"
 #include "plane/codec.h"
 #include "plane/kill_point.h"
+#include "controller/echo.h"
 #include "controller/policy.h"
 #include "common/files.h"
 
@@ -360,11 +361,14 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
     // before the agent applied the restart) are not the current run's, and
     // an exit of one is part of the episode the restart already answers
     // (both ranks of a release that cannot start fail; the first exit
-    // rolls it back, the second must not roll back again). Generation 0:
-    // an agent that does not say.
-    const bool old_generation = ev.generation() != controller_->state().placement.generation;
+    // rolls it back, the second must not roll back again): an echo
+    // (controller/echo.h). Generation 0: an agent that does not say.
+    const int64_t generation = controller_->state().placement.generation;
+    const bool old_generation = ev.generation() != generation;
     if ((ev.kind() == wire::AgentEvent::STEP || ev.kind() == wire::AgentEvent::RESTORED) && old_generation) continue;
-    if (ev.kind() == wire::AgentEvent::RANK_EXITED && ev.generation() != 0 && old_generation) {
+    if (ev.kind() == wire::AgentEvent::RANK_EXITED &&
+        ClassifyExit({ev.generation(), TimeFromMs(ev.observed_ms()), /*peer_lost=*/false}, {generation, {}}, now,
+                     Duration(0)) == ExitVerdict::kEcho) {
       Log("rank " + std::to_string(ev.rank()) + " on " + req.machine() + " of generation " +
           std::to_string(ev.generation()) + " exited after the restart to generation " +
           std::to_string(controller_->state().placement.generation) + ": part of the episode it answers");
