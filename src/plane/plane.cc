@@ -303,6 +303,22 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
   now = Now(now);
   // Unacknowledged events stay with the agent until a restarted controller can journal them.
   if (!journal_error_.ok()) return journal_error_;
+  Result<Agent*> a = ReportingAgentLocked(req);
+  if (!a.ok()) return a.status();
+  const bool was_lost = NoteReportLocked(**a, req, now);
+  if (controller_) JoinIfNewLocked(req.machine(), was_lost, now);
+  for (const wire::AgentEvent& ev : req.events()) {
+    if (ev.seq() <= (*a)->acked_seq) continue;  // a resend of something applied
+    (*a)->acked_seq = ev.seq();
+    BULWARK_RETURN_IF_ERROR(ApplyAgentEventLocked(req.machine(), (*a)->incarnation, ev, now));
+  }
+  // The ranks' signals feed the detectors; only the current generation's,
+  // and only while the job trains.
+  if (controller_ && !done_step_) ObserveSignalsLocked(req, now);
+  return (*a)->acked_seq;
+}
+
+Result<Plane::Agent*> Plane::ReportingAgentLocked(const wire::ReportRequest& req) {
   auto it = agents_.find(req.machine());
   if (it == agents_.end()) {
     return Status::FailedPrecondition("machine " + req.machine() + " reported before registering; register first");
@@ -313,6 +329,10 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
                                       std::to_string(req.incarnation()) + " but registered as " +
                                       std::to_string(a.incarnation) + "; register again");
   }
+  return &a;
+}
+
+bool Plane::NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now) {
   a.last_heard = now;
   a.heard_since_start = true;
   a.live_ranks.assign(req.live_ranks().begin(), req.live_ranks().end());
@@ -326,97 +346,88 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
   for (const wire::ShardCopy& c : req.shards()) a.shards.push_back({req.machine(), c.rank(), c.step(), c.backup()});
   const bool was_lost = a.lost_reported;
   a.lost_reported = false;
+  return was_lost;
+}
 
-  if (controller_) {
-    const MachineStatus* m = controller_->state().FindMachine(req.machine());
-    // A machine the job has not seen, or one an operator returned, joins
-    // once it reports: the local backend's self-check is its agent being up.
-    if (m == nullptr || m->state == MachineState::kJoining) {
-      FeedLocked(MachineJoined{req.machine(), true, "agent reporting", now}, now, nullptr);
-    } else if (was_lost) {
-      Log("machine " + req.machine() + " is heard from again; it stays " + MachineStateName(m->state));
-    }
+void Plane::JoinIfNewLocked(const MachineId& machine, bool was_lost, Time now) {
+  const MachineStatus* m = controller_->state().FindMachine(machine);
+  // A machine the job has not seen, or one an operator returned, joins
+  // once it reports: the local backend's self-check is its agent being up.
+  if (m == nullptr || m->state == MachineState::kJoining) {
+    FeedLocked(MachineJoined{machine, true, "agent reporting", now}, now, nullptr);
+  } else if (was_lost) {
+    Log("machine " + machine + " is heard from again; it stays " + MachineStateName(m->state));
   }
-  for (const wire::AgentEvent& ev : req.events()) {
-    if (ev.seq() <= a.acked_seq) continue;  // a resend of something applied
-    a.acked_seq = ev.seq();
-    const json origin{{"machine", req.machine()}, {"incarnation", a.incarnation}, {"seq", ev.seq()}};
-    if (ev.kind() == wire::AgentEvent::JOB_DONE) {
-      if (!done_step_ && launch_) {
-        done_step_ = ev.step();
-        json record = origin;
-        record["type"] = "done";
-        record["step"] = ev.step();
-        BULWARK_RETURN_IF_ERROR(JournalLocked(record, now));
-        Log("job " + launch_->spec.id + " finished at step " + std::to_string(ev.step()));
-        // The done row is journaled: a restart replays it, snapshot or not.
-        if (Status st = SaveSnapshots(now); !st.ok()) Log("after the job finished: " + st.ToString());
+}
+
+Status Plane::ApplyAgentEventLocked(const MachineId& machine, int64_t incarnation, const wire::AgentEvent& ev,
+                                    Time now) {
+  const json origin{{"machine", machine}, {"incarnation", incarnation}, {"seq", ev.seq()}};
+  if (ev.kind() == wire::AgentEvent::JOB_DONE) {
+    if (!done_step_ && launch_) {
+      done_step_ = ev.step();
+      json record = origin;
+      record["type"] = "done";
+      record["step"] = ev.step();
+      BULWARK_RETURN_IF_ERROR(JournalLocked(record, now));
+      Log("job " + launch_->spec.id + " finished at step " + std::to_string(ev.step()));
+      // The done row is journaled: a restart replays it, snapshot or not.
+      if (Status st = SaveSnapshots(now); !st.ok()) Log("after the job finished: " + st.ToString());
+    }
+    return Status::OK();
+  }
+  // A finished job has nothing left to protect: its ranks' exits and its
+  // machines' faults are no longer incidents.
+  if (done_step_ || !controller_) return Status::OK();
+  // Steps and restores read from a previous generation's ranks (read
+  // before the agent applied the restart) are not the current run's, and
+  // an exit of one is part of the episode the restart already answers
+  // (both ranks of a release that cannot start fail; the first exit
+  // rolls it back, the second must not roll back again): an echo
+  // (controller/echo.h). Generation 0: an agent that does not say.
+  const int64_t generation = controller_->state().placement.generation;
+  const bool old_generation = ev.generation() != generation;
+  if ((ev.kind() == wire::AgentEvent::STEP || ev.kind() == wire::AgentEvent::RESTORED) && old_generation) {
+    return Status::OK();
+  }
+  if (ev.kind() == wire::AgentEvent::RANK_EXITED &&
+      ClassifyExit({ev.generation(), TimeFromMs(ev.observed_ms()), /*peer_lost=*/false}, {generation, {}}, now,
+                   Duration(0)) == ExitVerdict::kEcho) {
+    Log("rank " + std::to_string(ev.rank()) + " on " + machine + " of generation " + std::to_string(ev.generation()) +
+        " exited after the restart to generation " + std::to_string(generation) + ": part of the episode it answers");
+    return Status::OK();
+  }
+  Result<Event> e = EventFromAgent(machine, ev);
+  if (!e.ok()) {
+    Log(e.status().ToString());
+    return Status::OK();
+  }
+  FeedLocked(*e, now, origin);
+  return Status::OK();
+}
+
+void Plane::ObserveSignalsLocked(const wire::ReportRequest& req, Time now) {
+  const ClusterState& s = controller_->state();
+  for (const wire::RankSignal& r : req.signals()) {
+    if (r.generation() != s.placement.generation) continue;
+    const Time at = std::min(TimeFromMs(r.observed_ms()), now);
+    if (r.steps() == 0) {
+      if (!r.phase().empty()) {
+        monitors_.Observe(RankPhase{req.machine(), r.rank(), r.phase(), Duration(static_cast<int64_t>(r.phase_ms())), at,
+                                    r.step()});
       }
       continue;
     }
-    // A finished job has nothing left to protect: its ranks' exits and its
-    // machines' faults are no longer incidents.
-    if (done_step_ || !controller_) continue;
-    // Steps and restores read from a previous generation's ranks (read
-    // before the agent applied the restart) are not the current run's, and
-    // an exit of one is part of the episode the restart already answers
-    // (both ranks of a release that cannot start fail; the first exit
-    // rolls it back, the second must not roll back again): an echo
-    // (controller/echo.h). Generation 0: an agent that does not say.
-    const int64_t generation = controller_->state().placement.generation;
-    const bool old_generation = ev.generation() != generation;
-    if ((ev.kind() == wire::AgentEvent::STEP || ev.kind() == wire::AgentEvent::RESTORED) && old_generation) continue;
-    if (ev.kind() == wire::AgentEvent::RANK_EXITED &&
-        ClassifyExit({ev.generation(), TimeFromMs(ev.observed_ms()), /*peer_lost=*/false}, {generation, {}}, now,
-                     Duration(0)) == ExitVerdict::kEcho) {
-      Log("rank " + std::to_string(ev.rank()) + " on " + req.machine() + " of generation " +
-          std::to_string(ev.generation()) + " exited after the restart to generation " +
-          std::to_string(controller_->state().placement.generation) + ": part of the episode it answers");
-      continue;
-    }
-    Result<Event> e = EventFromAgent(req.machine(), ev);
-    if (!e.ok()) {
-      Log(e.status().ToString());
-      continue;
-    }
-    FeedLocked(*e, now, origin);
+    RankSignal sig;
+    CopyFromMessage(r, &sig);
+    sig.machine = req.machine();
+    sig.rank = r.rank();
+    sig.observed = at;
+    monitors_.Observe(sig);
+    // Rank 0 counts the job's tokens; a held-back step processed none.
+    if (r.rank() == 0 && r.halted().empty()) throughput_.Add(r.tokens(), r.step_ms());
   }
-  // The ranks' signals feed the detectors; only the current generation's,
-  // and only while the job trains.
-  if (controller_ && !done_step_) {
-    const ClusterState& s = controller_->state();
-    for (const wire::RankSignal& r : req.signals()) {
-      if (r.generation() != s.placement.generation) continue;
-      const Time at = std::min(TimeFromMs(r.observed_ms()), now);
-      if (r.steps() == 0) {
-        if (!r.phase().empty()) {
-          monitors_.Observe(RankPhase{req.machine(), r.rank(), r.phase(), Duration(static_cast<int64_t>(r.phase_ms())), at,
-                                      r.step()});
-        }
-        continue;
-      }
-      RankSignal sig;
-      sig.machine = req.machine();
-      sig.rank = r.rank();
-      sig.step = r.step();
-      sig.steps = r.steps();
-      sig.loss = r.loss();
-      sig.grad_norm = r.grad_norm();
-      sig.local_grad_norm = r.local_grad_norm();
-      sig.step_ms = r.step_ms();
-      sig.compute_ms = r.compute_ms();
-      sig.comm_ms = r.comm_ms();
-      sig.local_nonfinite = r.local_nonfinite();
-      sig.nonfinite = r.nonfinite();
-      sig.halted = r.halted();
-      sig.observed = at;
-      monitors_.Observe(sig);
-      // Rank 0 counts the job's tokens; a held-back step processed none.
-      if (r.rank() == 0 && r.halted().empty()) throughput_.Add(r.tokens(), r.step_ms());
-    }
-    if (!req.signals().empty()) CheckMonitors(now);
-  }
-  return a.acked_seq;
+  if (!req.signals().empty()) CheckMonitors(now);
 }
 
 void Plane::CheckMonitors(Time now) {

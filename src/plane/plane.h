@@ -136,6 +136,19 @@ class Plane {
   };
 
   explicit Plane(PlaneOptions o) : options_(std::move(o)), monitors_(options_.policy) {}
+  // --- an agent's report (Report), one job each ---
+  // The agent of `req`, registered under the incarnation it reports as.
+  Result<Agent*> ReportingAgentLocked(const wire::ReportRequest& req);
+  // What the report says of the machine: heard now, its ranks, generation,
+  // shard holdings and device hint. True when it had been reported lost.
+  bool NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now);
+  // A machine the job has not seen, or one an operator returned, joins by reporting.
+  void JoinIfNewLocked(const MachineId& machine, bool was_lost, Time now);
+  // One new event of the agent's: journaled and decided, or dropped as a
+  // stale step or an echo. An error only when the journal failed.
+  Status ApplyAgentEventLocked(const MachineId& machine, int64_t incarnation, const wire::AgentEvent& ev, Time now);
+  // The ranks' step signals and phases into the detectors, then a check.
+  void ObserveSignalsLocked(const wire::ReportRequest& req, Time now);
   Status Rebuild(Time now);
   // Analyzes what the trace gathered, keeps the raw stacks for people and
   // hands the verdict to the policy.
