@@ -29,21 +29,15 @@ struct StepFigures {
   // context x data-parallel ranks), for the controller's tokens/s; 0: unknown.
   int64_t tokens = 0;
 
-  // v(name, s.field) for each field; the names are wire::RankSignal's.
+  // v(name, s.field) for each field, in declaration order; the names are
+  // wire::RankSignal's.
   template <class S, class V>
   static void Fields(S& s, V& v) {
-    v("step", s.step);
-    v("steps", s.steps);
-    v("loss", s.loss);
-    v("grad_norm", s.grad_norm);
-    v("local_grad_norm", s.local_grad_norm);
-    v("step_ms", s.step_ms);
-    v("compute_ms", s.compute_ms);
-    v("comm_ms", s.comm_ms);
-    v("local_nonfinite", s.local_nonfinite);
-    v("nonfinite", s.nonfinite);
-    v("halted", s.halted);
-    v("tokens", s.tokens);
+    v("step", s.step), v("steps", s.steps);
+    v("loss", s.loss), v("grad_norm", s.grad_norm), v("local_grad_norm", s.local_grad_norm);
+    v("step_ms", s.step_ms), v("compute_ms", s.compute_ms), v("comm_ms", s.comm_ms);
+    v("local_nonfinite", s.local_nonfinite), v("nonfinite", s.nonfinite);
+    v("halted", s.halted), v("tokens", s.tokens);
   }
 };
 

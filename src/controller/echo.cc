@@ -1,14 +1,13 @@
 #include "controller/echo.h"
 
+#include <iterator>
+
 namespace bulwark::controller {
 
 const char* ExitVerdictName(ExitVerdict v) {
-  switch (v) {
-    case ExitVerdict::kNew: return "new";
-    case ExitVerdict::kEcho: return "echo";
-    case ExitVerdict::kHold: return "hold";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"new", "echo", "hold"};  // in ExitVerdict's order
+  const auto i = static_cast<size_t>(v);
+  return i < std::size(kNames) ? kNames[i] : "?";
 }
 
 ExitVerdict ClassifyExit(const ExitFacts& exit, const EpisodeFacts& episode, Time now, Duration peer_lost_grace) {
