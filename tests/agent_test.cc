@@ -9,13 +9,16 @@
 
 #include <cmath>
 #include <fstream>
+#include <optional>
 
+#include "agent/clock.h"
 #include "agent/echo_hold.h"
 #include "agent/inspector.h"
 #include "agent/monitor.h"
 #include "agent/signatures.h"
 #include "agent/slow_injector.h"
 #include "agent/supervisor.h"
+#include "agent/timing.h"
 #include "agent/tracer.h"
 #include "client/rank_link.h"
 #include "cli/job_file.h"
@@ -125,8 +128,47 @@ TEST(EchoHold, GraceRunsOnlyWhileTheControllerIsReachable) {
   EXPECT_EQ(hold.Due(t0 + seconds(14), true), std::vector<int>{7}) << "4 s of reachable grace";
   // A restart drops what is held.
   hold.Hold(8, t0 + seconds(20));
-  EXPECT_EQ(hold.DropAll(), 1u);
+  EXPECT_EQ(hold.DropEchoes(t0 + seconds(21)), 1u);
   EXPECT_TRUE(hold.Due(t0 + seconds(30), true).empty());
+}
+
+// The agent's own rules on its own clock, as its loop applies them: every
+// loop period it releases what is due; every report period it reports, and
+// the report goes through only while the controller is up. The controller
+// is away from 1 s to 11 s: the grace counts the 1.5 s it takes to notice
+// (kReportPeriod + kCallDeadline after the last good report), then stands
+// still until a report goes through again. No sleeps: a ManualClock.
+TEST(AgentTiming, APeerLostExitWaitsOutItsGraceOnlyWhileTheControllerAnswers) {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  agent::ManualClock clock(agent::AgentClock::time_point(std::chrono::hours(490000)));
+  const agent::AgentClock::time_point t0 = clock.Now();
+  agent::EchoHold<int, std::chrono::system_clock> hold(agent::kPeerLostGrace);
+  hold.Hold(5, t0);
+  auto last_report_ok = t0;
+  auto controller_up = [&](agent::AgentClock::time_point t) { return t < t0 + seconds(1) || t >= t0 + seconds(11); };
+  std::optional<agent::AgentClock::time_point> reported;
+  for (int tick = 0; tick < 400 && !reported; ++tick) {
+    clock.Advance(agent::kLoopPeriod);
+    const auto now = clock.Now();
+    if (controller_up(now) && ((now - t0) % agent::kReportPeriod).count() == 0) last_report_ok = now;
+    if (!hold.Due(now, agent::ControllerReachable(now, last_report_ok)).empty()) reported = now;
+  }
+  ASSERT_TRUE(reported.has_value()) << "never reported";
+  // Counted: 0 to 2.5 s (the last good report at 0.5 s, plus 2 s to call
+  // it unreachable), 10.9 to 11 s, then the 1.4 s left of the 4 s grace.
+  EXPECT_EQ(std::chrono::duration_cast<milliseconds>(*reported - t0).count(), 12400);
+}
+
+TEST(AgentTiming, ARestartWithinTheGraceMakesTheHeldExitItsEcho) {
+  agent::ManualClock clock(agent::AgentClock::time_point(std::chrono::hours(490000)));
+  agent::EchoHold<int, std::chrono::system_clock> hold(agent::kPeerLostGrace);
+  hold.Hold(5, clock.Now());
+  clock.Advance(agent::kPeerLostGrace / 2);
+  EXPECT_TRUE(hold.Due(clock.Now(), true).empty()) << "inside its grace";
+  EXPECT_EQ(hold.DropEchoes(clock.Now()), 1u) << "the restart answers it";
+  clock.Advance(agent::kPeerLostGrace);
+  EXPECT_TRUE(hold.Due(clock.Now(), true).empty()) << "an echo is never reported";
 }
 
 TEST(Supervisor, TorchrunEnvIsComplete) {
@@ -325,7 +367,7 @@ TEST(Inspector, EmulatedDeviceAndNicAreRead) {
   EXPECT_FALSE(h.device_ok);
   EXPECT_EQ(h.device_detail, "Xid 48: uncorrectable ECC error");
   EXPECT_FALSE(h.nic_up);
-  agent::ResetEmulatedHealth(p);
+  ASSERT_TRUE(agent::ResetEmulatedHealth(p).ok());
   EXPECT_TRUE(agent::Inspect(p).device_ok);
   EXPECT_TRUE(agent::Inspect(p).nic_up);
 }

@@ -16,7 +16,7 @@
 #include "support/plane_commands.h"
 #include "support/process.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 using testing::Desired;
@@ -700,4 +700,4 @@ TEST(Plane, ARestartResumedAtTheFinalStepCompletesAgainInsteadOfLooping) {
 }
 
 }  // namespace
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -51,8 +51,8 @@ TEST(Config, BadValuesNameTheFlag) {
 TEST(Config, FileKeysAndUnknownKeyWithLineNumber) {
   std::string dir = testing::MakeTempDir();
   std::string good = JoinPath(dir, "good.conf"), bad = JoinPath(dir, "bad.conf");
-  WriteFileAtomic(good, std::string("# a model\nd_model = 128\nn-layers = 2\n\nsteps = 7  # short\n"));
-  WriteFileAtomic(bad, std::string("steps = 7\nlearning_rate = 3\n"));
+  EXPECT_TRUE(WriteFileAtomic(good, std::string("# a model\nd_model = 128\nn-layers = 2\n\nsteps = 7  # short\n")).ok());
+  EXPECT_TRUE(WriteFileAtomic(bad, std::string("steps = 7\nlearning_rate = 3\n")).ok());
   auto c = ParseTrainArgs({"--config", good, "--steps", "9"});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->model.d_model, 128);
@@ -62,13 +62,13 @@ TEST(Config, FileKeysAndUnknownKeyWithLineNumber) {
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("bad.conf:2"), std::string::npos) << b.status().message();
   EXPECT_NE(b.status().message().find("learning-rate"), std::string::npos);
-  RemoveTree(dir);
+  RemoveTree(dir).IgnoreError();  // a temporary directory
 }
 
 TEST(Config, FlagsOverrideAConfigFileWhereverItStands) {
   std::string dir = testing::MakeTempDir();
   std::string file = JoinPath(dir, "run.conf");
-  WriteFileAtomic(file, std::string("steps = 7\nresume = true\nlr = 0.25\n"));
+  EXPECT_TRUE(WriteFileAtomic(file, std::string("steps = 7\nresume = true\nlr = 0.25\n")).ok());
   auto c = ParseTrainArgs({"--steps", "11", "--resume=false", "--config", file, "--batch_size=5"});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->steps, 11);         // the flag, though the file came later
@@ -82,7 +82,7 @@ TEST(Config, FlagsOverrideAConfigFileWhereverItStands) {
   ASSERT_TRUE(empty.ok()) << empty.status().ToString();
   EXPECT_EQ(empty->ckpt_dir, "");  // "=" and nothing: empty, not the next word
   EXPECT_EQ(empty->steps, 6);
-  RemoveTree(dir);
+  RemoveTree(dir).IgnoreError();  // a temporary directory
 }
 
 TEST(Config, BooleanFlagsTakeNoValueAndRefuseABadOne) {
@@ -162,7 +162,7 @@ class PreparedData : public ::testing::Test {
       text += "line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog, ";
       text += (i % 3 ? "and then it rests.\n" : "and é ü ñ stay UTF-8.\n");
     }
-    WriteFileAtomic(corpus, text);
+    EXPECT_TRUE(WriteFileAtomic(corpus, text).ok());
     PrepareOptions o;
     o.corpus = corpus;
     o.out = JoinPath(*dir_, "data");
@@ -234,7 +234,7 @@ TEST(Prepare, MissingCorpusFailsAndLeavesNothing) {
   EXPECT_EQ(s.code(), Status::Code::kNotFound);
   EXPECT_NE(s.message().find("no-such-file.txt"), std::string::npos);
   EXPECT_TRUE(ListDir(dir).empty()) << "left behind: " << ListDir(dir)[0];
-  RemoveTree(dir);
+  RemoveTree(dir).IgnoreError();  // a temporary directory
 }
 
 TEST(Prepare, RejectsBadFlags) {
@@ -248,7 +248,7 @@ TEST(Prepare, RejectsBadFlags) {
 class CheckpointDir : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = testing::MakeTempDir(); }
-  void TearDown() override { RemoveTree(dir_); }
+  void TearDown() override { RemoveTree(dir_).IgnoreError(); }  // a temporary directory
   // A complete checkpoint at `step` with one shard whose payload is `tag`.
   void Save(int64_t step, const std::string& tag, bool complete = true) {
     std::string d = JoinPath(dir_, StepDirName(step));

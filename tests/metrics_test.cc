@@ -16,7 +16,7 @@
 #include "support/agent_messages.h"
 #include "support/process.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 using testing::DeviceFailed;
@@ -207,4 +207,4 @@ TEST(MetricsServer, ServesTheRenderedTextOverHttp) {
 }
 
 }  // namespace
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -6,7 +6,7 @@
 #include "support/agent_messages.h"
 #include "support/process.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 using testing::DeviceFailed;
@@ -88,4 +88,4 @@ TEST(PlaneBackend, EvictionDrainsWithTheIncidentShortfallAcquiresOnceReturnResum
 }
 
 }  // namespace
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -10,7 +10,7 @@
 #include "support/plane_commands.h"
 #include "support/process.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 using testing::Desired;
@@ -165,4 +165,4 @@ TEST(PlaneReleases, RequeueStopsEveryRankThenRestartsOnFreshMachinesAfterTheDela
 }
 
 }  // namespace
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -7,8 +7,8 @@ namespace detail {
 
 Status Agent::Run() {
   std::thread commands([this] { CommandLoop(); });
-  auto next_report = Clock::now();
-  auto next_inspect = Clock::now();
+  auto next_report = Now();
+  auto next_inspect = Now();
   while (!g_stop) {
     ApplyCommands();
     EmitDiagnostics();
@@ -17,14 +17,14 @@ Status Agent::Run() {
     ReadRankLinks();
     WatchRanks();
     ReleaseEchoes();
-    if (Clock::now() >= next_inspect) {
+    if (Now() >= next_inspect) {
       InspectMachine();
-      next_inspect = Clock::now() + kInspectPeriod;
+      next_inspect = Now() + kInspectPeriod;
     }
     // Report at once when there is news; otherwise the heartbeat period.
-    if (Clock::now() >= next_report || !pending_.empty() || signals_.urgent()) {
+    if (Now() >= next_report || !pending_.empty() || signals_.urgent()) {
       Report();
-      next_report = Clock::now() + kReportPeriod;
+      next_report = Now() + kReportPeriod;
     }
     MaybePrespawn();
     MaybeReportStaged();
@@ -68,7 +68,7 @@ std::shared_ptr<grpc::Channel> Agent::Channel() {
 
 void Agent::Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds deadline) {
   ctx->AddMetadata(kTokenMetadataKey, token_);
-  ctx->set_deadline(Clock::now() + deadline);
+  ctx->set_deadline(std::chrono::system_clock::now() + deadline);  // gRPC deadlines are real time
 }
 
 bool Agent::Register() {
@@ -152,7 +152,7 @@ void Agent::Report() {
   wire::ReportReply reply;
   grpc::Status st = rpc->Report(&ctx, req, &reply);
   if (st.ok()) {
-    last_report_ok_ = Clock::now();
+    last_report_ok_ = Now();
     while (!pending_.empty() && pending_.front().seq() <= reply.acked_seq()) pending_.pop_front();
     return;
   }
@@ -163,7 +163,7 @@ void Agent::Report() {
 
 void Agent::Emit(wire::AgentEvent e) {
   e.set_seq(++seq_);
-  if (e.observed_ms() == 0) e.set_observed_ms(Ms(Clock::now()));
+  if (e.observed_ms() == 0) e.set_observed_ms(Ms(Now()));
   e.set_generation(supervisor_.generation());
   pending_.push_back(std::move(e));
 }
@@ -246,10 +246,8 @@ void Agent::ReportStep(int64_t step, int64_t observed_ms) {
 }
 
 void Agent::ReleaseEchoes() {
-  const auto now = Clock::now();
-  // Reachable: a report went through within the last report period and a
-  // failed call's deadline.
-  const bool reachable = now - last_report_ok_ <= kReportPeriod + kCallDeadline;
+  const auto now = Now();
+  const bool reachable = ControllerReachable(now, last_report_ok_);
   for (wire::AgentEvent& e : echoes_.Due(now, reachable)) {
     // A rank that waits in place for the restart that did not come ends
     // now, as the exit this report says it is.
@@ -260,8 +258,10 @@ void Agent::ReleaseEchoes() {
 }
 
 void Agent::InspectMachine() {
-  if (nic_up_at_ && Clock::now() >= *nic_up_at_) {
-    WriteFileAtomic(health_paths_.nic, std::string("up\n"));
+  if (nic_up_at_ && Now() >= *nic_up_at_) {
+    if (Status st = WriteFileAtomic(health_paths_.nic, std::string("up\n")); !st.ok()) {
+      LogWarn("the emulated NIC stays down: " + st.ToString());  // and is inspected, and reported, as down
+    }
     nic_up_at_.reset();
   }
   const HealthReading h = Inspect(health_paths_, gpu_.get());
@@ -333,7 +333,7 @@ void Agent::PublishMetrics() {
   s.machine = o_.machine;
   s.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   s.registered = registered_;
-  s.since_report_ok_s = std::chrono::duration<double>(Clock::now() - last_report_ok_).count();
+  s.since_report_ok_s = std::chrono::duration<double>(Now() - last_report_ok_).count();
   s.generation = supervisor_.generation();
   s.live_ranks = supervisor_.LiveRanks();
   s.rank_restarts = rank_restarts_;

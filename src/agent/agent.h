@@ -3,8 +3,10 @@
 // controller's commands: start the job's ranks, stop them, emulate a fault.
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "agent/clock.h"
 #include "common/status.h"
 
 namespace bulwark::agent {
@@ -17,6 +19,8 @@ struct AgentOptions {
   // GET /metrics on 127.0.0.1: this port, or with -1 the one recorded by an
   // earlier start, else any free one (agent_metrics.h).
   int metrics_port = -1;
+  // The clock of the agent's timing rules (clock.h); null: the wall clock.
+  std::shared_ptr<const AgentClock> clock;
 };
 
 // Runs until SIGTERM/SIGINT (ranks are stopped) or until a machine-down

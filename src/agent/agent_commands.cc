@@ -15,7 +15,7 @@ void Agent::ApplyCommands() {
   for (const wire::Command& c : batch) {
     if (c.kind() == wire::Command::START_RANKS || c.kind() == wire::Command::STOP_RANKS) {
       if (c.id() != applied_ && !echoes_.empty()) {
-        Log("dropping " + std::to_string(echoes_.DropAll()) + " peer-lost exit(s): the restart answers them");
+        Log("dropping " + std::to_string(echoes_.DropEchoes(Now())) + " peer-lost exit(s): the restart answers them");
       }
     }
     switch (c.kind()) {
@@ -56,7 +56,7 @@ void Agent::ApplyCommands() {
         // rejoin in place. One still silent after that is stopped.
         AwaitWaitingRanks(spec);
         // What they said while this restart was under way, it answers.
-        echoes_.DropAll();
+        echoes_.DropEchoes(Now());
         // The old ranks' last reports, read before they were stopped, are
         // the old generation's, not this one's progress (a step 500 would
         // hide steps 41.. from the ledger). Stopped first, so that what
@@ -67,7 +67,7 @@ void Agent::ApplyCommands() {
         // Followers start at each log's current end, before the rank writes.
         for (const auto& r : spec.ranks) {
           followers_.emplace(r.first, LogFollower(supervisor_.LogPath(r.first), progress));
-          last_progress_[r.first] = Clock::now();
+          last_progress_[r.first] = Now();
         }
         StartRanks(spec, c.reason());
         // Spares of another command or environment (a replay's accepted
@@ -112,9 +112,13 @@ void Agent::ApplyCommands() {
         sdc_.clear();
         net_slow_ = 0;
         compute_bad_ = false;
-        ResetEmulatedHealth(health_paths_, gpu_.get());
         device_reported_ = disk_reported_ = memory_reported_ = false;
-        Log("emulated device and NIC reset to healthy");
+        if (Status st = ResetEmulatedHealth(health_paths_, gpu_.get()); !st.ok()) {
+          // The next inspection reads the fault file still there and reports it.
+          LogWarn("could not reset the emulated device and NIC: " + st.ToString());
+        } else {
+          Log("emulated device and NIC reset to healthy");
+        }
         break;
       default:
         break;
@@ -200,11 +204,16 @@ void Agent::Inject(const std::string& fault, int rank, const std::string& where,
     // The agent and, through PDEATHSIG, its ranks die at once.
     ::kill(::getpid(), SIGKILL);
   } else if (fault == "device-fail") {
-    WriteFileAtomic(health_paths_.device,
-                    std::string("Xid 48: uncorrectable ECC error (double-bit) on device 0\n"));
+    if (Status st = WriteFileAtomic(health_paths_.device,
+                                    std::string("Xid 48: uncorrectable ECC error (double-bit) on device 0\n"));
+        !st.ok()) {
+      LogWarn("could not inject " + fault + ": " + st.ToString());
+    }
   } else if (fault == "nic-flap") {
-    WriteFileAtomic(health_paths_.nic, std::string("down\n"));
-    nic_up_at_ = Clock::now() + kNicFlapDown;
+    if (Status st = WriteFileAtomic(health_paths_.nic, std::string("down\n")); !st.ok()) {
+      LogWarn("could not inject " + fault + ": " + st.ToString());
+    }
+    nic_up_at_ = Now() + kNicFlapDown;
   } else if (fault == "compute-fail") {
     // A broken ALU: its GEMM check gets one element wrong (diagnostics.h)
     // and its ranks' matmuls go NaN now and then (the SDC hook, nan mode).
@@ -245,7 +254,7 @@ void Agent::Inject(const std::string& fault, int rank, const std::string& where,
 void Agent::Trace(const std::string& id) {
   std::map<int, pid_t> pids = supervisor_.Pids();
   Log("capturing the stacks of " + std::to_string(pids.size()) + " rank(s) for " + id);
-  const auto started = Clock::now();
+  const auto started = std::chrono::steady_clock::now();  // how long a real call took, for the log
   tracers_.emplace_back([this, id, pids, started] {
     wire::StacksRequest req;
     req.set_machine(o_.machine);
@@ -268,7 +277,7 @@ void Agent::Trace(const std::string& id) {
     Prepare(&ctx, kCallDeadline);
     wire::StacksReply reply;
     grpc::Status st = rpc->UploadStacks(&ctx, req, &reply);
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
     Log((st.ok() ? "sent the stacks for " : "sending the stacks for ") + id + (st.ok() ? "" : " failed: " + st.error_message()) +
         " (" + std::to_string(static_cast<int>(ms)) + " ms after the request)");
   });
@@ -406,7 +415,7 @@ void Agent::HoldPeerLost(int rank) {
     it->second.Poll();
     e.set_signature(sigs_.Match(it->second.tail()));
   }
-  const auto now = Clock::now();
+  const auto now = Now();
   e.set_observed_ms(Ms(now));
   Log("rank " + std::to_string(rank) + " lost a peer (" + e.signature() + ") and waits in place; holding the report");
   echoes_.Hold(e, now);
@@ -416,8 +425,10 @@ void Agent::AwaitWaitingRanks(const RankGroupSpec& spec) {
   // Only ranks that said INPLACE ever wait: any other program's survivors
   // are stopped at once, as before.
   if (!in_place_) return;
-  const auto end = Clock::now() + kRejoinWait;
-  while (supervisor_.AnyLiveNotWaiting(spec) && Clock::now() < end) {
+  // A wait on real processes, in real time (not the agent's clock, which
+  // a test may hold still).
+  const auto end = std::chrono::steady_clock::now() + kRejoinWait;
+  while (supervisor_.AnyLiveNotWaiting(spec) && std::chrono::steady_clock::now() < end) {
     ForwardRankLinks(/*progress=*/false);
     WatchRanks();  // a rank that exits instead is an exit, as before
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

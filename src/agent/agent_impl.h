@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "agent/agent_metrics.h"
+#include "agent/clock.h"
 #include "agent/diagnostics.h"
 #include "agent/echo_hold.h"
 #include "agent/inspector.h"
@@ -32,6 +33,7 @@
 #include "agent/shard_store.h"
 #include "agent/signatures.h"
 #include "agent/supervisor.h"
+#include "agent/timing.h"
 #include "bulwark.grpc.pb.h"
 #include "client/shard_socket.h"
 #include "cluster/layout.h"
@@ -49,23 +51,13 @@ namespace detail {
 
 
 using Clock = std::chrono::system_clock;
-constexpr auto kLoopPeriod = std::chrono::milliseconds(100);
-// A rank that exits with kExitPeerLost says a *peer* failed. Its report waits
-// this long for the culprit's own report to reach the controller and the
-// restart to come back; if the restart comes first the exit is the fault's
-// echo and is dropped, so the incident names the culprit, not a survivor.
-// It outlasts the controller's heartbeat timeout (2 s) plus a report period
-// and its tick, so that a dead peer machine is found by its silence before a
-// survivor is blamed.
-constexpr auto kPeerLostGrace = std::chrono::milliseconds(4000);
+// kLoopPeriod, kPeerLostGrace, kReportPeriod, kCallDeadline: agent/timing.h.
 // How long a START_RANKS waits for the previous generation's ranks on this
 // machine to say they lost their peers before it stops them (handoff.h): a
 // dead peer's closed sockets fail their collective within milliseconds; a
 // rank still silent after this is hung or computing, and is replaced.
 constexpr auto kRejoinWait = std::chrono::milliseconds(1000);
-constexpr auto kReportPeriod = std::chrono::milliseconds(500);
 constexpr auto kInspectPeriod = std::chrono::milliseconds(1000);
-constexpr auto kCallDeadline = std::chrono::milliseconds(1500);
 constexpr auto kStreamDeadline = std::chrono::seconds(30);
 constexpr auto kNicFlapDown = std::chrono::milliseconds(2000);
 // A rank stopped (T) or in uninterruptible sleep (D) this long is reported
@@ -94,8 +86,8 @@ class Agent {
  public:
   Agent(AgentOptions o, std::string token, SignatureTable sigs, std::unique_ptr<ShardStore> shards,
         std::unique_ptr<RankLinkServer> links)
-      : o_(std::move(o)), layout_{o_.dir}, token_(std::move(token)), sigs_(std::move(sigs)),
-        supervisor_(layout_.ranks(o_.machine)), incarnation_(Ms(Clock::now())), shards_(std::move(shards)),
+      : o_(std::move(o)), clock_(o_.clock ? o_.clock : std::make_shared<WallClock>()), layout_{o_.dir}, token_(std::move(token)), sigs_(std::move(sigs)),
+        supervisor_(layout_.ranks(o_.machine)), incarnation_(Ms(Now())), shards_(std::move(shards)),
         links_(std::move(links)) {
     health_paths_ = {layout_.device(o_.machine), layout_.nic(o_.machine), layout_.machine(o_.machine)};
     gpu_ = GpuHealth::Open(Nvml::LibraryPath(), [](const std::string& line) { Log(line); });
@@ -216,6 +208,10 @@ class Agent {
   void PublishMetrics();
 
   AgentOptions o_;
+  // Every timing rule of the agent reads this clock (agent/clock.h); only
+  // gRPC deadlines and waits on real processes read the real one.
+  std::shared_ptr<const AgentClock> clock_;
+  Clock::time_point Now() const { return clock_->Now(); }
   cluster::Layout layout_;
   std::string token_;
   SignatureTable sigs_;
@@ -253,7 +249,7 @@ class Agent {
   int64_t seq_ = 0;
   std::deque<wire::AgentEvent> pending_;
   EchoHold<wire::AgentEvent, Clock> echoes_{kPeerLostGrace};
-  Clock::time_point last_report_ok_ = Clock::now();
+  Clock::time_point last_report_ok_ = Now();
   std::string applied_;
   std::map<int, LogFollower> followers_;
   std::map<int, Clock::time_point> last_progress_;  // by rank: the last matched progress line, or the start

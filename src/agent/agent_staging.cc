@@ -17,7 +17,7 @@ void Agent::Stage(const wire::Command& c) {
   st.spec = SpecFrom(c);
   st.identity = Supervisor::Identity(st.spec);
   st.want = static_cast<size_t>(std::max(1, c.local_world_size()));
-  st.since = Clock::now();
+  st.since = Now();
   staging_ = std::move(st);
   const std::string program = staging_->spec.argv.empty()
                                   ? std::string()
@@ -42,7 +42,7 @@ void Agent::MaybeReportStaged() {
   if (!staging_ || staging_->reported) return;
   Staging& st = *staging_;
   if (supervisor_.WaitingSpareCount(st.identity) >= st.want) {
-    const double s = std::chrono::duration<double>(Clock::now() - st.since).count();
+    const double s = std::chrono::duration<double>(Now() - st.since).count();
     char took[32];
     std::snprintf(took, sizeof took, "%.2f s", s);
     ReportStaged(true, std::to_string(st.want) + " process(es) set up and waiting in " + took);

@@ -66,10 +66,11 @@ HealthReading Inspect(const InspectorPaths& paths, GpuHealth* gpu) {
   return r;
 }
 
-void ResetEmulatedHealth(const InspectorPaths& paths, GpuHealth* gpu) {
-  WriteFileAtomic(paths.device, std::string("ok\n"));
-  WriteFileAtomic(paths.nic, std::string("up\n"));
+Status ResetEmulatedHealth(const InspectorPaths& paths, GpuHealth* gpu) {
+  Status device = WriteFileAtomic(paths.device, std::string("ok\n"));
+  Status nic = WriteFileAtomic(paths.nic, std::string("up\n"));
   if (gpu != nullptr) gpu->Rebaseline();
+  return device.ok() ? nic : device;
 }
 
 char ProcessState(pid_t pid) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "agent/gpu_health.h"
+#include "common/status.h"
 
 namespace bulwark::agent {
 
@@ -42,8 +43,9 @@ struct InspectorPaths {
 HealthReading Inspect(const InspectorPaths& paths, GpuHealth* gpu = nullptr);
 
 // Resets the emulated device and NIC to healthy, and NVML's baseline where
-// it is loaded: a repaired machine.
-void ResetEmulatedHealth(const InspectorPaths& paths, GpuHealth* gpu = nullptr);
+// it is loaded: a repaired machine. Every part is reset even when one fails;
+// the first failure is returned (an emulated fault file left in place).
+Status ResetEmulatedHealth(const InspectorPaths& paths, GpuHealth* gpu = nullptr);
 
 // The state letter of /proc/PID/stat ('R', 'S', 'D', 'T', ...), or 0.
 char ProcessState(pid_t pid);

@@ -116,21 +116,10 @@ void SignalSum::Add(int rank, int64_t generation, const std::string& text) {
   Result<client::StepSignal> s = client::StepSignal::Parse(text);
   if (!s.ok()) return;
   wire::RankSignal r;
+  CopyToMessage(*s, &r);  // the figures, by their one field list
   r.set_rank(rank);
   r.set_generation(generation);
-  r.set_step(s->step);
-  r.set_steps(s->steps);
-  r.set_loss(s->loss);
-  r.set_grad_norm(s->grad_norm);
-  r.set_local_grad_norm(s->local_grad_norm);
-  r.set_step_ms(s->step_ms);
-  r.set_compute_ms(s->compute_ms);
-  r.set_comm_ms(s->comm_ms);
-  r.set_local_nonfinite(s->local_nonfinite);
-  r.set_nonfinite(s->nonfinite);
-  r.set_halted(s->halted);
   r.set_observed_ms(s->observed_ms);
-  r.set_tokens(s->tokens);
   if (s->anomalous()) {
     Flush(rank);
     singles_.push_back(std::move(r));

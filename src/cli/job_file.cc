@@ -2,7 +2,9 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <set>
+#include <algorithm>
+#include <iterator>
+#include <vector>
 
 #include "common/files.h"
 #include "common/progress_pattern.h"
@@ -70,155 +72,197 @@ Result<int> NonNegativeInt(const YAML::Node& n, const std::string& source, const
   return FieldError(source, field, "expected a whole number of steps, 0 or more, got '" + text + "'; " + hint);
 }
 
-Result<JobFile> ParseYaml(const std::string& text, const std::string& source, const std::string& default_command) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(source + ": not valid YAML at line " + std::to_string(e.mark.line + 1) +
-                                   ": " + e.msg);
+// A sub-mapping (`field: {key: value}`) whose keys are all among `known`;
+// `hint` is an example of the field written right.
+Status CheckMapping(const YAML::Node& n, const std::string& source, const std::string& field,
+                    const std::vector<std::string>& known, const std::string& hint) {
+  if (!n.IsMap()) return FieldError(source, field, "expected a mapping, " + hint);
+  for (const auto& kv : n) {
+    Result<std::string> k = Key(kv.first, source, "field '" + field + "'");
+    if (!k.ok()) return k.status();
+    if (std::find(known.begin(), known.end(), *k) == known.end()) {
+      std::string names;
+      for (const std::string& name : known) names += name + ", ";
+      return FieldError(source, field + "." + *k, "unknown field; known: " + names + hint);
+    }
   }
+  return Status::OK();
+}
+
+// --- the top-level fields: one reader each, called in the table's order
+// whether the field is there or not (`n` is then undefined), so that
+// required fields and defaults are each said in one place ---
+
+struct Reading {
+  const std::string& source;
+  const std::string& default_command;
+  JobFile& job;
+};
+
+Status ReadName(const YAML::Node& n, Reading& r) {
+  if (!n || !n.IsScalar() || n.as<std::string>().empty()) {
+    return FieldError(r.source, "name", "required: the job's id, e.g. 'name: demo'");
+  }
+  r.job.name = n.as<std::string>();
+  return Status::OK();
+}
+
+Status ReadWorldSize(const YAML::Node& n, Reading& r) {
+  if (!n) return FieldError(r.source, "world_size", "required: the number of ranks");
+  Result<int> ws = PositiveInt(n, r.source, "world_size");
+  if (!ws.ok()) return ws.status();
+  r.job.world_size = *ws;
+  return Status::OK();
+}
+
+Status ReadRanksPerMachine(const YAML::Node& n, Reading& r) {
+  if (n) {
+    Result<int> rpm = PositiveInt(n, r.source, "ranks_per_machine");
+    if (!rpm.ok()) return rpm.status();
+    r.job.ranks_per_machine = *rpm;
+  }
+  if (r.job.world_size % r.job.ranks_per_machine != 0) {
+    return FieldError(r.source, "ranks_per_machine", "must divide world_size (" + std::to_string(r.job.world_size) + ")");
+  }
+  return Status::OK();
+}
+
+Status ReadCommand(const YAML::Node& n, Reading& r) {
+  if (!n) {
+    r.job.argv = {r.default_command};
+    return Status::OK();
+  }
+  Result<std::vector<std::string>> c = Strings(n, r.source, "command");
+  if (!c.ok()) return c.status();
+  if (c->empty()) return FieldError(r.source, "command", "is empty");
+  r.job.argv = *c;
+  return Status::OK();
+}
+
+Status ReadArgs(const YAML::Node& n, Reading& r) {
+  if (!n) return Status::OK();
+  Result<std::vector<std::string>> a = Strings(n, r.source, "args");
+  if (!a.ok()) return a.status();
+  r.job.argv.insert(r.job.argv.end(), a->begin(), a->end());
+  return Status::OK();
+}
+
+Status ReadEnv(const YAML::Node& n, Reading& r) {
+  if (!n) return Status::OK();
+  if (!n.IsMap()) return FieldError(r.source, "env", "expected a mapping of NAME: value");
+  for (const auto& kv : n) {
+    Result<std::string> name = Key(kv.first, r.source, "field 'env'");
+    if (!name.ok()) return name.status();
+    if (!kv.second.IsScalar()) return FieldError(r.source, "env", "value of " + *name + " is not a string");
+    r.job.env[*name] = kv.second.as<std::string>();
+  }
+  return Status::OK();
+}
+
+Status ReadCheckpoint(const YAML::Node& n, Reading& r) {
+  if (!n) return Status::OK();
+  BULWARK_RETURN_IF_ERROR(
+      CheckMapping(n, r.source, "checkpoint", {"persist_every"}, "e.g. 'checkpoint: {persist_every: 50}'"));
+  if (n["persist_every"]) {
+    Result<int> every = NonNegativeInt(n["persist_every"], r.source, "checkpoint.persist_every",
+                                       "0 never persists, 50 persists every 50th step");
+    if (!every.ok()) return every.status();
+    r.job.persist_every = *every;
+  }
+  return Status::OK();
+}
+
+Status ReadParallel(const YAML::Node& n, Reading& r) {
+  if (!n) return Status::OK();
+  BULWARK_RETURN_IF_ERROR(CheckMapping(n, r.source, "parallel", {"tp", "pp", "dp"},
+                                       "e.g. 'parallel: {pp: 2}' (tp and pp; the rest is data parallel)"));
+  JobFile& job = r.job;
+  for (const auto& kv : n) {
+    const std::string key = kv.first.as<std::string>();  // a plain name: CheckMapping saw to it
+    Result<int> v = PositiveInt(kv.second, r.source, "parallel." + key);
+    if (!v.ok()) return v.status();
+    (key == "tp" ? job.tp : key == "pp" ? job.pp : job.dp) = *v;
+  }
+  if (job.world_size % (job.tp * job.pp) != 0) {
+    return FieldError(r.source, "parallel", "tp " + std::to_string(job.tp) + " x pp " + std::to_string(job.pp) +
+                                                " must divide world_size " + std::to_string(job.world_size));
+  }
+  if (job.dp != 0 && job.dp * job.tp * job.pp != job.world_size) {
+    return FieldError(r.source, "parallel.dp", "dp " + std::to_string(job.dp) + " x tp x pp must equal world_size " +
+                                                   std::to_string(job.world_size) + "; leave dp out to derive it");
+  }
+  return Status::OK();
+}
+
+Status ReadProgress(const YAML::Node& n, Reading& r) {
+  if (!n) return Status::OK();
+  static const char* kHint = "e.g. 'progress: {regex: \"step (?P<step>\\\\d+)\"}'";
+  BULWARK_RETURN_IF_ERROR(CheckMapping(n, r.source, "progress", {"regex"}, kHint));
+  if (!n["regex"] || !n["regex"].IsScalar()) {
+    return FieldError(r.source, "progress.regex", std::string("required: a regular expression, ") + kHint);
+  }
+  r.job.progress_regex = n["regex"].as<std::string>();
+  Result<ProgressPattern> compiled = ProgressPattern::Compile(r.job.progress_regex);
+  if (!compiled.ok()) return FieldError(r.source, "progress.regex", compiled.status().message());
+  if (r.job.env.count(kProgressRegexEnv) != 0) {
+    return FieldError(r.source, "progress", std::string("and env ") + kProgressRegexEnv + " both set; keep one");
+  }
+  r.job.env[kProgressRegexEnv] = r.job.progress_regex;
+  return Status::OK();
+}
+
+Status ReadRecovery(const YAML::Node& n, Reading& r) {
+  if (!n) return Status::OK();
+  BULWARK_RETURN_IF_ERROR(CheckMapping(n, r.source, "recovery", {"mode", "provisioning_delay_s"},
+                                       "e.g. 'recovery: {mode: requeue, provisioning_delay_s: 600}'"));
+  if (n["mode"]) {
+    const std::string mode = n["mode"].IsScalar() ? n["mode"].as<std::string>() : "";
+    if (mode != "standby" && mode != "requeue") {
+      return FieldError(r.source, "recovery.mode", "expected standby (bulwark's warm standbys, the default) or "
+                                                   "requeue (the conventional baseline), got '" + mode + "'");
+    }
+    r.job.requeue = mode == "requeue";
+  }
+  if (n["provisioning_delay_s"]) {
+    Result<int> d = NonNegativeInt(n["provisioning_delay_s"], r.source, "recovery.provisioning_delay_s",
+                                   "seconds a requeued job waits for machines acquired cold");
+    if (!d.ok()) return d.status();
+    r.job.provisioning_delay_s = *d;
+  }
+  return Status::OK();
+}
+
+// Every top-level field, once: its name and its reader, in reading order
+// (env before progress, which refuses to set what env already does).
+struct Section {
+  const char* name;
+  Status (*read)(const YAML::Node& n, Reading& r);
+};
+constexpr Section kSections[] = {
+    {"name", ReadName},         {"world_size", ReadWorldSize}, {"ranks_per_machine", ReadRanksPerMachine},
+    {"command", ReadCommand},   {"args", ReadArgs},            {"env", ReadEnv},
+    {"checkpoint", ReadCheckpoint}, {"parallel", ReadParallel}, {"progress", ReadProgress},
+    {"recovery", ReadRecovery},
+};
+
+Status CheckTopLevel(const YAML::Node& root, const std::string& source) {
   if (!root.IsMap()) return Status::InvalidArgument(source + ": expected a mapping of fields (name, world_size, ...)");
-  static const std::set<std::string> kKnown = {"name", "world_size", "ranks_per_machine", "command",
-                                               "args", "env",        "checkpoint",        "parallel",
-                                               "progress",   "recovery"};
   for (const auto& kv : root) {
     Result<std::string> k = Key(kv.first, source, "the top level");
     if (!k.ok()) return k.status();
-    const std::string& key = *k;
-    if (kKnown.count(key) == 0) {
-      return FieldError(source, key,
-                        "unknown field; known: name, world_size, ranks_per_machine, command, args, env, checkpoint, "
-                        "parallel, progress, recovery");
+    auto known = [&](const Section& s) { return *k == s.name; };
+    if (std::none_of(std::begin(kSections), std::end(kSections), known)) {
+      std::string names;
+      for (const Section& s : kSections) names += std::string(names.empty() ? "" : ", ") + s.name;
+      return FieldError(source, *k, "unknown field; known: " + names);
     }
   }
-  JobFile job;
-  if (!root["name"] || !root["name"].IsScalar() || root["name"].as<std::string>().empty()) {
-    return FieldError(source, "name", "required: the job's id, e.g. 'name: demo'");
-  }
-  job.name = root["name"].as<std::string>();
-  if (!root["world_size"]) return FieldError(source, "world_size", "required: the number of ranks");
-  Result<int> ws = PositiveInt(root["world_size"], source, "world_size");
-  if (!ws.ok()) return ws.status();
-  job.world_size = *ws;
-  if (root["ranks_per_machine"]) {
-    Result<int> rpm = PositiveInt(root["ranks_per_machine"], source, "ranks_per_machine");
-    if (!rpm.ok()) return rpm.status();
-    job.ranks_per_machine = *rpm;
-  }
-  if (job.world_size % job.ranks_per_machine != 0) {
-    return FieldError(source, "ranks_per_machine", "must divide world_size (" + std::to_string(job.world_size) + ")");
-  }
-  if (root["command"]) {
-    Result<std::vector<std::string>> c = Strings(root["command"], source, "command");
-    if (!c.ok()) return c.status();
-    if (c->empty()) return FieldError(source, "command", "is empty");
-    job.argv = *c;
-  } else {
-    job.argv = {default_command};
-  }
-  if (root["args"]) {
-    Result<std::vector<std::string>> a = Strings(root["args"], source, "args");
-    if (!a.ok()) return a.status();
-    job.argv.insert(job.argv.end(), a->begin(), a->end());
-  }
-  if (root["env"]) {
-    if (!root["env"].IsMap()) return FieldError(source, "env", "expected a mapping of NAME: value");
-    for (const auto& kv : root["env"]) {
-      Result<std::string> name = Key(kv.first, source, "field 'env'");
-      if (!name.ok()) return name.status();
-      if (!kv.second.IsScalar()) return FieldError(source, "env", "value of " + *name + " is not a string");
-      job.env[*name] = kv.second.as<std::string>();
-    }
-  }
-  if (const YAML::Node ck = root["checkpoint"]) {
-    static const char* kHint = "e.g. 'checkpoint: {persist_every: 50}'";
-    if (!ck.IsMap()) return FieldError(source, "checkpoint", std::string("expected a mapping, ") + kHint);
-    for (const auto& kv : ck) {
-      Result<std::string> k = Key(kv.first, source, "field 'checkpoint'");
-      if (!k.ok()) return k.status();
-      const std::string& key = *k;
-      if (key != "persist_every") {
-        return FieldError(source, "checkpoint." + key, std::string("unknown field; known: persist_every, ") + kHint);
-      }
-    }
-    if (ck["persist_every"]) {
-      Result<int> every = NonNegativeInt(ck["persist_every"], source, "checkpoint.persist_every",
-                                         "0 never persists, 50 persists every 50th step");
-      if (!every.ok()) return every.status();
-      job.persist_every = *every;
-    }
-  }
-  if (const YAML::Node par = root["parallel"]) {
-    static const char* kHint = "e.g. 'parallel: {pp: 2}' (tp and pp; the rest is data parallel)";
-    if (!par.IsMap()) return FieldError(source, "parallel", std::string("expected a mapping, ") + kHint);
-    for (const auto& kv : par) {
-      Result<std::string> k = Key(kv.first, source, "field 'parallel'");
-      if (!k.ok()) return k.status();
-      const std::string& key = *k;
-      if (key != "tp" && key != "pp" && key != "dp") {
-        return FieldError(source, "parallel." + key, std::string("unknown field; known: tp, pp, dp, ") + kHint);
-      }
-      Result<int> v = PositiveInt(kv.second, source, "parallel." + key);
-      if (!v.ok()) return v.status();
-      (key == "tp" ? job.tp : key == "pp" ? job.pp : job.dp) = *v;
-    }
-    if (job.world_size % (job.tp * job.pp) != 0) {
-      return FieldError(source, "parallel", "tp " + std::to_string(job.tp) + " x pp " + std::to_string(job.pp) +
-                                                " must divide world_size " + std::to_string(job.world_size));
-    }
-    if (job.dp != 0 && job.dp * job.tp * job.pp != job.world_size) {
-      return FieldError(source, "parallel.dp", "dp " + std::to_string(job.dp) + " x tp x pp must equal world_size " +
-                                                   std::to_string(job.world_size) + "; leave dp out to derive it");
-    }
-  }
-  if (const YAML::Node prog = root["progress"]) {
-    static const char* kHint = "e.g. 'progress: {regex: \"step (?P<step>\\\\d+)\"}'";
-    if (!prog.IsMap()) return FieldError(source, "progress", std::string("expected a mapping, ") + kHint);
-    for (const auto& kv : prog) {
-      Result<std::string> k = Key(kv.first, source, "field 'progress'");
-      if (!k.ok()) return k.status();
-      if (*k != "regex") return FieldError(source, "progress." + *k, std::string("unknown field; known: regex, ") + kHint);
-    }
-    if (!prog["regex"] || !prog["regex"].IsScalar()) {
-      return FieldError(source, "progress.regex", std::string("required: a regular expression, ") + kHint);
-    }
-    job.progress_regex = prog["regex"].as<std::string>();
-    Result<ProgressPattern> compiled = ProgressPattern::Compile(job.progress_regex);
-    if (!compiled.ok()) return FieldError(source, "progress.regex", compiled.status().message());
-    if (job.env.count(kProgressRegexEnv) != 0) {
-      return FieldError(source, "progress", std::string("and env ") + kProgressRegexEnv + " both set; keep one");
-    }
-    job.env[kProgressRegexEnv] = job.progress_regex;
-  }
-  if (const YAML::Node rec = root["recovery"]) {
-    static const char* kHint = "e.g. 'recovery: {mode: requeue, provisioning_delay_s: 600}'";
-    if (!rec.IsMap()) return FieldError(source, "recovery", std::string("expected a mapping, ") + kHint);
-    for (const auto& kv : rec) {
-      Result<std::string> k = Key(kv.first, source, "field 'recovery'");
-      if (!k.ok()) return k.status();
-      if (*k != "mode" && *k != "provisioning_delay_s") {
-        return FieldError(source, "recovery." + *k,
-                          std::string("unknown field; known: mode, provisioning_delay_s, ") + kHint);
-      }
-    }
-    if (rec["mode"]) {
-      const std::string mode = rec["mode"].IsScalar() ? rec["mode"].as<std::string>() : "";
-      if (mode != "standby" && mode != "requeue") {
-        return FieldError(source, "recovery.mode", "expected standby (bulwark's warm standbys, the default) or "
-                                                   "requeue (the conventional baseline), got '" + mode + "'");
-      }
-      job.requeue = mode == "requeue";
-    }
-    if (rec["provisioning_delay_s"]) {
-      Result<int> d = NonNegativeInt(rec["provisioning_delay_s"], source, "recovery.provisioning_delay_s",
-                                     "seconds a requeued job waits for machines acquired cold");
-      if (!d.ok()) return d.status();
-      job.provisioning_delay_s = *d;
-    }
-  }
-  // bulwark-train's own --pp must say what the controller is told: the
-  // stack analyzer, fail-slow cohorts and backup peers follow `parallel`.
+  return Status::OK();
+}
+
+// bulwark-train's own --pp must say what the controller is told: the
+// stack analyzer, fail-slow cohorts and backup peers follow `parallel`.
+Status CheckArgsAgreeOnPp(const JobFile& job, const std::string& source) {
   for (size_t i = 0; i + 1 < job.argv.size(); ++i) {
     if (job.argv[i] != "--pp") continue;
     if (job.argv[i + 1] != std::to_string(job.pp)) {
@@ -227,6 +271,22 @@ Result<JobFile> ParseYaml(const std::string& text, const std::string& source, co
                                                    "}' or make them agree");
     }
   }
+  return Status::OK();
+}
+
+Result<JobFile> ParseYaml(const std::string& text, const std::string& source, const std::string& default_command) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(source + ": not valid YAML at line " + std::to_string(e.mark.line + 1) +
+                                   ": " + e.msg);
+  }
+  BULWARK_RETURN_IF_ERROR(CheckTopLevel(root, source));
+  JobFile job;
+  Reading reading{source, default_command, job};
+  for (const Section& s : kSections) BULWARK_RETURN_IF_ERROR(s.read(root[s.name], reading));
+  BULWARK_RETURN_IF_ERROR(CheckArgsAgreeOnPp(job, source));
   return job;
 }
 

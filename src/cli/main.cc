@@ -93,28 +93,40 @@ bool WaitFor(double seconds, const std::function<bool()>& ready) {
   return ready();
 }
 
-Status Up(const Args& a) {
-  const std::string dir = ClusterDir(a);
-  const cluster::Layout layout{dir};
+// What `bulwark up` was asked for, checked before anything starts.
+struct UpRequest {
+  std::string dir;
+  int machines = 0;
+  int standby = 0;
+  bool slurm = false;
+};
+
+Result<UpRequest> CheckUpFlags(const Args& a) {
+  UpRequest up;
+  up.dir = ClusterDir(a);
   Result<int> machines = IntFlag(a, "machines", 0);
   Result<int> standby = IntFlag(a, "standby", 0);
   if (!machines.ok()) return machines.status();
   if (!standby.ok()) return standby.status();
+  up.machines = *machines;
+  up.standby = *standby;
   const std::string backend = a.Get("backend", "local");
   if (backend != "local" && backend != "slurm") {
     return Status::InvalidArgument("up: --backend '" + backend + "': use local (the default) or slurm");
   }
+  up.slurm = backend == "slurm";
   // Slurm: --machines defaults to the allocation's nodes less the standbys.
-  if ((*machines <= 0 && backend == "local") || *machines < 0 || *standby < 0) {
+  if ((up.machines <= 0 && !up.slurm) || up.machines < 0 || up.standby < 0) {
     return Status::InvalidArgument("up: --machines must be positive and --standby not negative");
   }
-  if (backend == "local" && a.Has("grow")) return Status::InvalidArgument("up: --grow applies to --backend slurm only");
-  if (backend == "slurm" && a.Has("tls")) {
+  if (!up.slurm && a.Has("grow")) return Status::InvalidArgument("up: --grow applies to --backend slurm only");
+  if (up.slurm && a.Has("tls")) {
     return Status::InvalidArgument("up: --tls is not supported with --backend slurm yet (the certificates name "
                                    "127.0.0.1 only); leave out --tls");
   }
-  if (cluster::LivePid(layout.controller_pid()).ok()) {
-    return Status::FailedPrecondition("a cluster already runs in " + dir + "; 'bulwark down --dir " + dir + "' first");
+  if (cluster::LivePid(cluster::Layout{up.dir}.controller_pid()).ok()) {
+    return Status::FailedPrecondition("a cluster already runs in " + up.dir + "; 'bulwark down --dir " + up.dir +
+                                      "' first");
   }
   // The ladder's settings are checked here, before anything starts, and
   // again by the controller itself.
@@ -122,31 +134,43 @@ Status Up(const Args& a) {
   BULWARK_RETURN_IF_ERROR(
       controller::ApplyLadderFlags(a.Get("ladder-rungs"), a.Get("ladder-tests"), a.Get("ladder-budget"), &ladder));
   BULWARK_RETURN_IF_ERROR(controller::ApplyLadderAlignEvery(a.Get("ladder-align-every"), &ladder));
-  BULWARK_RETURN_IF_ERROR(MakeDirs(layout.machines()));
-  const std::string self = ExeDir() + "/bulwark";
-  // Where the agents are: this host, or the Slurm allocation `up` runs in
-  // (the record tells the controller; a local cluster has none).
-  std::vector<std::string> ids = cluster::MachineIds(*machines + *standby);
-  std::string listen = "127.0.0.1";
+  return up;
+}
+
+// Where the agents run: this host, or the Slurm allocation `up` runs in
+// (the record tells the controller; a local cluster has none).
+struct AgentPlaces {
+  std::vector<std::string> ids;
+  std::string listen = "127.0.0.1";  // the address the controller listens on
+  std::optional<cluster::SlurmRecord> slurm;
+};
+
+Result<AgentPlaces> PlaceAgents(const Args& a, const UpRequest& up, const cluster::Layout& layout,
+                                const std::string& self) {
+  AgentPlaces places;
+  places.ids = cluster::MachineIds(up.machines + up.standby);
   std::remove(layout.backend().c_str());
   BULWARK_RETURN_IF_ERROR(RemoveTree(layout.slurm()));
-  std::optional<cluster::SlurmRecord> slurm;
-  if (backend == "slurm") {
-    Result<int> grow = IntFlag(a, "grow", 0);
-    if (!grow.ok()) return grow.status();
-    std::error_code ec;
-    const std::string abs_dir = std::filesystem::absolute(dir, ec).string();
-    cluster::SystemRunner runner;
-    Result<cluster::SlurmRecord> r = cluster::PlanSlurmUp(runner, {*machines, *standby, *grow, self, abs_dir});
-    if (!r.ok()) return r.status();
-    slurm = *r;
-    ids = slurm->agents;
-    // Agents on other nodes reach the controller by this host's name.
-    Result<std::string> host = cluster::ControllerHost(a.Get("listen"));
-    if (!host.ok()) return host.status();
-    listen = *host;
-    BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.backend(), cluster::EncodeSlurmRecord(*slurm)));
-  }
+  if (!up.slurm) return places;
+  Result<int> grow = IntFlag(a, "grow", 0);
+  if (!grow.ok()) return grow.status();
+  std::error_code ec;
+  const std::string abs_dir = std::filesystem::absolute(up.dir, ec).string();
+  cluster::SystemRunner runner;
+  Result<cluster::SlurmRecord> r = cluster::PlanSlurmUp(runner, {up.machines, up.standby, *grow, self, abs_dir});
+  if (!r.ok()) return r.status();
+  places.slurm = *r;
+  places.ids = places.slurm->agents;
+  // Agents on other nodes reach the controller by this host's name.
+  Result<std::string> host = cluster::ControllerHost(a.Get("listen"));
+  if (!host.ok()) return host.status();
+  places.listen = *host;
+  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.backend(), cluster::EncodeSlurmRecord(*places.slurm)));
+  return places;
+}
+
+// A fresh cluster's state: a new token, no database, new credentials.
+Status FreshClusterState(const Args& a, const cluster::Layout& layout, const std::string& listen) {
   Result<std::string> token = CreateToken(layout.token());
   if (!token.ok()) return token.status();
   // Port 0: the controller binds one the kernel picks and writes it back here
@@ -157,53 +181,79 @@ Status Up(const Args& a) {
   // A fresh cluster starts from a fresh database.
   for (const char* suffix : {"", "-wal", "-shm"}) std::remove((layout.controller_db() + suffix).c_str());
   // ... and fresh credentials: --tls makes a new CA; without it none is used.
-  BULWARK_RETURN_IF_ERROR(RemoveTree(dir + "/tls"));
+  BULWARK_RETURN_IF_ERROR(RemoveTree(layout.dir + "/tls"));
   if (a.Has("tls")) BULWARK_RETURN_IF_ERROR(cluster::CreateClusterTls(layout));
+  return Status::OK();
+}
 
-  std::vector<std::string> controller_argv = {self, "controller", "--init", "--dir", dir};
+// Starts `bulwark controller` and returns a client once it answers.
+Result<ControlClient> StartController(const Args& a, const cluster::Layout& layout, const std::string& self) {
+  std::vector<std::string> argv = {self, "controller", "--init", "--dir", layout.dir};
   if (a.Has("metrics-port")) {
     Result<int> mport = IntFlag(a, "metrics-port", 0);
     if (!mport.ok()) return mport.status();
-    controller_argv.insert(controller_argv.end(), {"--metrics-port", std::to_string(*mport)});
+    argv.insert(argv.end(), {"--metrics-port", std::to_string(*mport)});
   }
   for (const char* f : {"ladder-rungs", "ladder-tests", "ladder-budget", "failure-rate", "ladder-align-every"}) {
-    if (a.Has(f)) controller_argv.insert(controller_argv.end(), {std::string("--") + f, a.Get(f)});
+    if (a.Has(f)) argv.insert(argv.end(), {std::string("--") + f, a.Get(f)});
   }
-  BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(controller_argv, layout.controller_log()));
+  BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(argv, layout.controller_log()));
   // The controller writes its address, then its pid file, once it listens.
   // Calling before that costs a whole call deadline: gRPC holds a call made
   // while its first connection attempt fails.
   if (!WaitFor(15, [&] { return cluster::LivePid(layout.controller_pid()).ok(); })) {
     return Status::Unavailable("controller did not come up within 15 s; see " + layout.controller_log());
   }
-  Result<ControlClient> client = ControlClient::Connect(dir);
+  Result<ControlClient> client = ControlClient::Connect(layout.dir);
   if (!client.ok()) return client.status();
   if (!WaitFor(15, [&] { return client->Status().ok(); })) {
     return Status::Unavailable("controller did not answer within 15 s; see " + layout.controller_log());
   }
-  if (slurm) BULWARK_RETURN_IF_ERROR(cluster::LaunchSlurmAgents(layout, *slurm));
-  for (const std::string& id : slurm ? std::vector<std::string>{} : ids) {
+  return client;
+}
+
+// Starts the agents (Slurm: as its steps) and waits until every one is heard.
+Status StartAgents(const Args& a, const cluster::Layout& layout, const std::string& self, const AgentPlaces& places,
+                   ControlClient& client) {
+  if (places.slurm) BULWARK_RETURN_IF_ERROR(cluster::LaunchSlurmAgents(layout, *places.slurm));
+  for (const std::string& id : places.slurm ? std::vector<std::string>{} : places.ids) {
     BULWARK_RETURN_IF_ERROR(MakeDirs(layout.machine(id)));
-    std::vector<std::string> argv = {self, "agent", "--machine", id, "--dir", dir};
+    std::vector<std::string> argv = {self, "agent", "--machine", id, "--dir", layout.dir};
     if (a.Has("signatures")) argv.insert(argv.end(), {"--signatures", a.Get("signatures")});
     BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(argv, layout.agent_log(id)));
   }
   // Slurm starts steps through slurmctld and each node's slurmd: allow more.
-  const int agent_wait_s = slurm ? 60 : 20;
+  const int agent_wait_s = places.slurm ? 60 : 20;
   const bool all = WaitFor(agent_wait_s, [&] {
-    Result<json> s = client->Status();
+    Result<json> s = client.Status();
     if (!s.ok()) return false;
     int heard = 0;
     for (const json& m : (*s)["machines"]) heard += m["last_heard_s_ago"].get<double>() < 3.0;
-    return heard >= static_cast<int>(ids.size());
+    return heard >= static_cast<int>(places.ids.size());
   });
   if (!all) {
     return Status::Unavailable("not every agent registered within " + std::to_string(agent_wait_s) + " s; see " +
                                layout.machines() + "/*/agent.log");
   }
-  std::cout << "cluster up in " << dir << ": controller at " << client->address() << ", " << ids.size()
-            << " machines (" << ids.size() - *standby << " for jobs, " << *standby << " standby)"
-            << (slurm ? " as tasks of Slurm job " + slurm->job : "") << "\n";
+  return Status::OK();
+}
+
+// bulwark up: check, place, start fresh, start the controller, then the agents.
+Status Up(const Args& a) {
+  Result<UpRequest> up = CheckUpFlags(a);
+  if (!up.ok()) return up.status();
+  const cluster::Layout layout{up->dir};
+  BULWARK_RETURN_IF_ERROR(MakeDirs(layout.machines()));
+  const std::string self = ExeDir() + "/bulwark";
+  Result<AgentPlaces> places = PlaceAgents(a, *up, layout, self);
+  if (!places.ok()) return places.status();
+  BULWARK_RETURN_IF_ERROR(FreshClusterState(a, layout, places->listen));
+  Result<ControlClient> client = StartController(a, layout, self);
+  if (!client.ok()) return client.status();
+  BULWARK_RETURN_IF_ERROR(StartAgents(a, layout, self, *places, *client));
+  std::cout << "cluster up in " << up->dir << ": controller at " << client->address() << ", " << places->ids.size()
+            << " machines (" << places->ids.size() - up->standby << " for jobs, " << up->standby << " standby)"
+            << (places->slurm ? " as tasks of Slurm job " + places->slurm->job : "") << "\n";
   if (Result<json> s = client->Status(); s.ok() && (*s)["metrics"].is_string()) {
     std::cout << "metrics at " << (*s)["metrics"].get<std::string>() << "\n";
   }
@@ -216,12 +266,17 @@ Status Down(const Args& a) {
   // controller: the whole cluster is gone within about two seconds.
   std::vector<pid_t> agents;
   size_t stopped = 0;
+  // Down goes on past a process that would not die: the rest still go, and
+  // the one left is named for the operator to kill.
+  auto terminate = [](const std::vector<pid_t>& pids) {
+    if (Status st = cluster::Terminate(pids, 5000); !st.ok()) std::cerr << "bulwark: " << st.message() << "\n";
+  };
   if (PathExists(layout.backend())) {
     // A Slurm cluster's agents are steps and jobs on other hosts: their pid
     // files name processes there, not here. Slurm stops them, after the
     // controller: one that saw its agents vanish would drain their nodes.
     if (Result<pid_t> pid = cluster::LivePid(layout.controller_pid()); pid.ok()) {
-      cluster::Terminate({*pid}, 5000);
+      terminate({*pid});
       ++stopped;
     }
     cluster::SystemRunner runner;
@@ -235,11 +290,11 @@ Status Down(const Args& a) {
     for (const std::string& id : ListDir(layout.machines())) {
       if (Result<pid_t> pid = cluster::LivePid(layout.agent_pid(id)); pid.ok()) agents.push_back(*pid);
     }
-    cluster::Terminate(agents, 5000);
+    terminate(agents);
     stopped = agents.size();
   }
   if (Result<pid_t> pid = cluster::LivePid(layout.controller_pid()); pid.ok()) {
-    cluster::Terminate({*pid}, 5000);
+    terminate({*pid});
     ++stopped;
   }
   std::cout << "stopped " << stopped << " processes in " << layout.dir << "\n";
@@ -461,7 +516,7 @@ Status Run(const Args& a) {
   if (cmd == "controller") {
     Result<int> mport = IntFlag(a, "metrics-port", -1);
     if (!mport.ok()) return mport.status();
-    return controller::RunController({ClusterDir(a), a.Has("init"), *mport, a.Get("ladder-rungs"),
+    return plane::RunController({ClusterDir(a), a.Has("init"), *mport, a.Get("ladder-rungs"),
                                       a.Get("ladder-tests"), a.Get("ladder-budget"), a.Get("failure-rate"),
                                       a.Get("ladder-align-every")});
   }

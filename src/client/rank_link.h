@@ -28,6 +28,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/step_signal.h"
 
 namespace bulwark::client {
 
@@ -37,19 +38,11 @@ constexpr const char* kSpikeFactorEnv = "BULWARK_SPIKE_FACTOR";
 // A step the controller accepts as it is (a spike that a replay reproduced).
 constexpr const char* kAcceptStepEnv = "BULWARK_ACCEPT_ANOMALY_STEP";
 
-// One completed (or held-back) step as the rank saw it.
-struct StepSignal {
-  int64_t step = 0;
-  int steps = 1;  // how many steps the *_ms fields sum (the agent sums runs)
-  double loss = 0, grad_norm = 0, local_grad_norm = 0;
-  double step_ms = 0, compute_ms = 0, comm_ms = 0;
-  bool local_nonfinite = false, nonfinite = false;
-  std::string halted;  // "" | "nan" | "spike"
+// One completed (or held-back) step as the rank saw it: the figures
+// (common/step_signal.h) and when. Tokens go as an optional 14th word, so
+// 13-word reports still parse.
+struct StepSignal : StepFigures {
   int64_t observed_ms = 0;  // wall clock, ms since the epoch
-  // Tokens the whole job processed in these steps (bulwark-train: batch x
-  // context x data-parallel ranks), for the controller's tokens/s; 0:
-  // unknown. Sent as an optional 14th word, so 13-word reports still parse.
-  int64_t tokens = 0;
 
   // "STEP 12 1 3.41 0.82 0.80 95.1 80.2 12.3 0 0 - 1763840000000 [16384]"
   std::string Format() const;

@@ -4,6 +4,10 @@
 // that names the subject and, where there is one, the next step for the user
 // ("checkpoint runs/a/step-00000040/rank-0.bin: checksum mismatch; it is
 // skipped"). Libraries return these; only main() turns them into exit codes.
+//
+// Both are [[nodiscard]] and the build has -Werror=unused-result: a caller
+// handles a result, or drops it on purpose with IgnoreError() and a comment
+// saying why that is safe.
 #pragma once
 
 #include <optional>
@@ -12,7 +16,7 @@
 
 namespace bulwark {
 
-class Status {
+class [[nodiscard]] Status {
  public:
   enum class Code {
     kOk = 0,
@@ -44,6 +48,10 @@ class Status {
   std::string ToString() const;
   // Prefixes the message with context, keeping the code: "loading data: ...".
   Status Annotate(const std::string& context) const;
+  // Drops the status on purpose. Every call says, in a comment beside it,
+  // why the error cannot matter there (a best-effort cleanup, a report
+  // that is logged elsewhere).
+  void IgnoreError() const {}
 
  private:
   Status(Code c, std::string m) : code_(c), message_(std::move(m)) {}
@@ -55,12 +63,14 @@ const char* CodeName(Status::Code code);
 
 // A value or the Status that explains why there is none; never both.
 template <typename T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
+  // As Status::IgnoreError: dropped on purpose, with a comment saying why.
+  void IgnoreError() const {}
   T& value() { return *value_; }
   const T& value() const { return *value_; }
   T& operator*() { return *value_; }

@@ -9,6 +9,14 @@
 // it to Event and EventKind in the same position, give it a name in
 // event.cc, and give it a rule in policy.cc's table. static_asserts keep the
 // three lists in step.
+//
+// Each struct lists its fields once, in Fields(s, v): v(name, s.field) for
+// each, with the name the journal writes, or v.Optional(name, s.field) for
+// one that journal rows written before it existed lack (it decodes to its
+// default). The journal's codec (plane/codec.cc) encodes and decodes every
+// kind by walking this list, so adding a field is one line here; the
+// round-trip test (tests/event_codec_test.cc) fails for a member the list
+// leaves out.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +44,16 @@ struct RankExited {
   int signal = 0;
   std::string log_signature;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v.Optional("machine", s.machine);
+    v("rank", s.rank);
+    v("exit_code", s.exit_code);
+    v("signal", s.signal);
+    v("signature", s.log_signature);
+    v("observed", s.observed);
+  }
 };
 
 // The machine's agent stopped sending heartbeats: the machine is down, or cut
@@ -44,6 +62,13 @@ struct MachineHeartbeatLost {
   MachineId machine;
   Time last_heartbeat{};  // when it was last heard from: the fault time
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v.Optional("machine", s.machine);
+    v("last_heartbeat", s.last_heartbeat);
+    v("observed", s.observed);
+  }
 };
 
 enum class InspectionKind { kDevice, kDisk, kMemory, kProcess };
@@ -56,6 +81,14 @@ struct InspectionFailed {
   InspectionKind kind = InspectionKind::kDevice;
   std::string detail;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v.Optional("machine", s.machine);
+    v("inspection", s.kind);
+    v("detail", s.detail);
+    v("observed", s.observed);
+  }
 };
 
 // A NIC went down or flapped. Flaps usually heal on their own.
@@ -63,6 +96,13 @@ struct NetworkAlert {
   MachineId machine;
   std::string detail;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v.Optional("machine", s.machine);
+    v("detail", s.detail);
+    v("observed", s.observed);
+  }
 };
 
 // A machine registered and ran its self-check (image, libraries, devices).
@@ -71,6 +111,14 @@ struct MachineJoined {
   bool self_check_passed = false;
   std::string detail;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v.Optional("machine", s.machine);
+    v("passed", s.self_check_passed);
+    v("detail", s.detail);
+    v("observed", s.observed);
+  }
 };
 
 // The job finished training step `step` (steps count from 1; a job restored
@@ -78,12 +126,24 @@ struct MachineJoined {
 struct StepCompleted {
   int64_t step = 0;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("step", s.step);
+    v("observed", s.observed);
+  }
 };
 
 // A complete checkpoint of step `step` was written (in memory or on disk).
 struct CheckpointSaved {
   int64_t step = 0;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("step", s.step);
+    v("observed", s.observed);
+  }
 };
 
 // The restarted ranks restored the checkpoint of `step` (rank 0's agent
@@ -98,6 +158,15 @@ struct CheckpointRestored {
   int64_t newest_step = 0;
   double restore_ms = 0;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("step", s.step);
+    v("source", s.source);
+    v("newest_step", s.newest_step);
+    v("restore_ms", s.restore_ms);
+    v("observed", s.observed);
+  }
 };
 
 // An operator repaired an evicted machine and hands it back; it must pass a
@@ -105,12 +174,24 @@ struct CheckpointRestored {
 struct OperatorReturned {
   MachineId machine;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v.Optional("machine", s.machine);
+    v("observed", s.observed);
+  }
 };
 
 // An operator asked for a restart (a code fix, a config change).
 struct ManualRestart {
   std::string reason;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("reason", s.reason);
+    v("observed", s.observed);
+  }
 };
 
 // --- implicit faults: made by the detectors from the ranks' signals ---
@@ -123,6 +204,15 @@ struct HangSuspected {
   Duration allowance{0};
   bool first_step = false;  // the ranks never completed a step since their start
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("last_step", s.last_step);
+    v("since", s.since);
+    v("allowance_ms", s.allowance);
+    v("first_step", s.first_step);
+    v("observed", s.observed);
+  }
 };
 
 // fail_slow_detector.h: `machine` computed `ratio` times slower than its
@@ -133,6 +223,15 @@ struct FailSlowSuspected {
   double ratio = 0;
   std::string detail;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v.Optional("machine", s.machine);
+    v("rounds", s.rounds);
+    v("ratio", s.ratio);
+    v("detail", s.detail);
+    v("observed", s.observed);
+  }
 };
 
 // anomaly_detector.h: a non-finite ("nan") or spiking ("spike") step.
@@ -149,6 +248,19 @@ struct TrainingAnomaly {
   std::string detail;
   Time at{};  // when the first rank reported the step: the fault time
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("step", s.step);
+    v("anomaly", s.kind);
+    v("culprits", s.culprits);
+    v("culprit_ranks", s.culprit_ranks);
+    v("reports", s.reports);
+    v("halted", s.halted);
+    v("detail", s.detail);
+    v("at", s.at);
+    v("observed", s.observed);
+  }
 };
 
 // The Runtime Analyzer's verdict on the stacks captured for an incident
@@ -171,6 +283,18 @@ struct StacksAnalyzed {
   std::vector<MachineId> suspects;
   std::string why;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("incident", s.incident);
+    v.Optional("generation", s.generation);
+    v("groups", s.groups);
+    v("missing", s.missing);
+    v("group", s.group);
+    v("suspects", s.suspects);
+    v("why", s.why);
+    v("observed", s.observed);
+  }
 };
 
 // --- the stop-time ladder (ladder.h) ---
@@ -185,6 +309,15 @@ struct DiagnosticsReported {
   std::vector<DiagnosticResult> results;
   std::string alignment_hash;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("incident", s.incident);
+    v.Optional("machine", s.machine);
+    v("results", s.results);
+    v("alignment_hash", s.alignment_hash);
+    v("observed", s.observed);
+  }
 };
 
 // The budget of the ladder's rung in flight for `incident` ran out (the
@@ -192,6 +325,12 @@ struct DiagnosticsReported {
 struct LadderDeadline {
   int64_t incident = 0;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("incident", s.incident);
+    v("observed", s.observed);
+  }
 };
 
 // --- releases and recovery modes (releases.h) ---
@@ -203,6 +342,14 @@ struct ReleaseCreated {
   bool now = false;
   std::string why;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("release", s.release);
+    v("now", s.now);
+    v("why", s.why);
+    v("observed", s.observed);
+  }
 };
 
 // An operator asked to go back to release `to` (`bulwark rollback`).
@@ -210,6 +357,13 @@ struct RollbackRequested {
   int to = 0;
   std::string why;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("to", s.to);
+    v("why", s.why);
+    v("observed", s.observed);
+  }
 };
 
 // A lazy release has waited PolicyConfig::update_force_after for a restart
@@ -217,6 +371,12 @@ struct RollbackRequested {
 struct ReleaseDue {
   int release = 0;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("release", s.release);
+    v("observed", s.observed);
+  }
 };
 
 // Machine `machine` holds processes of release `release` set up and waiting
@@ -229,6 +389,15 @@ struct ReleaseStaged {
   bool ready = false;
   std::string detail;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("machine", s.machine);
+    v("release", s.release);
+    v("ready", s.ready);
+    v("detail", s.detail);
+    v("observed", s.observed);
+  }
 };
 
 // An urgent release's staging ran past PolicyConfig::release_stage_timeout
@@ -236,18 +405,34 @@ struct ReleaseStaged {
 struct StageDue {
   int release = 0;
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("release", s.release);
+    v("observed", s.observed);
+  }
 };
 
 // A requeued job's modeled provisioning delay ran out (the plane sends it
 // from its tick; ClusterState::requeue_until says when).
 struct RequeueDue {
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("observed", s.observed);
+  }
 };
 
 // The periodic bitwise check (LadderConfig::align_every) is due: the plane
 // sends it from its tick when AlignmentCheckIsDue (policy.h) says so.
 struct AlignmentCheckDue {
   Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("observed", s.observed);
+  }
 };
 
 using Event = std::variant<RankExited, MachineHeartbeatLost, InspectionFailed, NetworkAlert,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "controller/echo.h"
 #include "controller/policy_internal.h"
 #include "controller/reconcile.h"
 
@@ -108,8 +109,10 @@ Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::st
   if (!RanksAreLive(s.job) || m->state != MachineState::kActive || LadderHoldsJob(s)) return Status::OK();
   // Ranks that died at or before the latest restart are the restart's own
   // victims, or the echo (connection reset, NCCL error) of a fault already
-  // handled: they are part of that episode, not a new crash.
-  if (s.last_restart_at && observed <= *s.last_restart_at) return Status::OK();
+  // handled: they are part of that episode, not a new crash (echo.h).
+  if (ClassifyExit({0, observed, false}, {0, s.last_restart_at}, observed, Duration(0)) == ExitVerdict::kEcho) {
+    return Status::OK();
+  }
 
   const Time cutoff = observed - ctx.config.crash_window;
   s.crashes.erase(std::remove_if(s.crashes.begin(), s.crashes.end(),

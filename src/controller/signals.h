@@ -10,24 +10,17 @@
 #include <cstdint>
 #include <string>
 
+#include "common/step_signal.h"
 #include "controller/machine.h"
 #include "controller/time.h"
 
 namespace bulwark::controller {
 
-struct RankSignal {
+// The rank's figures (common/step_signal.h: one field list from the rank to
+// here), whose rank and when.
+struct RankSignal : StepFigures {
   MachineId machine;
   int rank = 0;
-  int64_t step = 0;  // the newest step in the run
-  int steps = 1;     // steps summed in the *_ms fields
-  double loss = 0, grad_norm = 0;
-  double local_grad_norm = 0;  // this rank's gradients before the all-reduce
-  double step_ms = 0, compute_ms = 0, comm_ms = 0;
-  bool local_nonfinite = false;  // a non-finite value in this rank's own loss or gradients
-  bool nonfinite = false;        // the global loss or grad norm was non-finite
-  // The rank held the step back (did not apply the update) and waits for a
-  // decision: "nan" or "spike". Empty: the step was applied.
-  std::string halted;
   Time observed{};
 };
 

@@ -111,13 +111,17 @@ Result<std::unique_ptr<Session>> Session::Up(const std::string& exe_dir, const s
   Result<cli::ControlClient> client = up.ok() ? cli::ControlClient::Connect(dir) : Result<cli::ControlClient>(up);
   if (!client.ok()) {
     // A half-started cluster (controller up, an agent missing) goes down too.
-    RunChild({exe_dir + "/bulwark", "down", "--dir", dir}, 30, quiet_stdout);
+    // The start's error is the one to report; what a failed down leaves
+    // running, the next `bulwark down --dir` stops.
+    RunChild({exe_dir + "/bulwark", "down", "--dir", dir}, 30, quiet_stdout).IgnoreError();
     return client.status();
   }
   return std::unique_ptr<Session>(new Session(exe_dir, cluster::Layout{dir}, std::move(*client), quiet_stdout));
 }
 
-Session::~Session() { Down(); }
+// A destructor cannot report: the demo calls Down() itself where its result
+// matters; this one only makes sure an early return leaves no cluster up.
+Session::~Session() { Down().IgnoreError(); }
 
 Status Session::Down() {
   if (down_) return Status::OK();

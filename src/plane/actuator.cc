@@ -1,6 +1,6 @@
 #include "plane/actuator.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 wire::Command Stop(const std::string& id, const std::string& reason) {
@@ -100,4 +100,4 @@ std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launc
   return out;
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

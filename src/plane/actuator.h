@@ -14,8 +14,9 @@
 #include "controller/action.h"
 #include "controller/backup_plan.h"
 #include "controller/launch.h"
+#include "plane/core.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 
 struct MachineCommand {
   MachineId machine;
@@ -44,4 +45,4 @@ wire::Command WarmStandby(const JobLaunch& launch, const Placement& placement, d
 // a restart never waits for the previous run's socket to leave TIME_WAIT.
 int MasterPort(const JobLaunch& launch, int64_t generation);
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

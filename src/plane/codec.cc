@@ -5,7 +5,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 using nlohmann::json;
@@ -63,101 +63,130 @@ Status Get(const json& j, const char* field, T* out) {
   return Status::OK();
 }
 
+// --- events: one field list each (controller/event.h), walked both ways ---
+
+// A field's JSON: times and durations as milliseconds, an inspection by
+// name, nested records as objects, the rest as nlohmann writes them.
+json FieldJson(Time t) { return Ms(t); }
+json FieldJson(Duration d) { return ToMs(d); }
+json FieldJson(InspectionKind k) { return InspectionKindName(k); }
+json FieldJson(const std::vector<StackGroupSummary>& groups) { return StackGroupsJson(groups); }
+json FieldJson(const std::vector<DiagnosticResult>& results) {
+  json a = json::array();
+  for (const DiagnosticResult& r : results) {
+    a.push_back({{"test", r.test}, {"passed", r.passed}, {"detail", r.detail}, {"ms", r.ms}});
+  }
+  return a;
+}
+template <typename T>
+json FieldJson(const T& x) {
+  return x;
+}
+
+// The inverse of FieldJson, or InvalidArgument naming the field.
+template <typename T>
+Status FieldFrom(const json& j, const char* name, T* out) {
+  return Get(j, name, out);
+}
+Status FieldFrom(const json& j, const char* name, Time* out) {
+  int64_t ms = 0;
+  BULWARK_RETURN_IF_ERROR(Get(j, name, &ms));
+  *out = TimeFromMs(ms);
+  return Status::OK();
+}
+Status FieldFrom(const json& j, const char* name, Duration* out) {
+  int64_t ms = 0;
+  BULWARK_RETURN_IF_ERROR(Get(j, name, &ms));
+  *out = Duration(ms);
+  return Status::OK();
+}
+Status FieldFrom(const json& j, const char* name, InspectionKind* out) {
+  std::string s;
+  BULWARK_RETURN_IF_ERROR(Get(j, name, &s));
+  bool ok = false;
+  *out = InspectionFromName(s, &ok);
+  if (!ok) return Status::InvalidArgument(std::string("journal record field '") + name + "': unknown kind '" + s + "'");
+  return Status::OK();
+}
+Status FieldFrom(const json& j, const char* name, std::vector<StackGroupSummary>* out) {
+  json groups;
+  BULWARK_RETURN_IF_ERROR(Get(j, name, &groups));
+  for (const json& g : groups) {
+    StackGroupSummary s;
+    BULWARK_RETURN_IF_ERROR(Get(g, "count", &s.count));
+    BULWARK_RETURN_IF_ERROR(Get(g, "stack", &s.stack));
+    BULWARK_RETURN_IF_ERROR(Get(g, "ranks", &s.ranks));
+    out->push_back(std::move(s));
+  }
+  return Status::OK();
+}
+Status FieldFrom(const json& j, const char* name, std::vector<DiagnosticResult>* out) {
+  json results;
+  BULWARK_RETURN_IF_ERROR(Get(j, name, &results));
+  if (!results.is_array()) return Status::InvalidArgument(std::string("journal record field '") + name + "': not an array");
+  for (const json& r : results) {
+    DiagnosticResult d;
+    BULWARK_RETURN_IF_ERROR(Get(r, "test", &d.test));
+    BULWARK_RETURN_IF_ERROR(Get(r, "passed", &d.passed));
+    BULWARK_RETURN_IF_ERROR(Get(r, "detail", &d.detail));
+    BULWARK_RETURN_IF_ERROR(Get(r, "ms", &d.ms));
+    out->push_back(std::move(d));
+  }
+  return Status::OK();
+}
+
+// Visitors of an event's field list (event.h): one writes each field into
+// `j`, the other reads each back, keeping the first error.
+struct FieldWriter {
+  json& j;
+  template <typename T>
+  void operator()(const char* name, const T& x) {
+    j[name] = FieldJson(x);
+  }
+  template <typename T>
+  void Optional(const char* name, const T& x) {
+    (*this)(name, x);
+  }
+};
+struct FieldReader {
+  const json& j;
+  Status status;
+  template <typename T>
+  void operator()(const char* name, T& x) {
+    if (status.ok()) status = FieldFrom(j, name, &x);
+  }
+  // Rows journaled before the field existed lack it: it keeps its default.
+  template <typename T>
+  void Optional(const char* name, T& x) {
+    if (j.contains(name)) (*this)(name, x);
+  }
+};
+
+// The alternative of Event whose kind name is `kind`, read from `j`.
+template <size_t I = 0>
+Result<Event> DecodeKind(const std::string& kind, const json& j) {
+  if constexpr (I == std::variant_size_v<Event>) {
+    return Status::InvalidArgument("journal record field 'kind': unknown event kind '" + kind + "'");
+  } else {
+    if (kind != EventKindName(static_cast<EventKind>(I))) return DecodeKind<I + 1>(kind, j);
+    using T = std::variant_alternative_t<I, Event>;
+    T x;
+    FieldReader r{j, Status::OK()};
+    T::Fields(x, r);
+    if (!r.status.ok()) return r.status;
+    return Event(std::in_place_index<I>, std::move(x));
+  }
+}
+
 }  // namespace
 
 json EncodeEvent(const Event& e) {
   json j;
   j["kind"] = EventKindName(KindOf(e));
-  j["observed"] = Ms(ObservedAt(e));
   std::visit(
       [&](const auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, RankExited>) {
-          j["machine"] = x.machine;
-          j["rank"] = x.rank;
-          j["exit_code"] = x.exit_code;
-          j["signal"] = x.signal;
-          j["signature"] = x.log_signature;
-        } else if constexpr (std::is_same_v<T, MachineHeartbeatLost>) {
-          j["machine"] = x.machine;
-          j["last_heartbeat"] = Ms(x.last_heartbeat);
-        } else if constexpr (std::is_same_v<T, InspectionFailed>) {
-          j["machine"] = x.machine;
-          j["inspection"] = InspectionKindName(x.kind);
-          j["detail"] = x.detail;
-        } else if constexpr (std::is_same_v<T, NetworkAlert>) {
-          j["machine"] = x.machine;
-          j["detail"] = x.detail;
-        } else if constexpr (std::is_same_v<T, MachineJoined>) {
-          j["machine"] = x.machine;
-          j["passed"] = x.self_check_passed;
-          j["detail"] = x.detail;
-        } else if constexpr (std::is_same_v<T, StepCompleted> || std::is_same_v<T, CheckpointSaved>) {
-          j["step"] = x.step;
-        } else if constexpr (std::is_same_v<T, OperatorReturned>) {
-          j["machine"] = x.machine;
-        } else if constexpr (std::is_same_v<T, ManualRestart>) {
-          j["reason"] = x.reason;
-        } else if constexpr (std::is_same_v<T, CheckpointRestored>) {
-          j["step"] = x.step;
-          j["source"] = x.source;
-          j["newest_step"] = x.newest_step;
-          j["restore_ms"] = x.restore_ms;
-        } else if constexpr (std::is_same_v<T, HangSuspected>) {
-          j["last_step"] = x.last_step;
-          j["since"] = Ms(x.since);
-          j["allowance_ms"] = ToMs(x.allowance);
-          j["first_step"] = x.first_step;
-        } else if constexpr (std::is_same_v<T, FailSlowSuspected>) {
-          j["machine"] = x.machine;
-          j["rounds"] = x.rounds;
-          j["ratio"] = x.ratio;
-          j["detail"] = x.detail;
-        } else if constexpr (std::is_same_v<T, TrainingAnomaly>) {
-          j["step"] = x.step;
-          j["anomaly"] = x.kind;
-          j["culprits"] = x.culprits;
-          j["culprit_ranks"] = x.culprit_ranks;
-          j["reports"] = x.reports;
-          j["halted"] = x.halted;
-          j["detail"] = x.detail;
-          j["at"] = Ms(x.at);
-        } else if constexpr (std::is_same_v<T, StacksAnalyzed>) {
-          j["incident"] = x.incident;
-          j["generation"] = x.generation;
-          j["groups"] = StackGroupsJson(x.groups);
-          j["missing"] = x.missing;
-          j["group"] = x.group;
-          j["suspects"] = x.suspects;
-          j["why"] = x.why;
-        } else if constexpr (std::is_same_v<T, DiagnosticsReported>) {
-          j["incident"] = x.incident;
-          j["machine"] = x.machine;
-          j["alignment_hash"] = x.alignment_hash;
-          json results = json::array();
-          for (const DiagnosticResult& r : x.results) {
-            results.push_back({{"test", r.test}, {"passed", r.passed}, {"detail", r.detail}, {"ms", r.ms}});
-          }
-          j["results"] = std::move(results);
-        } else if constexpr (std::is_same_v<T, LadderDeadline>) {
-          j["incident"] = x.incident;
-        } else if constexpr (std::is_same_v<T, ReleaseCreated>) {
-          j["release"] = x.release;
-          j["now"] = x.now;
-          j["why"] = x.why;
-        } else if constexpr (std::is_same_v<T, RollbackRequested>) {
-          j["to"] = x.to;
-          j["why"] = x.why;
-        } else if constexpr (std::is_same_v<T, ReleaseDue>) {
-          j["release"] = x.release;
-        } else if constexpr (std::is_same_v<T, ReleaseStaged>) {
-          j["machine"] = x.machine;
-          j["release"] = x.release;
-          j["ready"] = x.ready;
-          j["detail"] = x.detail;
-        } else if constexpr (std::is_same_v<T, StageDue>) {
-          j["release"] = x.release;
-        }
+        FieldWriter w{j};
+        std::decay_t<decltype(x)>::Fields(x, w);
       },
       e);
   return j;
@@ -171,186 +200,8 @@ json StackGroupsJson(const std::vector<StackGroupSummary>& groups) {
 
 Result<Event> DecodeEvent(const json& j) {
   std::string kind;
-  int64_t observed_ms = 0;
   BULWARK_RETURN_IF_ERROR(Get(j, "kind", &kind));
-  BULWARK_RETURN_IF_ERROR(Get(j, "observed", &observed_ms));
-  const Time observed = TimeFromMs(observed_ms);
-  std::string machine;
-  if (j.contains("machine")) BULWARK_RETURN_IF_ERROR(Get(j, "machine", &machine));
-
-  if (kind == EventKindName(EventKind::kRankExited)) {
-    RankExited x{machine, 0, 0, 0, "", observed};
-    BULWARK_RETURN_IF_ERROR(Get(j, "rank", &x.rank));
-    BULWARK_RETURN_IF_ERROR(Get(j, "exit_code", &x.exit_code));
-    BULWARK_RETURN_IF_ERROR(Get(j, "signal", &x.signal));
-    BULWARK_RETURN_IF_ERROR(Get(j, "signature", &x.log_signature));
-    return Event(x);
-  }
-  if (kind == EventKindName(EventKind::kMachineHeartbeatLost)) {
-    int64_t last = 0;
-    BULWARK_RETURN_IF_ERROR(Get(j, "last_heartbeat", &last));
-    return Event(MachineHeartbeatLost{machine, TimeFromMs(last), observed});
-  }
-  if (kind == EventKindName(EventKind::kInspectionFailed)) {
-    std::string name, detail;
-    BULWARK_RETURN_IF_ERROR(Get(j, "inspection", &name));
-    BULWARK_RETURN_IF_ERROR(Get(j, "detail", &detail));
-    bool ok = false;
-    InspectionKind k = InspectionFromName(name, &ok);
-    if (!ok) return Status::InvalidArgument("journal record field 'inspection': unknown kind '" + name + "'");
-    return Event(InspectionFailed{machine, k, detail, observed});
-  }
-  if (kind == EventKindName(EventKind::kNetworkAlert)) {
-    std::string detail;
-    BULWARK_RETURN_IF_ERROR(Get(j, "detail", &detail));
-    return Event(NetworkAlert{machine, detail, observed});
-  }
-  if (kind == EventKindName(EventKind::kMachineJoined)) {
-    MachineJoined x{machine, false, "", observed};
-    BULWARK_RETURN_IF_ERROR(Get(j, "passed", &x.self_check_passed));
-    BULWARK_RETURN_IF_ERROR(Get(j, "detail", &x.detail));
-    return Event(x);
-  }
-  if (kind == EventKindName(EventKind::kStepCompleted) || kind == EventKindName(EventKind::kCheckpointSaved)) {
-    int64_t step = 0;
-    BULWARK_RETURN_IF_ERROR(Get(j, "step", &step));
-    if (kind == EventKindName(EventKind::kStepCompleted)) return Event(StepCompleted{step, observed});
-    return Event(CheckpointSaved{step, observed});
-  }
-  if (kind == EventKindName(EventKind::kOperatorReturned)) return Event(OperatorReturned{machine, observed});
-  if (kind == EventKindName(EventKind::kManualRestart)) {
-    std::string reason;
-    BULWARK_RETURN_IF_ERROR(Get(j, "reason", &reason));
-    return Event(ManualRestart{reason, observed});
-  }
-  if (kind == EventKindName(EventKind::kCheckpointRestored)) {
-    CheckpointRestored x;
-    x.observed = observed;
-    BULWARK_RETURN_IF_ERROR(Get(j, "step", &x.step));
-    BULWARK_RETURN_IF_ERROR(Get(j, "source", &x.source));
-    BULWARK_RETURN_IF_ERROR(Get(j, "newest_step", &x.newest_step));
-    BULWARK_RETURN_IF_ERROR(Get(j, "restore_ms", &x.restore_ms));
-    return Event(x);
-  }
-  if (kind == EventKindName(EventKind::kHangSuspected)) {
-    HangSuspected x;
-    x.observed = observed;
-    int64_t since = 0, allowance = 0;
-    BULWARK_RETURN_IF_ERROR(Get(j, "last_step", &x.last_step));
-    BULWARK_RETURN_IF_ERROR(Get(j, "since", &since));
-    BULWARK_RETURN_IF_ERROR(Get(j, "allowance_ms", &allowance));
-    BULWARK_RETURN_IF_ERROR(Get(j, "first_step", &x.first_step));
-    x.since = TimeFromMs(since);
-    x.allowance = Duration(allowance);
-    return Event(x);
-  }
-  if (kind == EventKindName(EventKind::kFailSlowSuspected)) {
-    FailSlowSuspected x{machine, 0, 0, "", observed};
-    BULWARK_RETURN_IF_ERROR(Get(j, "rounds", &x.rounds));
-    BULWARK_RETURN_IF_ERROR(Get(j, "ratio", &x.ratio));
-    BULWARK_RETURN_IF_ERROR(Get(j, "detail", &x.detail));
-    return Event(x);
-  }
-  if (kind == EventKindName(EventKind::kTrainingAnomaly)) {
-    TrainingAnomaly x;
-    x.observed = observed;
-    BULWARK_RETURN_IF_ERROR(Get(j, "step", &x.step));
-    BULWARK_RETURN_IF_ERROR(Get(j, "anomaly", &x.kind));
-    BULWARK_RETURN_IF_ERROR(Get(j, "culprits", &x.culprits));
-    BULWARK_RETURN_IF_ERROR(Get(j, "culprit_ranks", &x.culprit_ranks));
-    BULWARK_RETURN_IF_ERROR(Get(j, "reports", &x.reports));
-    BULWARK_RETURN_IF_ERROR(Get(j, "halted", &x.halted));
-    BULWARK_RETURN_IF_ERROR(Get(j, "detail", &x.detail));
-    int64_t at = 0;
-    BULWARK_RETURN_IF_ERROR(Get(j, "at", &at));
-    x.at = TimeFromMs(at);
-    return Event(x);
-  }
-  if (kind == EventKindName(EventKind::kStacksAnalyzed)) {
-    StacksAnalyzed x;
-    x.observed = observed;
-    json groups;
-    BULWARK_RETURN_IF_ERROR(Get(j, "incident", &x.incident));
-    // Journals written before the field existed: 0 is "unknown", never stale.
-    if (j.contains("generation")) BULWARK_RETURN_IF_ERROR(Get(j, "generation", &x.generation));
-    BULWARK_RETURN_IF_ERROR(Get(j, "groups", &groups));
-    BULWARK_RETURN_IF_ERROR(Get(j, "missing", &x.missing));
-    BULWARK_RETURN_IF_ERROR(Get(j, "group", &x.group));
-    BULWARK_RETURN_IF_ERROR(Get(j, "suspects", &x.suspects));
-    BULWARK_RETURN_IF_ERROR(Get(j, "why", &x.why));
-    for (const json& g : groups) {
-      StackGroupSummary s;
-      BULWARK_RETURN_IF_ERROR(Get(g, "count", &s.count));
-      BULWARK_RETURN_IF_ERROR(Get(g, "stack", &s.stack));
-      BULWARK_RETURN_IF_ERROR(Get(g, "ranks", &s.ranks));
-      x.groups.push_back(std::move(s));
-    }
-    return Event(x);
-  }
-  if (kind == EventKindName(EventKind::kDiagnosticsReported)) {
-    DiagnosticsReported x;
-    x.observed = observed;
-    x.machine = machine;
-    json results;
-    BULWARK_RETURN_IF_ERROR(Get(j, "incident", &x.incident));
-    BULWARK_RETURN_IF_ERROR(Get(j, "alignment_hash", &x.alignment_hash));
-    BULWARK_RETURN_IF_ERROR(Get(j, "results", &results));
-    if (!results.is_array()) return Status::InvalidArgument("journal record field 'results': not an array");
-    for (const json& r : results) {
-      DiagnosticResult d;
-      BULWARK_RETURN_IF_ERROR(Get(r, "test", &d.test));
-      BULWARK_RETURN_IF_ERROR(Get(r, "passed", &d.passed));
-      BULWARK_RETURN_IF_ERROR(Get(r, "detail", &d.detail));
-      BULWARK_RETURN_IF_ERROR(Get(r, "ms", &d.ms));
-      x.results.push_back(std::move(d));
-    }
-    return Event(x);
-  }
-  if (kind == EventKindName(EventKind::kLadderDeadline)) {
-    LadderDeadline x;
-    x.observed = observed;
-    BULWARK_RETURN_IF_ERROR(Get(j, "incident", &x.incident));
-    return Event(x);
-  }
-  if (kind == EventKindName(EventKind::kReleaseCreated)) {
-    ReleaseCreated x;
-    x.observed = observed;
-    BULWARK_RETURN_IF_ERROR(Get(j, "release", &x.release));
-    BULWARK_RETURN_IF_ERROR(Get(j, "now", &x.now));
-    BULWARK_RETURN_IF_ERROR(Get(j, "why", &x.why));
-    return Event(x);
-  }
-  if (kind == EventKindName(EventKind::kRollbackRequested)) {
-    RollbackRequested x;
-    x.observed = observed;
-    BULWARK_RETURN_IF_ERROR(Get(j, "to", &x.to));
-    BULWARK_RETURN_IF_ERROR(Get(j, "why", &x.why));
-    return Event(x);
-  }
-  if (kind == EventKindName(EventKind::kReleaseDue)) {
-    ReleaseDue x;
-    x.observed = observed;
-    BULWARK_RETURN_IF_ERROR(Get(j, "release", &x.release));
-    return Event(x);
-  }
-  if (kind == EventKindName(EventKind::kReleaseStaged)) {
-    ReleaseStaged x;
-    x.observed = observed;
-    BULWARK_RETURN_IF_ERROR(Get(j, "machine", &x.machine));
-    BULWARK_RETURN_IF_ERROR(Get(j, "release", &x.release));
-    BULWARK_RETURN_IF_ERROR(Get(j, "ready", &x.ready));
-    BULWARK_RETURN_IF_ERROR(Get(j, "detail", &x.detail));
-    return Event(x);
-  }
-  if (kind == EventKindName(EventKind::kStageDue)) {
-    StageDue x;
-    x.observed = observed;
-    BULWARK_RETURN_IF_ERROR(Get(j, "release", &x.release));
-    return Event(x);
-  }
-  if (kind == EventKindName(EventKind::kRequeueDue)) return Event(RequeueDue{observed});
-  if (kind == EventKindName(EventKind::kAlignmentCheckDue)) return Event(AlignmentCheckDue{observed});
-  return Status::InvalidArgument("journal record field 'kind': unknown event kind '" + kind + "'");
+  return DecodeKind(kind, j);
 }
 
 namespace {
@@ -522,4 +373,4 @@ json BreakdownJson(const TimeBreakdown& b) {
   return json{{"wall_s", Seconds(b.wall)}, {"ettr", b.ettr()}, {"seconds", by}};
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

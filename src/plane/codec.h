@@ -12,8 +12,9 @@
 #include "controller/incident.h"
 #include "controller/launch.h"
 #include "controller/ledger.h"
+#include "plane/core.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 
 nlohmann::json EncodeEvent(const Event& e);
 // InvalidArgument naming the field for a record this version cannot read.
@@ -52,4 +53,4 @@ nlohmann::json IncidentJson(const Incident& i);
 nlohmann::json StackGroupsJson(const std::vector<StackGroupSummary>& groups);
 nlohmann::json BreakdownJson(const TimeBreakdown& b);
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

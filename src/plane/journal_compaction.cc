@@ -4,7 +4,7 @@
 #include <map>
 #include <set>
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 
 std::vector<int64_t> StepRowsToDrop(const std::vector<JournalEntry>& entries) {
   struct StepRow {
@@ -107,4 +107,4 @@ nlohmann::json ReplayFingerprint(const Controller& c, Time now) {
           {"machines", machines}};
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -22,9 +22,10 @@
 #include "common/status.h"
 #include "controller/controller.h"
 #include "plane/codec.h"
+#include "plane/core.h"
 #include "plane/store.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 
 // The seqs of the step rows `entries` can do without (a pure choice).
 std::vector<int64_t> StepRowsToDrop(const std::vector<JournalEntry>& entries);
@@ -38,4 +39,4 @@ Result<Controller> ReplayJournal(const JobSpec& spec, const PolicyConfig& policy
 // placement, the job's state and step, the machines' states.
 nlohmann::json ReplayFingerprint(const Controller& c, Time now);
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <map>
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 const std::string& Target() {
@@ -44,4 +44,4 @@ void KillPointSent(const std::string& command_kind, const std::string& machine, 
   if (Target() == point || Target() == point + ":g" + std::to_string(generation)) Die(point);
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -22,9 +22,11 @@
 #include <cstdint>
 #include <string>
 
-namespace bulwark::controller {
+#include "plane/core.h"
+
+namespace bulwark::plane {
 
 void KillPointJournaled(const std::string& event_kind);
 void KillPointSent(const std::string& command_kind, const std::string& machine, int64_t generation);
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

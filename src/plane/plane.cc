@@ -10,10 +10,11 @@
 #include "plane/actuator.h"
 #include "plane/codec.h"
 #include "plane/kill_point.h"
+#include "controller/echo.h"
 #include "controller/policy.h"
 #include "common/files.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 using nlohmann::json;
@@ -241,27 +242,39 @@ Status Plane::HandleLocked(const Event& e, Time now, const json& origin) {
       // Still remember it was seen, so that a restart does not apply it later.
       json record = origin;
       record["type"] = "origin";
-      store_->Append(launch_->spec.id, ToMs(now), record.dump());
+      BULWARK_RETURN_IF_ERROR(JournalLocked(record, now));
     }
     return actions.status();
   }
   json record{{"type", "event"}, {"event", EncodeEvent(e)}};
   if (!origin.is_null()) record["origin"] = origin;
   // Journal before acting: a decision that was acted on is always replayed.
-  if (Status st = store_->Append(launch_->spec.id, ToMs(now), record.dump()); !st.ok()) {
-    // The policy has changed its state but the journal does not say so:
-    // acting now could never be replayed. Keep the first error and decide
-    // nothing more (LevelDB's sticky background error).
-    journal_error_ = st.Annotate("controller stopped deciding (journal not written)");
-    Log(journal_error_.ToString() + "; fix the disk, then restart the controller: it replays the journal");
-    return journal_error_;
-  }
+  BULWARK_RETURN_IF_ERROR(JournalLocked(record, now));
   if (KindOf(e) != EventKind::kStepCompleted) Log("event " + Describe(e));
   KillPointJournaled(EventKindName(KindOf(e)));
-  if (++appended_since_compaction_ >= kCompactEvery) BULWARK_RETURN_IF_ERROR(CompactJournal(now));
-  BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, /*deliver=*/true, now));
-  if (KindOf(e) != EventKind::kStepCompleted || !actions->empty()) return SaveSnapshots(now);
-  return Status::OK();
+  Status after = Status::OK();
+  if (++appended_since_compaction_ >= kCompactEvery) after = CompactJournal(now);
+  if (after.ok()) after = AfterDecision(*actions, /*deliver=*/true, now);
+  if (after.ok() && (KindOf(e) != EventKind::kStepCompleted || !actions->empty())) after = SaveSnapshots(now);
+  if (!after.ok()) Log("after journaling " + Describe(e) + ": " + after.ToString());
+  return after;
+}
+
+void Plane::FeedLocked(const Event& e, Time now, const json& origin) {
+  // Nobody waits on the answer, and HandleLocked has logged any failure; a
+  // journal failure also stops all further deciding (journal_error_).
+  HandleLocked(e, now, origin).IgnoreError();
+}
+
+Status Plane::JournalLocked(const json& record, Time now) {
+  Status st = store_->Append(launch_->spec.id, ToMs(now), record.dump());
+  if (st.ok()) return st;
+  // The policy has changed its state but the journal does not say so:
+  // acting now could never be replayed. Keep the first error and decide
+  // nothing more (LevelDB's sticky background error).
+  journal_error_ = st.Annotate("controller stopped deciding (journal not written)");
+  Log(journal_error_.ToString() + "; fix the disk, then restart the controller: it replays the journal");
+  return journal_error_;
 }
 
 Status Plane::Register(const wire::RegisterRequest& req, Time now) {
@@ -290,6 +303,25 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
   now = Now(now);
   // Unacknowledged events stay with the agent until a restarted controller can journal them.
   if (!journal_error_.ok()) return journal_error_;
+  Result<Agent*> a = ReportingAgentLocked(req);
+  if (!a.ok()) return a.status();
+  const bool was_lost = NoteReportLocked(**a, req, now);
+  if (controller_) JoinIfNewLocked(req.machine(), was_lost, now);
+  for (const wire::AgentEvent& ev : req.events()) {
+    if (ev.seq() <= (*a)->acked_seq) continue;  // a resend of something applied
+    (*a)->acked_seq = ev.seq();
+    BULWARK_RETURN_IF_ERROR(ApplyAgentEventLocked(req.machine(), (*a)->incarnation, ev, now));
+  }
+  // The ranks' signals feed the detectors; only the current generation's,
+  // and only while the job trains.
+  if (controller_ && !done_step_) ObserveSignalsLocked(req, now);
+  // After the events: an exit they report may have restarted the job, and
+  // the ranks that finished before it are then the old run's.
+  BULWARK_RETURN_IF_ERROR(CompleteIfEveryRankExitedLocked(now));
+  return (*a)->acked_seq;
+}
+
+Result<Plane::Agent*> Plane::ReportingAgentLocked(const wire::ReportRequest& req) {
   auto it = agents_.find(req.machine());
   if (it == agents_.end()) {
     return Status::FailedPrecondition("machine " + req.machine() + " reported before registering; register first");
@@ -300,6 +332,10 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
                                       std::to_string(req.incarnation()) + " but registered as " +
                                       std::to_string(a.incarnation) + "; register again");
   }
+  return &a;
+}
+
+bool Plane::NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now) {
   a.last_heard = now;
   a.heard_since_start = true;
   a.live_ranks.assign(req.live_ranks().begin(), req.live_ranks().end());
@@ -315,124 +351,116 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
   for (const wire::FinishedRank& f : req.finished()) a.finished[f.rank()] = f.step();
   const bool was_lost = a.lost_reported;
   a.lost_reported = false;
-
-  if (controller_) {
-    const MachineStatus* m = controller_->state().FindMachine(req.machine());
-    // A machine the job has not seen, or one an operator returned, joins
-    // once it reports: the local backend's self-check is its agent being up.
-    if (m == nullptr || m->state == MachineState::kJoining) {
-      HandleLocked(MachineJoined{req.machine(), true, "agent reporting", now}, now, nullptr);
-    } else if (was_lost) {
-      Log("machine " + req.machine() + " is heard from again; it stays " + MachineStateName(m->state));
-    }
-  }
-  for (const wire::AgentEvent& ev : req.events()) {
-    if (ev.seq() <= a.acked_seq) continue;  // a resend of something applied
-    a.acked_seq = ev.seq();
-    const json origin{{"machine", req.machine()}, {"incarnation", a.incarnation}, {"seq", ev.seq()}};
-    if (ev.kind() == wire::AgentEvent::JOB_DONE) {
-      if (!done_step_ && launch_) CompleteLocked(ev.step(), "rank 0 printed its done line", origin, now);
-      continue;
-    }
-    // A finished job has nothing left to protect: its ranks' exits and its
-    // machines' faults are no longer incidents.
-    if (done_step_ || !controller_) continue;
-    // Steps and restores read from a previous generation's ranks (read
-    // before the agent applied the restart) are not the current run's, and
-    // an exit of one is part of the episode the restart already answers
-    // (both ranks of a release that cannot start fail; the first exit
-    // rolls it back, the second must not roll back again). Generation 0:
-    // an agent that does not say.
-    const bool old_generation = ev.generation() != controller_->state().placement.generation;
-    if ((ev.kind() == wire::AgentEvent::STEP || ev.kind() == wire::AgentEvent::RESTORED) && old_generation) continue;
-    if (ev.kind() == wire::AgentEvent::RANK_EXITED && ev.generation() != 0 && old_generation) {
-      Log("rank " + std::to_string(ev.rank()) + " on " + req.machine() + " of generation " +
-          std::to_string(ev.generation()) + " exited after the restart to generation " +
-          std::to_string(controller_->state().placement.generation) + ": part of the episode it answers");
-      continue;
-    }
-    Result<Event> e = EventFromAgent(req.machine(), ev);
-    if (!e.ok()) {
-      Log(e.status().ToString());
-      continue;
-    }
-    HandleLocked(*e, now, origin);
-  }
-  // The ranks' signals feed the detectors; only the current generation's,
-  // and only while the job trains.
-  if (controller_ && !done_step_) {
-    const ClusterState& s = controller_->state();
-    for (const wire::RankSignal& r : req.signals()) {
-      if (r.generation() != s.placement.generation) continue;
-      const Time at = std::min(TimeFromMs(r.observed_ms()), now);
-      if (r.steps() == 0) {
-        if (!r.phase().empty()) {
-          monitors_.Observe(RankPhase{req.machine(), r.rank(), r.phase(), Duration(static_cast<int64_t>(r.phase_ms())), at,
-                                      r.step()});
-        }
-        continue;
-      }
-      if (r.halted().empty()) highest_step_ = std::max(highest_step_, r.step());
-      RankSignal sig;
-      sig.machine = req.machine();
-      sig.rank = r.rank();
-      sig.step = r.step();
-      sig.steps = r.steps();
-      sig.loss = r.loss();
-      sig.grad_norm = r.grad_norm();
-      sig.local_grad_norm = r.local_grad_norm();
-      sig.step_ms = r.step_ms();
-      sig.compute_ms = r.compute_ms();
-      sig.comm_ms = r.comm_ms();
-      sig.local_nonfinite = r.local_nonfinite();
-      sig.nonfinite = r.nonfinite();
-      sig.halted = r.halted();
-      sig.observed = at;
-      monitors_.Observe(sig);
-      // Rank 0 counts the job's tokens; a held-back step processed none.
-      if (r.rank() == 0 && r.halted().empty()) throughput_.Add(r.tokens(), r.step_ms());
-    }
-    if (!req.signals().empty()) CheckMonitors(now);
-  }
-  // After the events: an exit they report may have restarted the job, and
-  // the ranks that finished before it are then the old run's.
-  CompleteIfEveryRankExitedLocked(now);
-  return a.acked_seq;
+  return was_lost;
 }
 
-void Plane::CompleteIfEveryRankExitedLocked(Time now) {
-  if (!controller_ || !launch_ || done_step_ || !journal_error_.ok()) return;
+void Plane::JoinIfNewLocked(const MachineId& machine, bool was_lost, Time now) {
+  const MachineStatus* m = controller_->state().FindMachine(machine);
+  // A machine the job has not seen, or one an operator returned, joins
+  // once it reports: the local backend's self-check is its agent being up.
+  if (m == nullptr || m->state == MachineState::kJoining) {
+    FeedLocked(MachineJoined{machine, true, "agent reporting", now}, now, nullptr);
+  } else if (was_lost) {
+    Log("machine " + machine + " is heard from again; it stays " + MachineStateName(m->state));
+  }
+}
+
+Status Plane::ApplyAgentEventLocked(const MachineId& machine, int64_t incarnation, const wire::AgentEvent& ev,
+                                    Time now) {
+  const json origin{{"machine", machine}, {"incarnation", incarnation}, {"seq", ev.seq()}};
+  if (ev.kind() == wire::AgentEvent::JOB_DONE) {
+    if (!done_step_ && launch_) return CompleteLocked(ev.step(), "rank 0 printed its done line", origin, now);
+    return Status::OK();
+  }
+  // A finished job has nothing left to protect: its ranks' exits and its
+  // machines' faults are no longer incidents.
+  if (done_step_ || !controller_) return Status::OK();
+  // Steps and restores read from a previous generation's ranks (read
+  // before the agent applied the restart) are not the current run's, and
+  // an exit of one is part of the episode the restart already answers
+  // (both ranks of a release that cannot start fail; the first exit
+  // rolls it back, the second must not roll back again): an echo
+  // (controller/echo.h). Generation 0: an agent that does not say.
+  const int64_t generation = controller_->state().placement.generation;
+  const bool old_generation = ev.generation() != generation;
+  if ((ev.kind() == wire::AgentEvent::STEP || ev.kind() == wire::AgentEvent::RESTORED) && old_generation) {
+    return Status::OK();
+  }
+  if (ev.kind() == wire::AgentEvent::RANK_EXITED &&
+      ClassifyExit({ev.generation(), TimeFromMs(ev.observed_ms()), /*peer_lost=*/false}, {generation, {}}, now,
+                   Duration(0)) == ExitVerdict::kEcho) {
+    Log("rank " + std::to_string(ev.rank()) + " on " + machine + " of generation " + std::to_string(ev.generation()) +
+        " exited after the restart to generation " + std::to_string(generation) + ": part of the episode it answers");
+    return Status::OK();
+  }
+  Result<Event> e = EventFromAgent(machine, ev);
+  if (!e.ok()) {
+    Log(e.status().ToString());
+    return Status::OK();
+  }
+  FeedLocked(*e, now, origin);
+  return Status::OK();
+}
+
+void Plane::ObserveSignalsLocked(const wire::ReportRequest& req, Time now) {
+  const ClusterState& s = controller_->state();
+  for (const wire::RankSignal& r : req.signals()) {
+    if (r.generation() != s.placement.generation) continue;
+    const Time at = std::min(TimeFromMs(r.observed_ms()), now);
+    if (r.steps() == 0) {
+      if (!r.phase().empty()) {
+        monitors_.Observe(RankPhase{req.machine(), r.rank(), r.phase(), Duration(static_cast<int64_t>(r.phase_ms())), at,
+                                    r.step()});
+      }
+      continue;
+    }
+    if (r.halted().empty()) highest_step_ = std::max(highest_step_, r.step());
+    RankSignal sig;
+    CopyFromMessage(r, &sig);
+    sig.machine = req.machine();
+    sig.rank = r.rank();
+    sig.observed = at;
+    monitors_.Observe(sig);
+    // Rank 0 counts the job's tokens; a held-back step processed none.
+    if (r.rank() == 0 && r.halted().empty()) throughput_.Add(r.tokens(), r.step_ms());
+  }
+  if (!req.signals().empty()) CheckMonitors(now);
+}
+
+Status Plane::CompleteIfEveryRankExitedLocked(Time now) {
+  if (!controller_ || !launch_ || done_step_ || !journal_error_.ok()) return Status::OK();
   const ClusterState& s = controller_->state();
   const Placement& p = s.placement;
-  if (p.empty() || p.generation == 0) return;
+  if (p.empty() || p.generation == 0) return Status::OK();
   int64_t step = std::max(s.last_step, highest_step_);
   for (int r = 0; r < p.world_size(); ++r) {
     auto a = agents_.find(p.MachineOf(r));
-    if (a == agents_.end() || a->second.generation != p.generation) return;
+    if (a == agents_.end() || a->second.generation != p.generation) return Status::OK();
     auto f = a->second.finished.find(r);
-    if (f == a->second.finished.end()) return;
+    if (f == a->second.finished.end()) return Status::OK();
     step = std::max(step, f->second);
   }
   std::string why = "every rank of generation " + std::to_string(p.generation) + " exited 0";
   // Nothing it printed matched: a progress pattern that never matches, or a
   // program that ended at once. Done all the same, and said so.
   if (step == 0) why += " before any step was seen";
-  CompleteLocked(step, why, json(nullptr), now);
+  return CompleteLocked(step, why, json(nullptr), now);
 }
 
-void Plane::CompleteLocked(int64_t step, const std::string& why, const json& origin, Time now) {
+Status Plane::CompleteLocked(int64_t step, const std::string& why, const json& origin, Time now) {
   done_step_ = step;
   done_why_ = why;
   json record = origin.is_object() ? origin : json::object();
   record["type"] = "done";
   record["step"] = step;
   record["why"] = why;
-  if (Status st = store_->Append(launch_->spec.id, ToMs(now), record.dump()); !st.ok()) {
-    Log("cannot journal the job's completion: " + st.ToString() + "; a restarted controller will hear the agents again");
-  }
+  // A failed append is the sticky journal error, as for every decision.
+  BULWARK_RETURN_IF_ERROR(JournalLocked(record, now));
   Log("job " + launch_->spec.id + " finished at step " + std::to_string(step) + ": " + why);
   monitors_.Stop();
-  SaveSnapshots(now);
+  // The done row is journaled: a restart replays it, snapshot or not.
+  if (Status st = SaveSnapshots(now); !st.ok()) Log("after the job finished: " + st.ToString());
+  return Status::OK();
 }
 
 void Plane::CheckMonitors(Time now) {
@@ -446,7 +474,7 @@ void Plane::CheckMonitors(Time now) {
         slow->detail += " (its device reports: " + it->second.device_slowdown + ")";
       }
     }
-    HandleLocked(e, now, nullptr);
+    FeedLocked(e, now, nullptr);
   }
 }
 
@@ -498,16 +526,18 @@ void Plane::FinishTrace(Time now) {
   const size_t slash = options_.db_path.find_last_of('/');
   const std::string dir = (slash == std::string::npos ? std::string(".") : options_.db_path.substr(0, slash)) +
                           "/stacks/incident-" + std::to_string(t.incident);
-  if (MakeDirs(dir).ok()) {
-    for (const RankStack& s : t.stacks) {
-      WriteFileAtomic(dir + "/rank-" + std::to_string(s.rank) + ".txt",
-                      "# rank " + std::to_string(s.rank) + " on " + s.machine + "\n" +
-                          (s.text.empty() ? "# no stack: " + s.error + "\n" : s.text));
-    }
-    WriteFileAtomic(dir + "/analysis.json", EncodeEvent(Event(e)).dump(2) + "\n");
+  // For people only: the verdict goes to the policy whether they are written or not.
+  Status written = MakeDirs(dir);
+  for (const RankStack& s : t.stacks) {
+    if (!written.ok()) break;
+    written = WriteFileAtomic(dir + "/rank-" + std::to_string(s.rank) + ".txt",
+                              "# rank " + std::to_string(s.rank) + " on " + s.machine + "\n" +
+                                  (s.text.empty() ? "# no stack: " + s.error + "\n" : s.text));
   }
+  if (written.ok()) written = WriteFileAtomic(dir + "/analysis.json", EncodeEvent(Event(e)).dump(2) + "\n");
+  if (!written.ok()) Log("raw stacks of incident " + std::to_string(t.incident) + " not kept: " + written.ToString());
   Log("stacks of incident " + std::to_string(t.incident) + ": " + e.why + " (raw stacks in " + dir + ")");
-  HandleLocked(Event(e), now, nullptr);
+  FeedLocked(Event(e), now, nullptr);
 }
 
 int64_t Plane::OpenStream(const std::string& machine) {
@@ -585,19 +615,19 @@ void Plane::Tick(Time now) {
     const MachineStatus* m = controller_->state().FindMachine(id);
     if (m == nullptr || m->state == MachineState::kEvicted) continue;
     a.lost_reported = true;
-    HandleLocked(MachineHeartbeatLost{id, a.last_heard, now}, now, nullptr);
+    FeedLocked(MachineHeartbeatLost{id, a.last_heard, now}, now, nullptr);
   }
   if (trace_ && now >= trace_->deadline) FinishTrace(now);
   // The ladder's rung in flight ran past its budget: the results so far decide.
   const LadderStatus& ladder = controller_->state().ladder;
   if (ladder.deadline && now >= *ladder.deadline && journal_error_.ok()) {
-    HandleLocked(LadderDeadline{ladder.incident, now}, now, nullptr);
+    FeedLocked(LadderDeadline{ladder.incident, now}, now, nullptr);
   }
   if (journal_error_.ok() && AlignmentCheckIsDue(controller_->state(), options_.policy.ladder, now)) {
-    HandleLocked(AlignmentCheckDue{now}, now, nullptr);
+    FeedLocked(AlignmentCheckDue{now}, now, nullptr);
   }
   ReleaseAndRequeueTimers(now);
   CheckMonitors(now);
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -30,10 +30,11 @@
 #include "controller/monitors.h"
 #include "controller/stack_analyzer.h"
 #include "common/log.h"
+#include "plane/core.h"
 #include "plane/store.h"
 #include "plane/throughput.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 
 struct PlaneOptions {
   std::string db_path;
@@ -138,6 +139,19 @@ class Plane {
   };
 
   explicit Plane(PlaneOptions o) : options_(std::move(o)), monitors_(options_.policy) {}
+  // --- an agent's report (Report), one job each ---
+  // The agent of `req`, registered under the incarnation it reports as.
+  Result<Agent*> ReportingAgentLocked(const wire::ReportRequest& req);
+  // What the report says of the machine: heard now, its ranks, generation,
+  // shard holdings and device hint. True when it had been reported lost.
+  bool NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now);
+  // A machine the job has not seen, or one an operator returned, joins by reporting.
+  void JoinIfNewLocked(const MachineId& machine, bool was_lost, Time now);
+  // One new event of the agent's: journaled and decided, or dropped as a
+  // stale step or an echo. An error only when the journal failed.
+  Status ApplyAgentEventLocked(const MachineId& machine, int64_t incarnation, const wire::AgentEvent& ev, Time now);
+  // The ranks' step signals and phases into the detectors, then a check.
+  void ObserveSignalsLocked(const wire::ReportRequest& req, Time now);
   Status Rebuild(Time now);
   // Analyzes what the trace gathered, keeps the raw stacks for people and
   // hands the verdict to the policy.
@@ -153,14 +167,22 @@ class Plane {
   // fails or hangs is an ordinary incident, and its restart starts every
   // rank again, the finished ones too (a program that resumes at its end
   // exits 0 again at once, and completes the job then).
-  void CompleteIfEveryRankExitedLocked(Time now);
+  Status CompleteIfEveryRankExitedLocked(Time now);
   // Journals the job's completion at `step` (`why` for people) and stops
   // protecting it: its ranks' exits and its machines' faults are no longer
   // incidents.
-  void CompleteLocked(int64_t step, const std::string& why, const nlohmann::json& origin, Time now);
+  Status CompleteLocked(int64_t step, const std::string& why, const nlohmann::json& origin, Time now);
   Time Now(Time now);
   // Journals, hands to the policy and actuates; the only path for events.
+  // Logs every failure itself (a refusal, the journal, what follows the
+  // journaled decision), so a caller that has no one to tell may use Feed.
   Status HandleLocked(const Event& e, Time now, const nlohmann::json& origin);
+  // HandleLocked for events nobody waits on (an agent's report, the tick).
+  void FeedLocked(const Event& e, Time now, const nlohmann::json& origin);
+  // Appends one row to the journal. A failure is sticky (journal_error_):
+  // the policy's state may have moved past what the journal can replay, so
+  // the plane decides nothing more until it is restarted.
+  Status JournalLocked(const nlohmann::json& record, Time now);
   Status AfterDecision(const std::vector<Action>& actions, bool deliver, Time now);
   // While the job runs, every idle standby's desired state is a STOP_RANKS
   // that carries the job's command (actuator.h: WarmStandby): its agent
@@ -235,4 +257,4 @@ class Plane {
   std::set<std::string> backend_done_;  // action ids told already: repeats are no-ops
 };
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 
 void Plane::ActuateBackend(const Action& a) {
   if (!options_.backend || !backend_done_.insert(a.id).second) return;
@@ -48,4 +48,4 @@ void Plane::ReconcileBackend() {
   }
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -5,7 +5,7 @@
 #include "plane/journal_compaction.h"
 #include "plane/plane.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 
 using nlohmann::json;
 
@@ -134,4 +134,4 @@ Status Plane::SaveSnapshots(Time now) {
   return store_->PutSnapshot("placement", p.dump());
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

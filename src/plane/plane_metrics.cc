@@ -8,7 +8,7 @@
 #include "common/metrics_text.h"
 #include "plane/plane.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 double Seconds(Duration d) { return ToMs(d) / 1000.0; }
@@ -137,4 +137,4 @@ std::string Plane::Metrics(Time now) {
   return m.text();
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -5,7 +5,7 @@
 #include "plane/codec.h"
 #include "plane/plane.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 
 using nlohmann::json;
 
@@ -133,4 +133,4 @@ Result<std::string> Plane::ReturnMachine(const std::string& machine, Time now) {
   return std::string();
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

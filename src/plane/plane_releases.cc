@@ -4,7 +4,7 @@
 #include "plane/codec.h"
 #include "plane/plane.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 
 using nlohmann::json;
 
@@ -99,15 +99,15 @@ void Plane::ReleaseAndRequeueTimers(Time now) {
   // The same conditions the rules check, so that a tick sends an event only
   // when it will be acted on (the journal does not fill with no-ops).
   if (s.requeue_until && !s.requeue_granted && now >= *s.requeue_until) {
-    HandleLocked(RequeueDue{now}, now, nullptr);
+    FeedLocked(RequeueDue{now}, now, nullptr);
   }
   const ReleaseState& r = controller_->state().releases;
-  if (r.staging != 0 && now >= r.stage_deadline) HandleLocked(StageDue{r.staging, now}, now, nullptr);
+  if (r.staging != 0 && now >= r.stage_deadline) FeedLocked(StageDue{r.staging, now}, now, nullptr);
   const bool live = s.job == JobState::kRunning || s.job == JobState::kRestarting;
   if (r.pending != 0 && live && !s.restart_pending && s.incidents.Current() == nullptr &&
       s.ladder.state == LadderState::kIdle && now - r.pending_since >= options_.policy.update_force_after) {
-    HandleLocked(ReleaseDue{r.pending, now}, now, nullptr);
+    FeedLocked(ReleaseDue{r.pending, now}, now, nullptr);
   }
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

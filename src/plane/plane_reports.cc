@@ -7,7 +7,7 @@
 #include "plane/codec.h"
 #include "plane/plane.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 using nlohmann::json;
@@ -164,4 +164,4 @@ json Plane::LedgerLocked(Time now) {
               {"timeline", timeline}};
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

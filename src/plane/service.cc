@@ -21,7 +21,7 @@
 #include "common/metrics_server.h"
 #include "plane/plane.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 Time WallNow() {
@@ -314,4 +314,4 @@ Status RunController(const ControllerOptions& options) {
   return Status::OK();
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

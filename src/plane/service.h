@@ -5,8 +5,9 @@
 #include <string>
 
 #include "common/status.h"
+#include "plane/core.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 
 struct ControllerOptions {
   std::string dir;          // the cluster directory: controller.db, token, controller.addr
@@ -32,4 +33,4 @@ struct ControllerOptions {
 // bound is logged and the controller serves on without metrics.
 Status RunController(const ControllerOptions& options);
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -4,7 +4,7 @@
 
 #include "common/files.h"
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 namespace {
 
 constexpr const char* kSchema = R"sql(
@@ -199,4 +199,4 @@ Result<std::optional<std::string>> Store::Snapshot(const std::string& name) cons
   return std::optional<std::string>(s.Text(0));
 }
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -19,10 +19,11 @@
 #include <vector>
 
 #include "common/status.h"
+#include "plane/core.h"
 
 struct sqlite3;
 
-namespace bulwark::controller {
+namespace bulwark::plane {
 
 struct MachineRow {
   std::string id;
@@ -87,4 +88,4 @@ class Store {
   std::string path_;
 };
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -12,7 +12,9 @@
 #include <deque>
 #include <utility>
 
-namespace bulwark::controller {
+#include "plane/core.h"
+
+namespace bulwark::plane {
 
 class Throughput {
  public:
@@ -39,4 +41,4 @@ class Throughput {
   int64_t total_ = 0;
 };
 
-}  // namespace bulwark::controller
+}  // namespace bulwark::plane

@@ -213,7 +213,7 @@ Status Prepare(const PrepareOptions& opts) {
   if (s.ok() && std::rename(tmp.c_str(), opts.out.c_str()) != 0) {
     s = Status::IOError("cannot rename " + tmp + " to " + opts.out);
   }
-  if (!s.ok()) RemoveTree(tmp);
+  if (!s.ok()) RemoveTree(tmp).IgnoreError();  // the build's error is the one to report; tmp is only scratch
   return s;
 }
 

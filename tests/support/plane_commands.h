@@ -11,7 +11,7 @@
 namespace bulwark::testing {
 
 // The START_RANKS (or STOP_RANKS) command `machine` should be carrying out.
-inline wire::Command Desired(controller::Plane& p, const std::string& machine, int64_t at_ms) {
+inline wire::Command Desired(plane::Plane& p, const std::string& machine, int64_t at_ms) {
   const int64_t stream = p.OpenStream(machine);
   std::string sent;
   bool superseded = false;
