@@ -1,12 +1,16 @@
 // The bulwark arm: a discrete-event fleet model around the real Controller.
 //
-// The fleet turns each fault of the trace into the events its agents would
-// send, at the times they would see them, and carries out the controller's
-// actions with modelled costs: an eviction takes the machine out, a restart
-// brings the job back after process start + communicator init + restore +
-// one step, a stack capture is answered by the analyzer's verdict, a
-// replenish request brings machines after the provisioning delay. Nothing
-// here decides: every decision is Controller::Handle's.
+// The fleet turns each fault of the trace into what its agents would send,
+// at the times they would see it: explicit events (a rank's exit, a lost
+// heartbeat, a NIC alert) directly, and for the implicit classes the ranks'
+// step reports and stacks (signals.h), which the real detectors
+// (controller::Monitors) and the real stack analyzer turn into events. It
+// carries out the controller's actions with modelled costs: an eviction
+// takes the machine out, a restart brings the job back after process start
+// + communicator init + restore + one step, the ladder's diagnostics answer
+// after their modelled time, a replenish request brings machines after the
+// provisioning delay. Nothing here decides: every decision is
+// Controller::Handle's.
 //
 // Step reports are thinned. The ledger only needs the steps that change it:
 // the first step after each restart (ends recovery), the step at which
