@@ -242,13 +242,17 @@ INSTANTIATE_TEST_SUITE_P(Modes, PythonCheckpoints, ::testing::Values("memory", "
 class PythonStacksCluster : public Cluster {
  protected:
   static void SetUpTestSuite() {}
+  // Debian's torch is importable, then 3 machines and a standby are up.
+  void UpWithTorch() {
+    auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
+    ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch: run scripts/install-deps.sh";
+    auto up = Bulwark({"up", "--machines", "3", "--standby", "1"});
+    ASSERT_EQ(up.exit_code, 0) << up.err;
+  }
 };
 
 TEST_F(PythonStacksCluster, ADdpRankBlockedInItsDataLoaderIsNamedByItsPythonFramesAndEvicted) {
-  auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
-  ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch: run scripts/install-deps.sh";
-  auto up = Bulwark({"up", "--machines", "3", "--standby", "1"});
-  ASSERT_EQ(up.exit_code, 0) << up.err;
+  ASSERT_NO_FATAL_FAILURE(UpWithTorch());
   std::ofstream(root_ + "/job.yaml") << "name: ddp\nworld_size: 3\n"
                                      << "command: [" << BULWARK_TORCH_PYTHON << ", " << kScript
                                      << ", --checkpoint, none]\n"
@@ -289,10 +293,7 @@ TEST_F(PythonStacksCluster, ADdpRankBlockedInItsDataLoaderIsNamedByItsPythonFram
 // time less its all-reduce window), so one machine made 3x slower (the
 // agents' SIGSTOP duty cycle, as for bulwark-train) is found and evicted.
 TEST_F(PythonStacksCluster, ADdpJobWithNoComputeTimesIsFoundSlowOnOneMachine) {
-  auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
-  ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch: run scripts/install-deps.sh";
-  auto up = Bulwark({"up", "--machines", "3", "--standby", "1"});
-  ASSERT_EQ(up.exit_code, 0) << up.err;
+  ASSERT_NO_FATAL_FAILURE(UpWithTorch());
   std::ofstream(root_ + "/plain_ddp.py") << "import torch, torch.distributed as dist, torch.nn as nn\n"
                                          << "from torch.nn.parallel import DistributedDataParallel as DDP\n"
                                          << "import bulwark\n"
