@@ -161,12 +161,20 @@ void WriteEndingScriptJob(const std::string& root, bool crash_once) {
                                     << "progress: {regex: 'step (?P<step>\\d+) loss (?P<loss>[0-9.]+)'}\n";
 }
 
-TEST_F(Ecosystem, AForeignJobWhoseRanksExitZeroIsCompletedAtItsLastStep) {
-  auto r = Bulwark({"up", "--machines", "2", "--standby", "1"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  WriteEndingScriptJob(root_, /*crash_once=*/false);
-  r = Bulwark({"submit", root_ + "/job.yaml"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+// Two machines and a standby run WriteEndingScriptJob's job.
+class EndingJob : public Ecosystem {
+ protected:
+  void SubmitEndingScriptJob(bool crash_once) {
+    auto r = Bulwark({"up", "--machines", "2", "--standby", "1"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    WriteEndingScriptJob(root_, crash_once);
+    r = Bulwark({"submit", root_ + "/job.yaml"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+};
+
+TEST_F(EndingJob, AForeignJobWhoseRanksExitZeroIsCompletedAtItsLastStep) {
+  ASSERT_NO_FATAL_FAILURE(SubmitEndingScriptJob(/*crash_once=*/false));
   json s = WaitFor("the script's end", 60, [](const json& s) { return s["job"]["state"] == "completed"; });
   // Rank 0 ended at step 20 while rank 1 trained on; it was waited for,
   // and its step 23 is the last one seen.
@@ -186,12 +194,8 @@ TEST_F(Ecosystem, AForeignJobWhoseRanksExitZeroIsCompletedAtItsLastStep) {
   EXPECT_EQ(s["job"]["incidents"], 0) << s.dump();
 }
 
-TEST_F(Ecosystem, AForeignJobRestartedAtItsFinalStepCompletesAgainInsteadOfLooping) {
-  auto r = Bulwark({"up", "--machines", "2", "--standby", "1"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  WriteEndingScriptJob(root_, /*crash_once=*/true);
-  r = Bulwark({"submit", root_ + "/job.yaml"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+TEST_F(EndingJob, AForeignJobRestartedAtItsFinalStepCompletesAgainInsteadOfLooping) {
+  ASSERT_NO_FATAL_FAILURE(SubmitEndingScriptJob(/*crash_once=*/true));
   // Rank 0 ended with 0 at step 20, rank 1 failed after step 23: an
   // incident, and a restart of both that resumes at their final steps;
   // they print no step and exit 0 at once.
