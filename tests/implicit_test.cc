@@ -31,15 +31,7 @@ std::string Fixture(const std::string& name) {
 }
 
 // A synthetic eu-stack text whose main thread has `frames` (innermost first).
-std::string EuStack(int pid, const std::vector<std::string>& frames) {
-  std::string s = "PID " + std::to_string(pid) + " - process\nTID " + std::to_string(pid) + ":\n";
-  for (size_t i = 0; i < frames.size(); ++i) {
-    s += "#" + std::to_string(i) + "  0x00007f" + std::to_string(1000 + pid * 7 + i) + " " + frames[i] + "\n";
-  }
-  s += "#" + std::to_string(frames.size()) + "  0x00007f00 __libc_start_call_main\n";
-  s += "TID " + std::to_string(pid + 1) + ":\n#0  0x00007f11 epoll_wait\n#1  0x00007f12 start_thread\n";
-  return s;
-}
+std::string EuStack(int pid, const std::vector<std::string>& frames) { return EuStackText(pid, frames); }
 
 // ---------------------------------------------------------------------------
 // Topology

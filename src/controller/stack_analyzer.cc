@@ -147,6 +147,16 @@ std::string SummarizeFrames(const std::vector<std::string>& frames, size_t limit
   return s;
 }
 
+std::string EuStackText(int pid, const std::vector<std::string>& frames) {
+  std::string s = "PID " + std::to_string(pid) + " - process\nTID " + std::to_string(pid) + ":\n";
+  for (size_t i = 0; i < frames.size(); ++i) {
+    s += "#" + std::to_string(i) + "  0x00007f" + std::to_string(1000 + pid * 7 + i) + " " + frames[i] + "\n";
+  }
+  s += "#" + std::to_string(frames.size()) + "  0x00007f00 __libc_start_call_main\n";
+  s += "TID " + std::to_string(pid + 1) + ":\n#0  0x00007f11 epoll_wait\n#1  0x00007f12 start_thread\n";
+  return s;
+}
+
 std::vector<std::string> NormalizeMainThread(const std::string& text) {
   std::vector<std::string> frames;
   std::istringstream in(text);

@@ -42,6 +42,12 @@ struct RankStack {
 // different Python call sites inside the same native code group apart.
 std::vector<std::string> NormalizeMainThread(const std::string& text);
 
+// The eu-stack text of process `pid` whose main thread has `frames`
+// (innermost first, above the start-up frames), with one idle helper
+// thread: what NormalizeMainThread reads back as `frames`. The simulator's
+// modelled stacks and the analyzer's tests are written with it.
+std::string EuStackText(int pid, const std::vector<std::string>& frames);
+
 // The mark of a Python frame, in a capture and in a normalized frame.
 inline constexpr const char* kPythonMark = "[py] ";
 bool IsPythonFrame(const std::string& frame);

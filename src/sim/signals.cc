@@ -41,15 +41,7 @@ const std::vector<std::string>& FramesOf(RankRole role) {
 }  // namespace
 
 std::string StackText(RankRole role, int pid) {
-  if (role == RankRole::kNoStack) return "";
-  const std::vector<std::string>& frames = FramesOf(role);
-  std::string s = "PID " + std::to_string(pid) + " - process\nTID " + std::to_string(pid) + ":\n";
-  for (size_t i = 0; i < frames.size(); ++i) {
-    s += "#" + std::to_string(i) + "  0x00007f" + std::to_string(100000 + pid * 7 + i) + " " + frames[i] + "\n";
-  }
-  s += "#" + std::to_string(frames.size()) + "  0x00007f2905045305 __libc_start_call_main\n";
-  s += "TID " + std::to_string(pid + 1) + ":\n#0  0x00007f11 epoll_wait\n#1  0x00007f12 start_thread\n";
-  return s;
+  return role == RankRole::kNoStack ? "" : controller::EuStackText(pid, FramesOf(role));
 }
 
 controller::StacksAnalyzed AnalyzeSample(const controller::Topology& t, const controller::Placement& p,
