@@ -1,27 +1,10 @@
 #include "sim/fleet_sim.h"
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <optional>
-#include <queue>
-#include <set>
-
-#include "controller/controller.h"
-#include "controller/monitors.h"
-#include "controller/topology.h"
-#include "sim/fault_stream.h"
-#include "sim/signals.h"
+#include "sim/fleet_model.h"
 
 namespace bulwark::sim {
+namespace fleet {
 namespace {
-
-using namespace controller;  // the simulator speaks the controller's vocabulary
-
-Time AtSeconds(double s) { return TimeFromMs(static_cast<int64_t>(std::llround(s * 1000.0))); }
-Duration Secs(double s) { return Duration(static_cast<int64_t>(std::llround(s * 1000.0))); }
-double Seconds(Duration d) { return static_cast<double>(d.count()) / 1000.0; }
 
 // Faults that make their machine the culprit (evicting it is no
 // over-eviction). A software crash or a flap that heals leaves it healthy.
@@ -32,134 +15,7 @@ bool Stalls(FaultClass c) {
   return c != FaultClass::kNicFlap && c != FaultClass::kFailSlow && c != FaultClass::kSdc;
 }
 
-class FleetSim {
- public:
-  FleetSim(const SimConfig& c, SimResult& r)
-      : c_(WithFittedAllowance(c, r)), r_(r), stream_(c), monitors_(c_.policy), noise_(c.seed * 0x9e3779b97f4a7c15ULL + 7),
-        step_s_(c.costs.step) {}
-  Status Run();
-
- private:
-  // ---------------------------------------------------------------- the queue
-  enum class Kind { kFault, kDeliver, kFirstStep, kCatchUp, kMonitor, kSlowRound, kSpike, kBug, kArrive, kReturn, kScript, kEnd };
-  struct Due {
-    Time at;
-    int64_t seq;
-    Kind kind;
-    int64_t gen = 0;   // the placement generation it belongs to (0: any)
-    int64_t arg = 0;   // payload slot, machine index or stall id
-  };
-  struct Later {
-    bool operator()(const Due& a, const Due& b) const { return a.at != b.at ? a.at > b.at : a.seq > b.seq; }
-  };
-  void Schedule(Time at, Kind kind, int64_t gen = 0, int64_t arg = 0) {
-    queue_.push(Due{std::max(at, now_), seq_++, kind, gen, arg});
-  }
-  void ScheduleEvent(Time at, Event e);
-
-  // ---------------------------------------------------------------- the fleet
-  struct MachineSim {
-    bool broken = false;
-    bool evicted = false;
-    FaultClass fault = FaultClass::kGpu;
-    int slot = -1;  // the slot the latest restart gave it
-  };
-  int NewMachine();
-  static std::string IdOf(int index);
-  static int IndexOf(const MachineId& id) { return std::atoi(id.c_str() + 1); }
-
-  // ---------------------------------------------------------------- the job
-  // Steps run at step_s_ from the anchor (t_first_, s_first_): the first
-  // step of a generation, or the moment a slow machine changed the pace.
-  int64_t StepAt(Time t) const {
-    return s_first_ + static_cast<int64_t>(Seconds(t - t_first_) / step_s_);
-  }
-  Time StepTime(int64_t k) const { return t_first_ + Secs(step_s_ * static_cast<double>(k - s_first_)); }
-  void Reanchor(double step_s);
-  void SyncProgress();
-  void Stall(int machine, FaultClass cls);
-  void Inject(const Fault& f);
-  void ScheduleScript();
-
-  // ---------------------------------------------------------------- the signals (signals.h)
-  // The ranks' step reports of steps fed_+1..upto, thinned: a run of steps
-  // as one report, then the last ones one by one (what the detectors keep).
-  void FeedProgress(int64_t upto);
-  void Report(int64_t step, int steps, double loss_scale);
-  // The monitors' verdicts by now, handed to the controller.
-  void CheckMonitors();
-  // A silently corrupting machine turns step `k` non-finite: every rank's
-  // global values, none of its local ones, and the ranks hold the step.
-  void EmitNan(int machine, int64_t k);
-  void ScheduleSpike();
-  void EmitSpike();
-  controller::StacksAnalyzed AnalyzeHang() const;
-  void ReportDiagnostics(const Action& a);
-  bool Placed(int m) const { return m >= 0 && !machines_[m].evicted && machines_[m].slot >= 0 &&
-                                    machines_[m].slot < static_cast<int>(slots_.size()) &&
-                                    slots_[machines_[m].slot] == m; }
-  int SdcPlaced() const;
-  double Noise() { return 1.0 + c_.costs.step_jitter * (noise_.Uniform() + noise_.Uniform() + noise_.Uniform() - 1.5) * 2.0; }
-
-  // ---------------------------------------------------------------- the controller
-  void Deliver(Event e);
-  void Carry(const std::vector<Action>& actions);
-  void Provision(int wanted);
-  void OnRestart(const Action& a);
-  void Finish();
-
-  static SimConfig WithFittedAllowance(SimConfig c, SimResult& r);
-
-  const SimConfig c_;
-  SimResult& r_;
-  FaultStream stream_;
-  std::optional<Controller> ctl_;
-  std::priority_queue<Due, std::vector<Due>, Later> queue_;
-  std::vector<Event> payloads_;  // events waiting in the queue; slots reused
-  std::vector<int64_t> free_payloads_;
-  int64_t seq_ = 0;
-  Time now_{};
-  Time end_{};
-  bool ended_ = false;
-
-  std::vector<MachineSim> machines_;
-  std::vector<int> slots_;  // slot -> machine index, from the latest RestartAll
-  std::vector<MachineId> placed_;  // the same, as the controller names them
-  int in_flight_ = 0;       // standbys requested and not yet arrived
-
-  Monitors monitors_;       // the policy's own detectors, as the plane runs them
-  Rng noise_;               // step-time noise, slow factors, spikes: apart from the fault trace
-  int64_t fed_ = 0;         // the last step the monitors heard of in this generation
-  double step_s_;           // seconds per step now (a slow machine stretches it)
-  // A machine that computes `factor` times its peers' time, while its
-  // stage's step reports are sampled for the fail-slow detector.
-  struct Slow {
-    int machine = -1;
-    double factor = 1;
-    int rounds = 0;
-    std::vector<int> cohort;  // slots reported each step: the slow one and peers of its stage
-  } slow_;
-  // A benign loss spike at `step` of size `scale`: it comes back whenever
-  // that step (its batch) is replayed after a restart.
-  int64_t spike_step_ = 0;
-  double spike_scale_ = 1;
-
-  int64_t gen_ = 0;
-  bool running_ = false;    // the generation completed its first step
-  bool stalled_ = false;    // a fault stopped progress; no step until a restart
-  int64_t stall_id_ = 0;
-  Time stall_since_{};
-  int stall_machine_ = -1;
-  std::vector<int> sdc_machines_;  // machines that corrupt silently, until evicted
-  FaultClass stall_class_ = FaultClass::kGpu;
-  Time restart_at_{};
-  Time t_first_{};
-  int64_t s_first_ = 1;
-  int64_t reported_ = 0;    // the last step reported in this generation
-  int64_t high_water_ = 0;
-  int64_t restored_ = 0;
-  size_t script_next_ = 0;
-};
+}  // namespace
 
 SimConfig FleetSim::WithFittedAllowance(SimConfig c, SimResult& r) {
   const Duration fitted = Secs(2 * c.RestartSeconds());
@@ -228,97 +84,6 @@ void FleetSim::Stall(int machine, FaultClass cls) {
   // first, the hang detector will say so once its allowance has passed.
   Schedule(std::max(now_, stall_since_ + monitors_.hang_allowance()) + Duration(1), Kind::kMonitor, gen_);
 }
-
-void FleetSim::Report(int64_t step, int steps, double loss_scale) {
-  const Costs& k = c_.costs;
-  std::vector<int> slots = {0};
-  slots.insert(slots.end(), slow_.cohort.begin(), slow_.cohort.end());
-  for (const int slot : slots) {
-    RankSignal r;
-    r.machine = placed_[slot];
-    r.rank = slot * c_.gpus_per_machine;
-    r.step = step;
-    r.steps = steps;
-    const double noise = steps == 1 ? Noise() : 1.0;
-    r.step_ms = 1000.0 * step_s_ * steps * noise;
-    const double own = slots_[slot] == slow_.machine ? slow_.factor : 1.0;
-    r.compute_ms = 1000.0 * k.step * k.compute_share * own * steps * (steps == 1 ? Noise() : 1.0);
-    r.comm_ms = r.step_ms - r.compute_ms;
-    r.loss = 2.0 * loss_scale * (steps == 1 ? Noise() : 1.0);
-    r.grad_norm = 1.0 * (steps == 1 ? Noise() : 1.0);
-    r.local_grad_norm = r.grad_norm;
-    r.observed = StepTime(step);
-    monitors_.Observe(r);
-  }
-}
-
-void FleetSim::FeedProgress(int64_t upto) {
-  if (!running_ || upto <= fed_) return;
-  const int64_t keep = c_.policy.hang_window + c_.policy.hang_warmup_steps;
-  int64_t from = std::max(fed_ + 1, s_first_);
-  if (upto - from + 1 > keep) {
-    const int64_t bulk_end = upto - keep;
-    Report(bulk_end, static_cast<int>(bulk_end - from + 1), 1.0);
-    from = bulk_end + 1;
-  }
-  for (int64_t k = from; k <= upto; ++k) Report(k, 1, 1.0);
-  fed_ = upto;
-}
-
-void FleetSim::CheckMonitors() {
-  FeedProgress(running_ && !stalled_ ? StepAt(now_) : reported_);
-  for (Event& e : monitors_.Check(now_)) Deliver(std::move(e));
-}
-
-int FleetSim::SdcPlaced() const {
-  for (int m : sdc_machines_) {
-    if (Placed(m) && machines_[m].broken && machines_[m].fault == FaultClass::kSdc) return m;
-  }
-  return -1;
-}
-
-void FleetSim::EmitNan(int machine, int64_t k) {
-  Stall(machine, FaultClass::kSdc);
-  const Time at = std::max(now_, StepTime(k));
-  // A sample of the ranks' reports: the detector waits anomaly_wait for the
-  // rest of the 100,000, as it would for reports that do not come.
-  for (int i = 0; i < 8 && i < static_cast<int>(placed_.size()); ++i) {
-    const int slot = i == 0 ? machines_[machine].slot : (machines_[machine].slot + i) % static_cast<int>(placed_.size());
-    RankSignal r;
-    r.machine = placed_[slot];
-    r.rank = slot * c_.gpus_per_machine;
-    r.step = k;
-    r.loss = r.grad_norm = std::nan("");
-    // Silent corruption: every rank's own values look fine. The demo's
-    // injected NaN shows in the culprit's own gradients.
-    const bool own = i == 0 && c_.costs.sdc_shows_locally;
-    r.local_grad_norm = own ? std::nan("") : 1.0;
-    r.local_nonfinite = own;
-    r.nonfinite = true;
-    r.halted = "nan";
-    r.observed = at;
-    monitors_.Observe(r);
-  }
-  Schedule(at + c_.policy.anomaly_wait + Duration(1), Kind::kMonitor, gen_);
-}
-
-void FleetSim::ScheduleSpike() {
-  if (c_.rates.benign_spikes_per_day <= 0 || !c_.script.empty()) return;
-  Schedule(now_ + Secs(noise_.Exponential(c_.rates.benign_spikes_per_day / 86400.0)), Kind::kSpike);
-}
-
-// A benign spike at the step in flight, or the same spike again when its
-// batch is replayed: the ranks report a loss spike_scale_ times the usual.
-void FleetSim::EmitSpike() {
-  if (!running_ || stalled_) return;
-  SyncProgress();
-  FeedProgress(reported_);
-  Report(reported_ + 1, 1, spike_scale_);
-  fed_ = reported_ + 1;
-  // The report is of the step in flight: it arrives when that step ends.
-  Schedule(std::max(now_, StepTime(reported_ + 1)) + c_.policy.anomaly_wait + Duration(1), Kind::kMonitor, gen_);
-}
-
 void FleetSim::Inject(const Fault& f) {
   const JobState js = ctl_->state().job;
   if (f.manual) {
@@ -417,62 +182,6 @@ void FleetSim::Deliver(Event e) {
   }
   Carry(*acts);
 }
-
-// The analyzer's verdict on the stacks a hang leaves: the stuck machine's
-// ranks spin in a kernel, its pipeline neighbours wait in recv, everyone
-// else in the all-reduce; a dead machine sends none. A link that is down
-// leaves its ranks waiting in the all-reduce like everyone: no outlier.
-controller::StacksAnalyzed FleetSim::AnalyzeHang() const {
-  const Placement& p = ctl_->state().placement;
-  const Topology t{c_.gpus, c_.tp, c_.pp};
-  const bool stuck = stall_machine_ >= 0 && Placed(stall_machine_) && stall_class_ == FaultClass::kHang;
-  const int stuck_slot = stuck ? machines_[stall_machine_].slot : (stall_machine_ >= 0 && Placed(stall_machine_)
-                                                                       ? machines_[stall_machine_].slot : 0);
-  const int stuck_dp = t.Of(stuck_slot * c_.gpus_per_machine).dp;
-  return AnalyzeSample(t, p, stuck_slot, c_.costs.stack_sample_replicas, [&](int slot) {
-    const int m = slots_[slot];
-    if (machines_[m].broken && machines_[m].fault == FaultClass::kHost) return RankRole::kNoStack;
-    if (stuck && m == stall_machine_) return RankRole::kStuck;
-    if (stuck && t.Of(slot * c_.gpus_per_machine).dp == stuck_dp) return RankRole::kRecvWait;
-    return RankRole::kAllReduceWait;
-  });
-}
-
-// The stop-time ladder's diagnostics, answered after their modelled time: a
-// machine that corrupts silently disagrees with the others' alignment hash
-// (with probability sdc_found), and a replay group holding it goes
-// non-finite; every other machine and group passes.
-void FleetSim::ReportDiagnostics(const Action& a) {
-  const Costs& k = c_.costs;
-  auto corrupts = [&](const MachineId& id) {
-    const int m = IndexOf(id);
-    return machines_[m].broken && machines_[m].fault == FaultClass::kSdc && !machines_[m].evicted;
-  };
-  if (a.tests == std::vector<std::string>{"replay"}) {
-    const Time at = now_ + Secs(k.replay);
-    DiagnosticsReported r{a.incident, a.placement.slots.empty() ? "" : a.placement.slots[0], {}, "", at};
-    for (size_t g = 0; g < a.group_names.size(); ++g) {
-      bool bad = false;
-      if (g < a.groups.size()) {
-        for (const MachineId& id : a.groups[g]) bad = bad || corrupts(id);
-      }
-      r.results.push_back({"replay/" + a.group_names[g], !bad, bad ? "non-finite loss" : "", 0});
-    }
-    ScheduleEvent(at, std::move(r));
-    return;
-  }
-  const Time at = now_ + Secs(k.diagnose);
-  const bool align = std::find(a.tests.begin(), a.tests.end(), "alignment") != a.tests.end();
-  for (const MachineId& id : a.placement.slots) {
-    DiagnosticsReported r{a.incident, id, {}, "", at};
-    for (const std::string& t : a.tests) {
-      if (t != "alignment") r.results.push_back({t, true, "", 0});
-    }
-    if (align) r.alignment_hash = corrupts(id) && noise_.Uniform() < k.sdc_found ? "corrupt" : "good";
-    ScheduleEvent(at, std::move(r));
-  }
-}
-
 void FleetSim::Carry(const std::vector<Action>& actions) {
   FleetStats& s = r_.fleet;
   for (const Action& a : actions) {
@@ -793,8 +502,7 @@ void FleetSim::Finish() {
     r_.fleet.mean_recover = recover / closed;
   }
 }
-
-}  // namespace
+}  // namespace fleet
 
 Status RunBulwark(const SimConfig& config, SimResult& result) {
   BULWARK_RETURN_IF_ERROR(Validate(config));
@@ -803,7 +511,7 @@ Status RunBulwark(const SimConfig& config, SimResult& result) {
   result.arms[0].name = "bulwark";
   result.fleet = FleetStats{};
   const auto t0 = std::chrono::steady_clock::now();
-  FleetSim sim(config, result);
+  fleet::FleetSim sim(config, result);
   Status st = sim.Run();
   result.cpu_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;

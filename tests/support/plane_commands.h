@@ -20,4 +20,13 @@ inline wire::Command Desired(plane::Plane& p, const std::string& machine, int64_
   return c.value_or(wire::Command{});
 }
 
+// A two-rank job running /bin/true: the plane tests' launch.
+inline plane::JobLaunch Launch() {
+  plane::JobLaunch l;
+  l.spec.id = "demo";
+  l.spec.world_size = 2;
+  l.argv = {"/bin/true"};
+  return l;
+}
+
 }  // namespace bulwark::testing

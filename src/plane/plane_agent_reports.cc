@@ -1,0 +1,214 @@
+// What agents report (Plane::Report): their liveness and holdings, the
+// events they saw, the ranks' step signals for the detectors, and the ranks
+// that exited 0, which complete the job once every rank of the generation
+// has. Part of plane.cc's class; split out so that each file reads in one
+// sitting.
+#include <algorithm>
+
+#include "controller/echo.h"
+#include "plane/plane.h"
+
+namespace bulwark::plane {
+namespace {
+
+using nlohmann::json;
+
+Result<Event> EventFromAgent(const std::string& machine, const wire::AgentEvent& a) {
+  const Time observed = TimeFromMs(a.observed_ms());
+  switch (a.kind()) {
+    case wire::AgentEvent::RANK_EXITED:
+      return Event(RankExited{machine, a.rank(), a.exit_code(), a.signal(), a.signature(), observed});
+    case wire::AgentEvent::INSPECTION_FAILED: {
+      for (InspectionKind k : {InspectionKind::kDevice, InspectionKind::kDisk, InspectionKind::kMemory,
+                               InspectionKind::kProcess}) {
+        if (a.inspection() == InspectionKindName(k)) return Event(InspectionFailed{machine, k, a.detail(), observed});
+      }
+      return Status::InvalidArgument("agent " + machine + " reported unknown inspection '" + a.inspection() + "'");
+    }
+    case wire::AgentEvent::NETWORK_ALERT:
+      return Event(NetworkAlert{machine, a.detail(), observed});
+    case wire::AgentEvent::STEP:
+      return Event(StepCompleted{a.step(), observed});
+    case wire::AgentEvent::DIAGNOSTICS: {
+      DiagnosticsReported d{a.incident(), machine, {}, a.alignment_hash(), observed};
+      for (const wire::TestResult& r : a.results()) d.results.push_back({r.test(), r.passed(), r.detail(), r.ms()});
+      return Event(std::move(d));
+    }
+    case wire::AgentEvent::RELEASE_STAGED:
+      return Event(ReleaseStaged{machine, a.release(), a.staged(), a.detail(), observed});
+    case wire::AgentEvent::RESTORED:
+      return Event(CheckpointRestored{a.step(), a.source(), a.newest_step(), a.restore_ms(), observed});
+    default:
+      return Status::InvalidArgument("agent " + machine + " reported an event of unknown kind " +
+                                     std::to_string(a.kind()));
+  }
+}
+
+}  // namespace
+
+Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  now = Now(now);
+  // Unacknowledged events stay with the agent until a restarted controller can journal them.
+  if (!journal_error_.ok()) return journal_error_;
+  Result<Agent*> a = ReportingAgentLocked(req);
+  if (!a.ok()) return a.status();
+  const bool was_lost = NoteReportLocked(**a, req, now);
+  if (controller_) JoinIfNewLocked(req.machine(), was_lost, now);
+  for (const wire::AgentEvent& ev : req.events()) {
+    if (ev.seq() <= (*a)->acked_seq) continue;  // a resend of something applied
+    (*a)->acked_seq = ev.seq();
+    BULWARK_RETURN_IF_ERROR(ApplyAgentEventLocked(req.machine(), (*a)->incarnation, ev, now));
+  }
+  // The ranks' signals feed the detectors; only the current generation's,
+  // and only while the job trains.
+  if (controller_ && !done_step_) ObserveSignalsLocked(req, now);
+  // After the events: an exit they report may have restarted the job, and
+  // the ranks that finished before it are then the old run's.
+  BULWARK_RETURN_IF_ERROR(CompleteIfEveryRankExitedLocked(now));
+  return (*a)->acked_seq;
+}
+
+Result<Plane::Agent*> Plane::ReportingAgentLocked(const wire::ReportRequest& req) {
+  auto it = agents_.find(req.machine());
+  if (it == agents_.end()) {
+    return Status::FailedPrecondition("machine " + req.machine() + " reported before registering; register first");
+  }
+  Agent& a = it->second;
+  if (a.incarnation != req.incarnation()) {
+    return Status::FailedPrecondition("machine " + req.machine() + " reported as incarnation " +
+                                      std::to_string(req.incarnation()) + " but registered as " +
+                                      std::to_string(a.incarnation) + "; register again");
+  }
+  return &a;
+}
+
+bool Plane::NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now) {
+  a.last_heard = now;
+  a.heard_since_start = true;
+  a.live_ranks.assign(req.live_ranks().begin(), req.live_ranks().end());
+  a.generation = req.generation();
+  if (req.device_slowdown() != a.device_slowdown) {
+    if (!req.device_slowdown().empty()) Log(req.machine() + " reports a device slowdown: " + req.device_slowdown());
+    a.device_slowdown = req.device_slowdown();
+  }
+  // The agent's current holdings, not a delta: copies it dropped are gone.
+  a.shards.clear();
+  for (const wire::ShardCopy& c : req.shards()) a.shards.push_back({req.machine(), c.rank(), c.step(), c.backup()});
+  a.finished.clear();
+  for (const wire::FinishedRank& f : req.finished()) a.finished[f.rank()] = f.step();
+  const bool was_lost = a.lost_reported;
+  a.lost_reported = false;
+  return was_lost;
+}
+
+void Plane::JoinIfNewLocked(const MachineId& machine, bool was_lost, Time now) {
+  const MachineStatus* m = controller_->state().FindMachine(machine);
+  // A machine the job has not seen, or one an operator returned, joins
+  // once it reports: the local backend's self-check is its agent being up.
+  if (m == nullptr || m->state == MachineState::kJoining) {
+    FeedLocked(MachineJoined{machine, true, "agent reporting", now}, now, nullptr);
+  } else if (was_lost) {
+    Log("machine " + machine + " is heard from again; it stays " + MachineStateName(m->state));
+  }
+}
+
+Status Plane::ApplyAgentEventLocked(const MachineId& machine, int64_t incarnation, const wire::AgentEvent& ev,
+                                    Time now) {
+  const json origin{{"machine", machine}, {"incarnation", incarnation}, {"seq", ev.seq()}};
+  if (ev.kind() == wire::AgentEvent::JOB_DONE) {
+    if (!done_step_ && launch_) return CompleteLocked(ev.step(), "rank 0 printed its done line", origin, now);
+    return Status::OK();
+  }
+  // A finished job has nothing left to protect: its ranks' exits and its
+  // machines' faults are no longer incidents.
+  if (done_step_ || !controller_) return Status::OK();
+  // Steps and restores read from a previous generation's ranks (read
+  // before the agent applied the restart) are not the current run's, and
+  // an exit of one is part of the episode the restart already answers
+  // (both ranks of a release that cannot start fail; the first exit
+  // rolls it back, the second must not roll back again): an echo
+  // (controller/echo.h). Generation 0: an agent that does not say.
+  const int64_t generation = controller_->state().placement.generation;
+  const bool old_generation = ev.generation() != generation;
+  if ((ev.kind() == wire::AgentEvent::STEP || ev.kind() == wire::AgentEvent::RESTORED) && old_generation) {
+    return Status::OK();
+  }
+  if (ev.kind() == wire::AgentEvent::RANK_EXITED &&
+      ClassifyExit({ev.generation(), TimeFromMs(ev.observed_ms()), /*peer_lost=*/false}, {generation, {}}, now,
+                   Duration(0)) == ExitVerdict::kEcho) {
+    Log("rank " + std::to_string(ev.rank()) + " on " + machine + " of generation " + std::to_string(ev.generation()) +
+        " exited after the restart to generation " + std::to_string(generation) + ": part of the episode it answers");
+    return Status::OK();
+  }
+  Result<Event> e = EventFromAgent(machine, ev);
+  if (!e.ok()) {
+    Log(e.status().ToString());
+    return Status::OK();
+  }
+  FeedLocked(*e, now, origin);
+  return Status::OK();
+}
+
+void Plane::ObserveSignalsLocked(const wire::ReportRequest& req, Time now) {
+  const ClusterState& s = controller_->state();
+  for (const wire::RankSignal& r : req.signals()) {
+    if (r.generation() != s.placement.generation) continue;
+    const Time at = std::min(TimeFromMs(r.observed_ms()), now);
+    if (r.steps() == 0) {
+      if (!r.phase().empty()) {
+        monitors_.Observe(RankPhase{req.machine(), r.rank(), r.phase(), Duration(static_cast<int64_t>(r.phase_ms())), at,
+                                    r.step()});
+      }
+      continue;
+    }
+    if (r.halted().empty()) highest_step_ = std::max(highest_step_, r.step());
+    RankSignal sig;
+    CopyFromMessage(r, &sig);
+    sig.machine = req.machine();
+    sig.rank = r.rank();
+    sig.observed = at;
+    monitors_.Observe(sig);
+    // Rank 0 counts the job's tokens; a held-back step processed none.
+    if (r.rank() == 0 && r.halted().empty()) throughput_.Add(r.tokens(), r.step_ms());
+  }
+  if (!req.signals().empty()) CheckMonitors(now);
+}
+
+Status Plane::CompleteIfEveryRankExitedLocked(Time now) {
+  if (!controller_ || !launch_ || done_step_ || !journal_error_.ok()) return Status::OK();
+  const ClusterState& s = controller_->state();
+  const Placement& p = s.placement;
+  if (p.empty() || p.generation == 0) return Status::OK();
+  int64_t step = std::max(s.last_step, highest_step_);
+  for (int r = 0; r < p.world_size(); ++r) {
+    auto a = agents_.find(p.MachineOf(r));
+    if (a == agents_.end() || a->second.generation != p.generation) return Status::OK();
+    auto f = a->second.finished.find(r);
+    if (f == a->second.finished.end()) return Status::OK();
+    step = std::max(step, f->second);
+  }
+  std::string why = "every rank of generation " + std::to_string(p.generation) + " exited 0";
+  // Nothing it printed matched: a progress pattern that never matches, or a
+  // program that ended at once. Done all the same, and said so.
+  if (step == 0) why += " before any step was seen";
+  return CompleteLocked(step, why, json(nullptr), now);
+}
+
+Status Plane::CompleteLocked(int64_t step, const std::string& why, const json& origin, Time now) {
+  done_step_ = step;
+  done_why_ = why;
+  json record = origin.is_object() ? origin : json::object();
+  record["type"] = "done";
+  record["step"] = step;
+  record["why"] = why;
+  // A failed append is the sticky journal error, as for every decision.
+  BULWARK_RETURN_IF_ERROR(JournalLocked(record, now));
+  Log("job " + launch_->spec.id + " finished at step " + std::to_string(step) + ": " + why);
+  monitors_.Stop();
+  // The done row is journaled: a restart replays it, snapshot or not.
+  if (Status st = SaveSnapshots(now); !st.ok()) Log("after the job finished: " + st.ToString());
+  return Status::OK();
+}
+
+}  // namespace bulwark::plane

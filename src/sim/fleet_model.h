@@ -1,0 +1,159 @@
+// The fleet model's class, shared by fleet_sim.cc (the event loop, the
+// faults and the controller's actions) and fleet_signals.cc (what the
+// agents would send: step reports, stacks, diagnostics). Internal to
+// src/sim; RunBulwark (fleet_sim.h) is the interface.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <queue>
+#include <set>
+
+#include "controller/controller.h"
+#include "controller/monitors.h"
+#include "controller/topology.h"
+#include "sim/fault_stream.h"
+#include "sim/fleet_sim.h"
+#include "sim/signals.h"
+
+namespace bulwark::sim::fleet {
+
+using namespace controller;  // the simulator speaks the controller's vocabulary
+
+inline Time AtSeconds(double s) { return TimeFromMs(static_cast<int64_t>(std::llround(s * 1000.0))); }
+inline Duration Secs(double s) { return Duration(static_cast<int64_t>(std::llround(s * 1000.0))); }
+inline double Seconds(Duration d) { return static_cast<double>(d.count()) / 1000.0; }
+
+class FleetSim {
+ public:
+  FleetSim(const SimConfig& c, SimResult& r)
+      : c_(WithFittedAllowance(c, r)), r_(r), stream_(c), monitors_(c_.policy), noise_(c.seed * 0x9e3779b97f4a7c15ULL + 7),
+        step_s_(c.costs.step) {}
+  Status Run();
+
+ private:
+  // ---------------------------------------------------------------- the queue
+  enum class Kind { kFault, kDeliver, kFirstStep, kCatchUp, kMonitor, kSlowRound, kSpike, kBug, kArrive, kReturn, kScript, kEnd };
+  struct Due {
+    Time at;
+    int64_t seq;
+    Kind kind;
+    int64_t gen = 0;   // the placement generation it belongs to (0: any)
+    int64_t arg = 0;   // payload slot, machine index or stall id
+  };
+  struct Later {
+    bool operator()(const Due& a, const Due& b) const { return a.at != b.at ? a.at > b.at : a.seq > b.seq; }
+  };
+  void Schedule(Time at, Kind kind, int64_t gen = 0, int64_t arg = 0) {
+    queue_.push(Due{std::max(at, now_), seq_++, kind, gen, arg});
+  }
+  void ScheduleEvent(Time at, Event e);
+
+  // ---------------------------------------------------------------- the fleet
+  struct MachineSim {
+    bool broken = false;
+    bool evicted = false;
+    FaultClass fault = FaultClass::kGpu;
+    int slot = -1;  // the slot the latest restart gave it
+  };
+  int NewMachine();
+  static std::string IdOf(int index);
+  static int IndexOf(const MachineId& id) { return std::atoi(id.c_str() + 1); }
+
+  // ---------------------------------------------------------------- the job
+  // Steps run at step_s_ from the anchor (t_first_, s_first_): the first
+  // step of a generation, or the moment a slow machine changed the pace.
+  int64_t StepAt(Time t) const {
+    return s_first_ + static_cast<int64_t>(Seconds(t - t_first_) / step_s_);
+  }
+  Time StepTime(int64_t k) const { return t_first_ + Secs(step_s_ * static_cast<double>(k - s_first_)); }
+  void Reanchor(double step_s);
+  void SyncProgress();
+  void Stall(int machine, FaultClass cls);
+  void Inject(const Fault& f);
+  void ScheduleScript();
+
+  // ---------------------------------------------------------------- the signals (signals.h)
+  // The ranks' step reports of steps fed_+1..upto, thinned: a run of steps
+  // as one report, then the last ones one by one (what the detectors keep).
+  void FeedProgress(int64_t upto);
+  void Report(int64_t step, int steps, double loss_scale);
+  // The monitors' verdicts by now, handed to the controller.
+  void CheckMonitors();
+  // A silently corrupting machine turns step `k` non-finite: every rank's
+  // global values, none of its local ones, and the ranks hold the step.
+  void EmitNan(int machine, int64_t k);
+  void ScheduleSpike();
+  void EmitSpike();
+  controller::StacksAnalyzed AnalyzeHang() const;
+  void ReportDiagnostics(const Action& a);
+  bool Placed(int m) const { return m >= 0 && !machines_[m].evicted && machines_[m].slot >= 0 &&
+                                    machines_[m].slot < static_cast<int>(slots_.size()) &&
+                                    slots_[machines_[m].slot] == m; }
+  int SdcPlaced() const;
+  double Noise() { return 1.0 + c_.costs.step_jitter * (noise_.Uniform() + noise_.Uniform() + noise_.Uniform() - 1.5) * 2.0; }
+
+  // ---------------------------------------------------------------- the controller
+  void Deliver(Event e);
+  void Carry(const std::vector<Action>& actions);
+  void Provision(int wanted);
+  void OnRestart(const Action& a);
+  void Finish();
+
+  static SimConfig WithFittedAllowance(SimConfig c, SimResult& r);
+
+  const SimConfig c_;
+  SimResult& r_;
+  FaultStream stream_;
+  std::optional<Controller> ctl_;
+  std::priority_queue<Due, std::vector<Due>, Later> queue_;
+  std::vector<Event> payloads_;  // events waiting in the queue; slots reused
+  std::vector<int64_t> free_payloads_;
+  int64_t seq_ = 0;
+  Time now_{};
+  Time end_{};
+  bool ended_ = false;
+
+  std::vector<MachineSim> machines_;
+  std::vector<int> slots_;  // slot -> machine index, from the latest RestartAll
+  std::vector<MachineId> placed_;  // the same, as the controller names them
+  int in_flight_ = 0;       // standbys requested and not yet arrived
+
+  Monitors monitors_;       // the policy's own detectors, as the plane runs them
+  Rng noise_;               // step-time noise, slow factors, spikes: apart from the fault trace
+  int64_t fed_ = 0;         // the last step the monitors heard of in this generation
+  double step_s_;           // seconds per step now (a slow machine stretches it)
+  // A machine that computes `factor` times its peers' time, while its
+  // stage's step reports are sampled for the fail-slow detector.
+  struct Slow {
+    int machine = -1;
+    double factor = 1;
+    int rounds = 0;
+    std::vector<int> cohort;  // slots reported each step: the slow one and peers of its stage
+  } slow_;
+  // A benign loss spike at `step` of size `scale`: it comes back whenever
+  // that step (its batch) is replayed after a restart.
+  int64_t spike_step_ = 0;
+  double spike_scale_ = 1;
+
+  int64_t gen_ = 0;
+  bool running_ = false;    // the generation completed its first step
+  bool stalled_ = false;    // a fault stopped progress; no step until a restart
+  int64_t stall_id_ = 0;
+  Time stall_since_{};
+  int stall_machine_ = -1;
+  std::vector<int> sdc_machines_;  // machines that corrupt silently, until evicted
+  FaultClass stall_class_ = FaultClass::kGpu;
+  Time restart_at_{};
+  Time t_first_{};
+  int64_t s_first_ = 1;
+  int64_t reported_ = 0;    // the last step reported in this generation
+  int64_t high_water_ = 0;
+  int64_t restored_ = 0;
+  size_t script_next_ = 0;
+};
+
+}  // namespace bulwark::sim::fleet
