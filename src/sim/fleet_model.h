@@ -142,7 +142,6 @@ class FleetSim {
   int64_t gen_ = 0;
   bool running_ = false;    // the generation completed its first step
   bool stalled_ = false;    // a fault stopped progress; no step until a restart
-  int64_t stall_id_ = 0;
   Time stall_since_{};
   int stall_machine_ = -1;
   std::vector<int> sdc_machines_;  // machines that corrupt silently, until evicted

@@ -78,7 +78,6 @@ void FleetSim::Stall(int machine, FaultClass cls) {
   if (stalled_) return;
   FeedProgress(reported_);
   stalled_ = true;
-  ++stall_id_;
   stall_since_ = running_ ? StepTime(reported_) : restart_at_;
   // No step comes any more: unless the fault's own events restart the job
   // first, the hang detector will say so once its allowance has passed.
