@@ -100,7 +100,7 @@ TEST(Diagnostics, AReplayGroupWithAnSdcMemberDiverges) {
     EXPECT_EQ(r0.test, "replay/h0");
     return r0;
   };
-  const int port = 31000 + static_cast<int>(::getpid() % 2000);
+  const int port = 14000 + static_cast<int>(::getpid() % 2000);  // below the ephemeral ports
   TestOutcome clean = replay("", port);
   EXPECT_TRUE(clean.passed) << clean.detail;
   TestOutcome clean2 = replay("", port + 1);
@@ -118,7 +118,7 @@ TEST(Diagnostics, ANetworkLinkIsMeasuredByBothEndsAndADownNicFailsIt) {
   const std::string dir = testing::MakeTempDir();
   InspectorPaths health{dir + "/device", dir + "/nic", dir};
   const std::string bin = testing::BinDir() + "/bulwark-train";
-  const int port = 33000 + static_cast<int>(::getpid() % 2000);
+  const int port = 12000 + static_cast<int>(::getpid() % 2000);  // below the ephemeral ports
   ReplayGroup g0{"net0", 0, 2, "127.0.0.1", port}, g1{"net0", 1, 2, "127.0.0.1", port};
   TestOutcome r1;
   std::thread other([&] { r1 = NetworkCheck(bin, g1, /*net_slow=*/10, health, std::chrono::seconds(60)); });
@@ -136,12 +136,19 @@ TEST(Diagnostics, ANetworkLinkIsMeasuredByBothEndsAndADownNicFailsIt) {
   TestOutcome down = NetworkCheck(bin, g0, 0, health, std::chrono::seconds(60));
   EXPECT_FALSE(down.passed);
   EXPECT_EQ(down.detail, "the NIC is down");
+  // A peer that never comes: the link fails within its budget, and the
+  // incident will say why in the check's own words, not only its exit code.
+  ASSERT_TRUE(WriteFileAtomic(health.nic, std::string("up\n")).ok());
+  TestOutcome alone = NetworkCheck(bin, g1, 0, health, std::chrono::seconds(5));
+  EXPECT_FALSE(alone.passed);
+  EXPECT_NE(alone.detail.find("the link check exited with code 3 ("), std::string::npos) << "[" << alone.detail << "]";
   // RunDiagnostics runs only the links for "network", not replay groups.
   DiagnosticsRequest req;
   req.tests = {"network"};
   req.health = health;
   req.net_check_binary = bin;
   req.replay = {{"h0", 0, 2, "127.0.0.1", port + 1}, {"net0", 0, 2, "127.0.0.1", port + 2}};
+  req.budget = std::chrono::seconds(3);  // its peer never comes
   DiagnosticsOutcome out = RunDiagnostics(req);
   ASSERT_EQ(out.results.size(), 1u);
   EXPECT_EQ(out.results[0].test, "network/net0");

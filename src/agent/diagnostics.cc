@@ -36,6 +36,10 @@ uint64_t Fnv(const void* data, size_t n) {
   return h;
 }
 
+// bulwark-train sets this itself by re-executing (main.cc), which loads
+// its ~290 libraries twice: 0.7 s more per check on this host.
+constexpr const char* kPassiveWaits = "OMP_WAIT_POLICY=PASSIVE";
+
 std::string Hex(uint64_t h) {
   char buf[20];
   std::snprintf(buf, sizeof buf, "%016" PRIx64, h);
@@ -44,6 +48,17 @@ std::string Hex(uint64_t h) {
 
 constexpr int kN = 96;       // matrix side
 constexpr int kRounds = 80;  // chained products: ~71M multiply-adds, ~0.1 s
+
+// Why a diagnostic's child failed, for the incident: "exited with code N"
+// and, when bulwark-train said why, its error line.
+std::string ExitDetail(const std::string& what, int code, const std::string& out) {
+  std::string d = what + " exited with code " + std::to_string(code);
+  const std::string key = "bulwark-train: error: ";
+  const size_t at = out.rfind(key);
+  if (at == std::string::npos) return d;
+  const size_t end = out.find('\n', at);
+  return d + " (" + out.substr(at + key.size(), end == std::string::npos ? std::string::npos : end - at - key.size()) + ")";
+}
 
 }  // namespace
 
@@ -100,12 +115,12 @@ TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const s
   }
   // env(1) sets the corruption for the child only; the agent's own
   // environment stays clean.
-  std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET"};
+  std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET", kPassiveWaits};
   if (!sdc.empty()) argv.push_back("BULWARK_SDC=" + sdc);
   argv.insert(argv.end(), trainer_argv.begin(), trainer_argv.end());
   argv.push_back("--align");
   int code = 0;
-  Result<std::string> out = RunCaptured(argv, budget, &code);
+  Result<std::string> out = RunCaptured(argv, budget, &code, /*keep_stderr=*/true);
   o.ms = MsSince(t0);
   if (!out.ok()) {
     o.detail = out.status().message();
@@ -113,7 +128,7 @@ TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const s
   }
   const size_t at = out->find("\"align_hash\":\"");
   if (code != 0 || at == std::string::npos || at + 14 + 16 > out->size()) {
-    o.detail = "the alignment run exited with code " + std::to_string(code) + " without a hash";
+    o.detail = ExitDetail("the alignment run", code, *out) + " without a hash";
     return o;
   }
   *hash = out->substr(at + 14, 16);
@@ -130,7 +145,7 @@ TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std:
     o.detail = "no trainer command known (no ranks were started here yet)";
     return o;
   }
-  std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET", "RANK=" + std::to_string(g.rank),
+  std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET", kPassiveWaits, "RANK=" + std::to_string(g.rank),
                                    "WORLD_SIZE=" + std::to_string(g.world), "LOCAL_RANK=0",
                                    "MASTER_ADDR=" + g.master_addr, "MASTER_PORT=" + std::to_string(g.master_port)};
   if (!sdc.empty()) argv.push_back("BULWARK_SDC=" + sdc);
@@ -143,10 +158,10 @@ TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std:
                              : g.stage >= 0 ? "stage " + std::to_string(g.stage) + "'s layers, data parallel; "
                                             : "the job's pipeline (pp " + std::to_string(g.pp) + "); ";
   int code = 0;
-  Result<std::string> out = RunCaptured(argv, budget, &code);
+  Result<std::string> out = RunCaptured(argv, budget, &code, /*keep_stderr=*/true);
   o.ms = MsSince(t0);
   if (!out.ok() || code != 0) {
-    o.detail = layout + (out.ok() ? "the replay exited with code " + std::to_string(code) : out.status().message());
+    o.detail = layout + (out.ok() ? ExitDetail("the replay", code, *out) : out.status().message());
     return o;
   }
   if (g.rank != 0) {
@@ -181,18 +196,23 @@ TestOutcome NetworkCheck(const std::string& binary, const ReplayGroup& link, dou
   // Each link gets at most 30 s: a peer that never comes must not use up
   // the budget of the links after it.
   const auto limit = std::min(budget, std::chrono::milliseconds(30000));
-  std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET", "RANK=" + std::to_string(link.rank),
+  std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET", kPassiveWaits, "RANK=" + std::to_string(link.rank),
                                    "WORLD_SIZE=" + std::to_string(link.world), "LOCAL_RANK=0",
                                    "MASTER_ADDR=" + link.master_addr, "MASTER_PORT=" + std::to_string(link.master_port)};
   if (net_slow > 1) argv.push_back("BULWARK_NET_SLOW=" + std::to_string(net_slow));
-  argv.insert(argv.end(), {binary, "--net-check", "--net-timeout",
-                           std::to_string(std::max<int64_t>(1, limit.count() / 1000))});
+  // The check's own timeout ends before the kill, so that a link that
+  // fails says why (its error line) instead of only "killed".
+  char timeout_s[32];
+  // (less 1.5 s for its start: loading libtorch takes ~0.9 s here).
+  std::snprintf(timeout_s, sizeof timeout_s, "%.1f",
+                std::max(0.5, 0.8 * static_cast<double>(limit.count()) / 1000 - 1.5));
+  argv.insert(argv.end(), {binary, "--net-check", "--net-timeout", timeout_s});
   int code = 0;
-  Result<std::string> out = RunCaptured(argv, limit, &code);
+  Result<std::string> out = RunCaptured(argv, limit, &code, /*keep_stderr=*/true);
   const double wall = MsSince(t0);
   if (!out.ok() || code != 0) {
     o.ms = wall;
-    o.detail = out.ok() ? "the link check exited with code " + std::to_string(code) : out.status().message();
+    o.detail = out.ok() ? ExitDetail("the link check", code, *out) : out.status().message();
     return o;
   }
   // {"net_check":"ok","ms":...,"mb_per_s":...,"latency_us":...}

@@ -79,11 +79,15 @@ const char* StackToolName(StackTool tool) {
   return "?";
 }
 
-Result<std::string> RunCaptured(const std::vector<std::string>& argv, std::chrono::milliseconds budget, int* exit_code) {
+Result<std::string> RunCaptured(const std::vector<std::string>& argv, std::chrono::milliseconds budget, int* exit_code,
+                                bool keep_stderr) {
   return RunChild(
       [&] {
-        int devnull = ::open("/dev/null", O_WRONLY);
-        if (devnull >= 0) ::dup2(devnull, 2);
+        if (keep_stderr) {
+          ::dup2(1, 2);
+        } else if (int devnull = ::open("/dev/null", O_WRONLY); devnull >= 0) {
+          ::dup2(devnull, 2);
+        }
         std::vector<char*> args;
         for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
         args.push_back(nullptr);

@@ -37,6 +37,9 @@ Result<CapturedStack> CaptureStacks(pid_t pid, std::chrono::milliseconds budget)
 Result<CapturedStack> CaptureStacksWith(StackTool tool, pid_t pid, std::chrono::milliseconds budget);
 
 // Runs argv with stdout captured, killed after `budget`. For the tracer and its tests.
-Result<std::string> RunCaptured(const std::vector<std::string>& argv, std::chrono::milliseconds budget, int* exit_code);
+// With `keep_stderr`, the child's stderr joins the capture (a diagnostic
+// that fails says why there); otherwise it goes to /dev/null.
+Result<std::string> RunCaptured(const std::vector<std::string>& argv, std::chrono::milliseconds budget, int* exit_code,
+                                bool keep_stderr = false);
 
 }  // namespace bulwark::agent

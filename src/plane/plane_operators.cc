@@ -37,9 +37,13 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
   if (!c.ok()) return c.status();
   // A random base makes two clusters on one host (tests, demos) unlikely to
   // collide on rank 0's port; it is journaled with the spec, so replay and
-  // every later generation agree on it.
+  // every later generation agree on it. The job uses base .. base + 1999
+  // (generations, then diagnostics), all below Linux's ephemeral range
+  // (32768 and up): a port there can be the source port of any outgoing
+  // connection on the host, and a rendezvous that cannot bind it fails as
+  // if its peer were lost (a network diagnostic did, in CI).
   std::random_device rd;
-  launch.master_port_base = 20000 + static_cast<int>(rd() % 30000);
+  launch.master_port_base = 10000 + static_cast<int>(rd() % 20000);
   for (const std::string& a : launch.argv) launch.spec.command += (launch.spec.command.empty() ? "" : " ") + a;
   BULWARK_RETURN_IF_ERROR(store_->PutJob({launch.spec.id, EncodeLaunch(launch).dump(), ToMs(now)}));
   BULWARK_RETURN_IF_ERROR(

@@ -99,7 +99,14 @@ Result<std::unique_ptr<Comm>> Comm::Connect(const DistEnv& env, double timeout_s
   if (env.world_size == 1) return c;
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   try {
-    if (env.rank != 0) AwaitListener(env.master_addr, env.master_port, timeout);
+    // One deadline for the whole rendezvous: waiting for the listener
+    // and then the store's own connect must not take twice the timeout.
+    if (env.rank != 0 && !AwaitListener(env.master_addr, env.master_port, timeout)) {
+      return Status::Unavailable("rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
+                                 " failed for rank " + std::to_string(env.rank) + " of " +
+                                 std::to_string(env.world_size) + ": no rank 0 listening after " +
+                                 std::to_string(timeout.count()) + " ms");
+    }
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(env.master_port);
     opts.isServer = env.rank == 0;

@@ -29,9 +29,7 @@ inline int64_t NowMs() {
 class Cluster : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    data_ = new std::string(testing::MakeTempDir() + "/data");
-    auto r = testing::Run({testing::BinDir() + "/bulwark-train", "prepare", "--corpus", "kjv", "--out", *data_}, {}, 120);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    data_ = new std::string(testing::PreparedCorpus());
   }
 
   void SetUp() override { root_ = testing::MakeTempDir(); dir_ = root_ + "/cluster"; }

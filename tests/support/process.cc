@@ -1,12 +1,16 @@
 #include "support/process.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -43,6 +47,9 @@ Process::Process(std::vector<std::string> argv, std::map<std::string, std::strin
     if (!env.count(kv.substr(0, kv.find('=')))) envs.push_back(kv);
   }
   for (auto& [k, v] : env) envs.push_back(k + "=" + v);
+  // bulwark-train re-executes itself to set this (main.cc), loading its
+  // ~290 libraries twice: 0.7 s of every trainer a test starts, here.
+  if (!env.count("OMP_WAIT_POLICY") && !std::getenv("OMP_WAIT_POLICY")) envs.push_back("OMP_WAIT_POLICY=PASSIVE");
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
@@ -117,6 +124,29 @@ std::string MakeTempDir() {
   char* d = ::mkdtemp(tmpl);
   if (!d) throw std::runtime_error("mkdtemp failed");
   return d;
+}
+
+std::string PreparedCorpus(const std::vector<std::string>& args) {
+  std::string name = "kjv";
+  for (const std::string& a : args) name += (a.rfind("--", 0) == 0 ? "_" + a.substr(2) : "-" + a);
+  const std::string root = BinDir() + "/../test-data", dir = root + "/" + name;
+  ::mkdir(root.c_str(), 0755);
+  // One preparer at a time; the others wait for it and reuse its output.
+  const int lock = ::open((root + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) {
+    ADD_FAILURE() << "cannot lock " << root << "/.lock: " << std::strerror(errno);
+    return dir;
+  }
+  struct stat st{};
+  if (::stat((dir + "/tokenizer.model").c_str(), &st) != 0) {
+    // prepare writes beside `dir` and renames it in place when complete.
+    std::vector<std::string> argv = {BinDir() + "/bulwark-train", "prepare", "--corpus", "kjv", "--out", dir, "--quiet"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ProcessResult r = Run(argv, {}, 300);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+  ::close(lock);
+  return dir;
 }
 
 std::vector<std::unique_ptr<Process>> StartRanks(const std::vector<std::string>& argv, int world,

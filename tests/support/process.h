@@ -47,6 +47,12 @@ inline ProcessResult Run(std::vector<std::string> argv, std::map<std::string, st
 std::string BinDir();        // where build/bin is, from the build
 std::string MakeTempDir();   // a fresh directory under /tmp
 
+// The trainer's data set from `bulwark-train prepare --corpus kjv` plus
+// `args`, prepared once per build directory and shared read-only by every
+// test process: CTest runs each test case in a process of its own, and
+// preparing took ~4.6 s of each. Fails the calling test if it cannot.
+std::string PreparedCorpus(const std::vector<std::string>& args = {});
+
 // Starts `world` bulwark-train ranks of `argv` with the torchrun environment
 // (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT) plus
 // `env`. Rank 0 starts first with MASTER_PORT=0: its store binds a port the

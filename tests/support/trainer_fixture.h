@@ -1,5 +1,5 @@
 // The fixture for end-to-end tests of bulwark-train: a data set prepared
-// once per test binary, launching 1..N ranks with the torchrun environment,
+// once per build, launching 1..N ranks with the torchrun environment,
 // and reading what they printed and saved.
 #pragma once
 
@@ -18,16 +18,13 @@ namespace bulwark::testing {
 
 using nlohmann::json;
 
-inline std::string* g_data = nullptr;  // prepared once per test binary
+inline std::string* g_data = nullptr;  // prepared once per build (PreparedCorpus)
 
 class Trainer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (g_data) return;
-    g_data = new std::string(MakeTempDir() + "/kjv");
-    auto r = testing::Run({BinDir() + "/bulwark-train", "prepare", "--corpus", "kjv", "--out", *g_data,
-                           "--vocab-size", "512", "--quiet"});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    g_data = new std::string(PreparedCorpus({"--vocab-size", "512"}));
   }
   void SetUp() override { dir_ = MakeTempDir(); }
   void TearDown() override {
