@@ -7,6 +7,7 @@
 
 #include "trainer/adamw.h"
 #include "trainer/kernels.h"
+#include "trainer/memory_checkpoint.h"
 #include "trainer/model.h"
 #include "trainer/params.h"
 
@@ -209,6 +210,23 @@ TEST(Model, Bf16LossAndGradientsTrackFp32) {
     double cos = torch::cosine_similarity(pa[i].grad().flatten(), pb[i].grad().flatten(), 0).item<double>();
     EXPECT_GT(cos, 0.98) << "parameter " << i;
   }
+}
+
+// A copy's generator state is checked before the ranks agree on it: the
+// state the generator saves resumes; one whose counters are damaged (as a
+// standby's restore met, "Invalid mt19937 state") is refused with a reason.
+TEST(Model, ACopysGeneratorStateIsCheckedBeforeItIsLoaded) {
+  torch::manual_seed(7);
+  (void)torch::rand({3});
+  at::Tensor good = at::detail::getDefaultCPUGenerator().get_state();
+  EXPECT_TRUE(trainer::ResumableGeneratorState(good.data_ptr(), good.numel()).ok());
+  at::Tensor bad = good.clone();
+  std::memset(bad.data_ptr(), 0, bad.numel());  // not seeded, nothing left
+  Status s = trainer::ResumableGeneratorState(bad.data_ptr(), bad.numel());
+  EXPECT_EQ(s.code(), Status::Code::kCorrupt);
+  EXPECT_NE(s.message().find("generator state cannot be resumed (Invalid mt19937 state"), std::string::npos)
+      << s.message();
+  EXPECT_FALSE(trainer::ResumableGeneratorState(good.data_ptr(), 10).ok()) << "a truncated state";
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "trainer/memory_checkpoint.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -39,6 +41,18 @@ MemoryCheckpoint::MemoryCheckpoint(const TrainConfig& cfg, Comm& comm, Comm& gro
   end_ = mine_.end;
   buf_begin_ = mine_.buf_begin;
   buf_end_ = mine_.buf_end;
+}
+
+// The copier thread reads the staged buffers and generator state (members
+// of this object), the parameters and the optimizer's moments until the
+// image it writes is sealed. A generation that fails mid-copy destroys this
+// object: without the wait, the copier went on reading freed memory and
+// sealed it under a valid checksum, and a standby that restored that copy
+// died of "Invalid mt19937 state" (twice: the controller evicted it); in a
+// rank that stays in its process, the restore would also overwrite the
+// parameters while they were still being copied.
+MemoryCheckpoint::~MemoryCheckpoint() {
+  if (client_) client_->WaitCopied().IgnoreError();  // a failed copy is the old generation's, not ours
 }
 
 MemoryCheckpoint::Slice MemoryCheckpoint::SliceOf(int index, int rank) const {
@@ -170,6 +184,34 @@ Status MemoryCheckpoint::Save(const TrainState& st) {
   return client_->BeginSave(std::move(images));
 }
 
+// The generator refuses a state it cannot resume ("Invalid mt19937 state")
+// by throwing. Met in Load, after the ranks agreed on a copy, that killed a
+// standby's rank twice in a row (exit 1) and the controller evicted its
+// machine; refused in Check, the copy is skipped like any other bad one.
+Status ResumableGeneratorState(const void* bytes, size_t n) {
+  try {
+    auto state = torch::empty({static_cast<int64_t>(n)}, torch::kUInt8);
+    std::memcpy(state.data_ptr(), bytes, n);
+    at::make_generator<at::CPUGeneratorImpl>().set_state(state);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    // The legacy layout's counters (seed u64, left i32, seeded i32, next
+    // u64): what a damaged state looked like, for whoever reads the note.
+    int32_t left = 0, seeded = 0;
+    uint64_t next = 0;
+    if (n >= 24) {
+      std::memcpy(&left, static_cast<const uint8_t*>(bytes) + 8, 4);
+      std::memcpy(&seeded, static_cast<const uint8_t*>(bytes) + 12, 4);
+      std::memcpy(&next, static_cast<const uint8_t*>(bytes) + 16, 8);
+    }
+    return Status::Corrupt("its generator state cannot be resumed (" + what + "; " + std::to_string(n) +
+                           " bytes, seeded " + std::to_string(seeded) + ", left " + std::to_string(left) + ", next " +
+                           std::to_string(next) + ")");
+  }
+  return Status::OK();
+}
+
 Status MemoryCheckpoint::Check(const client::ShardView& v, const std::string& where) const {
   nlohmann::json meta = nlohmann::json::parse(v.meta, nullptr, false);
   if (!meta.is_object()) return Status::Corrupt(where + ": unreadable meta");
@@ -197,7 +239,12 @@ Status MemoryCheckpoint::Check(const client::ShardView& v, const std::string& wh
   if (b == v.sections.end() || b->second.second != static_cast<size_t>(buf_end_ - buf_begin_)) {
     return Status::Corrupt(where + ": section buffers missing or mis-sized");
   }
-  if (v.sections.count("rng") == 0) return Status::Corrupt(where + ": no rng section");
+  auto rng = v.sections.find("rng");
+  if (rng == v.sections.end()) return Status::Corrupt(where + ": no rng section");
+  // Load would meet a state the generator refuses only after the ranks
+  // agreed on this copy (ResumableGeneratorState says why that hurt).
+  Status resumable = ResumableGeneratorState(rng->second.first, rng->second.second);
+  if (!resumable.ok()) return Status::Corrupt(where + ": " + resumable.message());
   return Status::OK();
 }
 

@@ -51,6 +51,10 @@ struct RestoreOutcome {
   double ms = 0;               // slowest rank's restore time
 };
 
+// OK when the CPU generator can resume from these bytes (a copy's "rng"
+// section); otherwise Corrupt, saying why.
+Status ResumableGeneratorState(const void* bytes, size_t n);
+
 class MemoryCheckpoint {
  public:
   using Note = std::function<void(const std::string&)>;
@@ -64,6 +68,9 @@ class MemoryCheckpoint {
   static Result<std::unique_ptr<MemoryCheckpoint>> Open(const TrainConfig& cfg, Comm& comm, Transformer& model,
                                                         ParamStore& store, AdamW& opt, Note note,
                                                         Comm* group = nullptr);
+
+  // Waits for the image being copied, if any (see the .cc for why).
+  ~MemoryCheckpoint();
 
   // Collective. Restores the newest step every rank can restore into the
   // model, store, optimizer and `st`; nullopt when the ranks share none.
