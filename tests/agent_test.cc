@@ -372,6 +372,44 @@ TEST(Inspector, EmulatedDeviceAndNicAreRead) {
   EXPECT_TRUE(agent::Inspect(p).nic_up);
 }
 
+// Given the machine's interface, the link is the kernel's view (sysfs),
+// and the emulated file is not read. A fake sysfs tree plays each state; the
+// host's own loopback is read for real ("unknown", with carrier: up).
+TEST(Inspector, TheKernelsViewOfTheInterfaceIsTheLink) {
+  const std::string dir = testing::MakeTempDir(), net = dir + "/net";
+  auto link = [&](const std::string& oper, const std::string& carrier, int changes) {
+    ASSERT_EQ(::system(("mkdir -p " + net + "/eth9/statistics").c_str()), 0);
+    std::ofstream(net + "/eth9/operstate") << oper << "\n";
+    std::ofstream(net + "/eth9/carrier") << carrier << "\n";
+    std::ofstream(net + "/eth9/carrier_changes") << changes << "\n";
+    std::ofstream(net + "/eth9/statistics/rx_errors") << "7\n";
+  };
+  agent::InspectorPaths p{dir + "/device", dir + "/nic", dir, "eth9", net};
+  std::ofstream(p.nic) << "down\n";  // ignored: an interface is watched
+  link("up", "1", 2);
+  agent::HealthReading h = agent::Inspect(p);
+  EXPECT_TRUE(h.nic_up) << h.nic_detail;
+  ASSERT_TRUE(h.link.has_value());
+  EXPECT_EQ(h.link->rx_errors, 7u);
+  EXPECT_EQ(h.nic_detail, "eth9 up (operstate up, 2 carrier changes)");
+  const agent::LinkReading before = *h.link;
+  link("lowerlayerdown", "0", 3);  // the peer's end went down
+  h = agent::Inspect(p);
+  EXPECT_FALSE(h.nic_up);
+  EXPECT_EQ(h.nic_detail, "eth9 down (operstate lowerlayerdown, no carrier, 3 carrier changes)");
+  link("up", "1", 6);  // down and up twice since `before`, up at both readings
+  EXPECT_EQ(agent::FlapsBetween(before, *agent::Inspect(p).link), 4u);
+
+  p.interface = "nosuch0";
+  h = agent::Inspect(p);
+  EXPECT_FALSE(h.nic_up);
+  EXPECT_NE(h.nic_detail.find("network interface 'nosuch0' not found under " + net), std::string::npos) << h.nic_detail;
+
+  Result<agent::LinkReading> lo = agent::ReadLink("/sys/class/net", "lo");
+  ASSERT_TRUE(lo.ok()) << lo.status().ToString();
+  EXPECT_TRUE(agent::LinkUp(*lo)) << agent::DescribeLink(*lo);
+}
+
 // --- the cluster token ------------------------------------------------------
 
 TEST(Token, IsPrivateAndRefusedWhenOthersCanReadIt) {

@@ -105,7 +105,8 @@ TEST(CliBinary, HelpExitsZeroAndErrorsAreOneLineWithTheUsageCode) {
   EXPECT_EQ(help.exit_code, 0) << help.err;
   EXPECT_NE(help.out.find("--machines"), std::string::npos) << help.out;
   for (const std::vector<std::string>& argv : std::vector<std::vector<std::string>>{
-           {bulwark, "stauts"}, {bulwark, "up", "--machines"}, {bulwark, "inject", "kill", "--machin", "m01"}}) {
+           {bulwark, "stauts"}, {bulwark, "up", "--machines"}, {bulwark, "inject", "kill", "--machin", "m01"},
+           {bulwark, "up", "--machines", "2", "--nics", "eth0", "--dir", testing::MakeTempDir()}}) {
     auto r = testing::Run(argv, {}, 10);
     EXPECT_EQ(r.exit_code, kExitUsage) << argv[1] << ": " << r.err;
     EXPECT_EQ(r.err.rfind("bulwark: error: ", 0), 0u) << r.err;

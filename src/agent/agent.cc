@@ -282,15 +282,25 @@ void Agent::InspectMachine() {
   disk_reported_ = !h.disk_ok;
   if (!h.memory_ok && !memory_reported_) fail("memory", h.memory_detail);
   memory_reported_ = !h.memory_ok;
-  if (!h.nic_up && nic_was_up_) {
+  auto alert = [&](const std::string& detail) {
     wire::AgentEvent e;
     e.set_kind(wire::AgentEvent::NETWORK_ALERT);
-    e.set_detail("link down on " + o_.machine);
-    LogWarn("network alert: link down");
+    e.set_detail(detail);
+    LogWarn("network alert: " + detail);
     ++inspection_failures_["nic"];
     Emit(e);
+  };
+  const std::string kernel = h.nic_detail.empty() ? "" : ": " + h.nic_detail;
+  if (!h.nic_up && nic_was_up_) {
+    alert("link down on " + o_.machine + kernel);
+  } else if (h.nic_up && nic_was_up_ && h.link && last_link_ && FlapsBetween(*last_link_, *h.link) >= 2) {
+    // Down and up again within one inspection period: no reading saw it
+    // down, the kernel's carrier counter did.
+    alert("link flapped on " + o_.machine + " (" + std::to_string(FlapsBetween(*last_link_, *h.link)) +
+          " carrier changes within " + std::to_string(kInspectPeriod.count()) + " ms)" + kernel);
   }
   nic_was_up_ = h.nic_up;
+  last_link_ = h.link;
   // A fail-slow hint, once per episode: the compute-time comparison decides.
   if (h.device_slowdown != device_slowdown_ && !h.device_slowdown.empty()) Log("device slowdown: " + h.device_slowdown);
   device_slowdown_ = h.device_slowdown;

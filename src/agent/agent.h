@@ -19,6 +19,9 @@ struct AgentOptions {
   // GET /metrics on 127.0.0.1: this port, or with -1 the one recorded by an
   // earlier start, else any free one (agent_metrics.h).
   int metrics_port = -1;
+  // This machine's network interface, watched through the kernel
+  // (net_link.h); "": the emulated link file of the local backend.
+  std::string nic;
   // The clock of the agent's timing rules (clock.h); null: the wall clock.
   std::shared_ptr<const AgentClock> clock;
 };

@@ -89,7 +89,7 @@ class Agent {
       : o_(std::move(o)), clock_(o_.clock ? o_.clock : std::make_shared<WallClock>()), layout_{o_.dir}, token_(std::move(token)), sigs_(std::move(sigs)),
         supervisor_(layout_.ranks(o_.machine)), incarnation_(Ms(Now())), shards_(std::move(shards)),
         links_(std::move(links)) {
-    health_paths_ = {layout_.device(o_.machine), layout_.nic(o_.machine), layout_.machine(o_.machine)};
+    health_paths_ = {layout_.device(o_.machine), layout_.nic(o_.machine), layout_.machine(o_.machine), o_.nic};
     gpu_ = GpuHealth::Open(Nvml::LibraryPath(), [](const std::string& line) { Log(line); });
   }
 
@@ -277,6 +277,7 @@ class Agent {
   std::optional<Staging> staging_;
   bool device_reported_ = false, disk_reported_ = false, memory_reported_ = false;
   bool nic_was_up_ = true;
+  std::optional<LinkReading> last_link_;  // the kernel's, at the last inspection (--nic)
   std::string device_slowdown_;  // the NVML slowdown hint last logged
   std::optional<Clock::time_point> nic_up_at_;
 

@@ -40,7 +40,16 @@ HealthReading Inspect(const InspectorPaths& paths, GpuHealth* gpu) {
     }
     r.device_slowdown = v.slowdown;
   }
-  r.nic_up = FirstLine(paths.nic) != "down";
+  if (paths.interface.empty()) {
+    r.nic_up = FirstLine(paths.nic) != "down";
+  } else if (Result<LinkReading> link = ReadLink(paths.sysfs_net, paths.interface); link.ok()) {
+    r.nic_up = LinkUp(*link);
+    r.nic_detail = DescribeLink(*link);
+    r.link = *link;
+  } else {
+    r.nic_up = false;  // the interface went away: no traffic crosses it
+    r.nic_detail = link.status().message();
+  }
 
   struct statvfs vfs;
   if (::statvfs(paths.disk.c_str(), &vfs) == 0) {

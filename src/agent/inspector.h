@@ -2,7 +2,9 @@
 //
 // On the local backend the device and the NIC are emulated by files in the
 // machine's directory (cluster/layout.h): a fault injector writes them, and
-// this reads them exactly as it would read nvidia-smi or a link state. Disk
+// this reads them exactly as it would read nvidia-smi or a link state. Given
+// the machine's interface (InspectorPaths::interface), the link is the
+// kernel's instead (net_link.h). Disk
 // and memory are real: free space under the machine directory and the
 // host's available memory. Where NVML loads (gpu_health.h) the real GPUs
 // are read too; the emulated file stays readable beside them, so the local
@@ -13,11 +15,13 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "agent/gpu_health.h"
+#include "agent/net_link.h"
 #include "common/status.h"
 
 namespace bulwark::agent {
@@ -27,6 +31,8 @@ struct HealthReading {
   std::string device_detail;
   std::string device_slowdown;  // a fail-slow hint from NVML, not a failure ("" none)
   bool nic_up = true;
+  std::string nic_detail;           // the kernel's view, when an interface is watched
+  std::optional<LinkReading> link;  // that reading, for the flaps between two inspections
   bool disk_ok = true;
   std::string disk_detail;
   bool memory_ok = true;
@@ -35,8 +41,12 @@ struct HealthReading {
 
 struct InspectorPaths {
   std::string device;  // "ok", or the error the device reports
-  std::string nic;     // "up" or "down"
+  std::string nic;     // "up" or "down": the emulated link, when no interface is watched
   std::string disk;    // a directory on the disk the ranks write to
+  // The machine's own network interface ("": none; the emulated link file
+  // stands for it), read from the kernel under `sysfs_net`.
+  std::string interface;
+  std::string sysfs_net = "/sys/class/net";
 };
 
 // `gpu` null: no NVML, the emulated device alone.

@@ -59,7 +59,8 @@ const std::vector<Command>& Commands() {
              {"listen", "HOST", "slurm: the address the nodes reach the controller at"},
              {"tls", "", "mutual TLS between the controller, agents and this CLI (a fresh CA)"},
              {"metrics-port", "P", "the controller's Prometheus /metrics on 127.0.0.1:P [any free port]"},
-             {"signatures", "FILE", "the agents' log signature table instead of the built-in one"}},
+             {"signatures", "FILE", "the agents' log signature table instead of the built-in one"},
+             {"nics", "A,B,..", "local: each machine's network interface, watched through the kernel [emulated links]"}},
             kLadder)},
       {"down", "stop the cluster: agents (and their ranks), then the controller", {}, {}},
       {"run",
@@ -162,7 +163,8 @@ const std::vector<Command>& Commands() {
        {},
        {{"machine", "ID", "this machine's id"},
         {"metrics-port", "P", "Prometheus /metrics on 127.0.0.1:P"},
-        {"signatures", "FILE", "log signature table instead of the built-in one"}}},
+        {"signatures", "FILE", "log signature table instead of the built-in one"},
+        {"nic", "IFACE", "this machine's network interface, watched through the kernel [an emulated link]"}}},
   };
   return commands;
 }

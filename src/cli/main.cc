@@ -1,6 +1,6 @@
 // bulwark: the control plane's one binary.
 //
-//   bulwark up --machines N [--standby S] [--metrics-port P] [--tls] [--dir D]   controller + N+S agents
+//   bulwark up --machines N [--standby S] [--metrics-port P] [--tls] [--nics A,B,..] [--dir D]   controller + N+S agents
 //   bulwark up --backend slurm [--machines N] [--standby S] [--grow G]   agents as tasks of this Slurm allocation
 //   bulwark down [--dir D]
 //   bulwark run --machines N [--standby S] [--progress REGEX] [--json] -- COMMAND ARGS   up, submit, follow, down
@@ -99,7 +99,19 @@ struct UpRequest {
   int machines = 0;
   int standby = 0;
   bool slurm = false;
+  std::vector<std::string> nics;  // --nics: each machine's interface, in machine order
 };
+
+// "a,b,c" -> {"a", "b", "c"}; "" -> {}.
+std::vector<std::string> CommaList(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t at = 0; !s.empty() && at <= s.size();) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    out.push_back(s.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
 
 Result<UpRequest> CheckUpFlags(const Args& a) {
   UpRequest up;
@@ -120,6 +132,12 @@ Result<UpRequest> CheckUpFlags(const Args& a) {
     return Status::InvalidArgument("up: --machines must be positive and --standby not negative");
   }
   if (!up.slurm && a.Has("grow")) return Status::InvalidArgument("up: --grow applies to --backend slurm only");
+  up.nics = CommaList(a.Get("nics"));
+  if (!up.nics.empty() && (up.slurm || static_cast<int>(up.nics.size()) != up.machines + up.standby)) {
+    return Status::InvalidArgument("up: --nics names " + std::to_string(up.nics.size()) + " interface(s) for " +
+                                   std::to_string(up.machines + up.standby) +
+                                   " machine(s): give one per machine, standbys included, in order (local backend)");
+  }
   if (up.slurm && a.Has("tls")) {
     return Status::InvalidArgument("up: --tls is not supported with --backend slurm yet (the certificates name "
                                    "127.0.0.1 only); leave out --tls");
@@ -216,10 +234,13 @@ Result<ControlClient> StartController(const Args& a, const cluster::Layout& layo
 Status StartAgents(const Args& a, const cluster::Layout& layout, const std::string& self, const AgentPlaces& places,
                    ControlClient& client) {
   if (places.slurm) BULWARK_RETURN_IF_ERROR(cluster::LaunchSlurmAgents(layout, *places.slurm));
-  for (const std::string& id : places.slurm ? std::vector<std::string>{} : places.ids) {
+  const std::vector<std::string> nics = CommaList(a.Get("nics"));  // CheckUpFlags counted them
+  for (size_t i = 0; !places.slurm && i < places.ids.size(); ++i) {
+    const std::string& id = places.ids[i];
     BULWARK_RETURN_IF_ERROR(MakeDirs(layout.machine(id)));
     std::vector<std::string> argv = {self, "agent", "--machine", id, "--dir", layout.dir};
     if (a.Has("signatures")) argv.insert(argv.end(), {"--signatures", a.Get("signatures")});
+    if (i < nics.size()) argv.insert(argv.end(), {"--nic", nics[i]});
     BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(argv, layout.agent_log(id)));
   }
   // Slurm starts steps through slurmctld and each node's slurmd: allow more.
@@ -525,6 +546,7 @@ Status Run(const Args& a) {
     o.dir = ClusterDir(a);
     o.machine = a.Get("machine");
     o.builtin_signatures = a.Get("signatures");  // "": the table built into the binary
+    o.nic = a.Get("nic");
     Result<int> mport = IntFlag(a, "metrics-port", -1);
     if (!mport.ok()) return mport.status();
     o.metrics_port = *mport;
