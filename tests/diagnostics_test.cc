@@ -3,6 +3,7 @@
 // `bulwark-train --align` (its hash the same across processes, different on
 // a machine whose matmuls are silently corrupted).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <thread>
@@ -136,12 +137,20 @@ TEST(Diagnostics, ANetworkLinkIsMeasuredByBothEndsAndADownNicFailsIt) {
   TestOutcome down = NetworkCheck(bin, g0, 0, health, std::chrono::seconds(60));
   EXPECT_FALSE(down.passed);
   EXPECT_EQ(down.detail, "the NIC is down");
-  // A peer that never comes: the link fails within its budget, and the
-  // incident will say why in the check's own words, not only its exit code.
+  // A link check that fails says why in the incident, in its own words (its
+  // error line on stderr), not only with its exit code. A stand-in that fails
+  // as bulwark-train does when its peer never comes: the real one would take
+  // its whole timeout, and longer to start on a loaded host.
   ASSERT_TRUE(WriteFileAtomic(health.nic, std::string("up\n")).ok());
-  TestOutcome alone = NetworkCheck(bin, g1, 0, health, std::chrono::seconds(5));
+  const std::string failing = dir + "/failing-check";
+  ASSERT_TRUE(WriteFileAtomic(failing, std::string("#!/bin/sh\necho '{\"event\":\"x\"}'\n"
+                                                   "echo 'bulwark-train: error: rendezvous at 127.0.0.1:1 failed for rank 1 "
+                                                   "of 2: no rank 0 listening after 10 ms' >&2\nexit 3\n")).ok());
+  ASSERT_EQ(::chmod(failing.c_str(), 0755), 0);
+  TestOutcome alone = NetworkCheck(failing, g1, 0, health, std::chrono::seconds(30));
   EXPECT_FALSE(alone.passed);
-  EXPECT_NE(alone.detail.find("the link check exited with code 3 ("), std::string::npos) << "[" << alone.detail << "]";
+  EXPECT_EQ(alone.detail, "the link check exited with code 3 (rendezvous at 127.0.0.1:1 failed for rank 1 of 2: "
+                          "no rank 0 listening after 10 ms)");
   // RunDiagnostics runs only the links for "network", not replay groups.
   DiagnosticsRequest req;
   req.tests = {"network"};

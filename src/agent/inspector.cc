@@ -14,19 +14,11 @@ namespace {
 constexpr unsigned long long kMinFreeDiskBytes = 64ull << 20;
 constexpr unsigned long long kMinAvailableMemoryKiB = 64ull << 10;
 
-std::string FirstLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  return line;
-}
-
 }  // namespace
 
 HealthReading Inspect(const InspectorPaths& paths, GpuHealth* gpu) {
   HealthReading r;
-  const std::string device = FirstLine(paths.device);
+  const std::string device = ReadFirstLine(paths.device);
   // A missing file is a healthy device: nothing has reported an error.
   if (!device.empty() && device != "ok") {
     r.device_ok = false;
@@ -41,7 +33,7 @@ HealthReading Inspect(const InspectorPaths& paths, GpuHealth* gpu) {
     r.device_slowdown = v.slowdown;
   }
   if (paths.interface.empty()) {
-    r.nic_up = FirstLine(paths.nic) != "down";
+    r.nic_up = ReadFirstLine(paths.nic) != "down";
   } else if (Result<LinkReading> link = ReadLink(paths.sysfs_net, paths.interface); link.ok()) {
     r.nic_up = LinkUp(*link);
     r.nic_detail = DescribeLink(*link);

@@ -1,24 +1,15 @@
 #include "agent/net_link.h"
 
-#include <fstream>
+#include <cstdlib>
 
 #include "common/files.h"
 
 namespace bulwark::agent {
 namespace {
 
-// sysfs files hold one value and a newline; a counter that cannot be read
-// (a driver without it) stays 0.
-std::string Value(const std::string& path) {
-  std::ifstream in(path);
-  std::string v;
-  std::getline(in, v);
-  while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
-  return v;
-}
-
+// A counter that cannot be read (a driver without it) stays 0.
 uint64_t Counter(const std::string& path) {
-  const std::string v = Value(path);
+  const std::string v = ReadFirstLine(path);
   return v.empty() ? 0 : std::strtoull(v.c_str(), nullptr, 10);
 }
 
@@ -32,10 +23,10 @@ Result<LinkReading> ReadLink(const std::string& sysfs_net, const std::string& if
   }
   LinkReading r;
   r.iface = iface;
-  r.operstate = Value(dir + "/operstate");
+  r.operstate = ReadFirstLine(dir + "/operstate");
   // Reading carrier of an interface that is administratively down fails
   // (EINVAL): no carrier.
-  r.carrier = Value(dir + "/carrier") == "1";
+  r.carrier = ReadFirstLine(dir + "/carrier") == "1";
   r.carrier_changes = Counter(dir + "/carrier_changes");
   r.rx_errors = Counter(dir + "/statistics/rx_errors");
   r.tx_errors = Counter(dir + "/statistics/tx_errors");

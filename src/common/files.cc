@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 namespace bulwark {
 namespace {
@@ -109,6 +110,14 @@ Status RemoveTree(const std::string& path) {
   std::filesystem::remove_all(path, ec);
   if (ec) return Status::IOError("cannot remove " + path + ": " + ec.message());
   return Status::OK();
+}
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
 }
 
 bool PathExists(const std::string& path) {

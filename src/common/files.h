@@ -10,6 +10,9 @@
 namespace bulwark {
 
 Result<std::string> ReadFile(const std::string& path);
+// The first line without its line end and trailing blanks; "" when the file
+// is missing or unreadable (one-value files: sysfs, emulated health).
+std::string ReadFirstLine(const std::string& path);
 
 // Writes `data` so that `path` holds either its old content or all of the new:
 // a temporary file in the same directory, fsync, rename over `path`, fsync of
