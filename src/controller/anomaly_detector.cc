@@ -14,6 +14,21 @@ double MedianOf(const std::deque<double>& d) {
   return v[v.size() / 2];
 }
 
+// The element of rank size/2, as MedianOf picks.
+double MiddleOf(const std::vector<double>& sorted) { return sorted[sorted.size() / 2]; }
+
+// Appends `value` to a rolling window of at most `window` values, keeping
+// its sorted copy in step. Only finite values come here (anomalous steps
+// are not remembered), so the order is total.
+void Roll(std::deque<double>& window_values, std::vector<double>& sorted, double value, int window) {
+  window_values.push_back(value);
+  sorted.insert(std::upper_bound(sorted.begin(), sorted.end(), value), value);
+  while (static_cast<int>(window_values.size()) > window) {
+    sorted.erase(std::lower_bound(sorted.begin(), sorted.end(), window_values.front()));
+    window_values.pop_front();
+  }
+}
+
 std::string Num(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g", x);
@@ -42,10 +57,8 @@ void AnomalyDetector::Remember(const RankSignal& s) {
   history_step_ = s.step;
   loss_median_.reset();
   grad_norm_median_.reset();
-  loss_.push_back(s.loss);
-  grad_norm_.push_back(s.grad_norm);
-  while (static_cast<int>(loss_.size()) > config_.spike_window) loss_.pop_front();
-  while (static_cast<int>(grad_norm_.size()) > config_.spike_window) grad_norm_.pop_front();
+  Roll(loss_, loss_sorted_, s.loss, config_.spike_window);
+  Roll(grad_norm_, grad_norm_sorted_, s.grad_norm, config_.spike_window);
 }
 
 void AnomalyDetector::Observe(const RankSignal& s) {
@@ -54,13 +67,13 @@ void AnomalyDetector::Observe(const RankSignal& s) {
   // Every rank reports the same step against the same history: the
   // medians are computed once per step (Remember clears them), not once per
   // report (a simulated 100k-GPU year spent 8% of its time here).
-  auto over = [&](double value, const std::deque<double>& history, std::optional<double>& median) {
+  auto over = [&](double value, const std::vector<double>& sorted, std::optional<double>& median) {
     if (!std::isfinite(value)) return true;
-    if (static_cast<int>(history.size()) < config_.spike_min_history) return false;
-    if (!median) median = MedianOf(history);
+    if (static_cast<int>(sorted.size()) < config_.spike_min_history) return false;
+    if (!median) median = MiddleOf(sorted);
     return *median > 0 && value > config_.spike_factor * *median;
   };
-  const bool spike = !nonfinite && (over(s.loss, loss_, loss_median_) || over(s.grad_norm, grad_norm_, grad_norm_median_));
+  const bool spike = !nonfinite && (over(s.loss, loss_sorted_, loss_median_) || over(s.grad_norm, grad_norm_sorted_, grad_norm_median_));
   const bool anomalous = nonfinite || spike || !s.halted.empty();
   if (!anomalous && pending_.count(s.step) == 0) {
     // An ordinary step: history, and kept a little while in case another
@@ -129,7 +142,7 @@ std::optional<TrainingAnomaly> AnomalyDetector::Check(Time now) {
                std::string(" at step ") + std::to_string(step) + " (loss " + Num(any.loss) + ", grad norm " +
                Num(any.grad_norm);
     if (p.kind == "spike" && !loss_.empty()) {
-      a.detail += "; rolling medians " + Num(MedianOf(loss_)) + " and " + Num(MedianOf(grad_norm_));
+      a.detail += "; rolling medians " + Num(MiddleOf(loss_sorted_)) + " and " + Num(MiddleOf(grad_norm_sorted_));
     }
     a.detail += "); " + std::to_string(p.reports.size()) + "/" + std::to_string(world_) + " ranks reported";
     if (!a.culprits.empty()) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <deque>
+#include <vector>
 #include <map>
 #include <optional>
 
@@ -50,7 +51,11 @@ class AnomalyDetector {
   bool armed_ = false;
   int world_ = 0;
   int64_t history_step_ = 0;  // newest step in the history
-  std::deque<double> loss_, grad_norm_;
+  std::deque<double> loss_, grad_norm_;  // in step order, for dropping the oldest
+  // The same values kept sorted: the median is the middle element, with no
+  // copy and partition per step (a simulated 100k-GPU year spent 14% of its
+  // time in that).
+  std::vector<double> loss_sorted_, grad_norm_sorted_;
   std::optional<double> loss_median_, grad_norm_median_;  // of the histories, until they change
   std::map<int64_t, Pending> pending_;  // by step
   std::map<int64_t, std::map<int, RankSignal>> recent_;  // ordinary reports of recent steps, by step and rank

@@ -61,6 +61,18 @@ Result<std::vector<Action>> Controller::Handle(const Event& event, Time now) {
   return actions;
 }
 
+Result<std::vector<Action>> Controller::HandleAll(const std::vector<Event>& events, Time now,
+                                                   std::vector<std::pair<size_t, Status>>* refused) {
+  BULWARK_RETURN_IF_ERROR(Advance(now));
+  std::vector<Event> clamped;
+  clamped.reserve(events.size());
+  for (const Event& e : events) clamped.push_back(ClampToNow(e, now));
+  std::vector<Action> actions;
+  RuleContext ctx{state_, config_, now, actions};
+  BULWARK_RETURN_IF_ERROR(DecideAll(ctx, clamped, refused));
+  return actions;
+}
+
 Result<std::vector<Action>> Controller::Reconcile(Time now) {
   BULWARK_RETURN_IF_ERROR(Advance(now));
   std::vector<Action> actions;

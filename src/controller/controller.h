@@ -38,6 +38,11 @@ class Controller {
   // unknown machine or asks the impossible. Observation times later than
   // `now` (agent clock skew) are taken as `now`.
   Result<std::vector<Action>> Handle(const Event& event, Time now);
+  // Events observed together (the simulator's 12,500 diagnostics answers of
+  // one instant) as one decision: DecideAll in policy.h. An event refused
+  // is listed in `refused` with why; the others apply.
+  Result<std::vector<Action>> HandleAll(const std::vector<Event>& events, Time now,
+                                        std::vector<std::pair<size_t, Status>>* refused);
 
   // Compares desired with actual and acts on the difference; returns no
   // actions when the world already matches.

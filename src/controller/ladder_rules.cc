@@ -263,7 +263,9 @@ Status OnDiagnosticsReported(RuleContext& ctx, const Event& e) {
     // at once per round of diagnostics, not once per answer.
     for (; l.answered_prefix < l.machines.size(); ++l.answered_prefix) {
       const MachineId& m = l.machines[l.answered_prefix];
-      if (ctx.state.IsActive(m) && l.reports.count(m) == 0) return Status::OK();  // more to come
+      // The answer first: nearly every machine has one, and the map of
+      // answers is smaller than the fleet's.
+      if (l.reports.count(m) == 0 && ctx.state.IsActive(m)) return Status::OK();  // more to come
     }
     return FinishDiagnose(ctx, *inc, "");
   }

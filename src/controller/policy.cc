@@ -523,14 +523,34 @@ Status Emit(RuleContext& ctx, Action action) {
   return Status::OK();
 }
 
-Status Decide(RuleContext& ctx, const Event& event) {
+namespace {
+
+Status ApplyRule(RuleContext& ctx, const Event& event) {
   const RuleEntry& entry = kRules[static_cast<size_t>(KindOf(event))];
   Status st = entry.rule(ctx, event);
-  if (!st.ok()) return st.Annotate(EventKindName(entry.kind));
+  return st.ok() ? st : st.Annotate(EventKindName(entry.kind));
+}
+
+Status EmitReconcile(RuleContext& ctx) {
   for (Action& a : Reconcile(ctx.state, ctx.config, ctx.now)) {
     BULWARK_RETURN_IF_ERROR(Emit(ctx, std::move(a)));
   }
   return Status::OK();
+}
+
+}  // namespace
+
+Status Decide(RuleContext& ctx, const Event& event) {
+  BULWARK_RETURN_IF_ERROR(ApplyRule(ctx, event));
+  return EmitReconcile(ctx);
+}
+
+Status DecideAll(RuleContext& ctx, const std::vector<Event>& events,
+                 std::vector<std::pair<size_t, Status>>* refused) {
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (Status st = ApplyRule(ctx, events[i]); !st.ok()) refused->push_back({i, st});
+  }
+  return EmitReconcile(ctx);
 }
 
 }  // namespace bulwark::controller

@@ -54,6 +54,13 @@ Status Emit(RuleContext& ctx, Action action);
 // from the rule (unknown machine, illegal request) nothing was changed.
 Status Decide(RuleContext& ctx, const Event& event);
 
+// Several events of one instant as one decision: each event's rule in
+// order, then one Reconcile, as the plane's tick after them would. A rule
+// that refuses its event changes nothing and is listed in `refused` (the
+// event's index and why); the other events still apply.
+Status DecideAll(RuleContext& ctx, const std::vector<Event>& events,
+                 std::vector<std::pair<size_t, Status>>* refused);
+
 // Whether the periodic bitwise check (LadderConfig::align_every) is due at
 // `now`: on, the job running with no incident open and no ladder climbing,
 // and align_every since the first step or the latest check. The plane asks

@@ -36,7 +36,7 @@ class FleetSim {
 
  private:
   // ---------------------------------------------------------------- the queue
-  enum class Kind { kFault, kDeliver, kFirstStep, kCatchUp, kMonitor, kSlowRound, kSpike, kBug, kArrive, kReturn, kScript, kEnd };
+  enum class Kind { kFault, kDeliver, kDeliverAll, kFirstStep, kCatchUp, kMonitor, kSlowRound, kSpike, kBug, kArrive, kReturn, kScript, kEnd };
   struct Due {
     Time at;
     int64_t seq;
@@ -51,6 +51,10 @@ class FleetSim {
     queue_.push(Due{std::max(at, now_), seq_++, kind, gen, arg});
   }
   void ScheduleEvent(Time at, Event e);
+  // Events that arrive together (every machine's diagnostics answer): one
+  // decision of the controller (Controller::HandleAll), as the plane's tick
+  // after them would take them.
+  void ScheduleEvents(Time at, std::vector<Event> events);
 
   // ---------------------------------------------------------------- the fleet
   struct MachineSim {
@@ -98,6 +102,7 @@ class FleetSim {
 
   // ---------------------------------------------------------------- the controller
   void Deliver(Event e);
+  void DeliverAll(std::vector<Event> events);
   void Carry(const std::vector<Action>& actions);
   void Provision(int wanted);
   void OnRestart(const Action& a);
@@ -112,6 +117,8 @@ class FleetSim {
   std::priority_queue<Due, std::vector<Due>, Later> queue_;
   std::vector<Event> payloads_;  // events waiting in the queue; slots reused
   std::vector<int64_t> free_payloads_;
+  std::vector<std::vector<Event>> batches_;  // ScheduleEvents' waiting batches; slots reused
+  std::vector<int64_t> free_batches_;
   int64_t seq_ = 0;
   Time now_{};
   Time end_{};

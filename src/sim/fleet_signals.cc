@@ -138,16 +138,22 @@ void FleetSim::ReportDiagnostics(const Action& a) {
     ScheduleEvent(at, std::move(r));
     return;
   }
+  // Every machine answers after the same modelled time: one batch, one
+  // decision (Controller::HandleAll), not 12,500 (they were most of a
+  // simulated year's events and time).
   const Time at = now_ + Secs(k.diagnose);
   const bool align = std::find(a.tests.begin(), a.tests.end(), "alignment") != a.tests.end();
+  std::vector<Event> answers;
+  answers.reserve(a.placement.slots.size());
   for (const MachineId& id : a.placement.slots) {
     DiagnosticsReported r{a.incident, id, {}, "", at};
     for (const std::string& t : a.tests) {
       if (t != "alignment") r.results.push_back({t, true, "", 0});
     }
     if (align) r.alignment_hash = corrupts(id) && noise_.Uniform() < k.sdc_found ? "corrupt" : "good";
-    ScheduleEvent(at, std::move(r));
+    answers.push_back(std::move(r));
   }
+  ScheduleEvents(at, std::move(answers));
 }
 
 }  // namespace bulwark::sim::fleet

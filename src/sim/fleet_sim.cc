@@ -51,6 +51,19 @@ void FleetSim::ScheduleEvent(Time at, Event e) {
   Schedule(at, Kind::kDeliver, 0, slot);
 }
 
+void FleetSim::ScheduleEvents(Time at, std::vector<Event> events) {
+  int64_t slot;
+  if (!free_batches_.empty()) {
+    slot = free_batches_.back();
+    free_batches_.pop_back();
+    batches_[slot] = std::move(events);
+  } else {
+    slot = static_cast<int64_t>(batches_.size());
+    batches_.push_back(std::move(events));
+  }
+  Schedule(at, Kind::kDeliverAll, 0, slot);
+}
+
 void FleetSim::Reanchor(double step_s) {
   if (running_ && !stalled_) {
     const int64_t k = StepAt(now_);
@@ -181,6 +194,24 @@ void FleetSim::Deliver(Event e) {
   }
   Carry(*acts);
 }
+void FleetSim::DeliverAll(std::vector<Event> events) {
+  SyncProgress();
+  r_.fleet.events += static_cast<int64_t>(events.size());
+  if (c_.record_events) {
+    for (const Event& e : events) r_.fleet.event_log.push_back(FormatTime(now_) + " " + Describe(e));
+  }
+  std::vector<std::pair<size_t, Status>> refused;
+  Result<std::vector<Action>> acts = ctl_->HandleAll(events, now_, &refused);
+  for (const auto& [i, why] : refused) {
+    if (r_.fleet.refused++ == 0) r_.fleet.first_refusal = Describe(events[i]) + ": " + why.message();
+  }
+  if (!acts.ok()) {
+    if (r_.fleet.refused++ == 0) r_.fleet.first_refusal = "a batch of " + std::to_string(events.size()) + " events: " + acts.status().message();
+    return;
+  }
+  Carry(*acts);
+}
+
 void FleetSim::Carry(const std::vector<Action>& actions) {
   FleetStats& s = r_.fleet;
   for (const Action& a : actions) {
@@ -338,6 +369,12 @@ Status FleetSim::Run() {
         Event e = std::move(payloads_[d.arg]);
         free_payloads_.push_back(d.arg);
         Deliver(std::move(e));
+        break;
+      }
+      case Kind::kDeliverAll: {
+        std::vector<Event> events = std::move(batches_[d.arg]);
+        free_batches_.push_back(d.arg);
+        DeliverAll(std::move(events));
         break;
       }
       case Kind::kFirstStep: {
