@@ -38,9 +38,10 @@ class SlurmCluster : public Cluster {
 
   void TearDown() override {
     if (started_) {
-      Cluster::TearDown();  // bulwark down: agents' steps and the controller's jobs
+      Down();  // bulwark down: agents' steps and the controller's jobs
       testing::Run({"/bin/bash", BULWARK_SLURM_SCRIPT, "stop", slurm_}, {}, 60);
       ::unsetenv("SLURM_CONF");
+      RemoveIfPassed();  // Slurm's own state lives under root_ too
     }
   }
 

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -72,6 +73,10 @@ Process::~Process() {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
   }
+  // What it printed was read into its result (Wait) or is not wanted: the
+  // capture directory goes, or every test run leaves one per process in /tmp.
+  std::error_code ignored;
+  std::filesystem::remove_all(out_path_.substr(0, out_path_.rfind('/')), ignored);
 }
 
 ProcessResult Process::Wait(double timeout_s) {
