@@ -59,6 +59,31 @@ TEST(MachineState, TransitionTableIsTheDocumentedLifecycle) {
   }
 }
 
+// The hash index behind FindMachine finds what the ordered map holds, in
+// the state it belongs to: a copy's lookups land in the copy, never in the
+// original's records.
+TEST(ClusterState, FindMachineFindsInItsOwnCopy) {
+  ClusterState a;
+  const Time t0{};
+  for (const char* id : {"m03", "m01", "m02"}) ASSERT_TRUE(AddMachine(a, id, t0).ok());
+  ASSERT_NE(a.FindMachine("m02"), nullptr);
+  EXPECT_EQ(a.FindMachine("m02")->id, "m02");
+  EXPECT_EQ(a.FindMachine("m09"), nullptr);
+  ClusterState b = a;
+  ASSERT_TRUE(AddMachine(b, "m04", t0).ok());
+  ASSERT_TRUE(SetMachineState(b, "m01", MachineState::kStandby, t0, "checked").ok());
+  EXPECT_EQ(b.FindMachine("m01")->state, MachineState::kStandby);
+  EXPECT_EQ(a.FindMachine("m01")->state, MachineState::kJoining);
+  EXPECT_EQ(a.FindMachine("m04"), nullptr);
+  EXPECT_EQ(b.FindMachine("m04")->id, "m04");
+  a = b;  // assigned: finds the new records
+  EXPECT_EQ(a.FindMachine("m01")->state, MachineState::kStandby);
+  EXPECT_NE(a.FindMachine("m01"), b.FindMachine("m01"));
+  ClusterState c = std::move(b);  // moved: the nodes move with the map
+  EXPECT_EQ(c.FindMachine("m04")->id, "m04");
+  EXPECT_FALSE(AddMachine(c, "m04", t0).ok());  // known, through the index
+}
+
 TEST(JobState, StoppedIsTerminal) {
   for (int t = 0; t < kNumJobStates; ++t) {
     Status st = CheckJobTransition(JobState::kStopped, static_cast<JobState>(t));

@@ -4,15 +4,26 @@
 
 namespace bulwark::controller {
 
-MachineStatus* ClusterState::FindMachine(const MachineId& id) {
-  auto it = machines.find(id);
-  return it == machines.end() ? nullptr : &it->second;
+MachineStatus* MachineIndex::Find(const std::map<MachineId, MachineStatus>& machines, const MachineId& id) const {
+  if (by_id_.size() != machines.size()) {
+    // Machines are never removed, so a size that differs means some were
+    // added (or this is a copy's first use): index them all again.
+    by_id_.clear();
+    by_id_.reserve(machines.size());
+    for (const auto& [key, m] : machines) by_id_.emplace(key, const_cast<MachineStatus*>(&m));
+  }
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
 }
 
-const MachineStatus* ClusterState::FindMachine(const MachineId& id) const {
-  auto it = machines.find(id);
-  return it == machines.end() ? nullptr : &it->second;
+void MachineIndex::Added(const std::map<MachineId, MachineStatus>& machines,
+                         std::map<MachineId, MachineStatus>::iterator added) {
+  if (by_id_.size() + 1 == machines.size()) by_id_.emplace(added->first, &added->second);
 }
+
+MachineStatus* ClusterState::FindMachine(const MachineId& id) { return machine_index.Find(machines, id); }
+
+const MachineStatus* ClusterState::FindMachine(const MachineId& id) const { return machine_index.Find(machines, id); }
 
 bool ClusterState::IsActive(const MachineId& id) const {
   const MachineStatus* m = FindMachine(id);
@@ -21,14 +32,16 @@ bool ClusterState::IsActive(const MachineId& id) const {
 
 Result<MachineStatus*> AddMachine(ClusterState& state, const MachineId& id, Time at) {
   if (id.empty()) return Status::InvalidArgument("a machine needs a non-empty id");
-  if (state.machines.count(id) != 0) {
+  if (state.FindMachine(id) != nullptr) {
     return Status::FailedPrecondition("machine " + id + " is already known");
   }
   MachineStatus m;
   m.id = id;
   m.state = MachineState::kJoining;
   m.state_since = at;
-  MachineStatus& added = state.machines.emplace(id, std::move(m)).first->second;
+  auto it = state.machines.emplace(id, std::move(m)).first;
+  state.machine_index.Added(state.machines, it);
+  MachineStatus& added = it->second;
   ++state.machines_in_state[static_cast<int>(MachineState::kJoining)];
   return &added;
 }

@@ -258,11 +258,18 @@ Status OnDiagnosticsReported(RuleContext& ctx, const Event& e) {
                            ? true
                            : std::find(l.machines.begin(), l.machines.end(), x.machine) != l.machines.end();
     if (!asked) return Status::OK();
-    l.reports[x.machine] = MachineDiagnostics{x.results, x.alignment_hash};
+    MachineDiagnostics answer{x.results, x.alignment_hash};
+    if (l.reports.empty() || l.reports.rbegin()->first < x.machine) {
+      // Answers that come in id order (a fleet placed in order) append.
+      l.reports.emplace_hint(l.reports.end(), x.machine, std::move(answer));
+    } else {
+      l.reports.insert_or_assign(x.machine, std::move(answer));
+    }
     // Machines before the cursor answered (or left the job): each is looked
     // at once per round of diagnostics, not once per answer.
     for (; l.answered_prefix < l.machines.size(); ++l.answered_prefix) {
       const MachineId& m = l.machines[l.answered_prefix];
+      if (m == x.machine) continue;  // this answer: no lookup
       // The answer first: nearly every machine has one, and the map of
       // answers is smaller than the fleet's.
       if (l.reports.count(m) == 0 && ctx.state.IsActive(m)) return Status::OK();  // more to come
