@@ -160,6 +160,20 @@ TEST(AgentTiming, APeerLostExitWaitsOutItsGraceOnlyWhileTheControllerAnswers) {
   EXPECT_EQ(std::chrono::duration_cast<milliseconds>(*reported - t0).count(), 12400);
 }
 
+// The lease (cluster/fence.h): fenced once the fence timeout has passed
+// since the last report that went through was *sent*; never with fencing
+// off. A peer-lost exit waits out the controller's longer heartbeat
+// timeout (fence + 1 s) and two seconds more before it is reported.
+TEST(AgentTiming, TheFenceCountsFromTheLastGoodReportsSending) {
+  using std::chrono::milliseconds;
+  const auto sent = std::chrono::steady_clock::time_point(std::chrono::hours(1));
+  EXPECT_FALSE(agent::FenceDue(sent + milliseconds(3000), sent, milliseconds(3000)));
+  EXPECT_TRUE(agent::FenceDue(sent + milliseconds(3001), sent, milliseconds(3000)));
+  EXPECT_FALSE(agent::FenceDue(sent + std::chrono::hours(1), sent, milliseconds(0))) << "off";
+  EXPECT_EQ(agent::PeerLostGrace(milliseconds(0)), agent::kPeerLostGrace);
+  EXPECT_EQ(agent::PeerLostGrace(milliseconds(3000)), milliseconds(6000));
+}
+
 TEST(AgentTiming, ARestartWithinTheGraceMakesTheHeldExitItsEcho) {
   agent::ManualClock clock(agent::AgentClock::time_point(std::chrono::hours(490000)));
   agent::EchoHold<int, std::chrono::system_clock> hold(agent::kPeerLostGrace);

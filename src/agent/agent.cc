@@ -1,5 +1,7 @@
 #include "agent/agent_impl.h"
 
+#include "cluster/fence.h"
+
 #include <nlohmann/json.hpp>
 
 namespace bulwark::agent {
@@ -26,6 +28,7 @@ Status Agent::Run() {
       Report();
       next_report = Now() + kReportPeriod;
     }
+    MaybeFence();
     MaybePrespawn();
     MaybeReportStaged();
     PublishMetrics();
@@ -58,6 +61,15 @@ std::shared_ptr<grpc::Channel> Agent::Channel() {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+    // A partition leaves the TCP connection open with nothing arriving:
+    // without pings the command stream waits out its 30 s deadline and
+    // reports time out on a dead connection until TCP gives up (minutes).
+    // A ping unanswered within a second closes it, and the next call
+    // connects afresh once the network is back.
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
     Result<std::shared_ptr<grpc::ChannelCredentials>> creds = cluster::ChannelCredentials(layout_);
     if (!creds.ok()) AgentLog().Error("cannot use the cluster's TLS credentials: " + creds.status().ToString());
     channel_ = grpc::CreateCustomChannel(a, creds.ok() ? *creds : grpc::InsecureChannelCredentials(), args);
@@ -127,7 +139,14 @@ void Agent::Report() {
   }
   auto rpc = wire::AgentService::NewStub(Channel());
   grpc::ClientContext ctx;
-  Prepare(&ctx, kCallDeadline);
+  // A report waiting on an unreachable controller must not hold the loop
+  // past the fence (MaybeFence runs after it).
+  auto deadline = std::chrono::duration_cast<std::chrono::milliseconds>(kCallDeadline);
+  if (o_.fence_timeout.count() > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(last_ok_sent_ + o_.fence_timeout - Now());
+    deadline = std::clamp(left, std::chrono::milliseconds(100), deadline);
+  }
+  Prepare(&ctx, deadline);
   wire::ReportRequest req;
   req.set_machine(o_.machine);
   req.set_incarnation(incarnation_);
@@ -139,7 +158,8 @@ void Agent::Report() {
     f->set_rank(rank);
     f->set_step(step);
   }
-  for (const ShardHolding& h : shards_->Holdings()) {
+  // A fenced machine's copies are offered to no restore (MaybeFence).
+  for (const ShardHolding& h : fenced_generation_ ? std::vector<ShardHolding>{} : shards_->Holdings()) {
     wire::ShardCopy* c = req.add_shards();
     c->set_rank(h.rank);
     c->set_step(h.step);
@@ -150,9 +170,11 @@ void Agent::Report() {
   // and the next one carries newer ones.
   for (wire::RankSignal& s : signals_.Take()) *req.add_signals() = std::move(s);
   wire::ReportReply reply;
+  const auto sent = Now();
   grpc::Status st = rpc->Report(&ctx, req, &reply);
   if (st.ok()) {
     last_report_ok_ = Now();
+    last_ok_sent_ = sent;
     while (!pending_.empty() && pending_.front().seq() <= reply.acked_seq()) pending_.pop_front();
     return;
   }
@@ -243,6 +265,59 @@ void Agent::ReportStep(int64_t step, int64_t observed_ms) {
   // One step event per loop: the latest is all the policy needs.
   if (!pending_.empty() && pending_.back().kind() == wire::AgentEvent::STEP) pending_.pop_back();
   Emit(e);
+}
+
+namespace {
+std::string FormatSeconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", s);
+  return buf;
+}
+}  // namespace
+
+// Cut off from the controller for the fence timeout: it may already count
+// this machine as dead and have given its ranks to a standby. The ranks
+// stop here, so that no rank runs twice, and their exits go out as
+// peer-lost (the controller, not this machine, was lost) once a report
+// gets through; the copies held here are withheld from restores.
+void Agent::MaybeFence() {
+  if (fenced_generation_ || !FenceDue(Now(), last_ok_sent_, o_.fence_timeout)) return;
+  fenced_generation_ = supervisor_.generation();
+  const std::vector<int> ranks = supervisor_.LiveRanks();
+  supervisor_.StopAll();
+  supervisor_.StopSpares();
+  ForwardRankLinks(/*progress=*/false);
+  followers_.clear();
+  finished_.clear();
+  link_steps_.clear();
+  const double silent_s = std::chrono::duration<double>(Now() - last_ok_sent_).count();
+  for (int r : ranks) {
+    wire::AgentEvent e;
+    e.set_kind(wire::AgentEvent::RANK_EXITED);
+    e.set_rank(r);
+    e.set_exit_code(kExitPeerLost);
+    e.set_signature("fenced");
+    e.set_detail("fenced: no report reached the controller for " + FormatSeconds(silent_s));
+    e.set_generation(*fenced_generation_);
+    Emit(e);
+  }
+  LogWarn("fenced: no report has reached the controller for " + FormatSeconds(silent_s) + " (fence timeout " +
+          FormatSeconds(std::chrono::duration<double>(o_.fence_timeout).count()) + "): stopped " +
+          std::to_string(ranks.size()) + " rank(s) of generation " + std::to_string(*fenced_generation_) +
+          "; the copies held here are withheld until a restart takes this machine back");
+}
+
+// The first command after a fence says whether the job went on without
+// this machine: a restart in the next generation (or the same one, resent
+// by a restarted controller) takes it back with its copies; anything else
+// (a stop: evicted, or a later generation) means they may be stale.
+void Agent::Unfence(const wire::Command& c) {
+  if (!fenced_generation_) return;
+  const bool back = c.kind() == wire::Command::START_RANKS && c.generation() <= *fenced_generation_ + 1;
+  if (!back) shards_->Forget();
+  Log(std::string("unfenced by ") + (c.kind() == wire::Command::START_RANKS ? "a restart" : "a stop") +
+      " of generation " + std::to_string(c.generation()) + (back ? ": its copies are offered again" : ": forgot its copies, the job went on without them"));
+  fenced_generation_.reset();
 }
 
 void Agent::ReleaseEchoes() {
@@ -375,10 +450,10 @@ void Agent::ServeMetrics(int port) {
   };
   const std::string who = "bulwark agent " + o_.machine;
   const int want = port >= 0 ? port : RecordedMetricsPort(layout_.agent_metrics(o_.machine));
-  Result<std::unique_ptr<MetricsServer>> m = MetricsServer::Start("127.0.0.1", want, render, who);
+  Result<std::unique_ptr<MetricsServer>> m = MetricsServer::Start(Address(), want, render, who);
   if (!m.ok() && port < 0 && want != 0) {
     Log(m.status().message() + "; serving metrics on another port");
-    m = MetricsServer::Start("127.0.0.1", 0, render, who);
+    m = MetricsServer::Start(Address(), 0, render, who);
   }
   if (!m.ok()) {
     LogWarn("no metrics: " + m.status().message());
@@ -392,7 +467,7 @@ void Agent::ServeMetrics(int port) {
   // a scrape config globs them (config/prometheus/prometheus.yml).
   if (Status st = MakeDirs(layout_.dir + "/metrics.d"); !st.ok()) Log(st.ToString());
   const std::string targets = nlohmann::json::array(
-      {{{"targets", {"127.0.0.1:" + std::to_string(metrics_->port())}},
+      {{{"targets", {Address() + ":" + std::to_string(metrics_->port())}},
         {"labels", {{"cluster", layout_.dir}, {"machine", o_.machine}, {"component", "agent"}}}}}).dump();
   if (Status st = WriteFileAtomic(layout_.agent_metrics_targets(o_.machine), targets + "\n"); !st.ok()) Log(st.ToString());
   Log("metrics at " + metrics_->url());
@@ -433,13 +508,29 @@ Status RunAgent(const AgentOptions& options) {
   ::setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "100", /*overwrite=*/0);
   Log("machine " + options.machine + " up with " + std::to_string(sigs->size()) + " error signatures");
   const Logger shard_log("shard." + options.machine);
-  auto shards = ShardStore::Start(options.machine, layout.machine(options.machine) + "/shards.sock", "127.0.0.1", *token,
+  AgentOptions o = options;
+  if (o.fence_timeout.count() == 0) {
+    Result<std::chrono::milliseconds> fence = cluster::ReadFenceTimeout(layout);
+    if (!fence.ok()) return fence.status();
+    o.fence_timeout = *fence;
+  }
+  const std::string address = options.address.empty() ? "127.0.0.1" : options.address;
+  if (!options.address.empty() && !options.nic.empty()) {
+    // Ranks and diagnostics bind Gloo to the machine's link, not to what the
+    // shared hostname resolves to (127.0.0.1 here, another host's address
+    // in a namespace); a job's own setting wins.
+    ::setenv("GLOO_SOCKET_IFNAME", options.nic.c_str(), /*overwrite=*/0);
+  }
+  auto shards = ShardStore::Start(options.machine, layout.machine(options.machine) + "/shards.sock", address, *token,
                                  [shard_log](const std::string& line) { shard_log.Info(line); });
   if (!shards.ok()) return shards.status();
   auto links = RankLinkServer::Start(layout.machine(options.machine) + "/ranks.sock",
                                      [](const std::string& line) { Log(line); });
   if (!links.ok()) return links.status();
-  Agent agent(options, *token, std::move(*sigs), std::move(*shards), std::move(*links));
+  if (o.fence_timeout.count() > 0) {
+    Log("fencing: ranks stop after " + std::to_string(o.fence_timeout.count()) + " ms without a report through to the controller");
+  }
+  Agent agent(o, *token, std::move(*sigs), std::move(*shards), std::move(*links));
   agent.ServeMetrics(options.metrics_port);
   return agent.Run();
 }

@@ -3,6 +3,7 @@
 // controller's commands: start the job's ranks, stop them, emulate a fault.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,17 @@ struct AgentOptions {
   // This machine's network interface, watched through the kernel
   // (net_link.h); "": the emulated link file of the local backend.
   std::string nic;
+  // This machine's own address (a network namespace of the local backend,
+  // or a host of its own): the shard server and metrics listen there and a
+  // rendezvous led by this machine is reached there. "": 127.0.0.1.
+  std::string address;
+  // Fencing (docs/control-plane.md): with no report through to the
+  // controller for this long, counted from the sending of the last one that
+  // went through, the agent stops its ranks and withholds its checkpoint
+  // copies. The controller's heartbeat timeout must exceed it (`bulwark
+  // controller --fence-timeout`), so that a machine it counts as dead has
+  // certainly stopped. 0: never.
+  std::chrono::milliseconds fence_timeout{0};
   // The clock of the agent's timing rules (clock.h); null: the wall clock.
   std::shared_ptr<const AgentClock> clock;
 };

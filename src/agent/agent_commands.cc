@@ -22,6 +22,7 @@ void Agent::ApplyCommands() {
       case wire::Command::START_RANKS: {
         if (c.id() == applied_) break;  // already carrying it out
         applied_ = c.id();
+        Unfence(c);
         RankGroupSpec spec = SpecFrom(c);
         // The job's command is the alignment test's reference model.
         job_argv_ = spec.argv;
@@ -87,6 +88,7 @@ void Agent::ApplyCommands() {
       case wire::Command::STOP_RANKS:
         if (c.id() == applied_) break;
         applied_ = c.id();
+        Unfence(c);
         supervisor_.StopAll();
         ForwardRankLinks(/*progress=*/false);
         followers_.clear();

@@ -102,6 +102,7 @@ class Agent {
   // cannot be bound is logged and the agent runs without metrics:
   // protecting the job comes first.
   void ServeMetrics(int port);
+  std::string Address() const { return o_.address.empty() ? "127.0.0.1" : o_.address; }
 
  private:
   // --- the controller connection ---------------------------------------
@@ -118,6 +119,8 @@ class Agent {
   void Report();
 
   void Emit(wire::AgentEvent e);
+  void MaybeFence();
+  void Unfence(const wire::Command& c);
 
   // --- commands ------------------------------------------------------------
   void ApplyCommands();
@@ -248,8 +251,13 @@ class Agent {
   bool registered_ = false;
   int64_t seq_ = 0;
   std::deque<wire::AgentEvent> pending_;
-  EchoHold<wire::AgentEvent, Clock> echoes_{kPeerLostGrace};
+  EchoHold<wire::AgentEvent, Clock> echoes_{PeerLostGrace(o_.fence_timeout)};
   Clock::time_point last_report_ok_ = Now();
+  Clock::time_point last_ok_sent_ = Now();  // the lease's start (FenceDue)
+  // Set while fenced: the generation whose ranks it stopped. Its copies are
+  // withheld until a restart takes the machine back in the next generation
+  // (then trusted again) or the job went on without it (then forgotten).
+  std::optional<int64_t> fenced_generation_;
   std::string applied_;
   std::map<int, LogFollower> followers_;
   std::map<int, Clock::time_point> last_progress_;  // by rank: the last matched progress line, or the start

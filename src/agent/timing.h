@@ -3,6 +3,7 @@
 // the controller counts as reachable. Pure: times come in (agent/clock.h).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 
 namespace bulwark::agent {
@@ -26,6 +27,25 @@ constexpr auto kCallDeadline = std::chrono::milliseconds(1500);
 template <typename TimePoint>
 bool ControllerReachable(TimePoint now, TimePoint last_report_ok) {
   return now - last_report_ok <= kReportPeriod + kCallDeadline;
+}
+
+// Fenced: fencing is on and no report has gone through for the fence
+// timeout, counted from when the last one that did was *sent*. The
+// controller heard that report no earlier than it was sent, so a machine
+// whose heartbeat timeout (longer than the fence timeout) ran out has
+// fenced itself by then.
+template <typename TimePoint, typename Duration>
+bool FenceDue(TimePoint now, TimePoint last_ok_sent, Duration fence_timeout) {
+  return fence_timeout > Duration::zero() && now - last_ok_sent > fence_timeout;
+}
+
+// With fencing the controller's heartbeat timeout grows past the fence
+// timeout (plane: FenceLease), and a survivor's peer-lost exit must still
+// wait for the culprit's silence to be found first.
+template <typename Duration>
+std::chrono::milliseconds PeerLostGrace(Duration fence_timeout) {
+  const auto lease = std::chrono::duration_cast<std::chrono::milliseconds>(fence_timeout) + std::chrono::seconds(1);
+  return std::max<std::chrono::milliseconds>(kPeerLostGrace, lease + std::chrono::seconds(2));
 }
 
 }  // namespace bulwark::agent

@@ -60,7 +60,9 @@ const std::vector<Command>& Commands() {
              {"tls", "", "mutual TLS between the controller, agents and this CLI (a fresh CA)"},
              {"metrics-port", "P", "the controller's Prometheus /metrics on 127.0.0.1:P [any free port]"},
              {"signatures", "FILE", "the agents' log signature table instead of the built-in one"},
-             {"nics", "A,B,..", "local: each machine's network interface, watched through the kernel [emulated links]"}},
+             {"nics", "A,B,..", "local: each machine's network interface, watched through the kernel [emulated links]"},
+             {"netns", "", "local, root: each machine in a network namespace of its own, on a bridge (real links)"},
+             {"fence-timeout", "S", "an agent cut off from the controller this long stops its ranks [3 with --netns, else 0: off]"}},
             kLadder)},
       {"down", "stop the cluster: agents (and their ranks), then the controller", {}, {}},
       {"run",
@@ -91,13 +93,14 @@ const std::vector<Command>& Commands() {
       {"inject",
        "inject a fault into the running job or a machine (drills, tests)",
        {{"KIND", "crash, kill, machine-down, device-fail, nic-flap, corrupt-shard, nan, loss-spike, hang, slow, "
-                 "slow-link, sdc or compute-fail"}},
+                 "slow-link, sdc, compute-fail; with --netns also partition and heal"}},
        {{"machine", "ID", "the machine (required)"},
         {"rank", "R", "one rank of the machine [all]"},
         {"where", "WHERE", "hang: collective or compute"},
         {"factor", "F", "slow, slow-link: F x slower (F > 1)"},
         {"mode", "MODE", "sdc: nan or drift"},
-        {"rate", "R", "sdc: probability a matmul is corrupted, in (0, 1]"}}},
+        {"rate", "R", "sdc: probability a matmul is corrupted, in (0, 1]"},
+        {"for", "S", "netns: nic-flap's link down [2], partition's cut [until heal]; the command waits it out"}}},
       {"machine",
        "hand a repaired machine back: machine return --machine ID",
        {{"ACTION", "return"}},
@@ -164,7 +167,8 @@ const std::vector<Command>& Commands() {
        {{"machine", "ID", "this machine's id"},
         {"metrics-port", "P", "Prometheus /metrics on 127.0.0.1:P"},
         {"signatures", "FILE", "log signature table instead of the built-in one"},
-        {"nic", "IFACE", "this machine's network interface, watched through the kernel [an emulated link]"}}},
+        {"nic", "IFACE", "this machine's network interface, watched through the kernel [an emulated link]"},
+        {"address", "IP", "this machine's own address: shards, metrics and rendezvous listen there [127.0.0.1]"}}},
   };
   return commands;
 }

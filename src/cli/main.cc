@@ -42,9 +42,11 @@
 #include "cli/run_commands.h"
 #include "cli/run_job.h"
 #include "cli/release_commands.h"
+#include "cluster/fence.h"
 #include "cluster/layout.h"
 #include "cluster/tls.h"
 #include "cluster/local/local_cluster.h"
+#include "cluster/local/netns.h"
 #include "cluster/slurm/slurm_up.h"
 #include "common/exit_codes.h"
 #include "common/files.h"
@@ -100,6 +102,7 @@ struct UpRequest {
   int standby = 0;
   bool slurm = false;
   std::vector<std::string> nics;  // --nics: each machine's interface, in machine order
+  bool netns = false;             // --netns: each machine in a network namespace of its own
 };
 
 // "a,b,c" -> {"a", "b", "c"}; "" -> {}.
@@ -138,6 +141,11 @@ Result<UpRequest> CheckUpFlags(const Args& a) {
                                    std::to_string(up.machines + up.standby) +
                                    " machine(s): give one per machine, standbys included, in order (local backend)");
   }
+  up.netns = a.Has("netns");
+  if (up.netns && (up.slurm || !up.nics.empty() || a.Has("tls"))) {
+    return Status::InvalidArgument("up: --netns gives each local machine its own link; it does not combine with "
+                                   "--backend slurm, --nics or --tls (the certificates name 127.0.0.1 only)");
+  }
   if (up.slurm && a.Has("tls")) {
     return Status::InvalidArgument("up: --tls is not supported with --backend slurm yet (the certificates name "
                                    "127.0.0.1 only); leave out --tls");
@@ -161,6 +169,7 @@ struct AgentPlaces {
   std::vector<std::string> ids;
   std::string listen = "127.0.0.1";  // the address the controller listens on
   std::optional<cluster::SlurmRecord> slurm;
+  std::optional<cluster::NetnsPlan> netns;
 };
 
 Result<AgentPlaces> PlaceAgents(const Args& a, const UpRequest& up, const cluster::Layout& layout,
@@ -169,6 +178,17 @@ Result<AgentPlaces> PlaceAgents(const Args& a, const UpRequest& up, const cluste
   places.ids = cluster::MachineIds(up.machines + up.standby);
   std::remove(layout.backend().c_str());
   BULWARK_RETURN_IF_ERROR(RemoveTree(layout.slurm()));
+  if (up.netns) {
+    cluster::SystemRunner runner;
+    if (Status st = cluster::NetnsAvailable(runner); !st.ok()) {
+      return Status::FailedPrecondition("up: --netns needs root and a working 'ip netns' (" + st.message() +
+                                        "); leave out --netns to share this host's network");
+    }
+    Result<cluster::NetnsPlan> plan = cluster::CreateNetns(runner, layout, places.ids);
+    if (!plan.ok()) return plan.status();
+    places.netns = *plan;
+    places.listen = plan->gateway;  // the host's end of the bridge
+  }
   if (!up.slurm) return places;
   Result<int> grow = IntFlag(a, "grow", 0);
   if (!grow.ok()) return grow.status();
@@ -241,6 +261,11 @@ Status StartAgents(const Args& a, const cluster::Layout& layout, const std::stri
     std::vector<std::string> argv = {self, "agent", "--machine", id, "--dir", layout.dir};
     if (a.Has("signatures")) argv.insert(argv.end(), {"--signatures", a.Get("signatures")});
     if (i < nics.size()) argv.insert(argv.end(), {"--nic", nics[i]});
+    if (places.netns) {
+      const cluster::NetnsMachine& m = places.netns->machines[i];
+      argv.insert(argv.end(), {"--nic", cluster::kNetnsLink, "--address", m.address});
+      argv = cluster::InNetns(m, argv);
+    }
     BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(argv, layout.agent_log(id)));
   }
   // Slurm starts steps through slurmctld and each node's slurmd: allow more.
@@ -269,12 +294,23 @@ Status Up(const Args& a) {
   Result<AgentPlaces> places = PlaceAgents(a, *up, layout, self);
   if (!places.ok()) return places.status();
   BULWARK_RETURN_IF_ERROR(FreshClusterState(a, layout, places->listen));
+  // Fencing: on by default where a machine can be cut off (namespaces).
+  const std::string fence = a.Has("fence-timeout") ? a.Get("fence-timeout") : places->netns ? "3" : "0";
+  std::remove(layout.fence_timeout().c_str());
+  if (fence != "0") BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.fence_timeout(), fence + "\n"));
+  if (Result<std::chrono::milliseconds> f = cluster::ReadFenceTimeout(layout); !f.ok()) {
+    return Status::InvalidArgument("up: --fence-timeout '" + fence + "' is not seconds; e.g. --fence-timeout 3");
+  }
   Result<ControlClient> client = StartController(a, layout, self);
   if (!client.ok()) return client.status();
   BULWARK_RETURN_IF_ERROR(StartAgents(a, layout, self, *places, *client));
   std::cout << "cluster up in " << up->dir << ": controller at " << client->address() << ", " << places->ids.size()
             << " machines (" << places->ids.size() - up->standby << " for jobs, " << up->standby << " standby)"
-            << (places->slurm ? " as tasks of Slurm job " + places->slurm->job : "") << "\n";
+            << (places->slurm ? " as tasks of Slurm job " + places->slurm->job : "")
+            << (places->netns ? ", each in a network namespace on bridge " + places->netns->bridge + " (" +
+                                    places->netns->gateway + "/24)"
+                              : "")
+            << "\n";
   if (Result<json> s = client->Status(); s.ok() && (*s)["metrics"].is_string()) {
     std::cout << "metrics at " << (*s)["metrics"].get<std::string>() << "\n";
   }
@@ -319,6 +355,11 @@ Status Down(const Args& a) {
     ++stopped;
   }
   std::cout << "stopped " << stopped << " processes in " << layout.dir << "\n";
+  // The machines' namespaces go last: nothing runs in them any more.
+  if (Result<cluster::NetnsPlan> plan = cluster::LoadNetns(layout); plan.ok()) {
+    cluster::SystemRunner runner;
+    if (Status st = cluster::DestroyNetns(runner, layout, *plan); !st.ok()) std::cerr << "bulwark: " << st.message() << "\n";
+  }
   return Status::OK();
 }
 
@@ -448,6 +489,56 @@ Status LedgerCmd(const Args& a) {
   });
 }
 
+// A fault on a machine's own link (bulwark up --netns), made here with ip
+// and tc as the network would make it: nothing in the agent emulates it,
+// and the agent, its ranks and the controller meet it as they find it.
+Status InjectPhysical(const Args& a, const cluster::NetnsPlan& plan, const std::string& kind, double factor) {
+  const cluster::NetnsMachine* m = plan.Find(a.Get("machine"));
+  if (m == nullptr) {
+    return Status::NotFound("inject: no machine " + a.Get("machine") + " in this cluster; 'bulwark status' lists them");
+  }
+  double for_s = -1;
+  if (a.Has("for")) {
+    char* end = nullptr;
+    for_s = std::strtod(a.Get("for").c_str(), &end);
+    if (end == a.Get("for").c_str() || *end != '\0' || !(for_s > 0)) {
+      return Status::InvalidArgument("inject: --for '" + a.Get("for") + "' is not seconds; e.g. --for 30");
+    }
+  }
+  cluster::SystemRunner run;
+  auto wait = [](double s) { std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(s * 1000))); };
+  if (kind == "nic-flap") {
+    const double down_s = for_s > 0 ? for_s : 2;
+    BULWARK_RETURN_IF_ERROR(cluster::SetLinkUp(run, *m, false));
+    std::cout << "link of " << m->id << " down for " << down_s << " s" << std::endl;
+    wait(down_s);
+    BULWARK_RETURN_IF_ERROR(cluster::SetLinkUp(run, *m, true));
+    std::cout << "link of " << m->id << " up" << std::endl;
+    return Status::OK();
+  }
+  if (kind == "slow-link") {
+    // A 1 Gbit/s link renegotiated down to 1/F of it: a degraded cable or
+    // NIC, which every transfer of the machine's ranks meets.
+    const double f = factor > 1 ? factor : 10;
+    BULWARK_RETURN_IF_ERROR(cluster::ShapeLink(run, *m, 1000 / f));
+    std::cout << "link of " << m->id << " limited to " << 1000 / f << " Mbit/s both ways (bulwark inject heal --machine "
+              << m->id << " restores it)" << std::endl;
+    return Status::OK();
+  }
+  if (kind == "partition") {
+    BULWARK_RETURN_IF_ERROR(cluster::Partition(run, plan, *m, true));
+    std::cout << m->id << " cut off: its port is off the bridge, its link up" << std::endl;
+    if (for_s <= 0) return Status::OK();
+    wait(for_s);
+  }
+  // heal, or a partition's end
+  BULWARK_RETURN_IF_ERROR(cluster::ShapeLink(run, *m, 0));
+  BULWARK_RETURN_IF_ERROR(cluster::Partition(run, plan, *m, false));
+  BULWARK_RETURN_IF_ERROR(cluster::SetLinkUp(run, *m, true));
+  std::cout << "link of " << m->id << " healed" << std::endl;
+  return Status::OK();
+}
+
 Status InjectCmd(const Args& a) {
   if (a.positional.size() < 2 || !a.Has("machine")) {
     return Status::InvalidArgument(
@@ -482,6 +573,14 @@ Status InjectCmd(const Args& a) {
     }
   } else if (a.Has("mode") || a.Has("rate")) {
     return Status::InvalidArgument("inject: --mode and --rate apply to sdc only");
+  }
+  const std::string& kind = a.positional[1];
+  if (Result<cluster::NetnsPlan> plan = cluster::LoadNetns(cluster::Layout{ClusterDir(a)});
+      plan.ok() && (kind == "nic-flap" || kind == "slow-link" || kind == "partition" || kind == "heal")) {
+    return InjectPhysical(a, *plan, kind, factor);
+  } else if (kind == "partition" || kind == "heal") {
+    return Status::InvalidArgument("inject: " + kind + " needs machines with a network of their own ('bulwark up "
+                                   "--netns'); this cluster shares the host's");
   }
   Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
   if (!client.ok()) return client.status();
@@ -547,6 +646,7 @@ Status Run(const Args& a) {
     o.machine = a.Get("machine");
     o.builtin_signatures = a.Get("signatures");  // "": the table built into the binary
     o.nic = a.Get("nic");
+    o.address = a.Get("address");
     Result<int> mport = IntFlag(a, "metrics-port", -1);
     if (!mport.ok()) return mport.status();
     o.metrics_port = *mport;

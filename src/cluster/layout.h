@@ -18,6 +18,9 @@
 //   DIR/machines/ID/health/nic           emulated link state ("up" or "down")
 //   DIR/durable/JOB/                     checkpoint shards persisted every persist_every steps
 //   DIR/backend.json                     the cluster manager `up` used, if not local (cluster/backend.h)
+//   DIR/netns.json                       the machines' network namespaces, if any (cluster/local/netns.h)
+//   DIR/fence-timeout                    seconds an agent cut off from the controller waits before it
+//                                        stops its ranks (cluster/fence.h); absent: no fencing
 //   DIR/slurm/jobs                       Slurm jobs the controller submitted for more nodes (`down` cancels them)
 //   DIR/slurm/agents                     spare nodes of the allocation the controller started agents on
 //   DIR/slurm/job-J.log                  their output (the agent's log)
@@ -39,6 +42,7 @@ struct Layout {
   std::string controller_metrics_targets() const { return dir + "/controller.metrics.json"; }
   std::string signatures() const { return dir + "/signatures.tsv"; }
   std::string backend() const { return dir + "/backend.json"; }
+  std::string fence_timeout() const { return dir + "/fence-timeout"; }
   std::string slurm() const { return dir + "/slurm"; }
   std::string slurm_jobs() const { return slurm() + "/jobs"; }
   std::string slurm_agents() const { return slurm() + "/agents"; }

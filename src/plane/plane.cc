@@ -55,6 +55,15 @@ BackupPlan Plane::PlanLocked(const Placement& placement) const {
   return PlanBackups(placement, layout, addrs, holdings);
 }
 
+std::string Plane::MasterAddrLocked(const MachineId& machine) const {
+  auto it = agents_.find(machine);
+  const std::string addr = it == agents_.end() ? "" : it->second.shard_addr;
+  const size_t colon = addr.rfind(':');
+  const std::string host = colon == std::string::npos ? "" : addr.substr(0, colon);
+  if (host.empty() || host == "127.0.0.1" || host == "localhost") return launch_->master_addr;
+  return host;
+}
+
 void Plane::SendDiagnose(const Action& a) {
   // The tests themselves are a one-shot; the ranks' stop is desired
   // state (the actuator's). A replay group or a network link
@@ -77,7 +86,7 @@ void Plane::SendDiagnose(const Action& a) {
       x.set_group(a.group_names[g]);
       x.set_rank(static_cast<int>(r));
       x.set_world(static_cast<int>(a.groups[g].size()));
-      x.set_master_addr(launch_->master_addr);
+      x.set_master_addr(MasterAddrLocked(a.groups[g][0]));
       x.set_master_port(launch_->master_port_base + 1000 + static_cast<int>((a.incident * 37 + g) % 1000));
       replay[a.groups[g][r]].push_back(std::move(x));
     }
@@ -155,7 +164,10 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
     // reported yet, so a replayed restart carries peers but no sources; the
     // agents already carry it out and ignore the resent id anyway.
     const BackupPlan routes = a.kind == ActionKind::kRestartAll ? PlanLocked(a.placement) : BackupPlan{};
-    const JobLaunch launch = a.kind == ActionKind::kRestartAll ? LaunchFor(a.release) : *launch_;
+    JobLaunch launch = a.kind == ActionKind::kRestartAll ? LaunchFor(a.release) : *launch_;
+    if (a.kind == ActionKind::kRestartAll && !a.placement.slots.empty()) {
+      launch.master_addr = MasterAddrLocked(a.placement.slots[0]);
+    }
     for (MachineCommand& mc : Actuate(a, launch, controller_->state().placement, routes)) {
       if (mc.command.kind() == wire::Command::START_RANKS) mc.command.set_spike_factor(options_.policy.spike_factor);
       AgentFor(mc.machine).desired = std::move(mc.command);

@@ -214,6 +214,10 @@ class Plane {
   // Backup peers and restore sources for `placement` from what the agents
   // last reported; a lost agent's holdings are not offered as sources.
   BackupPlan PlanLocked(const Placement& placement) const;
+  // Where ranks led by `machine` rendezvous: the machine's own address when
+  // it has one of its own (its shard server's host, a network namespace of
+  // the local backend or a real host), else the launch's (loopback).
+  std::string MasterAddrLocked(const MachineId& machine) const;
   void Log(const std::string& line);
 
   PlaneOptions options_;

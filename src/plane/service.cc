@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "bulwark.grpc.pb.h"
+#include "cluster/fence.h"
 #include "cluster/layout.h"
 #include "cluster/tls.h"
 #include "common/files.h"
@@ -273,6 +274,13 @@ Status RunController(const ControllerOptions& options) {
     }
   }
   BULWARK_RETURN_IF_ERROR(ApplyLadderAlignEvery(options.ladder_align_every_s, &po.policy.ladder));
+  // The lease: a silent machine counts as dead only once it has certainly
+  // fenced itself (cluster/fence.h).
+  Result<std::chrono::milliseconds> fence = cluster::ReadFenceTimeout(layout);
+  if (!fence.ok()) return fence.status();
+  if (fence->count() > 0) {
+    po.heartbeat_timeout = std::max<Duration>(po.heartbeat_timeout, *fence + cluster::kFenceMargin);
+  }
   Result<std::unique_ptr<Plane>> plane = Plane::Open(po, WallNow());
   if (!plane.ok()) return plane.status();
 
@@ -283,6 +291,11 @@ Status RunController(const ControllerOptions& options) {
   Result<std::shared_ptr<grpc::ServerCredentials>> creds = cluster::ServerCredentials(layout);
   if (!creds.ok()) return creds.status();
   builder.AddListeningPort(address, *creds, &bound);
+  // Agents ping every second to find a connection that a partition killed
+  // silently (agent.cc, Channel): allow it rather than answer GOAWAY.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.RegisterService(&agents);
   builder.RegisterService(&control);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

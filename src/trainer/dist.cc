@@ -58,6 +58,19 @@ bool AwaitListener(const std::string& addr, int port, std::chrono::milliseconds 
   return up;
 }
 
+// Where Gloo's transport binds: the interface GLOO_SOCKET_IFNAME names (as
+// torch.distributed reads it; the agent sets it to a machine's own link),
+// else loopback for a rendezvous on this host, else what the hostname
+// resolves to.
+std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& master_addr) {
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  if (ifname != nullptr && *ifname != '\0') return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  if (master_addr == "127.0.0.1" || master_addr == "localhost") {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
 }  // namespace
 
 Result<DistEnv> ReadDistEnv() {
@@ -124,11 +137,7 @@ Result<std::unique_ptr<Comm>> Comm::Connect(const DistEnv& env, double timeout_s
       tcp->waitForWorkers();
     }
     auto o = c10d::ProcessGroupGloo::Options::create(timeout);
-    // Bind Gloo's transport where the store is reachable: loopback for a
-    // local cluster, otherwise this host's own address.
-    bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
-    o->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                  : c10d::ProcessGroupGloo::createDefaultDevice());
+    o->devices.push_back(GlooDevice(env.master_addr));
     c->pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c->store_, env.rank, env.world_size, o);
   } catch (const std::exception& e) {
     return Status::Unavailable("rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
@@ -152,9 +161,7 @@ Result<std::unique_ptr<Comm>> Comm::Subgroup(const std::string& name, const std:
   try {
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
     auto o = c10d::ProcessGroupGloo::Options::create(timeout);
-    bool loopback = env_.master_addr == "127.0.0.1" || env_.master_addr == "localhost";
-    o->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                  : c10d::ProcessGroupGloo::createDefaultDevice());
+    o->devices.push_back(GlooDevice(env_.master_addr));
     c->store_ = c10::make_intrusive<c10d::PrefixStore>(name, store_);
     c->pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c->store_, c->env_.rank, c->env_.world_size, o);
   } catch (const std::exception& e) {

@@ -1,0 +1,154 @@
+// Machines with a network of their own (`bulwark up --netns`): each agent
+// and its ranks run in a network namespace on a bridge, rendezvous at
+// machine addresses, and meet real faults made with ip and tc by `bulwark
+// inject`. Nothing in the agent emulates these faults. Needs root (CI runs
+// as root); skipped otherwise.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <regex>
+#include <string>
+
+#include "support/cluster_fixture.h"
+
+namespace bulwark {
+namespace {
+
+class Netns : public Cluster {
+ protected:
+  void SetUp() override {
+    Cluster::SetUp();
+    if (::geteuid() != 0 || std::system("ip netns list >/dev/null 2>&1") != 0) {
+      GTEST_SKIP() << "needs root and `ip netns` (CI runs as root)";
+    }
+  }
+  // Two machines for the job and one standby, each in its namespace, and
+  // the tiny job with in-memory checkpoints.
+  void Start() {
+    auto up = Bulwark({"up", "--machines", "2", "--standby", "1", "--netns"});
+    ASSERT_EQ(up.exit_code, 0) << up.err;
+    ASSERT_NE(up.out.find("network namespace"), std::string::npos) << up.out;
+    std::ofstream(root_ + "/job.yaml")
+        << "name: tiny\nworld_size: 2\ncheckpoint: {persist_every: 10}\n"
+        << "args: [--config, tiny, --data, " << *data_ << ", --steps, '1000000', --log-format, json, "
+        << "--threads, '1', --dist-timeout, '10', --step-checksum, --memory-ckpt, 'on']\n"
+        << "env: {OMP_NUM_THREADS: '1'}\n";
+    auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+    ASSERT_EQ(sub.exit_code, 0) << sub.err;
+    WaitFor("first steps", 90, [](const json& s) { return s["job"]["last_step"] >= 30; });
+  }
+  std::string AgentLog(const std::string& machine) {
+    std::ifstream in(dir_ + "/machines/" + machine + "/agent.log");
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+  static double SecondsIn(const std::string& text, const std::regex& re) {
+    std::smatch m;
+    return std::regex_search(text, m, re) ? std::stod(m[1].str()) : -1;
+  }
+};
+
+// A machine cut off for 30 s while everything on it runs on: the
+// controller counts it dead only after its lease (heartbeat timeout 4 s >
+// fence timeout 3 s), by when its agent has stopped its ranks; a standby
+// takes its rank and the job trains on. Healed, the machine comes back
+// evicted, forgets its copies, and never holds a rank again.
+TEST_F(Netns, APartitionedMachineFencesItselfAndTheJobGoesOnWithoutIt) {
+  Start();
+  if (HasFatalFailure()) return;
+  const int64_t at_cut = Query("status")["job"]["last_step"];
+  auto cut = std::async(std::launch::async, [&] { return Bulwark({"inject", "partition", "--machine", "m02", "--for", "30"}, 60); });
+  json s = WaitFor("the job on the standby", 60, [&](const json& s) {
+    return MachineState(s, "m02") == "evicted" && s["job"]["placement"] == json({"m01", "m03"}) &&
+           s["job"]["last_step"] > at_cut + 50;
+  });
+  // Fenced before it was counted dead: both silences are measured from the
+  // same report (the agent from its sending, the controller from its arrival).
+  const std::string log = AgentLog("m02");
+  const double fenced_after = SecondsIn(log, std::regex(R"(fenced: no report has reached the controller for ([0-9.]+) s)"));
+  ASSERT_GT(fenced_after, 0) << log;
+  EXPECT_LT(fenced_after, 3.6) << "the fence timeout is 3 s";
+  json incidents = Query("incidents");
+  ASSERT_FALSE(incidents.empty());
+  const std::string why = incidents.back()["summary"];
+  const double dead_after = SecondsIn(why, std::regex(R"(m02 lost its heartbeat \(silent for ([0-9.]+)s\))"));
+  ASSERT_GT(dead_after, 0) << why;
+  EXPECT_GE(dead_after, 4.0) << why;
+  EXPECT_LT(fenced_after, dead_after);
+  std::printf("[ timing ] partition: m02 fenced after %.2f s, counted dead after %.2f s; %s\n", fenced_after, dead_after,
+              why.c_str());
+
+  auto healed = cut.get();
+  ASSERT_EQ(healed.exit_code, 0) << healed.err;
+  s = WaitFor("m02 heard again", 30, [](const json& s) {
+    for (const json& m : s["machines"]) {
+      if (m["id"] == "m02") return m["last_heard_s_ago"].get<double>() < 2.0;
+    }
+    return false;
+  });
+  EXPECT_EQ(MachineState(s, "m02"), "evicted");
+  EXPECT_EQ(s["job"]["placement"], json({"m01", "m03"}));
+  EXPECT_NE(AgentLog("m02").find("forgot its copies"), std::string::npos) << AgentLog("m02");
+  for (const json& m : s["machines"]) {
+    if (m["id"] == "m02") EXPECT_TRUE(m.value("shards", json::array()).empty()) << m.dump();
+  }
+  // No rank of m02 ever ran in the generation that replaced it.
+  std::ifstream rank(dir_ + "/machines/m02/ranks/rank-1.log");
+  const std::string text((std::istreambuf_iterator<char>(rank)), {});
+  const std::regex start(R"(starting rank 1 of generation ([0-9]+))");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), start); it != std::sregex_iterator(); ++it) {
+    EXPECT_EQ((*it)[1].str(), "1") << "m02 ran rank 1 in a later generation: " << it->str();
+  }
+  WaitFor("training on", 30, [&](const json& s) { return s["job"]["last_step"] > at_cut + 150; });
+}
+
+// The machine's link goes down for real for 2 s: the ranks' collective
+// stalls on it (a hang incident when the stall outlasts the allowance),
+// the agent's network check reads the kernel's view (operstate, carrier)
+// of the link, not a file, and its alert reaches the controller once the
+// link is back. The job trains on.
+TEST_F(Netns, AFlappingLinkStallsTheRanksAndTheKernelSaysSo) {
+  Start();
+  if (HasFatalFailure()) return;
+  const int64_t before = Query("status")["job"]["last_step"];
+  auto flap = Bulwark({"inject", "nic-flap", "--machine", "m01", "--for", "2"});
+  ASSERT_EQ(flap.exit_code, 0) << flap.err;
+  const std::string seen = "link down on m01: eth0 down (operstate down, no carrier";
+  WaitFor("the kernel's view at the controller, then training on", 60, [&](const json& s) {
+    std::ifstream in(dir_ + "/controller.log");
+    const std::string log((std::istreambuf_iterator<char>(in)), {});
+    return log.find("network alert on m01: " + seen) != std::string::npos && s["job"]["last_step"] > before + 100;
+  });
+  EXPECT_NE(AgentLog("m01").find(seen), std::string::npos) << AgentLog("m01");
+  json incidents = Query("incidents");
+  std::printf("[ timing ] nic-flap for 2 s: %s\n",
+              incidents.empty() ? "no incident (the stall stayed within the hang allowance)"
+                                : incidents.back()["summary"].get<std::string>().c_str());
+}
+
+// A link limited to 1/5 of 1 Gbit/s slows every step of the job, since
+// each step's all-reduce crosses it; heal restores the pace.
+TEST_F(Netns, ASlowLinkSlowsTrainingForReal) {
+  Start();
+  if (HasFatalFailure()) return;
+  auto rate = [&] {
+    const int64_t a = Query("status")["job"]["last_step"];
+    std::this_thread::sleep_for(std::chrono::seconds(4));
+    return (Query("status")["job"]["last_step"].get<int64_t>() - a) / 4.0;
+  };
+  const double fast = rate();
+  auto slow = Bulwark({"inject", "slow-link", "--machine", "m02", "--factor", "5"});
+  ASSERT_EQ(slow.exit_code, 0) << slow.err;
+  const double slowed = rate();
+  auto heal = Bulwark({"inject", "heal", "--machine", "m02"});
+  ASSERT_EQ(heal.exit_code, 0) << heal.err;
+  const double healed = rate();
+  std::printf("[ timing ] slow-link --factor 5: %.1f steps/s before, %.1f shaped, %.1f healed\n", fast, slowed, healed);
+  EXPECT_LT(slowed * 1.5, fast);
+  EXPECT_GT(healed, slowed * 1.5);
+}
+
+}  // namespace
+}  // namespace bulwark
