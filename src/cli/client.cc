@@ -56,6 +56,19 @@ Result<ControlClient> ControlClient::Connect(const std::string& dir) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  // A call fails at once when its connection attempt does ("tcp handshaker
+  // shutdown" was seen under the test suite's load, with the controller
+  // serving). The reads, and returning a machine, are safe to send again:
+  // gRPC retries them on UNAVAILABLE for about a second. Submit, inject,
+  // update and rollback are not retried: they must not happen twice.
+  args.SetServiceConfigJSON(R"({"methodConfig": [{
+    "name": [{"service": "bulwark.wire.ControlService", "method": "Status"},
+             {"service": "bulwark.wire.ControlService", "method": "Incidents"},
+             {"service": "bulwark.wire.ControlService", "method": "Ledger"},
+             {"service": "bulwark.wire.ControlService", "method": "Releases"},
+             {"service": "bulwark.wire.ControlService", "method": "ReturnMachine"}],
+    "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.1s", "maxBackoff": "0.4s",
+                    "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})");
   Result<std::shared_ptr<grpc::ChannelCredentials>> creds = cluster::ChannelCredentials(layout);
   if (!creds.ok()) return creds.status();
   c.rpc_ = wire::ControlService::NewStub(grpc::CreateCustomChannel(c.address_, *creds, args));

@@ -539,6 +539,29 @@ Status InjectPhysical(const Args& a, const cluster::NetnsPlan& plan, const std::
   return Status::OK();
 }
 
+// A hung host (machine-down's other shape): the machine's agent and every
+// process under it stopped with SIGSTOP, alive but silent, and thawed
+// after --for S or by `inject thaw`. Made here, not by the agent.
+Status InjectFreeze(const Args& a, bool freeze) {
+  const cluster::Layout layout{ClusterDir(a)};
+  const std::string id = a.Get("machine");
+  Result<int> n = cluster::FreezeMachine(layout.agent_pid(id), freeze);
+  if (!n.ok()) return Status::NotFound("inject: no running agent for machine " + id + " (" + n.status().message() + ")");
+  std::cout << (freeze ? "froze " : "thawed ") << *n << " process(es) of " << id << std::endl;
+  if (!freeze || !a.Has("for")) return Status::OK();
+  char* end = nullptr;
+  const double s = std::strtod(a.Get("for").c_str(), &end);
+  if (end == a.Get("for").c_str() || *end != '\0' || !(s > 0)) {
+    (void)cluster::FreezeMachine(layout.agent_pid(id), false);
+    return Status::InvalidArgument("inject: --for '" + a.Get("for") + "' is not seconds; e.g. --for 10 (thawed again)");
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(s * 1000)));
+  n = cluster::FreezeMachine(layout.agent_pid(id), false);
+  if (!n.ok()) return n.status();
+  std::cout << "thawed " << *n << " process(es) of " << id << std::endl;
+  return Status::OK();
+}
+
 Status InjectCmd(const Args& a) {
   if (a.positional.size() < 2 || !a.Has("machine")) {
     return Status::InvalidArgument(
@@ -575,6 +598,7 @@ Status InjectCmd(const Args& a) {
     return Status::InvalidArgument("inject: --mode and --rate apply to sdc only");
   }
   const std::string& kind = a.positional[1];
+  if (kind == "freeze" || kind == "thaw") return InjectFreeze(a, kind == "freeze");
   if (Result<cluster::NetnsPlan> plan = cluster::LoadNetns(cluster::Layout{ClusterDir(a)});
       plan.ok() && (kind == "nic-flap" || kind == "slow-link" || kind == "partition" || kind == "heal")) {
     return InjectPhysical(a, *plan, kind, factor);

@@ -8,10 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "common/files.h"
@@ -62,6 +64,37 @@ Result<pid_t> LivePid(const std::string& pid_file) {
   const pid_t pid = static_cast<pid_t>(std::atol(text->c_str()));
   if (pid <= 0 || ::kill(pid, 0) != 0) return Status::NotFound("process in " + pid_file + " is not running");
   return pid;
+}
+
+std::vector<pid_t> ProcessTree(pid_t root) {
+  std::map<pid_t, std::vector<pid_t>> children;
+  for (const std::string& name : ListDir("/proc")) {
+    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str()));
+    if (pid <= 0) continue;
+    Result<std::string> stat = ReadFile("/proc/" + name + "/stat");
+    if (!stat.ok()) continue;  // gone meanwhile
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    const size_t close = stat->rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(stat->c_str() + close + 1, " %c %ld", &state, &ppid) == 2) children[static_cast<pid_t>(ppid)].push_back(pid);
+  }
+  std::vector<pid_t> tree = {root};
+  for (size_t i = 0; i < tree.size(); ++i) {
+    for (pid_t c : children[tree[i]]) tree.push_back(c);
+  }
+  return tree;
+}
+
+Result<int> FreezeMachine(const std::string& agent_pid_file, bool freeze) {
+  Result<pid_t> agent = LivePid(agent_pid_file);
+  if (!agent.ok()) return agent.status();
+  std::vector<pid_t> tree = ProcessTree(*agent);
+  if (!freeze) std::reverse(tree.begin(), tree.end());
+  int n = 0;
+  for (pid_t p : tree) n += ::kill(p, freeze ? SIGSTOP : SIGCONT) == 0;
+  return n;
 }
 
 Status Terminate(const std::vector<pid_t>& pids, int grace_ms) {

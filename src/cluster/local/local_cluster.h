@@ -23,6 +23,14 @@ Status SpawnDetached(const std::vector<std::string>& argv, const std::string& lo
 // The pid in `pid_file` if that process is alive; NotFound otherwise.
 Result<pid_t> LivePid(const std::string& pid_file);
 
+// The process `root` and all its descendants (from /proc), root first.
+std::vector<pid_t> ProcessTree(pid_t root);
+
+// A hung host: SIGSTOP to the machine's agent and everything under it (its
+// ranks, spares, diagnostics), parents first so that none is reaped or
+// restarted meanwhile; SIGCONT to thaw, children first. Returns how many.
+Result<int> FreezeMachine(const std::string& agent_pid_file, bool freeze);
+
 // SIGTERM to all of `pids` at once, then SIGKILL to those still alive after
 // `grace_ms`; OK when they are gone.
 Status Terminate(const std::vector<pid_t>& pids, int grace_ms);
