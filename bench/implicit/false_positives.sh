@@ -6,6 +6,8 @@
 # in a loop at -j2, on this 2-core host). It then prints every incident and
 # eviction; the expected figure is zero of each. Figures only, never an
 # assertion. Usage: bench/implicit/false_positives.sh [MINUTES] [--no-load]
+# BULWARK_UP_FLAGS goes to `bulwark up`: --netns runs every machine in its
+# own network namespace, with fencing (docs/control-plane.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MINUTES=${1:-30}
@@ -33,7 +35,7 @@ args: [--config, tiny, --data, $DATA, --steps, '100000000', --log-format, json, 
        --ckpt-dir, $OUT/ckpt, --ckpt-every, '200', --resume, --threads, '1', --dist-timeout, '60']
 env: {OMP_NUM_THREADS: '1'}
 YAML
-build/bin/bulwark up --machines 4 --standby 2
+build/bin/bulwark up --machines 4 --standby 2 ${BULWARK_UP_FLAGS:-}
 build/bin/bulwark submit "$OUT/job.yaml"
 
 if [[ "${2:-}" != "--no-load" ]]; then
