@@ -69,7 +69,8 @@ TEST_F(Netns, APartitionedMachineFencesItselfAndTheJobGoesOnWithoutIt) {
   const std::string log = AgentLog("m02");
   const double fenced_after = SecondsIn(log, std::regex(R"(fenced: no report has reached the controller for ([0-9.]+) s)"));
   ASSERT_GT(fenced_after, 0) << log;
-  EXPECT_LT(fenced_after, 3.6) << "the fence timeout is 3 s";
+  EXPECT_GE(fenced_after, 3.0) << "the fence timeout is 3 s";
+  EXPECT_LT(fenced_after, 4.0) << "fenced within the controller's lease (4 s)";
   json incidents = Query("incidents");
   ASSERT_FALSE(incidents.empty());
   const std::string why = incidents.back()["summary"];
@@ -82,11 +83,13 @@ TEST_F(Netns, APartitionedMachineFencesItselfAndTheJobGoesOnWithoutIt) {
 
   auto healed = cut.get();
   ASSERT_EQ(healed.exit_code, 0) << healed.err;
-  s = WaitFor("m02 heard again", 30, [](const json& s) {
+  // Heard again, and unfenced by the first command after the heal (the
+  // stop of an evicted machine), which may come a report after the first.
+  s = WaitFor("m02 heard again and unfenced", 30, [&](const json& s) {
     for (const json& m : s["machines"]) {
-      if (m["id"] == "m02") return m["last_heard_s_ago"].get<double>() < 2.0;
+      if (m["id"] == "m02" && m["last_heard_s_ago"].get<double>() >= 2.0) return false;
     }
-    return false;
+    return AgentLog("m02").find("unfenced by") != std::string::npos;
   });
   EXPECT_EQ(MachineState(s, "m02"), "evicted");
   EXPECT_EQ(s["job"]["placement"], json({"m01", "m03"}));
