@@ -1,6 +1,6 @@
-// The pipeline-parallel loop, top to bottom: setup, then per step
-//   maybe-eval -> 1F1B over micro-batches -> DP all-reduce -> norm + loss
-//   across stages -> clip -> AdamW -> log -> maybe-checkpoint.
+// Pipeline-parallel training: its setup, and the 1F1B step that the step
+// driver (step_driver.h) runs: 1F1B over micro-batches -> DP all-reduce ->
+// norm + loss across stages.
 #include "trainer/pipeline.h"
 
 #include <torch/torch.h>
@@ -26,6 +26,7 @@
 #include "trainer/sampler.h"
 #include "trainer/sdc.h"
 #include "trainer/simd.h"
+#include "trainer/step_driver.h"
 #include "trainer/tokens.h"
 
 namespace bulwark::trainer {
@@ -170,6 +171,130 @@ Result<std::string> PipelineChecksum(Comm& world, const PipelineCoords& c, Param
   return sum.HexDigest();
 }
 
+// The 1F1B step: this stage over the replica's micro-batches, passing
+// activations forward and their gradients back; then the stage's replicas
+// all-reduce, and one world all-reduce gives every rank the global
+// gradient norm and loss.
+class PipelineStep final : public StepLayout {
+ public:
+  PipelineStep(const TrainConfig& cfg, const DataSet& data, Sampler& sampler, Transformer& model, ParamStore& store,
+               Comm& world, Comm& dp, const PipelineCoords& c, const StageLayers& layers)
+      : cfg_(cfg), data_(data), sampler_(sampler), model_(model), store_(store), world_(world), dp_(dp), c_(c),
+        layers_(layers), mb_(cfg.batch_size / cfg.micro_batches),
+        stage_(model, world, c, layers, mb_, cfg.model.context),
+        schedule_(OneFOneB(c.pp, c.pp_size, cfg.micro_batches)) {
+    const int B = cfg.batch_size, T = cfg.model.context;
+    idx_ = torch::empty({B, T}, torch::kInt64);
+    targets_ = torch::empty({B, T}, torch::kInt64);
+    const int64_t bucket = std::max<int64_t>(1, static_cast<int64_t>(cfg.bucket_mb * (1 << 20) / sizeof(float)));
+    for (int64_t b = 0; b < store.grads().numel(); b += bucket) {
+      buckets_.push_back(store.grads().narrow(0, b, std::min(bucket, store.grads().numel() - b)));
+    }
+  }
+
+  Status ForwardBackward(uint64_t cursor, StepTimes* t) override {
+    const int B = cfg_.batch_size, M = cfg_.micro_batches;
+    store_.ZeroGrad();
+    MakeBatch(data_.train, sampler_, cursor + static_cast<uint64_t>(c_.dp) * B, B, cfg_.model.context, idx_, targets_);
+    stage_.loss_sum = 0;
+    stage_.wait_ms = 0;
+    for (const PipeOp& op : schedule_) {
+      auto t0 = Clock::now();
+      if (op.kind == PipeOp::kForward) {
+        BULWARK_RETURN_IF_ERROR(stage_.Forward(op.micro, idx_.narrow(0, op.micro * mb_, mb_),
+                                               targets_.narrow(0, op.micro * mb_, mb_), 1.0 / M));
+        t->forward_ms += Ms(t0, Clock::now());
+      } else {
+        BULWARK_RETURN_IF_ERROR(stage_.Backward(op.micro));
+        t->backward_ms += Ms(t0, Clock::now());
+      }
+    }
+    BULWARK_RETURN_IF_ERROR(world_.WaitSends());
+    store_.LossSlot().fill_(layers_.head ? stage_.loss_sum / M : 0.0);
+    t->wait_ms = stage_.wait_ms;
+    return Status::OK();
+  }
+
+  [[noreturn]] void SpinInCompute() override {
+    torch::NoGradGuard no_grad;
+    for (;;) model_->Body(model_->Embed(idx_), layers_.first, layers_.last);
+  }
+
+  Status Reduce(double* loss, double* grad_norm) override {
+    if (c_.dp_size > 1) {
+      BULWARK_RETURN_IF_ERROR(dp_.AllReduceSum(buckets_));
+      store_.grads().div_(c_.dp_size);
+    }
+    // The global gradient norm and the loss, from each stage's replica 0.
+    auto norm_loss = torch::zeros({2}, torch::kFloat64);
+    if (c_.dp == 0) {
+      norm_loss[0] = store_.GradsView().to(torch::kFloat64).pow(2).sum();
+      if (layers_.head) norm_loss[1] = store_.LossSlot().item<double>();
+    }
+    if (world_.world_size() > 1) {
+      std::vector<torch::Tensor> v{norm_loss};
+      BULWARK_RETURN_IF_ERROR(world_.AllReduceSum(v));
+    }
+    *loss = norm_loss[1].item<double>();
+    *grad_norm = std::sqrt(norm_loss[0].item<double>());
+    return Status::OK();
+  }
+
+  Status AfterUpdate() override {
+    if (cfg_.shard_optimizer && c_.dp_size > 1) return dp_.AllGatherChunks(store_.params());
+    return Status::OK();
+  }
+
+  // Validation through the pipeline: each replica's share of the first
+  // eval_batches batches, summed over the last stage's replicas.
+  Result<double> Evaluate() override {
+    const int B = cfg_.batch_size, T = cfg_.model.context;
+    const uint64_t n_samples = (data_.val.size() - 1) / T;
+    auto vi = torch::empty({B, T}, torch::kInt64), vt = torch::empty({B, T}, torch::kInt64);
+    double sum = 0, count = 0;
+    for (int i = 0; i < cfg_.eval_batches; ++i) {
+      uint64_t first = (static_cast<uint64_t>(i) * c_.dp_size + c_.dp) * B;
+      if (first + B > n_samples) break;
+      auto* x = vi.data_ptr<int64_t>();
+      auto* y = vt.data_ptr<int64_t>();
+      for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t) {
+          x[b * T + t] = data_.val[(first + b) * T + t];
+          y[b * T + t] = data_.val[(first + b) * T + t + 1];
+        }
+      auto l = stage_.EvalForward(i, vi, vt, B);
+      if (!l.ok()) return l.status();
+      if (layers_.head) sum += *l, count += 1;
+    }
+    auto acc = torch::tensor({sum, count}, torch::kFloat64);
+    std::vector<torch::Tensor> v{acc};
+    BULWARK_RETURN_IF_ERROR(world_.AllReduceSum(v));
+    if (acc[1].item<double>() == 0) {
+      return Status::InvalidArgument("the validation split is smaller than one batch; lower --batch-size or --eval-batches");
+    }
+    return acc[0].item<double>() / acc[1].item<double>();
+  }
+
+  Result<std::string> Checksum() override { return PipelineChecksum(world_, c_, store_); }
+  uint64_t SamplesPerStep() const override { return static_cast<uint64_t>(cfg_.batch_size) * c_.dp_size; }
+  bool RanksComparable() const override { return false; }
+
+ private:
+  const TrainConfig& cfg_;
+  const DataSet& data_;
+  Sampler& sampler_;
+  Transformer& model_;
+  ParamStore& store_;
+  Comm &world_, &dp_;
+  PipelineCoords c_;
+  StageLayers layers_;
+  int mb_;
+  Stage stage_;
+  std::vector<PipeOp> schedule_;
+  torch::Tensor idx_, targets_;
+  std::vector<torch::Tensor> buckets_;
+};
+
 }  // namespace
 
 Status TrainPipeline(const TrainConfig& cfg_in) {
@@ -239,251 +364,43 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
   AdamW opt(store, opt_begin, opt_end, {cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
 
   const auto t_init = Clock::now();
-  TrainState st;
-  auto note = [&](const std::string& s) {
-    if (rank == 0) {
-      progress.Note(s);
-    } else {
-      std::fprintf(stderr, "rank %d: %s\n", rank, s.c_str());
-      std::fflush(stderr);
-    }
-  };
+  // The emulated bad machine's corruption (sdc.h), as in train.cc: from the
+  // environment or a rank-link inject.
+  std::optional<Sdc> sdc = Sdc::FromEnv();
+  StepDriver driver{cfg, world, model, store, opt, nullptr, link.get(), progress, sdc, c.pp_size};
   // Every-step in-memory checkpoints: a stage's DP group splits its state
   // into shards; the whole world agrees on the step.
-  auto memory = MemoryCheckpoint::Open(cfg, world, model, store, opt, note, &dp);
+  auto memory = MemoryCheckpoint::Open(cfg, world, model, store, opt, [&](const std::string& s) { driver.Note(s); }, &dp);
   if (!memory.ok()) return memory.status();
-  MemoryCheckpoint* mem = memory->get();
-  bool restored = false;
-  if (mem != nullptr) {
-    auto outcome = mem->Restore(&st);
-    if (!outcome.ok()) return outcome.status();
-    if (*outcome) {
-      restored = true;
-      const RestoreOutcome& o = **outcome;
-      if (rank == 0) {
-        Progress::Emit({{"event", "restore"}, {"step", o.step}, {"source", o.source}, {"sources", o.sources},
-                        {"newest_step", o.newest_step}, {"ms", o.ms}});
-      }
-      progress.Note("restored step " + std::to_string(o.step) + " from " + o.source + " in " +
-                    std::to_string(static_cast<int>(o.ms)) + " ms");
-    }
-  }
-  if (cfg.resume && !restored) {
-    auto loaded = LoadCheckpoint(cfg, world, *model, store, opt, note, c.pp_size);
-    if (!loaded.ok()) return loaded.status();
-    if (*loaded) {
-      st = **loaded;
-      progress.Note("resumed from " + cfg.ckpt_dir + " at step " + std::to_string(st.step));
-      if (mem != nullptr) mem->ResumedFromDisk(st.step);
-      if (rank == 0) {
-        Progress::Emit({{"event", "restore"}, {"step", st.step}, {"source", "disk"}, {"newest_step", st.step},
-                        {"ms", Ms(t_init, Clock::now())}});
-      }
-    } else {
-      // None at all (a first launch), or only rejected ones under
-      // --allow-fresh-start; LoadCheckpoint refuses the rest.
-      progress.Note("no valid checkpoint in " + cfg.ckpt_dir + "; starting from step 0");
-    }
-  }
+  driver.mem = memory->get();
+  TrainState st;
+  Result<bool> restored = driver.Restore(&st);
+  if (!restored.ok()) return restored.status();
   const auto t_ready = Clock::now();
-  const int B = cfg.batch_size, T = cfg.model.context, M = cfg.micro_batches, mb = B / M;
-  const double bubble = BubbleFraction(c.pp_size, M);
+  const int M = cfg.micro_batches, mb = cfg.batch_size / M;
   progress.Start({{"data_ms", Ms(t_start, t_data)}, {"rendezvous_ms", Ms(t_data, t_rendezvous)},
                   {"init_ms", Ms(t_rendezvous, t_init)}, {"checkpoint_load_ms", Ms(t_init, t_ready)},
                   {"params", CountParameters(*model)}, {"stage_params", store.num_params()},
                   {"world_size", world.world_size()}, {"dp", c.dp_size}, {"pp", c.pp_size}, {"micro_batches", M},
-                  {"split", DescribeSplit(split)}, {"bubble_fraction", bubble}, {"optimizer", cfg.optimizer},
-                  {"steps", cfg.steps}, {"start_step", st.step}, {"threads", threads},
+                  {"split", DescribeSplit(split)}, {"bubble_fraction", BubbleFraction(c.pp_size, M)},
+                  {"optimizer", cfg.optimizer}, {"steps", cfg.steps}, {"start_step", st.step}, {"threads", threads},
                   {"shape", cfg.model.ShapeString()}, {"shard_optimizer", cfg.shard_optimizer},
                   {"precision", precision->reason}});
   progress.Note("precision: " + precision->reason);
   progress.Note("pipeline: DP " + std::to_string(c.dp_size) + " x PP " + std::to_string(c.pp_size) + ", " +
                 std::to_string(M) + " micro-batches of " + std::to_string(mb) + "; " + DescribeSplit(split));
 
-  std::vector<torch::Tensor> buckets;
-  const int64_t bucket = std::max<int64_t>(1, static_cast<int64_t>(cfg.bucket_mb * (1 << 20) / sizeof(float)));
-  for (int64_t b = 0; b < store.grads().numel(); b += bucket) {
-    buckets.push_back(store.grads().narrow(0, b, std::min(bucket, store.grads().numel() - b)));
+  PipelineStep layout(cfg, *data, sampler, model, store, world, dp, c, layers);
+  Result<GenerationEnd> end = driver.Run(layout, st, t_start);
+  if (!end.ok()) return end.status();
+  if (*end == GenerationEnd::kHalted) {
+    // A pipeline rank cannot wait for the next generation in place: it
+    // waits to be stopped, and the agent restarts the job.
+    if (!link->WaitClosed(5 * 60 * 1000)) {
+      return Status::FailedPrecondition("a step was held back, and no restart came within 5 minutes");
+    }
+    return Status::Unavailable("a step was held back, and the agent restarts the job");
   }
-  auto idx = torch::empty({B, T}, torch::kInt64), targets = torch::empty({B, T}, torch::kInt64);
-  const int64_t tokens_per_step = static_cast<int64_t>(B) * T * c.dp_size;
-  Stage stage(model, world, c, layers, mb, T);
-  const auto schedule = OneFOneB(c.pp, c.pp_size, M);
-
-  // Validation through the pipeline: each replica's share of the first
-  // eval_batches batches, summed over the last stage's replicas.
-  auto evaluate = [&]() -> Result<double> {
-    const uint64_t n_samples = (data->val.size() - 1) / T;
-    auto vi = torch::empty({B, T}, torch::kInt64), vt = torch::empty({B, T}, torch::kInt64);
-    double sum = 0, count = 0;
-    for (int i = 0; i < cfg.eval_batches; ++i) {
-      uint64_t first = (static_cast<uint64_t>(i) * c.dp_size + c.dp) * B;
-      if (first + B > n_samples) break;
-      auto* x = vi.data_ptr<int64_t>();
-      auto* y = vt.data_ptr<int64_t>();
-      for (int b = 0; b < B; ++b)
-        for (int t = 0; t < T; ++t) {
-          x[b * T + t] = data->val[(first + b) * T + t];
-          y[b * T + t] = data->val[(first + b) * T + t + 1];
-        }
-      auto l = stage.EvalForward(i, vi, vt, B);
-      if (!l.ok()) return l.status();
-      if (layers.head) sum += *l, count += 1;
-    }
-    auto acc = torch::tensor({sum, count}, torch::kFloat64);
-    std::vector<torch::Tensor> v{acc};
-    BULWARK_RETURN_IF_ERROR(world.AllReduceSum(v));
-    if (acc[1].item<double>() == 0) {
-      return Status::InvalidArgument("the validation split is smaller than one batch; lower --batch-size or --eval-batches");
-    }
-    return acc[0].item<double>() / acc[1].item<double>();
-  };
-
-  // --------------------------------------------------------------------------
-  // The loop. `st.step` counts completed steps; step s+1 is being computed.
-  double last_fwd_ms = 0, last_ckpt_ms = 0;
-  // The emulated bad machine's corruption (sdc.h), as in train.cc: from the
-  // environment or a rank-link inject.
-  std::optional<Sdc> sdc = Sdc::FromEnv();
-  while (st.step < cfg.steps) {
-    if (cfg.eval_every > 0 && st.step % cfg.eval_every == 0) {
-      // Not a step: the hang detector gets the phase's own allowance.
-      if (link) link->Phase("eval", std::max(1000.0, 2 * cfg.eval_batches * last_fwd_ms), st.step);
-      auto val = evaluate();
-      if (!val.ok()) return val.status();
-      progress.Eval(st.step, *val);
-    }
-    const auto t0 = Clock::now();
-
-    // ---- the agent's test hook: silent data corruption stays on once
-    // injected ("sdc-nan:R" / "sdc-drift:R"); the pipeline has no other hook.
-    if (link) {
-      const std::string inject = link->PollInject().value_or("");
-      if (inject.rfind("sdc-", 0) == 0) sdc = Sdc::Parse(inject.substr(4));
-    }
-
-    // ---- 1F1B over this replica's micro-batches
-    store.ZeroGrad();
-    MakeBatch(data->train, sampler, st.data_cursor + static_cast<uint64_t>(c.dp) * B, B, T, idx, targets);
-    stage.loss_sum = 0;
-    stage.wait_ms = 0;
-    double fwd_ms = 0, bwd_ms = 0;
-    for (const PipeOp& op : schedule) {
-      auto t = Clock::now();
-      if (op.kind == PipeOp::kForward) {
-        BULWARK_RETURN_IF_ERROR(stage.Forward(op.micro, idx.narrow(0, op.micro * mb, mb),
-                                              targets.narrow(0, op.micro * mb, mb), 1.0 / M));
-        fwd_ms += Ms(t, Clock::now());
-      } else {
-        BULWARK_RETURN_IF_ERROR(stage.Backward(op.micro));
-        bwd_ms += Ms(t, Clock::now());
-      }
-    }
-    BULWARK_RETURN_IF_ERROR(world.WaitSends());
-    store.LossSlot().fill_(layers.head ? stage.loss_sum / M : 0.0);
-    // Like a bad ALU feeding the all-reduce: silent, no log line, no flag.
-    if (sdc) {
-      torch::Tensor g = store.GradsView();
-      sdc->Corrupt(g);
-    }
-    const auto t_bwd = Clock::now();
-
-    // ---- average gradients (and the loss) across the stage's replicas
-    if (c.dp_size > 1) {
-      BULWARK_RETURN_IF_ERROR(dp.AllReduceSum(buckets));
-      store.grads().div_(c.dp_size);
-    }
-    // ---- the global gradient norm and the loss, from each stage's replica 0
-    auto norm_loss = torch::zeros({2}, torch::kFloat64);
-    if (c.dp == 0) {
-      norm_loss[0] = store.GradsView().to(torch::kFloat64).pow(2).sum();
-      if (layers.head) norm_loss[1] = store.LossSlot().item<double>();
-    }
-    if (world.world_size() > 1) {
-      std::vector<torch::Tensor> v{norm_loss};
-      BULWARK_RETURN_IF_ERROR(world.AllReduceSum(v));
-    }
-    st.loss = norm_loss[1].item<double>();
-    double grad_norm = std::sqrt(norm_loss[0].item<double>());
-    const auto t_comm = Clock::now();
-    // ---- a non-finite loss or gradient is held back, as in data-parallel
-    // training (train_loop.cc): nothing applied, nothing checkpointed, so the
-    // newest copy is the step before it. Every rank sees the same all-reduced
-    // values. The controller decides; a pipeline rank cannot wait for the
-    // next generation in place, so it waits to be stopped.
-    if (!std::isfinite(st.loss) || !std::isfinite(grad_norm)) {
-      const std::string what = "step " + std::to_string(st.step + 1) + ": non-finite loss or grad norm (loss " +
-                               std::to_string(st.loss) + ", grad norm " + std::to_string(grad_norm) + ")";
-      note("holding back " + what + "; not applied");
-      if (!link) return Status::FailedPrecondition(what + "; stopped before applying it");
-      client::StepSignal sig = client::StepSignal::Halted(st.step + 1, st.loss, grad_norm, "nan");
-      sig.local_nonfinite = true;
-      link->Step(sig);
-      if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->WaitCopied());
-      if (!link->WaitClosed(5 * 60 * 1000)) {
-        return Status::FailedPrecondition(what + "; held back, and no restart came within 5 minutes");
-      }
-      return Status::Unavailable(what + "; held back, and the agent restarts the job");
-    }
-
-    // ---- clip, update, re-assemble sharded parameters
-    if (cfg.grad_clip > 0 && grad_norm > cfg.grad_clip) store.GradsView().mul_(cfg.grad_clip / (grad_norm + 1e-6));
-    const double lr = LearningRate(st.step, cfg.steps, cfg.warmup_steps, cfg.lr, cfg.min_lr_ratio);
-    // The update changes what the background copy of the last step reads.
-    if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->WaitCopied());
-    opt.Step(lr, st.step + 1);
-    if (cfg.shard_optimizer && c.dp_size > 1) BULWARK_RETURN_IF_ERROR(dp.AllGatherChunks(store.params()));
-    st.step += 1;
-    st.data_cursor += static_cast<uint64_t>(B) * c.dp_size;
-
-    // ---- in-memory checkpoint: copied during the next step's 1F1B
-    if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->Save(st));
-
-    // ---- report: forward/backward are compute plus waits for neighbours
-    const auto t_end = Clock::now();
-    double ms = Ms(t0, t_end);
-    StepReport report{st.step, cfg.steps, st.loss, lr, grad_norm, ms, tokens_per_step * 1000.0 / ms,
-                      fwd_ms, bwd_ms, Ms(t_bwd, t_comm) + stage.wait_ms, Ms(t_comm, t_end)};
-    if (mem != nullptr) {
-      report.ckpt_block_ms = mem->TakeBlockedMs();
-      report.ckpt_copy_cpu_ms = mem->TakeCopyCpuMs();
-    }
-    progress.Step(report);
-    last_fwd_ms = fwd_ms;
-    if (link) {
-      // Compute is this stage's own work: the waits for its neighbours are
-      // communication (a slow neighbour shows up in its own compute time).
-      client::StepSignal sig;
-      sig.step = st.step;
-      sig.loss = st.loss;
-      sig.grad_norm = grad_norm;
-      sig.local_grad_norm = grad_norm;
-      sig.step_ms = ms;
-      sig.compute_ms = std::max(0.0, fwd_ms + bwd_ms - stage.wait_ms);
-      sig.comm_ms = Ms(t_bwd, t_comm) + stage.wait_ms;
-      sig.local_nonfinite = !std::isfinite(grad_norm) || !std::isfinite(st.loss);
-      sig.observed_ms = WallMs();
-      link->Step(sig);
-    }
-
-    // ---- checkpoint
-    if (cfg.ckpt_every > 0 && (st.step % cfg.ckpt_every == 0 || st.step == cfg.steps)) {
-      if (link) link->Phase("checkpoint", std::max(1000.0, last_ckpt_ms), st.step);
-      const auto t_ckpt = Clock::now();
-      BULWARK_RETURN_IF_ERROR(SaveCheckpoint(cfg, world, *model, store, opt, st, c.pp_size));
-      last_ckpt_ms = Ms(t_ckpt, Clock::now());
-    }
-    if (cfg.stop_at > 0 && st.step >= cfg.stop_at) break;  // as if preempted
-  }
-
-  if (cfg.eval_every > 0 && st.step == cfg.steps) {
-    auto val = evaluate();
-    if (!val.ok()) return val.status();
-    progress.Eval(st.step, *val);
-  }
-  auto checksum = PipelineChecksum(world, c, store);
-  if (!checksum.ok()) return checksum.status();
-  progress.Done(st.step, st.loss, *checksum, std::chrono::duration<double>(Clock::now() - t_start).count());
   return Status::OK();
 }
 
