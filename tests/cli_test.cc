@@ -115,5 +115,29 @@ TEST(CliBinary, HelpExitsZeroAndErrorsAreOneLineWithTheUsageCode) {
   }
 }
 
+// Namespaces are up's default where they can be made; asking for them
+// where they cannot be had, or both ways at once, is a one-line error
+// before anything starts.
+TEST(CliBinary, ConflictingNetworkChoicesAreOneLineErrors) {
+  const std::string bulwark = testing::BinDir() + "/bulwark", dir = testing::MakeTempDir();
+  struct Case {
+    std::vector<std::string> argv;
+    std::map<std::string, std::string> env;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--netns", "--no-netns"}, {}, "give --netns or --no-netns, not both"},
+           {{"--netns", "--tls"}, {}, "does not combine with --tls"},
+           {{"--netns", "--nics", "eth0"}, {}, "does not combine with --nics"},
+           {{}, {{"BULWARK_NETNS", "sometimes"}}, "BULWARK_NETNS='sometimes': use on, off or auto"}}) {
+    std::vector<std::string> argv = {bulwark, "up", "--machines", "1", "--dir", dir};
+    argv.insert(argv.end(), c.argv.begin(), c.argv.end());
+    auto r = testing::Run(argv, c.env, 10);
+    EXPECT_EQ(r.exit_code, kExitUsage) << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace bulwark::cli

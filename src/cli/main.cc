@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -102,7 +103,11 @@ struct UpRequest {
   int standby = 0;
   bool slurm = false;
   std::vector<std::string> nics;  // --nics: each machine's interface, in machine order
-  bool netns = false;             // --netns: each machine in a network namespace of its own
+  // Each machine in a network namespace of its own: --netns, or by default
+  // (auto) where this host can make them; --no-netns shares the host's.
+  bool netns = false;
+  bool netns_auto = false;   // not asked for: fall back to the shared stack where namespaces fail
+  std::string shared_why;    // auto and shared: why (a flag that needs the shared stack)
 };
 
 // "a,b,c" -> {"a", "b", "c"}; "" -> {}.
@@ -114,6 +119,33 @@ std::vector<std::string> CommaList(const std::string& s) {
     at = comma + 1;
   }
   return out;
+}
+
+// Namespaces are the default where they can be made: machines with links
+// of their own meet real network faults (docs/control-plane.md). The
+// shared stack stays for what needs it: Slurm (real hosts), --nics (the
+// host's own interfaces), --tls (its certificates name 127.0.0.1 only), a
+// user who is not root; and BULWARK_NETNS=off sets the default (the test
+// suite keeps the shared stack but for its namespace tests).
+Status ChooseNetns(const Args& a, UpRequest* up) {
+  const char* env = std::getenv("BULWARK_NETNS");
+  const std::string want = a.Has("netns") ? "on" : a.Has("no-netns") ? "off" : env != nullptr ? env : "auto";
+  if (a.Has("netns") && a.Has("no-netns")) return Status::InvalidArgument("up: give --netns or --no-netns, not both");
+  if (want != "on" && want != "off" && want != "auto") {
+    return Status::InvalidArgument("up: BULWARK_NETNS='" + want + "': use on, off or auto (the default)");
+  }
+  const std::string needs_shared = up->slurm          ? "--backend slurm"
+                                   : !up->nics.empty() ? "--nics"
+                                   : a.Has("tls")      ? "--tls, whose certificates name 127.0.0.1 only"
+                                                       : "";
+  if (want == "on" && !needs_shared.empty()) {
+    return Status::InvalidArgument("up: --netns gives each local machine its own link; it does not combine with " +
+                                   needs_shared + "; leave out one of them");
+  }
+  up->netns = want == "on" || (want == "auto" && needs_shared.empty());
+  up->netns_auto = want == "auto";
+  if (want == "auto" && !up->slurm && !needs_shared.empty()) up->shared_why = needs_shared;
+  return Status::OK();
 }
 
 Result<UpRequest> CheckUpFlags(const Args& a) {
@@ -141,11 +173,7 @@ Result<UpRequest> CheckUpFlags(const Args& a) {
                                    std::to_string(up.machines + up.standby) +
                                    " machine(s): give one per machine, standbys included, in order (local backend)");
   }
-  up.netns = a.Has("netns");
-  if (up.netns && (up.slurm || !up.nics.empty() || a.Has("tls"))) {
-    return Status::InvalidArgument("up: --netns gives each local machine its own link; it does not combine with "
-                                   "--backend slurm, --nics or --tls (the certificates name 127.0.0.1 only)");
-  }
+  BULWARK_RETURN_IF_ERROR(ChooseNetns(a, &up));
   if (up.slurm && a.Has("tls")) {
     return Status::InvalidArgument("up: --tls is not supported with --backend slurm yet (the certificates name "
                                    "127.0.0.1 only); leave out --tls");
@@ -170,20 +198,24 @@ struct AgentPlaces {
   std::string listen = "127.0.0.1";  // the address the controller listens on
   std::optional<cluster::SlurmRecord> slurm;
   std::optional<cluster::NetnsPlan> netns;
+  std::string shared_why;  // a local cluster that fell back to the host's network: why
 };
 
 Result<AgentPlaces> PlaceAgents(const Args& a, const UpRequest& up, const cluster::Layout& layout,
                                 const std::string& self) {
   AgentPlaces places;
   places.ids = cluster::MachineIds(up.machines + up.standby);
+  places.shared_why = up.shared_why;
   std::remove(layout.backend().c_str());
   BULWARK_RETURN_IF_ERROR(RemoveTree(layout.slurm()));
-  if (up.netns) {
-    cluster::SystemRunner runner;
-    if (Status st = cluster::NetnsAvailable(runner); !st.ok()) {
-      return Status::FailedPrecondition("up: --netns needs root and a working 'ip netns' (" + st.message() +
-                                        "); leave out --netns to share this host's network");
-    }
+  cluster::SystemRunner runner;
+  Status can = up.netns ? cluster::NetnsAvailable(runner) : Status::OK();
+  if (!can.ok() && !up.netns_auto) {
+    return Status::FailedPrecondition("up: --netns needs root and a working 'ip netns' (" + can.message() +
+                                      "); leave out --netns to share this host's network");
+  }
+  if (!can.ok()) places.shared_why = "namespaces need root and a working 'ip netns': " + can.message();
+  if (up.netns && can.ok()) {
     Result<cluster::NetnsPlan> plan = cluster::CreateNetns(runner, layout, places.ids);
     if (!plan.ok()) return plan.status();
     places.netns = *plan;
@@ -194,7 +226,6 @@ Result<AgentPlaces> PlaceAgents(const Args& a, const UpRequest& up, const cluste
   if (!grow.ok()) return grow.status();
   std::error_code ec;
   const std::string abs_dir = std::filesystem::absolute(up.dir, ec).string();
-  cluster::SystemRunner runner;
   Result<cluster::SlurmRecord> r = cluster::PlanSlurmUp(runner, {up.machines, up.standby, *grow, self, abs_dir});
   if (!r.ok()) return r.status();
   places.slurm = *r;
@@ -311,6 +342,10 @@ Status Up(const Args& a) {
                                     places->netns->gateway + "/24)"
                               : "")
             << "\n";
+  if (!places->shared_why.empty()) {
+    std::cout << "the machines share this host's network (" << places->shared_why
+              << "): network faults are emulated, not real\n";
+  }
   if (Result<json> s = client->Status(); s.ok() && (*s)["metrics"].is_string()) {
     std::cout << "metrics at " << (*s)["metrics"].get<std::string>() << "\n";
   }

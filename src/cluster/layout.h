@@ -43,6 +43,7 @@ struct Layout {
   std::string signatures() const { return dir + "/signatures.tsv"; }
   std::string backend() const { return dir + "/backend.json"; }
   std::string fence_timeout() const { return dir + "/fence-timeout"; }
+  std::string netns() const { return dir + "/netns.json"; }
   std::string slurm() const { return dir + "/slurm"; }
   std::string slurm_jobs() const { return slurm() + "/jobs"; }
   std::string slurm_agents() const { return slurm() + "/agents"; }

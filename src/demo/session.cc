@@ -178,6 +178,16 @@ int CountLines(const std::string& path, const std::string& needle) {
 
 Result<int> Session::Inject(const std::string& fault, const std::string& machine, int64_t* sent_ms,
                             const std::string& where, double factor) {
+  if (fault == "nic-flap" && std::ifstream(layout_.netns()).good()) {
+    // Machines in namespaces: the link goes down for real, made by `bulwark
+    // inject` with ip as the network would, and nothing in the agent knows.
+    // Half a second, as a NIC renegotiating does: TCP's first retransmission
+    // (200 ms, then 400 ms later) carries the ranks' traffic over it.
+    *sent_ms = WallMs();
+    BULWARK_RETURN_IF_ERROR(RunChild({exe_dir_ + "/bulwark", "inject", "nic-flap", "--machine", machine, "--for",
+                                      "0.5", "--dir", layout_.dir}, 30, true));
+    return 1;
+  }
   const std::string log = layout_.agent_log(machine), needle = "injecting " + fault;
   const int before = CountLines(log, needle);
   for (int attempt = 1; attempt <= 2; ++attempt) {

@@ -12,8 +12,9 @@
 // A peer that dies or hangs fails a send, a receive or a collective, and the
 // rank ends with the peer-lost exit code like a data-parallel run.
 //
-// A step whose loss or gradient norm is non-finite is held back (not applied,
-// not checkpointed) and the rank waits to be stopped, as in data parallel.
+// The step driver (step_driver.h) runs the loop, as for data parallel: a
+// step whose loss or gradient norm is non-finite or spikes is held back
+// (not applied, not checkpointed), and the rank waits to be stopped.
 //
 // Not here: POET (refused with --pp > 1) and restarts that keep the process
 // (a pipeline rank is restarted as a new process).

@@ -21,7 +21,7 @@ std::vector<std::string> Plus(std::vector<std::string> a, const std::vector<std:
   return a;
 }
 
-std::string Record(const Layout& layout) { return layout.dir + "/netns.json"; }
+std::string Record(const Layout& layout) { return layout.netns(); }
 
 Status Ip(CommandRunner& run, const std::vector<std::string>& argv) {
   CommandResult r = run.Run(argv, kIpTimeout);
