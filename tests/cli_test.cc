@@ -127,7 +127,7 @@ TEST(CliBinary, ConflictingNetworkChoicesAreOneLineErrors) {
   };
   for (const Case& c : std::vector<Case>{
            {{"--netns", "--no-netns"}, {}, "give --netns or --no-netns, not both"},
-           {{"--netns", "--tls"}, {}, "does not combine with --tls"},
+           {{"--netns", "--backend", "slurm"}, {}, "does not combine with --backend slurm"},
            {{"--netns", "--nics", "eth0"}, {}, "does not combine with --nics"},
            {{}, {{"BULWARK_NETNS", "sometimes"}}, "BULWARK_NETNS='sometimes': use on, off or auto"}}) {
     std::vector<std::string> argv = {bulwark, "up", "--machines", "1", "--dir", dir};

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <future>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include "support/cluster_fixture.h"
 
@@ -129,6 +131,26 @@ TEST_F(Netns, AFlappingLinkStallsTheRanksAndTheKernelSaysSo) {
   std::printf("[ timing ] nic-flap for 2 s: %s\n",
               incidents.empty() ? "no incident (the stall stayed within the hang allowance)"
                                 : incidents.back()["summary"].get<std::string>().c_str());
+}
+
+// Mutual TLS across the bridge: the controller listens on the bridge's
+// address, which its certificate names, so the agents in their namespaces
+// and this CLI verify it there and register.
+TEST_F(Netns, MutualTlsReachesTheControllerAtTheBridgesAddress) {
+  auto up = Bulwark({"up", "--machines", "2", "--netns", "--tls"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  std::string addr;
+  std::ifstream(dir_ + "/controller.addr") >> addr;
+  EXPECT_EQ(addr.rfind("10.213.", 0), 0u) << addr;
+  // No job yet, so not WaitFor (which waits for one's status).
+  int registered = 0;
+  json s;
+  for (int i = 0; i < 150 && registered < 2; ++i, std::this_thread::sleep_for(std::chrono::milliseconds(200))) {
+    s = Query("status");
+    registered = 0;
+    for (const json& m : s.value("machines", json::array())) registered += m["state"] == "registered";
+  }
+  EXPECT_EQ(registered, 2) << "both agents register over TLS: " << s.dump();
 }
 
 // A link limited to 1/20 of 1 Gbit/s slows every step of the job, since

@@ -124,8 +124,7 @@ std::vector<std::string> CommaList(const std::string& s) {
 // Namespaces are the default where they can be made: machines with links
 // of their own meet real network faults (docs/control-plane.md). The
 // shared stack stays for what needs it: Slurm (real hosts), --nics (the
-// host's own interfaces), --tls (its certificates name 127.0.0.1 only), a
-// user who is not root; and BULWARK_NETNS=off sets the default (the test
+// host's own interfaces), a user who is not root; and BULWARK_NETNS=off sets the default (the test
 // suite keeps the shared stack but for its namespace tests).
 Status ChooseNetns(const Args& a, UpRequest* up) {
   const char* env = std::getenv("BULWARK_NETNS");
@@ -134,10 +133,7 @@ Status ChooseNetns(const Args& a, UpRequest* up) {
   if (want != "on" && want != "off" && want != "auto") {
     return Status::InvalidArgument("up: BULWARK_NETNS='" + want + "': use on, off or auto (the default)");
   }
-  const std::string needs_shared = up->slurm          ? "--backend slurm"
-                                   : !up->nics.empty() ? "--nics"
-                                   : a.Has("tls")      ? "--tls, whose certificates name 127.0.0.1 only"
-                                                       : "";
+  const std::string needs_shared = up->slurm ? "--backend slurm" : !up->nics.empty() ? "--nics" : "";
   if (want == "on" && !needs_shared.empty()) {
     return Status::InvalidArgument("up: --netns gives each local machine its own link; it does not combine with " +
                                    needs_shared + "; leave out one of them");
@@ -251,7 +247,7 @@ Status FreshClusterState(const Args& a, const cluster::Layout& layout, const std
   for (const char* suffix : {"", "-wal", "-shm"}) std::remove((layout.controller_db() + suffix).c_str());
   // ... and fresh credentials: --tls makes a new CA; without it none is used.
   BULWARK_RETURN_IF_ERROR(RemoveTree(layout.dir + "/tls"));
-  if (a.Has("tls")) BULWARK_RETURN_IF_ERROR(cluster::CreateClusterTls(layout));
+  if (a.Has("tls")) BULWARK_RETURN_IF_ERROR(cluster::CreateClusterTls(layout, listen));
   return Status::OK();
 }
 

@@ -63,7 +63,7 @@ Result<std::string> Read(const Layout& l, const std::string& name) {
 
 }  // namespace
 
-Status CreateClusterTls(const Layout& l) {
+Status CreateClusterTls(const Layout& l, const std::string& listen) {
   const std::string d = TlsDir(l);
   BULWARK_RETURN_IF_ERROR(MakeDirs(d));
   ::chmod(d.c_str(), 0700);
@@ -71,8 +71,13 @@ Status CreateClusterTls(const Layout& l) {
                                       "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", d + "/ca.key", "-out",
                                       d + "/ca.pem", "-days", "3650", "-subj", "/CN=bulwark cluster CA"}));
   ::chmod((d + "/ca.key").c_str(), 0600);
-  BULWARK_RETURN_IF_ERROR(Issue(l, "controller", "bulwark controller",
-                                "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"));
+  // The controller's certificate names every address it is reached at:
+  // loopback, and the address it listens on when that is another (the
+  // bridge of machines in namespaces).
+  std::string san = "IP:127.0.0.1,DNS:localhost";
+  if (!listen.empty() && listen != "127.0.0.1") san += ",IP:" + listen;
+  BULWARK_RETURN_IF_ERROR(
+      Issue(l, "controller", "bulwark controller", "subjectAltName=" + san + "\nextendedKeyUsage=serverAuth\n"));
   return Issue(l, "member", "bulwark member", "extendedKeyUsage=clientAuth\n");
 }
 

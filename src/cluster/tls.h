@@ -1,7 +1,8 @@
 // Mutual TLS for the control plane (controller <-> agents <-> CLI).
 //
 // `bulwark up --tls` makes a cluster CA and two certificates with openssl:
-// one for the controller (valid for 127.0.0.1 and localhost) and one that
+// one for the controller (valid for 127.0.0.1, localhost and the address it
+// listens on, such as the bridge of machines in namespaces) and one that
 // agents and the CLI present. They live in DIR/tls/ (keys 0600). Whoever
 // opens the cluster directory uses TLS when DIR/tls/ca.pem exists: the
 // controller then requires and verifies a client certificate, so nothing
@@ -12,15 +13,17 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <string>
 
 #include "cluster/layout.h"
 #include "common/status.h"
 
 namespace bulwark::cluster {
 
-// Creates DIR/tls/ with a fresh CA and certificates. FailedPrecondition
+// Creates DIR/tls/ with a fresh CA and certificates; the controller's also
+// names `listen` (an IP address) when it is not loopback. FailedPrecondition
 // naming the package when openssl is missing.
-Status CreateClusterTls(const Layout& layout);
+Status CreateClusterTls(const Layout& layout, const std::string& listen = "127.0.0.1");
 
 bool TlsEnabled(const Layout& layout);
 
