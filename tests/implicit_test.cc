@@ -422,6 +422,60 @@ TEST(FailSlowDetector, AJobWideSlowdownIsReportedOnceAndNamesNoMachine) {
   EXPECT_TRUE(d.Check(S(70)).has_value());
 }
 
+// Every machine's steps take `step_ms` and its compute `compute_ms`.
+void Steps(FailSlowDetector& d, int round, double step_ms, double compute_ms) {
+  for (int m = 1; m <= 4; ++m) {
+    for (int k = 0; k < 10; ++k) {
+      d.Observe(Sig("m0" + std::to_string(m), m - 1, round * 10 + k, S(round * 10 + k), step_ms, compute_ms));
+    }
+  }
+}
+
+// A slowed link: steps 3x slower, compute as before, no machine stands
+// out. Reported for the links to be measured after slow_rounds rounds,
+// once; steps that slow with their compute (a loaded host: 90 of the 300
+// added ms) are not.
+TEST(FailSlowDetector, StepsSlowerWithComputeHoldingAskForTheLinksOnce) {
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0));
+  Steps(d, 0, 100, 80);
+  EXPECT_FALSE(d.Check(S(10)).has_value());
+  std::optional<FailSlowSuspected> f;
+  int rounds = 0;
+  for (int r = 1; r <= 8 && !f; ++r, ++rounds) {
+    Steps(d, r, 400, 80);
+    f = d.Check(S(10 * (r + 1)));
+  }
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(rounds, c.slow_rounds);
+  EXPECT_TRUE(f->network);
+  EXPECT_TRUE(f->machine.empty());
+  EXPECT_NEAR(f->ratio, 4.0, 1e-9);
+  EXPECT_NE(f->detail.find("the network is slower"), std::string::npos) << f->detail;
+  for (int r = 9; r < 16; ++r) {
+    Steps(d, r, 400, 80);
+    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "reported once, round " << r;
+  }
+
+  FailSlowDetector loaded(c);
+  loaded.Started(S(0));
+  Steps(loaded, 0, 100, 80);
+  EXPECT_FALSE(loaded.Check(S(10)).has_value());
+  for (int r = 1; r <= 8; ++r) {
+    Steps(loaded, r, 400, 170);  // 90 of the 300 added ms in compute: the host, not the network
+    std::optional<FailSlowSuspected> g = loaded.Check(S(10 * (r + 1)));
+    EXPECT_TRUE(!g.has_value() || !g->network) << "round " << r << ": " << g->detail;
+  }
+  c.slow_link_ratio = 0;  // off
+  FailSlowDetector off(c);
+  off.Started(S(0));
+  for (int r = 0; r <= 8; ++r) {
+    Steps(off, r, r == 0 ? 100 : 400, 80);
+    EXPECT_FALSE(off.Check(S(10 * (r + 1))).has_value());
+  }
+}
+
 // DP 2 x PP 2, one rank per machine: m01, m02 run stage 0 (ranks 0, 1),
 // m03, m04 stage 1 (ranks 2, 3). The last stage computes the head and the
 // loss: 1.6x the first's time in this test, as a balanced split can.

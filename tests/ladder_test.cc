@@ -387,6 +387,46 @@ TEST(LadderPolicy, TheNetworkTestSendsTheRingsLinksInTheOrderAgentsRunThem) {
       << j.Last().rungs[0].outcome;
 }
 
+// Steps slowed while compute held (FailSlowDetector::CheckLinks): the
+// links are measured, whatever tests the diagnose rung has, and the
+// machine on the slow ones is evicted; links all alike restart in place.
+TEST(LadderPolicy, StepsSlowedWithComputeHoldingMeasureTheLinks) {
+  LadderJob j;
+  FailSlowSuspected slowed{"", 5, 3.0, "steps at 3.00x the job's best, 0% of the added time in compute, 5 rounds: "
+                           "the network is slower", S(20)};
+  slowed.network = true;
+  EXPECT_EQ(j.Do(slowed), (Lines{"diagnose i1 network"}));
+  EXPECT_EQ(j.ladder().state, LadderState::kDiagnosing);
+  EXPECT_NE(j.Last().cause.find("the network is slower"), std::string::npos) << j.Last().cause;
+  EXPECT_TRUE(j.Do(slowed).empty()) << "one check at a time";
+  const std::map<MachineId, std::vector<DiagnosticResult>> results = {
+      {"m01", {{"network/net0", true, "", 50}}},
+      {"m02", {{"network/net1", true, "", 900}}},
+      {"m03", {{"network/net2", true, "", 950}}},
+      {"m04", {{"network/net3", true, "", 55}}}};
+  Lines last;
+  for (const auto& [m, rs] : results) last = j.Do(DiagnosticsReported{1, m, rs, "", S(22)});
+  EXPECT_EQ(last, (Lines{"evict m03", "activate s01", "restart_all g2 m01,m02,s01,m04 ckpt 0"}));
+  for (int k = 11; k <= 17; ++k) j.Do(StepCompleted{k, S(30 + k)});
+  EXPECT_EQ(j.ladder().state, LadderState::kIdle);
+
+  slowed.observed = S(60);
+  EXPECT_EQ(j.Do(slowed), (Lines{"diagnose i2 network"}));
+  Lines clean;
+  const std::map<MachineId, std::string> first_of = {{"m01", "net0"}, {"m02", "net1"}, {"s01", "net2"}, {"m04", "net3"}};
+  for (const auto& [m, link] : first_of) clean = j.Do(DiagnosticsReported{2, m, {{"network/" + link, true, "", 50}}, "", S(62)});
+  EXPECT_EQ(clean, (Lines{"restart_all g3 m01,m02,s01,m04 ckpt 0"}));
+  EXPECT_EQ(j.Last().resolution, Resolution::kReattempt);
+  EXPECT_NE(j.Last().why.find("network check"), std::string::npos) << j.Last().why;
+
+  PolicyConfig no_ladder;
+  no_ladder.ladder.rungs.clear();
+  LadderJob plain(1, no_ladder);
+  slowed.observed = S(20);
+  EXPECT_TRUE(plain.Do(slowed).empty()) << "without a ladder: a note";
+  EXPECT_EQ(plain.controller->state().notes.size(), 1u);
+}
+
 // The periodic bitwise check (align_every): due on time, an incident of its
 // own, the drifting machine evicted; a clean check restarts in place.
 TEST(LadderPolicy, ThePeriodicBitwiseCheckFindsADriftingMachineWithoutAnIncident) {

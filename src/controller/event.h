@@ -218,11 +218,12 @@ struct HangSuspected {
 // fail_slow_detector.h: `machine` computed `ratio` times slower than its
 // peers for `rounds` rounds running; empty machine: a job-wide slowdown.
 struct FailSlowSuspected {
-  MachineId machine;
+  MachineId machine;  // empty: job-wide
   int rounds = 0;
   double ratio = 0;
   std::string detail;
   Time observed{};
+  bool network = false;  // job-wide steps slowed while compute held: measure the links
 
   template <class S, class V>
   static void Fields(S& s, V& v) {
@@ -231,6 +232,7 @@ struct FailSlowSuspected {
     v("ratio", s.ratio);
     v("detail", s.detail);
     v("observed", s.observed);
+    v.Optional("network", s.network);
   }
 };
 

@@ -37,6 +37,7 @@ void FailSlowDetector::Observe(const RankSignal& s) {
   const int stage = layout_.pp > 1 && layout_.world > 0 && s.rank < layout_.world ? layout_.Of(s.rank).pp : 0;
   Sums& m = round_[{stage, s.machine}];
   m.compute_ms += s.compute_ms;
+  m.step_ms += s.step_ms;
   m.steps += s.steps;
 }
 
@@ -55,9 +56,11 @@ std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
   round_start_ = now;
 
   std::vector<std::pair<Key, double>> mean;
+  std::vector<double> step_means;
   for (const auto& [k, s] : round) {
     if (s.steps < config_.slow_min_steps) continue;
     mean.emplace_back(k, s.compute_ms / s.steps);
+    step_means.push_back(s.step_ms / s.steps);
   }
   // A round some machine barely took part in (a restart, a stall) says nothing.
   if (mean.size() < 2 || mean.size() < round.size()) {
@@ -86,6 +89,7 @@ std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
   }
 
   if (worst_ratio >= config_.slow_ratio) {
+    link_rounds_ = 0;  // a machine stands out: not the links' rounds running
     flagged_rounds_ = worst == flagged_ ? flagged_rounds_ + 1 : 1;
     flagged_ = worst;
     last_round_ = worst + " computes " + Ratio(worst_ratio) + " the others' time per step (" +
@@ -105,6 +109,7 @@ std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
   max_unflagged_ = std::max(max_unflagged_, worst_ratio);
   if (!best_median_ || median < *best_median_) best_median_ = median;
   const double jobwide = median / *best_median_;
+  if (std::optional<FailSlowSuspected> link = CheckLinks(now, step_means, median)) return link;
   last_round_ = "no outlier (worst " + Ratio(worst_ratio) + "); job at " + Ratio(jobwide) + " its best round";
   if (jobwide >= config_.slow_jobwide_ratio && !jobwide_reported_) {
     jobwide_reported_ = true;
@@ -120,6 +125,43 @@ std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
   // note every other round; it is news again once back near its best.
   if (jobwide < 1 + (config_.slow_jobwide_ratio - 1) / 2) jobwide_reported_ = false;
   return std::nullopt;
+}
+
+// A slowed link slows every step alike (each all-reduce crosses it) while
+// every machine computes as fast as ever, so no machine stands out and the
+// compute-time comparison above cannot see it. Steps slow_link_ratio times
+// the job's best, of which compute explains under a quarter of the added
+// time, slow_rounds rounds running, ask for the links to be measured. A
+// loaded host slows compute with the steps (its ranks wait for each
+// other's compute in the all-reduce): a larger share.
+std::optional<FailSlowSuspected> FailSlowDetector::CheckLinks(Time now, const std::vector<double>& step_means,
+                                                              double compute_median) {
+  if (config_.slow_link_ratio <= 0 || step_means.empty() || !best_median_) return std::nullopt;
+  const double step_median = Median(step_means);
+  if (!(step_median > 0)) return std::nullopt;
+  if (!best_step_median_ || step_median < *best_step_median_) best_step_median_ = step_median;
+  const double ratio = step_median / *best_step_median_;
+  const double added_ms = step_median - *best_step_median_;
+  const double compute_share = added_ms > 0 ? (compute_median - *best_median_) / added_ms : 1;
+  if (ratio < config_.slow_link_ratio || compute_share >= 0.25) {
+    link_rounds_ = 0;
+    if (ratio < 1 + (config_.slow_link_ratio - 1) / 2) link_reported_ = false;
+    return std::nullopt;
+  }
+  ++link_rounds_;
+  const std::string what = "steps at " + Ratio(ratio) + " the job's best, " +
+                           std::to_string(static_cast<int>(std::max(0.0, compute_share) * 100 + 0.5)) +
+                           "% of the added time in compute";
+  last_round_ += "; " + what + " (" + std::to_string(link_rounds_) + "/" + std::to_string(config_.slow_rounds) + " rounds)";
+  if (link_rounds_ < config_.slow_rounds || link_reported_) return std::nullopt;
+  link_reported_ = true;
+  FailSlowSuspected f;
+  f.rounds = link_rounds_;
+  f.ratio = ratio;
+  f.network = true;
+  f.detail = what + ", " + std::to_string(link_rounds_) + " rounds: the network is slower";
+  f.observed = now;
+  return f;
 }
 
 }  // namespace bulwark::controller

@@ -9,7 +9,9 @@
 // rounds running. Flagging a different machine, or none, starts the count
 // again. A job whose every machine slowed down together (a slower data
 // shard, a noisy host) has no outlier: it is reported once as job-wide and
-// evicts nothing. Pure: fed signals and `now`.
+// evicts nothing. A job whose steps slowed while every machine computes
+// as fast as before is waiting on its network: that is reported for the
+// links to be measured (CheckLinks). Pure: fed signals and `now`.
 //
 // Pipeline stages do different work (the first embeds, the last computes
 // the head and the loss), so a machine is compared only with machines
@@ -51,9 +53,12 @@ class FailSlowDetector {
 
  private:
   struct Sums {
-    double compute_ms = 0;
+    double compute_ms = 0, step_ms = 0;
     int steps = 0;
   };
+  // A slowdown of the steps while compute holds: the network (a slowed
+  // link), reported with network set once it lasts slow_rounds rounds.
+  std::optional<FailSlowSuspected> CheckLinks(Time now, const std::vector<double>& step_means, double compute_median);
   // A machine's ranks of one stage: (stage, machine).
   using Key = std::pair<int, MachineId>;
   const PolicyConfig& config_;
@@ -65,6 +70,9 @@ class FailSlowDetector {
   int flagged_rounds_ = 0;
   std::optional<double> best_median_;  // the job's fastest round so far
   bool jobwide_reported_ = false;
+  std::optional<double> best_step_median_;  // the job's fastest steps, for CheckLinks
+  int link_rounds_ = 0;
+  bool link_reported_ = false;
   std::string last_round_;
   double max_unflagged_ = 0;
 };

@@ -220,7 +220,8 @@ struct LadderStatus {
   std::map<std::string, bool> replay_results;           // "h0" / "v1" -> passed
   NetworkLinkMap links;           // the network test's links, when it runs
   bool reattempted = false;       // the reattempt rung is spent (or came before the ladder)
-  bool periodic = false;          // a periodic bitwise check, not a fault (align_every)
+  bool periodic = false;          // a routine check, not a fault: align_every, or the links of a slowed job
+  std::string check = "periodic bitwise check";  // which routine check, for the incident
   // Sets state to LadderNext(state, on).
   Status Move(LadderInput on);
 };

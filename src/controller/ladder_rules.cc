@@ -149,9 +149,9 @@ Status FinishDiagnose(RuleContext& ctx, Incident& inc, const std::string& budget
     // place, and the ladder is not started by it.
     BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kExhausted));
     inc.resolution = Resolution::kReattempt;
-    inc.why = "periodic bitwise check: " + v.why + "; restarted in place";
+    inc.why = l.check + ": " + v.why + "; restarted in place";
     ctx.state.restart_pending = true;
-    ctx.state.restart_reason = "periodic bitwise check done";
+    ctx.state.restart_reason = l.check + " done";
     return Status::OK();
   }
   if (v.failed.empty() || v.inconclusive) return ClimbFrom(ctx, inc, l.rung + 1);
@@ -240,6 +240,34 @@ Status OnAlignmentCheckDue(RuleContext& ctx, const Event& e) {
   inc.notes.push_back("ladder: " + l.trigger);
   inc.why = "stopped for the periodic bitwise check on " + std::to_string(s.placement.slots.size()) + " machine(s)";
   return StartDiagnose(ctx, inc, -1, {"alignment"});
+}
+
+// Steps slowed while compute held (FailSlowDetector::CheckLinks): the
+// ladder's network test measures every link of the ring, whatever tests
+// the diagnose rung is configured with, as a check of its own incident.
+// The machine on the outlier links is evicted; nothing found restarts in
+// place, as after the periodic check.
+Status StartLinkCheck(RuleContext& ctx, const FailSlowSuspected& x) {
+  ClusterState& s = ctx.state;
+  Result<Incident*> opened = OpenIncident(ctx, IncidentClass::kImplicit, x.detail, std::nullopt, /*localized=*/false);
+  if (!opened.ok()) return opened.status();
+  Incident& inc = **opened;
+  LadderStatus& l = s.ladder;
+  l = LadderStatus{};
+  l.periodic = true;
+  l.check = "network check";
+  l.trigger = "network check: " + x.detail;
+  l.trigger_step = s.last_step;
+  l.incident = inc.id;
+  l.rung = -1;  // no rung of the configured ladder: a fault it finds climbs from the first
+  inc.notes.push_back("ladder: " + l.trigger);
+  inc.why = "stopped to measure the links of " + std::to_string(s.placement.slots.size()) + " machine(s)";
+  return StartDiagnose(ctx, inc, -1, {"network"});
+}
+
+bool LinkCheckIsDue(const ClusterState& s, const PolicyConfig& config) {
+  return LadderEnabled(config) && s.job == JobState::kRunning && s.ladder.state == LadderState::kIdle &&
+         s.incidents.Current() == nullptr && s.placement.slots.size() >= 2;
 }
 
 Status OnDiagnosticsReported(RuleContext& ctx, const Event& e) {

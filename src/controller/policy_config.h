@@ -112,6 +112,16 @@ struct PolicyConfig {
   double slow_ratio = 1.3;
   int slow_min_steps = 3;
   double slow_jobwide_ratio = 1.5;
+  // Steps this many times the job's best round, of which compute explains
+  // under a quarter of the added time, slow_rounds rounds running: the job
+  // waits on its network, and the ladder's network test measures every
+  // link (a stop of seconds) to evict the machine on the slow ones. 3x:
+  // in a 20 min fault-free soak under a -j2 build loop (load 6.6-8.6 on 2
+  // cores, 4 tiny ranks) no 10 s window's steps reached 2.1x the best, and
+  // none at 2x had compute under a quarter of it; a link slowed 20x on one
+  // of four machines made the steps 12-13x slower with compute within
+  // 1.13x (tests/netns_cluster_test.cc). 0: off.
+  double slow_link_ratio = 3.0;
 
   // NaN and spikes (ByteRobust: a 5x jump over the rolling median, or NaN).
   // A rank's loss or grad norm above spike_factor x the median of the last

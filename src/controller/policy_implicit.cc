@@ -183,6 +183,8 @@ Status OnFailSlowSuspected(RuleContext& ctx, const Event& e) {
   ClusterState& s = ctx.state;
   if (StaleForRestart(s, x.observed)) return Status::OK();
   if (x.machine.empty()) {
+    // Steps slowed while compute held: measure the links.
+    if (x.network && internal::LinkCheckIsDue(s, ctx.config)) return internal::StartLinkCheck(ctx, x);
     // Every machine slower together: nothing to evict. Kept for people.
     s.notes.push_back("at step " + std::to_string(s.last_step) + ": " + x.detail);
     if (s.notes.size() > 20) s.notes.erase(s.notes.begin());

@@ -39,6 +39,8 @@ Status EnterLadder(RuleContext& ctx, Incident& inc, const std::string& trigger, 
 Status OnDiagnosticsReported(RuleContext& ctx, const Event& e);
 Status OnLadderDeadline(RuleContext& ctx, const Event& e);
 Status OnAlignmentCheckDue(RuleContext& ctx, const Event& e);
+Status StartLinkCheck(RuleContext& ctx, const FailSlowSuspected& x);
+bool LinkCheckIsDue(const ClusterState& s, const PolicyConfig& config);
 
 // Releases and requeue mode (policy_releases.cc).
 Status OnReleaseCreated(RuleContext& ctx, const Event& e);

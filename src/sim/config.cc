@@ -85,6 +85,7 @@ Status ReadPolicy(const json& j, controller::PolicyConfig& p) {
     else if (key == "network_alert_window") p.network_alert_window = Secs(*x);
     else if (key == "anomaly_wait") p.anomaly_wait = Secs(*x);
     else if (key == "slow_ratio") p.slow_ratio = *x;
+    else if (key == "slow_link_ratio") p.slow_link_ratio = *x;
     else if (key == "slow_min_steps") p.slow_min_steps = static_cast<int>(*x);
     else if (key == "spike_factor") p.spike_factor = *x;
     else if (key == "hang_window") p.hang_window = static_cast<int>(*x);
