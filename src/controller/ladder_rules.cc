@@ -216,6 +216,33 @@ Status EnterLadder(RuleContext& ctx, Incident& inc, const std::string& trigger, 
 }
 
 
+namespace {
+
+// A routine check, not a fault: one test on every machine at once, as a
+// diagnose rung of an incident of its own. A machine it fails is evicted
+// and the ladder watches, as after any diagnose rung; nothing found
+// restarts in place (FinishDiagnose).
+Status StartRoutineCheck(RuleContext& ctx, const std::string& cause, const std::string& check,
+                         const std::string& trigger, const std::string& stopped_for, const std::string& test) {
+  ClusterState& s = ctx.state;
+  Result<Incident*> opened = OpenIncident(ctx, IncidentClass::kImplicit, cause, std::nullopt, /*localized=*/false);
+  if (!opened.ok()) return opened.status();
+  Incident& inc = **opened;
+  LadderStatus& l = s.ladder;
+  l = LadderStatus{};
+  l.periodic = true;
+  l.check = check;
+  l.trigger = trigger;
+  l.trigger_step = s.last_step;
+  l.incident = inc.id;
+  l.rung = -1;  // no rung of the configured ladder: a fault it finds climbs from the first
+  inc.notes.push_back("ladder: " + l.trigger);
+  inc.why = stopped_for + " " + std::to_string(s.placement.slots.size()) + " machine(s)";
+  return StartDiagnose(ctx, inc, -1, {test});
+}
+
+}  // namespace
+
 // The periodic bitwise check (LadderConfig::align_every): the alignment
 // test on every machine at once, as a diagnose rung of its own incident.
 // A machine whose hash differs from the majority's is evicted and the
@@ -226,20 +253,9 @@ Status OnAlignmentCheckDue(RuleContext& ctx, const Event& e) {
   ClusterState& s = ctx.state;
   if (!AlignmentCheckIsDue(s, ctx.config.ladder, x.observed)) return Status::OK();  // a repeat, or too late
   s.align_check_from = ctx.now;
-  Result<Incident*> opened = OpenIncident(ctx, IncidentClass::kImplicit, "periodic bitwise check", std::nullopt,
-                                          /*localized=*/false);
-  if (!opened.ok()) return opened.status();
-  Incident& inc = **opened;
-  LadderStatus& l = s.ladder;
-  l = LadderStatus{};
-  l.periodic = true;
-  l.trigger = "periodic bitwise check (every " + FormatDuration(ctx.config.ladder.align_every) + ")";
-  l.trigger_step = s.last_step;
-  l.incident = inc.id;
-  l.rung = -1;  // no rung of the configured ladder: a fault it finds climbs from the first
-  inc.notes.push_back("ladder: " + l.trigger);
-  inc.why = "stopped for the periodic bitwise check on " + std::to_string(s.placement.slots.size()) + " machine(s)";
-  return StartDiagnose(ctx, inc, -1, {"alignment"});
+  return StartRoutineCheck(ctx, "periodic bitwise check", "periodic bitwise check",
+                           "periodic bitwise check (every " + FormatDuration(ctx.config.ladder.align_every) + ")",
+                           "stopped for the periodic bitwise check on", "alignment");
 }
 
 // Steps slowed while compute held (FailSlowDetector::CheckLinks): the
@@ -248,21 +264,8 @@ Status OnAlignmentCheckDue(RuleContext& ctx, const Event& e) {
 // The machine on the outlier links is evicted; nothing found restarts in
 // place, as after the periodic check.
 Status StartLinkCheck(RuleContext& ctx, const FailSlowSuspected& x) {
-  ClusterState& s = ctx.state;
-  Result<Incident*> opened = OpenIncident(ctx, IncidentClass::kImplicit, x.detail, std::nullopt, /*localized=*/false);
-  if (!opened.ok()) return opened.status();
-  Incident& inc = **opened;
-  LadderStatus& l = s.ladder;
-  l = LadderStatus{};
-  l.periodic = true;
-  l.check = "network check";
-  l.trigger = "network check: " + x.detail;
-  l.trigger_step = s.last_step;
-  l.incident = inc.id;
-  l.rung = -1;  // no rung of the configured ladder: a fault it finds climbs from the first
-  inc.notes.push_back("ladder: " + l.trigger);
-  inc.why = "stopped to measure the links of " + std::to_string(s.placement.slots.size()) + " machine(s)";
-  return StartDiagnose(ctx, inc, -1, {"network"});
+  return StartRoutineCheck(ctx, x.detail, "network check", "network check: " + x.detail,
+                           "stopped to measure the links of", "network");
 }
 
 bool LinkCheckIsDue(const ClusterState& s, const PolicyConfig& config) {
