@@ -246,6 +246,64 @@ TEST_F(Trainer, DeadPeerEndsSurvivorWithPeerLostExitCode) {
   r1.Wait(5);
 }
 
+// ---------------------------------------------------------------- elastic data parallel
+
+// The job's full width is 4 replicas; runs at widths 4, 3, 2 and 1 take the
+// same global batch of 4 micro-batches in the same order, and the exact
+// reduction (elastic.h) makes them compute the same bits: the same
+// checksum, the same loss and grad norm at every step, the same eval loss.
+TEST_F(Trainer, ElasticRunsAtEveryWidthComputeTheSameBits) {
+  std::vector<std::string> flags = {"--steps", "12", "--batch-size", "4", "--elastic-replicas", "4",
+                                    "--precision", "fp32", "--eval-every", "6", "--eval-batches", "2"};
+  std::string want;
+  std::vector<json> want_steps;
+  for (int width : {4, 3, 2, 1}) {
+    auto run = Launch(width, flags);
+    const std::string sum = Checksum(run, 12);
+    auto steps = testing::Events(run[0], "step");
+    ASSERT_EQ(steps.size(), 12u) << run[0].out;
+    if (width == 4) {
+      want = sum;
+      want_steps = steps;
+      continue;
+    }
+    EXPECT_EQ(sum, want) << "width " << width << " of 4 computed other parameters";
+    for (size_t i = 0; i < steps.size(); ++i) {
+      EXPECT_EQ(steps[i]["loss"].get<double>(), want_steps[i]["loss"].get<double>()) << "width " << width << " step " << i + 1;
+      EXPECT_EQ(steps[i]["grad_norm"].get<double>(), want_steps[i]["grad_norm"].get<double>()) << "width " << width;
+    }
+    auto evals = testing::Events(run[0], "eval");
+    ASSERT_FALSE(evals.empty()) << run[0].out;
+  }
+}
+
+// Against plain data parallelism at full width: the same math up to the
+// rounding of the fixed-point sum, which is finer than a float's.
+TEST_F(Trainer, ElasticAtFullWidthFollowsPlainDataParallelism) {
+  auto plain = Launch(2, {"--steps", "10", "--batch-size", "4", "--precision", "fp32"});
+  auto elastic = Launch(2, {"--steps", "10", "--batch-size", "4", "--precision", "fp32", "--elastic-replicas", "2"});
+  Checksum(plain, 10);
+  Checksum(elastic, 10);
+  auto a = testing::Events(plain[0], "step"), b = testing::Events(elastic[0], "step");
+  ASSERT_EQ(a.size(), 10u);
+  ASSERT_EQ(b.size(), 10u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(b[i]["loss"].get<double>(), a[i]["loss"].get<double>(), 1e-4) << "step " << i + 1;
+    EXPECT_NEAR(b[i]["grad_norm"].get<double>() / a[i]["grad_norm"].get<double>(), 1.0, 1e-3) << "step " << i + 1;
+  }
+}
+
+TEST_F(Trainer, ElasticShapesThatCannotWorkAreOneLineErrors) {
+  testing::ExpectUsageError(testing::Run(Args({"--elastic-replicas", "13"})), "--elastic-replicas must be in [0, 12]");
+  testing::ExpectUsageError(testing::Run(Args({"--elastic-replicas", "2", "--shard-optimizer"})),
+                            "drop --shard-optimizer");
+  testing::ExpectUsageError(testing::Run(Args({"--elastic-replicas", "2", "--pp", "2"})),
+                            "--elastic-replicas works with data parallelism only");
+  auto wide = Launch(3, {"--steps", "2", "--elastic-replicas", "2"});
+  EXPECT_NE(wide[0].exit_code, 0);
+  EXPECT_NE(wide[0].err.find("WORLD_SIZE 3 exceeds --elastic-replicas 2"), std::string::npos) << wide[0].err;
+}
+
 // ---------------------------------------------------------------- pipeline parallel
 
 // DP 2 x PP 2 (4 ranks, 2 micro-batches each) against DP 2 x PP 1 on the same

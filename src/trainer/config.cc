@@ -108,6 +108,8 @@ const std::vector<Key>& Keys() {
       STR_KEY("precision", precision, "auto (bf16 where the CPU has AVX-512 BF16 or AMX), bf16 or fp32"),
       INT_KEY("pp", pp, "pipeline stages; WORLD_SIZE = data-parallel ranks x pp"),
       INT_KEY("micro-batches", micro_batches, "micro-batches per step (must divide --batch-size)"),
+      INT_KEY("elastic-replicas", elastic_replicas,
+              "elastic data parallelism: the job's full width N; the global batch stays N x --batch-size on fewer ranks"),
       INT_KEY("vocab-size", model.vocab_size, "0 takes the tokenizer's vocabulary size"),
       INT_KEY("d-model", model.d_model, "model width"),
       INT_KEY("n-layers", model.n_layers, "transformer blocks"),
@@ -276,6 +278,17 @@ Status TrainConfig::Validate() const {
     return Status::InvalidArgument("--micro-batches " + std::to_string(micro_batches) +
                                    " does not divide --batch-size " + std::to_string(batch_size) +
                                    "; choose a divisor of the batch size");
+  }
+  if (elastic_replicas < 0 || elastic_replicas > kMaxElasticReplicas) {
+    return Status::InvalidArgument("--elastic-replicas must be in [0, " + std::to_string(kMaxElasticReplicas) +
+                                   "]; 0 turns elastic data parallelism off");
+  }
+  if (elastic_replicas > 0 && pp > 1) {
+    return Status::InvalidArgument("--elastic-replicas works with data parallelism only; drop --pp or --elastic-replicas");
+  }
+  if (elastic_replicas > 0 && shard_optimizer) {
+    return Status::InvalidArgument("--elastic-replicas needs every replica to hold the whole optimizer state; drop "
+                                   "--shard-optimizer");
   }
   if (ckpt_keep < 1) return Status::InvalidArgument("--ckpt-keep must be at least 1");
   if (eval_every > 0 && eval_batches < 1) return Status::InvalidArgument("--eval-batches must be at least 1");

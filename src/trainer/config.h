@@ -16,6 +16,12 @@
 
 namespace bulwark::trainer {
 
+// The widest --elastic-replicas. The flat parameter buffer is padded so that
+// it splits evenly at every width from 1 to N (the in-memory checkpoint's
+// shards and the all-gathers need equal chunks): lcm(1..12) = 27,720 floats
+// of padding, while lcm(1..16) would be 720,720, more than the tiny model.
+constexpr int kMaxElasticReplicas = 12;
+
 struct ModelConfig {
   int vocab_size = 0;  // 0: take it from the data's tokenizer
   int d_model = 256;   // C
@@ -81,6 +87,10 @@ struct TrainConfig {
   // auto (CUDA when built with it and a GPU is visible), cpu or cuda;
   // Train() resolves it (device.h).
   std::string device = "auto";
+  // Elastic data parallelism (elastic.h): the job's full width in
+  // data-parallel replicas, 0 for off. The global batch is this many
+  // micro-batches of batch_size, whatever the number of ranks training.
+  int elastic_replicas = 0;
 
   Status Validate() const;
 };

@@ -213,14 +213,19 @@ Status Comm::Fail(const std::string& op, const std::exception& e) {
                              " (a peer died, hung or was cut off): " + what);
 }
 
-Status Comm::AllReduceSum(std::vector<torch::Tensor>& tensors) {
+Status Comm::AllReduceSum(std::vector<torch::Tensor>& tensors) { return AllReduce(tensors, /*max=*/false); }
+Status Comm::AllReduceMax(std::vector<torch::Tensor>& tensors) { return AllReduce(tensors, /*max=*/true); }
+
+Status Comm::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
   if (!pg_) return Status::OK();
   try {
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     std::vector<std::vector<at::Tensor>> holders(tensors.size());
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
     for (size_t i = 0; i < tensors.size(); ++i) {
       holders[i] = {tensors[i]};
-      works.push_back(pg_->allreduce(holders[i]));
+      works.push_back(pg_->allreduce(holders[i], opts));
     }
     // Every one waited for, even after one failed: a collective left queued
     // in Gloo would still write into these tensors after this returned,

@@ -54,6 +54,8 @@ class Comm {
   // Sums each tensor across ranks in place. Tensors are sent together and
   // waited for together, so several buckets are in flight at once.
   Status AllReduceSum(std::vector<torch::Tensor>& tensors);
+  // The element-wise maximum, the same way.
+  Status AllReduceMax(std::vector<torch::Tensor>& tensors);
   // `flat` has world_size equal chunks; rank r's chunk is gathered to all.
   Status AllGatherChunks(torch::Tensor& flat);
   Status Broadcast(torch::Tensor& t, int root);
@@ -80,6 +82,7 @@ class Comm {
  private:
   Comm() = default;
   Status Fail(const std::string& op, const std::exception& e);
+  Status AllReduce(std::vector<torch::Tensor>& tensors, bool max);
   DistEnv env_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;

@@ -78,6 +78,10 @@ class MemoryCheckpoint {
 
   // The run resumed from a disk checkpoint of `step`: a timeline of its own.
   void ResumedFromDisk(int64_t step);
+  // The state came from live ranks (elastic.h), which abandoned nothing:
+  // later copies continue the timeline they were on.
+  uint64_t timeline() const { return timeline_; }
+  void ContinueTimeline(uint64_t timeline) { timeline_ = timeline; }
 
   // Starts saving the state after step st.step (call after the update).
   Status Save(const TrainState& st);

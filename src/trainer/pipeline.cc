@@ -2,6 +2,7 @@
 // driver (step_driver.h) runs: 1F1B over micro-batches -> DP all-reduce ->
 // norm + loss across stages.
 #include "trainer/pipeline.h"
+#include "trainer/train_loop.h"
 
 #include <torch/torch.h>
 
@@ -39,20 +40,6 @@ double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::durati
 // Tags of point-to-point messages: activations of micro-batch m travel with
 // 2m, their gradients with 2m + 1; evaluation uses its own range.
 constexpr int kEvalTag = 1 << 24;
-
-// Samples [first, first + B) of the sampler's order -> idx, targets (B, T).
-void MakeBatch(const std::vector<uint16_t>& tokens, Sampler& sampler, uint64_t first, int B, int T,
-               torch::Tensor& idx, torch::Tensor& targets) {
-  auto* x = idx.data_ptr<int64_t>();
-  auto* y = targets.data_ptr<int64_t>();
-  for (int b = 0; b < B; ++b) {
-    uint64_t start = sampler.SampleStart(first + b);
-    for (int t = 0; t < T; ++t) {
-      x[b * T + t] = tokens[start + t];
-      y[b * T + t] = tokens[start + t + 1];
-    }
-  }
-}
 
 // One stage of one replica: its layers, its neighbours, the saved tensors of
 // micro-batches in flight.

@@ -16,6 +16,7 @@
 #include "trainer/adamw.h"
 #include "trainer/checkpoint.h"
 #include "trainer/dist.h"
+#include "trainer/elastic.h"
 #include "trainer/memory_checkpoint.h"
 #include "trainer/model.h"
 #include "trainer/params.h"
@@ -27,17 +28,7 @@
 #include "trainer/tokens.h"
 
 namespace bulwark::trainer {
-namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
-
-// ----------------------------------------------------------------------------
-// Batches
-
-// Fills idx and targets (B, T) with the samples at global positions
-// [first, first + B) of the sampler's order.
 void MakeBatch(const std::vector<uint16_t>& tokens, Sampler& sampler, uint64_t first, int B, int T,
                torch::Tensor& idx, torch::Tensor& targets) {
   auto* x = idx.data_ptr<int64_t>();
@@ -51,10 +42,15 @@ void MakeBatch(const std::vector<uint16_t>& tokens, Sampler& sampler, uint64_t f
   }
 }
 
-// A host batch on the rank's device (a CUDA rank); the CPU's is used as is.
 torch::Tensor OnDevice(const torch::Tensor& t, const torch::Device& device) {
   return device.is_cpu() ? t : t.to(device);
 }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
 // Mean validation loss over the first eval_batches*B*W validation samples in
 // order; each rank evaluates its share and the sums are all-reduced.
@@ -172,16 +168,24 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   Progress progress(cfg.log_format == "json", rank == 0, cfg.log_every);
 
   // Padded to the world size even unsharded: in-memory checkpoint shards
-  // split the state the way ZeRO-1 does. A job keeps its world size.
+  // split the state the way ZeRO-1 does. A job keeps its world size; an
+  // elastic one pads to every width it may run at (config.h).
+  const int elastic = cfg.elastic_replicas;
+  if (elastic > 0 && W > elastic) {
+    return Status::InvalidArgument("WORLD_SIZE " + std::to_string(W) + " exceeds --elastic-replicas " +
+                                   std::to_string(elastic) + ", the job's full width; raise --elastic-replicas");
+  }
   if (!p.store) {
-    p.store = std::make_unique<ParamStore>(*p.model, W);
+    p.store = std::make_unique<ParamStore>(*p.model, elastic > 0 ? PaddingForWidths(elastic) : W);
     if (cfg.model.bf16) p.model->UseBf16Shadow(p.store->params());
   }
   ParamStore& store = *p.store;
   if (store.params().numel() % W != 0) {
     return Status::FailedPrecondition("this process was set up for another world size than " + std::to_string(W));
   }
-  if (!p.opt || p.opt_rank != rank) {
+  // A new rank needs a new ZeRO-1 shard; a whole optimizer serves any rank
+  // (and an elastic survivor keeps its moments).
+  if (!p.opt || (cfg.shard_optimizer && p.opt_rank != rank)) {
     int64_t opt_begin = 0, opt_end = store.num_params();
     if (cfg.shard_optimizer) {
       int64_t chunk = store.params().numel() / W;
@@ -198,7 +202,21 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   if (!memory.ok()) return memory.status();
   driver.mem = memory->get();
   TrainState st;
-  Result<bool> restored = driver.Restore(&st);
+  Result<bool> restored = false;
+  if (elastic > 0) {
+    // Live ranks keep their state; one behind takes it from a live peer.
+    auto sync = SyncLiveState(comm, p, driver.mem, &st);
+    if (!sync.ok()) return sync.status();
+    if (sync->synced) {
+      if (rank == 0) {
+        Progress::Emit({{"event", "restore"}, {"step", sync->step}, {"newest_step", sync->step}, {"ms", sync->ms},
+                        {"source", sync->donor < 0 ? "live" : "live peer " + std::to_string(sync->donor)}});
+      }
+      if (sync->received) driver.Note("took step " + std::to_string(sync->step) + " from live rank " + std::to_string(sync->donor));
+      restored = true;
+    }
+  }
+  if (!*restored) restored = driver.Restore(&st);
   if (!restored.ok()) return restored.status();
   if (g.path == "rejoin" && !*restored) {
     // This process's parameters are those of the failed generation, and no
@@ -220,8 +238,18 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
                   {"device", p.device_reason}});
   if (g.path != "rejoin") progress.Note("device: " + p.device_reason + "; precision: " + p.precision_reason);
 
-  DataParallelStep layout(p, comm);
-  return driver.Run(layout, st, g.began);
+  std::unique_ptr<StepLayout> layout;
+  if (elastic > 0) {
+    layout = MakeElasticStep(p, comm);
+  } else {
+    layout = std::make_unique<DataParallelStep>(p, comm);
+  }
+  Result<GenerationEnd> end = driver.Run(*layout, st, g.began);
+  // What the next generation of an elastic job keeps (elastic.h): the state
+  // after the last step this rank applied, whatever ended this one.
+  p.live = st;
+  p.live_timeline = driver.mem != nullptr ? driver.mem->timeline() : 0;
+  return end;
 }
 
 }  // namespace bulwark::trainer

@@ -18,6 +18,7 @@
 #include "client/rank_link.h"
 #include "common/status.h"
 #include "trainer/adamw.h"
+#include "trainer/checkpoint.h"
 #include "trainer/config.h"
 #include "trainer/dist.h"
 #include "trainer/model.h"
@@ -52,6 +53,11 @@ struct TrainProcess {
   std::optional<Sdc> sdc;
   // Set when this process must not run another generation in place.
   bool must_exit = false;
+  // Elastic jobs (elastic.h): the state this process held when its last
+  // generation ended, which the next generation keeps instead of restoring,
+  // and the in-memory copies' timeline it was on.
+  std::optional<TrainState> live;
+  uint64_t live_timeline = 0;
 };
 
 // How a generation began, for its `start` event (the recovery breakdown).
@@ -66,6 +72,13 @@ enum class GenerationEnd {
   kFinished,  // trained to --steps, or --stop-at
   kHalted,    // a step held back for the controller (anomaly guard): wait for an ASSIGN
 };
+
+// Fills idx and targets (B, T) with the samples at global positions
+// [first, first + B) of the sampler's order.
+void MakeBatch(const std::vector<uint16_t>& tokens, Sampler& sampler, uint64_t first, int B, int T,
+               torch::Tensor& idx, torch::Tensor& targets);
+// A host batch on the rank's device (a CUDA rank); the CPU's is used as is.
+torch::Tensor OnDevice(const torch::Tensor& t, const torch::Device& device);
 
 // Runs one generation on `comm`. kUnavailable: a peer was lost (the caller
 // may wait for the next generation in place).

@@ -1,0 +1,269 @@
+// Elastic data parallelism (elastic.h): the step that keeps the full job's
+// global batch on fewer ranks, its exact reduction, and the live state sync.
+#include "trainer/elastic.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace bulwark::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+// The largest |g| over `grads`, +inf when any element is not finite (so
+// that the all-reduced maximum says so on every rank: a NaN's place in a
+// maximum depends on the order of the comparisons).
+double LocalMaxAbs(const std::vector<torch::Tensor>& grads) {
+  double m = 0;
+  for (const auto& g : grads) {
+    if (!torch::isfinite(g).all().item<bool>()) return std::numeric_limits<double>::infinity();
+    if (g.numel() > 0) m = std::max(m, g.abs().max().item<double>());
+  }
+  return m;
+}
+
+// The exponent e at which every |g| * 2^e of `replicas` micro-batches sums
+// within an int64: |g| <= max < 2^x, so each term is below 2^(62 - b) with
+// 2^b >= replicas, and their sum below 2^62. The coarsest step left is
+// max * 2^-(61 - b), some 2^30 times finer than a float's rounding of max.
+int FixedPointExponent(double max_abs, int replicas) {
+  if (max_abs == 0) return 0;
+  int x = 0;
+  std::frexp(max_abs, &x);
+  int b = 0;
+  while ((1 << b) < replicas) ++b;
+  return 62 - b - x;
+}
+
+}  // namespace
+
+int64_t PaddingForWidths(int replicas) {
+  int64_t l = 1;
+  for (int64_t k = 2; k <= replicas; ++k) l = l / std::gcd(l, k) * k;
+  return l;
+}
+
+std::vector<int> MicroBatchesOf(int replicas, int rank, int world) {
+  std::vector<int> out;
+  for (int j = rank; j < replicas; j += world) out.push_back(j);
+  return out;
+}
+
+Status ExactMeanOfMicroBatches(Comm& comm, const std::vector<torch::Tensor>& grads, const std::vector<int>& index,
+                               const std::vector<double>& losses, int replicas, torch::Tensor out, double* loss) {
+  auto max_abs = torch::tensor({LocalMaxAbs(grads)}, torch::kFloat64);
+  std::vector<torch::Tensor> mx{max_abs};
+  BULWARK_RETURN_IF_ERROR(comm.AllReduceMax(mx));
+  const double global_max = max_abs.item<double>();
+  if (!std::isfinite(global_max)) {
+    // Every rank takes this branch: the guard holds the step back.
+    out.fill_(std::nanf(""));
+    *loss = std::nan("");
+    return Status::OK();
+  }
+  const int e = FixedPointExponent(global_max, replicas);
+  const double up = std::ldexp(1.0, e), down = std::ldexp(1.0, -e);
+  auto sum = torch::zeros({out.numel()}, torch::kInt64);
+  // Scaling by a power of two is exact in double; rounding is the only
+  // loss, and it is the same on any rank.
+  for (const auto& g : grads) sum.add_(torch::round(g.to(torch::kFloat64).mul(up)).to(torch::kInt64));
+  // One slot per micro-batch, zero where another rank owns it: x + 0 = x,
+  // so the all-reduced slots are the losses exactly.
+  auto slots = torch::zeros({replicas}, torch::kFloat64);
+  for (size_t i = 0; i < index.size(); ++i) slots[index[i]] = losses[i];
+  std::vector<torch::Tensor> both{sum, slots};
+  BULWARK_RETURN_IF_ERROR(comm.AllReduceSum(both));
+  out.copy_(sum.to(torch::kFloat64).mul_(down).div_(replicas));
+  double total = 0;
+  const double* s = slots.data_ptr<double>();
+  for (int j = 0; j < replicas; ++j) total += s[j];  // in micro-batch order
+  *loss = total / replicas;
+  return Status::OK();
+}
+
+namespace {
+
+// Every rank runs the whole model on its micro-batches of the global batch
+// (elastic.h). The last micro-batch's gradient and loss stay in the store,
+// where the driver's test hooks and own-norm read them; earlier ones are
+// copied aside (only when the job runs below full width).
+class ElasticStep final : public StepLayout {
+ public:
+  ElasticStep(TrainProcess& p, Comm& comm)
+      : p_(p), comm_(comm), store_(*p.store), replicas_(p.cfg.elastic_replicas),
+        mine_(MicroBatchesOf(replicas_, comm.rank(), comm.world_size())) {
+    const int B = p.cfg.batch_size, T = p.cfg.model.context;
+    idx_ = torch::empty({B, T}, torch::kInt64);
+    targets_ = torch::empty({B, T}, torch::kInt64);
+    for (size_t i = 0; i + 1 < mine_.size(); ++i) aside_.push_back(torch::empty({store_.num_params()}, torch::kFloat32));
+    losses_.resize(mine_.size());
+  }
+
+  Status ForwardBackward(uint64_t cursor, StepTimes* t) override {
+    const int B = p_.cfg.batch_size;
+    for (size_t i = 0; i < mine_.size(); ++i) {
+      const auto t0 = Clock::now();
+      store_.ZeroGrad();
+      MakeBatch(p_.data.train, *p_.sampler, cursor + static_cast<uint64_t>(mine_[i]) * B, B, p_.cfg.model.context,
+                idx_, targets_);
+      auto loss = p_.model->Loss(OnDevice(idx_, p_.device), OnDevice(targets_, p_.device));
+      const auto t_fwd = Clock::now();
+      loss.backward();
+      losses_[i] = loss.item<float>();
+      if (i + 1 < mine_.size()) aside_[i].copy_(store_.GradsView());
+      t->forward_ms += Ms(t0, t_fwd);
+      t->backward_ms += Ms(t_fwd, Clock::now());
+    }
+    store_.LossSlot().fill_(static_cast<float>(losses_.back()));
+    return Status::OK();
+  }
+
+  [[noreturn]] void SpinInCompute() override {
+    torch::NoGradGuard no_grad;
+    const int B = p_.cfg.batch_size;
+    MakeBatch(p_.data.train, *p_.sampler, static_cast<uint64_t>(mine_[0]) * B, B, p_.cfg.model.context, idx_,
+              targets_);
+    const torch::Tensor x = OnDevice(idx_, p_.device), y = OnDevice(targets_, p_.device);
+    for (;;) p_.model->Loss(x, y);
+  }
+
+  Status Reduce(double* loss, double* grad_norm) override {
+    // The store's micro-batch as the hooks left it (a NaN, a spike, SDC).
+    std::vector<torch::Tensor> grads = aside_;
+    grads.push_back(store_.GradsView().clone());
+    std::vector<double> losses = losses_;
+    losses.back() = store_.LossSlot().item<double>();
+    BULWARK_RETURN_IF_ERROR(
+        ExactMeanOfMicroBatches(comm_, grads, mine_, losses, replicas_, store_.GradsView(), loss));
+    *grad_norm = store_.GradsView().norm().item<double>();
+    return Status::OK();
+  }
+
+  Status AfterUpdate() override { return Status::OK(); }  // no ZeRO-1 (config.cc)
+
+  // The first eval_batches x N validation batches, batch i*N + j computed
+  // by the rank that owns micro-batch j, summed in slot order.
+  Result<double> Evaluate() override {
+    torch::NoGradGuard no_grad;
+    const int B = p_.cfg.batch_size, T = p_.cfg.model.context, n = p_.cfg.eval_batches * replicas_;
+    const uint64_t n_samples = (p_.data.val.size() - 1) / T;
+    auto sums = torch::zeros({n}, torch::kFloat64), counts = torch::zeros({n}, torch::kFloat64);
+    auto idx = torch::empty({B, T}, torch::kInt64), tgt = torch::empty({B, T}, torch::kInt64);
+    for (int i = 0; i < p_.cfg.eval_batches; ++i) {
+      for (int j : mine_) {
+        const uint64_t first = static_cast<uint64_t>(i * replicas_ + j) * B;
+        if (first + B > n_samples) continue;
+        auto* x = idx.data_ptr<int64_t>();
+        auto* y = tgt.data_ptr<int64_t>();
+        for (int b = 0; b < B; ++b)
+          for (int t = 0; t < T; ++t) {
+            x[b * T + t] = p_.data.val[(first + b) * T + t];
+            y[b * T + t] = p_.data.val[(first + b) * T + t + 1];
+          }
+        sums[i * replicas_ + j] = p_.model->Loss(OnDevice(idx, p_.device), OnDevice(tgt, p_.device)).item<double>();
+        counts[i * replicas_ + j] = 1.0;
+      }
+    }
+    std::vector<torch::Tensor> v{sums, counts};
+    BULWARK_RETURN_IF_ERROR(comm_.AllReduceSum(v));
+    double sum = 0, count = 0;
+    for (int k = 0; k < n; ++k) {
+      sum += sums[k].item<double>();
+      count += counts[k].item<double>();
+    }
+    if (count == 0) {
+      return Status::InvalidArgument("the validation split is smaller than one batch of " + std::to_string(B) +
+                                     " x " + std::to_string(T) + " tokens; lower --batch-size or --eval-batches");
+    }
+    return sum / count;
+  }
+
+  Result<std::string> Checksum() override {
+    std::vector<torch::Tensor> w0;
+    for (auto& [name, layer] : p_.model->PoetLayers()) w0.push_back(layer->w0);
+    return store_.Checksum(w0);
+  }
+
+  uint64_t SamplesPerStep() const override { return static_cast<uint64_t>(p_.cfg.batch_size) * replicas_; }
+  bool RanksComparable() const override { return true; }
+
+ private:
+  TrainProcess& p_;
+  Comm& comm_;
+  ParamStore& store_;
+  const int replicas_;
+  const std::vector<int> mine_;
+  torch::Tensor idx_, targets_;
+  std::vector<torch::Tensor> aside_;
+  std::vector<double> losses_;
+};
+
+// The state a live peer sends: parameters, optimizer moments, the model's
+// buffers (POET's W0 changes at merges), the generator, and the counters.
+Status BroadcastState(Comm& comm, TrainProcess& p, int donor, TrainState* st, uint64_t* timeline) {
+  BULWARK_RETURN_IF_ERROR(comm.Broadcast(p.store->params(), donor));
+  BULWARK_RETURN_IF_ERROR(comm.Broadcast(p.opt->m(), donor));
+  BULWARK_RETURN_IF_ERROR(comm.Broadcast(p.opt->v(), donor));
+  for (auto& b : p.model->named_buffers()) BULWARK_RETURN_IF_ERROR(comm.Broadcast(b.value(), donor));
+  auto rng = at::detail::getDefaultCPUGenerator().get_state();
+  BULWARK_RETURN_IF_ERROR(comm.Broadcast(rng, donor));
+  auto counters = torch::tensor({st->step, static_cast<int64_t>(st->data_cursor), static_cast<int64_t>(*timeline)},
+                                torch::kInt64);
+  auto loss = torch::tensor({st->loss}, torch::kFloat64);
+  BULWARK_RETURN_IF_ERROR(comm.Broadcast(counters, donor));
+  BULWARK_RETURN_IF_ERROR(comm.Broadcast(loss, donor));
+  if (comm.rank() != donor) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(rng);
+    st->step = counters[0].item<int64_t>();
+    st->data_cursor = static_cast<uint64_t>(counters[1].item<int64_t>());
+    *timeline = static_cast<uint64_t>(counters[2].item<int64_t>());
+    st->loss = loss.item<double>();
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+std::unique_ptr<StepLayout> MakeElasticStep(TrainProcess& p, Comm& comm) {
+  return std::make_unique<ElasticStep>(p, comm);
+}
+
+Result<LiveSync> SyncLiveState(Comm& comm, TrainProcess& p, MemoryCheckpoint* mem, TrainState* st) {
+  const auto t0 = Clock::now();
+  const int W = comm.world_size(), rank = comm.rank();
+  const int64_t mine = p.live ? p.live->step : -1;
+  // The newest and the oldest live step, in one all-reduce of maxima.
+  auto range = torch::tensor({mine, -mine}, torch::kInt64);
+  std::vector<torch::Tensor> v{range};
+  BULWARK_RETURN_IF_ERROR(comm.AllReduceMax(v));
+  LiveSync out;
+  out.step = range[0].item<int64_t>();
+  if (out.step < 0) return out;  // nobody is live: a cold start or a whole-job restart
+  out.synced = true;
+  uint64_t timeline = p.live_timeline;
+  if (mine == out.step) *st = *p.live;
+  if (-range[1].item<int64_t>() != out.step) {
+    // Someone is behind: the lowest rank holding the newest step sends.
+    auto first = torch::tensor({mine == out.step ? W - rank : 0}, torch::kInt64);
+    std::vector<torch::Tensor> f{first};
+    BULWARK_RETURN_IF_ERROR(comm.AllReduceMax(f));
+    out.donor = W - static_cast<int>(first.item<int64_t>());
+    out.received = mine != out.step;
+    BULWARK_RETURN_IF_ERROR(BroadcastState(comm, p, out.donor, st, &timeline));
+  }
+  // Nothing is abandoned: the copies taken from here on continue the
+  // donor's timeline (memory_checkpoint.h).
+  if (mem != nullptr) mem->ContinueTimeline(timeline);
+  p.store->ZeroGrad();
+  out.ms = Ms(t0, Clock::now());
+  return out;
+}
+
+}  // namespace bulwark::trainer

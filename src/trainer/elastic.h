@@ -1,0 +1,70 @@
+// Elastic data parallelism (--elastic-replicas N): the replicas that are
+// left keep training when one is lost, with the training math of the full
+// job, and a replica that comes back takes its state from a live peer.
+//
+// The full job has N data-parallel replicas. Each step's global batch is N
+// micro-batches of --batch-size, micro-batch j being the samples replica j
+// takes in the full-width run. A world of W <= N ranks splits them round
+// robin (rank r computes j = r, r + W, ...), so the global batch and the
+// order of the data do not change with the width.
+//
+// The gradient sum does not change either, to the bit. Each micro-batch's
+// gradient is rounded to a 64-bit fixed-point integer at one exponent every
+// rank agrees on (from the all-reduced max |g|, an exact operation), the
+// integers are added (exact in any order, on any rank, in any tree), and
+// the sum is converted back once. A run at width 3 of 4 computes the same
+// parameters as the run at width 4: no reduction order to state.
+//
+// A new generation of an elastic job does not restore from a checkpoint
+// when some of its ranks are still alive: their state is the newest there
+// is. SyncLiveState finds the newest step held live, and a rank behind it
+// (a pre-spawned spare, a survivor whose last all-reduce failed while
+// others completed it) receives the whole state from the lowest such rank.
+// Ranks that all hold it already exchange nothing but two numbers.
+// docs/recovery.md, "Elastic data parallelism".
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "trainer/checkpoint.h"
+#include "trainer/memory_checkpoint.h"
+#include "trainer/step_driver.h"
+#include "trainer/train_loop.h"
+
+namespace bulwark::trainer {
+
+// What the flat parameter buffer is padded to so that it splits evenly at
+// every width from 1 to `replicas`: lcm(1..replicas).
+int64_t PaddingForWidths(int replicas);
+
+// The micro-batches rank `rank` of `world` computes, of `replicas`.
+std::vector<int> MicroBatchesOf(int replicas, int rank, int world);
+
+// Sums `grads` (this rank's micro-batch gradients, float, equal lengths)
+// over every rank into `out` divided by `replicas`, and the micro-batch
+// losses (`losses[i]` is micro-batch `index[i]`'s) into their mean. The
+// result is bitwise the same whichever rank computed which micro-batch.
+// A non-finite gradient anywhere makes `out` and the loss NaN on every rank.
+Status ExactMeanOfMicroBatches(Comm& comm, const std::vector<torch::Tensor>& grads, const std::vector<int>& index,
+                               const std::vector<double>& losses, int replicas, torch::Tensor out, double* loss);
+
+// The elastic data-parallel step (a StepLayout for the step driver).
+std::unique_ptr<StepLayout> MakeElasticStep(TrainProcess& p, Comm& comm);
+
+// What a generation's live state sync found.
+struct LiveSync {
+  bool synced = false;    // false: no rank held a live state; restore as usual
+  int64_t step = 0;       // the step every rank now holds
+  int donor = -1;         // the rank that sent it (-1: every rank held it)
+  bool received = false;  // this rank's state came from the donor
+  double ms = 0;
+};
+
+// Collective over `comm`. Brings every rank to the newest live state (see
+// the top of this file) into `st`, continuing `mem`'s timeline.
+Result<LiveSync> SyncLiveState(Comm& comm, TrainProcess& p, MemoryCheckpoint* mem, TrainState* st);
+
+}  // namespace bulwark::trainer
