@@ -236,6 +236,51 @@ TEST(Reconcile, LargeJobKeepsItsPoolAtTheBinomialTarget) {
   EXPECT_EQ(testing::Brief(acts[3]), "replenish 1");
 }
 
+// An elastic job the pool cannot fill goes on with the machines it has, its
+// ranks renumbered densely, and grows back as machines join; a standby job
+// in the same place waits.
+TEST(Reconcile, AnElasticJobWithNoStandbyGoesOnNarrowerAndGrowsBack) {
+  Job job(4, 0, PolicyConfig{}, JobSpec::Recovery::kElastic);
+  job.StartAndRun(3);
+  auto acts = job.Do(DeviceFailed("m02", S(35)));
+  // The pool asks for a machine meanwhile (replenish).
+  EXPECT_EQ(Briefs(acts), (Lines{"evict m02", "restart_all g2 m01,m03,m04 ckpt 3", "replenish 1"}));
+  EXPECT_NE(acts[1].reason.find("continue on 3 of 4 machines"), std::string::npos) << acts[1].reason;
+  EXPECT_EQ(job.state().placement.world_size(), 6);
+  EXPECT_EQ(job.state().placement.MachineOf(2), "m03");
+  job.RunSteps(4, 6, S(40));
+  EXPECT_EQ(job.state().job, JobState::kRunning);
+  EXPECT_EQ(Briefs(job.Reconcile(S(70))), (Lines{"replenish 1"})) << "running on all it has: no restart";
+  // A machine joins: the job takes it at once.
+  acts = job.Do(Joined("s09", true, S(80)));
+  EXPECT_EQ(Briefs(acts), (Lines{"activate s09", "restart_all g3 m01,m03,m04,s09 ckpt 6", "replenish 1"}));
+  EXPECT_EQ(job.state().placement.world_size(), 8);
+
+  Job standby(4, 0);
+  standby.StartAndRun(3);
+  EXPECT_EQ(Briefs(standby.Do(DeviceFailed("m02", S(35)))), (Lines{"evict m02", "wait 1", "replenish 1"}));
+}
+
+TEST(Reconcile, AnElasticJobUsesTheStandbysItHasBeforeItNarrows) {
+  Job job(4, 1, PolicyConfig{}, JobSpec::Recovery::kElastic);
+  job.StartAndRun(3);
+  job.Do(DeviceFailed("m02", S(35)));  // s01 takes slot 1
+  EXPECT_EQ(job.state().placement.slots, (std::vector<MachineId>{"m01", "s01", "m03", "m04"}));
+  job.RunSteps(4, 5, S(40));
+  auto acts = job.Do(DeviceFailed("m04", S(60)));
+  EXPECT_EQ(Briefs(acts), (Lines{"evict m04", "restart_all g3 m01,s01,m03 ckpt 5", "replenish 1"}));
+}
+
+TEST(JobSpec, ElasticRecoveryNeedsReplicasThatFitAMachine) {
+  JobSpec spec{"j", 8, 2, "x"};
+  spec.recovery = JobSpec::Recovery::kElastic;
+  EXPECT_TRUE(spec.Validate().ok());
+  spec.pp = 2;
+  EXPECT_NE(spec.Validate().message().find("recovery elastic needs replicas that fit in a machine"), std::string::npos);
+  EXPECT_EQ(ParseRecovery("elastic").value(), JobSpec::Recovery::kElastic);
+  EXPECT_EQ(ParseRecovery("elastik").status().message(), "recovery 'elastik' is not one of: standby, requeue, elastic");
+}
+
 // ---------------------------------------------------------------------------
 // Incident timings
 // ---------------------------------------------------------------------------

@@ -49,6 +49,18 @@ TEST(JobFile, MalformedCheckpointSectionNamesTheFieldAndTheFix) {
   ExpectFieldError("checkpoint: {persist_evry: 5}\n", "checkpoint.persist_evry", "known: persist_every");
 }
 
+TEST(JobFile, RecoveryModeIsStandbyElasticOrRequeue) {
+  auto j = Parse("");
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(j->recovery, "standby");
+  for (const char* mode : {"standby", "elastic", "requeue"}) {
+    j = Parse(std::string("recovery: {mode: ") + mode + "}\n");
+    ASSERT_TRUE(j.ok()) << j.status().ToString();
+    EXPECT_EQ(j->recovery, mode);
+  }
+  ExpectFieldError("recovery: {mode: shrink}\n", "recovery.mode", "elastic (the surviving replicas train on)");
+}
+
 }  // namespace
 }  // namespace bulwark
 

@@ -48,6 +48,29 @@ TEST(Ledger, ScriptedTimelineSplitsWallTimeExactly) {
   EXPECT_EQ(l.high_water_step(), 110);
 }
 
+// An elastic job on 3 of its 4 replicas: each step is 3/4 productive and
+// 1/4 degraded; back at full width, whole again.
+TEST(Ledger, StepsBelowFullWidthAreDegradedInProportion) {
+  Ledger l;
+  l.Start(S(0));
+  Steps(l, 1, 10, S(10));  // step 10 at 100 s
+  l.FaultDetected(S(100), S(100));
+  ASSERT_TRUE(l.Enter(TimeCategory::kRecovery, S(100)).ok());
+  l.SetShare(0.75);
+  Steps(l, 11, 21, S(110));  // step 11 ends recovery at 110, 21 at 210
+  ASSERT_TRUE(l.Enter(TimeCategory::kRecovery, S(210)).ok());
+  l.SetShare(1.0);
+  Steps(l, 22, 23, S(220));
+  TimeBreakdown b = l.Cumulative(S(230));
+  EXPECT_EQ(b.of(TimeCategory::kDegraded), Secs(25));  // 100 s at a quarter
+  EXPECT_EQ(b.of(TimeCategory::kStartup), Secs(10));
+  EXPECT_EQ(b.productive(), Secs(90 + 75 + 10));
+  EXPECT_EQ(b.of(TimeCategory::kRecovery), Secs(20));
+  Duration sum{0};
+  for (Duration d : b.by_category) sum += d;
+  EXPECT_EQ(sum, b.wall);
+}
+
 TEST(Ledger, SlidingWindowSeesOnlyItsWindow) {
   Ledger l = ScriptedTimeline(std::chrono::minutes(10));
   // [720, 1320]: productive 720..1050 and 1220..1320, and all of the incident.

@@ -134,6 +134,7 @@ RankGroupSpec Agent::SpecFrom(const wire::Command& c) {
   for (const auto& r : c.ranks()) spec.ranks.emplace_back(r.rank(), r.local_rank());
   spec.world_size = c.world_size();
   spec.local_world_size = c.local_world_size();
+  spec.elastic = c.elastic();
   spec.master_addr = c.master_addr();
   spec.master_port = c.master_port();
   spec.argv.assign(c.argv().begin(), c.argv().end());
@@ -389,7 +390,7 @@ void Agent::ForwardRankLinks(bool progress) {
       // It waits for an ASSIGN (handoff.h). A lost peer is reported the way
       // a peer-lost exit was: held for the culprit's report and the restart.
       supervisor_.MarkWaiting(m.pid);
-      if (word == "LOST" && supervisor_.RankOf(m.pid) >= 0) HoldPeerLost(m.rank);
+      if (word == "LOST" && supervisor_.RankOf(m.pid) >= 0 && !yielding_) HoldPeerLost(m.rank);
       continue;
     }
     if (m.text.compare(0, 5, "STEP ") == 0) saw_step_ = true;
@@ -427,6 +428,16 @@ void Agent::AwaitWaitingRanks(const RankGroupSpec& spec) {
   // Only ranks that said INPLACE ever wait: any other program's survivors
   // are stopped at once, as before.
   if (!in_place_) return;
+  // An elastic job's generation may come while its ranks train well (it
+  // grows back, trainer/elastic.h): they are asked to stop between steps
+  // and keep their state. A peer lost meanwhile is this request's doing,
+  // not a fault to report.
+  yielding_ = spec.elastic;
+  if (yielding_) {
+    for (const auto& [rank, pid] : supervisor_.Pids()) {
+      if (Status st = links_->Send(pid, "INJECT yield"); !st.ok()) Log("rank " + std::to_string(rank) + ": cannot ask it to yield: " + st.ToString());
+    }
+  }
   // A wait on real processes, in real time (not the agent's clock, which
   // a test may hold still).
   const auto end = std::chrono::steady_clock::now() + kRejoinWait;
@@ -435,6 +446,7 @@ void Agent::AwaitWaitingRanks(const RankGroupSpec& spec) {
     WatchRanks();  // a rank that exits instead is an exit, as before
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  yielding_ = false;
 }
 
 void Agent::StartRanks(const RankGroupSpec& spec, const std::string& reason) {

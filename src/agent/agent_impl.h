@@ -271,6 +271,7 @@ class Agent {
   std::optional<RankGroupSpec> spare_spec_;  // the running job's, for spares
   bool saw_step_ = false;                    // a rank of this generation reported a step
   bool in_place_ = false;                    // a rank of this generation said INPLACE
+  bool yielding_ = false;                    // asked an elastic job's ranks to yield (AwaitWaitingRanks)
   size_t spares_started_ = 0;                // this generation
   struct Staging {
     std::string id;  // the command's: a resent one is not staged twice

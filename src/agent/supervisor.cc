@@ -38,8 +38,9 @@ std::string Supervisor::LogPath(int rank) const {
 }
 
 std::string Supervisor::Identity(const RankGroupSpec& spec) {
-  // A process's parameter store is padded to its world size: part of the job.
-  return JobIdentity(spec.argv, spec.env) + "\x02" + std::to_string(spec.world_size);
+  // A process's parameter store is padded to its world size: part of the
+  // job, unless the job runs at any width (trainer/elastic.h pads for all).
+  return JobIdentity(spec.argv, spec.env) + "\x02" + (spec.elastic ? "elastic" : std::to_string(spec.world_size));
 }
 
 Result<pid_t> Supervisor::Spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& vars,

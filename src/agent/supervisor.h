@@ -37,6 +37,7 @@ struct RankGroupSpec {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
   std::map<int, std::map<std::string, std::string>> rank_env;  // per global rank, over `env`
+  bool elastic = false;  // any world size is the same job (wire Command.elastic)
 };
 
 // The torchrun environment of one rank, plus the job's own variables: the

@@ -217,11 +217,12 @@ Status ReadRecovery(const YAML::Node& n, Reading& r) {
                                        "e.g. 'recovery: {mode: requeue, provisioning_delay_s: 600}'"));
   if (n["mode"]) {
     const std::string mode = n["mode"].IsScalar() ? n["mode"].as<std::string>() : "";
-    if (mode != "standby" && mode != "requeue") {
-      return FieldError(r.source, "recovery.mode", "expected standby (bulwark's warm standbys, the default) or "
-                                                   "requeue (the conventional baseline), got '" + mode + "'");
+    if (mode != "standby" && mode != "requeue" && mode != "elastic") {
+      return FieldError(r.source, "recovery.mode", "expected standby (bulwark's warm standbys, the default), "
+                                                   "elastic (the surviving replicas train on) or requeue (the "
+                                                   "conventional baseline), got '" + mode + "'");
     }
-    r.job.requeue = mode == "requeue";
+    r.job.recovery = mode;
   }
   if (n["provisioning_delay_s"]) {
     Result<int> d = NonNegativeInt(n["provisioning_delay_s"], r.source, "recovery.provisioning_delay_s",

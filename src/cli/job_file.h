@@ -11,7 +11,8 @@
 //   progress:                  # optional; steps read from each rank's output (common/progress_pattern.h)
 //     regex: 'step (?P<step>\d+) loss (?P<loss>\S+)'
 //   recovery:                  # optional; how faults are recovered (controller/job.h)
-//     mode: requeue            # standby (default) or requeue: the conventional baseline
+//     mode: requeue            # standby (default), elastic (survivors train on, docs/recovery.md)
+//                              # or requeue (the conventional baseline)
 //     provisioning_delay_s: 600  # requeue: modeled wait for machines acquired cold
 #pragma once
 
@@ -36,9 +37,9 @@ struct JobFile {
   // progress.regex as written (named groups); "" when the job reports its
   // steps over the rank link or not at all. Submit puts it in `env`.
   std::string progress_regex;
-  // recovery: requeue mode and its modeled provisioning delay (-1: the
-  // controller's default).
-  bool requeue = false;
+  // recovery: the mode (standby, elastic or requeue) and requeue's modeled
+  // provisioning delay (-1: the controller's default).
+  std::string recovery = "standby";
   int provisioning_delay_s = -1;
 
   // The controller's default (controller/launch.h), repeated here because

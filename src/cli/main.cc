@@ -414,7 +414,7 @@ Status Submit(const Args& a) {
   req.set_persist_every(job->persist_every);
   req.set_tp(job->tp);
   req.set_pp(job->pp);
-  req.set_recovery(job->requeue ? "requeue" : "standby");
+  req.set_recovery(job->recovery);
   req.set_provisioning_delay_ms(job->provisioning_delay_s < 0 ? -1 : int64_t{job->provisioning_delay_s} * 1000);
   // Local clusters share one disk: the cluster directory outlives every
   // machine, so it serves as the durable storage. Absolute, because the
@@ -443,8 +443,12 @@ Status StatusCmd(const Args& a) {
                 << (done && job.value("done_why", json()).is_string() && !job["done_why"].get<std::string>().empty()
                         ? " (" + job["done_why"].get<std::string>() + ")"
                         : "")
-                << ", generation " << job["generation"]
-                << ", placement " << job["placement"].dump() << ", incidents " << job["incidents"] << "\n";
+                << ", generation " << job["generation"] << ", placement " << job["placement"].dump();
+      // An elastic job below full width says by how much.
+      if (job.value("training_world_size", 0) < job.value("world_size", 0)) {
+        std::cout << ", training on " << job["training_world_size"] << " of " << job["world_size"] << " ranks";
+      }
+      std::cout << ", incidents " << job["incidents"] << "\n";
     }
     for (const json& m : j["machines"]) {
       // The in-memory checkpoint copies it holds: "r0@812 backup r1@812".

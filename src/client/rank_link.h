@@ -5,7 +5,8 @@
 //
 //   rank -> agent                                agent -> rank
 //   HELLO <rank> <pid>                           INJECT nan | loss-spike |
-//   STEP <step signal, see StepSignal::Format>          hang-collective | hang-compute
+//   STEP <step signal, see StepSignal::Format>          hang-collective | hang-compute |
+//                                                       yield (stop between steps, WAIT)
 //   PHASE <what> <expected_ms> <step>            (the step it follows)
 //   LOST <step>     a collective failed; waiting  ASSIGN <see RankAssignment>
 //   WAIT <step>     a step held back; waiting

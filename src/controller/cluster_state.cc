@@ -134,6 +134,11 @@ Status Apply(ClusterState& state, const Action& action, Time now) {
       state.restart_pending = false;
       state.restart_reason.clear();
       state.last_restart_at = now;
+      // An elastic job below full width: its ledger counts the missing
+      // replicas' share of the time as degraded.
+      if (state.spec.world_size > 0) {
+        state.ledger.SetShare(static_cast<double>(state.placement.world_size()) / state.spec.world_size);
+      }
       return SetJobState(state, JobState::kRestarting, now);
     }
     case ActionKind::kWaitForMachines:

@@ -31,7 +31,27 @@ Status JobSpec::Validate() const {
     return Status::InvalidArgument("job " + id + ": provisioning_delay must not be negative");
   }
   if (Status st = topology().Validate(); !st.ok()) return Status::InvalidArgument("job " + id + ": " + st.message());
+  if (elastic() && (pp != 1 || ranks_per_machine % tp != 0)) {
+    return Status::InvalidArgument("job " + id + ": recovery elastic needs replicas that fit in a machine (pp 1, "
+                                   "tp dividing ranks_per_machine); use recovery standby for this layout");
+  }
   return Status::OK();
+}
+
+const char* RecoveryName(JobSpec::Recovery r) {
+  switch (r) {
+    case JobSpec::Recovery::kStandby: return "standby";
+    case JobSpec::Recovery::kRequeue: return "requeue";
+    case JobSpec::Recovery::kElastic: return "elastic";
+  }
+  return "standby";
+}
+
+Result<JobSpec::Recovery> ParseRecovery(const std::string& name) {
+  for (auto r : {JobSpec::Recovery::kStandby, JobSpec::Recovery::kRequeue, JobSpec::Recovery::kElastic}) {
+    if (name == RecoveryName(r)) return r;
+  }
+  return Status::InvalidArgument("recovery '" + name + "' is not one of: standby, requeue, elastic");
 }
 
 int Placement::SlotOf(const MachineId& machine) const {

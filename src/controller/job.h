@@ -30,7 +30,13 @@ struct JobSpec {
   // conventional baseline (a cluster without bulwark): stop every rank,
   // give the machines back, wait `provisioning_delay` for machines acquired
   // cold, restart from durable storage. Same detection, for a fair ratio.
-  enum class Recovery { kStandby, kRequeue };
+  // kElastic is kStandby for a data-parallel job whose ranks keep training
+  // on fewer replicas (trainer/elastic.h): when the pool cannot fill the
+  // slots of lost machines, the job restarts on the machines it has instead
+  // of waiting, and grows back when machines join. Its replicas must fit
+  // in machines (pp 1, tp <= ranks_per_machine), so that a lost machine
+  // takes whole replicas with it.
+  enum class Recovery { kStandby, kRequeue, kElastic };
   Recovery recovery = Recovery::kStandby;
   // Models a scheduler's requeue, node allocation and container start.
   // 10 min: ByteRobust's figure for failover at 10k GPUs without it
@@ -40,6 +46,7 @@ struct JobSpec {
   // world_size / ranks_per_machine, valid only after Validate().
   int MachinesNeeded() const { return world_size / ranks_per_machine; }
   Topology topology() const { return Topology{world_size, tp, pp}; }
+  bool elastic() const { return recovery == Recovery::kElastic; }
   // InvalidArgument naming the field when the spec cannot be placed.
   Status Validate() const;
 };
@@ -56,6 +63,8 @@ struct Placement {
   bool empty() const { return slots.empty(); }
   int world_size() const { return static_cast<int>(slots.size()) * ranks_per_machine; }
   const MachineId& MachineOf(RankId rank) const { return slots[rank / ranks_per_machine]; }
+  // An elastic job below full width (JobSpec::kElastic) has fewer slots
+  // than it needs; the ranks of the slots it has are numbered densely.
   // Slot index of `machine`, or -1 when it hosts no rank.
   int SlotOf(const MachineId& machine) const;
   bool Contains(const MachineId& machine) const { return SlotOf(machine) >= 0; }
@@ -78,6 +87,10 @@ enum class JobState { kPending, kRestarting, kRunning, kWaitingForMachines, kSto
 constexpr int kNumJobStates = 5;
 
 const char* JobStateName(JobState s);
+// "standby", "requeue" or "elastic", and back; an unknown name is an error
+// that lists the three.
+const char* RecoveryName(JobSpec::Recovery r);
+Result<JobSpec::Recovery> ParseRecovery(const std::string& name);
 // OK for a legal step (kRestarting -> kRestarting is one: a restart before the
 // first step); FailedPrecondition naming from and to otherwise.
 Status CheckJobTransition(JobState from, JobState to);

@@ -1,6 +1,7 @@
 #include "controller/ledger.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace bulwark::controller {
 
@@ -14,6 +15,7 @@ const char* TimeCategoryName(TimeCategory c) {
     case TimeCategory::kRecomputation: return "recomputation";
     case TimeCategory::kWaiting: return "waiting";
     case TimeCategory::kManual: return "manual";
+    case TimeCategory::kDegraded: return "degraded";
   }
   return "unknown";
 }
@@ -40,11 +42,12 @@ TimeCategory Ledger::OpenCategory() const {
 
 void Ledger::Close(Time end, TimeCategory category) {
   if (end > open_start_) {
-    if (!segments_.empty() && segments_.back().category == category &&
+    const double share = category == TimeCategory::kProductive ? share_ : 1.0;
+    if (!segments_.empty() && segments_.back().category == category && segments_.back().share == share &&
         segments_.back().end == open_start_) {
       segments_.back().end = end;  // merging keeps a steady job at one segment
     } else {
-      segments_.push_back({open_start_, end, category});
+      segments_.push_back({open_start_, end, category, share});
     }
   }
   open_start_ = std::max(open_start_, end);
@@ -112,17 +115,24 @@ TimeBreakdown Ledger::Between(Time from, Time to) const {
   if (stopped_) to = std::min(to, open_start_);
   if (to <= from) return b;
   b.wall = to - from;
-  auto add = [&](Time s, Time e, TimeCategory c) {
+  auto add = [&](Time s, Time e, TimeCategory c, double share) {
     s = std::max(s, from);
     e = std::min(e, to);
-    if (e > s) b.by_category[static_cast<int>(c)] += e - s;
+    if (e <= s) return;
+    const Duration d = e - s;
+    const Duration part(static_cast<int64_t>(std::llround(static_cast<double>(d.count()) * share)));
+    b.by_category[static_cast<int>(c)] += part;
+    b.by_category[static_cast<int>(TimeCategory::kDegraded)] += d - part;
   };
   // Segments are sorted and contiguous: skip straight to the first that ends
   // after `from`, so a window query costs O(log n + segments in the window).
   auto it = std::upper_bound(segments_.begin(), segments_.end(), from,
                              [](Time t, const Segment& s) { return t < s.end; });
-  for (; it != segments_.end() && it->start < to; ++it) add(it->start, it->end, it->category);
-  if (!stopped_) add(open_start_, to, OpenCategory());
+  for (; it != segments_.end() && it->start < to; ++it) add(it->start, it->end, it->category, it->share);
+  if (!stopped_) {
+    const TimeCategory open = OpenCategory();
+    add(open_start_, to, open, open == TimeCategory::kProductive ? share_ : 1.0);
+  }
   return b;
 }
 
@@ -132,7 +142,10 @@ TimeBreakdown Ledger::Window(Time now) const { return Between(now - window_, now
 
 std::vector<LedgerSegment> Ledger::Timeline(Time now) const {
   std::vector<LedgerSegment> out = segments_;
-  if (started_ && !stopped_ && now > open_start_) out.push_back({open_start_, now, OpenCategory()});
+  if (started_ && !stopped_ && now > open_start_) {
+    const TimeCategory open = OpenCategory();
+    out.push_back({open_start_, now, open, open == TimeCategory::kProductive ? share_ : 1.0});
+  }
   return out;
 }
 

@@ -22,6 +22,7 @@
 // completed before the current phase began only moves the step counters.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -41,8 +42,12 @@ enum class TimeCategory {
   kRecomputation,  // redoing steps lost to a fault, and partial steps thrown away
   kWaiting,        // no standby left: waiting for a machine to join
   kManual,         // an operator's restart until the first step after it
+  // An elastic job training on fewer replicas than it has (controller/job.h):
+  // the missing replicas' share of each step's time. A step at 3 of 4
+  // replicas is 3/4 productive and 1/4 degraded.
+  kDegraded,
 };
-constexpr int kNumTimeCategories = 8;
+constexpr int kNumTimeCategories = 9;
 const char* TimeCategoryName(TimeCategory c);
 
 struct TimeBreakdown {
@@ -61,6 +66,7 @@ struct LedgerSegment {
   Time start;
   Time end;
   TimeCategory category;
+  double share = 1.0;  // productive segments: the share of the replicas training
 };
 
 class Ledger {
@@ -80,6 +86,10 @@ class Ledger {
   Status Enter(TimeCategory phase, Time t);
   // Wall time ends: a stopped job accrues no more time.
   void Stop(Time t);
+  // The share of the job's replicas that train from now on (1: all). Steps
+  // completed at a share below 1 split their time between productive and
+  // degraded. Set at a restart, while the ledger is in recovery.
+  void SetShare(double share) { share_ = std::clamp(share, 0.0, 1.0); }
 
   TimeBreakdown Cumulative(Time now) const;
   // Over [now - window, now], clipped to the job's life.
@@ -113,6 +123,7 @@ class Ledger {
   std::optional<TimeCategory> phase_;  // empty while running
   int64_t last_step_ = 0;
   int64_t high_water_ = 0;
+  double share_ = 1.0;
   std::vector<Segment> segments_;      // closed, contiguous, adjacent ones merged
 };
 

@@ -1,6 +1,7 @@
 #include "controller/reconcile.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace bulwark::controller {
 namespace {
@@ -25,6 +26,35 @@ std::vector<int> OpenSlots(const ClusterState& state, int needed) {
     }
   }
   return open;
+}
+
+// An elastic job the pool cannot fill (JobSpec::kElastic): its machines
+// that are still active, then as many standbys as there are, in slot order.
+// The ranks of the slots it keeps are renumbered densely; the replicas of
+// the lost machines wait for machines while the others train.
+std::optional<Action> ContinueNarrower(const ClusterState& state, const std::string& release_note, int release) {
+  Placement next = state.placement;
+  next.generation += 1;
+  next.ranks_per_machine = state.spec.ranks_per_machine;
+  next.slots.clear();
+  for (const MachineId& m : state.placement.slots) {
+    if (state.IsActive(m)) next.slots.push_back(m);
+  }
+  std::vector<MachineId> joined;
+  for (auto standby = state.standbys.begin();
+       standby != state.standbys.end() && static_cast<int>(next.slots.size()) < state.spec.MachinesNeeded(); ++standby) {
+    next.slots.push_back(*standby);
+    joined.push_back(*standby);
+  }
+  // Already running on all it has (or nothing left to run on): no restart.
+  if (next.slots.empty() || (joined.empty() && next.slots == state.placement.slots && !state.restart_pending)) {
+    return std::nullopt;
+  }
+  std::string reason = "continue on " + std::to_string(next.slots.size()) + " of " +
+                       std::to_string(state.spec.MachinesNeeded()) + " machines";
+  for (const MachineId& m : joined) reason += " +" + m;
+  if (state.restart_pending) reason += ": " + state.restart_reason;
+  return RestartAllAction(std::move(next), state.checkpoint_step, reason + release_note, release);
 }
 
 }  // namespace
@@ -92,6 +122,14 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
       if (same_size) {
         out.back().slots_known = true;
         out.back().changed_slots = open;
+      }
+    } else if (state.spec.elastic() && !state.placement.empty()) {
+      std::optional<Action> narrower = ContinueNarrower(state, release_note, release);
+      if (narrower) {
+        for (const MachineId& m : narrower->placement.slots) {
+          if (state.standbys.count(m)) out.push_back(ActivateAction(m, narrower->placement.generation));
+        }
+        out.push_back(std::move(*narrower));
       }
     } else {
       out.push_back(WaitForMachinesAction(static_cast<int>(open.size()) - available,

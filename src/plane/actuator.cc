@@ -17,6 +17,7 @@ wire::Command WarmStandby(const JobLaunch& launch, const Placement& placement, d
   wire::Command c = Stop("warm/" + launch.spec.id, "standby, warm for job " + launch.spec.id);
   c.set_world_size(placement.world_size());
   c.set_local_world_size(placement.ranks_per_machine);
+  c.set_elastic(launch.spec.elastic());
   for (const std::string& a : launch.argv) c.add_argv(a);
   for (const auto& [k, v] : launch.env) (*c.mutable_env())[k] = v;
   // As a START_RANKS carries it: part of what the spare runs with.
@@ -41,6 +42,7 @@ std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launc
         c.set_generation(p.generation);
         c.set_world_size(p.world_size());
         c.set_local_world_size(p.ranks_per_machine);
+        c.set_elastic(launch.spec.elastic());
         c.set_master_addr(launch.master_addr);
         c.set_master_port(MasterPort(launch, p.generation));
         for (const std::string& a : launch.argv) c.add_argv(a);

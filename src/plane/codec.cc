@@ -291,7 +291,7 @@ json EncodeLaunch(const JobLaunch& l) {
               {"durable_dir", l.durable_dir},
               {"tp", l.spec.tp},
               {"pp", l.spec.pp},
-              {"recovery", l.spec.recovery == JobSpec::Recovery::kRequeue ? "requeue" : "standby"},
+              {"recovery", RecoveryName(l.spec.recovery)},
               {"provisioning_delay_ms", ToMs(l.spec.provisioning_delay)}};
 }
 
@@ -313,10 +313,9 @@ Result<JobLaunch> DecodeLaunch(const json& j) {
   if (j.contains("recovery")) {
     std::string mode;
     BULWARK_RETURN_IF_ERROR(Get(j, "recovery", &mode));
-    if (mode != "standby" && mode != "requeue") {
-      return Status::InvalidArgument("job record field 'recovery': '" + mode + "' is neither standby nor requeue");
-    }
-    l.spec.recovery = mode == "requeue" ? JobSpec::Recovery::kRequeue : JobSpec::Recovery::kStandby;
+    Result<JobSpec::Recovery> r = ParseRecovery(mode);
+    if (!r.ok()) return Status::InvalidArgument("job record field 'recovery': " + r.status().message());
+    l.spec.recovery = *r;
   }
   if (j.contains("provisioning_delay_ms")) {
     int64_t ms = 0;

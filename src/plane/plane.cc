@@ -117,6 +117,7 @@ void Plane::SendStageRelease(const Action& a) {
     c.set_generation(a.placement.generation);
     c.set_world_size(a.placement.world_size());
     c.set_local_world_size(a.placement.ranks_per_machine);
+    c.set_elastic(launch.spec.elastic());
     for (const std::string& x : launch.argv) c.add_argv(x);
     for (const auto& [k, v] : launch.env) (*c.mutable_env())[k] = v;
     c.set_spike_factor(options_.policy.spike_factor);

@@ -72,6 +72,10 @@ json Plane::StatusJson(Time now) {
                   {"state", done_step_ ? "completed" : JobStateName(s.job)},
                   {"policy_state", JobStateName(s.job)},
                   {"world_size", launch_->spec.world_size},
+                  {"recovery", RecoveryName(launch_->spec.recovery)},
+                  // The ranks training now: below world_size while an elastic
+                  // job runs on fewer machines than it needs.
+                  {"training_world_size", s.placement.world_size()},
                   {"command", launch_->spec.command},
                   {"generation", s.placement.generation},
                   {"placement", s.placement.slots},
@@ -154,7 +158,9 @@ json Plane::LedgerLocked(Time now) {
   // The segments themselves, so a report can draw where the time went.
   json timeline = json::array();
   for (const LedgerSegment& s : controller_->Timeline(now)) {
-    timeline.push_back({{"start_ms", ToMs(s.start)}, {"end_ms", ToMs(s.end)}, {"category", TimeCategoryName(s.category)}});
+    json seg = {{"start_ms", ToMs(s.start)}, {"end_ms", ToMs(s.end)}, {"category", TimeCategoryName(s.category)}};
+    if (s.share < 1.0) seg["share"] = s.share;  // an elastic job below full width
+    timeline.push_back(std::move(seg));
   }
   return json{{"job", launch_->spec.id},
               {"now_ms", ToMs(now)},

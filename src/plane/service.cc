@@ -132,10 +132,11 @@ class ControlServiceImpl final : public wire::ControlService::Service {
     l.spec.tp = req->tp() > 0 ? req->tp() : 1;
     l.spec.pp = req->pp() > 0 ? req->pp() : 1;
     l.durable_dir = req->durable_dir();
-    if (!req->recovery().empty() && req->recovery() != "standby" && req->recovery() != "requeue") {
-      return ToGrpc(Status::InvalidArgument("recovery '" + req->recovery() + "': use standby or requeue"));
+    if (!req->recovery().empty()) {
+      Result<JobSpec::Recovery> r = ParseRecovery(req->recovery());
+      if (!r.ok()) return ToGrpc(r.status());
+      l.spec.recovery = *r;
     }
-    if (req->recovery() == "requeue") l.spec.recovery = JobSpec::Recovery::kRequeue;
     if (req->provisioning_delay_ms() >= 0) l.spec.provisioning_delay = Duration(req->provisioning_delay_ms());
     Result<std::string> id = plane_->Submit(std::move(l), WallNow());
     if (!id.ok()) return ToGrpc(id.status());

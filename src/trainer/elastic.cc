@@ -121,6 +121,7 @@ class ElasticStep final : public StepLayout {
       t->backward_ms += Ms(t_fwd, Clock::now());
     }
     store_.LossSlot().fill_(static_cast<float>(losses_.back()));
+    t->shares = static_cast<int>(mine_.size());
     return Status::OK();
   }
 

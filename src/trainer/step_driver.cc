@@ -177,6 +177,12 @@ Result<GenerationEnd> StepDriver::Run(StepLayout& layout, TrainState& st, Clock:
     std::string inject;
     if (link) inject = link->PollInject().value_or("");
     if (inject.rfind("sdc-", 0) == 0) sdc = Sdc::Parse(inject.substr(4));
+    if (inject == "yield") {
+      // A new generation comes while this one trains (an elastic job grows
+      // back): stop between steps, the state whole, and wait for it.
+      if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->WaitCopied());
+      return GenerationEnd::kYielded;
+    }
     if (inject == "hang-compute") layout.SpinInCompute();  // a kernel that never ends
 
     // ---- forward and backward on this rank's share of the global batch
@@ -282,7 +288,7 @@ Result<GenerationEnd> StepDriver::Run(StepLayout& layout, TrainState& st, Clock:
       s.grad_norm = grad_norm;
       s.local_grad_norm = local_norm;
       s.step_ms = ms;
-      s.compute_ms = std::max(0.0, Ms(t0, t_bwd) - times.wait_ms);
+      s.compute_ms = std::max(0.0, Ms(t0, t_bwd) - times.wait_ms) / std::max(1, times.shares);
       s.comm_ms = Ms(t_bwd, t_comm) + times.wait_ms;
       s.local_nonfinite = local_nonfinite;
       s.observed_ms = WallMs();

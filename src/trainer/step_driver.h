@@ -37,6 +37,11 @@ namespace bulwark::trainer {
 struct StepTimes {
   double forward_ms = 0, backward_ms = 0;
   double wait_ms = 0;  // blocked on neighbours inside forward/backward (pipeline)
+  // Shares of the batch this rank computed: an elastic rank that took over
+  // a lost replica's micro-batches (elastic.h) computes more, not slower,
+  // and its compute is reported per share so that the controller compares
+  // machines like with like.
+  int shares = 1;
 };
 
 // What differs between layouts. Each call is collective over the ranks of

@@ -209,6 +209,7 @@ Status Train(const TrainConfig& cfg_in) {
     const auto lost = TrainClock::now();
     std::optional<client::RankAssignment> a = p.link->AwaitAssignment(halted ? "WAIT" : "LOST", 0, kAssignWaitMs);
     if (!a) {
+      if (halted && *end == GenerationEnd::kYielded) return Status::FailedPrecondition("asked to yield and no generation came");
       return halted ? Status::FailedPrecondition("a step was held back and no decision came")
                     : end.status();
     }

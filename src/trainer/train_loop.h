@@ -71,6 +71,7 @@ struct GenerationStart {
 enum class GenerationEnd {
   kFinished,  // trained to --steps, or --stop-at
   kHalted,    // a step held back for the controller (anomaly guard): wait for an ASSIGN
+  kYielded,   // the agent asked for the ranks between steps (an elastic job grows): wait for an ASSIGN
 };
 
 // Fills idx and targets (B, T) with the samples at global positions

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# bench/elastic/stall.sh: what one lost replica costs the others in an
+# elastic data-parallel job (recovery elastic, trainer/elastic.h). For each
+# width R (default 2 4 8) a local cluster of R machines, one rank each,
+# trains the tiny model with --elastic-replicas R; rank R-1 is killed and
+# the survivors' stall is printed: from the kill to the first step rank 0
+# completes after it (that step's own compute included), with the
+# controller's detection and recovery split and how the killed rank came
+# back (its source of state). Figures only, never an assertion.
+# Usage: bench/elastic/stall.sh [R ...]   (BULWARK_UP_FLAGS goes to `bulwark up`)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+WIDTHS=("${@:-2 4 8}")
+[[ $# -eq 0 ]] && WIDTHS=(2 4 8)
+DATA=${BULWARK_DATA:-data/kjv}
+OUT=${BULWARK_OUT:-runs/bench-elastic}
+if [[ ! -f "$DATA/tokenizer.model" ]]; then
+  build/bin/bulwark-train prepare --corpus kjv --out "$DATA" --force
+fi
+rm -rf "$OUT" && mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+DATA=$(cd "$DATA" && pwd)
+trap 'build/bin/bulwark down >/dev/null 2>&1 || true' EXIT
+
+echo "host: $(nproc) cores, loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+for R in "${WIDTHS[@]}"; do
+  export BULWARK_DIR="$OUT/r$R/cluster"
+  mkdir -p "$OUT/r$R"
+  cat > "$OUT/r$R/job.yaml" <<YAML
+name: elastic
+world_size: $R
+recovery: {mode: elastic}
+args: [--config, tiny, --data, $DATA, --steps, '100000000', --log-format, json, --eval-every, '0',
+       --threads, '1', --dist-timeout, '10', --precision, fp32, --elastic-replicas, '$R', --memory-ckpt, 'on']
+env: {OMP_NUM_THREADS: '1'}
+YAML
+  build/bin/bulwark up --machines "$R" ${BULWARK_UP_FLAGS:-} >/dev/null
+  build/bin/bulwark submit "$OUT/r$R/job.yaml" >/dev/null
+  last=$(printf 'm%02d' "$R")
+  # Training, and the last machine's spare set up (it takes the rank back).
+  for _ in $(seq 1 240); do
+    step=$(build/bin/bulwark status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["job"]["last_step"])')
+    [[ "$step" -ge 50 && -s "$BULWARK_DIR/machines/$last/ranks/spare.log" ]] && break
+    sleep 0.5
+  done
+  kill_ms=$(python3 -c 'import time; print(int(time.time()*1000))')
+  build/bin/bulwark inject kill --machine "$last" >/dev/null
+  # Wait for 20 steps after the kill.
+  for _ in $(seq 1 240); do
+    n=$(python3 - "$BULWARK_DIR/machines/m01/ranks/rank-0.log" "$kill_ms" <<'PY'
+import json, sys
+after = 0
+for line in open(sys.argv[1]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    if j.get("event") == "step" and j.get("wall_ms", 0) > int(sys.argv[2]):
+        after += 1
+print(after)
+PY
+)
+    [[ "$n" -ge 20 ]] && break
+    sleep 0.5
+  done
+  build/bin/bulwark incidents --json > "$OUT/r$R/incidents.json"
+  python3 - "$R" "$BULWARK_DIR/machines" "$kill_ms" "$OUT/r$R/incidents.json" "$last" <<'PY'
+import json, sys
+R, machines, kill_ms, inc_path, last = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+def events(path):
+    out = []
+    for line in open(path):
+        try:
+            j = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(j, dict):
+            out.append(j)
+    return out
+ev = events(f"{machines}/m01/ranks/rank-0.log")
+# The generation after the kill starts at rank 0's newest restore line.
+i = max(k for k, e in enumerate(ev) if e.get("event") == "restore")
+steps = [e for e in ev[i:] if e.get("event") == "step"]
+before = [e["step_ms"] for e in ev[:i] if e.get("event") == "step"][-20:]
+first = steps[0]
+inc = json.load(open(inc_path))[-1]
+stall = (first["wall_ms"] - kill_ms) / 1000.0
+restore = ev[i]
+print(f"R={R}: survivors' stall {stall:.3f} s (kill -> next completed step; step before {sorted(before)[len(before)//2]:.1f} ms), "
+      f"detect {(inc['detected_ms'] - kill_ms) / 1000.0:.3f} s, recover {inc.get('recover_s', -1):.3f} s, "
+      f"rank 0's state: {restore.get('source')}, sync {restore.get('ms', 0):.1f} ms; "
+      f"rank {R-1} back from a {'live peer' if 'from live rank' in open(f'{machines}/{last}/ranks/rank-{R-1}.log').read() else 'restore'}")
+PY
+  build/bin/bulwark down >/dev/null
+done

@@ -1,0 +1,176 @@
+// Elastic data parallelism end to end on a local cluster (recovery elastic,
+// docs/recovery.md): a killed replica takes its state from a live peer, a
+// lost machine with no standby leaves the others training on fewer
+// replicas with the same global batch, a returned machine grows the job
+// back, and the run ends bitwise where a fault-free run at full width ends.
+// Every wait polls status or a log; no fixed sleeps.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "support/cluster_fixture.h"
+#include "support/process.h"
+
+namespace bulwark {
+namespace {
+
+class Elastic : public Cluster {
+ protected:
+  static constexpr int kSteps = 900;
+  static constexpr int kReplicas = 3;
+  std::vector<std::string> TrainerArgs() const {
+    return {"--config", "tiny", "--data", *data_, "--steps", std::to_string(kSteps), "--log-format", "json",
+            "--threads", "1", "--dist-timeout", "10", "--eval-every", "0", "--precision", "fp32",
+            "--elastic-replicas", std::to_string(kReplicas)};
+  }
+  // The final checksum of the same job run at full width, directly.
+  std::string Reference() {
+    std::vector<std::string> args = TrainerArgs();
+    args.insert(args.begin(), testing::BinDir() + "/bulwark-train");
+    auto procs = testing::StartRanks(args, kReplicas, {{"OMP_NUM_THREADS", "1"}});
+    EXPECT_EQ(procs.size(), static_cast<size_t>(kReplicas)) << "rank 0 did not announce its rendezvous port";
+    std::string sum;
+    for (size_t r = 0; r < procs.size(); ++r) {
+      testing::ProcessResult res = procs[r]->Wait();
+      EXPECT_EQ(res.exit_code, 0) << "reference rank " << r << ": " << res.err;
+      json done = json::parse(res.LastLine(), nullptr, false);
+      if (r == 0) sum = done.is_object() ? done.value("param_checksum", "") : "";
+    }
+    return sum;
+  }
+  std::string Log(const std::string& machine, const std::string& file) const {
+    return dir_ + "/machines/" + machine + "/ranks/" + file;
+  }
+  static std::vector<json> Events(const std::string& path, const std::string& kind) {
+    std::vector<json> out;
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("event", "") == kind) out.push_back(j);
+    }
+    return out;
+  }
+  static std::string ReadAll(const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+  // Seconds from the injection to the first step rank 0 completed in the
+  // generation after it (the steps after its newest restore line): the
+  // survivors' stall, the first step's own compute included.
+  double StallAfter(int64_t inject_ms) {
+    std::ifstream in(Log("m01", "rank-0.log"));
+    std::string line;
+    int64_t first = -1;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (!j.is_object()) continue;
+      if (j.value("event", "") == "restore") first = -1;
+      if (j.value("event", "") == "step" && first < 0) first = j.value("wall_ms", int64_t{-1});
+    }
+    return first < 0 ? -1 : (first - inject_ms) / 1000.0;
+  }
+  // The newest restore event of rank 0 (the trainer's "restore" line).
+  json LastRestore() {
+    std::vector<json> r = Events(Log("m01", "rank-0.log"), "restore");
+    return r.empty() ? json() : r.back();
+  }
+  json Progressed(const std::string& what, int64_t gen, int64_t steps_past, double seconds,
+                  const std::function<bool(const json&)>& also) {
+    return WaitFor(what, seconds, [&](const json& x) {
+      return x["job"]["generation"] > gen && x["job"]["state"] == "running" &&
+             x["job"]["last_step"] > steps_past && also(x);
+    });
+  }
+};
+
+TEST_F(Elastic, SurvivorsTrainOnFewerReplicasAndTheRunEndsBitwise) {
+  auto up = Bulwark({"up", "--machines", std::to_string(kReplicas)});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  {
+    std::ofstream job(root_ + "/job.yaml");
+    job << "name: elastic\nworld_size: " << kReplicas << "\nrecovery: {mode: elastic}\nargs: [";
+    for (const std::string& a : TrainerArgs()) job << "'" << a << "', ";
+    job << "--memory-ckpt, 'on']\nenv: {OMP_NUM_THREADS: '1'}\n";
+  }
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("first steps", 90, [](const json& s) { return s["job"]["last_step"] >= 20; });
+  ASSERT_EQ(s["job"]["recovery"], "elastic");
+  ASSERT_EQ(s["job"]["training_world_size"], kReplicas);
+  // m03 pre-spawns a spare once the job trains.
+  WaitFor("m03's spare", 120, [&](const json&) { return !Events(Log("m03", "spare.log"), "spare_ready").empty(); });
+
+  // 1. Rank 2 dies on m03: m03's spare takes rank 2 with the state of a
+  // live peer; ranks 0 and 1 keep theirs. No one restores a checkpoint.
+  int64_t gen = s["job"]["generation"], before = s["job"]["last_step"];
+  Inject("kill", "m03");
+  const int64_t kill_ms = inject_ms_;
+  s = Progressed("kill recovered", gen, before, 90, [](const json&) { return true; });
+  Report("kill");
+  EXPECT_EQ(s["job"]["placement"], json({"m01", "m02", "m03"})) << "a kill restarts in place";
+  std::printf("[ timing ] kill: survivors' stall %.3f s (kill -> their next completed step)\n", StallAfter(kill_ms));
+  json restore = LastRestore();
+  // From the lowest rank at the newest step: rank 0, or rank 1 when it
+  // finished a step that rank 0's all-reduce did not.
+  EXPECT_EQ(restore.value("source", "").rfind("live peer ", 0), 0u) << restore.dump();
+  EXPECT_NE(ReadAll(Log("m03", "rank-2.log")).find("from live rank "), std::string::npos)
+      << ReadAll(Log("m03", "rank-2.log"));
+
+  // 2. m03 goes down with no standby: the job goes on with m01 and m02,
+  // two ranks taking the three micro-batches of every step.
+  gen = s["job"]["generation"];
+  before = s["job"]["last_step"];
+  Inject("machine-down", "m03");
+  const int64_t down_ms = inject_ms_;
+  s = Progressed("narrower after machine-down", gen, before + 10, 90, [](const json& x) {
+    return x["job"]["placement"] == json({"m01", "m02"});
+  });
+  Report("machine-down");
+  EXPECT_EQ(s["job"]["training_world_size"], 2);
+  std::printf("[ timing ] machine-down: survivors' stall %.3f s, then 2 of 3 replicas train\n", StallAfter(down_ms));
+  restore = LastRestore();
+  EXPECT_EQ(restore.value("source", "").rfind("live", 0), 0u) << restore.dump();
+  auto status = Bulwark({"status"});
+  EXPECT_NE(status.out.find("training on 2 of 3 ranks"), std::string::npos) << status.out;
+
+  // 3. m02's device fails: m01 trains alone, all three micro-batches.
+  gen = s["job"]["generation"];
+  before = s["job"]["last_step"];
+  Inject("device-fail", "m02");
+  s = Progressed("alone after device-fail", gen, before + 10, 90, [](const json& x) {
+    return x["job"]["placement"] == json({"m01"});
+  });
+  EXPECT_EQ(s["job"]["training_world_size"], 1);
+
+  // 4. The operator returns m02: the job grows back to two replicas, m02's
+  // new rank taking its state from rank 0.
+  gen = s["job"]["generation"];
+  before = s["job"]["last_step"];
+  const int64_t ret_ms = NowMs();
+  auto ret = Bulwark({"machine", "return", "--machine", "m02"});
+  ASSERT_EQ(ret.exit_code, 0) << ret.err;
+  s = Progressed("grown back", gen, before + 10, 90, [](const json& x) {
+    return x["job"]["placement"] == json({"m01", "m02"});
+  });
+  EXPECT_EQ(LastRestore().value("source", ""), "live peer 0") << "rank 0 alone held the state";
+  std::printf("[ timing ] grow: the running rank's stall %.3f s (return -> its next completed step)\n", StallAfter(ret_ms));
+
+  // The ledger counts the missing replicas' share as degraded time.
+  json ledger = Query("ledger");
+  EXPECT_GT(ledger["cumulative"]["seconds"].value("degraded", 0.0), 0.0) << ledger["cumulative"].dump();
+
+  // 5. The run ends where the fault-free full-width run ends, to the bit.
+  s = WaitFor("job completed", 300, [](const json& x) { return x["job"]["state"] == "completed"; });
+  std::vector<json> done = Events(Log("m01", "rank-0.log"), "done");
+  ASSERT_FALSE(done.empty());
+  EXPECT_EQ(done.back()["step"], kSteps);
+  const std::string reference = Reference();
+  ASSERT_FALSE(reference.empty());
+  EXPECT_EQ(done.back()["param_checksum"], reference) << "the elastic run diverged from the fault-free one";
+}
+
+}  // namespace
+}  // namespace bulwark
