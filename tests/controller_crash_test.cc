@@ -26,35 +26,6 @@ class ControllerCrash : public Cluster {
             "--threads", "1", "--dist-timeout", "10", "--eval-every", "0"};
   }
 
-  // Waits until the controller process `pid` is gone (killed at its point).
-  bool Dead(pid_t pid, double seconds) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-      std::string line;
-      if (!std::getline(stat, line)) return true;
-      const size_t paren = line.rfind(')');
-      if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z') return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
-
-  // Starts a controller that dies at `kill_at` ("" for none).
-  void StartController(const std::string& kill_at) {
-    std::map<std::string, std::string> env;
-    if (!kill_at.empty()) env["BULWARK_TEST_KILL_AT"] = kill_at;
-    controller_ = std::make_unique<testing::Process>(
-        std::vector<std::string>{testing::BinDir() + "/bulwark", "controller", "--dir", dir_}, env);
-  }
-
-  // The controller started by this test dies at its point: its own words.
-  void ExpectKilledAt(const std::string& point) {
-    ASSERT_TRUE(controller_);
-    testing::ProcessResult r = controller_->Wait(60);
-    EXPECT_NE(r.err.find("kill point " + point + " reached"), std::string::npos) << r.err.substr(r.err.size() > 3000 ? r.err.size() - 3000 : 0);
-  }
-
   // The parameters a fault-free run has after `steps`.
   std::string Reference(int64_t steps) {
     // The same --steps (the learning-rate schedule depends on it), stopped
@@ -72,23 +43,6 @@ class ControllerCrash : public Cluster {
       if (r == 0 && done.is_object()) sum = done.value("param_checksum", "");
     }
     return sum;
-  }
-
-  // A restarted controller rebuilds from its journal at once, but its
-  // agents reconnect on their own schedule: a fault injected before they
-  // have would meet a controller that cannot reach them (their peer-lost
-  // echoes then outlast their grace and count as crashes).
-  void WaitAgentsBack() {
-    // The first answer of the new controller (it may still be starting).
-    const int64_t step = WaitFor("the controller answering", 30, [](const json&) { return true; })["job"]
-                             .value("last_step", int64_t{0});
-    WaitFor("agents reconnected and steps flowing", 30, [&](const json& s) {
-      if (s["job"]["last_step"].get<int64_t>() < step + 10) return false;
-      for (const json& m : s["machines"]) {
-        if (m["state"] == "active" && m["last_heard_s_ago"].get<double>() > 0.6) return false;
-      }
-      return true;
-    });
   }
 
   int64_t Generation() {

@@ -1,10 +1,13 @@
 // Elastic data parallelism end to end on a local cluster (recovery elastic,
 // docs/recovery.md): a killed replica takes its state from a live peer, a
 // lost machine with no standby leaves the others training on fewer
-// replicas with the same global batch, a returned machine grows the job
-// back, and the run ends bitwise where a fault-free run at full width ends.
+// replicas with the same global batch (the controller SIGKILLed during that
+// change), a returned machine grows the job back, and the run ends bitwise
+// where a fault-free run at full width ends.
 // Every wait polls status or a log; no fixed sleeps.
 #include <gtest/gtest.h>
+
+#include <signal.h>
 
 #include <fstream>
 
@@ -23,7 +26,7 @@ class Elastic : public Cluster {
   std::vector<std::string> TrainerArgs() const {
     return {"--config", "tiny", "--data", *data_, "--steps", std::to_string(kSteps), "--log-format", "json",
             "--threads", "1", "--dist-timeout", "10", "--eval-every", "0", "--precision", "fp32",
-            "--elastic-replicas", std::to_string(kReplicas)};
+            "--elastic-replicas", std::to_string(kReplicas), "--micro-batches", "2"};
   }
   // The final checksum of the same job run at full width, directly.
   std::string Reference() {
@@ -120,23 +123,35 @@ TEST_F(Elastic, SurvivorsTrainOnFewerReplicasAndTheRunEndsBitwise) {
       << ReadAll(Log("m03", "rank-2.log"));
 
   // 2. m03 goes down with no standby: the job goes on with m01 and m02,
-  // two ranks taking the three micro-batches of every step.
+  // two ranks taking the six micro-batches of every step, three each. The
+  // controller is SIGKILLed mid-change (m01 told to start the narrower
+  // generation, m02 not yet); the one started after it replays the decision.
   gen = s["job"]["generation"];
-  before = s["job"]["last_step"];
+  pid_t first = 0;
+  std::ifstream(dir_ + "/controller.pid") >> first;
+  ASSERT_GT(first, 0);
+  ::kill(first, SIGKILL);
+  ASSERT_TRUE(Dead(first, 30));
+  StartController("sent:START_RANKS:m01:g" + std::to_string(gen + 1));
+  WaitAgentsBack();
+  before = Query("status")["job"]["last_step"];
   Inject("machine-down", "m03");
   const int64_t down_ms = inject_ms_;
+  ExpectKilledAt("sent:START_RANKS:m01");
+  StartController("");
   s = Progressed("narrower after machine-down", gen, before + 10, 90, [](const json& x) {
     return x["job"]["placement"] == json({"m01", "m02"});
   });
-  Report("machine-down");
+  EXPECT_EQ(s["job"]["generation"], gen + 1) << "the replayed decision is the same generation, not a second one";
   EXPECT_EQ(s["job"]["training_world_size"], 2);
-  std::printf("[ timing ] machine-down: survivors' stall %.3f s, then 2 of 3 replicas train\n", StallAfter(down_ms));
+  std::printf("[ timing ] machine-down with a controller SIGKILL mid-change: survivors' stall %.3f s, then 2 of 3 replicas train\n",
+              StallAfter(down_ms));
   restore = LastRestore();
   EXPECT_EQ(restore.value("source", "").rfind("live", 0), 0u) << restore.dump();
   auto status = Bulwark({"status"});
   EXPECT_NE(status.out.find("training on 2 of 3 ranks"), std::string::npos) << status.out;
 
-  // 3. m02's device fails: m01 trains alone, all three micro-batches.
+  // 3. m02's device fails: m01 trains alone, all six micro-batches.
   gen = s["job"]["generation"];
   before = s["job"]["last_step"];
   Inject("device-fail", "m02");

@@ -119,7 +119,8 @@ TEST(Sim, BadConfigIsOneLineNamingTheField) {
                         Case{{{"gpus", 0}}, "gpus"},
                         Case{{{"faults", {{"cosmic_ray", 0.1}}}}, "unknown fault class"},
                         Case{{{"costs", {{"requeue", -5}}}}, "costs.requeue"},
-                        Case{{{"policy", {{"hang_fudge", 1}}}}, "policy.hang_fudge"}}) {
+                        Case{{{"policy", {{"hang_fudge", 1}}}}, "policy.hang_fudge"},
+                        Case{{{"elastic", true}, {"pp", 16}}, "elastic: needs replicas that fit in a machine"}}) {
     Result<SimConfig> c = ConfigFromJson(k.j);
     ASSERT_FALSE(c.ok()) << k.j.dump();
     EXPECT_NE(c.status().message().find(k.names), std::string::npos) << c.status().message();
@@ -208,6 +209,33 @@ TEST(Sim, AJobThatFailsAtTheSameStepEveryStartIsStoppedWithNoMachineEvicted) {
     std::printf("%d GPUs: stopped after %lld restarts: %s\n", gpus, static_cast<long long>(r->fleet.restarts),
                 r->fleet.stop_reason.c_str());
   }
+}
+
+// Elastic recovery runs the controller's own narrowing (Reconcile) and the
+// ledger's degraded share: with the pool empty and no provisioning, a lost
+// machine leaves the job training on fewer replicas instead of waiting, and
+// the survivors' restarts skip the process start and the restore.
+TEST(Sim, AnElasticJobTrainsOnWhenThePoolIsEmpty) {
+  SimConfig c;
+  c.gpus = 512;  // 64 machines of one TP-8 replica each
+  c.pp = 1;
+  c.days = 10;
+  c.initial_standbys = 0;
+  c.provisioning = false;
+  c.rates.per_machine_day[static_cast<int>(FaultClass::kGpu)] *= 10;
+  Result<SimResult> standby = Simulate(c);
+  c.elastic = true;
+  Result<SimResult> elastic = Simulate(c);
+  ASSERT_TRUE(standby.ok()) << standby.status().ToString();
+  ASSERT_TRUE(elastic.ok()) << elastic.status().ToString();
+  EXPECT_GT(standby->fleet.waits, 0) << "without standbys a standby job waits";
+  EXPECT_EQ(elastic->fleet.waits, 0) << "an elastic job never waits";
+  const double degraded = elastic->arms[0].by_category[static_cast<int>(controller::TimeCategory::kDegraded)];
+  EXPECT_GT(degraded, 0);
+  EXPECT_GT(elastic->arms[0].ettr, standby->arms[0].ettr);
+  // The ledger counts the replicas' share; progress pays the slower steps.
+  EXPECT_GE(elastic->arms[0].ettr + 1e-9, elastic->arms[0].ettr_by_steps);
+  EXPECT_GT(elastic->arms[0].ettr_by_steps, standby->arms[0].ettr_by_steps);
 }
 
 }  // namespace bulwark::sim

@@ -248,13 +248,13 @@ TEST_F(Trainer, DeadPeerEndsSurvivorWithPeerLostExitCode) {
 
 // ---------------------------------------------------------------- elastic data parallel
 
-// The job's full width is 4 replicas; runs at widths 4, 3, 2 and 1 take the
-// same global batch of 4 micro-batches in the same order, and the exact
+// The job's full width is 4 replicas of 2 micro-batches; runs at widths 4,
+// 3, 2 and 1 take the same global batch of 8 micro-batches in the same order, and the exact
 // reduction (elastic.h) makes them compute the same bits: the same
 // checksum, the same loss and grad norm at every step, the same eval loss.
 TEST_F(Trainer, ElasticRunsAtEveryWidthComputeTheSameBits) {
-  std::vector<std::string> flags = {"--steps", "12", "--batch-size", "4", "--elastic-replicas", "4",
-                                    "--precision", "fp32", "--eval-every", "6", "--eval-batches", "2"};
+  std::vector<std::string> flags = {"--steps", "12", "--batch-size", "4", "--elastic-replicas", "4", "--micro-batches",
+                                    "2", "--precision", "fp32", "--eval-every", "6", "--eval-batches", "2"};
   std::string want;
   std::vector<json> want_steps;
   for (int width : {4, 3, 2, 1}) {

@@ -31,7 +31,7 @@ name: elastic
 world_size: $R
 recovery: {mode: elastic}
 args: [--config, tiny, --data, $DATA, --steps, '100000000', --log-format, json, --eval-every, '0',
-       --threads, '1', --dist-timeout, '10', --precision, fp32, --elastic-replicas, '$R', --memory-ckpt, 'on']
+       --threads, '1', --dist-timeout, '10', --precision, fp32, --elastic-replicas, '$R', --micro-batches, '2', --memory-ckpt, 'on']
 env: {OMP_NUM_THREADS: '1'}
 YAML
   build/bin/bulwark up --machines "$R" ${BULWARK_UP_FLAGS:-} >/dev/null

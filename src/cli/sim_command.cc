@@ -80,6 +80,18 @@ Status SimCmd(const std::map<std::string, std::string>& flags) {
       return Status::InvalidArgument(std::string("--") + k + ": expected a number, got '" + flags.at(k) + "'");
     }
   }
+  // Elastic data parallelism: replicas that fit in a machine (pp 1).
+  if (has("elastic")) {
+    overrides["elastic"] = true;
+    if (!overrides.contains("pp")) overrides["pp"] = 1;
+  }
+  if (has("regroup")) {
+    try {
+      overrides["costs"]["regroup"] = std::stod(flags.at("regroup"));
+    } catch (const std::exception&) {
+      return Status::InvalidArgument("--regroup: expected seconds, got '" + flags.at("regroup") + "'");
+    }
+  }
   // A pipeline depth the user did not ask for follows the GPU count.
   if (!overrides.contains("pp") && overrides.contains("gpus") && overrides["gpus"].is_number()) {
     base.gpus = static_cast<int>(overrides["gpus"].get<double>());

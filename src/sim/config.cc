@@ -61,7 +61,9 @@ std::vector<std::pair<const char*, double*>> CostFields(Costs& c) {
           {"slow_factor_max", &c.slow_factor_max},
           {"diagnose", &c.diagnose},
           {"replay", &c.replay},
-          {"sdc_found", &c.sdc_found}};
+          {"sdc_found", &c.sdc_found},
+          {"regroup", &c.regroup},
+          {"elastic_micro_batches", &c.elastic_micro_batches}};
 }
 
 controller::Duration Secs(double s) {
@@ -170,9 +172,11 @@ Result<SimConfig> ConfigFromJson(const json& j, SimConfig c) {
         if (!cls.ok()) return cls.status();
         c.returned_classes.push_back(*cls);
       }
-    } else if (v.is_boolean() && (key == "oracle_standbys" || key == "provisioning" || key == "fit_first_step_allowance")) {
+    } else if (v.is_boolean() && (key == "oracle_standbys" || key == "provisioning" || key == "fit_first_step_allowance" ||
+                                  key == "elastic")) {
       (key == "oracle_standbys" ? c.oracle_standbys
        : key == "provisioning"  ? c.provisioning
+       : key == "elastic"       ? c.elastic
                                 : c.fit_first_step_allowance) = v.get<bool>();
     } else {
       Result<double> x = Number(v, key);
@@ -214,6 +218,11 @@ Status Validate(const SimConfig& c) {
     return Bad("tp/pp", "tp x pp = " + std::to_string(c.tp * c.pp) + " must divide gpus " + std::to_string(c.gpus) +
                             "; pick tp and pp whose product divides it");
   }
+  if (c.elastic && (c.pp != 1 || c.gpus_per_machine % c.tp != 0)) {
+    return Bad("elastic", "needs replicas that fit in a machine: pp 1 and tp dividing gpus_per_machine (pp is " +
+                              std::to_string(c.pp) + "); set pp: 1");
+  }
+  if (!(c.costs.elastic_micro_batches >= 1)) return Bad("costs.elastic_micro_batches", "must be >= 1");
   if (!(c.days > 0)) return Bad("days", "must be > 0");
   for (int i = 0; i < kNumFaultClasses; ++i) {
     const double r = c.rates.per_machine_day[i];
@@ -235,6 +244,7 @@ Status Validate(const SimConfig& c) {
   if (c.costs.stack_sample_replicas < 1) return Bad("costs.stack_sample_replicas", "must be at least 1");
   Costs copy = c.costs;
   for (auto& [name, field] : CostFields(copy)) {
+    if (field == &copy.regroup && *field == -1) continue;  // -1: the world's communicator init model
     if (!(*field >= 0) || !std::isfinite(*field)) {
       return Bad(std::string("costs.") + name, "is negative or not a number; give seconds >= 0");
     }
@@ -275,6 +285,7 @@ json ToJson(const SimConfig& c) {
           {"oracle_standbys", c.oracle_standbys},
           {"provisioning", c.provisioning},
           {"fit_first_step_allowance", c.fit_first_step_allowance},
+          {"elastic", c.elastic},
           {"faults", faults},
           {"costs", costs},
           {"policy",

@@ -8,7 +8,9 @@
 // shows in the simulation without a change to the simulator.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -128,6 +130,20 @@ struct Costs {
   // One training step (assumed 5 s for a 70B+ dense job).
   double step = 5;
 
+  // --- elastic data parallelism (SimConfig::elastic, docs/recovery.md) ---
+  // A restart of an elastic job keeps the survivors' processes and state:
+  // no process start and no restore for them, only the communicator and the
+  // live state sync. `regroup` is that communicator's cost; -1 models what
+  // bulwark-train does today, a new communicator of the whole world (the
+  // comm_init figures above). A restart that brings a machine in adds
+  // restore_memory for the broadcast of a replica's state from a live peer.
+  double regroup = -1;
+  // Micro-batches per replica of bulwark-train's --micro-batches: W of N
+  // replicas take ceil(N x M / W) micro-batches each, so a step below full
+  // width takes ceil(N M / W) / M steps' time. Assumed 8 (gradient
+  // accumulation at scale).
+  double elastic_micro_batches = 8;
+
   // --- checkpoints ---
   bool memory_checkpoints = true;  // bulwark: every step, in memory
   double durable_interval = 1800;  // persistence to remote storage, every 30 min
@@ -182,6 +198,9 @@ struct SimConfig {
   int bug_slot = 0;
   // > 0: the run ends when the job completes this step (a replay), not at `days`.
   int64_t total_steps = 0;
+  // The job's recovery is elastic (controller/job.h): survivors keep their
+  // state and train on fewer replicas when the pool is empty. Needs pp 1.
+  bool elastic = false;
   FaultRates rates;
   Costs costs;
   controller::PolicyConfig policy;
@@ -201,6 +220,20 @@ struct SimConfig {
   double RestartSeconds() const {
     return costs.process_start + costs.comm_init_base + costs.comm_init_per_machine * machines() +
            (costs.memory_checkpoints ? costs.restore_memory : costs.restore_durable) + costs.step;
+  }
+  // An elastic job's restart on `machines_now` machines, `joined` of them
+  // new: the survivors' stall from the decision to their first step.
+  double ElasticRestartSeconds(int machines_now, bool joined) const {
+    const double regroup = costs.regroup >= 0 ? costs.regroup
+                                              : costs.comm_init_base + costs.comm_init_per_machine * machines_now;
+    return regroup + (joined ? costs.restore_memory : 0) + costs.step;
+  }
+  // A step's time at `replicas` of the job's full width, relative to full width.
+  double ElasticStepFactor(int replicas) const {
+    const int full = gpus / tp;
+    if (!elastic || replicas <= 0 || replicas >= full) return 1.0;
+    const double m = std::max(1.0, costs.elastic_micro_batches);
+    return std::ceil(full * m / replicas) / m;
   }
 };
 

@@ -133,6 +133,7 @@ class FleetSim {
   Rng noise_;               // step-time noise, slow factors, spikes: apart from the fault trace
   int64_t fed_ = 0;         // the last step the monitors heard of in this generation
   double step_s_;           // seconds per step now (a slow machine stretches it)
+  int width_ = 0;           // data-parallel replicas of the current placement
   // A machine that computes `factor` times its peers' time, while its
   // stage's step reports are sampled for the fail-slow detector.
   struct Slow {

@@ -294,10 +294,16 @@ void FleetSim::OnRestart(const Action& a) {
   const Placement& p = a.placement;
   ++r_.fleet.restarts;
   gen_ = p.generation;
+  // An elastic job's survivors keep their processes and state (the first
+  // start has none to keep); a machine new to the placement takes a
+  // replica's state from a live peer.
+  const bool elastic_restart = c_.elastic && !placed_.empty();
+  bool joined = false;
   // Only the slots that changed hands are parsed: a restart of 12,500
   // machines replaces a few, and the action names them when it knows.
   auto take = [&](size_t i) {
     if (placed_[i] == p.slots[i]) return;
+    joined = joined || machines_[IndexOf(p.slots[i])].slot < 0;
     placed_[i] = p.slots[i];
     slots_[i] = IndexOf(p.slots[i]);
     machines_[slots_[i]].slot = static_cast<int>(i);
@@ -305,10 +311,15 @@ void FleetSim::OnRestart(const Action& a) {
   if (a.slots_known && placed_.size() == p.slots.size()) {
     for (const int i : a.changed_slots) take(static_cast<size_t>(i));
   } else {
+    // A narrower placement (an elastic job) drops the slots past its end.
+    for (size_t i = p.slots.size(); i < placed_.size(); ++i) {
+      if (slots_[i] >= 0 && machines_[slots_[i]].slot == static_cast<int>(i)) machines_[slots_[i]].slot = -1;
+    }
     placed_.resize(p.slots.size());
     slots_.resize(p.slots.size(), -1);
     for (size_t i = 0; i < p.slots.size(); ++i) take(i);
   }
+  width_ = p.world_size() / c_.tp;
   const Costs& k = c_.costs;
   // The hang detector arms its first-step allowance at every start
   // (Monitors::AfterActions); it is checked when that allowance ends.
@@ -321,7 +332,9 @@ void FleetSim::OnRestart(const Action& a) {
   stalled_ = false;
   stall_machine_ = -1;
   restart_at_ = now_;
-  Schedule(now_ + Secs(c_.RestartSeconds()), Kind::kFirstStep, gen_);
+  const double seconds = elastic_restart ? c_.ElasticRestartSeconds(static_cast<int>(p.slots.size()), joined)
+                                         : c_.RestartSeconds();
+  Schedule(now_ + Secs(seconds), Kind::kFirstStep, gen_);
 }
 
 Status FleetSim::Run() {
@@ -333,6 +346,7 @@ Status FleetSim::Run() {
   spec.command = "train";
   spec.tp = c_.tp;
   spec.pp = c_.pp;
+  if (c_.elastic) spec.recovery = JobSpec::Recovery::kElastic;
   Result<int> target = BinomialQuantile(n, c_.policy.daily_failure_rate, c_.policy.standby_quantile);
   if (!target.ok()) return target.status();
   const int standbys = c_.initial_standbys >= 0 ? c_.initial_standbys : *target;
@@ -394,8 +408,9 @@ Status FleetSim::Run() {
         s_first_ = sdc >= 0 || bug ? restored_ : restored_ + 1;
         reported_ = restored_;
         fed_ = restored_;
-        // The pace: a slow machine still placed holds every step back.
-        step_s_ = c_.costs.step * (Placed(slow_.machine) ? slow_.factor : 1.0);
+        // The pace: a slow machine still placed holds every step back, and
+        // an elastic job below full width takes more micro-batches a rank.
+        step_s_ = c_.costs.step * (Placed(slow_.machine) ? slow_.factor : 1.0) * c_.ElasticStepFactor(width_);
         if (sdc >= 0) {
           EmitNan(sdc, restored_ + 1);
           break;
@@ -518,6 +533,10 @@ void FleetSim::Finish() {
       c_.costs.memory_checkpoints ? productive * c_.costs.memory_block_per_step / c_.costs.step
                                   : productive * c_.costs.durable_write / (c_.costs.durable_interval + c_.costs.durable_write);
   a.ettr_with_stalls = a.wall > 0 ? (productive - a.checkpoint_stall) / a.wall : 0;
+  // Progress itself: the new steps the job reached, at the full-width step
+  // time. The ledger approximates it (a step below full width counts its
+  // replicas' share, not its slower pace).
+  a.ettr_by_steps = a.wall > 0 ? static_cast<double>(r_.fleet.high_water) * c_.costs.step / a.wall : 0;
   r_.fleet.timeline = ctl_->Timeline(end);
   a.window_min_ettr = MinWindowEttr(r_.fleet.timeline, c_.policy.ledger_window);
   a.longest_unproductive = LongestUnproductive(r_.fleet.timeline);

@@ -31,6 +31,12 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
   o << "standby pool: " << f.initial_standbys << " at start (policy target P" << 100 * c.policy.standby_quantile
     << " of Binomial(" << c.machines() << ", " << c.policy.daily_failure_rate << ") = " << f.standby_target
     << "); provisioning " << Hours(c.costs.provision) << "\n";
+  if (c.elastic) {
+    o << "recovery elastic: survivors keep their state; a restart costs them " << Hours(c.ElasticRestartSeconds(c.machines(), true))
+      << " (regroup " << (c.costs.regroup >= 0 ? Hours(c.costs.regroup) + ", given" : "as the world's communicator init")
+      << ", a live peer's state, one step); below full width a step takes ceil(N x " << c.costs.elastic_micro_batches
+      << " / W) micro-batches\n";
+  }
   o << "restart modelled at " << Hours(c.RestartSeconds()) << "; hang first-step allowance " << Hours(f.hang_first_step)
     << (f.hang_first_step_raised ? " (raised from the policy's value to 2x the restart: fit_first_step_allowance)" : "")
     << "\n\n";
@@ -44,6 +50,9 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
                   a.window_min_ettr < 0 ? "-" : Fmt("%.2f%%", 100 * a.window_min_ettr).c_str(),
                   Hours(a.longest_unproductive).c_str());
     o << line;
+  }
+  if (r.arms[0].ettr_by_steps >= 0) {
+    o << Fmt("  progress (new steps x full-width step / wall): %.3f%%\n", 100 * r.arms[0].ettr_by_steps);
   }
   o << "\nbreakdown (share of wall)  ";
   for (const ArmResult& a : r.arms) o << std::string(14 - std::min<size_t>(14, a.name.size()), ' ') << a.name;
@@ -88,6 +97,7 @@ json ToJson(const SimConfig& c, const SimResult& r, bool timing) {
                     {"wall_s", a.wall},
                     {"ettr", a.ettr},
                     {"ettr_with_checkpoint_stalls", a.ettr_with_stalls},
+                    {"ettr_by_steps", a.ettr_by_steps},
                     {"window_min_ettr", a.window_min_ettr},
                     {"longest_unproductive_s", a.longest_unproductive},
                     {"faults", a.faults},

@@ -20,6 +20,7 @@ struct ArmResult {
   double ettr = 0;                // productive / wall, as the ledger counts it
   double checkpoint_stall = 0;    // blocking checkpoint time the ledger counts as productive
   double ettr_with_stalls = 0;    // (productive - checkpoint_stall) / wall
+  double ettr_by_steps = -1;      // new steps x full-width step time / wall; -1 where not modelled
   double window_min_ettr = -1;    // min over every 1 h window; -1 where not modelled
   double longest_unproductive = 0;
   int64_t faults = 0;             // faults of the trace that hit this arm

@@ -39,6 +39,7 @@ Status CheckCudaSupports(const TrainConfig& cfg) {
     return Status::InvalidArgument("--device cuda does not serve " + what +
                                    " yet (a CPU path today, docs/gpu.md); use --device cpu for it");
   };
+  if (cfg.elastic_replicas > 0) return refuse("elastic data parallelism (--elastic-replicas: its reduction runs on the host)");
   if (cfg.pp > 1 || cfg.micro_batches > 1) return refuse("pipeline parallelism (--pp, --micro-batches)");
   if (cfg.optimizer == "poet") return refuse("--optimizer poet");
   if (cfg.memory_ckpt == "on") return refuse("in-memory checkpoints (--memory-ckpt on; auto turns them off)");

@@ -28,16 +28,16 @@ double LocalMaxAbs(const std::vector<torch::Tensor>& grads) {
   return m;
 }
 
-// The exponent e at which every |g| * 2^e of `replicas` micro-batches sums
+// The exponent e at which every |g| * 2^e of `units` micro-batches sums
 // within an int64: |g| <= max < 2^x, so each term is below 2^(62 - b) with
-// 2^b >= replicas, and their sum below 2^62. The coarsest step left is
+// 2^b >= units, and their sum below 2^62. The coarsest step left is
 // max * 2^-(61 - b), some 2^30 times finer than a float's rounding of max.
-int FixedPointExponent(double max_abs, int replicas) {
+int FixedPointExponent(double max_abs, int units) {
   if (max_abs == 0) return 0;
   int x = 0;
   std::frexp(max_abs, &x);
   int b = 0;
-  while ((1 << b) < replicas) ++b;
+  while ((1 << b) < units) ++b;
   return 62 - b - x;
 }
 
@@ -56,7 +56,7 @@ std::vector<int> MicroBatchesOf(int replicas, int rank, int world) {
 }
 
 Status ExactMeanOfMicroBatches(Comm& comm, const std::vector<torch::Tensor>& grads, const std::vector<int>& index,
-                               const std::vector<double>& losses, int replicas, torch::Tensor out, double* loss) {
+                               const std::vector<double>& losses, int units, torch::Tensor out, double* loss) {
   auto max_abs = torch::tensor({LocalMaxAbs(grads)}, torch::kFloat64);
   std::vector<torch::Tensor> mx{max_abs};
   BULWARK_RETURN_IF_ERROR(comm.AllReduceMax(mx));
@@ -67,7 +67,7 @@ Status ExactMeanOfMicroBatches(Comm& comm, const std::vector<torch::Tensor>& gra
     *loss = std::nan("");
     return Status::OK();
   }
-  const int e = FixedPointExponent(global_max, replicas);
+  const int e = FixedPointExponent(global_max, units);
   const double up = std::ldexp(1.0, e), down = std::ldexp(1.0, -e);
   auto sum = torch::zeros({out.numel()}, torch::kInt64);
   // Scaling by a power of two is exact in double; rounding is the only
@@ -75,43 +75,44 @@ Status ExactMeanOfMicroBatches(Comm& comm, const std::vector<torch::Tensor>& gra
   for (const auto& g : grads) sum.add_(torch::round(g.to(torch::kFloat64).mul(up)).to(torch::kInt64));
   // One slot per micro-batch, zero where another rank owns it: x + 0 = x,
   // so the all-reduced slots are the losses exactly.
-  auto slots = torch::zeros({replicas}, torch::kFloat64);
+  auto slots = torch::zeros({units}, torch::kFloat64);
   for (size_t i = 0; i < index.size(); ++i) slots[index[i]] = losses[i];
   std::vector<torch::Tensor> both{sum, slots};
   BULWARK_RETURN_IF_ERROR(comm.AllReduceSum(both));
-  out.copy_(sum.to(torch::kFloat64).mul_(down).div_(replicas));
+  out.copy_(sum.to(torch::kFloat64).mul_(down).div_(units));
   double total = 0;
   const double* s = slots.data_ptr<double>();
-  for (int j = 0; j < replicas; ++j) total += s[j];  // in micro-batch order
-  *loss = total / replicas;
+  for (int j = 0; j < units; ++j) total += s[j];  // in micro-batch order
+  *loss = total / units;
   return Status::OK();
 }
 
 namespace {
 
 // Every rank runs the whole model on its micro-batches of the global batch
-// (elastic.h). The last micro-batch's gradient and loss stay in the store,
+// (elastic.h): replicas x --micro-batches of them, so that a lost replica's
+// share spreads over several survivors instead of doubling one's. The last micro-batch's gradient and loss stay in the store,
 // where the driver's test hooks and own-norm read them; earlier ones are
 // copied aside (only when the job runs below full width).
 class ElasticStep final : public StepLayout {
  public:
   ElasticStep(TrainProcess& p, Comm& comm)
       : p_(p), comm_(comm), store_(*p.store), replicas_(p.cfg.elastic_replicas),
-        mine_(MicroBatchesOf(replicas_, comm.rank(), comm.world_size())) {
-    const int B = p.cfg.batch_size, T = p.cfg.model.context;
-    idx_ = torch::empty({B, T}, torch::kInt64);
-    targets_ = torch::empty({B, T}, torch::kInt64);
+        units_(replicas_ * p.cfg.micro_batches), unit_(p.cfg.batch_size / p.cfg.micro_batches),
+        mine_(MicroBatchesOf(units_, comm.rank(), comm.world_size())) {
+    const int T = p.cfg.model.context;
+    idx_ = torch::empty({unit_, T}, torch::kInt64);
+    targets_ = torch::empty({unit_, T}, torch::kInt64);
     for (size_t i = 0; i + 1 < mine_.size(); ++i) aside_.push_back(torch::empty({store_.num_params()}, torch::kFloat32));
     losses_.resize(mine_.size());
   }
 
   Status ForwardBackward(uint64_t cursor, StepTimes* t) override {
-    const int B = p_.cfg.batch_size;
     for (size_t i = 0; i < mine_.size(); ++i) {
       const auto t0 = Clock::now();
       store_.ZeroGrad();
-      MakeBatch(p_.data.train, *p_.sampler, cursor + static_cast<uint64_t>(mine_[i]) * B, B, p_.cfg.model.context,
-                idx_, targets_);
+      MakeBatch(p_.data.train, *p_.sampler, cursor + static_cast<uint64_t>(mine_[i]) * unit_, unit_,
+                p_.cfg.model.context, idx_, targets_);
       auto loss = p_.model->Loss(OnDevice(idx_, p_.device), OnDevice(targets_, p_.device));
       const auto t_fwd = Clock::now();
       loss.backward();
@@ -121,14 +122,14 @@ class ElasticStep final : public StepLayout {
       t->backward_ms += Ms(t_fwd, Clock::now());
     }
     store_.LossSlot().fill_(static_cast<float>(losses_.back()));
-    t->shares = static_cast<int>(mine_.size());
+    // At full width a rank computes micro_batches units: that is one share.
+    t->shares = std::max(1, static_cast<int>(mine_.size()) / p_.cfg.micro_batches);
     return Status::OK();
   }
 
   [[noreturn]] void SpinInCompute() override {
     torch::NoGradGuard no_grad;
-    const int B = p_.cfg.batch_size;
-    MakeBatch(p_.data.train, *p_.sampler, static_cast<uint64_t>(mine_[0]) * B, B, p_.cfg.model.context, idx_,
+    MakeBatch(p_.data.train, *p_.sampler, static_cast<uint64_t>(mine_[0]) * unit_, unit_, p_.cfg.model.context, idx_,
               targets_);
     const torch::Tensor x = OnDevice(idx_, p_.device), y = OnDevice(targets_, p_.device);
     for (;;) p_.model->Loss(x, y);
@@ -140,8 +141,7 @@ class ElasticStep final : public StepLayout {
     grads.push_back(store_.GradsView().clone());
     std::vector<double> losses = losses_;
     losses.back() = store_.LossSlot().item<double>();
-    BULWARK_RETURN_IF_ERROR(
-        ExactMeanOfMicroBatches(comm_, grads, mine_, losses, replicas_, store_.GradsView(), loss));
+    BULWARK_RETURN_IF_ERROR(ExactMeanOfMicroBatches(comm_, grads, mine_, losses, units_, store_.GradsView(), loss));
     *grad_norm = store_.GradsView().norm().item<double>();
     return Status::OK();
   }
@@ -156,8 +156,9 @@ class ElasticStep final : public StepLayout {
     const uint64_t n_samples = (p_.data.val.size() - 1) / T;
     auto sums = torch::zeros({n}, torch::kFloat64), counts = torch::zeros({n}, torch::kFloat64);
     auto idx = torch::empty({B, T}, torch::kInt64), tgt = torch::empty({B, T}, torch::kInt64);
+    const std::vector<int> replicas = MicroBatchesOf(replicas_, comm_.rank(), comm_.world_size());
     for (int i = 0; i < p_.cfg.eval_batches; ++i) {
-      for (int j : mine_) {
+      for (int j : replicas) {
         const uint64_t first = static_cast<uint64_t>(i * replicas_ + j) * B;
         if (first + B > n_samples) continue;
         auto* x = idx.data_ptr<int64_t>();
@@ -199,6 +200,8 @@ class ElasticStep final : public StepLayout {
   Comm& comm_;
   ParamStore& store_;
   const int replicas_;
+  const int units_;  // micro-batches of the global batch: replicas x --micro-batches
+  const int unit_;   // samples in one
   const std::vector<int> mine_;
   torch::Tensor idx_, targets_;
   std::vector<torch::Tensor> aside_;

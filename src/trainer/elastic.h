@@ -2,11 +2,15 @@
 // left keep training when one is lost, with the training math of the full
 // job, and a replica that comes back takes its state from a live peer.
 //
-// The full job has N data-parallel replicas. Each step's global batch is N
-// micro-batches of --batch-size, micro-batch j being the samples replica j
-// takes in the full-width run. A world of W <= N ranks splits them round
-// robin (rank r computes j = r, r + W, ...), so the global batch and the
-// order of the data do not change with the width.
+// The full job has N data-parallel replicas. Each step's global batch is
+// N x --batch-size samples in U = N x M micro-batches (M = --micro-batches,
+// default 1), micro-batch j being samples [jB/M, (j+1)B/M) of the step. A
+// world of W <= N ranks splits them round robin (rank r computes j = r,
+// r + W, ...), so the global batch and the order of the data do not change
+// with the width. A step at width W takes ceil(U/W) micro-batch times: with
+// M = 1, 2 of 3 replicas train at half speed; with M = 2, at 2/3 (the
+// replicas' share). Each rank keeps all but one of its micro-batches'
+// gradients aside until the reduction (M - 1 copies at full width).
 //
 // The gradient sum does not change either, to the bit. Each micro-batch's
 // gradient is rounded to a 64-bit fixed-point integer at one exponent every
@@ -44,12 +48,13 @@ int64_t PaddingForWidths(int replicas);
 std::vector<int> MicroBatchesOf(int replicas, int rank, int world);
 
 // Sums `grads` (this rank's micro-batch gradients, float, equal lengths)
-// over every rank into `out` divided by `replicas`, and the micro-batch
-// losses (`losses[i]` is micro-batch `index[i]`'s) into their mean. The
+// over every rank into `out` divided by `units` (the micro-batches of the
+// global batch), and the micro-batch losses (`losses[i]` is micro-batch
+// `index[i]`'s) into their mean. The
 // result is bitwise the same whichever rank computed which micro-batch.
 // A non-finite gradient anywhere makes `out` and the loss NaN on every rank.
 Status ExactMeanOfMicroBatches(Comm& comm, const std::vector<torch::Tensor>& grads, const std::vector<int>& index,
-                               const std::vector<double>& losses, int replicas, torch::Tensor out, double* loss);
+                               const std::vector<double>& losses, int units, torch::Tensor out, double* loss);
 
 // The elastic data-parallel step (a StepLayout for the step driver).
 std::unique_ptr<StepLayout> MakeElasticStep(TrainProcess& p, Comm& comm);

@@ -26,7 +26,10 @@
 namespace bulwark::trainer {
 
 // True when the run needs this loop rather than Train()'s data-parallel one.
-inline bool UsesPipeline(const TrainConfig& cfg) { return cfg.pp > 1 || cfg.micro_batches > 1; }
+// An elastic job's --micro-batches cut its replicas' batches (elastic.h).
+inline bool UsesPipeline(const TrainConfig& cfg) {
+  return cfg.pp > 1 || (cfg.micro_batches > 1 && cfg.elastic_replicas == 0);
+}
 
 Status TrainPipeline(const TrainConfig& cfg);
 
