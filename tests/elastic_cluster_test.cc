@@ -28,43 +28,11 @@ class Elastic : public Cluster {
             "--threads", "1", "--dist-timeout", "10", "--eval-every", "0", "--precision", "fp32",
             "--elastic-replicas", std::to_string(kReplicas), "--micro-batches", "2"};
   }
-  // The final checksum of the same job run at full width, directly.
-  std::string Reference() {
-    std::vector<std::string> args = TrainerArgs();
-    args.insert(args.begin(), testing::BinDir() + "/bulwark-train");
-    auto procs = testing::StartRanks(args, kReplicas, {{"OMP_NUM_THREADS", "1"}});
-    EXPECT_EQ(procs.size(), static_cast<size_t>(kReplicas)) << "rank 0 did not announce its rendezvous port";
-    std::string sum;
-    for (size_t r = 0; r < procs.size(); ++r) {
-      testing::ProcessResult res = procs[r]->Wait();
-      EXPECT_EQ(res.exit_code, 0) << "reference rank " << r << ": " << res.err;
-      json done = json::parse(res.LastLine(), nullptr, false);
-      if (r == 0) sum = done.is_object() ? done.value("param_checksum", "") : "";
-    }
-    return sum;
-  }
-  std::string Log(const std::string& machine, const std::string& file) const {
-    return dir_ + "/machines/" + machine + "/ranks/" + file;
-  }
-  static std::vector<json> Events(const std::string& path, const std::string& kind) {
-    std::vector<json> out;
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
-      json j = json::parse(line, nullptr, false);
-      if (j.is_object() && j.value("event", "") == kind) out.push_back(j);
-    }
-    return out;
-  }
-  static std::string ReadAll(const std::string& path) {
-    std::ifstream in(path);
-    return std::string((std::istreambuf_iterator<char>(in)), {});
-  }
   // Seconds from the injection to the first step rank 0 completed in the
   // generation after it (the steps after its newest restore line): the
   // survivors' stall, the first step's own compute included.
   double StallAfter(int64_t inject_ms) {
-    std::ifstream in(Log("m01", "rank-0.log"));
+    std::ifstream in(RankLog("m01", "rank-0.log"));
     std::string line;
     int64_t first = -1;
     while (std::getline(in, line)) {
@@ -77,7 +45,7 @@ class Elastic : public Cluster {
   }
   // The newest restore event of rank 0 (the trainer's "restore" line).
   json LastRestore() {
-    std::vector<json> r = Events(Log("m01", "rank-0.log"), "restore");
+    std::vector<json> r = Events(RankLog("m01", "rank-0.log"), "restore");
     return r.empty() ? json() : r.back();
   }
   json Progressed(const std::string& what, int64_t gen, int64_t steps_past, double seconds,
@@ -104,7 +72,7 @@ TEST_F(Elastic, SurvivorsTrainOnFewerReplicasAndTheRunEndsBitwise) {
   ASSERT_EQ(s["job"]["recovery"], "elastic");
   ASSERT_EQ(s["job"]["training_world_size"], kReplicas);
   // m03 pre-spawns a spare once the job trains.
-  WaitFor("m03's spare", 120, [&](const json&) { return !Events(Log("m03", "spare.log"), "spare_ready").empty(); });
+  WaitFor("m03's spare", 120, [&](const json&) { return !Events(RankLog("m03", "spare.log"), "spare_ready").empty(); });
 
   // 1. Rank 2 dies on m03: m03's spare takes rank 2 with the state of a
   // live peer; ranks 0 and 1 keep theirs. No one restores a checkpoint.
@@ -119,8 +87,8 @@ TEST_F(Elastic, SurvivorsTrainOnFewerReplicasAndTheRunEndsBitwise) {
   // From the lowest rank at the newest step: rank 0, or rank 1 when it
   // finished a step that rank 0's all-reduce did not.
   EXPECT_EQ(restore.value("source", "").rfind("live peer ", 0), 0u) << restore.dump();
-  EXPECT_NE(ReadAll(Log("m03", "rank-2.log")).find("from live rank "), std::string::npos)
-      << ReadAll(Log("m03", "rank-2.log"));
+  EXPECT_NE(ReadAll(RankLog("m03", "rank-2.log")).find("from live rank "), std::string::npos)
+      << ReadAll(RankLog("m03", "rank-2.log"));
 
   // 2. m03 goes down with no standby: the job goes on with m01 and m02,
   // two ranks taking the six micro-batches of every step, three each. The
@@ -179,10 +147,10 @@ TEST_F(Elastic, SurvivorsTrainOnFewerReplicasAndTheRunEndsBitwise) {
 
   // 5. The run ends where the fault-free full-width run ends, to the bit.
   s = WaitFor("job completed", 300, [](const json& x) { return x["job"]["state"] == "completed"; });
-  std::vector<json> done = Events(Log("m01", "rank-0.log"), "done");
+  std::vector<json> done = Events(RankLog("m01", "rank-0.log"), "done");
   ASSERT_FALSE(done.empty());
   EXPECT_EQ(done.back()["step"], kSteps);
-  const std::string reference = Reference();
+  const std::string reference = ReferenceChecksum(TrainerArgs(), kReplicas);
   ASSERT_FALSE(reference.empty());
   EXPECT_EQ(done.back()["param_checksum"], reference) << "the elastic run diverged from the fault-free one";
 }

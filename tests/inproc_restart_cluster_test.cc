@@ -26,39 +26,6 @@ class InProcessRestart : public Cluster {
     return {"--config", "tiny", "--data", *data_, "--steps", std::to_string(kSteps), "--log-format", "json",
             "--threads", "1", "--dist-timeout", "10", "--eval-every", "0", "--step-checksum"};
   }
-  // Rank 0's final checksum of the same job run by two ranks directly.
-  std::string Reference() {
-    std::vector<std::string> args = TrainerArgs();
-    args.insert(args.begin(), testing::BinDir() + "/bulwark-train");
-    auto procs = testing::StartRanks(args, 2, {{"OMP_NUM_THREADS", "1"}});
-    EXPECT_EQ(procs.size(), 2u) << "rank 0 did not announce its rendezvous port";
-    std::string sum;
-    for (size_t r = 0; r < procs.size(); ++r) {
-      testing::ProcessResult res = procs[r]->Wait();
-      EXPECT_EQ(res.exit_code, 0) << "reference rank " << r << ": " << res.err;
-      json done = json::parse(res.LastLine(), nullptr, false);
-      if (r == 0) sum = done.is_object() ? done.value("param_checksum", "") : "";
-    }
-    return sum;
-  }
-  static std::string ReadAll(const std::string& path) {
-    std::ifstream in(path);
-    return std::string((std::istreambuf_iterator<char>(in)), {});
-  }
-  std::string Log(const std::string& machine, const std::string& file) {
-    return dir_ + "/machines/" + machine + "/ranks/" + file;
-  }
-  // Every JSON event `kind` in a log, in order.
-  std::vector<json> Events(const std::string& path, const std::string& kind) {
-    std::vector<json> out;
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
-      json j = json::parse(line, nullptr, false);
-      if (j.is_object() && j.value("event", "") == kind) out.push_back(j);
-    }
-    return out;
-  }
   // The agent's start banners of a rank log: generation -> (path, pid).
   std::map<int64_t, std::pair<std::string, int64_t>> Banners(const std::string& path) {
     std::map<int64_t, std::pair<std::string, int64_t>> out;
@@ -100,7 +67,7 @@ TEST_F(InProcessRestart, SurvivorsKeepTheirProcessSparesTakeTheDeadRanksAndTheRu
   json s = WaitFor("first steps", 60, [](const json& s) { return s["job"]["last_step"] >= 20; });
   ASSERT_EQ(s["job"]["placement"], json({"m01", "m02"}));
   // Each machine pre-spawns a spare once the job trains.
-  const json spare = WaitForEvent("m01's spare", Log("m01", "spare.log"), "spare_ready", 120);
+  const json spare = WaitForEvent("m01's spare", RankLog("m01", "spare.log"), "spare_ready", 120);
   ASSERT_TRUE(spare.is_object());
   const int64_t spare_pid = spare["pid"];
   const int64_t gen = s["job"]["generation"];
@@ -111,10 +78,10 @@ TEST_F(InProcessRestart, SurvivorsKeepTheirProcessSparesTakeTheDeadRanksAndTheRu
     }
     return int64_t{-1};
   };
-  const int64_t survivor_pid = pid_of(Log("m02", "rank-1.log"), gen);
-  const int64_t killed_pid = pid_of(Log("m01", "rank-0.log"), gen);
-  ASSERT_GT(survivor_pid, 0) << ReadAll(Log("m02", "rank-1.log"));
-  ASSERT_GT(killed_pid, 0) << ReadAll(Log("m01", "rank-0.log"));
+  const int64_t survivor_pid = pid_of(RankLog("m02", "rank-1.log"), gen);
+  const int64_t killed_pid = pid_of(RankLog("m01", "rank-0.log"), gen);
+  ASSERT_GT(survivor_pid, 0) << ReadAll(RankLog("m02", "rank-1.log"));
+  ASSERT_GT(killed_pid, 0) << ReadAll(RankLog("m01", "rank-0.log"));
 
   // Rank 0 dies on m01.
   const size_t incidents = Query("incidents").size();
@@ -129,11 +96,11 @@ TEST_F(InProcessRestart, SurvivorsKeepTheirProcessSparesTakeTheDeadRanksAndTheRu
 
   // m02's rank 1 rejoined in its own process: the agent's banner and the
   // trainer's own line name the pid it had before.
-  const auto after = Banners(Log("m02", "rank-1.log"));
-  ASSERT_EQ(after.count(next), 1u) << ReadAll(Log("m02", "rank-1.log"));
+  const auto after = Banners(RankLog("m02", "rank-1.log"));
+  ASSERT_EQ(after.count(next), 1u) << ReadAll(RankLog("m02", "rank-1.log"));
   EXPECT_EQ(after.at(next).first, "rejoin");
   EXPECT_EQ(after.at(next).second, survivor_pid);
-  std::vector<json> adopted = Events(Log("m02", "rank-1.log"), "adopt");
+  std::vector<json> adopted = Events(RankLog("m02", "rank-1.log"), "adopt");
   ASSERT_FALSE(adopted.empty());
   EXPECT_EQ(adopted.back()["path"], "rejoin");
   EXPECT_EQ(adopted.back()["rank"], 1);
@@ -141,20 +108,20 @@ TEST_F(InProcessRestart, SurvivorsKeepTheirProcessSparesTakeTheDeadRanksAndTheRu
   EXPECT_EQ(adopted.back()["generation"], next);
 
   // m01's rank 0 is the spare, not a new process, and knows it is rank 0.
-  const auto replaced = Banners(Log("m01", "rank-0.log"));
-  ASSERT_EQ(replaced.count(next), 1u) << ReadAll(Log("m01", "rank-0.log"));
+  const auto replaced = Banners(RankLog("m01", "rank-0.log"));
+  ASSERT_EQ(replaced.count(next), 1u) << ReadAll(RankLog("m01", "rank-0.log"));
   EXPECT_EQ(replaced.at(next).first, "prespawned");
   EXPECT_EQ(replaced.at(next).second, spare_pid);
   EXPECT_NE(spare_pid, killed_pid);
-  adopted = Events(Log("m01", "rank-0.log"), "adopt");
+  adopted = Events(RankLog("m01", "rank-0.log"), "adopt");
   ASSERT_FALSE(adopted.empty());
   EXPECT_EQ(adopted.back()["path"], "prespawned");
   EXPECT_EQ(adopted.back()["rank"], 0);
   EXPECT_EQ(adopted.back()["pid"], spare_pid);
-  const json start = Events(Log("m01", "rank-0.log"), "start").back();
+  const json start = Events(RankLog("m01", "rank-0.log"), "start").back();
   EXPECT_EQ(start["path"], "prespawned");
   EXPECT_EQ(start["pid"], spare_pid);
-  const std::vector<json> restores = Events(Log("m01", "rank-0.log"), "restore");
+  const std::vector<json> restores = Events(RankLog("m01", "rank-0.log"), "restore");
   ASSERT_FALSE(restores.empty());
   // From this machine's memory, or the peer's copy when the peer finished
   // a step the killed rank did not (replicated state: that copy is newer).
@@ -163,7 +130,7 @@ TEST_F(InProcessRestart, SurvivorsKeepTheirProcessSparesTakeTheDeadRanksAndTheRu
 
   // m02 dies whole: the standby m03 takes slot 1 with the spare it kept
   // warm, and rank 0 rejoins in the process that was the spare.
-  const json warm = WaitForEvent("m03's warm spare", Log("m03", "spare.log"), "spare_ready", 120);
+  const json warm = WaitForEvent("m03's warm spare", RankLog("m03", "spare.log"), "spare_ready", 120);
   ASSERT_TRUE(warm.is_object());
   const size_t incidents2 = Query("incidents").size();
   Inject("machine-down", "m02");
@@ -174,18 +141,18 @@ TEST_F(InProcessRestart, SurvivorsKeepTheirProcessSparesTakeTheDeadRanksAndTheRu
   Report("machine-down");
   ASSERT_EQ(s["job"]["placement"], json({"m01", "m03"}));
   const int64_t third = s["job"]["generation"];
-  const auto swapped = Banners(Log("m03", "rank-1.log"));
-  ASSERT_EQ(swapped.count(third), 1u) << ReadAll(Log("m03", "rank-1.log"));
+  const auto swapped = Banners(RankLog("m03", "rank-1.log"));
+  ASSERT_EQ(swapped.count(third), 1u) << ReadAll(RankLog("m03", "rank-1.log"));
   EXPECT_EQ(swapped.at(third).first, "prespawned");
   EXPECT_EQ(swapped.at(third).second, warm["pid"].get<int64_t>());
-  EXPECT_EQ(Banners(Log("m01", "rank-0.log")).at(third), std::make_pair(std::string("rejoin"), spare_pid));
+  EXPECT_EQ(Banners(RankLog("m01", "rank-0.log")).at(third), std::make_pair(std::string("rejoin"), spare_pid));
 
   // The job runs to its end and ends bitwise where a fault-free run does.
   s = WaitFor("job completed", 180, [](const json& x) { return x["job"]["state"] == "completed"; });
-  std::vector<json> done = Events(Log("m01", "rank-0.log"), "done");
+  std::vector<json> done = Events(RankLog("m01", "rank-0.log"), "done");
   ASSERT_FALSE(done.empty());
   EXPECT_EQ(done.back()["step"], kSteps);
-  const std::string reference = Reference();
+  const std::string reference = ReferenceChecksum(TrainerArgs(), 2);
   ASSERT_FALSE(reference.empty());
   EXPECT_EQ(done.back()["param_checksum"], reference) << "the run restarted in place diverged from the fault-free one";
 }

@@ -192,21 +192,6 @@ class FaultsThenCompletion : public MemoryCheckpoints, public ::testing::WithPar
     }
     return a;
   }
-  // Rank 0's final checksum of the same job run by two ranks directly.
-  std::string Reference() {
-    std::vector<std::string> args = TrainerArgs();
-    args.insert(args.begin(), testing::BinDir() + "/bulwark-train");
-    auto procs = testing::StartRanks(args, 2, {{"OMP_NUM_THREADS", "1"}});
-    EXPECT_EQ(procs.size(), 2u) << "rank 0 did not announce its rendezvous port";
-    std::string sum;
-    for (size_t r = 0; r < procs.size(); ++r) {
-      testing::ProcessResult res = procs[r]->Wait();
-      EXPECT_EQ(res.exit_code, 0) << "reference rank " << r << ": " << res.err;
-      json done = json::parse(res.LastLine(), nullptr, false);
-      if (r == 0) sum = done.is_object() ? done.value("param_checksum", "") : "";
-    }
-    return sum;
-  }
   // Every rank log on every machine, cut at the agent's start banners: the
   // highest step each generation printed (step lines of rank 0, checksum
   // lines of rank 1), and rank 0's restore and start events per generation.
@@ -302,7 +287,7 @@ TEST_P(FaultsThenCompletion, EndsBitwiseLikeAFaultFreeRunAndLosesAtMostAStep) {
   }
   ASSERT_EQ(done.value("event", ""), "done");
   EXPECT_EQ(done["step"], kSteps);
-  const std::string reference = Reference();
+  const std::string reference = ReferenceChecksum(TrainerArgs(), 2);
   ASSERT_FALSE(reference.empty());
   EXPECT_EQ(done["param_checksum"], reference) << "the recovered run diverged from the fault-free one";
 }

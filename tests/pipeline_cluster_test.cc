@@ -22,23 +22,6 @@ class Pipeline : public Cluster {
             "--threads", "1", "--dist-timeout", "10", "--pp", "2", "--micro-batches", "2", "--eval-every", "0"};
   }
 
-  // The fault-free reference: four ranks run directly, no agent, no
-  // in-memory checkpoints. Returns rank 0's final checksum.
-  std::string Reference() {
-    std::vector<std::string> args = TrainerArgs();
-    args.insert(args.begin(), testing::BinDir() + "/bulwark-train");
-    auto procs = testing::StartRanks(args, 4, {{"LOCAL_RANK", "0"}, {"OMP_NUM_THREADS", "1"}});
-    EXPECT_EQ(procs.size(), 4u) << "rank 0 did not announce its rendezvous port";
-    std::string sum;
-    for (size_t r = 0; r < procs.size(); ++r) {
-      testing::ProcessResult res = procs[r]->Wait();
-      EXPECT_EQ(res.exit_code, 0) << "reference rank " << r << ": " << res.err;
-      json done = json::parse(res.LastLine(), nullptr, false);
-      if (r == 0) sum = done.is_object() ? done.value("param_checksum", "") : "";
-    }
-    return sum;
-  }
-
   // The newest event of `kind` in rank `rank`'s log on `machine`.
   json LastEvent(const std::string& machine, int rank, const std::string& kind) {
     std::ifstream in(dir_ + "/machines/" + machine + "/ranks/rank-" + std::to_string(rank) + ".log");
@@ -121,7 +104,9 @@ TEST_F(Pipeline, GroupsBackupsAndInMemoryRecoveryEndBitwiseLikeAFaultFreeRun) {
   json done = LastEvent("m01", 0, "done");
   ASSERT_TRUE(done.is_object());
   EXPECT_EQ(done["step"], kSteps);
-  const std::string reference = Reference();
+  // The fault-free reference: four ranks run directly, no agent, no
+  // in-memory checkpoints.
+  const std::string reference = ReferenceChecksum(TrainerArgs(), 4, {{"LOCAL_RANK", "0"}, {"OMP_NUM_THREADS", "1"}});
   ASSERT_FALSE(reference.empty());
   EXPECT_EQ(done["param_checksum"], reference) << "the recovered run diverged from the fault-free one";
 }

@@ -151,6 +151,43 @@ class Cluster : public ::testing::Test {
     return last;
   }
 
+  // ---- the ranks' own output
+
+  std::string RankLog(const std::string& machine, const std::string& file) const {
+    return dir_ + "/machines/" + machine + "/ranks/" + file;
+  }
+  static std::string ReadAll(const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+  // Every JSON event `kind` in a log, in order.
+  static std::vector<json> Events(const std::string& path, const std::string& kind) {
+    std::vector<json> out;
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("event", "") == kind) out.push_back(j);
+    }
+    return out;
+  }
+  // Rank 0's final checksum of `trainer_args` run by `ranks` ranks directly:
+  // the fault-free run a faulted one must end equal to.
+  static std::string ReferenceChecksum(std::vector<std::string> trainer_args, int ranks,
+                                       const std::map<std::string, std::string>& env = {{"OMP_NUM_THREADS", "1"}}) {
+    trainer_args.insert(trainer_args.begin(), testing::BinDir() + "/bulwark-train");
+    auto procs = testing::StartRanks(trainer_args, ranks, env);
+    EXPECT_EQ(procs.size(), static_cast<size_t>(ranks)) << "rank 0 did not announce its rendezvous port";
+    std::string sum;
+    for (size_t r = 0; r < procs.size(); ++r) {
+      testing::ProcessResult res = procs[r]->Wait();
+      EXPECT_EQ(res.exit_code, 0) << "reference rank " << r << ": " << res.err;
+      json done = json::parse(res.LastLine(), nullptr, false);
+      if (r == 0) sum = done.is_object() ? done.value("param_checksum", "") : "";
+    }
+    return sum;
+  }
+
   // ---- a controller killed at a point (plane/kill_point.h)
 
   // Waits until the controller process `pid` is gone (killed at its point).
