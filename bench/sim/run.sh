@@ -19,6 +19,14 @@ for run in "10000 90 1" "100000 365 2"; do
     python3 -c "import json,sys; r=json.load(sys.stdin); s=r['speed']; b=r['arms'][0]; c=r['config']; print('   %d GPUs x %.0f days: ETTR %.2f%%, %d events in %.3f s = %.0f events/s' % (c['gpus'], c['days'], 100*b['ettr'], r['fleet']['events'], s['cpu_s'], s['events_per_s']))"
 done
 echo
+echo "== elastic recovery, 100,000 GPUs x 365 days (docs/simulator.md): the regroup as today (the world's init), then 10 s"
+for seed in 1 2 3 4 5; do
+  for regroup in "" "--regroup 10"; do
+    $SIM --gpus 100000 --days 365 --seed "$seed" --elastic $regroup --json |
+      python3 -c "import json,sys; r=json.load(sys.stdin); b=r['arms'][0]; print('   seed $seed ${regroup:-regroup as the world init}: ledger %.3f%%, progress %.3f%%' % (100*b['ettr'], 100*b['ettr_by_steps']))"
+  done
+done
+echo
 echo "== the demo's schedule replayed (measured: ETTR 80.1%, docs/demo.md)"
 $SIM --replay demo | sed -n 3,7p
 for sweep in scale standby ckpt detect; do

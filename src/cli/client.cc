@@ -13,6 +13,10 @@ namespace bulwark::cli {
 namespace {
 
 constexpr auto kDeadline = std::chrono::seconds(5);
+// How long a write waits for its connection ("tcp handshaker shutdown" under
+// the suite's load failed a test's `bulwark inject` while the controller
+// served every status query around it).
+constexpr auto kConnectWait = std::chrono::seconds(3);
 
 bulwark::Status FromGrpc(const grpc::Status& s, const std::string& what, const std::string& addr) {
   if (s.ok()) return bulwark::Status::OK();
@@ -71,7 +75,8 @@ Result<ControlClient> ControlClient::Connect(const std::string& dir) {
                     "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})");
   Result<std::shared_ptr<grpc::ChannelCredentials>> creds = cluster::ChannelCredentials(layout);
   if (!creds.ok()) return creds.status();
-  c.rpc_ = wire::ControlService::NewStub(grpc::CreateCustomChannel(c.address_, *creds, args));
+  c.channel_ = grpc::CreateCustomChannel(c.address_, *creds, args);
+  c.rpc_ = wire::ControlService::NewStub(c.channel_);
   return c;
 }
 
@@ -80,9 +85,16 @@ void ControlClient::Prepare(grpc::ClientContext* ctx) const {
   if (!token_.empty()) ctx->AddMetadata(kTokenMetadataKey, token_);
 }
 
+void ControlClient::PrepareWrite(grpc::ClientContext* ctx) const {
+  // Not connected after this, the call fails at once as before ("does not
+  // answer; is the cluster up?"), having been sent nowhere.
+  channel_->WaitForConnected(std::chrono::system_clock::now() + kConnectWait);
+  Prepare(ctx);
+}
+
 Result<std::string> ControlClient::Submit(const wire::SubmitRequest& req) {
   grpc::ClientContext ctx;
-  Prepare(&ctx);
+  PrepareWrite(&ctx);
   wire::SubmitReply reply;
   BULWARK_RETURN_IF_ERROR(FromGrpc(rpc_->Submit(&ctx, req, &reply), "submit", address_));
   return reply.job();
@@ -105,7 +117,7 @@ Result<nlohmann::json> ControlClient::Ledger() { return Query(&wire::ControlServ
 bulwark::Status ControlClient::Inject(const std::string& machine, const std::string& fault, int rank,
                                       const std::string& where, double factor) {
   grpc::ClientContext ctx;
-  Prepare(&ctx);
+  PrepareWrite(&ctx);
   wire::InjectRequest req;
   req.set_machine(machine);
   req.set_fault(fault);
@@ -128,7 +140,7 @@ bulwark::Result<std::string> ControlClient::ReturnMachine(const std::string& mac
 
 Result<int> ControlClient::Update(const wire::UpdateRequest& req) {
   grpc::ClientContext ctx;
-  Prepare(&ctx);
+  PrepareWrite(&ctx);
   wire::UpdateReply reply;
   BULWARK_RETURN_IF_ERROR(FromGrpc(rpc_->Update(&ctx, req, &reply), "update", address_));
   return reply.release();
@@ -136,7 +148,7 @@ Result<int> ControlClient::Update(const wire::UpdateRequest& req) {
 
 bulwark::Status ControlClient::Rollback(int to, const std::string& why) {
   grpc::ClientContext ctx;
-  Prepare(&ctx);
+  PrepareWrite(&ctx);
   wire::RollbackRequest req;
   req.set_to(to);
   req.set_why(why);

@@ -38,8 +38,14 @@ class ControlClient {
   // The read-only queries: one call, a JSON reply.
   Result<nlohmann::json> Query(QueryRpc rpc, const char* what);
   void Prepare(grpc::ClientContext* ctx) const;
+  // Prepare for a call that must not happen twice (submit, inject, update,
+  // rollback): first waits up to a few seconds for the channel to connect,
+  // so that one failed connection attempt under load does not fail the
+  // call; the call itself is sent once.
+  void PrepareWrite(grpc::ClientContext* ctx) const;
   std::string address_;
   std::string token_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<wire::ControlService::Stub> rpc_;
 };
 
