@@ -133,8 +133,13 @@ TEST_F(SlurmCluster, MachineDownDrainsTheNodeWithTheIncidentAndReturnResumesIt) 
   json incidents = Query("incidents");
   ASSERT_TRUE(incidents.is_array() && !incidents.empty()) << incidents.dump();
   const json inc = incidents.back();
-  // The step in flight at most: every step was checkpointed in memory.
-  EXPECT_LE(inc.value("lost_steps", int64_t{99}), 1) << inc.dump();
+  // Every step was checkpointed in memory. The lost machine's shards come
+  // from its backup peer, sent over the network (ZeRO-1): the controller may
+  // have heard of step k while the copy of k is being taken and that of
+  // k - 1 is still on its way to the peer (client/shard_client.h: two
+  // slots), so the peer's newest whole copy can be k - 2. Under the suite's
+  // load that happened once in three runs.
+  EXPECT_LE(inc.value("lost_steps", int64_t{99}), 2) << inc.dump();
   const std::string incident = "incident " + std::to_string(inc["id"].get<int64_t>());
 
   // Slurm's word: drained (not draining: the node left the allocation),
