@@ -137,8 +137,9 @@ class ElasticStep final : public StepLayout {
 
   Status Reduce(double* loss, double* grad_norm) override {
     // The store's micro-batch as the hooks left it (a NaN, a spike, SDC).
+    // Read in place: the sum is written back only after every input is read.
     std::vector<torch::Tensor> grads = aside_;
-    grads.push_back(store_.GradsView().clone());
+    grads.push_back(store_.GradsView());
     std::vector<double> losses = losses_;
     losses.back() = store_.LossSlot().item<double>();
     BULWARK_RETURN_IF_ERROR(ExactMeanOfMicroBatches(comm_, grads, mine_, losses, units_, store_.GradsView(), loss));
@@ -161,13 +162,7 @@ class ElasticStep final : public StepLayout {
       for (int j : replicas) {
         const uint64_t first = static_cast<uint64_t>(i * replicas_ + j) * B;
         if (first + B > n_samples) continue;
-        auto* x = idx.data_ptr<int64_t>();
-        auto* y = tgt.data_ptr<int64_t>();
-        for (int b = 0; b < B; ++b)
-          for (int t = 0; t < T; ++t) {
-            x[b * T + t] = p_.data.val[(first + b) * T + t];
-            y[b * T + t] = p_.data.val[(first + b) * T + t + 1];
-          }
+        MakeValBatch(p_.data.val, first, B, T, idx, tgt);
         sums[i * replicas_ + j] = p_.model->Loss(OnDevice(idx, p_.device), OnDevice(tgt, p_.device)).item<double>();
         counts[i * replicas_ + j] = 1.0;
       }

@@ -53,6 +53,7 @@ std::vector<int> MicroBatchesOf(int replicas, int rank, int world);
 // `index[i]`'s) into their mean. The
 // result is bitwise the same whichever rank computed which micro-batch.
 // A non-finite gradient anywhere makes `out` and the loss NaN on every rank.
+// `out` may be one of `grads`: it is written after every input is read.
 Status ExactMeanOfMicroBatches(Comm& comm, const std::vector<torch::Tensor>& grads, const std::vector<int>& index,
                                const std::vector<double>& losses, int units, torch::Tensor out, double* loss);
 

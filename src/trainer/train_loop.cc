@@ -42,6 +42,17 @@ void MakeBatch(const std::vector<uint16_t>& tokens, Sampler& sampler, uint64_t f
   }
 }
 
+void MakeValBatch(const std::vector<uint16_t>& val, uint64_t first, int B, int T, torch::Tensor& idx,
+                  torch::Tensor& targets) {
+  auto* x = idx.data_ptr<int64_t>();
+  auto* y = targets.data_ptr<int64_t>();
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      x[b * T + t] = val[(first + b) * T + t];
+      y[b * T + t] = val[(first + b) * T + t + 1];
+    }
+}
+
 torch::Tensor OnDevice(const torch::Tensor& t, const torch::Device& device) {
   return device.is_cpu() ? t : t.to(device);
 }
@@ -64,13 +75,7 @@ Result<double> Evaluate(const TrainConfig& cfg, Comm& comm, Transformer& model, 
   for (int i = 0; i < cfg.eval_batches; ++i) {
     uint64_t first = (static_cast<uint64_t>(i) * comm.world_size() + comm.rank()) * B;
     if (first + B > n_samples) break;
-    auto* x = idx.data_ptr<int64_t>();
-    auto* y = tgt.data_ptr<int64_t>();
-    for (int b = 0; b < B; ++b)
-      for (int t = 0; t < T; ++t) {
-        x[b * T + t] = val[(first + b) * T + t];
-        y[b * T + t] = val[(first + b) * T + t + 1];
-      }
+    MakeValBatch(val, first, B, T, idx, tgt);
     sum += model->Loss(OnDevice(idx, device), OnDevice(tgt, device)).item<double>();
     count += 1;
   }

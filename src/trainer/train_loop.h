@@ -78,6 +78,11 @@ enum class GenerationEnd {
 // [first, first + B) of the sampler's order.
 void MakeBatch(const std::vector<uint16_t>& tokens, Sampler& sampler, uint64_t first, int B, int T,
                torch::Tensor& idx, torch::Tensor& targets);
+// Validation batch `first / B`: samples [first, first + B) of the split in
+// order, each T tokens from its start (no shuffling: every run evaluates the
+// same samples).
+void MakeValBatch(const std::vector<uint16_t>& val, uint64_t first, int B, int T, torch::Tensor& idx,
+                  torch::Tensor& targets);
 // A host batch on the rank's device (a CUDA rank); the CPU's is used as is.
 torch::Tensor OnDevice(const torch::Tensor& t, const torch::Device& device);
 
