@@ -251,14 +251,37 @@ TEST(Reconcile, AnElasticJobWithNoStandbyGoesOnNarrowerAndGrowsBack) {
   job.RunSteps(4, 6, S(40));
   EXPECT_EQ(job.state().job, JobState::kRunning);
   EXPECT_EQ(Briefs(job.Reconcile(S(70))), (Lines{"replenish 1"})) << "running on all it has: no restart";
-  // A machine joins: the job takes it at once.
-  acts = job.Do(Joined("s09", true, S(80)));
+  // A machine joins: the job takes it once it holds spares of the job, so
+  // the three that train stop for the regroup only, not for its start-up.
+  EXPECT_EQ(Briefs(job.Do(Joined("s09", true, S(80)))), (Lines{"replenish 1"})) << "s09 has no spare yet";
+  acts = job.Do(StandbyReady{"s09", true, "", S(82)});
   EXPECT_EQ(Briefs(acts), (Lines{"activate s09", "restart_all g3 m01,m03,m04,s09 ckpt 6", "replenish 1"}));
+  EXPECT_NE(acts[1].reason.find("grow to 4 of 4 machines +s09"), std::string::npos) << acts[1].reason;
   EXPECT_EQ(job.state().placement.world_size(), 8);
 
   Job standby(4, 0);
   standby.StartAndRun(3);
   EXPECT_EQ(Briefs(standby.Do(DeviceFailed("m02", S(35)))), (Lines{"evict m02", "wait 1", "replenish 1"}));
+}
+
+// A standby that never says whether it holds spares is taken after
+// standby_ready_wait; one that says it cannot hold any, at once.
+TEST(Reconcile, AnElasticJobTakesASilentStandbyAfterTheWait) {
+  Job job(3, 0, PolicyConfig{}, JobSpec::Recovery::kElastic);
+  job.StartAndRun(3);
+  job.Do(DeviceFailed("m02", S(35)));
+  job.RunSteps(4, 6, S(40));
+  job.Do(Joined("s09", true, S(80)));
+  EXPECT_EQ(Briefs(job.Reconcile(S(109))), (Lines{"replenish 1"}));
+  EXPECT_EQ(Briefs(job.Reconcile(S(110))), (Lines{"activate s09", "restart_all g3 m01,m03,s09 ckpt 6", "replenish 1"}));
+
+  Job cold(3, 0, PolicyConfig{}, JobSpec::Recovery::kElastic);
+  cold.StartAndRun(3);
+  cold.Do(DeviceFailed("m02", S(35)));
+  cold.RunSteps(4, 6, S(40));
+  cold.Do(Joined("s09", true, S(80)));
+  EXPECT_EQ(Briefs(cold.Do(StandbyReady{"s09", false, "not bulwark-train", S(81)})),
+            (Lines{"activate s09", "restart_all g3 m01,m03,s09 ckpt 6", "replenish 1"}));
 }
 
 TEST(Reconcile, AnElasticJobUsesTheStandbysItHasBeforeItNarrows) {

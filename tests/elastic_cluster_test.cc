@@ -43,6 +43,26 @@ class Elastic : public Cluster {
     }
     return first < 0 ? -1 : (first - inject_ms) / 1000.0;
   }
+  // How long rank 0 stood still around its newest restore line: from the
+  // last step it completed before it to the first after it.
+  double GapAtLastRestore() {
+    std::ifstream in(RankLog("m01", "rank-0.log"));
+    std::string line;
+    int64_t last = -1, before = -1, first = -1;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (!j.is_object()) continue;
+      if (j.value("event", "") == "restore") {
+        before = last;
+        first = -1;
+      }
+      if (j.value("event", "") == "step") {
+        last = j.value("wall_ms", int64_t{-1});
+        if (first < 0) first = last;
+      }
+    }
+    return before < 0 || first < 0 ? -1 : (first - before) / 1000.0;
+  }
   // The newest restore event of rank 0 (the trainer's "restore" line).
   json LastRestore() {
     std::vector<json> r = Events(RankLog("m01", "rank-0.log"), "restore");
@@ -128,8 +148,10 @@ TEST_F(Elastic, SurvivorsTrainOnFewerReplicasAndTheRunEndsBitwise) {
   });
   EXPECT_EQ(s["job"]["training_world_size"], 1);
 
-  // 4. The operator returns m02: the job grows back to two replicas, m02's
-  // new rank taking its state from rank 0.
+  // 4. The operator returns m02: it sets up a spare of the job while m01
+  // trains on, and only then does the job grow back to two replicas, m02's
+  // spare taking rank 1 and its state from rank 0. m01 stops once, for the
+  // regroup, not for m02's process start.
   gen = s["job"]["generation"];
   before = s["job"]["last_step"];
   const int64_t ret_ms = NowMs();
@@ -139,7 +161,12 @@ TEST_F(Elastic, SurvivorsTrainOnFewerReplicasAndTheRunEndsBitwise) {
     return x["job"]["placement"] == json({"m01", "m02"});
   });
   EXPECT_EQ(LastRestore().value("source", ""), "live peer 0") << "rank 0 alone held the state";
-  std::printf("[ timing ] grow: the running rank's stall %.3f s (return -> its next completed step)\n", StallAfter(ret_ms));
+  const std::string agent = ReadAll(dir_ + "/machines/m02/agent.log");
+  EXPECT_NE(agent.find("warm: "), std::string::npos) << agent;
+  EXPECT_NE(agent.find("1:prespawned"), std::string::npos) << "the spare takes rank 1\n" << agent;
+  std::printf("[ timing ] grow: return -> full width %.3f s; the training rank's stall %.3f s (its last step before the "
+              "change -> its first after)\n",
+              StallAfter(ret_ms), GapAtLastRestore());
 
   // The ledger counts the missing replicas' share as degraded time.
   json ledger = Query("ledger");

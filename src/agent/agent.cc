@@ -30,6 +30,7 @@ Status Agent::Run() {
     }
     MaybeFence();
     MaybePrespawn();
+    MaybeReportWarm();
     MaybeReportStaged();
     PublishMetrics();
     // A command wakes the loop at once: a restart must not wait a period.

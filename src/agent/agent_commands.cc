@@ -148,6 +148,7 @@ RankGroupSpec Agent::SpecFrom(const wire::Command& c) {
 }
 
 void Agent::StandBy(const wire::Command& c) {
+  warm_unanswered_ = false;
   if (c.argv_size() == 0) {
     supervisor_.StopSpares();
     staging_.reset();
@@ -163,6 +164,7 @@ void Agent::StandBy(const wire::Command& c) {
     supervisor_.StopSpares();
     staging_.reset();
     spare_spec_.reset();
+    ReportWarm(false, program + " is not known to wait for an ASSIGN");
     return;
   }
   supervisor_.StopSpares({Supervisor::Identity(spec)});
@@ -171,6 +173,7 @@ void Agent::StandBy(const wire::Command& c) {
   saw_step_ = true;
   in_place_ = true;
   spares_started_ = 0;
+  warm_unanswered_ = true;
   Log("standing by warm for " + c.reason().substr(c.reason().rfind(' ') + 1));
 }
 
@@ -450,6 +453,7 @@ void Agent::AwaitWaitingRanks(const RankGroupSpec& spec) {
 }
 
 void Agent::StartRanks(const RankGroupSpec& spec, const std::string& reason) {
+  warm_unanswered_ = false;
   Result<std::vector<Handoff>> started = supervisor_.Start(spec);
   if (!started.ok()) {
     Log("generation " + std::to_string(spec.generation) + ": starting " + std::to_string(spec.ranks.size()) +
@@ -505,6 +509,27 @@ void Agent::MaybePrespawn() {
   if (spares_started_ >= 2 * want) return;
   ++spares_started_;
   if (Status st = supervisor_.Prespawn(*spare_spec_); !st.ok()) Log("cannot pre-spawn a spare: " + st.ToString());
+}
+
+void Agent::MaybeReportWarm() {
+  if (!warm_unanswered_ || !spare_spec_) return;
+  const std::string identity = Supervisor::Identity(*spare_spec_);
+  const size_t want = static_cast<size_t>(std::max(1, spare_spec_->local_world_size));
+  if (supervisor_.WaitingSpareCount(identity) >= want) {
+    ReportWarm(true, std::to_string(want) + " spare(s) set up and waiting");
+  } else if (spares_started_ >= 2 * want && supervisor_.SpareCount(identity) == 0) {
+    ReportWarm(false, "its spares did not set up (spare-*.log)");
+  }
+}
+
+void Agent::ReportWarm(bool warm, const std::string& detail) {
+  warm_unanswered_ = false;
+  Log(std::string(warm ? "warm: " : "cold: ") + detail);
+  wire::AgentEvent e;
+  e.set_kind(wire::AgentEvent::STANDBY_READY);
+  e.set_staged(warm);
+  e.set_detail(detail);
+  Emit(std::move(e));
 }
 
 }  // namespace bulwark::agent::detail

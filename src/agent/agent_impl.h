@@ -184,6 +184,10 @@ class Agent {
   RankGroupSpec SpecFrom(const wire::Command& c);
   // A STOP_RANKS: idle, or warm for the job it names (spares of it).
   void StandBy(const wire::Command& c);
+  // A warm standby says once whether it holds spares of the job
+  // (STANDBY_READY): an elastic job grows onto it only then (reconcile.h).
+  void MaybeReportWarm();
+  void ReportWarm(bool warm, const std::string& detail);
 
   std::string ShardSocketPath() const { return layout_.machine(o_.machine) + "/shards.sock"; }
 
@@ -273,6 +277,7 @@ class Agent {
   bool in_place_ = false;                    // a rank of this generation said INPLACE
   bool yielding_ = false;                    // asked an elastic job's ranks to yield (AwaitWaitingRanks)
   size_t spares_started_ = 0;                // this generation
+  bool warm_unanswered_ = false;             // a warm standby that has not said STANDBY_READY
   struct Staging {
     std::string id;  // the command's: a resent one is not staged twice
     int release = 0;

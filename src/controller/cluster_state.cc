@@ -54,7 +54,10 @@ Status SetMachineState(ClusterState& state, const MachineId& id, MachineState to
   BULWARK_RETURN_IF_ERROR(m->MoveTo(to, at, std::move(reason)));
   --state.machines_in_state[static_cast<int>(from)];
   ++state.machines_in_state[static_cast<int>(to)];
-  if (from == MachineState::kStandby) state.standbys.erase(id);
+  if (from == MachineState::kStandby) {
+    state.standbys.erase(id);
+    state.ready_standbys.erase(id);
+  }
   if (from == MachineState::kActive && m->slot >= 0) state.vacated_slots.insert(m->slot);
   if (to == MachineState::kStandby) {
     state.standbys.insert(id);

@@ -117,6 +117,9 @@ struct ClusterState {
   // 10,000-machine fleet does not scan it.
   std::array<int, kNumMachineStates> machines_in_state{};
   std::set<MachineId> standbys;  // machines in kStandby, in id order
+  // Standbys that said whether they hold spares of the job (StandbyReady)
+  // since they became standbys: an elastic job grows onto these only.
+  std::set<MachineId> ready_standbys;
   // Slots of the placement whose machine left kActive since the latest
   // restart: the slots Reconcile must fill, without scanning the placement.
   std::set<int> vacated_slots;

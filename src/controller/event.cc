@@ -31,7 +31,7 @@ const char* EventKindName(EventKind k) {
       "training_anomaly",    "stacks_analyzed",     "diagnostics_reported",
       "ladder_deadline",     "release_created",     "rollback_requested",
       "release_due",         "requeue_due",         "alignment_check_due",
-      "release_staged",      "stage_due",
+      "release_staged",      "stage_due",           "standby_ready",
   };
   int i = static_cast<int>(k);
   return i >= 0 && i < kNumEventKinds ? kNames[i] : "unknown";
@@ -128,6 +128,10 @@ std::string Describe(const Event& e) {
           },
           [](const StageDue& x) {
             return "staging release " + std::to_string(x.release) + " ran out of time: restarting without it";
+          },
+          [](const StandbyReady& x) {
+            return "standby " + x.machine + (x.warm ? " holds spares of the job" : " has no spares of the job") +
+                   (x.detail.empty() ? "" : ": " + x.detail);
           },
           [](const StacksAnalyzed& x) {
             return "stacks of incident " + std::to_string(x.incident) + ": " + std::to_string(x.groups.size()) +

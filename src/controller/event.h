@@ -402,6 +402,27 @@ struct ReleaseStaged {
   }
 };
 
+// Standby `machine` holds spare processes of the running job set up and
+// waiting for an ASSIGN (plane/actuator.h: WarmStandby), or, with `warm`
+// false, says it will not (`detail`: a program that does not speak the
+// handoff protocol, spares that failed to set up). An elastic job grows
+// onto a standby only once it said so (reconcile.h), so the replicas that
+// train do not wait for the joiner's process start.
+struct StandbyReady {
+  MachineId machine;
+  bool warm = false;
+  std::string detail;
+  Time observed{};
+
+  template <class S, class V>
+  static void Fields(S& s, V& v) {
+    v("machine", s.machine);
+    v("warm", s.warm);
+    v("detail", s.detail);
+    v("observed", s.observed);
+  }
+};
+
 // An urgent release's staging ran past PolicyConfig::release_stage_timeout
 // (the plane sends it from its tick; ReleaseState::stage_deadline).
 struct StageDue {
@@ -442,7 +463,7 @@ using Event = std::variant<RankExited, MachineHeartbeatLost, InspectionFailed, N
                            ManualRestart, CheckpointRestored, HangSuspected, FailSlowSuspected,
                            TrainingAnomaly, StacksAnalyzed, DiagnosticsReported, LadderDeadline,
                            ReleaseCreated, RollbackRequested, ReleaseDue, RequeueDue, AlignmentCheckDue,
-                           ReleaseStaged, StageDue>;
+                           ReleaseStaged, StageDue, StandbyReady>;
 
 // One value per alternative of Event, in the same order.
 enum class EventKind {
@@ -469,8 +490,9 @@ enum class EventKind {
   kAlignmentCheckDue,
   kReleaseStaged,
   kStageDue,
+  kStandbyReady,
 };
-constexpr int kNumEventKinds = 23;
+constexpr int kNumEventKinds = 24;
 static_assert(std::variant_size_v<Event> == kNumEventKinds, "Event and EventKind must match");
 
 inline EventKind KindOf(const Event& e) { return static_cast<EventKind>(e.index()); }

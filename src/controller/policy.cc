@@ -368,6 +368,14 @@ Status OnOperatorReturned(RuleContext& ctx, const Event& e) {
                          "returned by an operator; awaiting its self-check");
 }
 
+// Only a standby's answer counts: a machine placed since (or evicted) has
+// no spare to offer, and its next turn as a standby asks again.
+Status OnStandbyReady(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<StandbyReady>(e);
+  if (ctx.state.standbys.count(x.machine) != 0) ctx.state.ready_standbys.insert(x.machine);
+  return Status::OK();
+}
+
 Status OnManualRestart(RuleContext& ctx, const Event& e) {
   const auto& x = std::get<ManualRestart>(e);
   if (!RanksAreLive(ctx.state.job)) {
@@ -410,6 +418,7 @@ constexpr std::array<RuleEntry, kNumEventKinds> kRules = {{
     {EventKind::kAlignmentCheckDue, OnAlignmentCheckDue},
     {EventKind::kReleaseStaged, OnReleaseStaged},
     {EventKind::kStageDue, OnStageDue},
+    {EventKind::kStandbyReady, OnStandbyReady},
 }};
 
 constexpr bool RulesInEventOrder() {

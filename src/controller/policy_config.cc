@@ -33,6 +33,9 @@ Status PolicyConfig::Validate() const {
         "policy: hang_floor, hang_first_step, trace_deadline, process_stuck, slow_round and anomaly_wait must be "
         "positive");
   }
+  if (standby_ready_wait < Duration::zero()) {
+    return Status::InvalidArgument("policy: standby_ready_wait is negative; give 0 (take standbys at once) or more");
+  }
   if (hang_warmup_steps < 1) return Status::InvalidArgument("policy: hang_warmup_steps must be at least 1");
   if (hang_window < 1 || spike_window < 1 || slow_rounds < 1 || slow_min_steps < 1 || spike_min_history < 1) {
     return Status::InvalidArgument(

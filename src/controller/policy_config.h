@@ -47,6 +47,14 @@ struct PolicyConfig {
   double daily_failure_rate = 0.005;
   double standby_quantile = 0.99;
 
+  // An elastic job training on fewer machines than it asked for grows onto
+  // a standby once the standby says it holds spares of the job
+  // (StandbyReady), so the replicas that train stall for the regroup only,
+  // not for the joiner's process start. A standby that has not said so
+  // within this long is taken as it is (an agent that never answers must
+  // not keep the job narrow). 0: take standbys at once.
+  Duration standby_ready_wait = std::chrono::seconds(30);
+
   // Releases (releases.h): a lazy release waits for the next restart at
   // most this long, then restarts the job in place (ByteRobust's 24 h).
   Duration update_force_after = std::chrono::hours(24);

@@ -28,11 +28,13 @@ std::vector<int> OpenSlots(const ClusterState& state, int needed) {
   return open;
 }
 
-// An elastic job the pool cannot fill (JobSpec::kElastic): its machines
-// that are still active, then as many standbys as there are, in slot order.
-// The ranks of the slots it keeps are renumbered densely; the replicas of
-// the lost machines wait for machines while the others train.
-std::optional<Action> ContinueNarrower(const ClusterState& state, const std::string& release_note, int release) {
+// An elastic job the pool cannot fill (JobSpec::kElastic), or one that
+// grows back: its machines that are still active, then as many of
+// `standbys` as fit, in id order. The ranks of the slots it keeps are
+// renumbered densely; the replicas of the lost machines wait for machines
+// while the others train.
+std::optional<Action> ContinueNarrower(const ClusterState& state, const std::vector<MachineId>& standbys,
+                                       const std::string& release_note, int release) {
   Placement next = state.placement;
   next.generation += 1;
   next.ranks_per_machine = state.spec.ranks_per_machine;
@@ -41,8 +43,8 @@ std::optional<Action> ContinueNarrower(const ClusterState& state, const std::str
     if (state.IsActive(m)) next.slots.push_back(m);
   }
   std::vector<MachineId> joined;
-  for (auto standby = state.standbys.begin();
-       standby != state.standbys.end() && static_cast<int>(next.slots.size()) < state.spec.MachinesNeeded(); ++standby) {
+  for (auto standby = standbys.begin();
+       standby != standbys.end() && static_cast<int>(next.slots.size()) < state.spec.MachinesNeeded(); ++standby) {
     next.slots.push_back(*standby);
     joined.push_back(*standby);
   }
@@ -50,11 +52,38 @@ std::optional<Action> ContinueNarrower(const ClusterState& state, const std::str
   if (next.slots.empty() || (joined.empty() && next.slots == state.placement.slots && !state.restart_pending)) {
     return std::nullopt;
   }
-  std::string reason = "continue on " + std::to_string(next.slots.size()) + " of " +
-                       std::to_string(state.spec.MachinesNeeded()) + " machines";
+  std::string reason = (joined.empty() || state.restart_pending ? "continue on " : "grow to ") +
+                       std::to_string(next.slots.size()) + " of " + std::to_string(state.spec.MachinesNeeded()) +
+                       " machines";
   for (const MachineId& m : joined) reason += " +" + m;
   if (state.restart_pending) reason += ": " + state.restart_reason;
   return RestartAllAction(std::move(next), state.checkpoint_step, reason + release_note, release);
+}
+
+// An elastic job that trains on fewer machines than it asked for, on
+// machines that are all still active: it has lost nothing since its last
+// restart and may only grow.
+bool TrainsNarrower(const ClusterState& state) {
+  const bool live = state.job == JobState::kRunning || state.job == JobState::kRestarting;
+  const int placed = static_cast<int>(state.placement.slots.size());
+  return state.spec.elastic() && live && !state.restart_pending && placed > 0 &&
+         placed < state.spec.MachinesNeeded() && state.CountIn(MachineState::kActive) == placed;
+}
+
+// The standbys such a job grows onto now: those that said whether they
+// hold spares of it (StandbyReady), and those silent for
+// standby_ready_wait. The replicas that train stop once, for the regroup;
+// the joiner's process start happens beside them.
+std::vector<MachineId> JoinableStandbys(const ClusterState& state, const PolicyConfig& config, Time now) {
+  std::vector<MachineId> out;
+  for (const MachineId& m : state.standbys) {
+    const MachineStatus* status = state.FindMachine(m);
+    if (state.ready_standbys.count(m) != 0 ||
+        (status != nullptr && now - status->state_since >= config.standby_ready_wait)) {
+      out.push_back(m);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -91,6 +120,14 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
 
   if (held) {
     // nothing: see above
+  } else if (TrainsNarrower(state)) {
+    std::optional<Action> grown = ContinueNarrower(state, JoinableStandbys(state, config, now), release_note, release);
+    if (grown) {
+      for (const MachineId& m : grown->placement.slots) {
+        if (state.standbys.count(m)) out.push_back(ActivateAction(m, grown->placement.generation));
+      }
+      out.push_back(std::move(*grown));
+    }
   } else if (requeue && restart_needed && !state.requeue_granted) {
     if (!state.requeue_until) {
       const std::string why = state.restart_pending ? state.restart_reason : "machines lost";
@@ -124,7 +161,8 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
         out.back().changed_slots = open;
       }
     } else if (state.spec.elastic() && !state.placement.empty()) {
-      std::optional<Action> narrower = ContinueNarrower(state, release_note, release);
+      const std::vector<MachineId> standbys(state.standbys.begin(), state.standbys.end());
+      std::optional<Action> narrower = ContinueNarrower(state, standbys, release_note, release);
       if (narrower) {
         for (const MachineId& m : narrower->placement.slots) {
           if (state.standbys.count(m)) out.push_back(ActivateAction(m, narrower->placement.generation));

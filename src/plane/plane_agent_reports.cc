@@ -36,6 +36,8 @@ Result<Event> EventFromAgent(const std::string& machine, const wire::AgentEvent&
     }
     case wire::AgentEvent::RELEASE_STAGED:
       return Event(ReleaseStaged{machine, a.release(), a.staged(), a.detail(), observed});
+    case wire::AgentEvent::STANDBY_READY:
+      return Event(StandbyReady{machine, a.staged(), a.detail(), observed});
     case wire::AgentEvent::RESTORED:
       return Event(CheckpointRestored{a.step(), a.source(), a.newest_step(), a.restore_ms(), observed});
     default:

@@ -78,6 +78,8 @@ class FleetSim {
   void SyncProgress();
   void Stall(int machine, FaultClass cls);
   void Inject(const Fault& f);
+  // A machine that joined as a standby says it holds spares of the job.
+  void AnnounceSpares(int machine);
   void ScheduleScript();
 
   // ---------------------------------------------------------------- the signals (signals.h)

@@ -337,6 +337,14 @@ void FleetSim::OnRestart(const Action& a) {
   Schedule(now_ + Secs(seconds), Kind::kFirstStep, gen_);
 }
 
+// A standby's agent sets up spares of the job, a process start, then says
+// so (agent: STANDBY_READY); an elastic job grows onto it only then, so the
+// joiner's start-up is off the training replicas' path.
+void FleetSim::AnnounceSpares(int machine) {
+  const Time ready = now_ + Secs(c_.costs.process_start);
+  ScheduleEvent(ready, StandbyReady{IdOf(machine), true, "", ready});
+}
+
 Status FleetSim::Run() {
   const int n = c_.machines();
   JobSpec spec;
@@ -483,12 +491,14 @@ Status FleetSim::Run() {
         --in_flight_;
         ++r_.fleet.standbys_arrived;
         Deliver(MachineJoined{IdOf(static_cast<int>(d.arg)), true, "provisioned", now_});
+        AnnounceSpares(static_cast<int>(d.arg));
         break;
       case Kind::kReturn: {
         MachineSim& m = machines_[d.arg];
         m = MachineSim{false, false, FaultClass::kGpu, m.slot};  // repaired; its slot may be refilled by it
         Deliver(OperatorReturned{IdOf(static_cast<int>(d.arg)), now_});
         Deliver(MachineJoined{IdOf(static_cast<int>(d.arg)), true, "repaired", now_});
+        AnnounceSpares(static_cast<int>(d.arg));
         break;
       }
       case Kind::kScript: {
