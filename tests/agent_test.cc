@@ -386,6 +386,37 @@ TEST(Inspector, EmulatedDeviceAndNicAreRead) {
   EXPECT_TRUE(agent::Inspect(p).nic_up);
 }
 
+// The emulated hardware: a flapped NIC comes back by itself at its time, a
+// broken ALU and a slowed link read as such, and a repair mends every part.
+TEST(EmulatedHardware, AFlapEndsByItselfAndARepairMendsEveryPart) {
+  const std::string dir = testing::MakeTempDir();
+  const cluster::EmulatedHardware hw = cluster::HardwareOf(dir, "m01");
+  ASSERT_EQ(::system(("mkdir -p " + dir + "/machines/m01/health").c_str()), 0);
+  EXPECT_TRUE(cluster::NicUp(hw, 0)) << "no file: nothing took the link down";
+  ASSERT_TRUE(cluster::FlapNic(hw, std::chrono::milliseconds(2000), 10000).ok());
+  EXPECT_FALSE(cluster::NicUp(hw, 11999));
+  EXPECT_EQ(cluster::NicCarrierChanges(hw, 11999), 1u);
+  EXPECT_TRUE(cluster::NicUp(hw, 12000));
+  EXPECT_EQ(cluster::NicCarrierChanges(hw, 12000), 2u);
+  // A second flap counts on: an inspection that never saw the link up
+  // between the two still sees two more carrier changes.
+  ASSERT_TRUE(cluster::FlapNic(hw, std::chrono::milliseconds(2000), 12100).ok());
+  EXPECT_EQ(cluster::NicCarrierChanges(hw, 12200), 3u);
+  EXPECT_EQ(cluster::NicCarrierChanges(hw, 14100), 4u);
+  ASSERT_TRUE(cluster::FailDevice(hw).ok());
+  ASSERT_TRUE(cluster::BreakAlu(hw).ok());
+  ASSERT_TRUE(cluster::SlowLink(hw, 5).ok());
+  EXPECT_NE(cluster::DeviceError(hw).find("Xid 48"), std::string::npos);
+  EXPECT_TRUE(cluster::AluBroken(hw));
+  EXPECT_EQ(cluster::LinkSlowdown(hw), 5);
+  EXPECT_FALSE(cluster::SlowLink(hw, 0.5).ok()) << "a slowdown is a factor above 1";
+  ASSERT_TRUE(cluster::Repair(hw).ok());
+  EXPECT_EQ(cluster::DeviceError(hw), "");
+  EXPECT_FALSE(cluster::AluBroken(hw));
+  EXPECT_EQ(cluster::LinkSlowdown(hw), 1);
+  EXPECT_TRUE(cluster::NicUp(hw, 0));
+}
+
 // Given the machine's interface, the link is the kernel's view (sysfs),
 // and the emulated file is not read. A fake sysfs tree plays each state; the
 // host's own loopback is read for real ("unknown", with carrier: up).

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bulwark.grpc.pb.h"
+#include "cluster/local/emulated_hardware.h"
 #include "support/cluster_fixture.h"
 #include "support/process.h"
 
@@ -134,13 +135,8 @@ TEST_F(Cluster, SurvivesCrashDeviceFailureControllerRestartAndMachineDown) {
   // 6. A second flap within the window condemns m01. No standby is left
   // (m03 is dead), so the job waits; the operator returns m01 after repair
   // and the job resumes on it.
-  const std::string nic = dir_ + "/machines/m01/health/nic";
-  WaitFor("m01's link back up", 10, [&](const json&) {
-    std::ifstream in(nic);
-    std::string state;
-    in >> state;
-    return state == "up";
-  });
+  const cluster::EmulatedHardware m01 = cluster::HardwareOf(dir_, "m01");
+  WaitFor("m01's link back up", 10, [&](const json&) { return cluster::NicUp(m01, cluster::UnixMs()); });
   Inject("nic-flap", "m01");
   s = WaitFor("job waiting for a machine", 30, [&](const json& s) {
     return MachineState(s, "m01") == "evicted" && s["job"]["state"] == "waiting for machines";

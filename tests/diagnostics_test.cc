@@ -118,12 +118,16 @@ TEST(Diagnostics, AReplayGroupWithAnSdcMemberDiverges) {
 TEST(Diagnostics, ANetworkLinkIsMeasuredByBothEndsAndADownNicFailsIt) {
   const std::string dir = testing::MakeTempDir();
   InspectorPaths health{dir + "/device", dir + "/nic", dir};
+  // The other end's link is degraded 10x (its emulated hardware).
+  InspectorPaths slowed{dir + "/device", dir + "/nic", dir};
+  slowed.link = dir + "/slow-link";
+  ASSERT_TRUE(cluster::SlowLink(slowed.Hardware(), 10).ok());
   const std::string bin = testing::BinDir() + "/bulwark-train";
   const int port = 12000 + static_cast<int>(::getpid() % 2000);  // below the ephemeral ports
   ReplayGroup g0{"net0", 0, 2, "127.0.0.1", port}, g1{"net0", 1, 2, "127.0.0.1", port};
   TestOutcome r1;
-  std::thread other([&] { r1 = NetworkCheck(bin, g1, /*net_slow=*/10, health, std::chrono::seconds(60)); });
-  TestOutcome r0 = NetworkCheck(bin, g0, 0, health, std::chrono::seconds(60));
+  std::thread other([&] { r1 = NetworkCheck(bin, g1, slowed, std::chrono::seconds(60)); });
+  TestOutcome r0 = NetworkCheck(bin, g0, health, std::chrono::seconds(60));
   other.join();
   EXPECT_TRUE(r0.passed) << r0.detail;
   EXPECT_TRUE(r1.passed) << r1.detail;
@@ -134,7 +138,7 @@ TEST(Diagnostics, ANetworkLinkIsMeasuredByBothEndsAndADownNicFailsIt) {
   std::printf("[ figure ] one link, one end 10x slowed: %.1f ms, %s\n", r0.ms, r0.detail.c_str());
 
   ASSERT_TRUE(WriteFileAtomic(health.nic, std::string("down\n")).ok());
-  TestOutcome down = NetworkCheck(bin, g0, 0, health, std::chrono::seconds(60));
+  TestOutcome down = NetworkCheck(bin, g0, health, std::chrono::seconds(60));
   EXPECT_FALSE(down.passed);
   EXPECT_EQ(down.detail, "the NIC is down");
   // A link check that fails says why in the incident, in its own words (its
@@ -147,7 +151,7 @@ TEST(Diagnostics, ANetworkLinkIsMeasuredByBothEndsAndADownNicFailsIt) {
                                                    "echo 'bulwark-train: error: rendezvous at 127.0.0.1:1 failed for rank 1 "
                                                    "of 2: no rank 0 listening after 10 ms' >&2\nexit 3\n")).ok());
   ASSERT_EQ(::chmod(failing.c_str(), 0755), 0);
-  TestOutcome alone = NetworkCheck(failing, g1, 0, health, std::chrono::seconds(30));
+  TestOutcome alone = NetworkCheck(failing, g1, health, std::chrono::seconds(30));
   EXPECT_FALSE(alone.passed);
   EXPECT_EQ(alone.detail, "the link check exited with code 3 (rendezvous at 127.0.0.1:1 failed for rank 1 of 2: "
                           "no rank 0 listening after 10 ms)");

@@ -334,12 +334,6 @@ void Agent::ReleaseEchoes() {
 }
 
 void Agent::InspectMachine() {
-  if (nic_up_at_ && Now() >= *nic_up_at_) {
-    if (Status st = WriteFileAtomic(health_paths_.nic, std::string("up\n")); !st.ok()) {
-      LogWarn("the emulated NIC stays down: " + st.ToString());  // and is inspected, and reported, as down
-    }
-    nic_up_at_.reset();
-  }
   const HealthReading h = Inspect(health_paths_, gpu_.get());
   health_ = h;
   auto fail = [&](const char* kind, const std::string& detail) {
@@ -369,9 +363,9 @@ void Agent::InspectMachine() {
   const std::string kernel = h.nic_detail.empty() ? "" : ": " + h.nic_detail;
   if (!h.nic_up && nic_was_up_) {
     alert("link down on " + o_.machine + kernel);
-  } else if (h.nic_up && nic_was_up_ && h.link && last_link_ && FlapsBetween(*last_link_, *h.link) >= 2) {
-    // Down and up again within one inspection period: no reading saw it
-    // down, the kernel's carrier counter did.
+  } else if (h.nic_up == nic_was_up_ && h.link && last_link_ && FlapsBetween(*last_link_, *h.link) >= 2) {
+    // Down and up again (or up and down again) within one inspection
+    // period: no reading saw the change, the carrier counter did.
     alert("link flapped on " + o_.machine + " (" + std::to_string(FlapsBetween(*last_link_, *h.link)) +
           " carrier changes within " + std::to_string(kInspectPeriod.count()) + " ms)" + kernel);
   }

@@ -112,14 +112,12 @@ void Agent::ApplyCommands() {
       case wire::Command::RESET_HEALTH:
         slow_.Stop();
         sdc_.clear();
-        net_slow_ = 0;
-        compute_bad_ = false;
         device_reported_ = disk_reported_ = memory_reported_ = false;
         if (Status st = ResetEmulatedHealth(health_paths_, gpu_.get()); !st.ok()) {
           // The next inspection reads the fault file still there and reports it.
-          LogWarn("could not reset the emulated device and NIC: " + st.ToString());
+          LogWarn("could not repair the emulated hardware: " + st.ToString());
         } else {
-          Log("emulated device and NIC reset to healthy");
+          Log("emulated hardware repaired (device, NIC, ALU, link)");
         }
         break;
       default:
@@ -209,29 +207,26 @@ void Agent::Inject(const std::string& fault, int rank, const std::string& where,
   } else if (fault == "machine-down") {
     // The agent and, through PDEATHSIG, its ranks die at once.
     ::kill(::getpid(), SIGKILL);
-  } else if (fault == "device-fail") {
-    if (Status st = WriteFileAtomic(health_paths_.device,
-                                    std::string("Xid 48: uncorrectable ECC error (double-bit) on device 0\n"));
-        !st.ok()) {
-      LogWarn("could not inject " + fault + ": " + st.ToString());
+  } else if (fault == "device-fail" || fault == "nic-flap" || fault == "compute-fail" || fault == "slow-link") {
+    // Faults of the machine's parts: the local backend's emulated hardware
+    // takes them (cluster/local/emulated_hardware.h), and the checks find
+    // them there as they would on the part itself.
+    const cluster::EmulatedHardware hw = health_paths_.Hardware();
+    Status st = fault == "device-fail"    ? cluster::FailDevice(hw)
+                : fault == "nic-flap"     ? cluster::FlapNic(hw, kNicFlapDown, cluster::UnixMs())
+                : fault == "compute-fail" ? cluster::BreakAlu(hw)
+                                          : cluster::SlowLink(hw, factor > 1 ? factor : 10);
+    if (!st.ok()) LogWarn("could not inject " + fault + ": " + st.ToString());
+    if (fault == "compute-fail") {
+      // A broken ALU also turns the ranks' matmuls NaN now and then: the
+      // trainer's SDC hook (trainer/sdc.h, nan mode), as for `inject sdc`.
+      sdc_ = "nan:1.000000";
+      for (const auto& [r, pid] : supervisor_.Pids()) {
+        if (Status sent = links_->Send(pid, "INJECT sdc-" + sdc_); !sent.ok()) {
+          Log("cannot inject compute-fail: " + sent.ToString());
+        }
+      }
     }
-  } else if (fault == "nic-flap") {
-    if (Status st = WriteFileAtomic(health_paths_.nic, std::string("down\n")); !st.ok()) {
-      LogWarn("could not inject " + fault + ": " + st.ToString());
-    }
-    nic_up_at_ = Now() + kNicFlapDown;
-  } else if (fault == "compute-fail") {
-    // A broken ALU: its GEMM check gets one element wrong (diagnostics.h)
-    // and its ranks' matmuls go NaN now and then (the SDC hook, nan mode).
-    compute_bad_ = true;
-    sdc_ = "nan:1.000000";
-    for (const auto& [r, pid] : supervisor_.Pids()) {
-      if (Status st = links_->Send(pid, "INJECT sdc-" + sdc_); !st.ok()) Log("cannot inject compute-fail: " + st.ToString());
-    }
-  } else if (fault == "slow-link") {
-    // A degraded link (a flaky cable, a NIC renegotiated down): nothing
-    // fails, the machine's network test's collectives run F x slower.
-    net_slow_ = factor > 1 ? factor : 10;
   } else if (fault == "slow") {
     // The machine itself is slow from now on, whatever runs on it, until
     // an operator repairs it (RESET_HEALTH).
@@ -304,8 +299,6 @@ void Agent::Diagnose(const wire::Command& c) {
   req.budget = std::chrono::milliseconds(c.budget_ms() > 0 ? c.budget_ms() : 60000);
   req.trainer_argv = job_argv_;
   req.sdc = sdc_;
-  req.net_slow = net_slow_;
-  req.compute_corrupt = compute_bad_;
   req.health = health_paths_;
   {
     char self[4096];

@@ -89,7 +89,10 @@ class Agent {
       : o_(std::move(o)), clock_(o_.clock ? o_.clock : std::make_shared<WallClock>()), layout_{o_.dir}, token_(std::move(token)), sigs_(std::move(sigs)),
         supervisor_(layout_.ranks(o_.machine)), incarnation_(Ms(Now())), shards_(std::move(shards)),
         links_(std::move(links)) {
-    health_paths_ = {layout_.device(o_.machine), layout_.nic(o_.machine), layout_.machine(o_.machine), o_.nic};
+    const cluster::EmulatedHardware hw = cluster::HardwareOf(o_.dir, o_.machine);
+    health_paths_ = {hw.device, hw.nic, layout_.machine(o_.machine), o_.nic};
+    health_paths_.alu = hw.alu;
+    health_paths_.link = hw.link;
     gpu_ = GpuHealth::Open(Nvml::LibraryPath(), [](const std::string& line) { Log(line); });
   }
 
@@ -235,8 +238,6 @@ class Agent {
   // emulated SDC ("" none, "nan:1.000000"), commands already run, answers in.
   std::vector<std::string> job_argv_;
   std::string sdc_;
-  double net_slow_ = 0;  // `inject slow-link`: the network test's links F x slower
-  bool compute_bad_ = false;  // `inject compute-fail`: the GEMM check sees a wrong element
   std::set<std::string> diagnosed_;
   std::mutex diagnostics_mu_;
   std::vector<wire::AgentEvent> diagnostics_done_;
@@ -293,7 +294,6 @@ class Agent {
   bool nic_was_up_ = true;
   std::optional<LinkReading> last_link_;  // the kernel's, at the last inspection (--nic)
   std::string device_slowdown_;  // the NVML slowdown hint last logged
-  std::optional<Clock::time_point> nic_up_at_;
 
   // For /metrics: gathered by the main thread, published as a snapshot.
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();

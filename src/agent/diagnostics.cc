@@ -181,8 +181,8 @@ TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std:
 
 bool IsNetworkLink(const std::string& group) { return group.rfind("net", 0) == 0; }
 
-TestOutcome NetworkCheck(const std::string& binary, const ReplayGroup& link, double net_slow,
-                         const InspectorPaths& health, std::chrono::milliseconds budget) {
+TestOutcome NetworkCheck(const std::string& binary, const ReplayGroup& link, const InspectorPaths& health,
+                         std::chrono::milliseconds budget) {
   const auto t0 = Clock::now();
   TestOutcome o{(link.rank == 0 ? "network/" : "network-part/") + link.group, false, "", 0};
   if (!Inspect(health).nic_up) {
@@ -199,7 +199,11 @@ TestOutcome NetworkCheck(const std::string& binary, const ReplayGroup& link, dou
   std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET", kPassiveWaits, "RANK=" + std::to_string(link.rank),
                                    "WORLD_SIZE=" + std::to_string(link.world), "LOCAL_RANK=0",
                                    "MASTER_ADDR=" + link.master_addr, "MASTER_PORT=" + std::to_string(link.master_port)};
-  if (net_slow > 1) argv.push_back("BULWARK_NET_SLOW=" + std::to_string(net_slow));
+  // A degraded emulated link slows the check's own transfers (the shared
+  // stack has no link of its own to shape; under namespaces the real one is).
+  if (const double slow = cluster::LinkSlowdown(health.Hardware()); slow > 1) {
+    argv.push_back("BULWARK_NET_SLOW=" + std::to_string(slow));
+  }
   // The check's own timeout ends before the kill, so that a link that
   // fails says why (its error line) instead of only "killed".
   char timeout_s[32];
@@ -245,7 +249,7 @@ DiagnosticsOutcome RunDiagnostics(const DiagnosticsRequest& req) {
       continue;
     }
     if (test == "compute") {
-      out.results.push_back(ComputeCheck(req.compute_corrupt));
+      out.results.push_back(ComputeCheck(cluster::AluBroken(req.health.Hardware())));
     } else if (test == "device") {
       out.results.push_back(DeviceCheck(req.health));
     } else if (test == "replay") {
@@ -264,7 +268,7 @@ DiagnosticsOutcome RunDiagnostics(const DiagnosticsRequest& req) {
       for (const ReplayGroup& g : req.replay) {
         if (!IsNetworkLink(g.group)) continue;
         const auto left_now = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
-        TestOutcome r = NetworkCheck(req.net_check_binary, g, req.net_slow, req.health,
+        TestOutcome r = NetworkCheck(req.net_check_binary, g, req.health,
                                      std::max(left_now, std::chrono::milliseconds(1)));
         if (g.rank == 0 || !r.passed) out.results.push_back(std::move(r));
       }

@@ -62,12 +62,6 @@ struct DiagnosticsRequest {
   // The network test's program: bulwark-train beside the agent's binary
   // (any job's links can be measured, not only bulwark-train's).
   std::string net_check_binary;
-  // `bulwark inject slow-link --factor F`: this machine's links F x slower
-  // (0: healthy); passed to the check as BULWARK_NET_SLOW.
-  double net_slow = 0;
-  // `bulwark inject compute-fail`: the GEMM check's result has one wrong
-  // element (ComputeCheck's corrupt), as on a machine with a broken ALU.
-  bool compute_corrupt = false;
 };
 
 struct DiagnosticsOutcome {
@@ -75,8 +69,8 @@ struct DiagnosticsOutcome {
   std::string alignment_hash;
 };
 
-// The GEMM check. `corrupt`: flip one element of the result first (the
-// unit test's stand-in for a bad ALU).
+// The GEMM check. `corrupt`: one element of the result is wrong, as on a
+// machine with a broken ALU (RunDiagnostics: the emulated ALU says so).
 TestOutcome ComputeCheck(bool corrupt = false);
 // The known answer's hash, for the record.
 const char* ComputeCheckAnswer();
@@ -94,9 +88,10 @@ TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std:
 // `rank` of 2. The link's rank 0 gets "network/<link>" with the timed
 // collectives' ms (what the controller compares) and the bandwidth and
 // latency in the detail; rank 1 gets "network-part/<link>", reported only
-// when it failed. A NIC that reads "down" fails at once.
-TestOutcome NetworkCheck(const std::string& binary, const ReplayGroup& link, double net_slow,
-                         const InspectorPaths& health, std::chrono::milliseconds budget);
+// when it failed. A NIC that reads "down" fails at once; an emulated link
+// that is degraded slows the check's transfers.
+TestOutcome NetworkCheck(const std::string& binary, const ReplayGroup& link, const InspectorPaths& health,
+                         std::chrono::milliseconds budget);
 bool IsNetworkLink(const std::string& group);
 // Every requested test, in order, within the budget (what is left of it
 // goes to the next test; a test that gets none fails "no time left").

@@ -18,9 +18,8 @@ constexpr unsigned long long kMinAvailableMemoryKiB = 64ull << 10;
 
 HealthReading Inspect(const InspectorPaths& paths, GpuHealth* gpu) {
   HealthReading r;
-  const std::string device = ReadFirstLine(paths.device);
-  // A missing file is a healthy device: nothing has reported an error.
-  if (!device.empty() && device != "ok") {
+  const std::string device = cluster::DeviceError(paths.Hardware());
+  if (!device.empty()) {
     r.device_ok = false;
     r.device_detail = device;
   }
@@ -33,7 +32,16 @@ HealthReading Inspect(const InspectorPaths& paths, GpuHealth* gpu) {
     r.device_slowdown = v.slowdown;
   }
   if (paths.interface.empty()) {
-    r.nic_up = ReadFirstLine(paths.nic) != "down";
+    // The emulated NIC reads like the kernel's: its state and its count of
+    // carrier changes, so that a flap between two readings is seen.
+    const int64_t now = cluster::UnixMs();
+    r.nic_up = cluster::NicUp(paths.Hardware(), now);
+    LinkReading link;
+    link.iface = "emulated";
+    link.operstate = r.nic_up ? "up" : "down";
+    link.carrier = r.nic_up;
+    link.carrier_changes = cluster::NicCarrierChanges(paths.Hardware(), now);
+    r.link = link;
   } else if (Result<LinkReading> link = ReadLink(paths.sysfs_net, paths.interface); link.ok()) {
     r.nic_up = LinkUp(*link);
     r.nic_detail = DescribeLink(*link);
@@ -68,10 +76,9 @@ HealthReading Inspect(const InspectorPaths& paths, GpuHealth* gpu) {
 }
 
 Status ResetEmulatedHealth(const InspectorPaths& paths, GpuHealth* gpu) {
-  Status device = WriteFileAtomic(paths.device, std::string("ok\n"));
-  Status nic = WriteFileAtomic(paths.nic, std::string("up\n"));
+  Status st = cluster::Repair(paths.Hardware());
   if (gpu != nullptr) gpu->Rebaseline();
-  return device.ok() ? nic : device;
+  return st;
 }
 
 char ProcessState(pid_t pid) {

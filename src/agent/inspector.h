@@ -1,7 +1,7 @@
 // Inspector: the machine's real-time health checks, run about once a second.
 //
-// On the local backend the device and the NIC are emulated by files in the
-// machine's directory (cluster/layout.h): a fault injector writes them, and
+// On the local backend the device and the NIC are emulated hardware
+// (cluster/local/emulated_hardware.h): a fault injector breaks them, and
 // this reads them exactly as it would read nvidia-smi or a link state. Given
 // the machine's interface (InspectorPaths::interface), the link is the
 // kernel's instead (net_link.h). Disk
@@ -22,6 +22,7 @@
 
 #include "agent/gpu_health.h"
 #include "agent/net_link.h"
+#include "cluster/local/emulated_hardware.h"
 #include "common/status.h"
 
 namespace bulwark::agent {
@@ -47,14 +48,18 @@ struct InspectorPaths {
   // stands for it), read from the kernel under `sysfs_net`.
   std::string interface;
   std::string sysfs_net = "/sys/class/net";
+  // The emulated ALU and link (the GEMM and network checks read them).
+  std::string alu, link;
+
+  cluster::EmulatedHardware Hardware() const { return {device, nic, alu, link}; }
 };
 
 // `gpu` null: no NVML, the emulated device alone.
 HealthReading Inspect(const InspectorPaths& paths, GpuHealth* gpu = nullptr);
 
-// Resets the emulated device and NIC to healthy, and NVML's baseline where
-// it is loaded: a repaired machine. Every part is reset even when one fails;
-// the first failure is returned (an emulated fault file left in place).
+// Repairs the emulated hardware (device, NIC, ALU, link), and resets NVML's
+// baseline where it is loaded: a repaired machine. Every part is reset even
+// when one fails; the first failure is returned (a fault left in place).
 Status ResetEmulatedHealth(const InspectorPaths& paths, GpuHealth* gpu = nullptr);
 
 // The state letter of /proc/PID/stat ('R', 'S', 'D', 'T', ...), or 0.

@@ -15,7 +15,8 @@
 //   DIR/machines/ID/ranks/rank-R.log     each rank's stdout and stderr
 //   DIR/machines/ID/ranks/rank-R.pid
 //   DIR/machines/ID/health/device        emulated device health ("ok" or an error)
-//   DIR/machines/ID/health/nic           emulated link state ("up" or "down")
+//   DIR/machines/ID/health/nic           emulated link state ("up", "down", "down until MS")
+//   DIR/machines/ID/health/{alu,link}    emulated ALU and link (cluster/local/emulated_hardware.h)
 //   DIR/durable/JOB/                     checkpoint shards persisted every persist_every steps
 //   DIR/backend.json                     the cluster manager `up` used, if not local (cluster/backend.h)
 //   DIR/netns.json                       the machines' network namespaces, if any (cluster/local/netns.h)
