@@ -6,7 +6,12 @@
 # the survivors' stall is printed: from the kill to the first step rank 0
 # completes after it (that step's own compute included), with the
 # controller's detection and recovery split and how the killed rank came
-# back (its source of state). Figures only, never an assertion.
+# back (its source of state). Then the last machine's device fails (no
+# standby: the others go on at R-1) and `bulwark machine return` gives it
+# back: the stall of the narrowing, the time from the return to full width
+# (the returned machine sets up a spare of the job meanwhile), and how long
+# rank 0 stood still for the growth (its last step before the change to
+# its first after). Figures only, never an assertion.
 # Usage: bench/elastic/stall.sh [R ...]   (BULWARK_UP_FLAGS goes to `bulwark up`)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -90,6 +95,49 @@ print(f"R={R}: survivors' stall {stall:.3f} s (kill -> next completed step; step
       f"detect {(inc['detected_ms'] - kill_ms) / 1000.0:.3f} s, recover {inc.get('recover_s', -1):.3f} s, "
       f"rank 0's state: {restore.get('source')}, sync {restore.get('ms', 0):.1f} ms; "
       f"rank {R-1} back from a {'live peer' if 'from live rank' in open(f'{machines}/{last}/ranks/rank-{R-1}.log').read() else 'restore'}")
+PY
+  # Narrower, then back: device-fail of the last machine, then its return.
+  gen=$(build/bin/bulwark status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["job"]["generation"])')
+  fail_ms=$(python3 -c 'import time; print(int(time.time()*1000))')
+  build/bin/bulwark inject device-fail --machine "$last" >/dev/null
+  wait_gen() {  # generation > $1 on $2 machines, 10 steps into it
+    for _ in $(seq 1 240); do
+      build/bin/bulwark status --json | python3 -c '
+import json, sys
+j = json.load(sys.stdin)["job"]
+sys.exit(0 if j["generation"] > int(sys.argv[1]) and len(j["placement"]) == int(sys.argv[2]) and j["state"] == "running" else 1)' "$1" "$2" && break
+      sleep 0.5
+    done
+    sleep 2
+  }
+  wait_gen "$gen" $((R - 1))
+  gen=$(build/bin/bulwark status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["job"]["generation"])')
+  ret_ms=$(python3 -c 'import time; print(int(time.time()*1000))')
+  build/bin/bulwark machine return --machine "$last" >/dev/null
+  wait_gen "$gen" "$R"
+  python3 - "$R" "$BULWARK_DIR/machines" "$fail_ms" "$ret_ms" "$last" <<'PY'
+import json, sys
+R, machines, fail_ms, ret_ms, last = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+ev = []
+for line in open(f"{machines}/m01/ranks/rank-0.log"):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    if isinstance(j, dict):
+        ev.append(j)
+restores = [k for k, e in enumerate(ev) if e.get("event") == "restore"]
+def first_step_after(k):
+    return next(e for e in ev[k:] if e.get("event") == "step")
+def last_step_before(k):
+    return [e for e in ev[:k] if e.get("event") == "step"][-1]
+narrow, grow = restores[-2], restores[-1]
+agent = open(f"{machines}/{last}/agent.log").read()
+print(f"R={R}: device-fail -> {R-1} of {R}: stall {(first_step_after(narrow)['wall_ms'] - fail_ms) / 1000.0:.3f} s; "
+      f"return -> {R} of {R}: {(first_step_after(grow)['wall_ms'] - ret_ms) / 1000.0:.3f} s, "
+      f"rank 0 stood still {(first_step_after(grow)['wall_ms'] - last_step_before(grow)['wall_ms']) / 1000.0:.3f} s "
+      f"(its state: {ev[grow].get('source')}); the returned machine's rank from a "
+      f"{'spare' if ':prespawned' in agent.split('warm: ')[-1] else 'cold start'}")
 PY
   build/bin/bulwark down >/dev/null
 done

@@ -222,11 +222,14 @@ struct SimConfig {
            (costs.memory_checkpoints ? costs.restore_memory : costs.restore_durable) + costs.step;
   }
   // An elastic job's restart on `machines_now` machines, `joined` of them
-  // new: the survivors' stall from the decision to their first step.
+  // new: the survivors' stall from the decision to their first step. A
+  // joiner's state comes from a live peer during that step (trainer/elastic.h:
+  // it computes no micro-batch of it), so the step waits only for the part
+  // of the transfer that outlasts it.
   double ElasticRestartSeconds(int machines_now, bool joined) const {
     const double regroup = costs.regroup >= 0 ? costs.regroup
                                               : costs.comm_init_base + costs.comm_init_per_machine * machines_now;
-    return regroup + (joined ? costs.restore_memory : 0) + costs.step;
+    return regroup + (joined ? std::max(costs.step, costs.restore_memory) : costs.step);
   }
   // A step's time at `replicas` of the job's full width, relative to full width.
   double ElasticStepFactor(int replicas) const {

@@ -34,8 +34,10 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
   if (c.elastic) {
     o << "recovery elastic: survivors keep their state; a restart costs them " << Hours(c.ElasticRestartSeconds(c.machines(), true))
       << " (regroup " << (c.costs.regroup >= 0 ? Hours(c.costs.regroup) + ", given" : "as the world's communicator init")
-      << ", a live peer's state, one step); below full width a step takes ceil(N x " << c.costs.elastic_micro_batches
-      << " / W) micro-batches\n";
+      << ", then one step, which a joiner's state from a live peer overlaps); below full width a step takes ceil(N x "
+      << c.costs.elastic_micro_batches
+      << " / W) micro-batches. Measured on a local cluster (bench/elastic/stall.sh, docs/recovery.md): the "
+         "parts of that stall at 2-8 replicas; the regroup at scale is modelled, not measured\n";
   }
   o << "restart modelled at " << Hours(c.RestartSeconds()) << "; hang first-step allowance " << Hours(f.hang_first_step)
     << (f.hang_first_step_raised ? " (raised from the policy's value to 2x the restart: fit_first_step_allowance)" : "")

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -96,18 +97,31 @@ namespace {
 // copied aside (only when the job runs below full width).
 class ElasticStep final : public StepLayout {
  public:
-  ElasticStep(TrainProcess& p, Comm& comm)
+  // `healing`: ranks that receive their state while the others compute the
+  // generation's first step (SyncLiveState); they take no micro-batch of it.
+  ElasticStep(TrainProcess& p, Comm& comm, const std::vector<int>& healing)
       : p_(p), comm_(comm), store_(*p.store), replicas_(p.cfg.elastic_replicas),
-        units_(replicas_ * p.cfg.micro_batches), unit_(p.cfg.batch_size / p.cfg.micro_batches),
-        mine_(MicroBatchesOf(units_, comm.rank(), comm.world_size())) {
+        units_(replicas_ * p.cfg.micro_batches), unit_(p.cfg.batch_size / p.cfg.micro_batches), healing_(!healing.empty()) {
     const int T = p.cfg.model.context;
     idx_ = torch::empty({unit_, T}, torch::kInt64);
     targets_ = torch::empty({unit_, T}, torch::kInt64);
-    for (size_t i = 0; i + 1 < mine_.size(); ++i) aside_.push_back(torch::empty({store_.num_params()}, torch::kFloat32));
-    losses_.resize(mine_.size());
+    std::vector<int> computing;
+    for (int r = 0; r < comm.world_size(); ++r) {
+      if (std::find(healing.begin(), healing.end(), r) == healing.end()) computing.push_back(r);
+    }
+    const auto me = std::find(computing.begin(), computing.end(), comm.rank());
+    Assign(me == computing.end() ? std::vector<int>{}
+                                 : MicroBatchesOf(units_, static_cast<int>(me - computing.begin()),
+                                                  static_cast<int>(computing.size())));
   }
 
   Status ForwardBackward(uint64_t cursor, StepTimes* t) override {
+    if (mine_.empty()) {  // healing: the others compute this step
+      store_.ZeroGrad();
+      store_.LossSlot().fill_(0.0f);
+      t->shares = 0;
+      return Status::OK();
+    }
     for (size_t i = 0; i < mine_.size(); ++i) {
       const auto t0 = Clock::now();
       store_.ZeroGrad();
@@ -129,25 +143,38 @@ class ElasticStep final : public StepLayout {
 
   [[noreturn]] void SpinInCompute() override {
     torch::NoGradGuard no_grad;
-    MakeBatch(p_.data.train, *p_.sampler, static_cast<uint64_t>(mine_[0]) * unit_, unit_, p_.cfg.model.context, idx_,
-              targets_);
+    MakeBatch(p_.data.train, *p_.sampler, static_cast<uint64_t>(mine_.empty() ? 0 : mine_[0]) * unit_, unit_,
+              p_.cfg.model.context, idx_, targets_);
     const torch::Tensor x = OnDevice(idx_, p_.device), y = OnDevice(targets_, p_.device);
     for (;;) p_.model->Loss(x, y);
   }
 
   Status Reduce(double* loss, double* grad_norm) override {
+    // A live peer's state on its way to a healing rank (SyncLiveState)
+    // must have left before the step's reduction meets that rank.
+    BULWARK_RETURN_IF_ERROR(comm_.WaitSends());
     // The store's micro-batch as the hooks left it (a NaN, a spike, SDC).
     // Read in place: the sum is written back only after every input is read.
     std::vector<torch::Tensor> grads = aside_;
-    grads.push_back(store_.GradsView());
     std::vector<double> losses = losses_;
-    losses.back() = store_.LossSlot().item<double>();
+    if (!mine_.empty()) {
+      grads.push_back(store_.GradsView());
+      losses.back() = store_.LossSlot().item<double>();
+    }
     BULWARK_RETURN_IF_ERROR(ExactMeanOfMicroBatches(comm_, grads, mine_, losses, units_, store_.GradsView(), loss));
     *grad_norm = store_.GradsView().norm().item<double>();
     return Status::OK();
   }
 
-  Status AfterUpdate() override { return Status::OK(); }  // no ZeRO-1 (config.cc)
+  // No ZeRO-1 (config.cc). After the first step of a generation that
+  // healed ranks, every rank takes its share.
+  Status AfterUpdate() override {
+    if (healing_) {
+      healing_ = false;
+      Assign(MicroBatchesOf(units_, comm_.rank(), comm_.world_size()));
+    }
+    return Status::OK();
+  }
 
   // The first eval_batches x N validation batches, batch i*N + j computed
   // by the rank that owns micro-batch j, summed in slot order.
@@ -197,41 +224,69 @@ class ElasticStep final : public StepLayout {
   const int replicas_;
   const int units_;  // micro-batches of the global batch: replicas x --micro-batches
   const int unit_;   // samples in one
-  const std::vector<int> mine_;
+  void Assign(std::vector<int> mine) {
+    mine_ = std::move(mine);
+    aside_.clear();
+    for (size_t i = 0; i + 1 < mine_.size(); ++i) aside_.push_back(torch::empty({store_.num_params()}, torch::kFloat32));
+    losses_.assign(mine_.size(), 0.0);
+  }
+
+  bool healing_;           // this generation's first step is not yet applied
+  std::vector<int> mine_;  // the micro-batches this rank computes
   torch::Tensor idx_, targets_;
   std::vector<torch::Tensor> aside_;
   std::vector<double> losses_;
 };
 
 // The state a live peer sends: parameters, optimizer moments, the model's
-// buffers (POET's W0 changes at merges), the generator, and the counters.
-Status BroadcastState(Comm& comm, TrainProcess& p, int donor, TrainState* st, uint64_t* timeline) {
-  BULWARK_RETURN_IF_ERROR(comm.Broadcast(p.store->params(), donor));
-  BULWARK_RETURN_IF_ERROR(comm.Broadcast(p.opt->m(), donor));
-  BULWARK_RETURN_IF_ERROR(comm.Broadcast(p.opt->v(), donor));
-  for (auto& b : p.model->named_buffers()) BULWARK_RETURN_IF_ERROR(comm.Broadcast(b.value(), donor));
-  auto rng = at::detail::getDefaultCPUGenerator().get_state();
-  BULWARK_RETURN_IF_ERROR(comm.Broadcast(rng, donor));
-  auto counters = torch::tensor({st->step, static_cast<int64_t>(st->data_cursor), static_cast<int64_t>(*timeline)},
-                                torch::kInt64);
-  auto loss = torch::tensor({st->loss}, torch::kFloat64);
-  BULWARK_RETURN_IF_ERROR(comm.Broadcast(counters, donor));
-  BULWARK_RETURN_IF_ERROR(comm.Broadcast(loss, donor));
-  if (comm.rank() != donor) {
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    gen.set_state(rng);
-    st->step = counters[0].item<int64_t>();
-    st->data_cursor = static_cast<uint64_t>(counters[1].item<int64_t>());
-    *timeline = static_cast<uint64_t>(counters[2].item<int64_t>());
-    st->loss = loss.item<double>();
+// buffers (POET's W0 changes at merges), the generator, and the counters,
+// in this order, each with its own tag.
+std::vector<torch::Tensor> StateTensors(TrainProcess& p, const TrainState& st, uint64_t timeline) {
+  std::vector<torch::Tensor> out = {p.store->params(), p.opt->m(), p.opt->v()};
+  for (auto& b : p.model->named_buffers()) out.push_back(b.value());
+  out.push_back(at::detail::getDefaultCPUGenerator().get_state());
+  out.push_back(torch::tensor({st.step, static_cast<int64_t>(st.data_cursor), static_cast<int64_t>(timeline)},
+                              torch::kInt64));
+  out.push_back(torch::tensor({st.loss}, torch::kFloat64));
+  return out;
+}
+constexpr int kStateTag = 1 << 20;
+
+// The donor starts sending a copy of its state to each healing rank and
+// goes on: the sends complete while it computes (ElasticStep::Reduce waits
+// for them before the reduction that the healing ranks join).
+Status SendState(Comm& comm, TrainProcess& p, const TrainState& st, uint64_t timeline, const std::vector<int>& to) {
+  std::vector<torch::Tensor> state = StateTensors(p, st, timeline);
+  for (torch::Tensor& t : state) t = t.clone();  // the live tensors change with the next step
+  for (int dst : to) {
+    for (size_t i = 0; i < state.size(); ++i) {
+      BULWARK_RETURN_IF_ERROR(comm.Send(state[i], dst, kStateTag + static_cast<int>(i)));
+    }
   }
+  return Status::OK();
+}
+
+// A healing rank receives the donor's state into its own.
+Status ReceiveState(Comm& comm, TrainProcess& p, int donor, TrainState* st, uint64_t* timeline) {
+  std::vector<torch::Tensor> state = StateTensors(p, *st, *timeline);
+  for (size_t i = 0; i < state.size(); ++i) {
+    BULWARK_RETURN_IF_ERROR(comm.Recv(state[i], donor, kStateTag + static_cast<int>(i)));
+  }
+  const size_t n = state.size();
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  gen.set_state(state[n - 3]);
+  const torch::Tensor& counters = state[n - 2];
+  st->step = counters[0].item<int64_t>();
+  st->data_cursor = static_cast<uint64_t>(counters[1].item<int64_t>());
+  *timeline = static_cast<uint64_t>(counters[2].item<int64_t>());
+  st->loss = state[n - 1].item<double>();
   return Status::OK();
 }
 
 }  // namespace
 
-std::unique_ptr<StepLayout> MakeElasticStep(TrainProcess& p, Comm& comm) {
-  return std::make_unique<ElasticStep>(p, comm);
+std::unique_ptr<StepLayout> MakeElasticStep(TrainProcess& p, Comm& comm, const std::vector<int>& healing) {
+  return std::make_unique<ElasticStep>(p, comm, healing);
 }
 
 Result<LiveSync> SyncLiveState(Comm& comm, TrainProcess& p, MemoryCheckpoint* mem, TrainState* st) {
@@ -249,13 +304,25 @@ Result<LiveSync> SyncLiveState(Comm& comm, TrainProcess& p, MemoryCheckpoint* me
   uint64_t timeline = p.live_timeline;
   if (mine == out.step) *st = *p.live;
   if (-range[1].item<int64_t>() != out.step) {
-    // Someone is behind: the lowest rank holding the newest step sends.
-    auto first = torch::tensor({mine == out.step ? W - rank : 0}, torch::kInt64);
-    std::vector<torch::Tensor> f{first};
-    BULWARK_RETURN_IF_ERROR(comm.AllReduceMax(f));
-    out.donor = W - static_cast<int>(first.item<int64_t>());
+    // Someone is behind: which ranks, in one all-reduce; the lowest rank
+    // holding the newest step sends to them and goes on to the step.
+    auto behind = torch::zeros({W}, torch::kInt64);
+    if (mine != out.step) behind[rank] = 1;
+    std::vector<torch::Tensor> b{behind};
+    BULWARK_RETURN_IF_ERROR(comm.AllReduceMax(b));
+    for (int r = 0; r < W; ++r) {
+      if (behind[r].item<int64_t>() != 0) {
+        out.healing.push_back(r);
+      } else if (out.donor < 0) {
+        out.donor = r;
+      }
+    }
     out.received = mine != out.step;
-    BULWARK_RETURN_IF_ERROR(BroadcastState(comm, p, out.donor, st, &timeline));
+    if (rank == out.donor) {
+      BULWARK_RETURN_IF_ERROR(SendState(comm, p, *st, timeline, out.healing));
+    } else if (out.received) {
+      BULWARK_RETURN_IF_ERROR(ReceiveState(comm, p, out.donor, st, &timeline));
+    }
   }
   // Nothing is abandoned: the copies taken from here on continue the
   // donor's timeline (memory_checkpoint.h).

@@ -23,7 +23,11 @@
 // when some of its ranks are still alive: their state is the newest there
 // is. SyncLiveState finds the newest step held live, and a rank behind it
 // (a pre-spawned spare, a survivor whose last all-reduce failed while
-// others completed it) receives the whole state from the lowest such rank.
+// others completed it) receives the whole state from the lowest such rank,
+// point to point. Nobody waits for that transfer: the donor sends a copy
+// and goes on, and the generation's first step leaves the healing ranks
+// out of the micro-batches (the exact sum does not care who computed
+// what), so they join at its reduction with the state it started from.
 // Ranks that all hold it already exchange nothing but two numbers.
 // docs/recovery.md, "Elastic data parallelism".
 #pragma once
@@ -58,7 +62,8 @@ Status ExactMeanOfMicroBatches(Comm& comm, const std::vector<torch::Tensor>& gra
                                const std::vector<double>& losses, int units, torch::Tensor out, double* loss);
 
 // The elastic data-parallel step (a StepLayout for the step driver).
-std::unique_ptr<StepLayout> MakeElasticStep(TrainProcess& p, Comm& comm);
+// `healing` (LiveSync) compute no micro-batch of the first step.
+std::unique_ptr<StepLayout> MakeElasticStep(TrainProcess& p, Comm& comm, const std::vector<int>& healing = {});
 
 // What a generation's live state sync found.
 struct LiveSync {
@@ -66,6 +71,7 @@ struct LiveSync {
   int64_t step = 0;       // the step every rank now holds
   int donor = -1;         // the rank that sent it (-1: every rank held it)
   bool received = false;  // this rank's state came from the donor
+  std::vector<int> healing;  // the ranks that received it
   double ms = 0;
 };
 

@@ -208,6 +208,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   driver.mem = memory->get();
   TrainState st;
   Result<bool> restored = false;
+  std::vector<int> healing;  // elastic: ranks that took a live peer's state
   if (elastic > 0) {
     // Live ranks keep their state; one behind takes it from a live peer.
     auto sync = SyncLiveState(comm, p, driver.mem, &st);
@@ -218,6 +219,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
                         {"source", sync->donor < 0 ? "live" : "live peer " + std::to_string(sync->donor)}});
       }
       if (sync->received) driver.Note("took step " + std::to_string(sync->step) + " from live rank " + std::to_string(sync->donor));
+      healing = sync->healing;
       restored = true;
     }
   }
@@ -245,7 +247,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
 
   std::unique_ptr<StepLayout> layout;
   if (elastic > 0) {
-    layout = MakeElasticStep(p, comm);
+    layout = MakeElasticStep(p, comm, healing);
   } else {
     layout = std::make_unique<DataParallelStep>(p, comm);
   }
