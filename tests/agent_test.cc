@@ -16,7 +16,7 @@
 #include "agent/inspector.h"
 #include "agent/monitor.h"
 #include "agent/signatures.h"
-#include "agent/slow_injector.h"
+#include "cluster/local/slow_injector.h"
 #include "agent/supervisor.h"
 #include "agent/timing.h"
 #include "agent/tracer.h"
@@ -325,7 +325,7 @@ TEST(SlowInjector, DutyCyclesAndResumesOnStop) {
     for (;;) {
     }
   }
-  agent::SlowInjector slow;
+  cluster::SlowInjector slow;
   slow.SetPids({child});
   slow.Start(4.0);  // stopped 75 ms of every 100
   int stopped = 0;
@@ -369,6 +369,37 @@ TEST(Inspector, AStoppedRankIsReportedOncePerEpisode) {
   EXPECT_TRUE(stuck.Check({{3, child}}, t0 + std::chrono::seconds(21)).empty());
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
+}
+
+// A busy process stopped 80% of the time in 100 ms periods (the slowed
+// machine's emulation) is caught in T often, but it keeps gaining CPU
+// time, so it is never stuck; the same process stopped for good is.
+TEST(Inspector, ARankThatRunsBetweenReadingsIsNotStuck) {
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    for (volatile uint64_t i = 0;; ++i) {
+    }
+  }
+  cluster::SlowInjector slow;
+  slow.SetPids({child});
+  slow.Start(5);
+  agent::StuckRanks stuck(std::chrono::seconds(10));
+  const auto t0 = agent::StuckRanks::Clock::now();
+  int seen_stopped = 0;
+  for (int i = 0; i <= 12; ++i) {
+    ::usleep(250 * 1000);
+    seen_stopped += agent::ProcessState(child) == 'T' ? 1 : 0;
+    EXPECT_TRUE(stuck.Check({{3, child}}, t0 + std::chrono::seconds(i)).empty()) << "reading " << i;
+  }
+  slow.Stop();
+  ::kill(child, SIGSTOP);
+  ::usleep(50 * 1000);
+  EXPECT_TRUE(stuck.Check({{3, child}}, t0 + std::chrono::seconds(20)).empty());
+  EXPECT_EQ(stuck.Check({{3, child}}, t0 + std::chrono::seconds(31)).size(), 1u) << "stopped for good: stuck";
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  std::printf("[ figure ] the throttled process was caught stopped in %d of 13 readings\n", seen_stopped);
 }
 
 TEST(Inspector, EmulatedDeviceAndNicAreRead) {

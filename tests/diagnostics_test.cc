@@ -19,9 +19,18 @@ std::vector<std::string> Trainer(int threads = 1) {
   return {testing::BinDir() + "/bulwark-train", "--config", "tiny", "--align-threads", std::to_string(threads)};
 }
 
+// A machine's emulated matmul corruption as the agent names it: a file
+// holding `spec` ("" none: no file).
+std::string SdcFile(const std::string& spec) {
+  if (spec.empty()) return "";
+  const std::string path = testing::MakeTempDir() + "/sdc";
+  EXPECT_TRUE(WriteFileAtomic(path, spec + "\n").ok());
+  return path;
+}
+
 std::string Hash(const std::string& sdc = "", int threads = 1) {
   std::string h;
-  TestOutcome o = AlignmentCheck(Trainer(threads), sdc, std::chrono::seconds(60), &h);
+  TestOutcome o = AlignmentCheck(Trainer(threads), SdcFile(sdc), std::chrono::seconds(60), &h);
   EXPECT_TRUE(o.passed) << o.detail;
   EXPECT_EQ(h.size(), 16u) << o.detail;
   return h;
@@ -94,7 +103,8 @@ TEST(Diagnostics, AReplayGroupWithAnSdcMemberDiverges) {
   auto replay = [](const std::string& sdc_on_rank1, int port) {
     ReplayGroup g0{"h0", 0, 2, "127.0.0.1", port}, g1{"h0", 1, 2, "127.0.0.1", port};
     TestOutcome r1;
-    std::thread other([&] { r1 = ReplayCheck(Trainer(), sdc_on_rank1, g1, 3, std::chrono::seconds(60)); });
+    const std::string file = SdcFile(sdc_on_rank1);
+    std::thread other([&] { r1 = ReplayCheck(Trainer(), file, g1, 3, std::chrono::seconds(60)); });
     TestOutcome r0 = ReplayCheck(Trainer(), "", g0, 3, std::chrono::seconds(60));
     other.join();
     EXPECT_TRUE(r1.passed) << r1.detail;

@@ -386,7 +386,7 @@ void Agent::InspectRankProcesses() {
   // start that never progresses.
   const bool started = saw_step_ || reported_step_ > 0;
   for (const auto& [rank, detail] :
-       stuck_.Check(slow_.active() || !started ? none : supervisor_.Pids(), std::chrono::steady_clock::now())) {
+       stuck_.Check(!started ? none : supervisor_.Pids(), std::chrono::steady_clock::now())) {
     wire::AgentEvent e;
     e.set_kind(wire::AgentEvent::INSPECTION_FAILED);
     e.set_inspection("process");

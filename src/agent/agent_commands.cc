@@ -111,7 +111,6 @@ void Agent::ApplyCommands() {
         break;
       case wire::Command::RESET_HEALTH:
         slow_.Stop();
-        sdc_.clear();
         device_reported_ = disk_reported_ = memory_reported_ = false;
         if (Status st = ResetEmulatedHealth(health_paths_, gpu_.get()); !st.ok()) {
           // The next inspection reads the fault file still there and reports it.
@@ -140,8 +139,9 @@ RankGroupSpec Agent::SpecFrom(const wire::Command& c) {
   spec.env[client::kShardSocketEnv] = ShardSocketPath();
   spec.env[client::kRankSocketEnv] = links_->path();
   if (c.spike_factor() > 0) spec.env[client::kSpikeFactorEnv] = std::to_string(c.spike_factor());
-  // An injected SDC stays with the machine, through every restart.
-  if (!sdc_.empty()) spec.env["BULWARK_SDC"] = sdc_;
+  // The machine's emulated matmul corruption, which the ranks read as they
+  // compute (trainer/sdc.h): a fault injected later reaches them too.
+  spec.env["BULWARK_SDC_FILE"] = health_paths_.sdc;
   return spec;
 }
 
@@ -216,28 +216,21 @@ void Agent::Inject(const std::string& fault, int rank, const std::string& where,
                 : fault == "nic-flap"     ? cluster::FlapNic(hw, kNicFlapDown, cluster::UnixMs())
                 : fault == "compute-fail" ? cluster::BreakAlu(hw)
                                           : cluster::SlowLink(hw, factor > 1 ? factor : 10);
+    // A broken ALU also turns the machine's matmuls NaN (trainer/sdc.h).
+    if (st.ok() && fault == "compute-fail") st = cluster::CorruptCompute(hw, "nan:1.000000");
     if (!st.ok()) LogWarn("could not inject " + fault + ": " + st.ToString());
-    if (fault == "compute-fail") {
-      // A broken ALU also turns the ranks' matmuls NaN now and then: the
-      // trainer's SDC hook (trainer/sdc.h, nan mode), as for `inject sdc`.
-      sdc_ = "nan:1.000000";
-      for (const auto& [r, pid] : supervisor_.Pids()) {
-        if (Status sent = links_->Send(pid, "INJECT sdc-" + sdc_); !sent.ok()) {
-          Log("cannot inject compute-fail: " + sent.ToString());
-        }
-      }
-    }
   } else if (fault == "slow") {
     // The machine itself is slow from now on, whatever runs on it, until
     // an operator repairs it (RESET_HEALTH).
     slow_.Start(factor);
   } else if (fault == "sdc") {
     // The machine corrupts matmuls from now on (trainer/sdc.h): its
-    // running ranks at once, its later ranks and its alignment runs
-    // through BULWARK_SDC. `where` is the mode, `factor` the rate.
-    sdc_ = (where.empty() ? std::string("nan") : where) + ":" + std::to_string(factor > 0 ? factor : 1.0);
-    for (const auto& [r, pid] : supervisor_.Pids()) {
-      if (Status st = links_->Send(pid, "INJECT sdc-" + sdc_); !st.ok()) Log("cannot inject sdc: " + st.ToString());
+    // emulated hardware says so, and every process on it that computes
+    // (its ranks, running or later, its alignment runs) reads it there.
+    // `where` is the mode, `factor` the rate.
+    const std::string spec = (where.empty() ? std::string("nan") : where) + ":" + std::to_string(factor > 0 ? factor : 1.0);
+    if (Status st = cluster::CorruptCompute(health_paths_.Hardware(), spec); !st.ok()) {
+      LogWarn("could not inject sdc: " + st.ToString());
     }
   } else if (fault == "hang" || fault == "nan" || fault == "loss-spike") {
     // The trainer's test hook (client/rank_link.h) does it inside the rank,
@@ -298,7 +291,6 @@ void Agent::Diagnose(const wire::Command& c) {
   req.tests.assign(c.tests().begin(), c.tests().end());
   req.budget = std::chrono::milliseconds(c.budget_ms() > 0 ? c.budget_ms() : 60000);
   req.trainer_argv = job_argv_;
-  req.sdc = sdc_;
   req.health = health_paths_;
   {
     char self[4096];

@@ -28,7 +28,7 @@
 #include "agent/inspector.h"
 #include "agent/monitor.h"
 #include "agent/rank_link_server.h"
-#include "agent/slow_injector.h"
+#include "cluster/local/slow_injector.h"
 #include "agent/tracer.h"
 #include "agent/shard_store.h"
 #include "agent/signatures.h"
@@ -93,6 +93,7 @@ class Agent {
     health_paths_ = {hw.device, hw.nic, layout_.machine(o_.machine), o_.nic};
     health_paths_.alu = hw.alu;
     health_paths_.link = hw.link;
+    health_paths_.sdc = hw.sdc;
     gpu_ = GpuHealth::Open(Nvml::LibraryPath(), [](const std::string& line) { Log(line); });
   }
 
@@ -210,8 +211,8 @@ class Agent {
 
   void InspectMachine();
 
-  // A stuck rank is a failed process inspection. The machine's own slow
-  // emulation stops ranks on purpose: not judged while it runs.
+  // A stuck rank is a failed process inspection (StuckRanks: a rank that
+  // runs now and then, as on a slowed machine, is not stuck).
   void InspectRankProcesses();
 
   // Copies the loop's state for the metrics thread (agent_metrics.h).
@@ -232,12 +233,11 @@ class Agent {
   std::unique_ptr<ShardStore> shards_;
   std::unique_ptr<RankLinkServer> links_;
   SignalSum signals_;
-  SlowInjector slow_;
+  cluster::SlowInjector slow_;  // `inject slow`: the local backend's emulation, driven from here
   std::vector<std::thread> tracers_;
-  // Stop-time diagnostics: the job's command (the alignment reference), the
-  // emulated SDC ("" none, "nan:1.000000"), commands already run, answers in.
+  // Stop-time diagnostics: the job's command (the alignment reference),
+  // commands already run, answers in.
   std::vector<std::string> job_argv_;
-  std::string sdc_;
   std::set<std::string> diagnosed_;
   std::mutex diagnostics_mu_;
   std::vector<wire::AgentEvent> diagnostics_done_;

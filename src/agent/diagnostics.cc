@@ -105,7 +105,7 @@ TestOutcome DeviceCheck(const InspectorPaths& paths) {
   return o;
 }
 
-TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc,
+TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc_file,
                            std::chrono::milliseconds budget, std::string* hash) {
   const auto t0 = Clock::now();
   TestOutcome o{"alignment", false, "", 0};
@@ -113,10 +113,9 @@ TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const s
     o.detail = "no trainer command known (no ranks were started here yet)";
     return o;
   }
-  // env(1) sets the corruption for the child only; the agent's own
-  // environment stays clean.
-  std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET", kPassiveWaits};
-  if (!sdc.empty()) argv.push_back("BULWARK_SDC=" + sdc);
+  // env(1) names the machine's emulated hardware for the child only.
+  std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET", "-u", "BULWARK_SDC", kPassiveWaits};
+  if (!sdc_file.empty()) argv.push_back("BULWARK_SDC_FILE=" + sdc_file);
   argv.insert(argv.end(), trainer_argv.begin(), trainer_argv.end());
   argv.push_back("--align");
   int code = 0;
@@ -137,18 +136,19 @@ TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const s
   return o;
 }
 
-TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc, const ReplayGroup& g,
-                        int steps, std::chrono::milliseconds budget) {
+TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc_file,
+                        const ReplayGroup& g, int steps, std::chrono::milliseconds budget) {
   const auto t0 = Clock::now();
   TestOutcome o{"replay/" + g.group, false, "", 0};
   if (trainer_argv.empty()) {
     o.detail = "no trainer command known (no ranks were started here yet)";
     return o;
   }
-  std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET", kPassiveWaits, "RANK=" + std::to_string(g.rank),
-                                   "WORLD_SIZE=" + std::to_string(g.world), "LOCAL_RANK=0",
-                                   "MASTER_ADDR=" + g.master_addr, "MASTER_PORT=" + std::to_string(g.master_port)};
-  if (!sdc.empty()) argv.push_back("BULWARK_SDC=" + sdc);
+  std::vector<std::string> argv = {"env", "-u", "BULWARK_RANK_SOCKET", "-u", "BULWARK_SDC", kPassiveWaits,
+                                   "RANK=" + std::to_string(g.rank), "WORLD_SIZE=" + std::to_string(g.world),
+                                   "LOCAL_RANK=0", "MASTER_ADDR=" + g.master_addr,
+                                   "MASTER_PORT=" + std::to_string(g.master_port)};
+  if (!sdc_file.empty()) argv.push_back("BULWARK_SDC_FILE=" + sdc_file);
   argv.insert(argv.end(), trainer_argv.begin(), trainer_argv.end());
   argv.insert(argv.end(), {"--align", "--align-steps", std::to_string(steps)});
   // A pipeline job: the vertical group keeps the job's --pp; a horizontal
@@ -258,7 +258,7 @@ DiagnosticsOutcome RunDiagnostics(const DiagnosticsRequest& req) {
       for (const ReplayGroup& g : req.replay) {
         if (IsNetworkLink(g.group)) continue;
         const auto left_now = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
-        TestOutcome r = ReplayCheck(req.trainer_argv, req.sdc, g, req.replay_steps,
+        TestOutcome r = ReplayCheck(req.trainer_argv, req.health.sdc, g, req.replay_steps,
                                     std::max(left_now, std::chrono::milliseconds(1)));
         if (g.rank == 0) out.results.push_back(std::move(r));
         else if (!r.passed) out.results.push_back({"replay-part/" + g.group, false, r.detail, r.ms});
@@ -273,7 +273,7 @@ DiagnosticsOutcome RunDiagnostics(const DiagnosticsRequest& req) {
         if (g.rank == 0 || !r.passed) out.results.push_back(std::move(r));
       }
     } else if (test == "alignment") {
-      out.results.push_back(AlignmentCheck(req.trainer_argv, req.sdc, left, &out.alignment_hash));
+      out.results.push_back(AlignmentCheck(req.trainer_argv, req.health.sdc, left, &out.alignment_hash));
     } else {
       out.results.push_back({test, false, "unknown test", 0});
     }

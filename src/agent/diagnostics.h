@@ -51,9 +51,6 @@ struct DiagnosticsRequest {
   // The job's command line (the last START_RANKS argv); empty: no alignment
   // reference is known, and the alignment test fails saying so.
   std::vector<std::string> trainer_argv;
-  // The emulated silent corruption on this machine ("" none, "nan:1", ...):
-  // passed to the alignment run as BULWARK_SDC, like to the ranks.
-  std::string sdc;
   InspectorPaths health;
   // tests = {"replay"}: the groups to replay in, in order (horizontal first);
   // with "network", the links ("net<i>") to measure, in order.
@@ -76,14 +73,16 @@ TestOutcome ComputeCheck(bool corrupt = false);
 const char* ComputeCheckAnswer();
 TestOutcome DeviceCheck(const InspectorPaths& paths);
 // Runs the alignment step; on success `hash` is its 16-hex-digit hash.
-TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc,
+// `sdc_file`: the machine's emulated matmul corruption (InspectorPaths::sdc,
+// "" none), which the run reads as the ranks do (BULWARK_SDC_FILE).
+TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc_file,
                            std::chrono::milliseconds budget, std::string* hash);
 // This machine's part in one replay group: `<trainer argv> --align
 // --align-steps S` as rank `rank` of the group. The group's rank 0 gets the
 // outcome "replay/<group>": passed when the replayed steps stayed finite,
 // the detail holding the hash; other ranks' outcome only says they ran.
-TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc, const ReplayGroup& g,
-                        int steps, std::chrono::milliseconds budget);
+TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc_file,
+                        const ReplayGroup& g, int steps, std::chrono::milliseconds budget);
 // This machine's end of one network link: `<binary> --net-check` as rank
 // `rank` of 2. The link's rank 0 gets "network/<link>" with the timed
 // collectives' ms (what the controller compares) and the bandwidth and

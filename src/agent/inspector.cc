@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <cstdlib>
 
 #include "common/files.h"
 
@@ -81,6 +82,23 @@ Status ResetEmulatedHealth(const InspectorPaths& paths, GpuHealth* gpu) {
   return st;
 }
 
+int64_t ProcessCpuTicks(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return -1;
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos) return -1;
+  // After the command: state (field 3) ... utime (14), stime (15).
+  std::istringstream rest(line.substr(paren + 2));
+  std::string field;
+  int64_t utime = -1, stime = -1;
+  for (int f = 3; f <= 15 && rest >> field; ++f) {
+    if (f == 14) utime = std::atoll(field.c_str());
+    if (f == 15) stime = std::atoll(field.c_str());
+  }
+  return utime < 0 || stime < 0 ? -1 : utime + stime;
+}
+
 char ProcessState(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
@@ -91,13 +109,16 @@ char ProcessState(pid_t pid) {
 
 std::vector<std::pair<int, std::string>> StuckRanks::Check(const std::map<int, pid_t>& pids, Clock::time_point now) {
   std::vector<std::pair<int, std::string>> out;
-  std::map<int, Clock::time_point> still;
+  std::map<int, Seen> still;
   for (const auto& [rank, pid] : pids) {
     const char st = ProcessState(pid);
     if (st != 'D' && st != 'T') continue;
+    const int64_t cpu = ProcessCpuTicks(pid);
     auto it = since_.find(rank);
-    const Clock::time_point since = it == since_.end() ? now : it->second;
-    still[rank] = since;
+    // Stuck since it was first seen so, unless it ran since the last reading.
+    const bool ran = it != since_.end() && cpu >= 0 && it->second.cpu >= 0 && cpu > it->second.cpu;
+    const Clock::time_point since = it == since_.end() || ran ? now : it->second.since;
+    still[rank] = Seen{since, cpu};
     if (now - since >= limit_ && reported_.insert(rank).second) {
       out.emplace_back(rank, "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ") " +
                                  (st == 'D' ? "in uninterruptible sleep (D)" : "stopped (T)") + " for " +

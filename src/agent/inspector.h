@@ -48,10 +48,11 @@ struct InspectorPaths {
   // stands for it), read from the kernel under `sysfs_net`.
   std::string interface;
   std::string sysfs_net = "/sys/class/net";
-  // The emulated ALU and link (the GEMM and network checks read them).
-  std::string alu, link;
+  // The emulated ALU, link and matmul corruption (the GEMM and network
+  // checks read the first two, every computing process the third).
+  std::string alu, link, sdc;
 
-  cluster::EmulatedHardware Hardware() const { return {device, nic, alu, link}; }
+  cluster::EmulatedHardware Hardware() const { return {device, nic, alu, link, sdc}; }
 };
 
 // `gpu` null: no NVML, the emulated device alone.
@@ -64,10 +65,16 @@ Status ResetEmulatedHealth(const InspectorPaths& paths, GpuHealth* gpu = nullptr
 
 // The state letter of /proc/PID/stat ('R', 'S', 'D', 'T', ...), or 0.
 char ProcessState(pid_t pid);
+// Its CPU time so far (utime + stime, in clock ticks), or -1.
+int64_t ProcessCpuTicks(pid_t pid);
 
-// StuckRanks: ranks that stay stopped (T) or in uninterruptible sleep (D):
-// a hung driver call, a debugger left attached. They make no progress and
-// may not even die.
+// StuckRanks: ranks that stay stopped (T) or in uninterruptible sleep (D)
+// with no CPU time gained: a hung driver call, a debugger left attached.
+// They make no progress and may not even die. A rank that ran between two
+// readings is not stuck, whatever state they caught it in: a machine
+// throttled by stopping its processes in short periods (a slowed machine's
+// emulation, a cgroup freezer's duty cycle) is slow, not stuck, and is the
+// fail-slow detector's to find.
 class StuckRanks {
  public:
   using Clock = std::chrono::steady_clock;
@@ -77,8 +84,12 @@ class StuckRanks {
   std::vector<std::pair<int, std::string>> Check(const std::map<int, pid_t>& pids, Clock::time_point now);
 
  private:
+  struct Seen {
+    Clock::time_point since;  // stuck since
+    int64_t cpu = -1;         // CPU ticks at the last reading
+  };
   Clock::duration limit_;
-  std::map<int, Clock::time_point> since_;
+  std::map<int, Seen> since_;
   std::set<int> reported_;
 };
 

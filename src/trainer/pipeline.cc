@@ -354,7 +354,9 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
   // The emulated bad machine's corruption (sdc.h), as in train.cc: from the
   // environment or a rank-link inject.
   std::optional<Sdc> sdc = Sdc::FromEnv();
+  std::optional<SdcFile> sdc_file = SdcFile::FromEnv();
   StepDriver driver{cfg, world, model, store, opt, nullptr, link.get(), progress, sdc, c.pp_size};
+  if (sdc_file) driver.sdc_file = &*sdc_file;
   // Every-step in-memory checkpoints: a stage's DP group splits its state
   // into shards; the whole world agrees on the step.
   auto memory = MemoryCheckpoint::Open(cfg, world, model, store, opt, [&](const std::string& s) { driver.Note(s); }, &dp);

@@ -1,7 +1,10 @@
 #include "trainer/sdc.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 
 namespace bulwark::trainer {
 
@@ -19,9 +22,43 @@ std::optional<Sdc> Sdc::Parse(const std::string& spec) {
   return s;
 }
 
+namespace {
+
+std::string FirstLineOf(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+}  // namespace
+
 std::optional<Sdc> Sdc::FromEnv() {
-  const char* v = std::getenv("BULWARK_SDC");
-  return v == nullptr ? std::nullopt : Parse(v);
+  if (const char* v = std::getenv("BULWARK_SDC")) return Parse(v);
+  if (const char* f = std::getenv("BULWARK_SDC_FILE")) return Parse(FirstLineOf(f));
+  return std::nullopt;
+}
+
+std::optional<SdcFile> SdcFile::FromEnv() {
+  const char* f = std::getenv("BULWARK_SDC_FILE");
+  if (f == nullptr || *f == '\0') return std::nullopt;
+  SdcFile s;
+  s.path_ = f;
+  s.seen_ns_ = s.Stamp();
+  return s;
+}
+
+int64_t SdcFile::Stamp() const {
+  struct stat st;
+  if (::stat(path_.c_str(), &st) != 0) return -2;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+void SdcFile::Poll(std::optional<Sdc>& sdc) {
+  const int64_t ns = Stamp();
+  if (ns == seen_ns_) return;
+  seen_ns_ = ns;
+  sdc = ns == -2 ? std::nullopt : Sdc::Parse(FirstLineOf(path_));
 }
 
 void Sdc::Corrupt(torch::Tensor& t) {

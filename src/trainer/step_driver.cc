@@ -175,6 +175,7 @@ Result<GenerationEnd> StepDriver::Run(StepLayout& layout, TrainState& st, Clock:
     // check a step. Silent data corruption stays on once injected
     // ("sdc-nan:R" / "sdc-drift:R").
     std::string inject;
+    if (sdc_file) sdc_file->Poll(sdc);  // the machine's emulated hardware (sdc.h)
     if (link) inject = link->PollInject().value_or("");
     if (inject.rfind("sdc-", 0) == 0) sdc = Sdc::Parse(inject.substr(4));
     if (inject == "yield") {

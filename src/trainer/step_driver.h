@@ -85,6 +85,7 @@ struct StepDriver {
   Progress& progress;
   std::optional<Sdc>& sdc;     // the emulated bad machine's corruption (sdc.h)
   int pp_size = 1;             // stages a disk checkpoint is split into
+  SdcFile* sdc_file = nullptr; // the machine's emulated hardware, polled each step (sdc.h)
 
   // Notes from every rank: rank 0's on its progress line, the others' on
   // stderr (a corrupt copy on rank 3 matters as much as one on rank 0).

@@ -132,9 +132,10 @@ Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
   p.model = Transformer(cfg.model);
   p.model->Initialize(cfg.seed);  // on the CPU, from the CPU generator: the same draws on every device
   if (!p.device.is_cpu()) p.model->to(p.device);
-  // From the environment (the agent sets it when `bulwark inject sdc` came
-  // before the start) or later a rank-link inject.
+  // From the machine's emulated hardware (BULWARK_SDC_FILE, which the agent
+  // names), polled each step, or BULWARK_SDC, or a rank-link inject.
   p.sdc = Sdc::FromEnv();
+  p.sdc_file = SdcFile::FromEnv();
   return Status::OK();
 }
 

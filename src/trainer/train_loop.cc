@@ -203,6 +203,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
 
   const auto t_init = Clock::now();
   StepDriver driver{cfg, comm, p.model, store, *p.opt, nullptr, p.link.get(), progress, p.sdc};
+  if (p.sdc_file) driver.sdc_file = &*p.sdc_file;
   auto memory = MemoryCheckpoint::Open(cfg, comm, p.model, store, *p.opt, [&](const std::string& s) { driver.Note(s); });
   if (!memory.ok()) return memory.status();
   driver.mem = memory->get();

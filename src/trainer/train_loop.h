@@ -49,8 +49,10 @@ struct TrainProcess {
   std::unique_ptr<AdamW> opt;
   int opt_rank = -1;  // the rank `opt` was built for (its ZeRO-1 shard)
   std::unique_ptr<client::RankLink> link;  // nullptr: no agent
-  // The emulated bad machine's corruption (sdc.h): it stays with the process.
+  // The emulated bad machine's corruption (sdc.h): it stays with the
+  // process, and follows the machine's emulated hardware (sdc_file).
   std::optional<Sdc> sdc;
+  std::optional<SdcFile> sdc_file;
   // Set when this process must not run another generation in place.
   bool must_exit = false;
   // Elastic jobs (elastic.h): the state this process held when its last

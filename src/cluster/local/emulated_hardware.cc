@@ -23,7 +23,8 @@ Status Write(const std::string& path, const std::string& line) { return WriteFil
 
 EmulatedHardware HardwareOf(const std::string& dir, const std::string& id) {
   const Layout layout{dir};
-  return {layout.device(id), layout.nic(id), layout.health(id) + "/alu", layout.health(id) + "/link"};
+  return {layout.device(id), layout.nic(id), layout.health(id) + "/alu", layout.health(id) + "/link",
+          layout.health(id) + "/sdc"};
 }
 
 Status FailDevice(const EmulatedHardware& hw) {
@@ -57,6 +58,14 @@ Status FlapNic(const EmulatedHardware& hw, std::chrono::milliseconds down, int64
 
 Status BreakAlu(const EmulatedHardware& hw) { return Write(hw.alu, "wrong"); }
 
+Status CorruptCompute(const EmulatedHardware& hw, const std::string& spec) {
+  const std::string mode = spec.substr(0, spec.find(':'));
+  if (mode != "nan" && mode != "drift") {
+    return Status::InvalidArgument("sdc: mode '" + mode + "' is not nan or drift");
+  }
+  return Write(hw.sdc, spec);
+}
+
 Status SlowLink(const EmulatedHardware& hw, double factor) {
   if (!(factor > 1)) return Status::InvalidArgument("slow-link: factor " + std::to_string(factor) + " is not above 1");
   return Write(hw.link, std::to_string(factor));
@@ -64,7 +73,8 @@ Status SlowLink(const EmulatedHardware& hw, double factor) {
 
 Status Repair(const EmulatedHardware& hw) {
   Status first;
-  for (const auto& [path, line] : {std::pair{hw.device, "ok"}, {hw.nic, "up"}, {hw.alu, "ok"}, {hw.link, "1"}}) {
+  for (const auto& [path, line] :
+       {std::pair{hw.device, "ok"}, {hw.nic, "up"}, {hw.alu, "ok"}, {hw.link, "1"}, {hw.sdc, "ok"}}) {
     if (path.empty()) continue;  // a part not emulated here
     Status st = Write(path, line);
     if (first.ok() && !st.ok()) first = st;

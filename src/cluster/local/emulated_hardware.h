@@ -24,6 +24,10 @@ struct EmulatedHardware {
   std::string nic;     // "up", "down", or "down until <unix ms> flaps <n>"
   std::string alu;     // absent or "ok"; "wrong": one wrong element per GEMM
   std::string link;    // absent or "1": healthy; F: every transfer F x slower
+  // absent or "ok"; "nan:R" / "drift:R": the machine's matmuls are silently
+  // wrong now and then (trainer/sdc.h), which every process on it that
+  // computes reads through BULWARK_SDC_FILE.
+  std::string sdc;
 };
 
 // The parts of machine `id` in the cluster at `dir`.
@@ -37,6 +41,9 @@ Status FailDevice(const EmulatedHardware& hw);
 Status FlapNic(const EmulatedHardware& hw, std::chrono::milliseconds down, int64_t now_ms);
 // A broken ALU: every GEMM's result has one wrong element.
 Status BreakAlu(const EmulatedHardware& hw);
+// Silent corruption of the machine's matmuls: `spec` is "nan:R" or
+// "drift:R" (trainer/sdc.h), R the probability per step.
+Status CorruptCompute(const EmulatedHardware& hw, const std::string& spec);
 // A degraded link (a flaky cable, a NIC renegotiated down): F x slower.
 Status SlowLink(const EmulatedHardware& hw, double factor);
 // Every part healthy (a part with no path is not emulated and skipped).

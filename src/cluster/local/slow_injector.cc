@@ -1,10 +1,10 @@
-#include "agent/slow_injector.h"
+#include "cluster/local/slow_injector.h"
 
 #include <signal.h>
 
 #include <chrono>
 
-namespace bulwark::agent {
+namespace bulwark::cluster {
 
 void SlowInjector::Start(double factor) {
   factor_ = factor;
@@ -39,4 +39,4 @@ void SlowInjector::Loop() {
   signal_all(SIGCONT);
 }
 
-}  // namespace bulwark::agent
+}  // namespace bulwark::cluster

@@ -2,6 +2,12 @@
 // its ranks get 1/F of their running time, by SIGSTOP/SIGCONT duty cycling
 // in 100 ms periods. Only the cause is emulated; the ranks simply run
 // slower, and the detector has to notice from their step reports.
+//
+// Part of the local backend's emulated hardware (emulated_hardware.h): the
+// agent starts it at `inject slow` and hands it the machine's processes,
+// but nothing the agent checks reads it. Its stops are short, so the
+// agent's stuck-rank check (agent/inspector.h: StuckRanks) sees ranks that
+// keep running and stays on.
 #pragma once
 
 #include <sys/types.h>
@@ -11,7 +17,7 @@
 #include <set>
 #include <thread>
 
-namespace bulwark::agent {
+namespace bulwark::cluster {
 
 class SlowInjector {
  public:
@@ -33,4 +39,4 @@ class SlowInjector {
   std::set<pid_t> pids_;
 };
 
-}  // namespace bulwark::agent
+}  // namespace bulwark::cluster
