@@ -361,13 +361,15 @@ void Agent::InspectMachine() {
     Emit(e);
   };
   const std::string kernel = h.nic_detail.empty() ? "" : ": " + h.nic_detail;
+  // Carrier changes the two readings do not explain (one if the state
+  // changed, none if not): a flap, down and up again, that no reading saw.
+  const uint64_t changes = h.link && last_link_ ? FlapsBetween(*last_link_, *h.link) : 0;
+  const uint64_t unseen = changes - std::min<uint64_t>(changes, h.nic_up != nic_was_up_ ? 1 : 0);
   if (!h.nic_up && nic_was_up_) {
     alert("link down on " + o_.machine + kernel);
-  } else if (h.nic_up == nic_was_up_ && h.link && last_link_ && FlapsBetween(*last_link_, *h.link) >= 2) {
-    // Down and up again (or up and down again) within one inspection
-    // period: no reading saw the change, the carrier counter did.
-    alert("link flapped on " + o_.machine + " (" + std::to_string(FlapsBetween(*last_link_, *h.link)) +
-          " carrier changes within " + std::to_string(kInspectPeriod.count()) + " ms)" + kernel);
+  } else if (unseen >= 2) {
+    alert("link flapped on " + o_.machine + " (" + std::to_string(changes) + " carrier changes within " +
+          std::to_string(kInspectPeriod.count()) + " ms)" + kernel);
   }
   nic_was_up_ = h.nic_up;
   last_link_ = h.link;

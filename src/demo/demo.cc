@@ -12,6 +12,7 @@
 #include <iostream>
 #include <thread>
 
+#include "cluster/local/emulated_hardware.h"
 #include "common/files.h"
 #include "demo/report.h"
 #include "demo/session.h"
@@ -148,11 +149,9 @@ Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
     const int64_t gen = (*st)["job"].value("generation", int64_t{0});
     if (std::string(p.fault) == "nic-flap") {
       // A flap while the link is still down from the last one is one flap.
+      const cluster::EmulatedHardware hw = cluster::HardwareOf(s.layout().dir, victim);
       Result<json> up = s.WaitFor("link of " + victim + " back up", 15, [&](const json&) {
-        std::ifstream in(s.layout().nic(victim));
-        std::string state;
-        in >> state;
-        return state != "down";
+        return cluster::NicUp(hw, cluster::UnixMs());
       }, tick);
       if (!up.ok()) return up.status();
     }
