@@ -116,7 +116,7 @@ void Agent::ApplyCommands() {
           // The next inspection reads the fault file still there and reports it.
           LogWarn("could not repair the emulated hardware: " + st.ToString());
         } else {
-          Log("emulated hardware repaired (device, NIC, ALU, link)");
+          Log("emulated hardware repaired (device, NIC, ALU, link, matmul corruption)");
         }
         break;
       default:
