@@ -552,6 +552,29 @@ TEST(AnomalyDetector, ASpikeWithNoCulpritIsReportedAfterTheWait) {
   EXPECT_NE(a->detail.find("1/2 ranks reported"), std::string::npos) << a->detail;
 }
 
+// A job with no checkpoint restarts from step 0: its first losses are
+// those of an untrained model, not spikes against the late-training median.
+// A restart from memory keeps the history of the steps before it, so a
+// spike right after it is still one.
+TEST(AnomalyDetector, ARestartForgetsTheStepsItRedoes) {
+  PolicyConfig c;
+  AnomalyDetector d(c);
+  d.Started(S(0), 1);
+  for (int k = 1; k <= 100; ++k) d.Observe(Sig("m01", 0, k, S(k), 100, 80, 10.0 / k));
+  d.Started(S(101), 1);  // from step 0
+  for (int k = 1; k <= 10; ++k) {
+    d.Observe(Sig("m01", 0, k, S(101 + k), 100, 80, 10.0 / k));
+    EXPECT_FALSE(d.Check(S(101 + k) + c.anomaly_wait).has_value()) << "step " << k << " of the rerun";
+  }
+  for (int k = 11; k <= 100; ++k) d.Observe(Sig("m01", 0, k, S(101 + k), 100, 80, 10.0 / k));
+  d.Started(S(300), 1);  // from memory, at step 99
+  d.Observe(Sig("m01", 0, 100, S(301), 100, 80, 10.0));
+  auto a = d.Check(S(301) + c.anomaly_wait);
+  ASSERT_TRUE(a.has_value()) << "the history before step 100 is the restored run's past";
+  EXPECT_EQ(a->step, 100);
+  EXPECT_EQ(a->kind, "spike");
+}
+
 TEST(Monitors, FollowTheDecisionsAndStayQuietWhileDisarmed) {
   PolicyConfig c;
   Monitors m(c);

@@ -46,6 +46,7 @@ bool AnomalyDetector::IsSpike(double value, const std::deque<double>& history, d
 
 void AnomalyDetector::Started(Time now, int world) {
   armed_ = true;
+  rewind_ = true;
   world_ = world;
   pending_.clear();
   recent_.clear();
@@ -57,12 +58,37 @@ void AnomalyDetector::Remember(const RankSignal& s) {
   history_step_ = s.step;
   loss_median_.reset();
   grad_norm_median_.reset();
+  steps_.push_back(s.step);
   Roll(loss_, loss_sorted_, s.loss, config_.spike_window);
   Roll(grad_norm_, grad_norm_sorted_, s.grad_norm, config_.spike_window);
+  while (steps_.size() > loss_.size()) steps_.pop_front();
+}
+
+// A job restarted from the state after step first-1 redoes the steps from
+// `first` on: their values in the history are not its past. A restart from
+// memory drops a step or none; one from step 0 (a job with no checkpoint)
+// drops them all, so its first, high losses are not spikes against the
+// late-training median.
+void AnomalyDetector::Rewind(int64_t first) {
+  while (!steps_.empty() && steps_.back() >= first) {
+    loss_sorted_.erase(std::lower_bound(loss_sorted_.begin(), loss_sorted_.end(), loss_.back()));
+    grad_norm_sorted_.erase(std::lower_bound(grad_norm_sorted_.begin(), grad_norm_sorted_.end(), grad_norm_.back()));
+    loss_.pop_back();
+    grad_norm_.pop_back();
+    steps_.pop_back();
+  }
+  history_step_ = std::min(history_step_, first - 1);
+  loss_median_.reset();
+  grad_norm_median_.reset();
 }
 
 void AnomalyDetector::Observe(const RankSignal& s) {
-  if (!armed_ || s.step <= reported_) return;
+  if (!armed_) return;
+  if (rewind_) {
+    rewind_ = false;
+    Rewind(s.step);
+  }
+  if (s.step <= reported_) return;
   const bool nonfinite = s.nonfinite || s.local_nonfinite || !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
   // Every rank reports the same step against the same history: the
   // medians are computed once per step (Remember clears them), not once per

@@ -27,7 +27,8 @@ class AnomalyDetector {
   explicit AnomalyDetector(const PolicyConfig& config) : config_(config) {}
 
   // Ranks were (re)started with `world` ranks: pending anomalies belonged to
-  // the old run. The rolling history is the job's and is kept.
+  // the old run. The rolling history is the job's and is kept, less the
+  // steps the new run redoes (from the first step it reports).
   void Started(Time now, int world);
   void Stop() { armed_ = false; }
   void Observe(const RankSignal& s);
@@ -46,12 +47,15 @@ class AnomalyDetector {
     std::map<int, RankSignal> reports;  // by rank
   };
   void Remember(const RankSignal& s);
+  void Rewind(int64_t first);
 
   const PolicyConfig& config_;
   bool armed_ = false;
+  bool rewind_ = false;  // the first report after Started names the restored step
   int world_ = 0;
   int64_t history_step_ = 0;  // newest step in the history
   std::deque<double> loss_, grad_norm_;  // in step order, for dropping the oldest
+  std::deque<int64_t> steps_;            // their steps
   // The same values kept sorted: the median is the middle element, with no
   // copy and partition per step (a simulated 100k-GPU year spent 14% of its
   // time in that).

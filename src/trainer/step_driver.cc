@@ -250,9 +250,6 @@ Result<GenerationEnd> StepDriver::Run(StepLayout& layout, TrainState& st, Clock:
       opt.ResetPoetMoments();
     }
 
-    // ---- in-memory checkpoint: copied during the next forward and backward
-    if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->Save(st));
-
     // ---- report: forward/backward are compute plus waits for neighbours
     const auto t_end = Clock::now();
     const double ms = Ms(t0, t_end);
@@ -280,6 +277,11 @@ Result<GenerationEnd> StepDriver::Run(StepLayout& layout, TrainState& st, Clock:
     }
     progress.Step(report);
     last_fwd_ms = times.forward_ms;
+
+    // ---- in-memory checkpoint: copied during the next forward and backward.
+    // After the step's line, so a restore never names a step its log lacks
+    // (a rank killed between the two left a copy of a step it never printed).
+    if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->Save(st));
     if (link) {
       // Compute is this rank's own work: waits for its neighbours are
       // communication (a slow neighbour shows in its own compute time).
