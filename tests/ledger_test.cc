@@ -48,27 +48,48 @@ TEST(Ledger, ScriptedTimelineSplitsWallTimeExactly) {
   EXPECT_EQ(l.high_water_step(), 110);
 }
 
-// An elastic job on 3 of its 4 replicas: each step is 3/4 productive and
-// 1/4 degraded; back at full width, whole again.
-TEST(Ledger, StepsBelowFullWidthAreDegradedInProportion) {
+// An elastic job on 3 of its 4 replicas does the same global batch a step
+// at a slower pace: its steps are productive for the time the full job
+// would have taken (10 s), degraded for the rest; back at full width,
+// whole again.
+TEST(Ledger, StepsBelowFullWidthAreDegradedByTheirPace) {
   Ledger l;
   l.Start(S(0));
   Steps(l, 1, 10, S(10));  // step 10 at 100 s
   l.FaultDetected(S(100), S(100));
   ASSERT_TRUE(l.Enter(TimeCategory::kRecovery, S(100)).ok());
   l.SetShare(0.75);
-  Steps(l, 11, 21, S(110));  // step 11 ends recovery at 110, 21 at 210
-  ASSERT_TRUE(l.Enter(TimeCategory::kRecovery, S(210)).ok());
+  Time at = S(110);
+  l.StepCompleted(11, at);  // ends recovery
+  for (int64_t k = 12; k <= 21; ++k) l.StepCompleted(k, at += Secs(20));  // 21 at 310
+  EXPECT_EQ(l.Cumulative(S(320)).of(TimeCategory::kDegraded), Secs(100 + 5)) << "the open stretch at the last pace";
+  ASSERT_TRUE(l.Enter(TimeCategory::kRecovery, S(310)).ok());
   l.SetShare(1.0);
-  Steps(l, 22, 23, S(220));
-  TimeBreakdown b = l.Cumulative(S(230));
-  EXPECT_EQ(b.of(TimeCategory::kDegraded), Secs(25));  // 100 s at a quarter
+  Steps(l, 22, 23, S(320));
+  TimeBreakdown b = l.Cumulative(S(330));
+  EXPECT_EQ(b.of(TimeCategory::kDegraded), Secs(100));  // 200 s at half the pace
   EXPECT_EQ(b.of(TimeCategory::kStartup), Secs(10));
-  EXPECT_EQ(b.productive(), Secs(90 + 75 + 10));
+  EXPECT_EQ(b.productive(), Secs(90 + 100 + 10));
   EXPECT_EQ(b.of(TimeCategory::kRecovery), Secs(20));
   Duration sum{0};
   for (Duration d : b.by_category) sum += d;
   EXPECT_EQ(sum, b.wall);
+  // Narrow stretches merge into one segment at their mean share.
+  int narrow = 0;
+  for (const LedgerSegment& s : l.Timeline(S(330))) narrow += s.share < 1;
+  EXPECT_EQ(narrow, 1);
+}
+
+// A job that starts narrow has no full-width pace: the replicas' share
+// stands for it.
+TEST(Ledger, WithNoFullWidthPaceTheReplicasShareStands) {
+  Ledger l;
+  l.Start(S(0));
+  l.SetShare(0.75);
+  Steps(l, 1, 11, S(10));  // 11 at 110
+  TimeBreakdown b = l.Cumulative(S(110));
+  EXPECT_EQ(b.of(TimeCategory::kDegraded), Secs(25));
+  EXPECT_EQ(b.productive(), Secs(75));
 }
 
 TEST(Ledger, SlidingWindowSeesOnlyItsWindow) {

@@ -233,8 +233,9 @@ TEST(Sim, AnElasticJobTrainsOnWhenThePoolIsEmpty) {
   const double degraded = elastic->arms[0].by_category[static_cast<int>(controller::TimeCategory::kDegraded)];
   EXPECT_GT(degraded, 0);
   EXPECT_GT(elastic->arms[0].ettr, standby->arms[0].ettr);
-  // The ledger counts the replicas' share; progress pays the slower steps.
-  EXPECT_GE(elastic->arms[0].ettr + 1e-9, elastic->arms[0].ettr_by_steps);
+  // The ledger weighs the narrower steps by their pace, as progress does
+  // (by the replicas' share it said 88.9% against 83.8%).
+  EXPECT_NEAR(elastic->arms[0].ettr, elastic->arms[0].ettr_by_steps, 0.002);
   EXPECT_GT(elastic->arms[0].ettr_by_steps, standby->arms[0].ettr_by_steps);
 }
 

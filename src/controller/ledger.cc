@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace bulwark::controller {
 
@@ -42,15 +43,43 @@ TimeCategory Ledger::OpenCategory() const {
 
 void Ledger::Close(Time end, TimeCategory category) {
   if (end > open_start_) {
-    const double share = category == TimeCategory::kProductive ? share_ : 1.0;
-    if (!segments_.empty() && segments_.back().category == category && segments_.back().share == share &&
-        segments_.back().end == open_start_) {
-      segments_.back().end = end;  // merging keeps a steady job at one segment
+    const double share = category == TimeCategory::kProductive ? open_share_ : 1.0;
+    Segment* last = segments_.empty() ? nullptr : &segments_.back();
+    if (last != nullptr && last->category == category && last->end == open_start_ &&
+        (last->share == share || (last->share < 1 && share < 1))) {
+      // Merging keeps a steady job at one segment. Stretches below full
+      // width merge at their time-weighted share, which keeps the totals.
+      const double a = static_cast<double>((last->end - last->start).count());
+      const double b = static_cast<double>((end - open_start_).count());
+      last->share = (last->share * a + share * b) / (a + b);
+      last->end = end;
     } else {
       segments_.push_back({open_start_, end, category, share});
     }
   }
   open_start_ = std::max(open_start_, end);
+}
+
+void Ledger::SetShare(double share) {
+  share_ = std::clamp(share, 0.0, 1.0);
+  open_share_ = share_;
+}
+
+// Called as `steps` new steps end a running stretch of `took`.
+void Ledger::MeasurePace(int64_t steps, Duration took) {
+  if (steps <= 0 || took.count() <= 0) return;
+  const Duration per_step = took / steps;
+  if (share_ >= 1) {
+    paces_.push_back(per_step);
+    if (paces_.size() > kPaces) paces_.pop_front();
+    open_share_ = 1.0;
+    return;
+  }
+  if (paces_.empty()) return;  // the replicas' share stands
+  std::vector<Duration> sorted(paces_.begin(), paces_.end());
+  std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+  const double full = static_cast<double>(sorted[sorted.size() / 2].count());
+  open_share_ = std::clamp(full / static_cast<double>(per_step.count()), 0.0, 1.0);
 }
 
 void Ledger::StepCompleted(int64_t step, Time t) {
@@ -68,8 +97,11 @@ void Ledger::StepCompleted(int64_t step, Time t) {
     // phase; its own compute time is part of the phase.
     Close(t, *phase_);
     phase_.reset();
+  } else if (step > high_water_) {
+    MeasurePace(step - last_step_, t - open_start_);
+    Close(t, TimeCategory::kProductive);
   } else {
-    Close(t, step > high_water_ ? TimeCategory::kProductive : TimeCategory::kRecomputation);
+    Close(t, TimeCategory::kRecomputation);
   }
   last_step_ = step;
   high_water_ = std::max(high_water_, step);
@@ -131,7 +163,7 @@ TimeBreakdown Ledger::Between(Time from, Time to) const {
   for (; it != segments_.end() && it->start < to; ++it) add(it->start, it->end, it->category, it->share);
   if (!stopped_) {
     const TimeCategory open = OpenCategory();
-    add(open_start_, to, open, open == TimeCategory::kProductive ? share_ : 1.0);
+    add(open_start_, to, open, open == TimeCategory::kProductive ? open_share_ : 1.0);
   }
   return b;
 }
@@ -144,7 +176,7 @@ std::vector<LedgerSegment> Ledger::Timeline(Time now) const {
   std::vector<LedgerSegment> out = segments_;
   if (started_ && !stopped_ && now > open_start_) {
     const TimeCategory open = OpenCategory();
-    out.push_back({open_start_, now, open, open == TimeCategory::kProductive ? share_ : 1.0});
+    out.push_back({open_start_, now, open, open == TimeCategory::kProductive ? open_share_ : 1.0});
   }
   return out;
 }

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <vector>
 
@@ -86,10 +87,17 @@ class Ledger {
   Status Enter(TimeCategory phase, Time t);
   // Wall time ends: a stopped job accrues no more time.
   void Stop(Time t);
-  // The share of the job's replicas that train from now on (1: all). Steps
-  // completed at a share below 1 split their time between productive and
-  // degraded. Set at a restart, while the ledger is in recovery.
-  void SetShare(double share) { share_ = std::clamp(share, 0.0, 1.0); }
+  // The share of the job's replicas that train from now on (1: all). Set at
+  // a restart, while the ledger is in recovery. Below 1, steps split their
+  // time between productive and degraded by pace, not by replicas: the
+  // productive part is the new steps times the full-width time per step
+  // (the median of the last kPaces stretches at share 1), the rest is
+  // degraded. The narrower job does the same global batch a step, so that
+  // is the time the full job would have spent on the same work: 2 of 3
+  // replicas at one micro-batch each take two micro-batch times a step and
+  // are half productive, not two thirds. With no full-width pace yet, the
+  // replicas' share stands for it.
+  void SetShare(double share);
 
   TimeBreakdown Cumulative(Time now) const;
   // Over [now - window, now], clipped to the job's life.
@@ -114,6 +122,9 @@ class Ledger {
   // Ends the open segment at `end` as `category` and opens the next at `end`.
   void Close(Time end, TimeCategory category);
   TimeBreakdown Between(Time from, Time to) const;
+  // Running, `steps` new steps took `took`: a full-width pace, or below
+  // full width the open stretch's productive share.
+  void MeasurePace(int64_t steps, Duration took);
 
   Duration window_;
   bool started_ = false;
@@ -123,7 +134,10 @@ class Ledger {
   std::optional<TimeCategory> phase_;  // empty while running
   int64_t last_step_ = 0;
   int64_t high_water_ = 0;
-  double share_ = 1.0;
+  double share_ = 1.0;       // of the replicas
+  double open_share_ = 1.0;  // productive share of the open stretch, by pace
+  static constexpr size_t kPaces = 16;
+  std::deque<Duration> paces_;  // time per step of recent stretches at full width
   std::vector<Segment> segments_;      // closed, contiguous, adjacent ones merged
 };
 
