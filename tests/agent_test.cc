@@ -16,6 +16,7 @@
 #include "agent/inspector.h"
 #include "agent/monitor.h"
 #include "agent/signatures.h"
+#include "cluster/local/emulator.h"
 #include "cluster/local/slow_injector.h"
 #include "agent/supervisor.h"
 #include "agent/timing.h"
@@ -325,8 +326,7 @@ TEST(SlowInjector, DutyCyclesAndResumesOnStop) {
     for (;;) {
     }
   }
-  cluster::SlowInjector slow;
-  slow.SetPids({child});
+  cluster::SlowInjector slow([child] { return std::set<pid_t>{child}; });
   slow.Start(4.0);  // stopped 75 ms of every 100
   int stopped = 0;
   for (int i = 0; i < 40; ++i) {
@@ -345,6 +345,56 @@ TEST(SlowInjector, DutyCyclesAndResumesOnStop) {
   ::waitpid(child, nullptr, 0);
   EXPECT_GT(stopped, 10) << "the process was seen stopped in " << stopped << " of 40 samples";
   EXPECT_EQ(after.find(") T "), std::string::npos) << "left stopped: " << after;
+}
+
+// The local backend's emulator slows the processes that compute on a
+// machine (those holding its device, BULWARK_SDC_FILE) under its agent, not
+// the agent's other children; a repair frees them; a new emulator (a
+// restarted controller) resumes a slowdown the machine's hardware holds.
+TEST(Emulator, SlowsTheMachinesComputingProcessesUntilRepaired) {
+  const std::string dir = testing::MakeTempDir();
+  const cluster::Layout layout{dir};
+  ASSERT_EQ(::system(("mkdir -p " + layout.health("m01")).c_str()), 0);
+  // This test process stands for m01's agent.
+  std::ofstream(layout.agent_pid("m01")) << ::getpid() << "\n";
+  auto spawn = [](bool device) {
+    const pid_t c = ::fork();
+    if (c == 0) {
+      if (device) ::setenv("BULWARK_SDC_FILE", "/dev/null", 1);
+      ::execlp("sleep", "sleep", "30", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    return c;
+  };
+  const pid_t rank = spawn(true), helper = spawn(false);
+  ::usleep(100 * 1000);  // both exec'd
+  EXPECT_EQ(cluster::ComputingProcesses(layout, "m01"), std::set<pid_t>{rank});
+  auto stopped_in = [](pid_t p) {
+    int n = 0;
+    for (int i = 0; i < 40; ++i, ::usleep(10 * 1000)) {
+      std::ifstream in("/proc/" + std::to_string(p) + "/stat");
+      std::string line;
+      std::getline(in, line);
+      n += line.find(") T ") != std::string::npos;
+    }
+    return n;
+  };
+  {
+    cluster::Emulator e(layout);
+    ASSERT_TRUE(e.Inject("m01", "slow", 4.0, "").ok());
+    EXPECT_GT(stopped_in(rank), 10);
+    EXPECT_EQ(stopped_in(helper), 0) << "not a computing process";
+  }
+  EXPECT_EQ(stopped_in(rank), 0) << "an emulator that ends leaves no process stopped";
+  cluster::Emulator restarted(layout);
+  EXPECT_GT(stopped_in(rank), 10) << "the machine's hardware is still slow";
+  ASSERT_TRUE(restarted.Repair("m01").ok());
+  EXPECT_EQ(stopped_in(rank), 0);
+  EXPECT_EQ(cluster::ComputeSlowdown(cluster::HardwareOf(dir, "m01")), 1.0);
+  for (pid_t p : {rank, helper}) {
+    ::kill(p, SIGKILL);
+    ::waitpid(p, nullptr, 0);
+  }
 }
 
 TEST(Inspector, AStoppedRankIsReportedOncePerEpisode) {
@@ -381,8 +431,7 @@ TEST(Inspector, ARankThatRunsBetweenReadingsIsNotStuck) {
     for (volatile uint64_t i = 0;; ++i) {
     }
   }
-  cluster::SlowInjector slow;
-  slow.SetPids({child});
+  cluster::SlowInjector slow([child] { return std::set<pid_t>{child}; });
   slow.Start(5);
   agent::StuckRanks stuck(std::chrono::seconds(10));
   const auto t0 = agent::StuckRanks::Clock::now();
@@ -412,7 +461,7 @@ TEST(Inspector, EmulatedDeviceAndNicAreRead) {
   EXPECT_FALSE(h.device_ok);
   EXPECT_EQ(h.device_detail, "Xid 48: uncorrectable ECC error");
   EXPECT_FALSE(h.nic_up);
-  ASSERT_TRUE(agent::ResetEmulatedHealth(p).ok());
+  ASSERT_TRUE(cluster::Repair(p.Hardware()).ok());
   EXPECT_TRUE(agent::Inspect(p).device_ok);
   EXPECT_TRUE(agent::Inspect(p).nic_up);
 }

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <map>
 
+#include "cluster/local/emulated_hardware.h"
+#include "cluster/local/emulator.h"
 #include "plane/actuator.h"
 #include "plane/codec.h"
 #include "plane/journal_compaction.h"
@@ -564,8 +566,37 @@ TEST(Plane, BadInjectionsAreRefusedAndNothingIsSent) {
   bool superseded = false;
   auto cmd = (*p)->NextCommand("m01", (*p)->OpenStream("m01"), &sent, TimeFromMs(1001), &superseded);
   EXPECT_FALSE(cmd.has_value()) << "a refused injection reached the agent";
-  EXPECT_TRUE((*p)->Inject(Injection("m01", "slow", 0, "", 2.0)).ok());
+  Status no_hardware = (*p)->Inject(Injection("m01", "slow", 0, "", 2.0));
+  EXPECT_EQ(no_hardware.code(), Status::Code::kFailedPrecondition) << no_hardware.ToString();
+  EXPECT_NE(no_hardware.message().find("no emulated hardware"), std::string::npos) << no_hardware.message();
   EXPECT_TRUE((*p)->Inject(Injection("m01", "hang", 0, "compute")).ok());
+}
+
+// A fault of a machine's part goes into its emulated hardware, not to its
+// agent (the cluster tests return such machines: `machine return` mends it).
+TEST(Plane, APartsFaultBreaksTheEmulatedHardwareNotTheAgent) {
+  const std::string dir = testing::MakeTempDir();
+  const cluster::Layout layout{dir};
+  ASSERT_EQ(::system(("mkdir -p " + layout.health("m01")).c_str()), 0);
+  PlaneOptions o;
+  o.db_path = dir + "/c.db";
+  o.emulator = std::make_shared<cluster::Emulator>(layout);
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE((*p)->Register(Reg("m01"), TimeFromMs(1000)).ok());
+  ASSERT_TRUE((*p)->Inject(Injection("m01", "device-fail", -1)).ok());
+  ASSERT_TRUE((*p)->Inject(Injection("m01", "slow", -1, "", 3.0)).ok());
+  const cluster::EmulatedHardware hw = cluster::HardwareOf(dir, "m01");
+  EXPECT_NE(cluster::DeviceError(hw).find("Xid 48"), std::string::npos);
+  EXPECT_EQ(cluster::ComputeSlowdown(hw), 3.0);
+  std::string sent;
+  bool superseded = false;
+  const int64_t stream = (*p)->OpenStream("m01");
+  for (int i = 0; i < 4; ++i) {
+    auto cmd = (*p)->NextCommand("m01", stream, &sent, TimeFromMs(1001), &superseded);
+    if (!cmd) break;
+    EXPECT_NE(cmd->kind(), wire::Command::INJECT) << "the agent was sent " << cmd->id();
+  }
 }
 
 TEST(Plane, UnknownMachineIsNotFoundByName) {

@@ -179,15 +179,17 @@ TEST_F(FakeNvml, TheInspectorAddsNvmlToTheEmulatedDevice) {
   auto gpu = Open();
   ASSERT_NE(gpu, nullptr);
   const agent::InspectorPaths paths{dir_ + "/device", dir_ + "/nic", dir_};
-  ASSERT_TRUE(agent::ResetEmulatedHealth(paths, gpu.get()).ok());
+  ASSERT_TRUE(cluster::Repair(paths.Hardware()).ok());
   EXPECT_TRUE(agent::Inspect(paths, gpu.get()).device_ok);
   Write("gpus 2\necc 0 2\nthrottle 0 0x20\n");
   agent::HealthReading h = agent::Inspect(paths, gpu.get());
   EXPECT_FALSE(h.device_ok);
   EXPECT_EQ(h.device_detail, "GPU 0: uncorrectable ECC errors rose 0 -> 2");
   EXPECT_EQ(h.device_slowdown, "GPU 0 slowed down: thermal (software)");
-  // The machine returned after repair: both sources healthy again.
-  ASSERT_TRUE(agent::ResetEmulatedHealth(paths, gpu.get()).ok());
+  // The machine returned after repair (the controller mends the emulated
+  // parts, the agent rebaselines NVML): both sources healthy again.
+  ASSERT_TRUE(cluster::Repair(paths.Hardware()).ok());
+  gpu->Rebaseline();
   h = agent::Inspect(paths, gpu.get());
   EXPECT_TRUE(h.device_ok) << h.device_detail;
   // The local fault injector's file still counts beside NVML.

@@ -38,7 +38,6 @@ Status Agent::Run() {
     queue_cv_.wait_for(lock, kLoopPeriod, [this] { return !queue_.empty() || g_stop; });
   }
   metrics_.reset();  // before the state its callback reads goes
-  slow_.Stop();
   supervisor_.StopAll();
   for (std::thread& t : tracers_) t.join();
   {

@@ -110,14 +110,12 @@ void Agent::ApplyCommands() {
         Stage(c);
         break;
       case wire::Command::RESET_HEALTH:
-        slow_.Stop();
+        // The operator mended the machine (the controller repaired its
+        // emulated parts first): what this agent reported is history, and
+        // the device's error counters start from their values now.
         device_reported_ = disk_reported_ = memory_reported_ = false;
-        if (Status st = ResetEmulatedHealth(health_paths_, gpu_.get()); !st.ok()) {
-          // The next inspection reads the fault file still there and reports it.
-          LogWarn("could not repair the emulated hardware: " + st.ToString());
-        } else {
-          Log("emulated hardware repaired (device, NIC, ALU, link, matmul corruption)");
-        }
+        if (gpu_) gpu_->Rebaseline();
+        Log("machine returned: health checks start afresh");
         break;
       default:
         break;
@@ -207,31 +205,6 @@ void Agent::Inject(const std::string& fault, int rank, const std::string& where,
   } else if (fault == "machine-down") {
     // The agent and, through PDEATHSIG, its ranks die at once.
     ::kill(::getpid(), SIGKILL);
-  } else if (fault == "device-fail" || fault == "nic-flap" || fault == "compute-fail" || fault == "slow-link") {
-    // Faults of the machine's parts: the local backend's emulated hardware
-    // takes them (cluster/local/emulated_hardware.h), and the checks find
-    // them there as they would on the part itself.
-    const cluster::EmulatedHardware hw = health_paths_.Hardware();
-    Status st = fault == "device-fail"    ? cluster::FailDevice(hw)
-                : fault == "nic-flap"     ? cluster::FlapNic(hw, kNicFlapDown, cluster::UnixMs())
-                : fault == "compute-fail" ? cluster::BreakAlu(hw)
-                                          : cluster::SlowLink(hw, factor > 1 ? factor : 10);
-    // A broken ALU also turns the machine's matmuls NaN (trainer/sdc.h).
-    if (st.ok() && fault == "compute-fail") st = cluster::CorruptCompute(hw, "nan:1.000000");
-    if (!st.ok()) LogWarn("could not inject " + fault + ": " + st.ToString());
-  } else if (fault == "slow") {
-    // The machine itself is slow from now on, whatever runs on it, until
-    // an operator repairs it (RESET_HEALTH).
-    slow_.Start(factor);
-  } else if (fault == "sdc") {
-    // The machine corrupts matmuls from now on (trainer/sdc.h): its
-    // emulated hardware says so, and every process on it that computes
-    // (its ranks, running or later, its alignment runs) reads it there.
-    // `where` is the mode, `factor` the rate.
-    const std::string spec = (where.empty() ? std::string("nan") : where) + ":" + std::to_string(factor > 0 ? factor : 1.0);
-    if (Status st = cluster::CorruptCompute(health_paths_.Hardware(), spec); !st.ok()) {
-      LogWarn("could not inject sdc: " + st.ToString());
-    }
   } else if (fault == "hang" || fault == "nan" || fault == "loss-spike") {
     // The trainer's test hook (client/rank_link.h) does it inside the rank,
     // so its stacks and values are the real thing.
@@ -360,12 +333,7 @@ void Agent::SignalProgress(int rank, const std::vector<LogFollower::Progress>& l
   }
 }
 
-void Agent::ReadRankLinks() {
-  ForwardRankLinks(/*progress=*/true);
-  std::set<pid_t> pids;
-  for (const auto& [rank, pid] : supervisor_.Pids()) pids.insert(pid);
-  slow_.SetPids(std::move(pids));
-}
+void Agent::ReadRankLinks() { ForwardRankLinks(/*progress=*/true); }
 
 void Agent::ForwardRankLinks(bool progress) {
   for (RankLinkServer::Message& m : links_->Take()) {

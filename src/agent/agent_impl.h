@@ -28,7 +28,6 @@
 #include "agent/inspector.h"
 #include "agent/monitor.h"
 #include "agent/rank_link_server.h"
-#include "cluster/local/slow_injector.h"
 #include "agent/tracer.h"
 #include "agent/shard_store.h"
 #include "agent/signatures.h"
@@ -59,7 +58,6 @@ using Clock = std::chrono::system_clock;
 constexpr auto kRejoinWait = std::chrono::milliseconds(1000);
 constexpr auto kInspectPeriod = std::chrono::milliseconds(1000);
 constexpr auto kStreamDeadline = std::chrono::seconds(30);
-constexpr auto kNicFlapDown = std::chrono::milliseconds(2000);
 // A rank stopped (T) or in uninterruptible sleep (D) this long is reported
 // as a failed process inspection (PolicyConfig::process_stuck's default).
 constexpr auto kProcessStuck = std::chrono::seconds(10);
@@ -233,7 +231,6 @@ class Agent {
   std::unique_ptr<ShardStore> shards_;
   std::unique_ptr<RankLinkServer> links_;
   SignalSum signals_;
-  cluster::SlowInjector slow_;  // `inject slow`: the local backend's emulation, driven from here
   std::vector<std::thread> tracers_;
   // Stop-time diagnostics: the job's command (the alignment reference),
   // commands already run, answers in.

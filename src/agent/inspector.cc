@@ -76,12 +76,6 @@ HealthReading Inspect(const InspectorPaths& paths, GpuHealth* gpu) {
   return r;
 }
 
-Status ResetEmulatedHealth(const InspectorPaths& paths, GpuHealth* gpu) {
-  Status st = cluster::Repair(paths.Hardware());
-  if (gpu != nullptr) gpu->Rebaseline();
-  return st;
-}
-
 int64_t ProcessCpuTicks(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string line;

@@ -58,11 +58,6 @@ struct InspectorPaths {
 // `gpu` null: no NVML, the emulated device alone.
 HealthReading Inspect(const InspectorPaths& paths, GpuHealth* gpu = nullptr);
 
-// Repairs the emulated hardware (device, NIC, ALU, link), and resets NVML's
-// baseline where it is loaded: a repaired machine. Every part is reset even
-// when one fails; the first failure is returned (a fault left in place).
-Status ResetEmulatedHealth(const InspectorPaths& paths, GpuHealth* gpu = nullptr);
-
 // The state letter of /proc/PID/stat ('R', 'S', 'D', 'T', ...), or 0.
 char ProcessState(pid_t pid);
 // Its CPU time so far (utime + stime, in clock ticks), or -1.

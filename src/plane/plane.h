@@ -34,6 +34,10 @@
 #include "plane/store.h"
 #include "plane/throughput.h"
 
+namespace bulwark::cluster {
+class Emulator;
+}  // namespace bulwark::cluster
+
 namespace bulwark::plane {
 
 struct PlaneOptions {
@@ -56,6 +60,10 @@ struct PlaneOptions {
   // The cluster manager told of evictions, returns and standby shortfalls
   // (plane_backend.cc); null for the local backend.
   std::shared_ptr<cluster::Backend> backend;
+  // The machines' emulated hardware, which `inject` breaks and `machine
+  // return` mends (cluster/local/emulator.h); null: no fault of a part can
+  // be injected.
+  std::shared_ptr<cluster::Emulator> emulator;
 };
 
 class Plane {

@@ -2,6 +2,7 @@
 // injection on the local backend, and handing a repaired machine back.
 #include <random>
 
+#include "cluster/local/emulator.h"
 #include "plane/codec.h"
 #include "plane/plane.h"
 
@@ -96,6 +97,17 @@ Status Plane::Inject(const wire::InjectRequest& req) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
+  if (cluster::Emulator::Makes(fault)) {
+    // A part of the machine breaks: the local backend's emulated hardware
+    // takes it, and the agent meets it there (cluster/local/emulator.h).
+    if (!options_.emulator) {
+      return Status::FailedPrecondition("inject " + fault + ": this controller has no emulated hardware (only a "
+                                        "cluster 'bulwark up' made emulates it)");
+    }
+    BULWARK_RETURN_IF_ERROR(options_.emulator->Inject(machine, fault, req.factor(), where));
+    Log("injected " + fault + " into " + machine + "'s emulated hardware");
+    return Status::OK();
+  }
   const int rank = req.rank();
   wire::Command c;
   c.set_kind(wire::Command::INJECT);
@@ -115,6 +127,11 @@ Result<std::string> Plane::ReturnMachine(const std::string& machine, Time now) {
   now = Now(now);
   if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
   BULWARK_RETURN_IF_ERROR(HandleLocked(OperatorReturned{machine, now}, now, nullptr));
+  // The operator mended the machine: its emulated parts are whole again
+  // before its agent is told to look afresh.
+  if (options_.emulator) {
+    if (Status st = options_.emulator->Repair(machine); !st.ok()) Log("repairing " + machine + ": " + st.ToString());
+  }
   wire::Command c;
   c.set_kind(wire::Command::RESET_HEALTH);
   c.set_id("reset-health");

@@ -13,6 +13,7 @@
 #include "bulwark.grpc.pb.h"
 #include "cluster/fence.h"
 #include "cluster/layout.h"
+#include "cluster/local/emulator.h"
 #include "cluster/tls.h"
 #include "common/files.h"
 #include "common/token.h"
@@ -266,6 +267,7 @@ Status RunController(const ControllerOptions& options) {
   });
   if (!backend.ok()) return backend.status();
   po.backend = std::move(*backend);
+  po.emulator = std::make_shared<cluster::Emulator>(layout);
   if (!options.daily_failure_rate.empty()) {
     char* end = nullptr;
     po.policy.daily_failure_rate = std::strtod(options.daily_failure_rate.c_str(), &end);

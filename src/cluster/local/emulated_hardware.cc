@@ -24,7 +24,7 @@ Status Write(const std::string& path, const std::string& line) { return WriteFil
 EmulatedHardware HardwareOf(const std::string& dir, const std::string& id) {
   const Layout layout{dir};
   return {layout.device(id), layout.nic(id), layout.health(id) + "/alu", layout.health(id) + "/link",
-          layout.health(id) + "/sdc"};
+          layout.health(id) + "/sdc", layout.health(id) + "/pace"};
 }
 
 Status FailDevice(const EmulatedHardware& hw) {
@@ -71,10 +71,15 @@ Status SlowLink(const EmulatedHardware& hw, double factor) {
   return Write(hw.link, std::to_string(factor));
 }
 
+Status SlowCompute(const EmulatedHardware& hw, double factor) {
+  if (!(factor > 1)) return Status::InvalidArgument("slow: factor " + std::to_string(factor) + " is not above 1");
+  return Write(hw.pace, std::to_string(factor));
+}
+
 Status Repair(const EmulatedHardware& hw) {
   Status first;
   for (const auto& [path, line] :
-       {std::pair{hw.device, "ok"}, {hw.nic, "up"}, {hw.alu, "ok"}, {hw.link, "1"}, {hw.sdc, "ok"}}) {
+       {std::pair{hw.device, "ok"}, {hw.nic, "up"}, {hw.alu, "ok"}, {hw.link, "1"}, {hw.sdc, "ok"}, {hw.pace, "1"}}) {
     if (path.empty()) continue;  // a part not emulated here
     Status st = Write(path, line);
     if (first.ok() && !st.ok()) first = st;
@@ -103,6 +108,11 @@ bool AluBroken(const EmulatedHardware& hw) { return FirstLine(hw.alu) == "wrong"
 
 double LinkSlowdown(const EmulatedHardware& hw) {
   const double f = std::atof(FirstLine(hw.link).c_str());
+  return f > 1 ? f : 1;
+}
+
+double ComputeSlowdown(const EmulatedHardware& hw) {
+  const double f = std::atof(FirstLine(hw.pace).c_str());
   return f > 1 ? f : 1;
 }
 

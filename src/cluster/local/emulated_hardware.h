@@ -28,6 +28,10 @@ struct EmulatedHardware {
   // wrong now and then (trainer/sdc.h), which every process on it that
   // computes reads through BULWARK_SDC_FILE.
   std::string sdc;
+  // absent or "1": full speed; F: the machine computes F x slower (a
+  // throttled GPU). cluster/local/emulator.h carries it out on the
+  // processes that compute there.
+  std::string pace;
 };
 
 // The parts of machine `id` in the cluster at `dir`.
@@ -46,6 +50,8 @@ Status BreakAlu(const EmulatedHardware& hw);
 Status CorruptCompute(const EmulatedHardware& hw, const std::string& spec);
 // A degraded link (a flaky cable, a NIC renegotiated down): F x slower.
 Status SlowLink(const EmulatedHardware& hw, double factor);
+// A machine that computes F x slower from now on.
+Status SlowCompute(const EmulatedHardware& hw, double factor);
 // Every part healthy (a part with no path is not emulated and skipped).
 // Every part is mended even when one fails; the first failure is returned.
 Status Repair(const EmulatedHardware& hw);
@@ -60,6 +66,7 @@ uint64_t NicCarrierChanges(const EmulatedHardware& hw, int64_t now_ms);
 bool AluBroken(const EmulatedHardware& hw);
 // 1 when healthy.
 double LinkSlowdown(const EmulatedHardware& hw);
+double ComputeSlowdown(const EmulatedHardware& hw);
 
 int64_t UnixMs();
 

@@ -17,19 +17,24 @@ void SlowInjector::Stop() {
   thread_.join();
 }
 
-void SlowInjector::SetPids(std::set<pid_t> pids) {
-  std::lock_guard<std::mutex> lock(mu_);
-  pids_ = std::move(pids);
-}
-
 void SlowInjector::Loop() {
   using std::chrono::microseconds;
   constexpr int64_t kPeriodUs = 100000;
+  // Naming the processes reads /proc: every 5th period, not every one.
+  constexpr int kRefreshPeriods = 5;
+  std::set<pid_t> pids;
   auto signal_all = [&](int sig) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (pid_t p : pids_) ::kill(p, sig);
+    for (pid_t p : pids) ::kill(p, sig);
   };
-  while (running_) {
+  for (int period = 0; running_; ++period) {
+    if (period % kRefreshPeriods == 0) {
+      std::set<pid_t> now = targets_();
+      // A process that left the set (a rank that ended) must not stay stopped.
+      for (pid_t p : pids) {
+        if (!now.count(p)) ::kill(p, SIGCONT);
+      }
+      pids = std::move(now);
+    }
     const int64_t run = static_cast<int64_t>(kPeriodUs / factor_.load());
     signal_all(SIGCONT);
     std::this_thread::sleep_for(microseconds(run));

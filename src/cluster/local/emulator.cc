@@ -1,0 +1,107 @@
+#include "cluster/local/emulator.h"
+
+#include <cstdio>
+
+#include "cluster/local/emulated_hardware.h"
+#include "cluster/local/local_cluster.h"
+#include "common/files.h"
+
+namespace bulwark::cluster {
+namespace {
+
+bool HoldsDevice(pid_t pid) {
+  Result<std::string> env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+  if (!env.ok()) return false;  // gone meanwhile
+  // NUL-separated NAME=value entries.
+  const std::string key = "BULWARK_SDC_FILE=";
+  for (size_t at = 0; at < env->size(); at = env->find('\0', at) + 1) {
+    if (env->compare(at, key.size(), key) == 0) return true;
+    if (env->find('\0', at) == std::string::npos) break;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::set<pid_t> ComputingProcesses(const Layout& layout, const std::string& id) {
+  Result<pid_t> agent = LivePid(layout.agent_pid(id));
+  if (!agent.ok()) return {};
+  // ProcessTree lists parents before their children.
+  std::set<pid_t> out;
+  const std::vector<pid_t> tree = ProcessTree(*agent);
+  std::map<pid_t, pid_t> parent;
+  for (pid_t p : tree) {
+    Result<std::string> stat = ReadFile("/proc/" + std::to_string(p) + "/stat");
+    if (!stat.ok()) continue;
+    const size_t close = stat->rfind(')');
+    long ppid = 0;
+    char state = 0;
+    if (close != std::string::npos && std::sscanf(stat->c_str() + close + 1, " %c %ld", &state, &ppid) == 2) {
+      parent[p] = static_cast<pid_t>(ppid);
+    }
+  }
+  for (pid_t p : tree) {
+    if (p == *agent) continue;
+    auto up = parent.find(p);
+    if ((up != parent.end() && out.count(up->second)) || HoldsDevice(p)) out.insert(p);
+  }
+  return out;
+}
+
+Emulator::Emulator(Layout layout) : layout_(std::move(layout)) {
+  for (const std::string& id : ListDir(layout_.machines())) {
+    const double f = ComputeSlowdown(HardwareOf(layout_.dir, id));
+    if (f > 1) Slow(id, f);
+  }
+}
+
+Emulator::~Emulator() {
+  std::lock_guard<std::mutex> lock(mu_);
+  slow_.clear();
+}
+
+bool Emulator::Makes(const std::string& fault) {
+  return fault == "device-fail" || fault == "compute-fail" || fault == "nic-flap" || fault == "slow-link" ||
+         fault == "sdc" || fault == "slow";
+}
+
+Status Emulator::Inject(const std::string& machine, const std::string& fault, double factor,
+                        const std::string& where) {
+  const EmulatedHardware hw = HardwareOf(layout_.dir, machine);
+  if (fault == "device-fail") return FailDevice(hw);
+  if (fault == "nic-flap") return FlapNic(hw, kNicFlapDown, UnixMs());
+  if (fault == "slow-link") return SlowLink(hw, factor > 1 ? factor : 10);
+  if (fault == "compute-fail") {
+    // A broken ALU also turns the machine's matmuls NaN (trainer/sdc.h).
+    BULWARK_RETURN_IF_ERROR(BreakAlu(hw));
+    return CorruptCompute(hw, "nan:1.000000");
+  }
+  if (fault == "sdc") {
+    return CorruptCompute(hw, (where.empty() ? std::string("nan") : where) + ":" + std::to_string(factor > 0 ? factor : 1.0));
+  }
+  if (fault == "slow") {
+    BULWARK_RETURN_IF_ERROR(SlowCompute(hw, factor));
+    Slow(machine, factor);
+    return Status::OK();
+  }
+  return Status::InvalidArgument("the emulated hardware has no fault '" + fault + "'");
+}
+
+void Emulator::Slow(const std::string& machine, double factor) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<SlowInjector>& s = slow_[machine];
+  if (!s) {
+    s = std::make_unique<SlowInjector>([layout = layout_, machine] { return ComputingProcesses(layout, machine); });
+  }
+  s->Start(factor);
+}
+
+Status Emulator::Repair(const std::string& machine) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    slow_.erase(machine);  // its destructor resumes the processes
+  }
+  return cluster::Repair(HardwareOf(layout_.dir, machine));
+}
+
+}  // namespace bulwark::cluster
