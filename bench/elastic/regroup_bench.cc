@@ -1,0 +1,165 @@
+// bench/elastic/regroup: what re-forming the data-parallel communicator
+// costs as the world grows, with bulwark-train's own Comm (a TCPStore on
+// rank 0, then Gloo's full mesh). An elastic membership change re-forms it
+// among processes that are already up (trainer/elastic.h), so that is what
+// is timed: W processes start, form generation 1 (not timed: the cold
+// start), then each forms generation 2 on a new port, from the moment all
+// are told to until its first all-reduce returns, as survivors do. Per W
+// the slowest rank's time is printed (the step waits for it).
+//
+// Every process runs on this host's cores, so the figure is an upper bound
+// for the CPU work of a mesh of W, not a network figure; what it shows is
+// how the cost grows with W. Figures only.
+//
+// Usage: bulwark-regroup-bench [W ...]   (default 2 4 8 16 32)
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "trainer/dist.h"
+
+extern char** environ;
+
+namespace bulwark::trainer {
+namespace {
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A rank: forms generation 1, waits for the start file, forms generation 2
+// and prints its time to the first all-reduce.
+int Rank(int rank, int world, int port, const std::string& go, const std::string& ready) {
+  DistEnv env;
+  env.rank = rank;
+  env.world_size = world;
+  env.master_port = port;
+  auto first = Comm::Connect(env, 120);
+  if (!first.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, first.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<torch::Tensor> one{torch::ones({1})};
+  if (!(*first)->AllReduceSum(one).ok()) return 1;
+  if (std::FILE* f = std::fopen(ready.c_str(), "a")) {
+    std::fprintf(f, "%d\n", rank);
+    std::fclose(f);
+  }
+  while (::access(go.c_str(), F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const double t0 = NowMs();
+  env.master_port = port + 1;
+  auto second = Comm::Connect(env, 120);
+  if (!second.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, second.status().ToString().c_str());
+    return 1;
+  }
+  const double connected = NowMs();
+  if (!(*second)->AllReduceSum(one).ok()) return 1;
+  std::printf("%d %.3f %.3f\n", rank, connected - t0, NowMs() - t0);
+  return 0;
+}
+
+int Run(const char* self, const std::vector<int>& widths) {
+  std::printf("host: %u cores; generation 2 among W processes already up (TCPStore + Gloo full mesh)\n",
+              std::thread::hardware_concurrency());
+  std::printf("%6s %16s %22s %18s\n", "W", "connect (max)", "connect+all-reduce", "per rank of W");
+  std::mt19937 rng(std::random_device{}());
+  for (int w : widths) {
+    // Below the ephemeral range (32768 and up), as the controller picks.
+    const int port = 10000 + static_cast<int>(rng() % 20000);
+    const std::string dir = "/tmp/bulwark-regroup-" + std::to_string(::getpid());
+    const std::string go = dir + ".go", out = dir + ".out", ready = dir + ".ready";
+    for (const std::string& f : {go, out, ready}) std::remove(f.c_str());
+    std::vector<pid_t> kids;
+    for (int r = 0; r < w; ++r) {
+      std::vector<std::string> args = {self, "--rank", std::to_string(r), "--world", std::to_string(w), "--port",
+                                       std::to_string(port), "--go", go, "--out", out, "--ready", ready};
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      pid_t pid = 0;
+      if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) return 1;
+      kids.push_back(pid);
+    }
+    // Generation 1 formed: every rank said so (their cold start is not timed).
+    for (int said = 0; said < w;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      said = 0;
+      if (std::FILE* f = std::fopen(ready.c_str(), "r")) {
+        for (int r = 0; std::fscanf(f, "%d", &r) == 1;) ++said;
+        std::fclose(f);
+      }
+      int st = 0;
+      if (::waitpid(-1, &st, WNOHANG) > 0) {
+        std::printf("%6d   failed: a rank exited while forming generation 1\n", w);
+        break;
+      }
+    }
+    std::FILE* g = std::fopen(go.c_str(), "w");
+    if (g != nullptr) std::fclose(g);
+    bool ok = true;
+    for (pid_t k : kids) {
+      int st = 0;
+      ::waitpid(k, &st, 0);
+      ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    }
+    double connect = 0, total = 0;
+    int lines = 0;
+    if (std::FILE* f = std::fopen(out.c_str(), "r")) {
+      int rank = 0;
+      double c = 0, t = 0;
+      while (std::fscanf(f, "%d %lf %lf", &rank, &c, &t) == 3) {
+        connect = std::max(connect, c);
+        total = std::max(total, t);
+        ++lines;
+      }
+      std::fclose(f);
+    }
+    for (const std::string& f : {go, out, ready}) std::remove(f.c_str());
+    if (!ok || lines != w) {
+      std::printf("%6d   failed (%d of %d ranks reported)\n", w, lines, w);
+      continue;
+    }
+    std::printf("%6d %13.1f ms %19.1f ms %15.2f ms\n", w, connect, total, total / w);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace bulwark::trainer
+
+int main(int argc, char** argv) {
+  int rank = -1, world = 0, port = 0;
+  std::string go, out, ready;
+  std::vector<int> widths;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--rank" && i + 1 < argc) rank = std::atoi(argv[++i]);
+    else if (a == "--world" && i + 1 < argc) world = std::atoi(argv[++i]);
+    else if (a == "--port" && i + 1 < argc) port = std::atoi(argv[++i]);
+    else if (a == "--go" && i + 1 < argc) go = argv[++i];
+    else if (a == "--out" && i + 1 < argc) out = argv[++i];
+    else if (a == "--ready" && i + 1 < argc) ready = argv[++i];
+    else if (std::atoi(a.c_str()) >= 2) widths.push_back(std::atoi(a.c_str()));
+    else {
+      std::fprintf(stderr, "bulwark-regroup-bench: '%s' is not a world size of 2 or more; e.g. 2 4 8\n", a.c_str());
+      return 2;
+    }
+  }
+  if (rank >= 0) {
+    // Each rank appends its line; lines of a few bytes are written whole.
+    if (std::freopen(out.c_str(), "a", stdout) == nullptr) return 1;
+    return bulwark::trainer::Rank(rank, world, port, go, ready);
+  }
+  if (widths.empty()) widths = {2, 4, 8, 16, 32};
+  return bulwark::trainer::Run(argv[0], widths);
+}
