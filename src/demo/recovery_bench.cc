@@ -92,8 +92,8 @@ Status RunRecoveryBench(const BenchOptions& o) {
         // Detection is timed from the second, once the agent has alerted on
         // the first: two flaps within one of its readings are one flap to
         // it. In namespaces the inject returns with the link back up; on
-        // the shared stack the agent flaps the emulated NIC a moment after
-        // the call returns: see it go down, then come back.
+        // the shared stack the controller took the emulated NIC down for
+        // 2 s: see it down, then wait for it to come back.
         Result<json> seen = s.WaitFor("the agent's alert on the first flap of " + victim, 10,
                                       [&](const json&) { return alerts() > alerts_before; });
         if (!seen.ok()) return seen.status();

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cluster/local/emulator.h"
 #include "common/files.h"
 
 #include "bulwark.grpc.pb.h"
@@ -186,6 +187,13 @@ Result<int> Session::Inject(const std::string& fault, const std::string& machine
     *sent_ms = WallMs();
     BULWARK_RETURN_IF_ERROR(RunChild({exe_dir_ + "/bulwark", "inject", "nic-flap", "--machine", machine, "--for",
                                       "0.5", "--dir", layout_.dir}, 30, true));
+    return 1;
+  }
+  if (cluster::Emulator::Makes(fault)) {
+    // A part's fault: the controller made it in the machine's emulated
+    // hardware before answering (cluster/local/emulator.h); no agent is told.
+    *sent_ms = WallMs();
+    BULWARK_RETURN_IF_ERROR(client_.Inject(machine, fault, -1, where, factor));
     return 1;
   }
   const std::string log = layout_.agent_log(machine), needle = "injecting " + fault;

@@ -70,8 +70,10 @@ class Session {
   Result<json> Releases();
   // Injects `fault` and confirms within 3 s, from the agent's log, that the
   // agent acted on it; sends it once more if not (a one-shot command can be
-  // lost when the agent's 30 s command stream rolls over). Returns the
-  // number of sends and, in `*sent_ms`, when the delivered one was sent.
+  // lost when the agent's 30 s command stream rolls over). A fault of a
+  // machine's part is made by the controller before it answers: one send.
+  // Returns the number of sends and, in `*sent_ms`, when the delivered one
+  // was sent.
   Result<int> Inject(const std::string& fault, const std::string& machine, int64_t* sent_ms,
                      const std::string& where = "", double factor = 0);
   bulwark::Status Return(const std::string& machine);
