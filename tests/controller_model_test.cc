@@ -258,6 +258,15 @@ TEST(Reconcile, AnElasticJobWithNoStandbyGoesOnNarrowerAndGrowsBack) {
   EXPECT_EQ(Briefs(acts), (Lines{"activate s09", "restart_all g3 m01,m03,m04,s09 ckpt 6", "replenish 1"}));
   EXPECT_NE(acts[1].reason.find("grow to 4 of 4 machines +s09"), std::string::npos) << acts[1].reason;
   EXPECT_EQ(job.state().placement.world_size(), 8);
+  // The incident that narrowed the job records its degraded interval: from
+  // its recovery to the first step at full width.
+  const Incident& narrowed = job.state().incidents.all().front();
+  EXPECT_EQ(narrowed.trained_on, 6);
+  EXPECT_FALSE(narrowed.rejoined.has_value()) << "still narrower until a step at full width";
+  job.RunSteps(7, 7, S(90));
+  ASSERT_TRUE(narrowed.rejoined.has_value());
+  EXPECT_EQ(*narrowed.rejoined, S(90));
+  EXPECT_EQ(*narrowed.StallDuration(), *narrowed.recovered - S(35));
 
   Job standby(4, 0);
   standby.StartAndRun(3);

@@ -147,6 +147,14 @@ TEST_F(Elastic, SurvivorsTrainOnFewerReplicasAndTheRunEndsBitwise) {
     return x["job"]["placement"] == json({"m01"});
   });
   EXPECT_EQ(s["job"]["training_world_size"], 1);
+  // The incident says how many ranks trained on, and that the job is not
+  // back at full width yet.
+  json narrowed = Query("incidents").back();
+  EXPECT_EQ(narrowed.value("trained_on", 0), 1) << narrowed.dump();
+  EXPECT_GT(narrowed.value("stall_s", 0.0), 0.0) << narrowed.dump();
+  EXPECT_FALSE(narrowed.contains("rejoined_ms")) << narrowed.dump();
+  auto listed = Bulwark({"incidents"});
+  EXPECT_NE(listed.out.find("then 1 rank(s) trained on; not at full width since"), std::string::npos) << listed.out;
 
   // 4. The operator returns m02: it sets up a spare of the job while m01
   // trains on, and only then does the job grow back to two replicas, m02's

@@ -11,7 +11,8 @@
 # back: the stall of the narrowing, the time from the return to full width
 # (the returned machine sets up a spare of the job meanwhile), and how long
 # rank 0 stood still for the growth (its last step before the change to
-# its first after). Figures only, never an assertion.
+# its first after), and the narrowing's incident: the survivors' stall and
+# how long the job trained narrower. Figures only, never an assertion.
 # Usage: bench/elastic/stall.sh [R ...]   (BULWARK_UP_FLAGS goes to `bulwark up`)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -115,6 +116,8 @@ sys.exit(0 if j["generation"] > int(sys.argv[1]) and len(j["placement"]) == int(
   ret_ms=$(python3 -c 'import time; print(int(time.time()*1000))')
   build/bin/bulwark machine return --machine "$last" >/dev/null
   wait_gen "$gen" "$R"
+  # The narrowing's incident, as `bulwark incidents` prints it.
+  build/bin/bulwark incidents | grep -E '^    stall ' | tail -1 | sed "s/^ */R=$R: incident: /"
   python3 - "$R" "$BULWARK_DIR/machines" "$fail_ms" "$ret_ms" "$last" <<'PY'
 import json, sys
 R, machines, fail_ms, ret_ms, last = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]

@@ -88,6 +88,15 @@ Status IncidentsCmd(const Args& a) {
       if (i.contains("localize_s")) std::cout << ", localize " << i["localize_s"] << " s";
       if (i.contains("lost_steps")) std::cout << ", lost steps " << i["lost_steps"];
       std::cout << "\n";
+      // Elastic jobs: the survivors' stall, then how long they trained narrower.
+      if (i.contains("trained_on")) {
+        std::printf("    stall %.3f s, then %d rank(s) trained on", i.value("stall_s", -1.0), i["trained_on"].get<int>());
+        if (i.contains("degraded_s")) {
+          std::printf(" until the job was back at full width %.1f s later\n", i["degraded_s"].get<double>());
+        } else {
+          std::printf("; not at full width since\n");
+        }
+      }
       // Implicit incidents: the stack groups the analyzer found.
       if (i.contains("stacks")) {
         const json& st = i["stacks"];

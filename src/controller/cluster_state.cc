@@ -140,7 +140,11 @@ Status Apply(ClusterState& state, const Action& action, Time now) {
       // An elastic job below full width: its ledger counts the missing
       // replicas' share of the time as degraded.
       if (state.spec.world_size > 0) {
-        state.ledger.SetShare(static_cast<double>(state.placement.world_size()) / state.spec.world_size);
+        const int width = state.placement.world_size();
+        state.ledger.SetShare(static_cast<double>(width) / state.spec.world_size);
+        Incident* inc = state.incidents.Current();
+        if (width < state.spec.world_size && inc != nullptr) inc->trained_on = width;
+        state.rejoin_pending = width >= state.spec.world_size;
       }
       return SetJobState(state, JobState::kRestarting, now);
     }

@@ -67,6 +67,9 @@ struct ClusterState {
   bool restart_pending = false;
   std::string restart_reason;
   std::optional<Time> last_restart_at;  // rank exits observed before it are stale
+  // An elastic job restarted at full width: its first step ends the
+  // degraded interval of the incidents that narrowed it.
+  bool rejoin_pending = false;
 
   // Observed.
   std::map<MachineId, MachineStatus> machines;  // ordered: decisions are deterministic

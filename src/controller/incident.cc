@@ -40,6 +40,17 @@ std::optional<Duration> Incident::RecoverDuration() const {
   return *recovered - *decision;
 }
 
+std::optional<Duration> Incident::StallDuration() const {
+  if (!recovered) return std::nullopt;
+  return *recovered - fault.value_or(detected);
+}
+
+void IncidentLog::Rejoined(Time t) {
+  for (Incident& i : incidents_) {
+    if (i.trained_on && !i.rejoined) i.rejoined = t;
+  }
+}
+
 std::optional<int64_t> Incident::LostSteps() const {
   if (!restored_step) return std::nullopt;
   // A restore from a checkpoint newer than the fault step (a checkpoint that

@@ -69,6 +69,13 @@ struct Incident {
   std::optional<double> restore_ms;
   bool closed = false;                    // recovered or stopped
 
+  // Elastic jobs (controller/job.h): the ranks its restart left training,
+  // when fewer than the job has, and when the job next completed a step at
+  // full width (a machine rejoined): the degraded interval is
+  // [recovered, rejoined). Unset rejoined: still narrower.
+  std::optional<int> trained_on;
+  std::optional<Time> rejoined;
+
   // Implicit incidents: the stack groups the analyzer found and what it
   // chose (empty when no stacks were taken), and notes on the way (a
   // job-wide slowdown, a trace that came back incomplete).
@@ -85,6 +92,9 @@ struct Incident {
   std::optional<Duration> RecoverDuration() const;
   // step_at_fault - restored_step: steps that must be computed again.
   std::optional<int64_t> LostSteps() const;
+  // recovered - fault (detected when the fault time is unknown): how long
+  // the job made no progress, for an elastic job the survivors' stall.
+  std::optional<Duration> StallDuration() const;
   // One line: "incident 3 (explicit, evicted_and_replaced): <cause>; evicted m02; <why>".
   std::string Summary() const;
 };
@@ -103,6 +113,9 @@ class IncidentLog {
   // recovery (what was restored) still belong to it.
   Incident* Last() { return incidents_.empty() ? nullptr : &incidents_.back(); }
   const std::vector<Incident>& all() const { return incidents_; }
+  // A step at full width at `t`: every incident that left the job
+  // narrower has its rejoin.
+  void Rejoined(Time t);
   const Incident* Find(int64_t id) const;
 
  private:

@@ -310,6 +310,10 @@ Status OnStepCompleted(RuleContext& ctx, const Event& e) {
   // and the restart budget is renewed (progress, not count, bounds restarts).
   BULWARK_RETURN_IF_ERROR(SetJobState(s, JobState::kRunning, ctx.now));
   ++s.progress_epoch;
+  if (s.rejoin_pending) {
+    s.incidents.Rejoined(x.observed);
+    s.rejoin_pending = false;
+  }
   if (Incident* inc = s.incidents.Current()) {
     inc->recovered = x.observed;
     // The fallback when the ranks did not say what they restored: a job

@@ -347,6 +347,14 @@ json IncidentJson(const Incident& i) {
   if (i.decision) j["decision_ms"] = Ms(*i.decision);
   if (i.recovered) j["recovered_ms"] = Ms(*i.recovered);
   if (auto l = i.LostSteps()) j["lost_steps"] = *l;
+  if (auto d = i.StallDuration()) j["stall_s"] = Seconds(*d);
+  if (i.trained_on) {
+    j["trained_on"] = *i.trained_on;
+    if (i.rejoined) {
+      j["rejoined_ms"] = Ms(*i.rejoined);
+      if (i.recovered) j["degraded_s"] = Seconds(*i.rejoined - *i.recovered);
+    }
+  }
   if (!i.stacks.groups.empty() || !i.stacks.why.empty()) {
     j["stacks"] = {{"groups", StackGroupsJson(i.stacks.groups)}, {"missing", i.stacks.missing},
                    {"group", i.stacks.group}, {"suspects", i.stacks.suspects}, {"why", i.stacks.why}};
