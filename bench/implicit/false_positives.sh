@@ -49,7 +49,7 @@ start=$(date +%s)
 end=$((start + MINUTES * 60))
 while (( $(date +%s) < end )); do
   sleep 60
-  line=$(build/bin/bulwark status 2>&1 | head -1 || true)
+  line=$(build/bin/bulwark status 2>&1 | grep -v "^metrics at" | head -1 || true)
   load=$(cut -d' ' -f1-3 /proc/loadavg)
   echo "$(( ($(date +%s) - start) / 60 )) min: $line; loadavg $load"
 done
