@@ -1,7 +1,5 @@
 #include "cluster/local/emulator.h"
 
-#include <cstdio>
-
 #include "cluster/local/emulated_hardware.h"
 #include "cluster/local/local_cluster.h"
 #include "common/files.h"
@@ -13,12 +11,8 @@ bool HoldsDevice(pid_t pid) {
   Result<std::string> env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
   if (!env.ok()) return false;  // gone meanwhile
   // NUL-separated NAME=value entries.
-  const std::string key = "BULWARK_SDC_FILE=";
-  for (size_t at = 0; at < env->size(); at = env->find('\0', at) + 1) {
-    if (env->compare(at, key.size(), key) == 0) return true;
-    if (env->find('\0', at) == std::string::npos) break;
-  }
-  return false;
+  const std::string key("\0BULWARK_SDC_FILE=", 18);
+  return (std::string(1, '\0') + *env).find(key) != std::string::npos;
 }
 
 }  // namespace
@@ -26,24 +20,23 @@ bool HoldsDevice(pid_t pid) {
 std::set<pid_t> ComputingProcesses(const Layout& layout, const std::string& id) {
   Result<pid_t> agent = LivePid(layout.agent_pid(id));
   if (!agent.ok()) return {};
-  // ProcessTree lists parents before their children.
+  const std::map<pid_t, std::vector<pid_t>> children = ChildrenByParent();
   std::set<pid_t> out;
-  const std::vector<pid_t> tree = ProcessTree(*agent);
-  std::map<pid_t, pid_t> parent;
-  for (pid_t p : tree) {
-    Result<std::string> stat = ReadFile("/proc/" + std::to_string(p) + "/stat");
-    if (!stat.ok()) continue;
-    const size_t close = stat->rfind(')');
-    long ppid = 0;
-    char state = 0;
-    if (close != std::string::npos && std::sscanf(stat->c_str() + close + 1, " %c %ld", &state, &ppid) == 2) {
-      parent[p] = static_cast<pid_t>(ppid);
+  // The agent's own helpers are not slowed; a process that holds the
+  // device is, with everything under it (a Python rank's loader workers).
+  std::vector<pid_t> look = {*agent};
+  while (!look.empty()) {
+    const pid_t p = look.back();
+    look.pop_back();
+    auto it = children.find(p);
+    if (it == children.end()) continue;
+    for (pid_t c : it->second) {
+      if (HoldsDevice(c)) {
+        for (pid_t d : ProcessTree(c, children)) out.insert(d);
+      } else {
+        look.push_back(c);
+      }
     }
-  }
-  for (pid_t p : tree) {
-    if (p == *agent) continue;
-    auto up = parent.find(p);
-    if ((up != parent.end() && out.count(up->second)) || HoldsDevice(p)) out.insert(p);
   }
   return out;
 }

@@ -66,7 +66,7 @@ Result<pid_t> LivePid(const std::string& pid_file) {
   return pid;
 }
 
-std::vector<pid_t> ProcessTree(pid_t root) {
+std::map<pid_t, std::vector<pid_t>> ChildrenByParent() {
   std::map<pid_t, std::vector<pid_t>> children;
   for (const std::string& name : ListDir("/proc")) {
     const pid_t pid = static_cast<pid_t>(std::atol(name.c_str()));
@@ -80,12 +80,20 @@ std::vector<pid_t> ProcessTree(pid_t root) {
     long ppid = 0;
     if (std::sscanf(stat->c_str() + close + 1, " %c %ld", &state, &ppid) == 2) children[static_cast<pid_t>(ppid)].push_back(pid);
   }
+  return children;
+}
+
+std::vector<pid_t> ProcessTree(pid_t root, const std::map<pid_t, std::vector<pid_t>>& children) {
   std::vector<pid_t> tree = {root};
   for (size_t i = 0; i < tree.size(); ++i) {
-    for (pid_t c : children[tree[i]]) tree.push_back(c);
+    auto it = children.find(tree[i]);
+    if (it == children.end()) continue;
+    for (pid_t c : it->second) tree.push_back(c);
   }
   return tree;
 }
+
+std::vector<pid_t> ProcessTree(pid_t root) { return ProcessTree(root, ChildrenByParent()); }
 
 Result<int> FreezeMachine(const std::string& agent_pid_file, bool freeze) {
   Result<pid_t> agent = LivePid(agent_pid_file);

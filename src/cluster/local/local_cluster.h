@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,12 @@ Status SpawnDetached(const std::vector<std::string>& argv, const std::string& lo
 // The pid in `pid_file` if that process is alive; NotFound otherwise.
 Result<pid_t> LivePid(const std::string& pid_file);
 
-// The process `root` and all its descendants (from /proc), root first.
-std::vector<pid_t> ProcessTree(pid_t root);
+// Every process's children, by parent pid (one scan of /proc).
+std::map<pid_t, std::vector<pid_t>> ChildrenByParent();
+// The process `root` and all its descendants, parents before their
+// children, root first.
+std::vector<pid_t> ProcessTree(pid_t root, const std::map<pid_t, std::vector<pid_t>>& children);
+std::vector<pid_t> ProcessTree(pid_t root);  // from a fresh scan
 
 // A hung host: SIGSTOP to the machine's agent and everything under it (its
 // ranks, spares, diagnostics), parents first so that none is reaped or
