@@ -180,7 +180,10 @@ class Cluster : public ::testing::Test {
     EXPECT_EQ(procs.size(), static_cast<size_t>(ranks)) << "rank 0 did not announce its rendezvous port";
     std::string sum;
     for (size_t r = 0; r < procs.size(); ++r) {
-      testing::ProcessResult res = procs[r]->Wait();
+      // As long as the test may take: under load a 900-step reference run
+      // of 3 ranks outlasted the default 120 s, and its killed rank 0 took
+      // the others with it.
+      testing::ProcessResult res = procs[r]->Wait(600);
       EXPECT_EQ(res.exit_code, 0) << "reference rank " << r << ": " << res.err;
       json done = json::parse(res.LastLine(), nullptr, false);
       if (r == 0) sum = done.is_object() ? done.value("param_checksum", "") : "";
