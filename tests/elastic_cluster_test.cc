@@ -9,6 +9,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +43,26 @@ class Elastic : public Cluster {
       if (j.value("event", "") == "step" && first < 0) first = j.value("wall_ms", int64_t{-1});
     }
     return first < 0 ? -1 : (first - inject_ms) / 1000.0;
+  }
+  // The median step_ms of rank 0's steps that completed in [from_ms,
+  // to_ms), of the last generation that ran in it.
+  double MedianStepMs(int64_t from_ms, int64_t to_ms) {
+    std::ifstream in(RankLog("m01", "rank-0.log"));
+    std::string line;
+    std::vector<double> ms;
+    bool in_window = false;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (!j.is_object()) continue;
+      if (j.value("event", "") == "restore" && in_window) ms.clear();
+      if (j.value("event", "") != "step") continue;
+      const int64_t at = j.value("wall_ms", int64_t{-1});
+      in_window = at >= from_ms && at < to_ms;
+      if (in_window) ms.push_back(j.value("step_ms", 0.0));
+    }
+    if (ms.empty()) return 0;
+    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+    return ms[ms.size() / 2];
   }
   // How long rank 0 stood still around its newest restore line: from the
   // last step it completed before it to the first after it.
@@ -143,6 +164,7 @@ TEST_F(Elastic, SurvivorsTrainOnFewerReplicasAndTheRunEndsBitwise) {
   gen = s["job"]["generation"];
   before = s["job"]["last_step"];
   Inject("device-fail", "m02");
+  const int64_t alone_ms = inject_ms_;
   s = Progressed("alone after device-fail", gen, before + 10, 90, [](const json& x) {
     return x["job"]["placement"] == json({"m01"});
   });
@@ -176,9 +198,17 @@ TEST_F(Elastic, SurvivorsTrainOnFewerReplicasAndTheRunEndsBitwise) {
               "change -> its first after)\n",
               StallAfter(ret_ms), GapAtLastRestore());
 
-  // The ledger counts the missing replicas' share as degraded time.
+  // The ledger counts a narrower step's time beyond the full width's pace
+  // as degraded. On 2 cores, 3 ranks share 2 and a rank alone has one to
+  // itself, so one rank's six micro-batches need not take longer than
+  // three ranks' two each: the time is degraded only where they did.
   json ledger = Query("ledger");
-  EXPECT_GT(ledger["cumulative"]["seconds"].value("degraded", 0.0), 0.0) << ledger["cumulative"].dump();
+  const double full = MedianStepMs(0, kill_ms), alone = MedianStepMs(alone_ms, ret_ms);
+  std::printf("[ timing ] a step at full width %.1f ms, alone %.1f ms (median); ledger degraded %.3f s\n", full, alone,
+              ledger["cumulative"]["seconds"].value("degraded", 0.0));
+  if (alone > 1.5 * full) {
+    EXPECT_GT(ledger["cumulative"]["seconds"].value("degraded", 0.0), 0.0) << ledger["cumulative"].dump();
+  }
 
   // 5. The run ends where the fault-free full-width run ends, to the bit.
   s = WaitFor("job completed", 300, [](const json& x) { return x["job"]["state"] == "completed"; });

@@ -1,21 +1,25 @@
 // bench/elastic/regroup: what re-forming the data-parallel communicator
-// costs as the world grows, with bulwark-train's own Comm (a TCPStore on
-// rank 0, then Gloo's full mesh). An elastic membership change re-forms it
-// among processes that are already up (trainer/elastic.h), so that is what
-// is timed: W processes start, form generation 1 (not timed: the cold
-// start), then each forms generation 2 on a new port, from the moment all
-// are told to until its first all-reduce returns, as survivors do. Per W
-// the slowest rank's time is printed (the step waits for it).
+// costs as the world grows, with bulwark-train's own Comm, over Gloo's full
+// mesh or over the ring elastic jobs use (trainer/ring.h). An elastic
+// membership change re-forms it among processes that are already up
+// (trainer/elastic.h), so that is what is timed: W processes start and
+// form generation 1 (not timed: the cold start), one of them leaves, and
+// the W - 1 survivors form generation 2 on a new port, from the moment all
+// are told to until their first all-reduce returns. Per W the slowest
+// rank's time is printed (the step waits for it), then the median time of
+// an all-reduce of the tiny model's gradients (368,960 int64, the exact
+// sum's buffer) in generation 2.
 //
 // Every process runs on this host's cores, so the figure is an upper bound
 // for the CPU work of a mesh of W, not a network figure; what it shows is
 // how the cost grows with W. Figures only.
 //
-// Usage: bulwark-regroup-bench [W ...]   (default 2 4 8 16 32)
+// Usage: bulwark-regroup-bench [--comm gloo|ring] [W ...]   (default ring; 3 4 8 16 32)
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "trainer/dist.h"
+#include "trainer/ring.h"
 
 extern char** environ;
 
@@ -35,14 +40,23 @@ double NowMs() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// A rank: forms generation 1, waits for the start file, forms generation 2
-// and prints its time to the first all-reduce.
-int Rank(int rank, int world, int port, const std::string& go, const std::string& ready) {
+constexpr int64_t kGradients = 368960;
+
+// A rank: forms generation 1, waits for the start file, then leaves (the
+// middle rank) or forms generation 2 with the other survivors and prints
+// its time to the first all-reduce, then the median of 20 more.
+int Rank(int rank, int world, int port, bool ring, const std::string& go, const std::string& ready) {
   DistEnv env;
   env.rank = rank;
   env.world_size = world;
   env.master_port = port;
-  auto first = Comm::Connect(env, 120);
+  std::unique_ptr<RingLinks> links;
+  if (ring) {
+    auto l = RingLinks::Listen(env.master_addr);
+    if (!l.ok()) return 1;
+    links = std::move(*l);
+  }
+  auto first = Comm::Connect(env, 120, links.get());
   if (!first.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, first.status().ToString().c_str());
     return 1;
@@ -54,23 +68,39 @@ int Rank(int rank, int world, int port, const std::string& go, const std::string
     std::fclose(f);
   }
   while (::access(go.c_str(), F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int lost = world / 2;
+  if (rank == lost) return 0;  // its sockets close as it exits, as a killed rank's do
+  first->reset();  // the survivors leave generation 1 (a ring keeps its links)
   const double t0 = NowMs();
   env.master_port = port + 1;
-  auto second = Comm::Connect(env, 120);
+  env.world_size = world - 1;
+  env.rank = rank < lost ? rank : rank - 1;
+  auto second = Comm::Connect(env, 120, links.get());
   if (!second.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, second.status().ToString().c_str());
     return 1;
   }
   const double connected = NowMs();
   if (!(*second)->AllReduceSum(one).ok()) return 1;
-  std::printf("%d %.3f %.3f\n", rank, connected - t0, NowMs() - t0);
+  const double regrouped = NowMs() - t0;
+  std::vector<torch::Tensor> grads{torch::ones({kGradients}, torch::kInt64)};
+  std::vector<double> took;
+  for (int i = 0; i < 21; ++i) {
+    const double a = NowMs();
+    if (!(*second)->AllReduceSum(grads).ok()) return 1;
+    took.push_back(NowMs() - a);
+  }
+  std::sort(took.begin(), took.end());
+  std::printf("%d %.3f %.3f %.3f %d\n", rank, connected - t0, regrouped, took[took.size() / 2],
+              links ? links->made() : world - 2);  // Gloo: one to every other survivor
   return 0;
 }
 
-int Run(const char* self, const std::vector<int>& widths) {
-  std::printf("host: %u cores; generation 2 among W processes already up (TCPStore + Gloo full mesh)\n",
-              std::thread::hardware_concurrency());
-  std::printf("%6s %16s %22s %18s\n", "W", "connect (max)", "connect+all-reduce", "per rank of W");
+int Run(const char* self, bool ring, const std::vector<int>& widths) {
+  std::printf("host: %u cores; W processes up, one leaves, the W - 1 others form generation 2 (%s)\n",
+              std::thread::hardware_concurrency(), ring ? "ring, links kept" : "TCPStore + Gloo full mesh");
+  std::printf("%6s %16s %22s %18s %24s\n", "W", "connect (max)", "connect+all-reduce", "links made (max)",
+              "all-reduce 369k int64");
   std::mt19937 rng(std::random_device{}());
   for (int w : widths) {
     // Below the ephemeral range (32768 and up), as the controller picks.
@@ -81,7 +111,8 @@ int Run(const char* self, const std::vector<int>& widths) {
     std::vector<pid_t> kids;
     for (int r = 0; r < w; ++r) {
       std::vector<std::string> args = {self, "--rank", std::to_string(r), "--world", std::to_string(w), "--port",
-                                       std::to_string(port), "--go", go, "--out", out, "--ready", ready};
+                                       std::to_string(port), "--go", go, "--out", out, "--ready", ready,
+                                       "--comm", ring ? "ring" : "gloo"};
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -111,24 +142,26 @@ int Run(const char* self, const std::vector<int>& widths) {
       ::waitpid(k, &st, 0);
       ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
     }
-    double connect = 0, total = 0;
-    int lines = 0;
+    double connect = 0, total = 0, reduce = 0;
+    int lines = 0, made = 0;
     if (std::FILE* f = std::fopen(out.c_str(), "r")) {
-      int rank = 0;
-      double c = 0, t = 0;
-      while (std::fscanf(f, "%d %lf %lf", &rank, &c, &t) == 3) {
+      int rank = 0, m = 0;
+      double c = 0, t = 0, a = 0;
+      while (std::fscanf(f, "%d %lf %lf %lf %d", &rank, &c, &t, &a, &m) == 5) {
         connect = std::max(connect, c);
         total = std::max(total, t);
+        reduce = std::max(reduce, a);
+        made = std::max(made, m);
         ++lines;
       }
       std::fclose(f);
     }
     for (const std::string& f : {go, out, ready}) std::remove(f.c_str());
-    if (!ok || lines != w) {
-      std::printf("%6d   failed (%d of %d ranks reported)\n", w, lines, w);
+    if (!ok || lines != w - 1) {
+      std::printf("%6d   failed (%d of %d survivors reported)\n", w, lines, w - 1);
       continue;
     }
-    std::printf("%6d %13.1f ms %19.1f ms %15.2f ms\n", w, connect, total, total / w);
+    std::printf("%6d %13.1f ms %19.1f ms %18d %21.1f ms\n", w, connect, total, made, reduce);
     std::fflush(stdout);
   }
   return 0;
@@ -139,6 +172,7 @@ int Run(const char* self, const std::vector<int>& widths) {
 
 int main(int argc, char** argv) {
   int rank = -1, world = 0, port = 0;
+  bool ring = true;
   std::string go, out, ready;
   std::vector<int> widths;
   for (int i = 1; i < argc; ++i) {
@@ -149,17 +183,19 @@ int main(int argc, char** argv) {
     else if (a == "--go" && i + 1 < argc) go = argv[++i];
     else if (a == "--out" && i + 1 < argc) out = argv[++i];
     else if (a == "--ready" && i + 1 < argc) ready = argv[++i];
-    else if (std::atoi(a.c_str()) >= 2) widths.push_back(std::atoi(a.c_str()));
+    else if (a == "--comm" && i + 1 < argc && (std::string(argv[i + 1]) == "ring" || std::string(argv[i + 1]) == "gloo"))
+      ring = std::string(argv[++i]) == "ring";
+    else if (std::atoi(a.c_str()) >= 3) widths.push_back(std::atoi(a.c_str()));
     else {
-      std::fprintf(stderr, "bulwark-regroup-bench: '%s' is not a world size of 2 or more; e.g. 2 4 8\n", a.c_str());
+      std::fprintf(stderr, "bulwark-regroup-bench: '%s' is not --comm gloo|ring or a world size of 3 or more; e.g. 3 4 8\n", a.c_str());
       return 2;
     }
   }
   if (rank >= 0) {
     // Each rank appends its line; lines of a few bytes are written whole.
     if (std::freopen(out.c_str(), "a", stdout) == nullptr) return 1;
-    return bulwark::trainer::Rank(rank, world, port, go, ready);
+    return bulwark::trainer::Rank(rank, world, port, ring, go, ready);
   }
-  if (widths.empty()) widths = {2, 4, 8, 16, 32};
-  return bulwark::trainer::Run(argv[0], widths);
+  if (widths.empty()) widths = {3, 4, 8, 16, 32};
+  return bulwark::trainer::Run(argv[0], ring, widths);
 }

@@ -108,6 +108,7 @@ const std::vector<Key>& Keys() {
       STR_KEY("precision", precision, "auto (bf16 where the CPU has AVX-512 BF16 or AMX), bf16 or fp32"),
       INT_KEY("pp", pp, "pipeline stages; WORLD_SIZE = data-parallel ranks x pp"),
       INT_KEY("micro-batches", micro_batches, "micro-batches per step (must divide --batch-size)"),
+      STR_KEY("elastic-comm", elastic_comm, "elastic jobs' communicator: ring (regroups touching two peers) or gloo"),
       INT_KEY("elastic-replicas", elastic_replicas,
               "elastic data parallelism: the job's full width N; the global batch stays N x --batch-size on fewer ranks"),
       INT_KEY("vocab-size", model.vocab_size, "0 takes the tokenizer's vocabulary size"),
@@ -282,6 +283,9 @@ Status TrainConfig::Validate() const {
   if (elastic_replicas < 0 || elastic_replicas > kMaxElasticReplicas) {
     return Status::InvalidArgument("--elastic-replicas must be in [0, " + std::to_string(kMaxElasticReplicas) +
                                    "]; 0 turns elastic data parallelism off");
+  }
+  if (elastic_comm != "ring" && elastic_comm != "gloo") {
+    return Status::InvalidArgument("--elastic-comm '" + elastic_comm + "' is not ring or gloo");
   }
   if (elastic_replicas > 0 && pp > 1) {
     return Status::InvalidArgument("--elastic-replicas works with data parallelism only; drop --pp or --elastic-replicas");

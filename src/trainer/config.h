@@ -91,6 +91,9 @@ struct TrainConfig {
   // data-parallel replicas, 0 for off. The global batch is this many
   // micro-batches of batch_size, whatever the number of ranks training.
   int elastic_replicas = 0;
+  // What an elastic job's replicas reduce over: ring (links kept between
+  // generations, ring.h) or gloo (the full mesh every other job uses).
+  std::string elastic_comm = "ring";
 
   Status Validate() const;
 };

@@ -1,5 +1,7 @@
 #include "trainer/dist.h"
 
+#include "trainer/ring.h"
+
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -106,7 +108,7 @@ Result<DistEnv> ReadDistEnv() {
   return env;
 }
 
-Result<std::unique_ptr<Comm>> Comm::Connect(const DistEnv& env, double timeout_s) {
+Result<std::unique_ptr<Comm>> Comm::Connect(const DistEnv& env, double timeout_s, RingLinks* ring) {
   std::unique_ptr<Comm> c(new Comm());
   c->env_ = env;
   if (env.world_size == 1) return c;
@@ -136,6 +138,12 @@ Result<std::unique_ptr<Comm>> Comm::Connect(const DistEnv& env, double timeout_s
       std::fflush(stdout);
       tcp->waitForWorkers();
     }
+    if (ring != nullptr) {
+      auto r = Ring::Form(*c->store_, env.rank, env.world_size, timeout_s, *ring);
+      if (!r.ok()) return r.status();
+      c->ring_ = std::move(*r);
+      return c;
+    }
     auto o = c10d::ProcessGroupGloo::Options::create(timeout);
     o->devices.push_back(GlooDevice(env.master_addr));
     c->pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c->store_, env.rank, env.world_size, o);
@@ -158,6 +166,7 @@ Result<std::unique_ptr<Comm>> Comm::Subgroup(const std::string& name, const std:
   c->env_.rank = static_cast<int>(it - ranks.begin());
   c->env_.world_size = static_cast<int>(ranks.size());
   if (ranks.size() == 1 || !store_) return c;
+  if (ring_) return Status::Internal("a ring communicator has no subgroups (group " + name + ")");
   try {
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
     auto o = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -172,6 +181,7 @@ Result<std::unique_ptr<Comm>> Comm::Subgroup(const std::string& name, const std:
 }
 
 Status Comm::Send(const torch::Tensor& t, int dst, int tag) {
+  if (ring_) return ring_->Send(t, dst, tag);
   if (!pg_) return Status::Internal("send in a world of one");
   try {
     send_tensors_.push_back({t.contiguous()});
@@ -183,6 +193,7 @@ Status Comm::Send(const torch::Tensor& t, int dst, int tag) {
 }
 
 Status Comm::Recv(torch::Tensor& t, int src, int tag) {
+  if (ring_) return ring_->Recv(t, src, tag);
   if (!pg_) return Status::Internal("recv in a world of one");
   try {
     std::vector<at::Tensor> v{t};
@@ -194,6 +205,7 @@ Status Comm::Recv(torch::Tensor& t, int src, int tag) {
 }
 
 Status Comm::WaitSends() {
+  if (ring_) return ring_->WaitSends();
   try {
     for (auto& w : sends_) w->wait();
   } catch (const std::exception& e) {
@@ -217,6 +229,7 @@ Status Comm::AllReduceSum(std::vector<torch::Tensor>& tensors) { return AllReduc
 Status Comm::AllReduceMax(std::vector<torch::Tensor>& tensors) { return AllReduce(tensors, /*max=*/true); }
 
 Status Comm::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
+  if (ring_) return ring_->AllReduce(tensors, max);
   if (!pg_) return Status::OK();
   try {
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
@@ -246,6 +259,7 @@ Status Comm::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
 }
 
 Status Comm::AllGatherChunks(torch::Tensor& flat) {
+  if (ring_) return ring_->AllGatherChunks(flat);
   if (!pg_) return Status::OK();
   try {
     auto chunks = flat.chunk(env_.world_size);
@@ -260,6 +274,7 @@ Status Comm::AllGatherChunks(torch::Tensor& flat) {
 }
 
 Status Comm::Broadcast(torch::Tensor& t, int root) {
+  if (ring_) return ring_->Broadcast(t, root);
   if (!pg_) return Status::OK();
   try {
     std::vector<at::Tensor> v{t};
@@ -273,6 +288,7 @@ Status Comm::Broadcast(torch::Tensor& t, int root) {
 }
 
 Status Comm::RecvNeverSent() {
+  if (ring_) return ring_->RecvNeverSent();
   if (!pg_) return Status::OK();
   try {
     std::vector<at::Tensor> v{torch::zeros({1})};
@@ -285,6 +301,10 @@ Status Comm::RecvNeverSent() {
 }
 
 Status Comm::Barrier() {
+  if (ring_) {
+    std::vector<torch::Tensor> one{torch::zeros({1})};
+    return ring_->AllReduce(one, /*max=*/false);
+  }
   if (!pg_) return Status::OK();
   try {
     pg_->barrier()->wait();

@@ -10,6 +10,10 @@
 //
 // Connect's rendezvous: ranks other than 0 connect to the store only once it
 // listens (see dist.cc for the second that saves).
+//
+// Given RingLinks, a Comm's collectives and point-to-point messages go
+// over a ring whose links outlive the generation (ring.h) instead of
+// Gloo's full mesh: what elastic data parallelism's survivors regroup on.
 #pragma once
 
 #include <torch/torch.h>
@@ -22,11 +26,15 @@
 
 namespace c10d {
 class ProcessGroupGloo;
+class TCPStore;
 class Store;
 class Work;
 }  // namespace c10d
 
 namespace bulwark::trainer {
+
+class Ring;
+class RingLinks;
 
 // The torchrun variables. All absent: a single process (rank 0 of 1).
 struct DistEnv {
@@ -45,7 +53,7 @@ class Comm {
   // MASTER_PORT=0 (rank 0 only): the store binds a port the kernel picks and
   // rank 0 prints {"event":"rendezvous","port":N} on stdout before waiting
   // for the others, which a launcher then starts with MASTER_PORT=N.
-  static Result<std::unique_ptr<Comm>> Connect(const DistEnv& env, double timeout_s);
+  static Result<std::unique_ptr<Comm>> Connect(const DistEnv& env, double timeout_s, RingLinks* ring = nullptr);
   ~Comm();
 
   int rank() const { return env_.rank; }
@@ -64,6 +72,9 @@ class Comm {
   // point-to-point message from the next rank that is never sent, inside
   // Gloo like a collective whose peer went quiet, until --dist-timeout.
   Status RecvNeverSent();
+
+  // Over a ring (ring.h) rather than Gloo.
+  bool on_ring() const { return ring_ != nullptr; }
 
   // A process group of some ranks of this world, such as one pipeline
   // stage's data-parallel replicas. Only its members call it (each group's
@@ -88,6 +99,7 @@ class Comm {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   std::vector<c10::intrusive_ptr<c10d::Work>> sends_;
   std::vector<std::vector<torch::Tensor>> send_tensors_;
+  std::unique_ptr<Ring> ring_;  // after store_: it uses the store, so it goes first
 };
 
 }  // namespace bulwark::trainer

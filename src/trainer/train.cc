@@ -189,7 +189,12 @@ Status Train(const TrainConfig& cfg_in) {
     g.data_ready = TrainClock::now();
     auto env = ReadDistEnv();
     if (!env.ok()) return env.status();
-    auto comm = Comm::Connect(*env, p.cfg.dist_timeout_s);
+    if (p.cfg.elastic_replicas > 0 && p.cfg.elastic_comm == "ring" && env->world_size > 1 && !p.ring) {
+      auto links = RingLinks::Listen(env->master_addr);
+      if (!links.ok()) return links.status();
+      p.ring = std::move(*links);
+    }
+    auto comm = Comm::Connect(*env, p.cfg.dist_timeout_s, p.ring.get());
     if (!comm.ok()) return comm.status();
     g.rendezvous_done = TrainClock::now();
     Result<GenerationEnd> end = RunGeneration(p, **comm, g);

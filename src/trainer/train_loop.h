@@ -21,6 +21,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
 #include "trainer/dist.h"
+#include "trainer/ring.h"
 #include "trainer/model.h"
 #include "trainer/params.h"
 #include "trainer/sampler.h"
@@ -60,6 +61,9 @@ struct TrainProcess {
   // and the in-memory copies' timeline it was on.
   std::optional<TrainState> live;
   uint64_t live_timeline = 0;
+  // An elastic job's ring links (ring.h), kept from one generation to the
+  // next; nullptr: Gloo's mesh, formed anew each generation.
+  std::unique_ptr<RingLinks> ring;
 };
 
 // How a generation began, for its `start` event (the recovery breakdown).

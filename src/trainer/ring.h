@@ -1,0 +1,132 @@
+// A communicator whose membership change touches a constant number of
+// peers: the cross-replica reduction of elastic data parallelism
+// (elastic.h) when the replicas regroup without the one they lost.
+//
+// Gloo's full mesh re-forms W x (W - 1) connections at every generation,
+// and its store serves W^2 lookups: 17.5 ms at 2 ranks, 2.6 s at 64 on
+// this host (bench/elastic/regroup.sh). Here each rank keeps one TCP link
+// to each of its two ring neighbours, and the links outlive a generation:
+// when a replica is lost, only its two neighbours connect to each other;
+// every other survivor re-uses both its links and only trades one frame
+// with each neighbour to agree on the new generation. A rank's rendezvous
+// is three store operations whatever W is.
+//
+// The exact fixed-point sum of elastic.cc does not care about the ring's
+// order, so a ring all-reduce gives the bits a mesh gives.
+//
+// Frames carry the generation's nonce: what a failed generation left on a
+// kept link is skipped by the next one. A collective that fails on one rank
+// (a dead neighbour's EOF, a timeout) sends ABORT to both neighbours, which
+// fail and pass it on, so the failure goes round the ring the way a dead
+// peer's closed sockets reach every rank of a mesh. A link left with half a
+// frame on it is closed instead, and rebuilt by the next generation.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace c10d {
+class Store;
+}
+
+namespace bulwark::trainer {
+
+// What a process keeps between generations: its listener and its links.
+// Not thread-safe; one Ring uses it at a time.
+class RingLinks {
+ public:
+  // Listens on the address the ring's peers reach this process at: the
+  // interface GLOO_SOCKET_IFNAME names (the agent's choice for Gloo too),
+  // else loopback for a rendezvous on this host, else the hostname's.
+  static Result<std::unique_ptr<RingLinks>> Listen(const std::string& master_addr);
+  ~RingLinks();
+  const std::string& identity() const { return identity_; }  // "addr:port"
+
+  // Of the last generation formed: neighbour links kept from an earlier
+  // one, and links connected or accepted anew.
+  int kept() const { return kept_; }
+  int made() const { return made_; }
+
+ private:
+  friend class Ring;
+  using Key = std::pair<std::string, int>;  // the peer's identity, a channel
+  RingLinks() = default;
+  void Add(const Key& k, int fd);
+  void Close(const Key& k);
+  void CloseFd(int fd);
+  int listen_fd_ = -1;
+  std::string identity_;
+  std::map<Key, int> fds_;
+  std::set<int> fresh_;  // links made by the generation being formed
+  int kept_ = 0, made_ = 0;
+};
+
+// One generation's ring: rank r's neighbours are r - 1 and r + 1 (mod W).
+class Ring {
+ public:
+  // `store` is the generation's store (rank 0 hosts it); it must outlive
+  // the Ring.
+  static Result<std::unique_ptr<Ring>> Form(c10d::Store& store, int rank, int world, double timeout_s,
+                                            RingLinks& links);
+  // A generation that ends without a failure still tells its neighbours,
+  // so a peer left inside a collective fails at once.
+  ~Ring();
+
+  Status AllReduce(std::vector<torch::Tensor>& tensors, bool max);
+  Status AllGatherChunks(torch::Tensor& flat);
+  Status Broadcast(torch::Tensor& t, int root);
+  // Point to point, on links of their own (channel 1), so a transfer in
+  // flight never shares a socket with the ring's collectives. Send queues
+  // `t` for a sender thread; WaitSends waits for the queue.
+  Status Send(const torch::Tensor& t, int dst, int tag);
+  Status Recv(torch::Tensor& t, int src, int tag);
+  Status WaitSends();
+  // Waits for a frame the predecessor never sends, until the timeout.
+  Status RecvNeverSent();
+
+ private:
+  Ring(c10d::Store& store, int rank, int world, double timeout_s, RingLinks& links);
+  Status Link();
+  Status Handshake(const std::string& peer, bool* retry);
+  using Pieces = std::vector<std::pair<const char*, size_t>>;
+  Status Exchange(int to, const Pieces& out, int from, char* in, size_t in_len, int64_t tag);
+  Status ReadFrame(int fd, std::vector<char>* in, int64_t tag, bool* eof);
+  Status Fail(const Status& why);
+  std::string Identity(int rank);
+  int Fd(const std::string& peer, int channel);
+  Status AcceptUntil(const RingLinks::Key& want);
+  void SendLoop();
+  double Deadline() const;
+
+  c10d::Store& store_;
+  const int rank_, world_;
+  const double timeout_s_;
+  RingLinks& links_;
+  uint64_t nonce_ = 0;
+  std::string pred_, succ_;  // the neighbours' identities
+  int64_t next_tag_ = 0;     // collectives' frames are numbered in order
+  bool failed_ = false;
+  std::map<int, std::string> identities_;
+  torch::Tensor scratch_;  // where a collective's incoming chunk lands
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::tuple<int, int, torch::Tensor>> queue_;  // dst, tag, tensor
+  bool busy_ = false, stopping_ = false;
+  Status send_status_;
+  std::thread sender_;
+};
+
+}  // namespace bulwark::trainer

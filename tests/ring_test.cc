@@ -1,0 +1,208 @@
+// The ring communicator (trainer/ring.h): its collectives give every
+// width's exact answers, a regroup without one member redials only that
+// member's two neighbours, and a member that dies fails every rank's
+// collective at once instead of at the timeout. Threads of one process
+// play the ranks, each with its own links, over loopback.
+#include "trainer/ring.h"
+
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+namespace bulwark::trainer {
+namespace {
+
+constexpr double kTimeout = 30;
+
+struct Member {
+  std::unique_ptr<RingLinks> links;
+  std::unique_ptr<Ring> ring;
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  Status formed;
+};
+
+// One generation among `ms`, rank i being ms[i], on a store of its own;
+// then `body(rank)` on every member at once.
+void Generation(const std::vector<Member*>& ms, const std::function<void(int)>& body) {
+  c10d::TCPStoreOptions so;
+  so.port = 0;
+  so.isServer = true;
+  so.waitWorkers = false;
+  so.timeout = std::chrono::seconds(30);
+  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < ms.size(); ++r) {
+    threads.emplace_back([&, r] {
+      Member& m = *ms[r];
+      c10d::TCPStoreOptions co;
+      co.port = server->getPort();
+      co.isServer = false;
+      co.timeout = std::chrono::seconds(30);
+      m.store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", co);
+      m.ring.reset();
+      auto ring = Ring::Form(*m.store, static_cast<int>(r), static_cast<int>(ms.size()), kTimeout, *m.links);
+      m.formed = ring.ok() ? Status::OK() : ring.status();
+      if (ring.ok()) m.ring = std::move(*ring);
+      if (m.formed.ok()) body(static_cast<int>(r));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (Member* m : ms) ASSERT_TRUE(m->formed.ok()) << m->formed.ToString();
+}
+
+std::vector<Member> Members(int n) {
+  std::vector<Member> ms(n);
+  for (auto& m : ms) {
+    auto l = RingLinks::Listen("127.0.0.1");
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    m.links = std::move(*l);
+  }
+  return ms;
+}
+
+std::vector<Member*> Ptrs(std::vector<Member>& ms, std::vector<int> which = {}) {
+  std::vector<Member*> out;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    if (which.empty() || std::find(which.begin(), which.end(), static_cast<int>(i)) != which.end()) out.push_back(&ms[i]);
+  }
+  return out;
+}
+
+TEST(Ring, CollectivesGiveEveryWidthTheExactAnswers) {
+  for (int W = 1; W <= 5; ++W) {
+    auto ms = Members(W);
+    std::vector<Status> st(W);
+    std::vector<torch::Tensor> sums(W), maxes(W), gathered(W), slots(W), bcast(W);
+    Generation(Ptrs(ms), [&](int r) {
+      // 7 elements: chunks of unequal sizes, some empty at W = 5.
+      sums[r] = torch::arange(7, torch::kInt64).mul(r + 1);
+      slots[r] = torch::zeros({W}, torch::kFloat64);
+      slots[r][r] = 0.1 * (r + 1);
+      std::vector<torch::Tensor> both{sums[r], slots[r]};
+      Status s = ms[r].ring->AllReduce(both, /*max=*/false);
+      maxes[r] = torch::tensor({static_cast<double>(r), -static_cast<double>(r)}, torch::kFloat64);
+      std::vector<torch::Tensor> mx{maxes[r]};
+      if (s.ok()) s = ms[r].ring->AllReduce(mx, /*max=*/true);
+      gathered[r] = torch::zeros({3 * W}, torch::kFloat32);
+      gathered[r].slice(0, 3 * r, 3 * r + 3).fill_(static_cast<float>(r));
+      if (s.ok()) s = ms[r].ring->AllGatherChunks(gathered[r]);
+      bcast[r] = torch::full({4}, r == W - 1 ? 42 : -1, torch::kInt32);
+      if (s.ok()) s = ms[r].ring->Broadcast(bcast[r], W - 1);
+      st[r] = s;
+    });
+    const int64_t total = W * (W + 1) / 2;
+    for (int r = 0; r < W; ++r) {
+      ASSERT_TRUE(st[r].ok()) << "W=" << W << " rank " << r << ": " << st[r].ToString();
+      EXPECT_TRUE(torch::equal(sums[r], torch::arange(7, torch::kInt64).mul(total))) << "W=" << W;
+      for (int j = 0; j < W; ++j) EXPECT_EQ(slots[r][j].item<double>(), 0.1 * (j + 1));  // x + 0 = x
+      EXPECT_EQ(maxes[r][0].item<double>(), W - 1);
+      EXPECT_EQ(maxes[r][1].item<double>(), 0);
+      for (int j = 0; j < W; ++j) EXPECT_EQ(gathered[r][3 * j + 2].item<float>(), static_cast<float>(j));
+      EXPECT_TRUE(torch::equal(bcast[r], torch::full({4}, 42, torch::kInt32)));
+    }
+  }
+}
+
+TEST(Ring, ARegroupWithoutOneMemberRedialsOnlyItsTwoNeighbours) {
+  auto ms = Members(6);
+  Generation(Ptrs(ms), [&](int r) {
+    std::vector<torch::Tensor> one{torch::ones({1})};
+    EXPECT_TRUE(ms[r].ring->AllReduce(one, false).ok());
+  });
+  for (auto& m : ms) EXPECT_EQ(m.links->kept(), 0);
+  // Member 3 leaves; 0 1 2 4 5 regroup as ranks 0..4. Only 2 and 4 were
+  // its neighbours: they dial each other, everyone else keeps both links.
+  ms[3].ring.reset();
+  ms[3].links.reset();
+  std::vector<float> got(5);
+  auto survivors = Ptrs(ms, {0, 1, 2, 4, 5});
+  Generation(survivors, [&](int r) {
+    std::vector<torch::Tensor> one{torch::ones({3})};
+    EXPECT_TRUE(survivors[r]->ring->AllReduce(one, false).ok());
+    got[r] = one[0][2].item<float>();
+  });
+  for (float g : got) EXPECT_EQ(g, 5.0f);
+  for (int i : {0, 1, 5}) {
+    EXPECT_EQ(ms[i].links->kept(), 2) << "member " << i;
+    EXPECT_EQ(ms[i].links->made(), 0) << "member " << i;
+  }
+  for (int i : {2, 4}) {
+    EXPECT_EQ(ms[i].links->kept(), 1) << "member " << i;
+    EXPECT_EQ(ms[i].links->made(), 1) << "member " << i;
+  }
+}
+
+TEST(Ring, ADeadMemberFailsEveryCollectiveAtOnceAndTheSurvivorsGoOn) {
+  auto ms = Members(5);
+  std::vector<Status> st(5);
+  std::vector<double> waited(5);
+  Generation(Ptrs(ms), [&](int r) {
+    std::vector<torch::Tensor> big{torch::ones({1 << 16})};
+    for (int step = 0; step < 3; ++step) EXPECT_TRUE(ms[r].ring->AllReduce(big, false).ok());
+    if (r == 2) {
+      // Dies between steps: its sockets close without a word (a Ring's
+      // destructor would say ABORT, a killed process cannot).
+      (void)ms[r].ring.release();
+      ms[r].links.reset();
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    st[r] = ms[r].ring->AllReduce(big, false);
+    waited[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  for (int r : {0, 1, 3, 4}) {
+    EXPECT_EQ(st[r].code(), Status::Code::kUnavailable) << "rank " << r << ": " << st[r].ToString();
+    EXPECT_LT(waited[r], kTimeout / 3) << "rank " << r << " waited for the timeout instead of the ABORT";
+  }
+  // What the failed generation left on the kept links is skipped.
+  auto survivors = Ptrs(ms, {0, 1, 3, 4});
+  std::vector<torch::Tensor> sums(4);
+  Generation(survivors, [&](int r) {
+    sums[r] = torch::full({1 << 16}, static_cast<float>(r));
+    std::vector<torch::Tensor> v{sums[r]};
+    EXPECT_TRUE(survivors[r]->ring->AllReduce(v, false).ok());
+  });
+  for (auto& s : sums) EXPECT_EQ(s[12345].item<float>(), 6.0f);
+}
+
+TEST(Ring, PointToPointSendsGoOnWhileTheSenderComputes) {
+  auto ms = Members(3);
+  std::vector<torch::Tensor> got(3);
+  std::vector<Status> st(3);
+  Generation(Ptrs(ms), [&](int r) {
+    const auto state = torch::arange(100000, torch::kFloat32);
+    if (r == 0) {
+      Status s = ms[0].ring->Send(state, 1, 7);
+      if (s.ok()) s = ms[0].ring->Send(state.mul(2), 2, 7);
+      std::vector<torch::Tensor> one{torch::ones({1})};
+      // The healing ranks join this reduction after they received.
+      if (s.ok()) s = ms[0].ring->WaitSends();
+      if (s.ok()) s = ms[0].ring->AllReduce(one, false);
+      st[0] = s;
+      return;
+    }
+    got[r] = torch::zeros({100000}, torch::kFloat32);
+    Status s = ms[r].ring->Recv(got[r], 0, 7);
+    std::vector<torch::Tensor> one{torch::ones({1})};
+    if (s.ok()) s = ms[r].ring->AllReduce(one, false);
+    st[r] = s;
+  });
+  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(torch::equal(got[1], torch::arange(100000, torch::kFloat32)));
+  EXPECT_TRUE(torch::equal(got[2], torch::arange(100000, torch::kFloat32).mul(2)));
+}
+
+TEST(Ring, AnAddressNoPeerCanReachIsRefusedInOneLine) {
+  setenv("GLOO_SOCKET_IFNAME", "no-such-if0", 1);
+  auto l = RingLinks::Listen("10.0.0.1");
+  unsetenv("GLOO_SOCKET_IFNAME");
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("GLOO_SOCKET_IFNAME=no-such-if0"), std::string::npos);
+  EXPECT_EQ(l.status().message().find('\n'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace bulwark::trainer
