@@ -13,12 +13,14 @@
 # rank 0 stood still for the growth (its last step before the change to
 # its first after), and the narrowing's incident: the survivors' stall and
 # how long the job trained narrower. Figures only, never an assertion.
-# Usage: bench/elastic/stall.sh [R ...]   (BULWARK_UP_FLAGS goes to `bulwark up`)
+# Usage: bench/elastic/stall.sh [R ...]   (BULWARK_UP_FLAGS goes to `bulwark up`;
+# BULWARK_ELASTIC_COMM=gloo reduces over Gloo's mesh instead of the ring)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WIDTHS=("${@:-2 4 8}")
 [[ $# -eq 0 ]] && WIDTHS=(2 4 8)
 DATA=${BULWARK_DATA:-data/kjv}
+COMM=${BULWARK_ELASTIC_COMM:-ring}
 OUT=${BULWARK_OUT:-runs/bench-elastic}
 if [[ ! -f "$DATA/tokenizer.model" ]]; then
   build/bin/bulwark-train prepare --corpus kjv --out "$DATA" --force
@@ -28,7 +30,7 @@ OUT=$(cd "$OUT" && pwd)
 DATA=$(cd "$DATA" && pwd)
 trap 'build/bin/bulwark down >/dev/null 2>&1 || true' EXIT
 
-echo "host: $(nproc) cores, loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "host: $(nproc) cores, loadavg $(cut -d' ' -f1-3 /proc/loadavg); the replicas reduce over: $COMM"
 for R in "${WIDTHS[@]}"; do
   export BULWARK_DIR="$OUT/r$R/cluster"
   mkdir -p "$OUT/r$R"
@@ -37,7 +39,8 @@ name: elastic
 world_size: $R
 recovery: {mode: elastic}
 args: [--config, tiny, --data, $DATA, --steps, '100000000', --log-format, json, --eval-every, '0',
-       --threads, '1', --dist-timeout, '10', --precision, fp32, --elastic-replicas, '$R', --micro-batches, '2', --memory-ckpt, 'on']
+       --threads, '1', --dist-timeout, '10', --precision, fp32, --elastic-replicas, '$R', --micro-batches, '2', --memory-ckpt, 'on',
+       --elastic-comm, $COMM]
 env: {OMP_NUM_THREADS: '1'}
 YAML
   build/bin/bulwark up --machines "$R" ${BULWARK_UP_FLAGS:-} >/dev/null

@@ -36,8 +36,9 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
       << " (regroup " << (c.costs.regroup >= 0 ? Hours(c.costs.regroup) + ", given" : "as the world's communicator init")
       << ", then one step, which a joiner's state from a live peer overlaps); below full width a step takes ceil(N x "
       << c.costs.elastic_micro_batches
-      << " / W) micro-batches. Measured on a local cluster (bench/elastic/stall.sh, docs/recovery.md): the "
-         "parts of that stall at 2-8 replicas; the regroup at scale is modelled, not measured\n";
+      << " / W) micro-batches. Measured on one 2-core host (docs/recovery.md): the parts of that stall at 2-8 "
+         "replicas (bench/elastic/stall.sh), and the ring's regroup, which redials 0-1 links per survivor, at 3-64 "
+         "processes (bench/elastic/regroup.sh); the regroup at this scale is modelled, not measured\n";
   }
   o << "restart modelled at " << Hours(c.RestartSeconds()) << "; hang first-step allowance " << Hours(f.hang_first_step)
     << (f.hang_first_step_raised ? " (raised from the policy's value to 2x the restart: fit_first_step_allowance)" : "")
