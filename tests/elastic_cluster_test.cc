@@ -220,5 +220,44 @@ TEST_F(Elastic, SurvivorsTrainOnFewerReplicasAndTheRunEndsBitwise) {
   EXPECT_EQ(done.back()["param_checksum"], reference) << "the elastic run diverged from the fault-free one";
 }
 
+// A rank of an elastic job hangs inside the ring's collective: the hang
+// detector fires, the stacks name the ring's frames (the healthy ranks in
+// an all-reduce, the hung one waiting for a frame that never comes), and
+// the standby's spare takes the hung rank's slot with a live peer's state.
+TEST_F(Elastic, AHangInTheRingIsTracedToItsRankAndAStandbyTakesIt) {
+  auto up = Bulwark({"up", "--machines", std::to_string(kReplicas), "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  {
+    std::ofstream job(root_ + "/job.yaml");
+    job << "name: elastic\nworld_size: " << kReplicas << "\nrecovery: {mode: elastic}\nargs: [";
+    std::vector<std::string> args = TrainerArgs();
+    args[5] = "1000000";  // --steps: the test ends at the eviction
+    for (const std::string& a : args) job << "'" << a << "', ";
+    job << "--memory-ckpt, 'on']\nenv: {OMP_NUM_THREADS: '1'}\n";
+  }
+  ASSERT_EQ(Bulwark({"submit", root_ + "/job.yaml"}).exit_code, 0);
+  json s = WaitFor("first steps", 90, [](const json& x) { return x["job"]["last_step"] >= 60; });
+  const int64_t gen = s["job"]["generation"];
+  inject_ms_ = NowMs();
+  auto r = Bulwark({"inject", "hang", "--machine", "m02", "--where", "collective"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  s = WaitFor("eviction of m02", 60, [&](const json& x) {
+    return MachineState(x, "m02") == "evicted" && x["job"]["generation"] > gen && x["job"]["state"] == "running" &&
+           x["job"]["last_step"] > s["job"]["last_step"];
+  });
+  Report("hang");
+  json inc = Query("incidents").back();
+  EXPECT_EQ(inc["class"], "implicit") << inc.dump();
+  EXPECT_EQ(inc["evicted"], json({"m02"})) << inc.dump();
+  ASSERT_TRUE(inc.contains("stacks")) << inc.dump();
+  const json& groups = inc["stacks"]["groups"];
+  ASSERT_EQ(groups.size(), 2u) << inc.dump();
+  EXPECT_EQ(groups[0]["ranks"], json({0, 2})) << groups.dump();
+  EXPECT_NE(groups[0]["stack"].get<std::string>().find("Ring::AllReduce"), std::string::npos) << groups.dump();
+  EXPECT_NE(groups[1]["stack"].get<std::string>().find("RecvNeverSent"), std::string::npos) << groups.dump();
+  EXPECT_EQ(s["job"]["placement"], json({"m01", "m04", "m03"})) << "the standby takes the hung rank's slot";
+  EXPECT_EQ(LastRestore().value("source", "").rfind("live peer ", 0), 0u) << LastRestore().dump();
+}
+
 }  // namespace
 }  // namespace bulwark

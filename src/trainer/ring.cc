@@ -559,9 +559,15 @@ Status Ring::Broadcast(torch::Tensor& t, int root) {
   return Exchange(Fd(succ_, kRingChannel), {{data, t.nbytes()}}, -1, nullptr, 0, tag);
 }
 
+// A hung rank reads nothing: its neighbours' frames stay unread, as a
+// hung process's would, so they wait in their collective (reading them
+// here would fail the generation at once, which is not a hang). Only the
+// predecessor's link going away or the timeout ends the wait.
 Status Ring::RecvNeverSent() {
   if (world_ == 1) return Status::OK();
-  return Exchange(-1, {}, Fd(pred_, kRingChannel), nullptr, 0, /*tag=*/-7);
+  pollfd p{Fd(pred_, kRingChannel), 0, 0};
+  if (::poll(&p, 1, MsLeft(Deadline())) == 0) return Fail(Status::Unavailable("a ring collective timed out"));
+  return Fail(Status::Unavailable("a ring neighbour closed its link"));
 }
 
 // ----------------------------------------------------------- point to point
