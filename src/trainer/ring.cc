@@ -1,7 +1,9 @@
-// The ring communicator (ring.h): links kept between generations, frames
-// stamped with the generation's nonce, collectives as a ring's
-// reduce-scatter and all-gather.
+// The ring communicator (ring.h): links kept between generations, a
+// generation's forming, and frames stamped with its nonce. The collectives
+// and point-to-point messages built on them are in ring_ops.cc.
 #include "trainer/ring.h"
+
+#include "trainer/ring_wire.h"
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -25,19 +27,7 @@
 
 namespace bulwark::trainer {
 
-namespace {
-
-// Every message on a link: this header, then `len` bytes.
-struct Frame {
-  uint32_t magic = 0x62776b72;  // "bwkr"
-  uint32_t kind = 0;
-  uint64_t nonce = 0;  // the generation's
-  int64_t tag = 0;     // a collective's step, a message's tag, an IDENT's channel
-  uint64_t len = 0;
-};
-
-enum Kind : uint32_t { kIdent = 1, kHello = 2, kData = 3, kAbort = 4 };
-constexpr int kRingChannel = 0, kPointChannel = 1;
+namespace ring_wire {
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -48,8 +38,6 @@ int MsLeft(double deadline) {
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
-// Writes all of [p, p + n) to a non-blocking socket by the deadline;
-// `done` says how far it got.
 Status WriteAll(int fd, const char* p, size_t n, double deadline, size_t* done) {
   *done = 0;
   while (*done < n) {
@@ -66,6 +54,12 @@ Status WriteAll(int fd, const char* p, size_t n, double deadline, size_t* done) 
   }
   return Status::OK();
 }
+
+}  // namespace ring_wire
+
+using namespace ring_wire;
+
+namespace {
 
 // Reads exactly n bytes by the deadline; EOF before them is an error.
 Status ReadAll(int fd, char* p, size_t n, double deadline) {
@@ -237,8 +231,7 @@ int Ring::Fd(const std::string& peer, int channel) {
   return it == links_.fds_.end() ? -1 : it->second;
 }
 
-// Connects to `peer` on `channel` and says who this is.
-static Result<int> Dial(const std::string& self, const std::string& peer, int channel, double deadline) {
+Result<int> ring_wire::Dial(const std::string& self, const std::string& peer, int channel, double deadline) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   sockaddr_in a = Parse(peer);
   if (fd < 0) return Status::Unavailable(Errno("socket"));
@@ -476,190 +469,6 @@ Ring::~Ring() {
   cv_.notify_all();
   if (sender_.joinable()) sender_.join();
   (void)Fail(Status::OK());
-}
-
-Status Ring::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
-  if (failed_) return Status::Unavailable("the ring's generation failed");
-  if (world_ == 1) return Status::OK();
-  std::vector<torch::Tensor> flat;
-  for (auto& t : tensors) flat.push_back(t.view({-1}));
-  auto part = [&](size_t i, int c) {
-    const int64_t n = flat[i].numel();
-    return flat[i].slice(0, n * c / world_, n * (c + 1) / world_);
-  };
-  auto pieces = [&](int c) {
-    Pieces out;
-    for (size_t i = 0; i < flat.size(); ++i) {
-      const torch::Tensor p = part(i, c);
-      out.emplace_back(static_cast<const char*>(p.data_ptr()), p.nbytes());
-    }
-    return out;
-  };
-  auto bytes = [&](int c) {
-    size_t n = 0;
-    for (size_t i = 0; i < flat.size(); ++i) n += part(i, c).nbytes();
-    return n;
-  };
-  size_t most = 0;
-  for (int c = 0; c < world_; ++c) most = std::max(most, bytes(c));
-  if (scratch_.numel() < static_cast<int64_t>(most)) scratch_ = torch::empty({static_cast<int64_t>(most)}, torch::kUInt8);
-  char* in = static_cast<char*>(scratch_.data_ptr());
-  // The received chunk c, folded into this rank's (reduce) or copied over it.
-  auto take = [&](int c, bool reduce) {
-    size_t off = 0;
-    for (size_t i = 0; i < flat.size(); ++i) {
-      torch::Tensor p = part(i, c);
-      torch::Tensor got = torch::from_blob(in + off, {p.numel()}, p.options());
-      off += p.nbytes();
-      if (!reduce) p.copy_(got);
-      else if (max) p.copy_(torch::maximum(p, got));
-      else p.add_(got);
-    }
-  };
-  const int to = Fd(succ_, kRingChannel), from = Fd(pred_, kRingChannel);
-  const int W = world_, r = rank_;
-  auto mod = [W](int x) { return ((x % W) + W) % W; };
-  for (int s = 0; s < W - 1; ++s) {  // reduce-scatter: rank r ends with chunk r + 1 summed
-    const int c = mod(r - s - 1);
-    BULWARK_RETURN_IF_ERROR(Exchange(to, pieces(mod(r - s)), from, in, bytes(c), next_tag_++));
-    take(c, /*reduce=*/true);
-  }
-  for (int s = 0; s < W - 1; ++s) {  // all-gather of the summed chunks
-    const int c = mod(r - s);
-    BULWARK_RETURN_IF_ERROR(Exchange(to, pieces(mod(r + 1 - s)), from, in, bytes(c), next_tag_++));
-    take(c, /*reduce=*/false);
-  }
-  return Status::OK();
-}
-
-Status Ring::AllGatherChunks(torch::Tensor& flat) {
-  if (failed_) return Status::Unavailable("the ring's generation failed");
-  if (world_ == 1) return Status::OK();
-  auto chunks = flat.view({-1}).chunk(world_);
-  const int to = Fd(succ_, kRingChannel), from = Fd(pred_, kRingChannel);
-  const int W = world_, r = rank_;
-  for (int s = 0; s < W - 1; ++s) {
-    const torch::Tensor& c = chunks[((r - s) % W + W) % W];
-    torch::Tensor dst = chunks[((r - s - 1) % W + W) % W];
-    BULWARK_RETURN_IF_ERROR(Exchange(to, {{static_cast<const char*>(c.data_ptr()), c.nbytes()}}, from,
-                                     static_cast<char*>(dst.data_ptr()), dst.nbytes(), next_tag_++));
-  }
-  return Status::OK();
-}
-
-// Passed along the ring from the root: W - 1 hops.
-Status Ring::Broadcast(torch::Tensor& t, int root) {
-  if (failed_) return Status::Unavailable("the ring's generation failed");
-  if (world_ == 1) return Status::OK();
-  const int d = (rank_ - root + world_) % world_;
-  const int64_t tag = next_tag_++;
-  char* data = static_cast<char*>(t.data_ptr());
-  if (d != 0) BULWARK_RETURN_IF_ERROR(Exchange(-1, {}, Fd(pred_, kRingChannel), data, t.nbytes(), tag));
-  if (d == world_ - 1) return Status::OK();
-  return Exchange(Fd(succ_, kRingChannel), {{data, t.nbytes()}}, -1, nullptr, 0, tag);
-}
-
-// A hung rank reads nothing: its neighbours' frames stay unread, as a
-// hung process's would, so they wait in their collective (reading them
-// here would fail the generation at once, which is not a hang). Only the
-// predecessor's link going away or the timeout ends the wait.
-Status Ring::RecvNeverSent() {
-  if (world_ == 1) return Status::OK();
-  pollfd p{Fd(pred_, kRingChannel), 0, 0};
-  if (::poll(&p, 1, MsLeft(Deadline())) == 0) return Fail(Status::Unavailable("a ring collective timed out"));
-  return Fail(Status::Unavailable("a ring neighbour closed its link"));
-}
-
-// ----------------------------------------------------------- point to point
-
-Status Ring::Send(const torch::Tensor& t, int dst, int tag) {
-  if (failed_) return Status::Unavailable("the ring's generation failed");
-  std::string peer;
-  try {
-    peer = Identity(dst);
-  } catch (const std::exception& e) {
-    return Fail(Status::Unavailable("rank " + std::to_string(dst) + "'s ring address is not known"));
-  }
-  int fd = Fd(peer, kPointChannel);
-  if (fd < 0) {
-    auto dialled = Dial(links_.identity(), peer, kPointChannel, Deadline());
-    if (!dialled.ok()) return Fail(dialled.status());
-    fd = *dialled;
-    links_.Add({peer, kPointChannel}, fd);
-  }
-  std::lock_guard<std::mutex> l(mu_);
-  queue_.emplace_back(fd, tag, t.contiguous());  // the caller keeps it unchanged until WaitSends
-  if (!sender_.joinable()) sender_ = std::thread([this] { SendLoop(); });
-  cv_.notify_all();
-  return Status::OK();
-}
-
-void Ring::SendLoop() {
-  std::unique_lock<std::mutex> l(mu_);
-  for (;;) {
-    cv_.wait(l, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;
-    auto [fd, tag, t] = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
-    l.unlock();
-    Frame f;
-    f.kind = kData;
-    f.nonce = nonce_;
-    f.tag = tag;
-    f.len = t.nbytes();
-    size_t done = 0;
-    Status st = WriteAll(fd, reinterpret_cast<char*>(&f), sizeof(f), Deadline(), &done);
-    if (st.ok()) st = WriteAll(fd, static_cast<const char*>(t.data_ptr()), t.nbytes(), Deadline(), &done);
-    // Half a frame is left on a failed link: the next generation must not
-    // read it as one (WaitSends closes it).
-    if (!st.ok()) ::shutdown(fd, SHUT_RDWR);
-    l.lock();
-    busy_ = false;
-    if (!st.ok() && send_status_.ok()) send_status_ = st;
-    cv_.notify_all();
-  }
-}
-
-Status Ring::WaitSends() {
-  Status st;
-  {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return queue_.empty() && !busy_; });
-    st = send_status_;
-    send_status_ = Status::OK();
-  }
-  if (st.ok()) return st;
-  std::vector<RingLinks::Key> point;  // which one failed is not kept: all are redialled
-  for (const auto& [k, fd] : links_.fds_) {
-    if (k.second == kPointChannel) point.push_back(k);
-  }
-  for (const auto& k : point) links_.Close(k);
-  return Fail(Status::Unavailable("sending to a ring peer failed: " + st.message()));
-}
-
-Status Ring::Recv(torch::Tensor& t, int src, int tag) {
-  if (failed_) return Status::Unavailable("the ring's generation failed");
-  std::string peer;
-  try {
-    peer = Identity(src);
-  } catch (const std::exception& e) {
-    return Fail(Status::Unavailable("rank " + std::to_string(src) + "'s ring address is not known"));
-  }
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    BULWARK_RETURN_IF_ERROR(AcceptUntil({peer, kPointChannel}));
-    std::vector<char> in;
-    bool eof = false;
-    Status st = ReadFrame(Fd(peer, kPointChannel), &in, tag, &eof);
-    if (st.ok()) {
-      if (in.size() != t.nbytes()) return Fail(Status::Unavailable("a state tensor from rank " + std::to_string(src) + " has the wrong size"));
-      std::memcpy(t.data_ptr(), in.data(), in.size());
-      return Status::OK();
-    }
-    links_.Close({peer, kPointChannel});  // a kept link the sender gave up: it dials anew
-    if (!eof) return Fail(st);
-  }
-  return Fail(Status::Unavailable("no state from rank " + std::to_string(src)));
 }
 
 }  // namespace bulwark::trainer
