@@ -6,10 +6,14 @@
 # the ring elastic jobs use (trainer/ring.h: links kept, the lost member's
 # two neighbours dial each other) and over Gloo's full mesh, one after the
 # other. All W run on this host, so it shows how the cost grows with W,
-# not what a network would add. Figures only. Arguments: [W ...]
+# not what a network would add. Then what one operation on the rendezvous
+# store costs as it holds 0 to 2,000 clients (bulwark-store-bench): the
+# part of the ring's regroup that still grows with W. Figures only.
+# Arguments: [W ...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cmake --build build --target bulwark-regroup-bench -j "$(nproc)" >/dev/null
+cmake --build build --target bulwark-regroup-bench bulwark-store-bench -j "$(nproc)" >/dev/null
 echo "loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
 build/bin/bulwark-regroup-bench --comm ring "$@"
 build/bin/bulwark-regroup-bench --comm gloo "$@"
+build/bin/bulwark-store-bench
