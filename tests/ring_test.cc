@@ -195,6 +195,22 @@ TEST(Ring, PointToPointSendsGoOnWhileTheSenderComputes) {
   EXPECT_TRUE(torch::equal(got[2], torch::arange(100000, torch::kFloat32).mul(2)));
 }
 
+TEST(Ring, AGenerationThatEndsStopsASendNobodyReads) {
+  auto ms = Members(2);
+  double ended = -1;
+  Generation(Ptrs(ms), [&](int r) {
+    if (r != 0) return;  // rank 1 never receives: a peer that hangs
+    // Far more than the sockets' buffers hold: the sender thread blocks.
+    ASSERT_TRUE(ms[0].ring->Send(torch::zeros({32 << 20}, torch::kFloat32), 1, 7).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const auto t0 = std::chrono::steady_clock::now();
+    ms[0].ring.reset();
+    ended = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  EXPECT_GE(ended, 0);
+  EXPECT_LT(ended, kTimeout / 10) << "the generation's end waited for the send's timeout";
+}
+
 TEST(Ring, AnAddressNoPeerCanReachIsRefusedInOneLine) {
   setenv("GLOO_SOCKET_IFNAME", "no-such-if0", 1);
   auto l = RingLinks::Listen("10.0.0.1");

@@ -38,9 +38,10 @@ int MsLeft(double deadline) {
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
-Status WriteAll(int fd, const char* p, size_t n, double deadline, size_t* done) {
+Status WriteAll(int fd, const char* p, size_t n, double deadline, size_t* done, const std::atomic<bool>* cancel) {
   *done = 0;
   while (*done < n) {
+    if (cancel != nullptr && cancel->load()) return Status::Unavailable("send cancelled: the generation ended");
     const ssize_t k = ::send(fd, p + *done, n - *done, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k > 0) {
       *done += static_cast<size_t>(k);

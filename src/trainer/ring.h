@@ -24,6 +24,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -124,7 +125,8 @@ class Ring {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::tuple<int, int, torch::Tensor>> queue_;  // dst, tag, tensor
-  bool busy_ = false, stopping_ = false;
+  bool busy_ = false;
+  std::atomic<bool> stopping_{false};
   Status send_status_;
   std::thread sender_;
 };

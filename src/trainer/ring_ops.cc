@@ -144,8 +144,10 @@ void Ring::SendLoop() {
     f.tag = tag;
     f.len = t.nbytes();
     size_t done = 0;
-    Status st = WriteAll(fd, reinterpret_cast<char*>(&f), sizeof(f), Deadline(), &done);
-    if (st.ok()) st = WriteAll(fd, static_cast<const char*>(t.data_ptr()), t.nbytes(), Deadline(), &done);
+    // A generation that ends (its Ring destroyed) stops a send stuck on a
+    // peer that does not read, instead of waiting out the timeout.
+    Status st = WriteAll(fd, reinterpret_cast<char*>(&f), sizeof(f), Deadline(), &done, &stopping_);
+    if (st.ok()) st = WriteAll(fd, static_cast<const char*>(t.data_ptr()), t.nbytes(), Deadline(), &done, &stopping_);
     // Half a frame is left on a failed link: the next generation must not
     // read it as one (WaitSends closes it).
     if (!st.ok()) ::shutdown(fd, SHUT_RDWR);

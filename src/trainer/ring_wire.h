@@ -2,6 +2,7 @@
 // socket helpers. Internal to the ring (ring.h is its interface).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -25,9 +26,10 @@ constexpr int kRingChannel = 0, kPointChannel = 1;  // a link's channel
 double Now();                  // seconds, steady clock
 int MsLeft(double deadline);   // for poll: 0 once it passed
 std::string Errno(const char* what);
-// Writes all of [p, p + n) to a non-blocking socket by the deadline;
-// `done` says how far it got.
-Status WriteAll(int fd, const char* p, size_t n, double deadline, size_t* done);
+// Writes all of [p, p + n) to a non-blocking socket by the deadline, or
+// until `cancel` is set (looked at every 100 ms); `done` says how far it got.
+Status WriteAll(int fd, const char* p, size_t n, double deadline, size_t* done,
+                const std::atomic<bool>* cancel = nullptr);
 // Connects to `peer` ("addr:port") on `channel` and says who this is.
 Result<int> Dial(const std::string& self, const std::string& peer, int channel, double deadline);
 
