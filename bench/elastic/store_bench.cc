@@ -16,22 +16,23 @@
 #include <string>
 #include <vector>
 
+static c10d::TCPStoreOptions Options(uint16_t port, bool server) {
+  c10d::TCPStoreOptions o;
+  o.port = port;  // 0: the kernel picks the server's
+  o.isServer = server;
+  o.waitWorkers = false;
+  o.timeout = std::chrono::seconds(60);
+  return o;
+}
+
 int main(int argc, char** argv) {
   std::vector<int> ns;
   for (int i = 1; i < argc; ++i) ns.push_back(std::atoi(argv[i]));
   if (ns.empty()) ns = {0, 100, 1000, 2000};
   std::printf("%8s %22s %18s\n", "clients", "set+get pair (median)", "per operation");
   for (int n : ns) {
-    c10d::TCPStoreOptions so;
-    so.port = 0;
-    so.isServer = true;
-    so.waitWorkers = false;
-    so.timeout = std::chrono::seconds(60);
-    auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
-    c10d::TCPStoreOptions co;
-    co.port = server->getPort();
-    co.isServer = false;
-    co.timeout = std::chrono::seconds(60);
+    auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", Options(0, /*server=*/true));
+    const c10d::TCPStoreOptions co = Options(server->getPort(), /*server=*/false);
     std::vector<c10::intrusive_ptr<c10d::TCPStore>> idle;
     for (int i = 0; i < n; ++i) idle.push_back(c10::make_intrusive<c10d::TCPStore>("127.0.0.1", co));
     auto client = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", co);

@@ -105,7 +105,8 @@ class Ring {
   Status Exchange(int to, const Pieces& out, int from, char* in, size_t in_len, int64_t tag);
   Status ReadFrame(int fd, std::vector<char>* in, int64_t tag, bool* eof);
   Status Fail(const Status& why);
-  std::string Identity(int rank);
+  std::string Identity(int rank);  // throws what the store throws
+  Result<std::string> PeerAddress(int rank);
   int Fd(const std::string& peer, int channel);
   Status AcceptUntil(const RingLinks::Key& want);
   void SendLoop();

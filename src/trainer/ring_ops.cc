@@ -107,14 +107,20 @@ Status Ring::RecvNeverSent() {
 
 // ----------------------------------------------------------- point to point
 
+// Rank `rank`'s ring address, from the generation's store.
+Result<std::string> Ring::PeerAddress(int rank) {
+  try {
+    return Identity(rank);
+  } catch (const std::exception& e) {
+    return Fail(Status::Unavailable("rank " + std::to_string(rank) + "'s ring address is not known"));
+  }
+}
+
 Status Ring::Send(const torch::Tensor& t, int dst, int tag) {
   if (failed_) return Status::Unavailable("the ring's generation failed");
-  std::string peer;
-  try {
-    peer = Identity(dst);
-  } catch (const std::exception& e) {
-    return Fail(Status::Unavailable("rank " + std::to_string(dst) + "'s ring address is not known"));
-  }
+  auto addr = PeerAddress(dst);
+  if (!addr.ok()) return addr.status();
+  const std::string peer = *addr;
   int fd = Fd(peer, kPointChannel);
   if (fd < 0) {
     auto dialled = Dial(links_.identity(), peer, kPointChannel, Deadline());
@@ -177,12 +183,9 @@ Status Ring::WaitSends() {
 
 Status Ring::Recv(torch::Tensor& t, int src, int tag) {
   if (failed_) return Status::Unavailable("the ring's generation failed");
-  std::string peer;
-  try {
-    peer = Identity(src);
-  } catch (const std::exception& e) {
-    return Fail(Status::Unavailable("rank " + std::to_string(src) + "'s ring address is not known"));
-  }
+  auto addr = PeerAddress(src);
+  if (!addr.ok()) return addr.status();
+  const std::string peer = *addr;
   for (int attempt = 0; attempt < 2; ++attempt) {
     BULWARK_RETURN_IF_ERROR(AcceptUntil({peer, kPointChannel}));
     std::vector<char> in;
