@@ -24,8 +24,8 @@ class Elastic : public Cluster {
  protected:
   static constexpr int kSteps = 900;
   static constexpr int kReplicas = 3;
-  std::vector<std::string> TrainerArgs() const {
-    return {"--config", "tiny", "--data", *data_, "--steps", std::to_string(kSteps), "--log-format", "json",
+  std::vector<std::string> TrainerArgs(int steps = kSteps) const {
+    return {"--config", "tiny", "--data", *data_, "--steps", std::to_string(steps), "--log-format", "json",
             "--threads", "1", "--dist-timeout", "10", "--eval-every", "0", "--precision", "fp32",
             "--elastic-replicas", std::to_string(kReplicas), "--micro-batches", "2"};
   }
@@ -230,9 +230,7 @@ TEST_F(Elastic, AHangInTheRingIsTracedToItsRankAndAStandbyTakesIt) {
   {
     std::ofstream job(root_ + "/job.yaml");
     job << "name: elastic\nworld_size: " << kReplicas << "\nrecovery: {mode: elastic}\nargs: [";
-    std::vector<std::string> args = TrainerArgs();
-    args[5] = "1000000";  // --steps: the test ends at the eviction
-    for (const std::string& a : args) job << "'" << a << "', ";
+    for (const std::string& a : TrainerArgs(1000000)) job << "'" << a << "', ";  // ends at the eviction
     job << "--memory-ckpt, 'on']\nenv: {OMP_NUM_THREADS: '1'}\n";
   }
   ASSERT_EQ(Bulwark({"submit", root_ + "/job.yaml"}).exit_code, 0);

@@ -43,7 +43,7 @@ void PreferPassiveOpenMPWaits(char** argv) {
 // its pages in again: 150 steps of the tiny config, 3 elastic ranks on 2
 // cores, took 15.8 s (Gloo) and 25.5 s (the ring) with 350k and 700k page
 // faults per rank; with large blocks kept in the heap, 8.0 s and 8.1 s,
-// 44k faults (bench/elastic/regroup.sh's notes, docs/recovery.md). Both
+// 44k faults (docs/recovery.md, "Figures" of elastic data parallelism). Both
 // settings are needed: either alone was slower still. Blocks above 32 MB
 // (glibc's ceiling for the threshold) still come from mmap.
 void KeepLargeBlocksInTheHeap() {

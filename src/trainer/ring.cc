@@ -327,8 +327,7 @@ Status Ring::Link() {
     for (const std::string& p : peers) {
       if (std::find(redo.begin(), redo.end(), p) != redo.end()) continue;
       bool eof = false;
-      std::vector<char> none;
-      Status st = ReadFrame(Fd(p, kRingChannel), &none, /*tag=*/-1, &eof);
+      Status st = ReadFrame(Fd(p, kRingChannel), /*tag=*/-1, nullptr, 0, &eof);
       if (!st.ok() && !eof) return Fail(st);
       if (!st.ok()) redo.push_back(p);
     }
@@ -343,11 +342,13 @@ Status Ring::Link() {
 }
 
 // Reads frames from `fd` until this generation's frame: a HELLO when
-// `tag` is -1, else the DATA frame numbered `tag`, into `in`. Frames of
-// other generations are skipped; an ABORT of this one fails. `eof`: the
-// link closed (a kept link its peer gave up, or a dead peer).
-Status Ring::ReadFrame(int fd, std::vector<char>* in, int64_t tag, bool* eof) {
+// `tag` is -1, else the DATA frame numbered `tag`, whose `in_len` bytes go
+// straight to `in`. Frames of other generations are skipped; an ABORT of
+// this one fails. `eof`: the link closed (a kept link its peer gave up, or
+// a dead peer).
+Status Ring::ReadFrame(int fd, int64_t tag, char* in, size_t in_len, bool* eof) {
   const double deadline = Deadline();
+  std::vector<char> skip;
   for (;;) {
     Frame f;
     Status st = ReadAll(fd, reinterpret_cast<char*>(&f), sizeof(f), deadline);
@@ -356,14 +357,13 @@ Status Ring::ReadFrame(int fd, std::vector<char>* in, int64_t tag, bool* eof) {
       return st;
     }
     if (f.magic != Frame().magic) return Status::Unavailable("a ring link carried a malformed frame");
-    std::vector<char> payload(f.len);
-    BULWARK_RETURN_IF_ERROR(ReadAll(fd, payload.data(), payload.size(), deadline));
+    const bool mine = f.nonce == nonce_ && ((tag < 0 && f.kind == kHello) || (tag >= 0 && f.kind == kData && f.tag == tag));
+    if (mine && f.len != in_len) return Status::Unavailable("a ring frame has the wrong size");
+    if (!mine) skip.resize(f.len);
+    BULWARK_RETURN_IF_ERROR(ReadAll(fd, mine ? in : skip.data(), f.len, deadline));
+    if (mine) return Status::OK();
     if (f.nonce != nonce_) continue;  // a failed generation's leftovers
     if (f.kind == kAbort) return Status::Unavailable("a ring peer's collective failed");
-    if ((tag < 0 && f.kind == kHello) || (tag >= 0 && f.kind == kData && f.tag == tag)) {
-      *in = std::move(payload);
-      return Status::OK();
-    }
     return Status::Unavailable("a ring link carried frame " + std::to_string(f.tag) + " where " +
                                std::to_string(tag) + " was due");
   }

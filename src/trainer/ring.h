@@ -103,7 +103,7 @@ class Ring {
   Status Handshake(const std::string& peer, bool* retry);
   using Pieces = std::vector<std::pair<const char*, size_t>>;
   Status Exchange(int to, const Pieces& out, int from, char* in, size_t in_len, int64_t tag);
-  Status ReadFrame(int fd, std::vector<char>* in, int64_t tag, bool* eof);
+  Status ReadFrame(int fd, int64_t tag, char* in, size_t in_len, bool* eof);
   Status Fail(const Status& why);
   std::string Identity(int rank);  // throws what the store throws
   Result<std::string> PeerAddress(int rank);

@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-#include <cstring>
 
 #include "trainer/ring.h"
 #include "trainer/ring_wire.h"
@@ -188,14 +187,9 @@ Status Ring::Recv(torch::Tensor& t, int src, int tag) {
   const std::string peer = *addr;
   for (int attempt = 0; attempt < 2; ++attempt) {
     BULWARK_RETURN_IF_ERROR(AcceptUntil({peer, kPointChannel}));
-    std::vector<char> in;
     bool eof = false;
-    Status st = ReadFrame(Fd(peer, kPointChannel), &in, tag, &eof);
-    if (st.ok()) {
-      if (in.size() != t.nbytes()) return Fail(Status::Unavailable("a state tensor from rank " + std::to_string(src) + " has the wrong size"));
-      std::memcpy(t.data_ptr(), in.data(), in.size());
-      return Status::OK();
-    }
+    Status st = ReadFrame(Fd(peer, kPointChannel), tag, static_cast<char*>(t.data_ptr()), t.nbytes(), &eof);
+    if (st.ok()) return Status::OK();
     links_.Close({peer, kPointChannel});  // a kept link the sender gave up: it dials anew
     if (!eof) return Fail(st);
   }
