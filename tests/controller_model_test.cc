@@ -293,6 +293,33 @@ TEST(Reconcile, AnElasticJobTakesASilentStandbyAfterTheWait) {
             (Lines{"activate s09", "restart_all g3 m01,m03,s09 ckpt 6", "replenish 1"}));
 }
 
+// Replicas that are pipelines across machines (pp 2: m01 and m02 hold
+// stage 0, m03 and m04 stage 1; column c of each stage is one pipeline's
+// machines). A standby takes a lost machine's slot, so each survivor keeps
+// its stage. With none, the job goes on with its whole pipelines, laid out
+// stage by stage again, and the broken pipeline's other machine goes back
+// to the pool, from which the job grows by whole pipelines.
+TEST(Reconcile, AnElasticPipelineJobGoesOnWithItsWholePipelines) {
+  Job job(4, 1, PolicyConfig{}, JobSpec::Recovery::kElastic, Duration(0), 2);
+  job.StartAndRun(3);
+  EXPECT_EQ(Briefs(job.Do(DeviceFailed("m04", S(35)))),
+            (Lines{"evict m04", "activate s01", "restart_all g2 m01,m02,m03,s01 ckpt 3", "replenish 1"}));
+  job.RunSteps(4, 6, S(40));
+  auto acts = job.Do(DeviceFailed("m02", S(80)));
+  EXPECT_EQ(Briefs(acts), (Lines{"evict m02", "restart_all g3 m01,m03 ckpt 6", "replenish 1"}));
+  EXPECT_NE(acts[1].reason.find("continue on 2 of 4 machines"), std::string::npos) << acts[1].reason;
+  EXPECT_EQ(job.state().FindMachine("s01")->state, MachineState::kStandby) << "its pipeline is broken";
+  EXPECT_EQ(job.state().placement.MachineOf(2), "m03") << "m03 still holds stage 1";
+  job.RunSteps(7, 9, S(81));
+  // One machine is not a pipeline: s09 joins and the job waits for both
+  // to hold spares.
+  job.Do(Joined("s09", true, S(102)));
+  EXPECT_EQ(Briefs(job.Do(StandbyReady{"s09", true, "", S(103)})), (Lines{"replenish 1"}));
+  acts = job.Do(StandbyReady{"s01", true, "", S(104)});
+  EXPECT_EQ(Briefs(acts), (Lines{"activate s01", "activate s09", "restart_all g4 m01,s01,m03,s09 ckpt 9", "replenish 1"}));
+  EXPECT_NE(acts[2].reason.find("grow to 4 of 4 machines +s01 +s09"), std::string::npos) << acts[2].reason;
+}
+
 TEST(Reconcile, AnElasticJobUsesTheStandbysItHasBeforeItNarrows) {
   Job job(4, 1, PolicyConfig{}, JobSpec::Recovery::kElastic);
   job.StartAndRun(3);
@@ -303,12 +330,18 @@ TEST(Reconcile, AnElasticJobUsesTheStandbysItHasBeforeItNarrows) {
   EXPECT_EQ(Briefs(acts), (Lines{"evict m04", "restart_all g3 m01,s01,m03 ckpt 5", "replenish 1"}));
 }
 
-TEST(JobSpec, ElasticRecoveryNeedsReplicasThatFitAMachine) {
+TEST(JobSpec, ElasticRecoveryNeedsReplicasOrStagesThatFitMachines) {
   JobSpec spec{"j", 8, 2, "x"};
   spec.recovery = JobSpec::Recovery::kElastic;
   EXPECT_TRUE(spec.Validate().ok());
-  spec.pp = 2;
+  spec.tp = 4;
   EXPECT_NE(spec.Validate().message().find("recovery elastic needs replicas that fit in a machine"), std::string::npos);
+  spec.tp = 1;
+  spec.pp = 2;  // stages of 4 ranks on 2 machines each: a pipeline spans machines
+  EXPECT_TRUE(spec.Validate().ok());
+  spec.pp = 8;  // one rank per stage: a machine would hold two stages
+  EXPECT_NE(spec.Validate().message().find("needs tp 1 and machines that each hold ranks of one stage"),
+            std::string::npos);
   EXPECT_EQ(ParseRecovery("elastic").value(), JobSpec::Recovery::kElastic);
   EXPECT_EQ(ParseRecovery("elastik").status().message(), "recovery 'elastik' is not one of: standby, requeue, elastic");
 }

@@ -4,6 +4,7 @@
 // replicas with the same global batch (the controller SIGKILLed during that
 // change), a returned machine grows the job back, and the run ends bitwise
 // where a fault-free run at full width ends.
+// Replicas that are pipelines across machines recover the same way.
 // Every wait polls status or a log; no fixed sleeps.
 #include <gtest/gtest.h>
 
@@ -255,6 +256,94 @@ TEST_F(Elastic, AHangInTheRingIsTracedToItsRankAndAStandbyTakesIt) {
   EXPECT_NE(groups[1]["stack"].get<std::string>().find("RecvNeverSent"), std::string::npos) << groups.dump();
   EXPECT_EQ(s["job"]["placement"], json({"m01", "m04", "m03"})) << "the standby takes the hung rank's slot";
   EXPECT_EQ(LastRestore().value("source", "").rfind("live peer ", 0), 0u) << LastRestore().dump();
+}
+
+// DP 2 x PP 2 on four machines, each replica a pipeline across two (rank =
+// stage x 2 + replica: m01, m03 are replica 0; m02, m04 replica 1). m04
+// goes down: replica 0 keeps its processes and its state and trains on, the
+// standby's spare takes m04's stage with replica 0's state of that stage,
+// m02's survivor keeps its own. Then the standby's device fails, with no
+// other standby: replica 0 trains alone until it is returned. The run ends
+// bitwise where a fault-free run ends.
+TEST_F(Elastic, APipelineReplicaLosesAMachineAndComesBackOnAStandby) {
+  constexpr int kPipeSteps = 700;
+  const std::vector<std::string> args = {"--config", "tiny", "--data", *data_, "--steps", std::to_string(kPipeSteps),
+                                         "--log-format", "json", "--threads", "1", "--dist-timeout", "10",
+                                         "--eval-every", "0", "--precision", "fp32", "--elastic-replicas", "2",
+                                         "--pp", "2", "--micro-batches", "2"};
+  auto up = Bulwark({"up", "--machines", "4", "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  {
+    std::ofstream job(root_ + "/job.yaml");
+    job << "name: elastic-pipe\nworld_size: 4\nparallel: {pp: 2}\nrecovery: {mode: elastic}\nargs: [";
+    for (const std::string& a : args) job << "'" << a << "', ";
+    job << "--memory-ckpt, 'on']\nenv: {OMP_NUM_THREADS: '1'}\n";
+  }
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("first steps", 90, [](const json& x) { return x["job"]["last_step"] >= 30; });
+  ASSERT_EQ(s["job"]["placement"], json({"m01", "m02", "m03", "m04"}));
+  WaitFor("m05's spare", 120, [&](const json&) { return !Events(RankLog("m05", "spare.log"), "spare_ready").empty(); });
+
+  const int64_t gen = s["job"]["generation"], before = Query("status")["job"]["last_step"];
+  Inject("machine-down", "m04");
+  const int64_t down_ms = inject_ms_;
+  s = Progressed("replica 1 back on the standby", gen, before + 10, 90, [](const json& x) {
+    return x["job"]["placement"] == json({"m01", "m02", "m03", "m05"});
+  });
+  Report("machine-down");
+  std::printf("[ timing ] pipeline replica lost a machine: survivors' stall %.3f s (fault -> rank 0's next step)\n",
+              StallAfter(down_ms));
+  // Stage 0's ranks both held the newest step: no checkpoint, no transfer.
+  EXPECT_EQ(LastRestore().value("source", ""), "live") << LastRestore().dump();
+  // m05's spare took rank 3 (stage 1 of replica 1) and its state from
+  // rank 2 (stage 1 of replica 0), while the survivors kept their processes.
+  const std::string agent = ReadAll(dir_ + "/machines/m05/agent.log");
+  EXPECT_NE(agent.find("3:prespawned"), std::string::npos) << agent;
+  const std::string joined = ReadAll(RankLog("m05", "rank-3.log"));
+  EXPECT_NE(joined.find("from live rank 0 of stage 1"), std::string::npos) << joined;
+  for (const auto& [machine, rank] : std::vector<std::pair<std::string, int>>{{"m01", 0}, {"m02", 1}, {"m03", 2}}) {
+    std::vector<json> adopted = Events(RankLog(machine, "rank-" + std::to_string(rank) + ".log"), "adopt");
+    ASSERT_FALSE(adopted.empty()) << machine;
+    EXPECT_EQ(adopted.back().value("path", ""), "rejoin") << machine << " " << adopted.back().dump();
+  }
+
+  // m05's device fails with no standby left: replica 0 trains on alone,
+  // its two machines renumbered (m03 is rank 1, still stage 1), and m02,
+  // whose pipeline is broken, goes back to the pool and sets up a spare.
+  int64_t g = s["job"]["generation"], at = s["job"]["last_step"];
+  Inject("device-fail", "m05");
+  const int64_t fail_ms = inject_ms_;
+  s = Progressed("replica 0 alone", g, at + 10, 90, [](const json& x) {
+    return x["job"]["placement"] == json({"m01", "m03"}) && MachineState(x, "m02") == "standby";
+  });
+  std::printf("[ timing ] device-fail with no standby: survivors' stall %.3f s, then 1 of 2 pipelines trains\n",
+              StallAfter(fail_ms));
+  EXPECT_EQ(s["job"]["training_world_size"], 2);
+  EXPECT_EQ(LastRestore().value("source", ""), "live") << LastRestore().dump();
+
+  // m05 is returned: with m02 it makes a whole pipeline again, and the job
+  // grows back, each joiner taking its stage's state from replica 0.
+  g = s["job"]["generation"];
+  at = s["job"]["last_step"];
+  const int64_t ret_ms = NowMs();
+  auto ret = Bulwark({"machine", "return", "--machine", "m05"});
+  ASSERT_EQ(ret.exit_code, 0) << ret.err;
+  s = Progressed("grown back", g, at + 10, 120, [](const json& x) {
+    return x["job"]["placement"] == json({"m01", "m02", "m03", "m05"});
+  });
+  std::printf("[ timing ] pipelines grow: return -> full width %.3f s; replica 0's stall %.3f s\n", StallAfter(ret_ms),
+              GapAtLastRestore());
+  EXPECT_EQ(LastRestore().value("source", ""), "live peer 0") << LastRestore().dump();
+  EXPECT_NE(ReadAll(RankLog("m02", "rank-1.log")).find("from live rank 0 of stage 0"), std::string::npos);
+
+  s = WaitFor("job completed", 300, [](const json& x) { return x["job"]["state"] == "completed"; });
+  std::vector<json> done = Events(RankLog("m01", "rank-0.log"), "done");
+  ASSERT_FALSE(done.empty());
+  EXPECT_EQ(done.back()["step"], kPipeSteps);
+  const std::string reference = ReferenceChecksum(args, 4);
+  ASSERT_FALSE(reference.empty());
+  EXPECT_EQ(done.back()["param_checksum"], reference) << "the elastic pipeline diverged from the fault-free run";
 }
 
 }  // namespace

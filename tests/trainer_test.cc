@@ -277,6 +277,48 @@ TEST_F(Trainer, ElasticRunsAtEveryWidthComputeTheSameBits) {
   }
 }
 
+// Replicas that are whole pipelines (elastic_pipeline.h): 3 replicas of 2
+// stages at full width, and 2 or 1 of them on fewer ranks, compute the
+// same bits, step by step, and the same validation loss.
+TEST_F(Trainer, ElasticPipelinesAtEveryWidthComputeTheSameBits) {
+  std::vector<std::string> flags = {"--steps", "10", "--batch-size", "4", "--elastic-replicas", "3", "--pp", "2",
+                                    "--micro-batches", "2", "--precision", "fp32", "--eval-every", "5",
+                                    "--eval-batches", "2"};
+  std::string want;
+  std::vector<json> want_steps, want_evals;
+  for (int replicas : {3, 2, 1}) {
+    auto run = Launch(2 * replicas, flags);
+    const std::string sum = Checksum(run, 10);
+    auto steps = testing::Events(run[0], "step"), evals = testing::Events(run[0], "eval");
+    ASSERT_EQ(steps.size(), 10u) << run[0].out << run[0].err;
+    ASSERT_EQ(evals.size(), 3u) << run[0].out;
+    if (replicas == 3) {
+      want = sum;
+      want_steps = steps;
+      want_evals = evals;
+      continue;
+    }
+    EXPECT_EQ(sum, want) << replicas << " of 3 pipelines computed other parameters";
+    for (size_t i = 0; i < steps.size(); ++i) {
+      EXPECT_EQ(steps[i]["loss"].get<double>(), want_steps[i]["loss"].get<double>()) << replicas << " step " << i + 1;
+      EXPECT_EQ(steps[i]["grad_norm"].get<double>(), want_steps[i]["grad_norm"].get<double>()) << replicas;
+    }
+    for (size_t i = 0; i < evals.size(); ++i) {
+      EXPECT_EQ(evals[i]["val_loss"].get<double>(), want_evals[i]["val_loss"].get<double>()) << replicas;
+    }
+  }
+  // The same job as a fixed pipeline of 3 replicas: the same math up to
+  // the float rounding of its micro-batch sums.
+  flags.erase(flags.begin() + 4, flags.begin() + 6);
+  auto fixed = Launch(6, flags);
+  Checksum(fixed, 10);
+  auto steps = testing::Events(fixed[0], "step");
+  ASSERT_EQ(steps.size(), 10u) << fixed[0].out;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_NEAR(steps[i]["loss"].get<double>(), want_steps[i]["loss"].get<double>(), 1e-4) << "step " << i + 1;
+  }
+}
+
 // Against plain data parallelism at full width: the same math up to the
 // rounding of the fixed-point sum, which is finer than a float's.
 TEST_F(Trainer, ElasticAtFullWidthFollowsPlainDataParallelism) {
@@ -297,11 +339,13 @@ TEST_F(Trainer, ElasticShapesThatCannotWorkAreOneLineErrors) {
   testing::ExpectUsageError(testing::Run(Args({"--elastic-replicas", "13"})), "--elastic-replicas must be in [0, 12]");
   testing::ExpectUsageError(testing::Run(Args({"--elastic-replicas", "2", "--shard-optimizer"})),
                             "drop --shard-optimizer");
-  testing::ExpectUsageError(testing::Run(Args({"--elastic-replicas", "2", "--pp", "2"})),
-                            "--elastic-replicas works with data parallelism only");
   auto wide = Launch(3, {"--steps", "2", "--elastic-replicas", "2"});
   EXPECT_NE(wide[0].exit_code, 0);
   EXPECT_NE(wide[0].err.find("WORLD_SIZE 3 exceeds --elastic-replicas 2"), std::string::npos) << wide[0].err;
+  auto pipes = Launch(6, {"--steps", "2", "--elastic-replicas", "2", "--pp", "2"});
+  EXPECT_NE(pipes[0].exit_code, 0);
+  EXPECT_NE(pipes[0].err.find("holds 3 pipelines of --pp 2, more than --elastic-replicas 2"), std::string::npos)
+      << pipes[0].err;
 }
 
 // ---------------------------------------------------------------- pipeline parallel

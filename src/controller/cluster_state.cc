@@ -113,12 +113,26 @@ Status Apply(ClusterState& state, const Action& action, Time now) {
       for (int i : candidates) {
         if (i < static_cast<int>(after.size()) && !state.IsActive(after[i])) state.vacated_slots.insert(i);
       }
+      // An elastic pipeline job that lost a machine leaves the rest of that
+      // pipeline out (reconcile.cc, NarrowerPipelineSlots): those machines
+      // go back to the pool, where they set up spares of the job again.
+      std::vector<MachineId> left;
+      if (!known && state.spec.elastic() && state.spec.pp > 1) {
+        const std::set<MachineId> placed(after.begin(), after.end());
+        for (const MachineId& m : before) {
+          if (placed.count(m) == 0 && state.IsActive(m)) left.push_back(m);
+        }
+      }
       if (known) {
         for (const int i : action.changed_slots) state.placement.slots[i] = after[i];
         state.placement.generation = action.placement.generation;
         state.placement.ranks_per_machine = action.placement.ranks_per_machine;
       } else {
         state.placement = action.placement;
+      }
+      for (const MachineId& m : left) {
+        BULWARK_RETURN_IF_ERROR(SetMachineState(state, m, MachineState::kStandby, now,
+                                                "its pipeline lost a machine; back to the pool"));
       }
       if (action.release != state.releases.applied) {
         state.releases.applied_by_update = action.release > state.releases.applied;

@@ -31,9 +31,14 @@ Status JobSpec::Validate() const {
     return Status::InvalidArgument("job " + id + ": provisioning_delay must not be negative");
   }
   if (Status st = topology().Validate(); !st.ok()) return Status::InvalidArgument("job " + id + ": " + st.message());
-  if (elastic() && (pp != 1 || ranks_per_machine % tp != 0)) {
+  if (elastic() && pp == 1 && ranks_per_machine % tp != 0) {
     return Status::InvalidArgument("job " + id + ": recovery elastic needs replicas that fit in a machine (pp 1, "
                                    "tp dividing ranks_per_machine); use recovery standby for this layout");
+  }
+  if (elastic() && pp > 1 && (tp != 1 || (world_size / pp) % ranks_per_machine != 0)) {
+    return Status::InvalidArgument("job " + id + ": recovery elastic with pp " + std::to_string(pp) +
+                                   " needs tp 1 and machines that each hold ranks of one stage (world_size / pp a "
+                                   "multiple of ranks_per_machine); use recovery standby for this layout");
   }
   return Status::OK();
 }

@@ -33,9 +33,11 @@ struct JobSpec {
   // kElastic is kStandby for a data-parallel job whose ranks keep training
   // on fewer replicas (trainer/elastic.h): when the pool cannot fill the
   // slots of lost machines, the job restarts on the machines it has instead
-  // of waiting, and grows back when machines join. Its replicas must fit
-  // in machines (pp 1, tp <= ranks_per_machine), so that a lost machine
-  // takes whole replicas with it.
+  // of waiting, and grows back when machines join. A lost machine must take
+  // whole replicas with it: replicas fit in machines (pp 1, tp dividing
+  // ranks_per_machine), or each is a pipeline across machines that hold
+  // one stage each (pp > 1, tp 1, trainer/elastic_pipeline.h), whose other
+  // machines go back to the pool when one of them is lost.
   enum class Recovery { kStandby, kRequeue, kElastic };
   Recovery recovery = Recovery::kStandby;
   // Models a scheduler's requeue, node allocation and container start.

@@ -28,26 +28,75 @@ std::vector<int> OpenSlots(const ClusterState& state, int needed) {
   return open;
 }
 
+// The slots of an elastic job's next placement: its machines that are
+// still active, then as many of `standbys` as fit, in id order (`joined`).
+// The ranks of the slots it keeps are renumbered densely.
+std::vector<MachineId> NarrowerSlots(const ClusterState& state, const std::vector<MachineId>& standbys,
+                                     std::vector<MachineId>* joined) {
+  std::vector<MachineId> next;
+  for (const MachineId& m : state.placement.slots) {
+    if (state.IsActive(m)) next.push_back(m);
+  }
+  for (auto standby = standbys.begin();
+       standby != standbys.end() && static_cast<int>(next.size()) < state.spec.MachinesNeeded(); ++standby) {
+    next.push_back(*standby);
+    joined->push_back(*standby);
+  }
+  return next;
+}
+
+// The same for replicas that are pipelines (pp > 1). Ranks are stage-major
+// (trainer/pipeline_plan.h), so with C machines a stage, slot s x C + c is
+// stage s of the replicas in column c. A column is kept only whole; the
+// active machines of a broken one are offered again with the standbys
+// (Apply returns those left out to the pool), and new columns take pp
+// machines each. Laid out stage by stage again, every kept machine holds
+// the stage it held: its state is still of use.
+std::vector<MachineId> NarrowerPipelineSlots(const ClusterState& state, const std::vector<MachineId>& standbys,
+                                             std::vector<MachineId>* joined) {
+  const int pp = state.spec.pp;
+  const int placed = static_cast<int>(state.placement.slots.size()) / pp;
+  const int full = state.spec.MachinesNeeded() / pp;
+  std::vector<std::vector<MachineId>> columns;
+  std::vector<MachineId> pool;
+  for (int c = 0; c < placed; ++c) {
+    std::vector<MachineId> column;
+    for (int s = 0; s < pp; ++s) column.push_back(state.placement.slots[s * placed + c]);
+    const bool whole = std::all_of(column.begin(), column.end(), [&](const MachineId& m) { return state.IsActive(m); });
+    if (whole) {
+      columns.push_back(std::move(column));
+      continue;
+    }
+    for (const MachineId& m : column) {
+      if (state.IsActive(m)) pool.push_back(m);
+    }
+  }
+  pool.insert(pool.end(), standbys.begin(), standbys.end());
+  for (size_t next = 0; static_cast<int>(columns.size()) < full && next + pp <= pool.size(); next += pp) {
+    columns.emplace_back(pool.begin() + next, pool.begin() + next + pp);
+    for (const MachineId& m : columns.back()) {
+      if (state.standbys.count(m) != 0) joined->push_back(m);
+    }
+  }
+  std::vector<MachineId> slots;
+  for (int s = 0; s < pp; ++s) {
+    for (const auto& column : columns) slots.push_back(column[s]);
+  }
+  return slots;
+}
+
 // An elastic job the pool cannot fill (JobSpec::kElastic), or one that
-// grows back: its machines that are still active, then as many of
-// `standbys` as fit, in id order. The ranks of the slots it keeps are
-// renumbered densely; the replicas of the lost machines wait for machines
-// while the others train.
+// grows back: restarted on what NarrowerSlots (or NarrowerPipelineSlots)
+// gives; the replicas of the lost machines wait for machines while the
+// others train.
 std::optional<Action> ContinueNarrower(const ClusterState& state, const std::vector<MachineId>& standbys,
                                        const std::string& release_note, int release) {
   Placement next = state.placement;
   next.generation += 1;
   next.ranks_per_machine = state.spec.ranks_per_machine;
-  next.slots.clear();
-  for (const MachineId& m : state.placement.slots) {
-    if (state.IsActive(m)) next.slots.push_back(m);
-  }
   std::vector<MachineId> joined;
-  for (auto standby = standbys.begin();
-       standby != standbys.end() && static_cast<int>(next.slots.size()) < state.spec.MachinesNeeded(); ++standby) {
-    next.slots.push_back(*standby);
-    joined.push_back(*standby);
-  }
+  next.slots = state.spec.pp > 1 ? NarrowerPipelineSlots(state, standbys, &joined)
+                                 : NarrowerSlots(state, standbys, &joined);
   // Already running on all it has (or nothing left to run on): no restart.
   if (next.slots.empty() || (joined.empty() && next.slots == state.placement.slots && !state.restart_pending)) {
     return std::nullopt;
@@ -138,7 +187,11 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
   } else if (state.CountIn(MachineState::kActive) < needed || state.placement.empty()) {
     std::vector<int> open = OpenSlots(state, needed);
     const int available = static_cast<int>(state.standbys.size());
-    if (available >= static_cast<int>(open.size())) {
+    // A narrower pipeline job grows by whole columns (NarrowerPipelineSlots),
+    // not by filling slots in order, which would move its machines' stages.
+    const bool narrower_pipelines = state.spec.elastic() && state.spec.pp > 1 && !state.placement.empty() &&
+                                    static_cast<int>(state.placement.slots.size()) != needed;
+    if (available >= static_cast<int>(open.size()) && !narrower_pipelines) {
       Placement next = state.placement;
       next.generation += 1;
       next.ranks_per_machine = state.spec.ranks_per_machine;

@@ -202,8 +202,13 @@ void Plane::WarmStandbysLocked() {
   }
   for (const MachineId& m : s.standbys) {
     Agent& a = AgentFor(m);
-    // Only an idle standby: nothing asked of it yet, or a stop.
-    if (a.desired && a.desired->kind() != wire::Command::STOP_RANKS) continue;
+    // Only an idle standby: nothing asked of it yet, or a stop; or ranks
+    // of a generation it has left (a pipeline that lost a machine gives
+    // its other machines back: cluster_state.cc), which this stops.
+    if (a.desired && a.desired->kind() != wire::Command::STOP_RANKS &&
+        a.desired->kind() != wire::Command::START_RANKS) {
+      continue;
+    }
     // Warm for the release the ranks run (a hot update changes it, and
     // with it the command's id, so that the agent takes it anew).
     wire::Command warm = WarmStandby(LaunchFor(s.releases.applied), s.placement, options_.policy.spike_factor);

@@ -287,9 +287,6 @@ Status TrainConfig::Validate() const {
   if (elastic_comm != "ring" && elastic_comm != "gloo") {
     return Status::InvalidArgument("--elastic-comm '" + elastic_comm + "' is not ring or gloo");
   }
-  if (elastic_replicas > 0 && pp > 1) {
-    return Status::InvalidArgument("--elastic-replicas works with data parallelism only; drop --pp or --elastic-replicas");
-  }
   if (elastic_replicas > 0 && shard_optimizer) {
     return Status::InvalidArgument("--elastic-replicas needs every replica to hold the whole optimizer state; drop "
                                    "--shard-optimizer");

@@ -93,6 +93,8 @@ struct TrainConfig {
   int elastic_replicas = 0;
   // What an elastic job's replicas reduce over: ring (links kept between
   // generations, ring.h) or gloo (the full mesh every other job uses).
+  // An elastic pipeline (--pp > 1, elastic_pipeline.h) reduces each
+  // stage's replicas over Gloo: a ring has no subgroups.
   std::string elastic_comm = "ring";
 
   Status Validate() const;

@@ -9,19 +9,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <map>
 #include <thread>
 
 #include "client/rank_link.h"
-#include "common/checksum.h"
 #include "trainer/adamw.h"
 #include "trainer/checkpoint.h"
 #include "trainer/dist.h"
-#include "trainer/kernels.h"
 #include "trainer/memory_checkpoint.h"
 #include "trainer/model.h"
 #include "trainer/params.h"
 #include "trainer/pipeline_plan.h"
+#include "trainer/pipeline_stage.h"
 #include "trainer/precision.h"
 #include "trainer/progress.h"
 #include "trainer/sampler.h"
@@ -36,127 +34,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
-
-// Tags of point-to-point messages: activations of micro-batch m travel with
-// 2m, their gradients with 2m + 1; evaluation uses its own range.
-constexpr int kEvalTag = 1 << 24;
-
-// One stage of one replica: its layers, its neighbours, the saved tensors of
-// micro-batches in flight.
-class Stage {
- public:
-  Stage(Transformer& model, Comm& world, const PipelineCoords& c, const StageLayers& layers, int micro_b, int T)
-      : model_(model), world_(world), c_(c), layers_(layers), mb_(micro_b), T_(T) {}
-
-  // Runs one micro-batch forward. idx/targets: this micro-batch's (mb, T)
-  // slices (read only on the first / last stage).
-  Status Forward(int m, const torch::Tensor& idx, const torch::Tensor& targets, double loss_scale) {
-    Saved s;
-    torch::Tensor h;
-    if (layers_.embed) {
-      h = model_->Embed(idx);
-    } else {
-      s.input = torch::empty({mb_, T_, model_->cfg.d_model});
-      auto t0 = Clock::now();
-      BULWARK_RETURN_IF_ERROR(world_.Recv(s.input, Prev(), 2 * m));
-      wait_ms += Ms(t0, Clock::now());
-      s.input.requires_grad_(true);
-      h = s.input;
-    }
-    h = model_->Body(h, layers_.first, layers_.last);
-    if (layers_.head) {
-      auto logits = model_->Head(h);
-      auto loss = CrossEntropyLoss(logits, targets);
-      loss_sum += loss.item<double>();
-      s.output = loss * loss_scale;  // the step's loss is the mean over micro-batches
-    } else {
-      s.output = h;
-      BULWARK_RETURN_IF_ERROR(world_.Send(h.detach(), Next(), 2 * m));
-    }
-    saved_[m] = std::move(s);
-    return Status::OK();
-  }
-
-  Status Backward(int m) {
-    Saved s = std::move(saved_[m]);
-    saved_.erase(m);
-    if (layers_.head) {
-      s.output.backward();
-    } else {
-      auto grad = torch::empty({mb_, T_, model_->cfg.d_model});
-      auto t0 = Clock::now();
-      BULWARK_RETURN_IF_ERROR(world_.Recv(grad, Next(), 2 * m + 1));
-      wait_ms += Ms(t0, Clock::now());
-      s.output.backward(grad);
-    }
-    if (!layers_.embed) BULWARK_RETURN_IF_ERROR(world_.Send(s.input.grad(), Prev(), 2 * m + 1));
-    return Status::OK();
-  }
-
-  // Forward only, for validation: returns the summed loss on the last stage.
-  Result<double> EvalForward(int i, const torch::Tensor& idx, const torch::Tensor& targets, int B) {
-    torch::NoGradGuard no_grad;
-    torch::Tensor h;
-    if (layers_.embed) {
-      h = model_->Embed(idx);
-    } else {
-      h = torch::empty({B, T_, model_->cfg.d_model});
-      BULWARK_RETURN_IF_ERROR(world_.Recv(h, Prev(), kEvalTag + i));
-    }
-    h = model_->Body(h, layers_.first, layers_.last);
-    if (!layers_.head) {
-      BULWARK_RETURN_IF_ERROR(world_.Send(h, Next(), kEvalTag + i));
-      BULWARK_RETURN_IF_ERROR(world_.WaitSends());
-      return 0.0;
-    }
-    return CrossEntropyLoss(model_->Head(h), targets).item<double>();
-  }
-
-  double loss_sum = 0;  // last stage: the step's micro-batch losses
-  double wait_ms = 0;   // time blocked on receives
-
- private:
-  struct Saved {
-    torch::Tensor input;   // received activations (requires grad); undefined on the first stage
-    torch::Tensor output;  // sent activations, or the scaled loss on the last stage
-  };
-  static torch::Tensor CrossEntropyLoss(const torch::Tensor& logits, const torch::Tensor& targets);
-  int Prev() const { return RankOf(c_.dp, c_.pp - 1, c_.dp_size); }
-  int Next() const { return RankOf(c_.dp, c_.pp + 1, c_.dp_size); }
-
-  Transformer& model_;
-  Comm& world_;
-  PipelineCoords c_;
-  StageLayers layers_;
-  int64_t mb_, T_;
-  std::map<int, Saved> saved_;
-};
-
-torch::Tensor Stage::CrossEntropyLoss(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return kernels::CrossEntropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
-}
-
-// A 64-bit digest per stage (from its DP rank 0), combined in stage order:
-// equal iff every stage's parameters are bitwise equal. The halves travel
-// as doubles, which hold 32-bit integers exactly.
-Result<std::string> PipelineChecksum(Comm& world, const PipelineCoords& c, ParamStore& store) {
-  std::string mine = store.Checksum();
-  auto t = torch::zeros({2 * c.pp_size}, torch::kFloat64);
-  if (c.dp == 0) {
-    uint64_t v = std::stoull(mine, nullptr, 16);
-    t[2 * c.pp] = static_cast<double>(v >> 32);
-    t[2 * c.pp + 1] = static_cast<double>(v & 0xffffffffu);
-  }
-  std::vector<torch::Tensor> v{t};
-  BULWARK_RETURN_IF_ERROR(world.AllReduceSum(v));
-  bulwark::Checksum sum;
-  for (int s = 0; s < c.pp_size; ++s) {
-    uint64_t x = (static_cast<uint64_t>(t[2 * s].item<double>()) << 32) |
-                 static_cast<uint64_t>(t[2 * s + 1].item<double>());
-    sum.Update(&x, sizeof x);
-  }
-  return sum.HexDigest();
-}
 
 // The 1F1B step: this stage over the replica's micro-batches, passing
 // activations forward and their gradients back; then the stage's replicas

@@ -145,8 +145,9 @@ Status Train(const TrainConfig& cfg_in) {
   int gpus = 0;
   // Before the pipeline's path: it runs on the CPU only (CheckCudaSupports).
   if (auto device = ResolveDevice(cfg_in, &gpus); !device.ok()) return device.status();
-  if (UsesPipeline(cfg_in)) {
-    // Pipeline stages restart in new processes (docs/recovery.md).
+  if (UsesPipeline(cfg_in) && cfg_in.elastic_replicas == 0) {
+    // Pipeline stages restart in new processes (docs/recovery.md); an
+    // elastic pipeline's run its generations here (elastic_pipeline.h).
     if (std::getenv(client::kPrespawnEnv)) return Status::InvalidArgument("pipeline jobs are not pre-spawned");
     return TrainPipeline(cfg_in);  // --pp / --micro-batches: pipeline.cc
   }
@@ -189,7 +190,8 @@ Status Train(const TrainConfig& cfg_in) {
     g.data_ready = TrainClock::now();
     auto env = ReadDistEnv();
     if (!env.ok()) return env.status();
-    if (p.cfg.elastic_replicas > 0 && p.cfg.elastic_comm == "ring" && env->world_size > 1 && !p.ring) {
+    // A ring has no subgroups, which a pipeline's stages need: Gloo there.
+    if (p.cfg.elastic_replicas > 0 && p.cfg.elastic_comm == "ring" && p.cfg.pp == 1 && env->world_size > 1 && !p.ring) {
       auto links = RingLinks::Listen(env->master_addr);
       if (!links.ok()) return links.status();
       p.ring = std::move(*links);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/dist.h"
 #include "trainer/elastic.h"
+#include "trainer/elastic_pipeline.h"
 #include "trainer/memory_checkpoint.h"
 #include "trainer/model.h"
 #include "trainer/params.h"
@@ -174,9 +176,15 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
 
   // Padded to the world size even unsharded: in-memory checkpoint shards
   // split the state the way ZeRO-1 does. A job keeps its world size; an
-  // elastic one pads to every width it may run at (config.h).
+  // elastic one pads to every width it may run at (config.h). An elastic
+  // pipeline's store holds its stage (elastic_pipeline.h).
   const int elastic = cfg.elastic_replicas;
-  if (elastic > 0 && W > elastic) {
+  std::optional<PipelinePlace> place;
+  if (elastic > 0 && cfg.pp > 1) {
+    auto placed = PlaceInPipeline(p, comm);
+    if (!placed.ok()) return placed.status();
+    place = std::move(*placed);
+  } else if (elastic > 0 && W > elastic) {
     return Status::InvalidArgument("WORLD_SIZE " + std::to_string(W) + " exceeds --elastic-replicas " +
                                    std::to_string(elastic) + ", the job's full width; raise --elastic-replicas");
   }
@@ -185,7 +193,8 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
     if (cfg.model.bf16) p.model->UseBf16Shadow(p.store->params());
   }
   ParamStore& store = *p.store;
-  if (store.params().numel() % W != 0) {
+  Comm& group = place ? *place->dp : comm;  // the ranks that hold this store's parameters
+  if (store.params().numel() % group.world_size() != 0) {
     return Status::FailedPrecondition("this process was set up for another world size than " + std::to_string(W));
   }
   // A new rank needs a new ZeRO-1 shard; a whole optimizer serves any rank
@@ -204,7 +213,9 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   const auto t_init = Clock::now();
   StepDriver driver{cfg, comm, p.model, store, *p.opt, nullptr, p.link.get(), progress, p.sdc};
   if (p.sdc_file) driver.sdc_file = &*p.sdc_file;
-  auto memory = MemoryCheckpoint::Open(cfg, comm, p.model, store, *p.opt, [&](const std::string& s) { driver.Note(s); });
+  if (place) driver.pp_size = place->c.pp_size;
+  auto memory = MemoryCheckpoint::Open(cfg, comm, p.model, store, *p.opt, [&](const std::string& s) { driver.Note(s); },
+                                       place ? place->dp.get() : nullptr);
   if (!memory.ok()) return memory.status();
   driver.mem = memory->get();
   TrainState st;
@@ -212,15 +223,19 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   std::vector<int> healing;  // elastic: ranks that took a live peer's state
   if (elastic > 0) {
     // Live ranks keep their state; one behind takes it from a live peer.
-    auto sync = SyncLiveState(comm, p, driver.mem, &st);
+    auto sync = place ? SyncPipelineLiveState(comm, *place, p, driver.mem, &st, &healing)
+                      : SyncLiveState(comm, p, driver.mem, &st);
     if (!sync.ok()) return sync.status();
     if (sync->synced) {
       if (rank == 0) {
         Progress::Emit({{"event", "restore"}, {"step", sync->step}, {"newest_step", sync->step}, {"ms", sync->ms},
                         {"source", sync->donor < 0 ? "live" : "live peer " + std::to_string(sync->donor)}});
       }
-      if (sync->received) driver.Note("took step " + std::to_string(sync->step) + " from live rank " + std::to_string(sync->donor));
-      healing = sync->healing;
+      if (sync->received) {
+        driver.Note("took step " + std::to_string(sync->step) + " from live rank " + std::to_string(sync->donor) +
+                    (place ? " of stage " + std::to_string(place->c.pp) : ""));
+      }
+      if (!place) healing = sync->healing;
       restored = true;
     }
   }
@@ -247,7 +262,9 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   if (g.path != "rejoin") progress.Note("device: " + p.device_reason + "; precision: " + p.precision_reason);
 
   std::unique_ptr<StepLayout> layout;
-  if (elastic > 0) {
+  if (place) {
+    layout = MakeElasticPipelineStep(p, comm, *place, healing);
+  } else if (elastic > 0) {
     layout = MakeElasticStep(p, comm, healing);
   } else {
     layout = std::make_unique<DataParallelStep>(p, comm);

@@ -83,9 +83,11 @@ using Lines = std::vector<std::string>;
 class Job {
  public:
   explicit Job(int machines = 4, int standbys = 2, PolicyConfig config = {},
-               JobSpec::Recovery recovery = JobSpec::Recovery::kStandby, Duration provisioning = Duration(0)) {
+               JobSpec::Recovery recovery = JobSpec::Recovery::kStandby, Duration provisioning = Duration(0),
+               int pp = 1) {
     JobSpec spec;
     spec.recovery = recovery;
+    spec.pp = pp;
     spec.provisioning_delay = provisioning;
     spec.id = "llama";
     spec.ranks_per_machine = 2;

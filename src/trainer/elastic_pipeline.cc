@@ -1,0 +1,251 @@
+// Elastic data parallelism over pipelines (elastic_pipeline.h): the place
+// of a rank, the per-stage live sync, and the step.
+#include "trainer/elastic_pipeline.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "trainer/pipeline_stage.h"
+
+namespace bulwark::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+// One replica's pipeline over its micro-batches of the global batch, in
+// 1F1B order; each micro-batch's gradient kept apart for the exact sum.
+// The last one's gradient and loss stay in the store, where the driver's
+// test hooks read them (as in elastic.cc).
+class ElasticPipelineStep final : public StepLayout {
+ public:
+  ElasticPipelineStep(TrainProcess& p, Comm& world, PipelinePlace& place, const std::vector<int>& healing)
+      : p_(p), world_(world), dp_(*place.dp), c_(place.c), layers_(place.layers), store_(*p.store),
+        replicas_(p.cfg.elastic_replicas), units_(replicas_ * p.cfg.micro_batches),
+        unit_(p.cfg.batch_size / p.cfg.micro_batches),
+        stage_(p.model, world, place.c, place.layers, unit_, p.cfg.model.context), healing_(!healing.empty()) {
+    std::vector<int> computing;
+    for (int d = 0; d < c_.dp_size; ++d) {
+      if (std::find(healing.begin(), healing.end(), d) == healing.end()) computing.push_back(d);
+    }
+    const auto me = std::find(computing.begin(), computing.end(), c_.dp);
+    Assign(me == computing.end() ? std::vector<int>{}
+                                 : MicroBatchesOf(units_, static_cast<int>(me - computing.begin()),
+                                                  static_cast<int>(computing.size())));
+  }
+
+  Status ForwardBackward(uint64_t cursor, StepTimes* t) override {
+    store_.ZeroGrad();
+    t->shares = static_cast<int>(mine_.size()) / p_.cfg.micro_batches;
+    if (mine_.empty()) return Status::OK();  // healing: the other replicas compute this step
+    const int T = p_.cfg.model.context;
+    for (size_t i = 0; i < mine_.size(); ++i) {
+      torch::Tensor x = idx_.narrow(0, static_cast<int64_t>(i) * unit_, unit_);
+      torch::Tensor y = targets_.narrow(0, static_cast<int64_t>(i) * unit_, unit_);
+      MakeBatch(p_.data.train, *p_.sampler, cursor + static_cast<uint64_t>(mine_[i]) * unit_, unit_, T, x, y);
+    }
+    stage_.wait_ms = 0;
+    for (const PipeOp& op : schedule_) {
+      const auto t0 = Clock::now();
+      const int i = op.micro;
+      if (op.kind == PipeOp::kForward) {
+        BULWARK_RETURN_IF_ERROR(stage_.Forward(i, idx_.narrow(0, i * unit_, unit_), targets_.narrow(0, i * unit_, unit_), 1.0));
+        losses_[i] = stage_.last_loss;
+        t->forward_ms += Ms(t0, Clock::now());
+        continue;
+      }
+      // Backward passes come in micro-batch order: the store holds one
+      // micro-batch's gradient at a time.
+      store_.ZeroGrad();
+      BULWARK_RETURN_IF_ERROR(stage_.Backward(i));
+      if (static_cast<size_t>(i) + 1 < mine_.size()) aside_[i].copy_(store_.GradsView());
+      t->backward_ms += Ms(t0, Clock::now());
+    }
+    BULWARK_RETURN_IF_ERROR(world_.WaitSends());
+    store_.LossSlot().fill_(layers_.head ? losses_.back() : 0.0);
+    t->wait_ms = stage_.wait_ms;
+    t->shares = std::max(1, t->shares);
+    return Status::OK();
+  }
+
+  [[noreturn]] void SpinInCompute() override {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor x = idx_.narrow(0, 0, unit_);
+    for (;;) p_.model->Body(p_.model->Embed(x), layers_.first, layers_.last);
+  }
+
+  Status Reduce(double* loss, double* grad_norm) override {
+    // A live peer's state on its way to a healing replica (over the stage's
+    // group) must have left before the reduction meets it.
+    BULWARK_RETURN_IF_ERROR(dp_.WaitSends());
+    std::vector<torch::Tensor> grads = aside_;
+    std::vector<double> losses = losses_;
+    if (!mine_.empty()) {
+      grads.push_back(store_.GradsView());
+      if (layers_.head) losses.back() = store_.LossSlot().item<double>();
+    }
+    double stage_loss = 0;
+    BULWARK_RETURN_IF_ERROR(
+        ExactMeanOfMicroBatches(dp_, grads, mine_, losses, units_, store_.GradsView(), &stage_loss));
+    // One slot per stage, from its replica 0: x + 0 = x, so the all-reduced
+    // slots are exact, and they are added here in stage order.
+    auto slots = torch::zeros({2 * c_.pp_size}, torch::kFloat64);
+    if (c_.dp == 0) {
+      slots[2 * c_.pp] = store_.GradsView().to(torch::kFloat64).pow(2).sum();
+      if (layers_.head) slots[2 * c_.pp + 1] = stage_loss;
+    }
+    std::vector<torch::Tensor> v{slots};
+    BULWARK_RETURN_IF_ERROR(world_.AllReduceSum(v));
+    const double* s = slots.data_ptr<double>();
+    double squares = 0;
+    for (int k = 0; k < c_.pp_size; ++k) squares += s[2 * k];
+    *grad_norm = std::sqrt(squares);
+    *loss = s[2 * (c_.pp_size - 1) + 1];
+    return Status::OK();
+  }
+
+  Status AfterUpdate() override {
+    if (healing_) {
+      healing_ = false;
+      Assign(MicroBatchesOf(units_, c_.dp, c_.dp_size));
+    }
+    return Status::OK();
+  }
+
+  // Validation batch i * N + j goes through the pipeline of the replica
+  // that owns j; the last stage's losses are summed in slot order.
+  Result<double> Evaluate() override {
+    torch::NoGradGuard no_grad;
+    const int B = p_.cfg.batch_size, T = p_.cfg.model.context, n = p_.cfg.eval_batches * replicas_;
+    const uint64_t n_samples = (p_.data.val.size() - 1) / T;
+    auto sums = torch::zeros({n}, torch::kFloat64), counts = torch::zeros({n}, torch::kFloat64);
+    auto vi = torch::empty({B, T}, torch::kInt64), vt = torch::empty({B, T}, torch::kInt64);
+    for (int i = 0; i < p_.cfg.eval_batches; ++i) {
+      for (int j : MicroBatchesOf(replicas_, c_.dp, c_.dp_size)) {
+        const int k = i * replicas_ + j;
+        if (static_cast<uint64_t>(k + 1) * B > n_samples) continue;
+        MakeValBatch(p_.data.val, static_cast<uint64_t>(k) * B, B, T, vi, vt);
+        auto l = stage_.EvalForward(k, vi, vt, B);
+        if (!l.ok()) return l.status();
+        if (layers_.head) {
+          sums[k] = *l;
+          counts[k] = 1.0;
+        }
+      }
+    }
+    std::vector<torch::Tensor> v{sums, counts};
+    BULWARK_RETURN_IF_ERROR(world_.AllReduceSum(v));
+    double sum = 0, count = 0;
+    for (int k = 0; k < n; ++k) {
+      sum += sums[k].item<double>();
+      count += counts[k].item<double>();
+    }
+    if (count == 0) {
+      return Status::InvalidArgument("the validation split is smaller than one batch; lower --batch-size or --eval-batches");
+    }
+    return sum / count;
+  }
+
+  Result<std::string> Checksum() override { return PipelineChecksum(world_, c_, store_); }
+  uint64_t SamplesPerStep() const override { return static_cast<uint64_t>(p_.cfg.batch_size) * replicas_; }
+  bool RanksComparable() const override { return false; }
+
+ private:
+  void Assign(std::vector<int> mine) {
+    mine_ = std::move(mine);
+    const int64_t k = static_cast<int64_t>(mine_.size());
+    idx_ = torch::empty({std::max<int64_t>(1, k) * unit_, p_.cfg.model.context}, torch::kInt64);
+    targets_ = torch::empty_like(idx_);
+    aside_.clear();
+    for (int64_t i = 0; i + 1 < k; ++i) aside_.push_back(torch::empty({store_.num_params()}, torch::kFloat32));
+    losses_.assign(mine_.size(), 0.0);
+    schedule_ = mine_.empty() ? std::vector<PipeOp>{} : OneFOneB(c_.pp, c_.pp_size, static_cast<int>(k));
+  }
+
+  TrainProcess& p_;
+  Comm& world_;
+  Comm& dp_;
+  const PipelineCoords c_;
+  const StageLayers layers_;
+  ParamStore& store_;
+  const int replicas_, units_, unit_;
+  Stage stage_;
+  bool healing_;
+  std::vector<int> mine_;  // the micro-batches this replica computes
+  std::vector<PipeOp> schedule_;
+  torch::Tensor idx_, targets_;  // one slice of unit_ samples per micro-batch
+  std::vector<torch::Tensor> aside_;
+  std::vector<double> losses_;
+};
+
+}  // namespace
+
+Result<PipelinePlace> PlaceInPipeline(TrainProcess& p, Comm& world) {
+  const TrainConfig& cfg = p.cfg;
+  if (cfg.model.poet.enabled) return Status::InvalidArgument("--optimizer poet does not support --pp > 1 yet; use --pp 1");
+  auto c = RankCoords(world.rank(), world.world_size(), cfg.pp);
+  if (!c.ok()) return c.status();
+  if (c->dp_size > cfg.elastic_replicas) {
+    return Status::InvalidArgument("WORLD_SIZE " + std::to_string(world.world_size()) + " holds " +
+                                   std::to_string(c->dp_size) + " pipelines of --pp " + std::to_string(cfg.pp) +
+                                   ", more than --elastic-replicas " + std::to_string(cfg.elastic_replicas) +
+                                   "; raise --elastic-replicas");
+  }
+  if (p.stage >= 0 && p.stage != c->pp) {
+    p.must_exit = true;
+    return Status::Unavailable("rank " + std::to_string(world.rank()) + " is stage " + std::to_string(c->pp) +
+                               " of this generation but its process holds stage " + std::to_string(p.stage) +
+                               "; ending so that the rank restarts in a new process");
+  }
+  PipelinePlace place;
+  place.c = *c;
+  place.layers = SplitLayers(cfg.model.n_layers, cfg.pp)[c->pp];
+  if (!p.store) {
+    p.store = std::make_unique<ParamStore>(StageParameters(p.model, place.layers), PaddingForWidths(cfg.elastic_replicas));
+    if (cfg.model.bf16) p.model->UseBf16Shadow(p.store->params());
+    p.stage = c->pp;
+  }
+  std::vector<int> ranks;
+  for (int d = 0; d < c->dp_size; ++d) ranks.push_back(RankOf(d, c->pp, c->dp_size));
+  auto dp = world.Subgroup("dp-stage-" + std::to_string(c->pp), ranks, cfg.dist_timeout_s);
+  if (!dp.ok()) return dp.status();
+  place.dp = std::move(*dp);
+  return place;
+}
+
+Result<LiveSync> SyncPipelineLiveState(Comm& world, PipelinePlace& place, TrainProcess& p, MemoryCheckpoint* mem,
+                                       TrainState* st, std::vector<int>* healing) {
+  const PipelineCoords& c = place.c;
+  // Each stage's newest live step, in one all-reduce of maxima.
+  auto newest = torch::full({c.pp_size}, -1, torch::kInt64);
+  newest[c.pp] = p.live ? p.live->step : -1;
+  std::vector<torch::Tensor> v{newest};
+  BULWARK_RETURN_IF_ERROR(world.AllReduceMax(v));
+  const int64_t* n = newest.data_ptr<int64_t>();
+  for (int s = 0; s < c.pp_size; ++s) {
+    if (n[s] < 0 || n[s] != n[0]) return LiveSync{};  // no live state, or the stages disagree: restore
+  }
+  auto sync = SyncLiveState(*place.dp, p, mem, st);
+  if (!sync.ok()) return sync.status();
+  // A replica heals when any of its stages does.
+  auto heal = torch::zeros({c.dp_size}, torch::kInt64);
+  for (int d : sync->healing) heal[d] = 1;
+  std::vector<torch::Tensor> h{heal};
+  BULWARK_RETURN_IF_ERROR(world.AllReduceMax(h));
+  healing->clear();
+  for (int d = 0; d < c.dp_size; ++d) {
+    if (heal[d].item<int64_t>() != 0) healing->push_back(d);
+  }
+  return sync;
+}
+
+std::unique_ptr<StepLayout> MakeElasticPipelineStep(TrainProcess& p, Comm& world, PipelinePlace& place,
+                                                    const std::vector<int>& healing) {
+  return std::make_unique<ElasticPipelineStep>(p, world, place, healing);
+}
+
+}  // namespace bulwark::trainer
