@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -209,6 +210,39 @@ TEST(Ring, AGenerationThatEndsStopsASendNobodyReads) {
   });
   EXPECT_GE(ended, 0);
   EXPECT_LT(ended, kTimeout / 10) << "the generation's end waited for the send's timeout";
+}
+
+// A receive from a live peer that sends nothing more (an elastic
+// pipeline's stage waiting on its neighbour stage, whose generation
+// failed) ends when a ring neighbour's generation ends, not at the
+// timeout: the point-to-point link outlives the generation and stays
+// silent, so only the ring's ABORT can say so.
+TEST(Ring, AReceiveEndsWhenTheRingAbortsNotAtTheTimeout) {
+  auto ms = Members(4);  // rank 1's neighbours are 0 and 2; it receives from 3
+  std::atomic<bool> linked{false};
+  Status second;
+  double waited = -1;
+  Generation(Ptrs(ms), [&](int r) {
+    if (r == 3) {
+      ASSERT_TRUE(ms[3].ring->Send(torch::ones({16}), 1, 1).ok());
+      ASSERT_TRUE(ms[3].ring->WaitSends().ok());
+    } else if (r == 1) {
+      auto t = torch::zeros({16});
+      ASSERT_TRUE(ms[1].ring->Recv(t, 3, 1).ok());
+      linked = true;
+      const auto t0 = std::chrono::steady_clock::now();
+      second = ms[1].ring->Recv(t, 3, 2);  // never sent
+      waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } else if (r == 0) {
+      while (!linked) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ms[0].ring.reset();  // its generation ends: ABORT to ranks 1 and 3
+    }
+  });
+  EXPECT_FALSE(second.ok());
+  EXPECT_NE(second.message().find("collective failed"), std::string::npos) << second.ToString();
+  EXPECT_GE(waited, 0);
+  EXPECT_LT(waited, kTimeout / 10) << "the receive waited for its timeout";
 }
 
 TEST(Ring, AnAddressNoPeerCanReachIsRefusedInOneLine) {

@@ -279,7 +279,8 @@ TEST_F(Trainer, ElasticRunsAtEveryWidthComputeTheSameBits) {
 
 // Replicas that are whole pipelines (elastic_pipeline.h): 3 replicas of 2
 // stages at full width, and 2 or 1 of them on fewer ranks, compute the
-// same bits, step by step, and the same validation loss.
+// same bits, step by step, and the same validation loss, over the rings
+// (the default) or Gloo.
 TEST_F(Trainer, ElasticPipelinesAtEveryWidthComputeTheSameBits) {
   std::vector<std::string> flags = {"--steps", "10", "--batch-size", "4", "--elastic-replicas", "3", "--pp", "2",
                                     "--micro-batches", "2", "--precision", "fp32", "--eval-every", "5",
@@ -307,6 +308,10 @@ TEST_F(Trainer, ElasticPipelinesAtEveryWidthComputeTheSameBits) {
       EXPECT_EQ(evals[i]["val_loss"].get<double>(), want_evals[i]["val_loss"].get<double>()) << replicas;
     }
   }
+  // Over Gloo's world and groups instead of the two rings: the same bits.
+  std::vector<std::string> gloo = flags;
+  gloo.insert(gloo.end(), {"--elastic-comm", "gloo"});
+  EXPECT_EQ(Checksum(Launch(4, gloo), 10), want) << "Gloo computed other parameters than the rings";
   // The same job as a fixed pipeline of 3 replicas: the same math up to
   // the float rounding of its micro-batch sums.
   flags.erase(flags.begin() + 4, flags.begin() + 6);

@@ -93,8 +93,8 @@ struct TrainConfig {
   int elastic_replicas = 0;
   // What an elastic job's replicas reduce over: ring (links kept between
   // generations, ring.h) or gloo (the full mesh every other job uses).
-  // An elastic pipeline (--pp > 1, elastic_pipeline.h) reduces each
-  // stage's replicas over Gloo: a ring has no subgroups.
+  // An elastic pipeline (--pp > 1, elastic_pipeline.h) has one ring for
+  // the world and one for each stage's replicas.
   std::string elastic_comm = "ring";
 
   Status Validate() const;

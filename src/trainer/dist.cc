@@ -158,7 +158,7 @@ Result<std::unique_ptr<Comm>> Comm::Connect(const DistEnv& env, double timeout_s
 Comm::~Comm() = default;
 
 Result<std::unique_ptr<Comm>> Comm::Subgroup(const std::string& name, const std::vector<int>& ranks,
-                                             double timeout_s) {
+                                             double timeout_s, RingLinks* links) {
   std::unique_ptr<Comm> c(new Comm());
   auto it = std::find(ranks.begin(), ranks.end(), env_.rank);
   if (it == ranks.end()) return Status::Internal("rank " + std::to_string(env_.rank) + " is not in group " + name);
@@ -166,8 +166,15 @@ Result<std::unique_ptr<Comm>> Comm::Subgroup(const std::string& name, const std:
   c->env_.rank = static_cast<int>(it - ranks.begin());
   c->env_.world_size = static_cast<int>(ranks.size());
   if (ranks.size() == 1 || !store_) return c;
-  if (ring_) return Status::Internal("a ring communicator has no subgroups (group " + name + ")");
+  if (ring_ && links == nullptr) return Status::Internal("a ring's subgroup needs links of its own (group " + name + ")");
   try {
+    if (ring_) {
+      c->store_ = c10::make_intrusive<c10d::PrefixStore>(name, store_);
+      auto r = Ring::Form(*c->store_, c->env_.rank, c->env_.world_size, timeout_s, *links);
+      if (!r.ok()) return r.status();
+      c->ring_ = std::move(*r);
+      return c;
+    }
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
     auto o = c10d::ProcessGroupGloo::Options::create(timeout);
     o->devices.push_back(GlooDevice(env_.master_addr));

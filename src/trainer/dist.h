@@ -79,8 +79,11 @@ class Comm {
   // A process group of some ranks of this world, such as one pipeline
   // stage's data-parallel replicas. Only its members call it (each group's
   // rendezvous lives under its own `name` in the shared store); `ranks` lists
-  // world ranks in group order and must contain this rank.
-  Result<std::unique_ptr<Comm>> Subgroup(const std::string& name, const std::vector<int>& ranks, double timeout_s);
+  // world ranks in group order and must contain this rank. On a ring, the
+  // group is a ring of its own over `links` (a listener other than the
+  // world's: ring.h), which the caller keeps between generations.
+  Result<std::unique_ptr<Comm>> Subgroup(const std::string& name, const std::vector<int>& ranks, double timeout_s,
+                                         RingLinks* links = nullptr);
 
   // Point-to-point, for pipeline stages. Send starts sending `t` (kept alive
   // until WaitSends) to world rank `dst`; Recv fills `t` from `src` and

@@ -88,6 +88,22 @@ Status ExactMeanOfMicroBatches(Comm& comm, const std::vector<torch::Tensor>& gra
   return Status::OK();
 }
 
+Result<double> MeanOfValidationSlots(Comm& comm, torch::Tensor sums, torch::Tensor counts, int B, int T) {
+  std::vector<torch::Tensor> v{sums, counts};
+  BULWARK_RETURN_IF_ERROR(comm.AllReduceSum(v));
+  double sum = 0, count = 0;
+  const double *s = sums.data_ptr<double>(), *c = counts.data_ptr<double>();
+  for (int64_t k = 0; k < sums.numel(); ++k) {
+    sum += s[k];
+    count += c[k];
+  }
+  if (count == 0) {
+    return Status::InvalidArgument("the validation split is smaller than one batch of " + std::to_string(B) + " x " +
+                                   std::to_string(T) + " tokens; lower --batch-size or --eval-batches");
+  }
+  return sum / count;
+}
+
 namespace {
 
 // Every rank runs the whole model on its micro-batches of the global batch
@@ -194,18 +210,7 @@ class ElasticStep final : public StepLayout {
         counts[i * replicas_ + j] = 1.0;
       }
     }
-    std::vector<torch::Tensor> v{sums, counts};
-    BULWARK_RETURN_IF_ERROR(comm_.AllReduceSum(v));
-    double sum = 0, count = 0;
-    for (int k = 0; k < n; ++k) {
-      sum += sums[k].item<double>();
-      count += counts[k].item<double>();
-    }
-    if (count == 0) {
-      return Status::InvalidArgument("the validation split is smaller than one batch of " + std::to_string(B) +
-                                     " x " + std::to_string(T) + " tokens; lower --batch-size or --eval-batches");
-    }
-    return sum / count;
+    return MeanOfValidationSlots(comm_, sums, counts, B, T);
   }
 
   Result<std::string> Checksum() override {

@@ -61,6 +61,12 @@ std::vector<int> MicroBatchesOf(int replicas, int rank, int world);
 Status ExactMeanOfMicroBatches(Comm& comm, const std::vector<torch::Tensor>& grads, const std::vector<int>& index,
                                const std::vector<double>& losses, int units, torch::Tensor out, double* loss);
 
+// The mean validation loss of `sums` (one float64 slot per batch, zero
+// where another rank computed it; `counts` 1 where one did), all-reduced
+// over `comm` and added in slot order: the same bits at any width. B x T:
+// a batch's shape, for the error when no batch fits the split.
+Result<double> MeanOfValidationSlots(Comm& comm, torch::Tensor sums, torch::Tensor counts, int B, int T);
+
 // The elastic data-parallel step (a StepLayout for the step driver).
 // `healing` (LiveSync) compute no micro-batch of the first step.
 std::unique_ptr<StepLayout> MakeElasticStep(TrainProcess& p, Comm& comm, const std::vector<int>& healing = {});

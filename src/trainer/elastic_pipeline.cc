@@ -137,17 +137,7 @@ class ElasticPipelineStep final : public StepLayout {
         }
       }
     }
-    std::vector<torch::Tensor> v{sums, counts};
-    BULWARK_RETURN_IF_ERROR(world_.AllReduceSum(v));
-    double sum = 0, count = 0;
-    for (int k = 0; k < n; ++k) {
-      sum += sums[k].item<double>();
-      count += counts[k].item<double>();
-    }
-    if (count == 0) {
-      return Status::InvalidArgument("the validation split is smaller than one batch; lower --batch-size or --eval-batches");
-    }
-    return sum / count;
+    return MeanOfValidationSlots(world_, sums, counts, B, T);
   }
 
   Result<std::string> Checksum() override { return PipelineChecksum(world_, c_, store_); }
@@ -209,9 +199,18 @@ Result<PipelinePlace> PlaceInPipeline(TrainProcess& p, Comm& world) {
     if (cfg.model.bf16) p.model->UseBf16Shadow(p.store->params());
     p.stage = c->pp;
   }
+  if (world.on_ring() && !p.stage_ring) {
+    // The stage's replicas reduce over a ring of their own, whose links
+    // outlive a generation like the world ring's.
+    auto env = ReadDistEnv();
+    if (!env.ok()) return env.status();
+    auto links = RingLinks::Listen(env->master_addr);
+    if (!links.ok()) return links.status();
+    p.stage_ring = std::move(*links);
+  }
   std::vector<int> ranks;
   for (int d = 0; d < c->dp_size; ++d) ranks.push_back(RankOf(d, c->pp, c->dp_size));
-  auto dp = world.Subgroup("dp-stage-" + std::to_string(c->pp), ranks, cfg.dist_timeout_s);
+  auto dp = world.Subgroup("dp-stage-" + std::to_string(c->pp), ranks, cfg.dist_timeout_s, p.stage_ring.get());
   if (!dp.ok()) return dp.status();
   place.dp = std::move(*dp);
   return place;

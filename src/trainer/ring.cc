@@ -264,11 +264,14 @@ Result<int> ring_wire::Dial(const std::string& self, const std::string& peer, in
   return fd;
 }
 
-Status Ring::AcceptUntil(const RingLinks::Key& want) {
+Status Ring::AcceptUntil(const RingLinks::Key& want, bool watch_ring) {
   const double deadline = Deadline();
   while (links_.fds_.count(want) == 0) {
+    // A receive waits on the ring's ABORTs too (AwaitPoint); forming the
+    // ring does not, since its neighbours' links are what it is making.
+    if (watch_ring) BULWARK_RETURN_IF_ERROR(AwaitPoint(links_.listen_fd_));
     pollfd pfd{links_.listen_fd_, POLLIN, 0};
-    if (::poll(&pfd, 1, MsLeft(deadline)) != 1) {
+    if (::poll(&pfd, 1, watch_ring ? 0 : MsLeft(deadline)) != 1) {
       return Status::Unavailable("no link from ring peer " + want.first + " within " + std::to_string(timeout_s_) + " s");
     }
     const int fd = ::accept4(links_.listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);

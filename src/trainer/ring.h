@@ -108,7 +108,8 @@ class Ring {
   std::string Identity(int rank);  // throws what the store throws
   Result<std::string> PeerAddress(int rank);
   int Fd(const std::string& peer, int channel);
-  Status AcceptUntil(const RingLinks::Key& want);
+  Status AcceptUntil(const RingLinks::Key& want, bool watch_ring = false);
+  Status AwaitPoint(int fd);
   void SendLoop();
   double Deadline() const;
 

@@ -4,6 +4,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cerrno>
 
 #include "trainer/ring.h"
 #include "trainer/ring_wire.h"
@@ -180,13 +182,47 @@ Status Ring::WaitSends() {
   return Fail(Status::Unavailable("sending to a ring peer failed: " + st.message()));
 }
 
+// Waits until `fd` has bytes to read (a point-to-point link, or the
+// listener a peer dials anew). Fails when a ring neighbour says
+// this generation failed (an ABORT of it, or the link closed): the sender
+// may be a live rank whose generation ended, and its point-to-point link,
+// which outlives the generation, would stay silent until the timeout. A
+// neighbour's frame for a later collective is left where it is, and that
+// link is not watched again in this wait.
+Status Ring::AwaitPoint(int fd) {
+  const double deadline = Deadline();
+  std::vector<int> watch;
+  for (const std::string& p : std::set<std::string>{pred_, succ_}) {
+    if (const int n = Fd(p, kRingChannel); n >= 0) watch.push_back(n);
+  }
+  for (;;) {
+    std::vector<pollfd> ps = {{fd, POLLIN, 0}};
+    for (int w : watch) ps.push_back({w, POLLIN, 0});
+    const int ready = ::poll(ps.data(), ps.size(), MsLeft(deadline));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0 || ps[0].revents != 0) return Status::OK();  // the read times out or fails itself
+    for (size_t i = 1; i < ps.size(); ++i) {
+      if (ps[i].revents == 0) continue;
+      Frame f;
+      const ssize_t k = ::recv(ps[i].fd, &f, sizeof(f), MSG_PEEK | MSG_DONTWAIT);
+      if (k < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (k <= 0) return Fail(Status::Unavailable("a ring neighbour closed its link"));
+      if (k == sizeof(f) && f.magic == Frame().magic && f.nonce == nonce_ && f.kind == kAbort) {
+        return Fail(Status::Unavailable("a ring peer's collective failed"));
+      }
+      watch.erase(std::find(watch.begin(), watch.end(), ps[i].fd));
+    }
+  }
+}
+
 Status Ring::Recv(torch::Tensor& t, int src, int tag) {
   if (failed_) return Status::Unavailable("the ring's generation failed");
   auto addr = PeerAddress(src);
   if (!addr.ok()) return addr.status();
   const std::string peer = *addr;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    BULWARK_RETURN_IF_ERROR(AcceptUntil({peer, kPointChannel}));
+    BULWARK_RETURN_IF_ERROR(AcceptUntil({peer, kPointChannel}, /*watch_ring=*/true));
+    BULWARK_RETURN_IF_ERROR(AwaitPoint(Fd(peer, kPointChannel)));
     bool eof = false;
     Status st = ReadFrame(Fd(peer, kPointChannel), tag, static_cast<char*>(t.data_ptr()), t.nbytes(), &eof);
     if (st.ok()) return Status::OK();

@@ -190,8 +190,7 @@ Status Train(const TrainConfig& cfg_in) {
     g.data_ready = TrainClock::now();
     auto env = ReadDistEnv();
     if (!env.ok()) return env.status();
-    // A ring has no subgroups, which a pipeline's stages need: Gloo there.
-    if (p.cfg.elastic_replicas > 0 && p.cfg.elastic_comm == "ring" && p.cfg.pp == 1 && env->world_size > 1 && !p.ring) {
+    if (p.cfg.elastic_replicas > 0 && p.cfg.elastic_comm == "ring" && env->world_size > 1 && !p.ring) {
       auto links = RingLinks::Listen(env->master_addr);
       if (!links.ok()) return links.status();
       p.ring = std::move(*links);

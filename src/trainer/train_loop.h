@@ -64,6 +64,8 @@ struct TrainProcess {
   // An elastic job's ring links (ring.h), kept from one generation to the
   // next; nullptr: Gloo's mesh, formed anew each generation.
   std::unique_ptr<RingLinks> ring;
+  // An elastic pipeline's second ring, among its stage's replicas.
+  std::unique_ptr<RingLinks> stage_ring;
   // An elastic pipeline's stage (elastic_pipeline.h), which `store` holds;
   // -1 until the first generation.
   int stage = -1;
