@@ -39,9 +39,13 @@ class ElasticPipelineStep final : public StepLayout {
   }
 
   Status ForwardBackward(uint64_t cursor, StepTimes* t) override {
-    store_.ZeroGrad();
-    t->shares = static_cast<int>(mine_.size()) / p_.cfg.micro_batches;
-    if (mine_.empty()) return Status::OK();  // healing: the other replicas compute this step
+    if (mine_.empty()) {  // healing: the other replicas compute this step
+      store_.ZeroGrad();
+      t->shares = 0;
+      return Status::OK();
+    }
+    // At full width a replica computes micro_batches of them: one share.
+    t->shares = std::max(1, static_cast<int>(mine_.size()) / p_.cfg.micro_batches);
     const int T = p_.cfg.model.context;
     for (size_t i = 0; i < mine_.size(); ++i) {
       torch::Tensor x = idx_.narrow(0, static_cast<int64_t>(i) * unit_, unit_);
@@ -68,7 +72,6 @@ class ElasticPipelineStep final : public StepLayout {
     BULWARK_RETURN_IF_ERROR(world_.WaitSends());
     store_.LossSlot().fill_(layers_.head ? losses_.back() : 0.0);
     t->wait_ms = stage_.wait_ms;
-    t->shares = std::max(1, t->shares);
     return Status::OK();
   }
 
@@ -199,15 +202,6 @@ Result<PipelinePlace> PlaceInPipeline(TrainProcess& p, Comm& world) {
     if (cfg.model.bf16) p.model->UseBf16Shadow(p.store->params());
     p.stage = c->pp;
   }
-  if (world.on_ring() && !p.stage_ring) {
-    // The stage's replicas reduce over a ring of their own, whose links
-    // outlive a generation like the world ring's.
-    auto env = ReadDistEnv();
-    if (!env.ok()) return env.status();
-    auto links = RingLinks::Listen(env->master_addr);
-    if (!links.ok()) return links.status();
-    p.stage_ring = std::move(*links);
-  }
   std::vector<int> ranks;
   for (int d = 0; d < c->dp_size; ++d) ranks.push_back(RankOf(d, c->pp, c->dp_size));
   auto dp = world.Subgroup("dp-stage-" + std::to_string(c->pp), ranks, cfg.dist_timeout_s, p.stage_ring.get());
@@ -217,7 +211,7 @@ Result<PipelinePlace> PlaceInPipeline(TrainProcess& p, Comm& world) {
 }
 
 Result<LiveSync> SyncPipelineLiveState(Comm& world, PipelinePlace& place, TrainProcess& p, MemoryCheckpoint* mem,
-                                       TrainState* st, std::vector<int>* healing) {
+                                       TrainState* st) {
   const PipelineCoords& c = place.c;
   // Each stage's newest live step, in one all-reduce of maxima.
   auto newest = torch::full({c.pp_size}, -1, torch::kInt64);
@@ -235,9 +229,9 @@ Result<LiveSync> SyncPipelineLiveState(Comm& world, PipelinePlace& place, TrainP
   for (int d : sync->healing) heal[d] = 1;
   std::vector<torch::Tensor> h{heal};
   BULWARK_RETURN_IF_ERROR(world.AllReduceMax(h));
-  healing->clear();
+  sync->healing.clear();
   for (int d = 0; d < c.dp_size; ++d) {
-    if (heal[d].item<int64_t>() != 0) healing->push_back(d);
+    if (heal[d].item<int64_t>() != 0) sync->healing.push_back(d);
   }
   return sync;
 }

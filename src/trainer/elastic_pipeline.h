@@ -48,9 +48,10 @@ struct PipelinePlace {
 Result<PipelinePlace> PlaceInPipeline(TrainProcess& p, Comm& world);
 
 // Collective over `world`: SyncLiveState per stage (see the top of this
-// file). `healing` gets the replicas that compute none of the first step.
+// file). Its `healing` names the replicas (not the ranks) that compute
+// none of the first step.
 Result<LiveSync> SyncPipelineLiveState(Comm& world, PipelinePlace& place, TrainProcess& p, MemoryCheckpoint* mem,
-                                       TrainState* st, std::vector<int>* healing);
+                                       TrainState* st);
 
 // The elastic pipeline's step (a StepLayout for the step driver).
 std::unique_ptr<StepLayout> MakeElasticPipelineStep(TrainProcess& p, Comm& world, PipelinePlace& place,

@@ -147,7 +147,7 @@ Status Train(const TrainConfig& cfg_in) {
   if (auto device = ResolveDevice(cfg_in, &gpus); !device.ok()) return device.status();
   if (UsesPipeline(cfg_in) && cfg_in.elastic_replicas == 0) {
     // Pipeline stages restart in new processes (docs/recovery.md); an
-    // elastic pipeline's run its generations here (elastic_pipeline.h).
+    // elastic pipeline runs its generations in place below (elastic_pipeline.h).
     if (std::getenv(client::kPrespawnEnv)) return Status::InvalidArgument("pipeline jobs are not pre-spawned");
     return TrainPipeline(cfg_in);  // --pp / --micro-batches: pipeline.cc
   }
@@ -194,6 +194,13 @@ Status Train(const TrainConfig& cfg_in) {
       auto links = RingLinks::Listen(env->master_addr);
       if (!links.ok()) return links.status();
       p.ring = std::move(*links);
+      // An elastic pipeline's stage reduces over a ring of its own, whose
+      // links outlive a generation like the world ring's.
+      if (p.cfg.pp > 1) {
+        auto stage = RingLinks::Listen(env->master_addr);
+        if (!stage.ok()) return stage.status();
+        p.stage_ring = std::move(*stage);
+      }
     }
     auto comm = Comm::Connect(*env, p.cfg.dist_timeout_s, p.ring.get());
     if (!comm.ok()) return comm.status();

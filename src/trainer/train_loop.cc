@@ -220,11 +220,10 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   driver.mem = memory->get();
   TrainState st;
   Result<bool> restored = false;
-  std::vector<int> healing;  // elastic: ranks that took a live peer's state
+  std::vector<int> healing;  // elastic: ranks (pipelines: replicas) that took a live peer's state
   if (elastic > 0) {
     // Live ranks keep their state; one behind takes it from a live peer.
-    auto sync = place ? SyncPipelineLiveState(comm, *place, p, driver.mem, &st, &healing)
-                      : SyncLiveState(comm, p, driver.mem, &st);
+    auto sync = place ? SyncPipelineLiveState(comm, *place, p, driver.mem, &st) : SyncLiveState(comm, p, driver.mem, &st);
     if (!sync.ok()) return sync.status();
     if (sync->synced) {
       if (rank == 0) {
@@ -235,7 +234,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
         driver.Note("took step " + std::to_string(sync->step) + " from live rank " + std::to_string(sync->donor) +
                     (place ? " of stage " + std::to_string(place->c.pp) : ""));
       }
-      if (!place) healing = sync->healing;
+      healing = sync->healing;
       restored = true;
     }
   }
