@@ -226,6 +226,98 @@ TEST(Policy, CrashLoopWithoutProgressStopsJob) {
   EXPECT_EQ(job.controller->incidents().size(), 1u);  // one episode, never resumed
 }
 
+// Without a ladder to diagnose it, a failure that repeats at the same step
+// on the same machine costs the machine, not the job: restarted on a
+// standby, the job shows whether the failure follows it.
+TEST(Policy, SameFailureAtSameStepOnSameMachineWithoutLadderEvictsIt) {
+  PolicyConfig config;
+  config.ladder.rungs.clear();
+  Job job(4, 2, config);
+  job.StartAndRun(10);
+  EXPECT_EQ(Briefs(job.Do(Crash("m02", "", S(105)))), (Lines{"restart_all g2 m01,m02,m03,m04 ckpt 10"}));
+  job.Do(Restored(10, "memory", 10, 5, S(110)));
+  auto acts = job.Do(Crash("m02", "", S(120)));  // step 11 again, after the restore
+  EXPECT_EQ(Briefs(acts), (Lines{"evict m02", "activate s01", "restart_all g3 m01,s01,m03,m04 ckpt 10"}));
+  EXPECT_NE(job.state().job, JobState::kStopped);
+  EXPECT_EQ(job.LastIncident().evicted, std::vector<MachineId>{"m02"});
+}
+
+// ---------------------------------------------------------------------------
+// Peer-lost exits: echoes, never a loop; a named unreachable peer is evicted
+// ---------------------------------------------------------------------------
+
+Event PeerLost(const MachineId& m, Time at, const MachineId& unreachable = "", const std::string& addr = "") {
+  return RankExited{m, 0, 3, 0, "connection_reset", at, unreachable, addr};
+}
+
+TEST(Policy, PeerLostExitsNeverMakeACrashLoop) {
+  Job job;
+  job.StartAndRun(10);
+  // Far more peer-lost restarts without progress than the loop bound (3).
+  for (int i = 0; i < 6; ++i) {
+    auto acts = job.Do(PeerLost(i % 2 ? "m01" : "m03", S(105 + 20 * i)));
+    ASSERT_EQ(acts.size(), 1u) << i;
+    EXPECT_EQ(acts[0].kind, ActionKind::kRestartAll) << i;
+  }
+  EXPECT_NE(job.state().job, JobState::kStopped);
+  // Two real crashes among them are still only two.
+  EXPECT_EQ(Briefs(job.Do(Crash("m02", "segfault", S(300))))[0], "restart_all g8 m01,m02,m03,m04 ckpt 10");
+  EXPECT_EQ(Briefs(job.Do(PeerLost("m01", S(320))))[0], "restart_all g9 m01,m02,m03,m04 ckpt 10");
+  EXPECT_EQ(Briefs(job.Do(Crash("m04", "oom", S(340))))[0], "restart_all g10 m01,m02,m03,m04 ckpt 10");
+  EXPECT_NE(job.state().job, JobState::kStopped);
+}
+
+// Issue 40's reproduction in the policy: a machine whose advertised address
+// nobody can reach joins the job; its neighbours' ranks exit naming it.
+TEST(Policy, ExitNamingAnUnreachablePeerEvictsThePeerAndTheJobGoesOn) {
+  Job job;
+  job.StartAndRun(10);
+  auto acts = job.Do(PeerLost("m03", S(105), "m02", "127.0.0.1:58237"), S(106));
+  EXPECT_EQ(Briefs(acts), (Lines{"evict m02", "activate s01", "restart_all g2 m01,s01,m03,m04 ckpt 10"}));
+  EXPECT_EQ(job.StateOf("m02"), MachineState::kEvicted);
+  const Incident& inc = job.LastIncident();
+  EXPECT_EQ(inc.evicted, std::vector<MachineId>{"m02"});
+  EXPECT_NE(inc.why.find("cannot reach it at 127.0.0.1:58237"), std::string::npos) << inc.why;
+  // The other neighbour's exit, reported after the eviction, is its echo.
+  EXPECT_TRUE(job.Do(PeerLost("m01", S(105.5), "m02", "127.0.0.1:58237"), S(107)).empty());
+  EXPECT_TRUE(job.Do(PeerLost("m04", S(110), "m02", "127.0.0.1:58237"), S(110)).empty());
+  EXPECT_EQ(job.controller->incidents().size(), 1u);
+  job.RunSteps(11, 12, S(130));
+  EXPECT_EQ(job.state().job, JobState::kRunning);
+}
+
+TEST(Policy, UnreachablePeerNamedAgainAndAgainCostsOnlyThatMachine) {
+  // The agent restarted wrongly comes back as a standby and is taken again.
+  Job job(4, 1);
+  job.StartAndRun(10);
+  job.Do(PeerLost("m03", S(105), "m02", "127.0.0.1:58237"), S(106));
+  EXPECT_EQ(job.StateOf("s01"), MachineState::kActive);
+  auto acts = job.Do(PeerLost("m04", S(120), "s01", "127.0.0.1:40001"));
+  EXPECT_EQ(Briefs(acts)[0], "evict s01");
+  EXPECT_NE(job.state().job, JobState::kStopped);
+  for (const Incident& inc : job.controller->incidents()) EXPECT_NE(inc.resolution, Resolution::kStopped);
+}
+
+TEST(Policy, ExitNamingNoKnownMachineIsAnOrdinaryPeerLoss) {
+  Job job;
+  job.StartAndRun(10);
+  EXPECT_EQ(Briefs(job.Do(PeerLost("m03", S(105), "", "10.9.9.9:1234"))),
+            (Lines{"restart_all g2 m01,m02,m03,m04 ckpt 10"}));
+  // A rank that names its own machine blames nobody else.
+  EXPECT_EQ(Briefs(job.Do(PeerLost("m03", S(130), "m03", "10.0.0.3:1234"))),
+            (Lines{"restart_all g3 m01,m02,m03,m04 ckpt 10"}));
+  EXPECT_EQ(job.StateOf("m03"), MachineState::kActive);
+}
+
+TEST(Policy, ACrashThatIsNotPeerLostBlamesNoPeer) {
+  Job job;
+  job.StartAndRun(10);
+  // A rank's own error that happens to name an address is its own crash.
+  EXPECT_EQ(Briefs(job.Do(RankExited{"m03", 0, 1, 0, "exception", S(105), "m02", "10.0.0.2:1"})),
+            (Lines{"restart_all g2 m01,m02,m03,m04 ckpt 10"}));
+  EXPECT_EQ(job.StateOf("m02"), MachineState::kActive);
+}
+
 TEST(Policy, ProgressRenewsTheRestartBudget) {
   Job job;
   job.StartAndRun(10);

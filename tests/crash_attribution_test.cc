@@ -78,6 +78,16 @@ TEST(CrashAttribution, TableOfCases) {
        C("m8", "", 1, kStartup, 8), false, 12500, V::kCrashLoop},
       {"a deterministic bug at the same step is the job's at any size",
        {C("m01", "", 1, 41, 1)}, C("m07", "", 1, 41, 2), false, 12500, V::kFollowsJob},
+      {"peer-lost exits never make a crash loop (issue 40)",
+       {C("m01", "connection_reset", 3, kStartup, 1), C("m03", "connection_reset", 3, kStartup, 2),
+        C("m03", "connection_reset", 3, kStartup, 3)},
+       C("m01", "connection_reset", 3, kStartup, 4), false, 4, V::kReattempt},
+      {"peer-lost exits do not count toward a loop of real crashes",
+       {C("m01", "segfault", 1, 11, 1), C("m02", "", 3, kStartup, 2), C("m03", "nccl", 1, kStartup, 3)},
+       C("m04", "oom", 1, kStartup, 4), false, 4, V::kReattempt},
+      {"a peer-lost exit after two real crashes is not the third",
+       {C("m01", "segfault", 1, 11, 1), C("m02", "", 1, kStartup, 2)}, C("m03", "connection_reset", 3, kStartup, 3),
+       false, 4, V::kReattempt},
   };
   for (const Row& r : rows) {
     const CrashAttribution a =
@@ -94,6 +104,23 @@ TEST(CrashAttribution, CrashesOfAnEarlierProgressEpochAreNotCounted) {
   const CrashAttribution a = AttributeCrash(now, {old}, false, std::chrono::minutes(10), Rules(4));
   EXPECT_EQ(a.verdict, CrashVerdict::kReattempt) << a.why;
   EXPECT_EQ(a.since_progress, 0);
+}
+
+TEST(CrashAttribution, PeerLostExitsAreNotCountedAsCrashesWithoutProgress) {
+  const std::vector<CrashRecord> earlier = {C("m01", "connection_reset", 3, kStartup, 1),
+                                            C("m02", "segfault", 1, 11, 1), C("m03", "", 3, kStartup, 2)};
+  const CrashAttribution a = AttributeCrash(C("m04", "", 1, kStartup, 3), earlier, false, std::chrono::minutes(10),
+                                            Rules(4));
+  EXPECT_EQ(a.since_progress, 1) << "only m02's segfault is a crash; the peer-lost exits are its echoes";
+  EXPECT_EQ(a.verdict, CrashVerdict::kReattempt) << a.why;
+}
+
+TEST(CrashAttribution, WhatCountsAsPeerLost) {
+  EXPECT_TRUE(IsPeerLost(3, ""));
+  EXPECT_TRUE(IsPeerLost(1, "connection_reset"));
+  EXPECT_TRUE(IsPeerLost(1, "nccl"));
+  EXPECT_FALSE(IsPeerLost(1, "exception"));
+  EXPECT_FALSE(IsPeerLost(1, ""));
 }
 
 TEST(CrashAttribution, TheLoopLimitGrowsWithTheJobAndTheTimeWithoutProgress) {

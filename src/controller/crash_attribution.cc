@@ -9,19 +9,23 @@
 namespace bulwark::controller {
 namespace {
 
-// A rank that lost a peer (its collective failed) says nothing about its
-// own machine or code: bulwark-train exits kExitPeerLost, other programs
-// leave a connection or NCCL error in their log. It needs a restart, and it
-// counts toward a loop, but it is never evidence.
-bool PeerLost(const CrashRecord& c) {
-  return c.exit_code == kExitPeerLost || c.signature == "connection_reset" || c.signature == "nccl";
-}
+bool PeerLost(const CrashRecord& c) { return IsPeerLost(c.exit_code, c.signature); }
 
 bool SameFailure(const CrashRecord& a, const CrashRecord& b) {
   return a.signature == b.signature && a.exit_code == b.exit_code;
 }
 
 }  // namespace
+
+// A rank that lost a peer (its collective failed) says nothing about its
+// own machine or code: bulwark-train exits kExitPeerLost, other programs
+// leave a connection or NCCL error in their log. It needs a restart, but
+// it is never evidence, and it does not count toward a loop either: one
+// machine its peers cannot reach makes every neighbour exit this way, and
+// counting those exits stopped healthy jobs as crash loops (issue 40).
+bool IsPeerLost(int exit_code, const std::string& signature) {
+  return exit_code == kExitPeerLost || signature == "connection_reset" || signature == "nccl";
+}
 
 const char* CrashVerdictName(CrashVerdict v) {
   switch (v) {
@@ -52,9 +56,9 @@ CrashAttribution AttributeCrash(const CrashRecord& crash, const std::vector<Cras
   const CrashRecord* same_elsewhere = nullptr;  // the same signature on another machine
   const CrashRecord* same_step = nullptr;       // the same failure at the same step, an earlier generation
   for (const CrashRecord& c : earlier) {
-    if (c.progress_epoch != crash.progress_epoch) continue;
+    if (c.progress_epoch != crash.progress_epoch || PeerLost(c)) continue;
     ++a.since_progress;
-    if (peer_lost || PeerLost(c)) continue;
+    if (peer_lost) continue;
     if (user_code && c.signature == crash.signature) user_code_again = true;
     if (!crash.signature.empty() && c.signature == crash.signature && c.machine != crash.machine) {
       same_elsewhere = &c;
@@ -79,7 +83,7 @@ CrashAttribution AttributeCrash(const CrashRecord& crash, const std::vector<Cras
   } else if (same_step != nullptr) {
     a.verdict = CrashVerdict::kRepeatsHere;
     a.why = "the same failure " + at_step + " on " + crash.machine + " after a restart";
-  } else if (a.since_progress + 1 >= a.loop_limit) {
+  } else if (!peer_lost && a.since_progress + 1 >= a.loop_limit) {
     a.verdict = CrashVerdict::kCrashLoop;
     a.why = std::to_string(a.since_progress + 1) + " crashes without a completed step (chance explains fewer than " +
             std::to_string(a.loop_limit) + ")";

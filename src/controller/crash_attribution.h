@@ -18,7 +18,8 @@
 // them still ends, but only when chance cannot explain it: more crashes
 // without progress than the fleet's own failure rate makes likely in that
 // time (the crash_loop_quantile of Binomial(machines, daily rate x elapsed)),
-// on top of max_crashes_without_progress. A small job keeps today's bound
+// on top of max_crashes_without_progress. Peer-lost exits (IsPeerLost) are
+// echoes of some machine's fault: they never count toward that bound. A small job keeps today's bound
 // of 3; a 12,500-machine job tolerates a few more before calling it a loop.
 // Pure: the policy (policy.cc) and the table test (crash_attribution_test)
 // drive it.
@@ -38,6 +39,12 @@ namespace bulwark::controller {
 // running, or kStartup before the generation's ranks restored their state
 // (process start, rendezvous, restore).
 constexpr int64_t kStartup = -1;
+
+// Whether an exit says a rank lost a peer (bulwark-train's kExitPeerLost,
+// or a connection or NCCL error in the log): the echo of another machine's
+// fault, never evidence against the job or the rank's own machine, and
+// never counted toward a crash loop.
+bool IsPeerLost(int exit_code, const std::string& signature);
 
 // A crash of a rank that named no machine (no hardware signature).
 struct CrashRecord {
@@ -63,7 +70,7 @@ const char* CrashVerdictName(CrashVerdict v);
 struct CrashAttribution {
   CrashVerdict verdict = CrashVerdict::kReattempt;
   MachineId other;        // kFollowsJob: where the same failure happened before
-  int since_progress = 0; // crashes without progress before this one
+  int since_progress = 0; // crashes without progress before this one, peer-lost exits not counted
   int loop_limit = 0;     // crashes without progress that make a loop
   std::string why;        // one clause for the incident
 };

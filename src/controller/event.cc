@@ -59,6 +59,7 @@ std::string Describe(const Event& e) {
             s += x.signal != 0 ? " killed by signal " + std::to_string(x.signal)
                                : " exited with code " + std::to_string(x.exit_code);
             if (!x.log_signature.empty()) s += " (" + x.log_signature + ")";
+            if (!x.unreachable_addr.empty()) s += ": could not reach its peer at " + x.unreachable_addr;
             return s;
           },
           [](const MachineHeartbeatLost& x) {

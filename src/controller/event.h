@@ -37,6 +37,10 @@ namespace bulwark::controller {
 // else is a crash. log_signature is what the agent's log matcher found in
 // the rank's last output: "cuda_error", "xid", "ecc", "oom", "nccl",
 // "nccl_hardware", "connection_reset", "segfault", "exception", or empty.
+// unreachable_addr is the peer address ("host:port") the rank's last output
+// says it could not connect to, and unreachable the machine that advertised
+// that host, resolved when the report came in (empty when no one machine
+// did): a peer-lost exit that names it blames that machine (policy.cc).
 struct RankExited {
   MachineId machine;
   RankId rank = 0;
@@ -44,6 +48,8 @@ struct RankExited {
   int signal = 0;
   std::string log_signature;
   Time observed{};
+  MachineId unreachable;
+  std::string unreachable_addr;
 
   template <class S, class V>
   static void Fields(S& s, V& v) {
@@ -53,6 +59,8 @@ struct RankExited {
     v("signal", s.signal);
     v("signature", s.log_signature);
     v("observed", s.observed);
+    v.Optional("unreachable", s.unreachable);
+    v.Optional("unreachable_addr", s.unreachable_addr);
   }
 };
 

@@ -94,12 +94,15 @@ CrashRules RulesFor(const RuleContext& ctx) {
 // carries it out:
 //   the job's code or data (a user-code error again, the same failure on
 //       another machine)                     -> stop, nothing evicted;
-//   the same failure at the same step on the same machine, or a crash loop
-//       beyond chance                        -> the stop-time ladder, whose
-//       diagnostics tell a machine from the job (stop without a ladder);
+//   the same failure at the same step on the same machine
+//                                            -> the stop-time ladder, whose
+//       diagnostics tell a machine from the job; without a ladder, evict
+//       the machine (a restart elsewhere tells the two apart: if it was the
+//       job, the failure follows it to the standby and stops it there);
+//   a crash loop beyond chance               -> the ladder, or stop without one;
 //   a different crash on a machine that crashed within the window
 //                                            -> evict it;
-//   otherwise                                -> reattempt in place.
+//   otherwise (peer-lost exits always)       -> reattempt in place.
 // Shortly after a release, what would stop the job rolls back instead.
 Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::string& signature, int exit_code,
                        Time observed, const std::string& cause) {
@@ -198,6 +201,57 @@ Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::st
   return Status::OK();
 }
 
+// Whether `machine`'s own ranks crashed in the current generation: then its
+// listeners are gone with them, and a peer refused there is the echo of
+// that crash, not a sign that nobody can reach the machine.
+bool CrashedThisGeneration(const ClusterState& s, const MachineId& machine) {
+  return std::any_of(s.crashes.begin(), s.crashes.end(), [&](const CrashRecord& c) {
+    return c.machine == machine && c.generation == s.placement.generation;
+  });
+}
+
+// The machine a peer-lost exit names: the one that owns the address its
+// rank could not connect to (resolved by the plane from the addresses
+// agents advertise), unless that machine's own ranks crashed first. Null
+// when the exit names no one.
+const MachineStatus* UnreachablePeer(const ClusterState& s, const RankExited& x) {
+  if (x.unreachable.empty() || x.unreachable == x.machine || !IsPeerLost(x.exit_code, x.log_signature)) {
+    return nullptr;
+  }
+  const MachineStatus* p = s.FindMachine(x.unreachable);
+  if (p == nullptr || CrashedThisGeneration(s, p->id)) return nullptr;
+  return p;
+}
+
+// A rank that could not connect to a peer names the machine at fault: one
+// whose advertised address its peers cannot reach (an agent restarted
+// outside its network namespace, a broken NIC configuration, a firewall).
+// It costs that machine, at the first exit that names it: counting its
+// neighbours' exits against the job stopped healthy jobs as crash loops
+// (issue 40). Reconcile swaps a standby into its slot and the job goes on.
+// Returns false when the exit blames no machine.
+Result<bool> EvictUnreachablePeer(RuleContext& ctx, const RankExited& x, const std::string& cause) {
+  ClusterState& s = ctx.state;
+  const MachineStatus* m = s.FindMachine(x.machine);
+  if (m == nullptr || !RanksAreLive(s.job) || m->state != MachineState::kActive || LadderHoldsJob(s)) return false;
+  // An exit from before the latest restart is that restart's (echo.h).
+  if (s.last_restart_at && x.observed <= *s.last_restart_at) return false;
+  const MachineStatus* peer = UnreachablePeer(s, x);
+  if (peer == nullptr) return false;
+  // Already evicted (its neighbours' exits trail the first one's): the
+  // echo of that eviction, nothing new. Not in the job otherwise: the
+  // address named someone else's ranks; the exit is an ordinary peer loss.
+  if (peer->state == MachineState::kEvicted) return true;
+  if (peer->state != MachineState::kActive) return false;
+  const MachineId culprit = peer->id;
+  BULWARK_RETURN_IF_ERROR(EvictForFault(ctx, culprit, cause, x.observed));
+  if (Incident* inc = s.incidents.Current()) {
+    inc->why = "evicted " + culprit + ": its peers cannot reach it at " + x.unreachable_addr + " (rank " +
+               std::to_string(x.rank) + " on " + x.machine + " could not connect); the job goes on without it";
+  }
+  return true;
+}
+
 // ---------------------------------------------------------------------------
 // Rules, one per event kind
 // ---------------------------------------------------------------------------
@@ -214,6 +268,8 @@ Status OnRankExited(RuleContext& ctx, const Event& e) {
   if (ctx.config.hardware_signatures.count(x.log_signature) != 0) {
     return EvictForFault(ctx, x.machine, Describe(e), FaultTimeOf(e));
   }
+  Result<bool> blamed = EvictUnreachablePeer(ctx, x, Describe(e));
+  if (!blamed.ok() || *blamed) return blamed.status();
   return OnSoftwareCrash(ctx, x.machine, x.log_signature, x.exit_code, x.observed, Describe(e));
 }
 
