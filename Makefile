@@ -4,23 +4,30 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 
-.PHONY: all deps build demo test bench fuzz clean
+.PHONY: all deps configure build demo test bench fuzz clean
 
 all: build
 
 deps:
 	bash scripts/install-deps.sh
 
-build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Ninja where the build directory is new; a build directory that an earlier
+# checkout configured with make keeps its generator (CMake refuses a switch).
+GENERATOR = $(if $(wildcard $(BUILD)/CMakeCache.txt),,-G Ninja)
+configure: deps
+	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The main job: prepare the default corpus if missing, then `bulwark demo`:
 # a 4-machine local cluster trains the small model through every fault class.
-demo: build
+# It builds only the three binaries the demo runs, not the tests.
+demo: configure
+	cmake --build $(BUILD) -j $(JOBS) --target bulwark bulwark-train bulwark-prepare
 	bash scripts/demo.sh
 
-# Every test, through CTest.
+# Every test, through CTest; the suite's wall time is its last line.
 test: build
 	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure --timeout 600
 

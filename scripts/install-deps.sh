@@ -6,6 +6,9 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config make git
+  # Ninja: schedules the build's compiles better than make and restarts a
+  # no-op build in well under a second.
+  ninja-build
   # The trainer: libtorch's C++ API. libtorch pulls the netlib reference BLAS;
   # OpenBLAS replaces it through update-alternatives and is ~30x faster.
   libtorch-dev libopenblas0-pthread libgloo-dev
