@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "support/cluster_fixture.h"
+#include "support/pythons.h"
 
 namespace bulwark {
 namespace {
@@ -217,7 +218,9 @@ TEST_F(EndingJob, AForeignJobRestartedAtItsFinalStepCompletesAgainInsteadOfLoopi
 // (agent/python_stack.h) single out rank 2, and its machine is evicted.
 void Ecosystem::PythonCallSitesSingleOutTheOutlier(const std::string& interpreter) {
   const std::string& root = root_;
-  if (::access(interpreter.c_str(), X_OK) != 0) GTEST_SKIP() << interpreter << " is not installed here";
+  if (interpreter.empty()) {
+    GTEST_SKIP() << "no such CPython 3.11 on this host (" << testing::PythonCoverage(11, 11) << ")";
+  }
   auto r = Bulwark({"up", "--machines", "3", "--standby", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ofstream(root + "/train.py") << "import os, time\n"                                        // 1
@@ -270,11 +273,11 @@ void Ecosystem::PythonCallSitesSingleOutTheOutlier(const std::string& interprete
 }
 
 TEST_F(Ecosystem, APythonRankAtAnotherCallSiteIsSingledOutByItsPythonFrames) {
-  PythonCallSitesSingleOutTheOutlier("/usr/bin/python3.11");
+  PythonCallSitesSingleOutTheOutlier(testing::FindPython(11, false));
 }
 
 TEST_F(Ecosystem, APythonRankAtAnotherCallSiteIsSingledOutWithASharedLibraryPython) {
-  PythonCallSitesSingleOutTheOutlier("/root/.pyenv/versions/3.11.7/bin/python3.11");
+  PythonCallSitesSingleOutTheOutlier(testing::FindPython(11, true));
 }
 
 // `bulwark run`: up, submit, follow, down in one command. The job is a

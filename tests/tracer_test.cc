@@ -26,6 +26,7 @@
 #include "agent/tracer.h"
 #include "controller/stack_analyzer.h"
 #include "support/python_image.h"
+#include "support/pythons.h"
 
 namespace bulwark {
 namespace {
@@ -254,8 +255,13 @@ size_t IndexOf(const std::vector<std::string>& lines, const std::string& needle)
   return std::string::npos;
 }
 
+// A test on an interpreter this host may lack says which it looked for.
+#define SKIP_IF_NONE(interpreter, what)                                                          \
+  if ((interpreter).empty()) GTEST_SKIP() << "no " << (what) << " on this host (Python stacks: " \
+                                          << testing::PythonCoverage(6, 13) << ")"
+
 void ExpectPythonFramesSpliced(const std::string& interpreter, const std::string& version) {
-  if (::access(interpreter.c_str(), X_OK) != 0) GTEST_SKIP() << interpreter << " is not installed here";
+  SKIP_IF_NONE(interpreter, "CPython " + version);
   PythonProcess p(interpreter);
   const std::string text = p.Capture();
   EXPECT_NE(text.find("# python: CPython " + version + "."), std::string::npos) << text;
@@ -289,25 +295,32 @@ void ExpectPythonFramesSpliced(const std::string& interpreter, const std::string
       << text;
 }
 
-TEST(PythonStacks, DebiansPython311ShowsPythonFramesSplicedAmongNativeOnes) {
-  ExpectPythonFramesSpliced("/usr/bin/python3.11", "3.11");  // not position-independent; _PyRuntime in the executable
+// Which interpreters the tests below ran on, and which this host lacks.
+TEST(PythonStacks, TheVersionsCoveredAreNamed) {
+  std::printf("[ python ] %s\n", testing::PythonCoverage(6, 13).c_str());
 }
 
+// Debian's: not position-independent; _PyRuntime in the executable.
+TEST(PythonStacks, AnExecutablePython311ShowsPythonFramesSplicedAmongNativeOnes) {
+  ExpectPythonFramesSpliced(testing::FindPython(11, false), "3.11");
+}
+
+// pyenv's: _PyRuntime in libpython3.11.so.
 TEST(PythonStacks, ASharedLibraryPython311ShowsPythonFramesSplicedAmongNativeOnes) {
-  ExpectPythonFramesSpliced("/root/.pyenv/versions/3.11.7/bin/python3.11", "3.11");  // _PyRuntime in libpython3.11.so
+  ExpectPythonFramesSpliced(testing::FindPython(11, true), "3.11");
 }
 
 // 3.12 marks where a C call of the evaluation loop begins with a shim frame
 // rather than a flag on the first frame: the same stacks.
 TEST(PythonStacks, Python312ShowsPythonFramesSplicedAmongNativeOnes) {
-  ExpectPythonFramesSpliced("/root/.pyenv/versions/3.12.1/bin/python3.12", "3.12");
+  ExpectPythonFramesSpliced(testing::FindPython(12), "3.12");
 }
 
 // What a trace of a machine's Python ranks costs: the agent captures its
 // ranks one after another; each thread is stopped only while it is unwound.
 TEST(PythonStacks, CaptureTimeOfFourPythonRanksIsPrinted) {
-  const std::string interpreter = "/usr/bin/python3.11";
-  if (::access(interpreter.c_str(), X_OK) != 0) GTEST_SKIP() << interpreter << " is not installed here";
+  const std::string interpreter = testing::FindPython(11);
+  SKIP_IF_NONE(interpreter, "CPython 3.11");
   std::vector<std::unique_ptr<PythonProcess>> ranks;
   for (int i = 0; i < 4; ++i) ranks.push_back(std::make_unique<PythonProcess>(interpreter));
   for (auto& r : ranks) r->Capture();  // each in its sleeps
@@ -329,7 +342,7 @@ TEST(PythonStacks, CaptureTimeOfFourPythonRanksIsPrinted) {
 }
 
 void ExpectNativeFramesOnly(const std::string& interpreter, const std::string& note) {
-  if (::access(interpreter.c_str(), X_OK) != 0) GTEST_SKIP() << interpreter << " is not installed here";
+  SKIP_IF_NONE(interpreter, "CPython 3.10 or older");
   PythonProcess p(interpreter);
   Result<agent::CapturedStack> st = agent::CaptureStacksWith(StackTool::kLibdw, p.pid(), kBudget);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
@@ -339,14 +352,16 @@ void ExpectNativeFramesOnly(const std::string& interpreter, const std::string& n
 }
 
 TEST(PythonStacks, AnOlderBuildFallsBackToNativeFramesAndSaysSo) {
-  ExpectNativeFramesOnly("/root/.pyenv/versions/3.10.13/bin/python3.10",
+  std::string older;
+  for (int minor = 10; minor >= 6 && older.empty(); --minor) older = testing::FindPython(minor);
+  ExpectNativeFramesOnly(older,
                          "# python: a CPython without Py_Version (3.10 or older): its layout is unknown; native "
                          "frames only");
 }
 
 // 3.13: the offsets come from the interpreter itself (_Py_DebugOffsets).
 TEST(PythonStacks, Python313ShowsPythonFramesSplicedThroughItsDebugOffsets) {
-  ExpectPythonFramesSpliced("/root/.pyenv/versions/3.13.0/bin/python3.13", "3.13");
+  ExpectPythonFramesSpliced(testing::FindPython(13), "3.13");
 }
 
 // --- the reader on a memory image (support/python_image.h) -----------------
