@@ -414,6 +414,120 @@ TEST(Plane, RestartRoutesTheStandbysRanksToTheEvictedMachinesBackupPeer) {
   EXPECT_EQ(m01.restore_from(0).machine(), "m02");
 }
 
+// --- reachability (issue 40) -----------------------------------------------
+
+TEST(AddressCheck, LoopbackIsRefusedWhenTheControllerIsNotOnLoopback) {
+  AddressRules r;
+  r.controller_host = "10.1.2.3";
+  const Status st = CheckAdvertisedAddress(r, "m01", "127.0.0.1:7000");
+  EXPECT_EQ(st.code(), Status::Code::kFailedPrecondition);
+  EXPECT_NE(st.message().find("127.0.0.1"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("--address"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find('\n'), std::string::npos) << "one line";
+  EXPECT_TRUE(CheckAdvertisedAddress(r, "m01", "10.1.2.7:7000").ok());
+}
+
+TEST(AddressCheck, LoopbackServesAControllerOnLoopbackOrAnUnknownOne) {
+  AddressRules r;
+  r.controller_host = "127.0.0.1";
+  EXPECT_TRUE(CheckAdvertisedAddress(r, "m01", "127.0.0.1:7000").ok());
+  r.controller_host = "0.0.0.0";
+  EXPECT_TRUE(CheckAdvertisedAddress(r, "m01", "127.0.0.1:7000").ok());
+  EXPECT_TRUE(CheckAdvertisedAddress(AddressRules{}, "m01", "127.0.0.1:7000").ok());
+  r.controller_host = "10.1.2.3";
+  EXPECT_TRUE(CheckAdvertisedAddress(r, "m01", "").ok()) << "an agent without a shard server advertises nothing";
+}
+
+TEST(AddressCheck, ANamespacedMachineMustAdvertiseItsAddressInItsNamespace) {
+  AddressRules r;
+  r.controller_host = "10.213.7.1";
+  r.namespaces["m01"] = {"bw7-m01", "10.213.7.2"};
+  r.subnet_prefix = "10.213.7.";
+  EXPECT_TRUE(CheckAdvertisedAddress(r, "m01", "10.213.7.2:41000").ok());
+  // Restarted by hand on the host's network: loopback, or the host's own
+  // end of the bridge (the interface towards the controller).
+  for (const char* wrong : {"127.0.0.1:41000", "10.213.7.1:41000"}) {
+    const Status st = CheckAdvertisedAddress(r, "m01", wrong);
+    EXPECT_EQ(st.code(), Status::Code::kFailedPrecondition) << wrong;
+    EXPECT_NE(st.message().find("ip netns exec bw7-m01"), std::string::npos) << st.message();
+  }
+  // A machine the plan does not name must at least be on the bridge.
+  EXPECT_TRUE(CheckAdvertisedAddress(r, "m09", "10.213.7.40:1").ok());
+  const Status off = CheckAdvertisedAddress(r, "m09", "192.168.1.5:1");
+  EXPECT_EQ(off.code(), Status::Code::kFailedPrecondition);
+  EXPECT_NE(off.message().find("bridge"), std::string::npos) << off.message();
+}
+
+wire::RegisterRequest RegAt(const std::string& m, const std::string& addr) {
+  wire::RegisterRequest r = Reg(m);
+  r.set_shard_addr(addr);
+  return r;
+}
+
+TEST(Plane, RegistrationOfAnUnreachableAddressIsRefusedAndRecordsNothing) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  o.addresses.controller_host = "10.0.0.100";
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  const Status st = (*p)->Register(RegAt("m01", "127.0.0.1:7000"), TimeFromMs(1000));
+  EXPECT_EQ(st.code(), Status::Code::kFailedPrecondition);
+  EXPECT_NE(st.message().find("loopback"), std::string::npos) << st.message();
+  EXPECT_TRUE((*p)->StatusJson(TimeFromMs(1000))["machines"].empty());
+  EXPECT_TRUE((*p)->Register(RegAt("m01", "10.0.0.1:7000"), TimeFromMs(1000)).ok());
+}
+
+wire::AgentEvent PeerLostExit(int64_t seq, const std::string& unreachable, int64_t gen, int64_t at_ms) {
+  wire::AgentEvent e;
+  e.set_kind(wire::AgentEvent::RANK_EXITED);
+  e.set_seq(seq);
+  e.set_exit_code(3);
+  e.set_signature("connection_reset");
+  e.set_unreachable_peer(unreachable);
+  e.set_generation(gen);
+  e.set_observed_ms(at_ms);
+  return e;
+}
+
+// The plane resolves the address a rank could not reach to the machine that
+// advertised it; the policy evicts that machine and the job goes on.
+TEST(Plane, AnExitNamingAPeersAddressEvictsThatPeer) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  const std::map<std::string, std::string> at = {
+      {"m01", "10.0.0.1:7000"}, {"m02", "10.0.0.2:7000"}, {"m03", "10.0.0.3:7000"}, {"s01", "10.0.0.9:7000"}};
+  for (const auto& [m, addr] : at) ASSERT_TRUE((*p)->Register(RegAt(m, addr), TimeFromMs(1000)).ok());
+  JobLaunch l = Launch();
+  l.spec.world_size = 3;
+  ASSERT_TRUE((*p)->Submit(l, TimeFromMs(1000)).ok());
+  for (const auto& [m, addr] : at) ASSERT_TRUE((*p)->Report(Report(m, {}), TimeFromMs(2000)).ok());
+  const int64_t gen = (*p)->StatusJson(TimeFromMs(2000))["job"]["generation"].get<int64_t>();
+  // A ring port, not the shard server's: the host is what names the machine.
+  ASSERT_TRUE((*p)->Report(Report("m03", {PeerLostExit(1, "10.0.0.2:58237", gen, 3000)}), TimeFromMs(3000)).ok());
+  const auto s = (*p)->StatusJson(TimeFromMs(3000));
+  EXPECT_EQ(s["job"]["placement"].dump(), R"(["m01","s01","m03"])");
+  EXPECT_NE(s["job"]["state"], "stopped");
+}
+
+TEST(Plane, AnAddressSeveralMachinesShareBlamesNoOne) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  for (const char* m : {"m01", "m02", "m03", "s01"}) {
+    ASSERT_TRUE((*p)->Register(RegAt(m, std::string("127.0.0.1:70") + m[2]), TimeFromMs(1000)).ok());
+  }
+  JobLaunch l = Launch();
+  l.spec.world_size = 3;
+  ASSERT_TRUE((*p)->Submit(l, TimeFromMs(1000)).ok());
+  for (const char* m : {"m01", "m02", "m03", "s01"}) ASSERT_TRUE((*p)->Report(Report(m, {}), TimeFromMs(2000)).ok());
+  const int64_t gen = (*p)->StatusJson(TimeFromMs(2000))["job"]["generation"].get<int64_t>();
+  ASSERT_TRUE((*p)->Report(Report("m03", {PeerLostExit(1, "127.0.0.1:58237", gen, 3000)}), TimeFromMs(3000)).ok());
+  EXPECT_EQ((*p)->StatusJson(TimeFromMs(3000))["job"]["placement"].dump(), R"(["m01","m02","m03"])");
+}
+
 TEST(Plane, SilentMachinesCopiesAreNotOfferedForARestore) {
   PlaneOptions o;
   o.db_path = testing::MakeTempDir() + "/c.db";

@@ -43,5 +43,33 @@ TEST(Signatures, BacktrackingPatternsFinishQuickly) {
   EXPECT_EQ(t->Match({std::string(64, 'a')}), "");
 }
 
+// Issue 40: the address a rank could not connect to names the machine at fault.
+TEST(UnreachablePeer, ReadsTheAddressARankCouldNotConnectTo) {
+  EXPECT_EQ(UnreachablePeer({"step 3 loss 2.1",
+                             "bulwark-train: error: connecting to ring peer 127.0.0.1:58237 failed: Connection refused"}),
+            "127.0.0.1:58237");
+  EXPECT_EQ(UnreachablePeer({"error: connecting to ring peer 10.213.7.4:41000: No route to host"}), "10.213.7.4:41000");
+  // Gloo (a PyTorch DDP job) and PyTorch's TCPStore.
+  EXPECT_EQ(UnreachablePeer({"RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect "
+                             "[10.0.0.7]:61527: Connection refused"}),
+            "10.0.0.7:61527");
+  EXPECT_EQ(UnreachablePeer({"torch.distributed.DistNetworkError: The client socket has failed to connect to "
+                             "[10.0.0.2]:29500 (errno: 111 - Connection refused)."}),
+            "10.0.0.2:29500");
+  // The last one named wins: it is what the rank died of.
+  EXPECT_EQ(UnreachablePeer({"connecting to ring peer 1.2.3.4:5 failed: x", "connecting to ring peer 6.7.8.9:10 failed: y"}),
+            "6.7.8.9:10");
+}
+
+TEST(UnreachablePeer, NamesNoOneWithoutAFailedConnect) {
+  EXPECT_EQ(UnreachablePeer({}), "");
+  EXPECT_EQ(UnreachablePeer({"Connection reset by peer"}), "");
+  // A link that never came names no one: either side may be unreachable.
+  EXPECT_EQ(UnreachablePeer({"no link from ring peer 10.0.0.3:4000 within 30 s"}), "");
+  EXPECT_EQ(UnreachablePeer({"connecting to ring peer garbage failed"}), "");
+  EXPECT_EQ(UnreachablePeer({"connecting to ring peer host:notaport failed"}), "");
+  EXPECT_EQ(UnreachablePeer({std::string(200000, 'x') + "connecting to ring peer"}), "");
+}
+
 }  // namespace
 }  // namespace bulwark::agent

@@ -1,6 +1,8 @@
 #include "agent/signatures.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstring>
 
 #include "common/files.h"
 
@@ -42,7 +44,47 @@ int GroupDepth(const std::string& re) {
   return deepest;
 }
 
+// "host:port" from its parts when they make one (a port is 1-5 digits),
+// else "".
+std::string HostPort(const std::string& host, const std::string& port) {
+  if (host.empty() || port.empty() || port.size() > 5) return "";
+  if (!std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) return "";
+  return host + ":" + port;
+}
+
+// The address after `at` in `line`: "[host]:port" or "host:port", the
+// port's digits ending it.
+std::string AddressAt(const std::string& line, size_t at) {
+  size_t end = at;
+  while (end < line.size() && line[end] != ' ' && line[end] != ',' && line[end] != '\t') ++end;
+  std::string token = line.substr(at, end - at);
+  while (!token.empty() && !std::isdigit(static_cast<unsigned char>(token.back()))) token.pop_back();
+  if (!token.empty() && token[0] == '[') {
+    const size_t close = token.find("]:");
+    if (close == std::string::npos) return "";
+    return HostPort(token.substr(1, close - 1), token.substr(close + 2));
+  }
+  const size_t colon = token.rfind(':');
+  if (colon == std::string::npos) return "";
+  return HostPort(token.substr(0, colon), token.substr(colon + 1));
+}
+
 }  // namespace
+
+std::string UnreachablePeer(const std::vector<std::string>& lines) {
+  // Plain searches, not regexes: a log line may be 100 KB (see above).
+  static const char* const kMarkers[] = {"connecting to ring peer ", "] connect ", "failed to connect to "};
+  std::string found;
+  for (const std::string& l : lines) {
+    for (const char* marker : kMarkers) {
+      const size_t at = l.find(marker);
+      if (at == std::string::npos) continue;
+      std::string addr = AddressAt(l, at + std::strlen(marker));
+      if (!addr.empty()) found = std::move(addr);
+    }
+  }
+  return found;
+}
 
 Result<SignatureTable> SignatureTable::Parse(const std::string& text, const std::string& source) {
   SignatureTable t;

@@ -33,4 +33,13 @@ class SignatureTable {
   std::vector<Entry> entries_;
 };
 
+// The peer address ("host:port") a rank's last output says it could not
+// connect to, the last one named; "" for none. It reads bulwark-train's
+// "connecting to ring peer H:P failed: ...", Gloo's "connect [H]:P: ..."
+// and PyTorch's TCPStore "failed to connect to [H]:P". A failed connect,
+// not a lost link: a rank whose neighbour never dialled it cannot tell
+// whose side is unreachable, so "no link from ring peer" names no one. The
+// controller blames the machine that advertised that host (issue 40).
+std::string UnreachablePeer(const std::vector<std::string>& lines);
+
 }  // namespace bulwark::agent

@@ -267,6 +267,12 @@ Status Plane::Register(const wire::RegisterRequest& req, Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   now = Now(now);
   if (req.machine().empty()) return Status::InvalidArgument("register: machine id is empty");
+  // Refused before anything is recorded: a machine its peers cannot reach
+  // must never become a standby (issue 40).
+  if (Status st = CheckAdvertisedAddress(options_.addresses, req.machine(), req.shard_addr()); !st.ok()) {
+    Log(st.message());
+    return st;
+  }
   BULWARK_RETURN_IF_ERROR(
       store_->PutMachine({req.machine(), req.machine_dir(), ToMs(now), req.shard_addr()}));
   Agent& a = AgentFor(req.machine());

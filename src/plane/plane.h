@@ -30,6 +30,7 @@
 #include "controller/monitors.h"
 #include "controller/stack_analyzer.h"
 #include "common/log.h"
+#include "plane/address_check.h"
 #include "plane/core.h"
 #include "plane/store.h"
 #include "plane/throughput.h"
@@ -64,6 +65,9 @@ struct PlaneOptions {
   // return` mends (cluster/local/emulator.h); null: no fault of a part can
   // be injected.
   std::shared_ptr<cluster::Emulator> emulator;
+  // What Register holds an agent's advertised address against
+  // (address_check.h); the default checks nothing.
+  AddressRules addresses;
 };
 
 class Plane {
@@ -226,6 +230,10 @@ class Plane {
   // it has one of its own (its shard server's host, a network namespace of
   // the local backend or a real host), else the launch's (loopback).
   std::string MasterAddrLocked(const MachineId& machine) const;
+  // The machine of the current placement that advertised the host of
+  // `addr` ("host:port"), "" when none or several did (the local backend
+  // without namespaces puts every machine on 127.0.0.1: no one to blame).
+  MachineId OwnerOfAddressLocked(const std::string& addr) const;
   void Log(const std::string& line);
 
   PlaneOptions options_;

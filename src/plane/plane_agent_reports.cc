@@ -17,7 +17,8 @@ Result<Event> EventFromAgent(const std::string& machine, const wire::AgentEvent&
   const Time observed = TimeFromMs(a.observed_ms());
   switch (a.kind()) {
     case wire::AgentEvent::RANK_EXITED:
-      return Event(RankExited{machine, a.rank(), a.exit_code(), a.signal(), a.signature(), observed});
+      return Event(RankExited{machine, a.rank(), a.exit_code(), a.signal(), a.signature(), observed, "",
+                              a.unreachable_peer()});
     case wire::AgentEvent::INSPECTION_FAILED: {
       for (InspectionKind k : {InspectionKind::kDevice, InspectionKind::kDisk, InspectionKind::kMemory,
                                InspectionKind::kProcess}) {
@@ -47,6 +48,26 @@ Result<Event> EventFromAgent(const std::string& machine, const wire::AgentEvent&
 }
 
 }  // namespace
+
+namespace {
+std::string HostOf(const std::string& addr) {
+  const size_t colon = addr.rfind(':');
+  return colon == std::string::npos ? addr : addr.substr(0, colon);
+}
+}  // namespace
+
+MachineId Plane::OwnerOfAddressLocked(const std::string& addr) const {
+  if (!controller_) return "";
+  const std::string host = HostOf(addr);
+  MachineId owner;
+  for (const MachineId& m : controller_->state().placement.slots) {
+    auto it = agents_.find(m);
+    if (it == agents_.end() || it->second.shard_addr.empty() || HostOf(it->second.shard_addr) != host) continue;
+    if (!owner.empty() && owner != m) return "";  // several machines share the host
+    owner = m;
+  }
+  return owner;
+}
 
 Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -147,6 +168,11 @@ Status Plane::ApplyAgentEventLocked(const MachineId& machine, int64_t incarnatio
   if (!e.ok()) {
     Log(e.status().ToString());
     return Status::OK();
+  }
+  // Resolved here, once, and journaled with the event: a replay must blame
+  // the machine that owned the address then, whatever registered since.
+  if (auto* x = std::get_if<RankExited>(&*e); x != nullptr && !x->unreachable_addr.empty()) {
+    x->unreachable = OwnerOfAddressLocked(x->unreachable_addr);
   }
   FeedLocked(*e, now, origin);
   return Status::OK();

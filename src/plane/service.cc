@@ -1,6 +1,8 @@
 #include "plane/service.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netdb.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +16,7 @@
 #include "cluster/fence.h"
 #include "cluster/layout.h"
 #include "cluster/local/emulator.h"
+#include "cluster/local/netns.h"
 #include "cluster/tls.h"
 #include "common/files.h"
 #include "common/token.h"
@@ -244,6 +247,30 @@ std::unique_ptr<MetricsServer> ServeMetrics(const cluster::Layout& layout, int p
   return std::move(*m);
 }
 
+// Where agents must be reachable: the controller's own host, and with
+// namespaces (cluster/local/netns.h) each machine's address in its own.
+AddressRules AddressRulesFor(const cluster::Layout& layout, const std::string& listen) {
+  AddressRules r;
+  const size_t colon = listen.rfind(':');
+  r.controller_host = colon == std::string::npos ? listen : listen.substr(0, colon);
+  // A name (Slurm's --listen, this host's name) as the address it resolves
+  // to: a name that resolves to loopback serves one host, like 127.0.0.1.
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_INET;
+  if (::getaddrinfo(r.controller_host.c_str(), nullptr, &hints, &found) == 0 && found != nullptr) {
+    char buf[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, buf, sizeof buf);
+    r.controller_host = buf;
+  }
+  if (found != nullptr) ::freeaddrinfo(found);
+  Result<cluster::NetnsPlan> plan = cluster::LoadNetns(layout);
+  if (!plan.ok()) return r;
+  for (const cluster::NetnsMachine& m : plan->machines) r.namespaces[m.id] = {m.ns, m.address};
+  const size_t dot = plan->gateway.rfind('.');
+  if (dot != std::string::npos) r.subnet_prefix = plan->gateway.substr(0, dot + 1);  // the bridge is a /24
+  return r;
+}
+
 }  // namespace
 
 Status RunController(const ControllerOptions& options) {
@@ -284,6 +311,7 @@ Status RunController(const ControllerOptions& options) {
   if (fence->count() > 0) {
     po.heartbeat_timeout = std::max<Duration>(po.heartbeat_timeout, *fence + cluster::kFenceMargin);
   }
+  po.addresses = AddressRulesFor(layout, address);
   Result<std::unique_ptr<Plane>> plane = Plane::Open(po, WallNow());
   if (!plane.ok()) return plane.status();
 
