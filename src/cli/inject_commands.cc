@@ -8,12 +8,14 @@
 #include <string>
 #include <thread>
 
-#include "cli/client.h"
+#include "control_client/control_client.h"
 #include "cluster/layout.h"
 #include "cluster/local/local_cluster.h"
 #include "cluster/local/netns.h"
 
 namespace bulwark::cli {
+
+using control_client::ControlClient;
 namespace {
 
 // A fault on a machine's own link (bulwark up --netns), made here with ip

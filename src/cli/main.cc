@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "agent/agent.h"
-#include "cli/client.h"
+#include "control_client/control_client.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/inject_commands.h"
@@ -60,6 +60,8 @@
 #include "demo/demo.h"
 
 namespace bulwark::cli {
+
+using control_client::ControlClient;
 namespace {
 
 using nlohmann::json;

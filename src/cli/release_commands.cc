@@ -8,11 +8,13 @@
 #include <iostream>
 #include <iterator>
 
-#include "cli/client.h"
+#include "control_client/control_client.h"
 #include "cli/job_file.h"
 #include "common/checksum.h"
 
 namespace bulwark::cli {
+
+using control_client::ControlClient;
 namespace {
 
 using nlohmann::json;

@@ -10,12 +10,14 @@
 #include <iostream>
 #include <thread>
 
-#include "cli/client.h"
+#include "control_client/control_client.h"
 #include "cluster/layout.h"
 #include "cluster/local/local_cluster.h"
 #include "common/progress_pattern.h"
 
 namespace bulwark::cli {
+
+using control_client::ControlClient;
 namespace {
 
 using nlohmann::json;

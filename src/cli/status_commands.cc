@@ -8,10 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/client.h"
+#include "control_client/control_client.h"
 #include "cli/args.h"
 
 namespace bulwark::cli {
+
+using control_client::ControlClient;
 namespace {
 
 using nlohmann::json;

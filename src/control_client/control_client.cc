@@ -1,4 +1,4 @@
-#include "cli/client.h"
+#include "control_client/control_client.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -9,7 +9,7 @@
 #include "common/files.h"
 #include "common/token.h"
 
-namespace bulwark::cli {
+namespace bulwark::control_client {
 namespace {
 
 constexpr auto kDeadline = std::chrono::seconds(5);
@@ -160,4 +160,4 @@ Result<nlohmann::json> ControlClient::Releases() {
   return Query(&wire::ControlService::Stub::Releases, "releases");
 }
 
-}  // namespace bulwark::cli
+}  // namespace bulwark::control_client

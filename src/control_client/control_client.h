@@ -1,4 +1,5 @@
-// The CLI's connection to the controller: every call with a deadline and
+// A connection to the controller for whatever drives a cluster from
+// outside (the CLI, the demo and benches): every call with a deadline and
 // the cluster token.
 #pragma once
 
@@ -10,7 +11,7 @@
 #include "bulwark.grpc.pb.h"
 #include "common/status.h"
 
-namespace bulwark::cli {
+namespace bulwark::control_client {
 
 class ControlClient {
  public:
@@ -49,4 +50,4 @@ class ControlClient {
   std::shared_ptr<wire::ControlService::Stub> rpc_;
 };
 
-}  // namespace bulwark::cli
+}  // namespace bulwark::control_client

@@ -109,7 +109,7 @@ Result<std::unique_ptr<Session>> Session::Up(const std::string& exe_dir, const s
                                    std::to_string(standby), "--dir", dir};
   argv.insert(argv.end(), up_flags.begin(), up_flags.end());
   const Status up = RunChild(argv, 60, quiet_stdout);
-  Result<cli::ControlClient> client = up.ok() ? cli::ControlClient::Connect(dir) : Result<cli::ControlClient>(up);
+  Result<control_client::ControlClient> client = up.ok() ? control_client::ControlClient::Connect(dir) : Result<control_client::ControlClient>(up);
   if (!client.ok()) {
     // A half-started cluster (controller up, an agent missing) goes down too.
     // The start's error is the one to report; what a failed down leaves

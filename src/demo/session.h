@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/client.h"
+#include "control_client/control_client.h"
 #include "cluster/layout.h"
 #include "common/status.h"
 
@@ -101,11 +101,11 @@ class Session {
   static std::string MachineState(const json& s, const std::string& id);
 
  private:
-  Session(std::string exe_dir, cluster::Layout layout, cli::ControlClient client, bool quiet_stdout)
+  Session(std::string exe_dir, cluster::Layout layout, control_client::ControlClient client, bool quiet_stdout)
       : exe_dir_(std::move(exe_dir)), layout_(std::move(layout)), client_(std::move(client)), quiet_stdout_(quiet_stdout) {}
   std::string exe_dir_;
   cluster::Layout layout_;
-  cli::ControlClient client_;
+  control_client::ControlClient client_;
   bool quiet_stdout_;
   bool down_ = false;
 };
