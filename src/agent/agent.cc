@@ -2,6 +2,11 @@
 
 #include "cluster/fence.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 namespace bulwark::agent {
@@ -46,7 +51,7 @@ Status Agent::Run() {
     if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
   }
   commands.join();
-  return Status::OK();
+  return refused_;
 }
 
 std::shared_ptr<grpc::Channel> Agent::Channel() {
@@ -96,6 +101,13 @@ bool Agent::Register() {
   grpc::Status st = rpc->Register(&ctx, req, &reply);
   if (!st.ok()) {
     if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) LogWarn("controller refused registration: " + st.error_message());
+    // Refused for what it is, not for a passing fault: retrying cannot help,
+    // and an agent left running would look like a machine (issue 40).
+    if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      refused_ = Status::FailedPrecondition(st.error_message());
+      AgentLog().Error(st.error_message());
+      g_stop = true;
+    }
     return false;
   }
   Log("registered " + o_.machine + " with the controller");
@@ -239,13 +251,16 @@ void Agent::WatchRanks() {
     e.set_exit_code(x.exit_code);
     e.set_signal(x.signal);
     e.set_signature(sigs_.Match(tail));
+    e.set_unreachable_peer(UnreachablePeer(tail));
     // The shell's and exec's "command not found": the job's fault, not the machine's.
     if (x.signal == 0 && x.exit_code == 127 && e.signature().empty()) e.set_signature("command_not_found");
     e.set_observed_ms(Ms(x.at));
     e.set_generation(supervisor_.generation());  // reaped before any newer start
     ++rank_exits_[{x.rank, x.signal != 0 ? "signal" : x.exit_code == kExitPeerLost ? "peer_lost" : "error"}];
     if (x.signal == 0 && x.exit_code == kExitPeerLost) {
-      Log("rank " + std::to_string(x.rank) + " lost a peer (" + e.signature() + "); holding the report for the culprit's");
+      Log("rank " + std::to_string(x.rank) + " lost a peer (" + e.signature() +
+          (e.unreachable_peer().empty() ? "" : ", could not connect to " + e.unreachable_peer()) +
+          "); holding the report for the culprit's");
       echoes_.Hold(e, x.at);
       continue;
     }
@@ -473,6 +488,44 @@ void Agent::ServeMetrics(int port) {
 
 using namespace detail;
 
+namespace {
+
+// This machine's address when --address is not given: the one the route to
+// the controller leaves by. Connecting a UDP socket sends nothing; it only
+// makes the kernel pick the source address, which getsockname reads. So a
+// real host advertises the interface its peers share with the controller,
+// and loopback only when the controller itself is on loopback (a local
+// cluster without namespaces). 127.0.0.1 when the controller's address is
+// not known yet.
+std::string AddressTowardsController(const cluster::Layout& layout) {
+  const std::string fallback = "127.0.0.1";
+  Result<std::string> addr = ReadFile(layout.controller_addr());
+  if (!addr.ok()) return fallback;
+  std::string a = *addr;
+  while (!a.empty() && (a.back() == '\n' || a.back() == ' ')) a.pop_back();
+  const size_t colon = a.rfind(':');
+  const std::string host = colon == std::string::npos ? a : a.substr(0, colon);
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  // The port does not choose the route; "discard" stands in for the
+  // controller's, which is 0 until the controller has bound one.
+  if (::getaddrinfo(host.c_str(), "9", &hints, &found) != 0 || found == nullptr) return fallback;
+  std::string out = fallback;
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in self{};
+  socklen_t len = sizeof self;
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) == 0) {
+    char buf[INET_ADDRSTRLEN] = {};
+    if (::inet_ntop(AF_INET, &self.sin_addr, buf, sizeof buf) != nullptr) out = buf;
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  return out;
+}
+
+}  // namespace
 
 Status RunAgent(const AgentOptions& options) {
   const cluster::Layout layout{options.dir};
@@ -510,7 +563,9 @@ Status RunAgent(const AgentOptions& options) {
     if (!fence.ok()) return fence.status();
     o.fence_timeout = *fence;
   }
-  const std::string address = options.address.empty() ? "127.0.0.1" : options.address;
+  const std::string address = options.address.empty() ? AddressTowardsController(layout) : options.address;
+  o.address = address;
+  Log("advertising " + address + (options.address.empty() ? " (the interface towards the controller)" : ""));
   if (!options.address.empty() && !options.nic.empty()) {
     // Ranks and diagnostics bind Gloo to the machine's link, not to what the
     // shared hostname resolves to (127.0.0.1 here, another host's address

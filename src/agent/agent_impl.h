@@ -251,6 +251,9 @@ class Agent {
 
   // Main thread only.
   bool registered_ = false;
+  // The controller refused this agent for good (an address its peers cannot
+  // reach): the agent stops, and Run returns why.
+  Status refused_;
   int64_t seq_ = 0;
   std::deque<wire::AgentEvent> pending_;
   EchoHold<wire::AgentEvent, Clock> echoes_{PeerLostGrace(o_.fence_timeout)};
