@@ -396,8 +396,18 @@ void Agent::AwaitWaitingRanks(const RankGroupSpec& spec) {
   }
   // A wait on real processes, in real time (not the agent's clock, which
   // a test may hold still).
-  const auto end = std::chrono::steady_clock::now() + kRejoinWait;
+  const auto start = std::chrono::steady_clock::now(), end = start + kRejoinWait;
+  bool aborted = false;
   while (supervisor_.AnyLiveNotWaiting(spec) && std::chrono::steady_clock::now() < end) {
+    // A rank that has not yielded by half time is stuck in a collective
+    // whose peer hangs (a frozen machine sends neither data nor EOF): it is
+    // told to end that collective and keep its state, rather than be
+    // stopped with it. A rank waiting already skips the word.
+    if (yielding_ && !aborted && std::chrono::steady_clock::now() >= start + kRejoinWait / 2) {
+      aborted = true;
+      for (const auto& [rank, pid] : supervisor_.Pids()) (void)links_->Send(pid, "INJECT abort");
+      Log("ranks not yielding after " + std::to_string(kRejoinWait.count() / 2) + " ms: asked to abort their collective");
+    }
     ForwardRankLinks(/*progress=*/false);
     WatchRanks();  // a rank that exits instead is an exit, as before
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -124,13 +124,35 @@ void RankLink::Phase(const std::string& what, double expected_ms, int64_t after_
   ::send(sock_, buf, std::strlen(buf), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-std::optional<std::string> RankLink::PollInject() {
+namespace {
+
+// One injection the agent sent, without waiting: its word, or nullopt.
+std::optional<std::string> ReadInject(int sock) {
   char buf[256];
-  ssize_t n = ::recv(sock_, buf, sizeof buf - 1, MSG_DONTWAIT);
+  ssize_t n = ::recv(sock, buf, sizeof buf - 1, MSG_DONTWAIT);
   if (n <= 0) return std::nullopt;
   std::vector<std::string> w = SplitWords(std::string(buf, n));
   if (w.size() == 2 && w[0] == "INJECT") return w[1];
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> RankLink::PollInject() {
+  if (!held_.empty()) {
+    std::string w = held_.front();
+    held_.pop_front();
+    return w;
+  }
+  return ReadInject(sock_);
+}
+
+bool RankLink::TakeAbort() {
+  while (std::optional<std::string> w = ReadInject(sock_)) {
+    if (*w == "abort") return true;
+    held_.push_back(*w);
+  }
+  return false;
 }
 
 void RankLink::Hello(int rank) {
@@ -142,6 +164,7 @@ void RankLink::OfferInPlace() { ::send(sock_, "INPLACE", 7, MSG_NOSIGNAL); }
 
 std::optional<RankAssignment> RankLink::AwaitAssignment(const std::string& why, int64_t step, int timeout_ms) {
   const std::string text = why == "READY" ? why : why + " " + std::to_string(step);
+  held_.clear();  // the ended generation's injections
   // Blocking: the agent must hear it, and nothing else is in flight.
   if (::send(sock_, text.data(), text.size(), MSG_NOSIGNAL) < 0) return std::nullopt;
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);

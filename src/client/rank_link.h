@@ -6,7 +6,9 @@
 //   rank -> agent                                agent -> rank
 //   HELLO <rank> <pid>                           INJECT nan | loss-spike |
 //   STEP <step signal, see StepSignal::Format>          hang-collective | hang-compute |
-//                                                       yield (stop between steps, WAIT)
+//                                                       yield (stop between steps, WAIT) |
+//                                                       abort (end the generation now, even
+//                                                       inside a collective: TakeAbort)
 //   PHASE <what> <expected_ms> <step>            (the step it follows)
 //   LOST <step>     a collective failed; waiting  ASSIGN <see RankAssignment>
 //   WAIT <step>     a step held back; waiting
@@ -24,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,6 +92,14 @@ class RankLink {
   // The agent's next injection request, without waiting: "nan",
   // "loss-spike", "hang-collective", "hang-compute", or nullopt.
   std::optional<std::string> PollInject();
+  // The socket, for a wait that must also hear the agent (a ring
+  // collective: trainer/ring.h).
+  int fd() const { return sock_; }
+  // Reads what the agent sent, without waiting: true when it asked this
+  // rank to abort its generation. Other injections are kept, in order, for
+  // PollInject. A collective whose peer hangs (a frozen machine) hears
+  // neither data nor EOF; only the agent can tell it the generation is over.
+  bool TakeAbort();
   // This process now is `rank` (after an ASSIGN): the agent's view of the
   // link follows, and the hang detector hears a new start.
   void Hello(int rank);
@@ -105,6 +116,7 @@ class RankLink {
  private:
   RankLink() = default;
   int sock_ = -1;
+  std::deque<std::string> held_;  // injections TakeAbort read, for PollInject
 };
 
 }  // namespace bulwark::client

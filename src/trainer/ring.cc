@@ -399,12 +399,18 @@ Status Ring::Exchange(int to, const Pieces& out, int from, char* in, size_t in_l
     if (from >= 0 && got > 0) links_.CloseFd(from);
     return Fail(st);
   };
+  bool hear_agent = links_.interrupt_fd_ >= 0;
   while (sent < total || !done) {
-    pollfd p[2];
+    pollfd p[3];
     int n = 0;
     if (sent < total) p[n++] = {to, POLLOUT, 0};
     if (!done) p[n++] = {from, POLLIN, 0};
+    const int data = n;  // p[0, data): the links
+    if (hear_agent) p[n++] = {links_.interrupt_fd_, POLLIN, 0};
     if (::poll(p, n, MsLeft(deadline)) == 0) return fail(Status::Unavailable("a ring collective timed out"));
+    if (hear_agent && p[data].revents != 0 && AgentEnded(p[data].revents, &hear_agent)) {
+      return fail(Status::Unavailable("the agent ended this generation inside a collective"));
+    }
     if (sent < total && p[0].revents != 0) {
       msghdr m{};
       m.msg_iov = iov.data() + at;
@@ -420,7 +426,7 @@ Status Ring::Exchange(int to, const Pieces& out, int from, char* in, size_t in_l
         if (iov[at].iov_len == 0) ++at;
       }
     }
-    if (done || p[n - 1].revents == 0) continue;
+    if (done || p[data - 1].revents == 0) continue;
     char* dst = got < sizeof(f) ? reinterpret_cast<char*>(&f) + got : payload + (got - sizeof(f));
     const size_t want = got < sizeof(f) ? sizeof(f) - got : sizeof(f) + f.len - got;
     const ssize_t k = ::recv(from, dst, want, MSG_DONTWAIT);
@@ -443,6 +449,12 @@ Status Ring::Exchange(int to, const Pieces& out, int from, char* in, size_t in_l
     done = true;
   }
   return Status::OK();
+}
+
+bool Ring::AgentEnded(short revents, bool* watch) {
+  if (links_.interrupted_ && links_.interrupted_()) return true;
+  if (revents & (POLLHUP | POLLERR)) *watch = false;
+  return false;
 }
 
 // This generation is over for this rank: both neighbours are told, so a

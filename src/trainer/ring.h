@@ -27,6 +27,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -60,6 +61,16 @@ class RingLinks {
   int kept() const { return kept_; }
   int made() const { return made_; }
 
+  // A collective's wait also ends when `fd` has bytes and `asked()` says
+  // the generation is over (the agent's word on the rank link). A peer that
+  // hangs (a frozen machine) sends neither data nor EOF, so without this the
+  // ring waits out its timeout and the agent, tired of waiting, stops this
+  // process and its state with it (docs/recovery.md).
+  void InterruptOn(int fd, std::function<bool()> asked) {
+    interrupt_fd_ = fd;
+    interrupted_ = std::move(asked);
+  }
+
  private:
   friend class Ring;
   using Key = std::pair<std::string, int>;  // the peer's identity, a channel
@@ -72,6 +83,8 @@ class RingLinks {
   std::map<Key, int> fds_;
   std::set<int> fresh_;  // links made by the generation being formed
   int kept_ = 0, made_ = 0;
+  int interrupt_fd_ = -1;  // InterruptOn
+  std::function<bool()> interrupted_;
 };
 
 // One generation's ring: rank r's neighbours are r - 1 and r + 1 (mod W).
@@ -110,6 +123,9 @@ class Ring {
   int Fd(const std::string& peer, int channel);
   Status AcceptUntil(const RingLinks::Key& want, bool watch_ring = false);
   Status AwaitPoint(int fd);
+  // InterruptOn's question, asked when poll saw `revents` on its fd; clears
+  // `*watch` when the agent's link is gone (it would wake every poll).
+  bool AgentEnded(short revents, bool* watch);
   void SendLoop();
   double Deadline() const;
 

@@ -195,12 +195,21 @@ Status Ring::AwaitPoint(int fd) {
   for (const std::string& p : std::set<std::string>{pred_, succ_}) {
     if (const int n = Fd(p, kRingChannel); n >= 0) watch.push_back(n);
   }
+  bool hear_agent = links_.interrupt_fd_ >= 0;  // a donor that hangs says nothing either
   for (;;) {
     std::vector<pollfd> ps = {{fd, POLLIN, 0}};
     for (int w : watch) ps.push_back({w, POLLIN, 0});
+    if (hear_agent) ps.push_back({links_.interrupt_fd_, POLLIN, 0});
     const int ready = ::poll(ps.data(), ps.size(), MsLeft(deadline));
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0 || ps[0].revents != 0) return Status::OK();  // the read times out or fails itself
+    if (hear_agent) {
+      const short agent = ps.back().revents;
+      ps.pop_back();
+      if (agent != 0 && AgentEnded(agent, &hear_agent)) {
+        return Fail(Status::Unavailable("the agent ended this generation while a transfer was awaited"));
+      }
+    }
     for (size_t i = 1; i < ps.size(); ++i) {
       if (ps[i].revents == 0) continue;
       Frame f;

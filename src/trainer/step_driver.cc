@@ -178,9 +178,11 @@ Result<GenerationEnd> StepDriver::Run(StepLayout& layout, TrainState& st, Clock:
     if (sdc_file) sdc_file->Poll(sdc);  // the machine's emulated hardware (sdc.h)
     if (link) inject = link->PollInject().value_or("");
     if (inject.rfind("sdc-", 0) == 0) sdc = Sdc::Parse(inject.substr(4));
-    if (inject == "yield") {
+    if (inject == "yield" || inject == "abort") {
       // A new generation comes while this one trains (an elastic job grows
-      // back): stop between steps, the state whole, and wait for it.
+      // back): stop between steps, the state whole, and wait for it. An
+      // abort (the agent stopped waiting for the yield; RankLink::TakeAbort)
+      // met between steps is the same.
       if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->WaitCopied());
       return GenerationEnd::kYielded;
     }

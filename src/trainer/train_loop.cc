@@ -167,12 +167,26 @@ class DataParallelStep final : public StepLayout {
   std::vector<torch::Tensor> buckets_;
 };
 
+// A survivor whose peer hangs (a frozen machine) waits inside a ring
+// collective for data that never comes, and the agent that has the next
+// generation for it stops it when it does not yield: its live state, the
+// only in-memory copy of use at another width, went with it. The agent's
+// abort ends the collective instead, and the rank rejoins in place.
+void HearAgentInCollectives(TrainProcess& p) {
+  if (!p.link) return;
+  client::RankLink* link = p.link.get();
+  for (RingLinks* r : {p.ring.get(), p.stage_ring.get()}) {
+    if (r != nullptr) r->InterruptOn(link->fd(), [link] { return link->TakeAbort(); });
+  }
+}
+
 }  // namespace
 
 Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const GenerationStart& g) {
   const TrainConfig& cfg = p.cfg;
   const int W = comm.world_size(), rank = comm.rank();
   Progress progress(cfg.log_format == "json", rank == 0, cfg.log_every);
+  HearAgentInCollectives(p);
 
   // Padded to the world size even unsharded: in-memory checkpoint shards
   // split the state the way ZeRO-1 does. A job keeps its world size; an
