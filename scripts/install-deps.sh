@@ -46,6 +46,10 @@ if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
   # The Python reference for bench/trainer_throughput.
   packages+=(python3-numpy python3-matplotlib)
 fi
+if [[ "${BULWARK_LINT:-0}" == 1 ]]; then
+  # make lint: clang's -Wthread-safety.
+  packages+=(clang)
+fi
 if [[ "${BULWARK_FUZZ:-0}" == 1 ]]; then
   # make fuzz: clang with libFuzzer and the sanitizer runtimes.
   packages+=(clang libclang-rt-dev)

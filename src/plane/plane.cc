@@ -34,10 +34,15 @@ Result<std::unique_ptr<Plane>> Plane::Open(PlaneOptions options, Time now) {
   Result<std::unique_ptr<Store>> store = Store::Open(options.db_path, options.create);
   if (!store.ok()) return store.status();
   std::unique_ptr<Plane> p(new Plane(std::move(options)));
-  p->store_ = std::move(*store);
-  p->started_ = now;
-  BULWARK_RETURN_IF_ERROR(p->Rebuild(now));
-  p->ReconcileBackend();
+  {
+    // Nobody else holds it yet; the lock costs nothing and keeps every
+    // access to the plane's state under mu_ (make lint checks it).
+    MutexLock lock(&p->mu_);
+    p->store_ = std::move(*store);
+    p->started_ = now;
+    BULWARK_RETURN_IF_ERROR(p->Rebuild(now));
+    p->ReconcileBackend();
+  }
   return p;
 }
 
@@ -176,7 +181,7 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
   }
   if (deliver) {
     WarmStandbysLocked();
-    changed_.notify_all();
+    changed_.NotifyAll();
   }
   return Status::OK();
 }
@@ -264,7 +269,7 @@ Status Plane::JournalLocked(const json& record, Time now) {
 }
 
 Status Plane::Register(const wire::RegisterRequest& req, Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   now = Now(now);
   if (req.machine().empty()) return Status::InvalidArgument("register: machine id is empty");
   // Refused before anything is recorded: a machine its peers cannot reach
@@ -306,7 +311,7 @@ void Plane::CheckMonitors(Time now) {
 }
 
 Status Plane::UploadStacks(const wire::StacksRequest& req, Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   now = Now(now);
   if (!trace_ || req.trace() != trace_->id) {
     Log("stacks from " + req.machine() + " for " + req.trace() + " arrived after their trace ended; kept out");
@@ -368,17 +373,17 @@ void Plane::FinishTrace(Time now) {
 }
 
 int64_t Plane::OpenStream(const std::string& machine) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const int64_t id = next_stream_++;
   AgentFor(machine).stream = id;
-  changed_.notify_all();  // wakes an older stream so that it sees it is superseded
+  changed_.NotifyAll();  // wakes an older stream so that it sees it is superseded
   return id;
 }
 
 std::optional<wire::Command> Plane::NextCommand(const std::string& machine, int64_t stream,
                                                 std::string* sent_desired, Time until,
                                                 bool* superseded) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   *superseded = false;
   const auto deadline = std::chrono::system_clock::time_point(std::chrono::milliseconds(ToMs(until)));
   for (;;) {
@@ -415,18 +420,18 @@ std::optional<wire::Command> Plane::NextCommand(const std::string& machine, int6
       }
       return c;
     }
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) return std::nullopt;
+    if (!changed_.WaitUntil(&mu_, deadline)) return std::nullopt;
   }
 }
 
 void Plane::Requeue(const std::string& machine, wire::Command command) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   AgentFor(machine).oneshots.push_front(std::move(command));
-  changed_.notify_all();
+  changed_.NotifyAll();
 }
 
 void Plane::Tick(Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   now = Now(now);
   if (last_tick_ && now - *last_tick_ > 4 * options_.tick_period) {
     const Duration stall = now - *last_tick_ - options_.tick_period;

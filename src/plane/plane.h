@@ -10,12 +10,10 @@
 // they ignore when they already carry it out (the job trains on meanwhile).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -30,6 +28,7 @@
 #include "controller/monitors.h"
 #include "controller/stack_analyzer.h"
 #include "common/log.h"
+#include "common/mutex.h"
 #include "plane/address_check.h"
 #include "plane/core.h"
 #include "plane/store.h"
@@ -75,45 +74,45 @@ class Plane {
   static Result<std::unique_ptr<Plane>> Open(PlaneOptions options, Time now);
 
   // --- agents -------------------------------------------------------------
-  Status Register(const wire::RegisterRequest& req, Time now);
+  Status Register(const wire::RegisterRequest& req, Time now) EXCLUDES(mu_);
   // Applies the events not yet applied; returns the highest seq applied.
-  Result<int64_t> Report(const wire::ReportRequest& req, Time now);
+  Result<int64_t> Report(const wire::ReportRequest& req, Time now) EXCLUDES(mu_);
   // Blocks until there is a command for `machine` that this stream has not
   // sent (`sent_desired` is the id of the last desired command it sent) or
   // `until` passes. A newer stream for the machine ends older ones: they get
   // nullopt with *superseded set.
   std::optional<wire::Command> NextCommand(const std::string& machine, int64_t stream,
-                                           std::string* sent_desired, Time until, bool* superseded);
-  int64_t OpenStream(const std::string& machine);
+                                           std::string* sent_desired, Time until, bool* superseded) EXCLUDES(mu_);
+  int64_t OpenStream(const std::string& machine) EXCLUDES(mu_);
   // An agent's answer to a TRACE command: its ranks' stacks.
-  Status UploadStacks(const wire::StacksRequest& req, Time now);
+  Status UploadStacks(const wire::StacksRequest& req, Time now) EXCLUDES(mu_);
   // Puts back a one-time command (an injection) that a closing stream could
   // not write, so the agent's next stream delivers it instead of losing it.
-  void Requeue(const std::string& machine, wire::Command command);
+  void Requeue(const std::string& machine, wire::Command command) EXCLUDES(mu_);
 
   // --- operators ----------------------------------------------------------
-  Result<std::string> Submit(JobLaunch launch, Time now);
-  Status Inject(const wire::InjectRequest& req);
+  Result<std::string> Submit(JobLaunch launch, Time now) EXCLUDES(mu_);
+  Status Inject(const wire::InjectRequest& req) EXCLUDES(mu_);
   // Returns a note for the operator: empty when the machine's agent is
   // alive, else why the machine will stay "joining" until it is.
-  Result<std::string> ReturnMachine(const std::string& machine, Time now);
+  Result<std::string> ReturnMachine(const std::string& machine, Time now) EXCLUDES(mu_);
   // Releases (releases.h; plane_releases.cc). Update journals `release` as
   // the job's next one and hands it to the policy (applied now, or at the
   // next restart); it returns the release's number. Rollback goes back to
   // release `to` (0: the one before the running one).
-  Result<int> Update(Release release, const JobSpec& spec, Time now);
-  Status Rollback(int to, const std::string& why, Time now);
-  nlohmann::json ReleasesJson();
-  nlohmann::json StatusJson(Time now);
-  nlohmann::json IncidentsJson();
-  nlohmann::json LedgerJson(Time now);
+  Result<int> Update(Release release, const JobSpec& spec, Time now) EXCLUDES(mu_);
+  Status Rollback(int to, const std::string& why, Time now) EXCLUDES(mu_);
+  nlohmann::json ReleasesJson() EXCLUDES(mu_);
+  nlohmann::json StatusJson(Time now) EXCLUDES(mu_);
+  nlohmann::json IncidentsJson() EXCLUDES(mu_);
+  nlohmann::json LedgerJson(Time now) EXCLUDES(mu_);
   // Prometheus text (plane_metrics.cc), and where it is served, for status.
-  std::string Metrics(Time now);
-  void set_metrics_url(std::string url);
+  std::string Metrics(Time now) EXCLUDES(mu_);
+  void set_metrics_url(std::string url) EXCLUDES(mu_);
 
   // Detects lost agents and runs the implicit-fault detectors; called a
   // few times a second.
-  void Tick(Time now);
+  void Tick(Time now) EXCLUDES(mu_);
 
  private:
   struct Agent {
@@ -153,23 +152,23 @@ class Plane {
   explicit Plane(PlaneOptions o) : options_(std::move(o)), monitors_(options_.policy) {}
   // --- an agent's report (Report), one job each ---
   // The agent of `req`, registered under the incarnation it reports as.
-  Result<Agent*> ReportingAgentLocked(const wire::ReportRequest& req);
+  Result<Agent*> ReportingAgentLocked(const wire::ReportRequest& req) REQUIRES(mu_);
   // What the report says of the machine: heard now, its ranks, generation,
   // shard holdings and device hint. True when it had been reported lost.
-  bool NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now);
+  bool NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now) REQUIRES(mu_);
   // A machine the job has not seen, or one an operator returned, joins by reporting.
-  void JoinIfNewLocked(const MachineId& machine, bool was_lost, Time now);
+  void JoinIfNewLocked(const MachineId& machine, bool was_lost, Time now) REQUIRES(mu_);
   // One new event of the agent's: journaled and decided, or dropped as a
   // stale step or an echo. An error only when the journal failed.
-  Status ApplyAgentEventLocked(const MachineId& machine, int64_t incarnation, const wire::AgentEvent& ev, Time now);
+  Status ApplyAgentEventLocked(const MachineId& machine, int64_t incarnation, const wire::AgentEvent& ev, Time now) REQUIRES(mu_);
   // The ranks' step signals and phases into the detectors, then a check.
-  void ObserveSignalsLocked(const wire::ReportRequest& req, Time now);
-  Status Rebuild(Time now);
+  void ObserveSignalsLocked(const wire::ReportRequest& req, Time now) REQUIRES(mu_);
+  Status Rebuild(Time now) REQUIRES(mu_);
   // Analyzes what the trace gathered, keeps the raw stacks for people and
   // hands the verdict to the policy.
-  void FinishTrace(Time now);
+  void FinishTrace(Time now) REQUIRES(mu_);
   // Runs the detectors and handles what they found.
-  void CheckMonitors(Time now);
+  void CheckMonitors(Time now) REQUIRES(mu_);
   // A job ends when its program does, whatever it printed: once every rank
   // of the current placement has exited 0 (as its machine's agent last
   // reported), the job is complete at the last step seen, the highest of
@@ -179,102 +178,102 @@ class Plane {
   // fails or hangs is an ordinary incident, and its restart starts every
   // rank again, the finished ones too (a program that resumes at its end
   // exits 0 again at once, and completes the job then).
-  Status CompleteIfEveryRankExitedLocked(Time now);
+  Status CompleteIfEveryRankExitedLocked(Time now) REQUIRES(mu_);
   // Journals the job's completion at `step` (`why` for people) and stops
   // protecting it: its ranks' exits and its machines' faults are no longer
   // incidents.
-  Status CompleteLocked(int64_t step, const std::string& why, const nlohmann::json& origin, Time now);
-  Time Now(Time now);
+  Status CompleteLocked(int64_t step, const std::string& why, const nlohmann::json& origin, Time now) REQUIRES(mu_);
+  Time Now(Time now) REQUIRES(mu_);
   // Journals, hands to the policy and actuates; the only path for events.
   // Logs every failure itself (a refusal, the journal, what follows the
   // journaled decision), so a caller that has no one to tell may use Feed.
-  Status HandleLocked(const Event& e, Time now, const nlohmann::json& origin);
+  Status HandleLocked(const Event& e, Time now, const nlohmann::json& origin) REQUIRES(mu_);
   // HandleLocked for events nobody waits on (an agent's report, the tick).
-  void FeedLocked(const Event& e, Time now, const nlohmann::json& origin);
+  void FeedLocked(const Event& e, Time now, const nlohmann::json& origin) REQUIRES(mu_);
   // Appends one row to the journal. A failure is sticky (journal_error_):
   // the policy's state may have moved past what the journal can replay, so
   // the plane decides nothing more until it is restarted.
-  Status JournalLocked(const nlohmann::json& record, Time now);
-  Status AfterDecision(const std::vector<Action>& actions, bool deliver, Time now);
+  Status JournalLocked(const nlohmann::json& record, Time now) REQUIRES(mu_);
+  Status AfterDecision(const std::vector<Action>& actions, bool deliver, Time now) REQUIRES(mu_);
   // While the job runs, every idle standby's desired state is a STOP_RANKS
   // that carries the job's command (actuator.h: WarmStandby): its agent
   // keeps a spare of the job set up, so that a swap to it costs a
   // rendezvous and a restore, not a process start (docs/recovery.md).
-  void WarmStandbysLocked();
+  void WarmStandbysLocked() REQUIRES(mu_);
   // Queues a RunDiagnostics action's DIAGNOSE one-shot for each of its
   // machines (with their replay groups or network links).
-  void SendDiagnose(const Action& a);
+  void SendDiagnose(const Action& a) REQUIRES(mu_);
   // Queues a StageRelease action's STAGE_RELEASE one-shot for each of its
   // machines, with the release's command as its restart will carry it.
-  void SendStageRelease(const Action& a);
+  void SendStageRelease(const Action& a) REQUIRES(mu_);
   // Drops the step rows replay can do without, once replaying what is left
   // is verified to give the same state (journal_compaction.h).
-  Status CompactJournal(Time now);
-  Status SaveSnapshots(Time now);
-  nlohmann::json IncidentsLocked();
-  nlohmann::json LedgerLocked(Time now);
-  Agent& AgentFor(const std::string& machine);
+  Status CompactJournal(Time now) REQUIRES(mu_);
+  Status SaveSnapshots(Time now) REQUIRES(mu_);
+  nlohmann::json IncidentsLocked() REQUIRES(mu_);
+  nlohmann::json LedgerLocked(Time now) REQUIRES(mu_);
+  Agent& AgentFor(const std::string& machine) REQUIRES(mu_);
   // The job's launch with release `number`'s command and environment.
-  JobLaunch LaunchFor(int number) const;
+  JobLaunch LaunchFor(int number) const REQUIRES(mu_);
   // Sends ReleaseDue and RequeueDue when their times come (from Tick).
-  void ReleaseAndRequeueTimers(Time now);
+  void ReleaseAndRequeueTimers(Time now) REQUIRES(mu_);
   // Tells the cluster manager about a delivered decision (plane_backend.cc).
-  void ActuateBackend(const Action& a);
+  void ActuateBackend(const Action& a) REQUIRES(mu_);
   // After a restart: every evicted machine is drained, in case the drain
   // was still pending when the previous controller died.
-  void ReconcileBackend();
+  void ReconcileBackend() REQUIRES(mu_);
   // Backup peers and restore sources for `placement` from what the agents
   // last reported; a lost agent's holdings are not offered as sources.
-  BackupPlan PlanLocked(const Placement& placement) const;
+  BackupPlan PlanLocked(const Placement& placement) const REQUIRES(mu_);
   // Where ranks led by `machine` rendezvous: the machine's own address when
   // it has one of its own (its shard server's host, a network namespace of
   // the local backend or a real host), else the launch's (loopback).
-  std::string MasterAddrLocked(const MachineId& machine) const;
+  std::string MasterAddrLocked(const MachineId& machine) const REQUIRES(mu_);
   // The machine of the current placement that advertised the host of
   // `addr` ("host:port"), "" when none or several did (the local backend
   // without namespaces puts every machine on 127.0.0.1: no one to blame).
-  MachineId OwnerOfAddressLocked(const std::string& addr) const;
-  void Log(const std::string& line);
+  MachineId OwnerOfAddressLocked(const std::string& addr) const REQUIRES(mu_);
+  void Log(const std::string& line) REQUIRES(mu_);
 
   PlaneOptions options_;
-  Monitors monitors_;
-  Throughput throughput_;  // the job's tokens/s, for /metrics
+  Monitors monitors_ GUARDED_BY(mu_);
+  Throughput throughput_ GUARDED_BY(mu_);  // the job's tokens/s, for /metrics
   Logger log_{"controller"};
-  std::optional<Trace> trace_;
+  std::optional<Trace> trace_ GUARDED_BY(mu_);
   // The latest RunDiagnostics decided, replayed ones included: a controller
   // restarted while the ladder waits for it sends it again (the agents
   // ignore a command id they already ran), instead of waiting out the
   // budget for answers from machines whose command died with the old one.
-  std::optional<Action> diagnose_decided_;
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::unique_ptr<Store> store_;
-  std::optional<Controller> controller_;
-  std::optional<JobLaunch> launch_;
+  std::optional<Action> diagnose_decided_ GUARDED_BY(mu_);
+  Mutex mu_;
+  CondVar changed_;
+  std::unique_ptr<Store> store_ GUARDED_BY(mu_);
+  std::optional<Controller> controller_ GUARDED_BY(mu_);
+  std::optional<JobLaunch> launch_ GUARDED_BY(mu_);
   // Releases 2.. as journaled; release 1 is launch_ itself.
-  std::map<int, Release> releases_;
-  std::map<std::string, Agent> agents_;
-  int64_t next_stream_ = 1;
-  Time last_now_{};
-  Time started_{};
-  std::optional<Time> last_tick_;
-  std::optional<int64_t> done_step_;
-  std::string done_why_;  // how it ended, for status (journaled with the done row)
+  std::map<int, Release> releases_ GUARDED_BY(mu_);
+  std::map<std::string, Agent> agents_ GUARDED_BY(mu_);
+  int64_t next_stream_ GUARDED_BY(mu_) = 1;
+  Time last_now_ GUARDED_BY(mu_){};
+  Time started_ GUARDED_BY(mu_){};
+  std::optional<Time> last_tick_ GUARDED_BY(mu_);
+  std::optional<int64_t> done_step_ GUARDED_BY(mu_);
+  std::string done_why_ GUARDED_BY(mu_);  // how it ended, for status (journaled with the done row)
   // The highest step any rank signalled (the job's progress is rank 0's; a
   // rank may go further before it ends). Runtime only, like the signals.
-  int64_t highest_step_ = 0;
-  std::set<std::string> logged_actions_;
-  std::string metrics_url_;  // "" when metrics are not served
-  Status journal_error_;  // sticky: set once, the plane decides nothing more
+  int64_t highest_step_ GUARDED_BY(mu_) = 0;
+  std::set<std::string> logged_actions_ GUARDED_BY(mu_);
+  std::string metrics_url_ GUARDED_BY(mu_);  // "" when metrics are not served
+  Status journal_error_ GUARDED_BY(mu_);  // sticky: set once, the plane decides nothing more
   // Journal rows appended since the last compaction; compaction runs every
   // kCompactEvery of them (a few hours of steps) and at every start.
-  int64_t appended_since_compaction_ = 0;
+  int64_t appended_since_compaction_ GUARDED_BY(mu_) = 0;
   static constexpr int64_t kCompactEvery = 20000;
   // Standby shortfall already asked of the backend since the pool's last
   // arrival: a growing shortfall asks only for the difference.
-  int64_t backend_arrivals_ = -1;
-  int backend_asked_ = 0;
-  std::set<std::string> backend_done_;  // action ids told already: repeats are no-ops
+  int64_t backend_arrivals_ GUARDED_BY(mu_) = -1;
+  int backend_asked_ GUARDED_BY(mu_) = 0;
+  std::set<std::string> backend_done_ GUARDED_BY(mu_);  // action ids told already: repeats are no-ops
 };
 
 }  // namespace bulwark::plane

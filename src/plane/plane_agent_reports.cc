@@ -70,7 +70,7 @@ MachineId Plane::OwnerOfAddressLocked(const std::string& addr) const {
 }
 
 Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   now = Now(now);
   // Unacknowledged events stay with the agent until a restarted controller can journal them.
   if (!journal_error_.ok()) return journal_error_;

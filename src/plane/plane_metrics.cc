@@ -82,12 +82,12 @@ void IncidentFamilies(MetricsText& m, const std::vector<Incident>& all) {
 }  // namespace
 
 void Plane::set_metrics_url(std::string url) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   metrics_url_ = std::move(url);
 }
 
 std::string Plane::Metrics(Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   now = Now(now);
   MetricsText m;
   m.Family("bulwark_controller_uptime_seconds", "gauge", "Seconds since this controller process started.");

@@ -11,7 +11,7 @@ namespace bulwark::plane {
 using nlohmann::json;
 
 Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   now = Now(now);
   BULWARK_RETURN_IF_ERROR(launch.spec.Validate());
   if (launch.persist_every < 0) {
@@ -95,7 +95,7 @@ Status Plane::Inject(const wire::InjectRequest& req) {
   if (fault != "slow" && fault != "slow-link" && fault != "sdc" && req.factor() != 0) {
     return Status::InvalidArgument("--factor applies to slow and slow-link only");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
   if (cluster::Emulator::Makes(fault)) {
     // A part of the machine breaks: the local backend's emulated hardware
@@ -117,13 +117,13 @@ Status Plane::Inject(const wire::InjectRequest& req) {
   c.set_inject_where(where);
   c.set_inject_factor(req.factor());
   agents_[machine].oneshots.push_back(std::move(c));
-  changed_.notify_all();
+  changed_.NotifyAll();
   Log("injecting " + fault + " on " + machine);
   return Status::OK();
 }
 
 Result<std::string> Plane::ReturnMachine(const std::string& machine, Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   now = Now(now);
   if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
   BULWARK_RETURN_IF_ERROR(HandleLocked(OperatorReturned{machine, now}, now, nullptr));
@@ -137,7 +137,7 @@ Result<std::string> Plane::ReturnMachine(const std::string& machine, Time now) {
   c.set_id("reset-health");
   Agent& a = agents_[machine];
   a.oneshots.push_back(std::move(c));
-  changed_.notify_all();
+  changed_.NotifyAll();
   // The machine rejoins by passing its agent's self-check: with no agent
   // running it would wait as "joining" forever without saying why.
   const Duration silent = now - a.last_heard;

@@ -36,7 +36,7 @@ json CheckpointsJson(const Placement& p, const BackupPlan& plan, const std::vect
 }  // namespace
 
 json Plane::StatusJson(Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   now = Now(now);
   json j{{"controller_up_s", ToMs(now - started_) / 1000.0}};
   if (!journal_error_.ok()) j["error"] = journal_error_.ToString();
@@ -137,7 +137,7 @@ json Plane::StatusJson(Time now) {
 }
 
 json Plane::IncidentsJson() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return IncidentsLocked();
 }
 
@@ -149,7 +149,7 @@ json Plane::IncidentsLocked() {
 }
 
 json Plane::LedgerJson(Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return LedgerLocked(Now(now));
 }
 
