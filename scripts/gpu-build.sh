@@ -157,7 +157,11 @@ build() {
     die "configuring $out failed: $(grep -m1 -A2 'CMake Error' "$kit/gpu-configure.log" | tr -s ' \n' ' ') (see $kit/gpu-configure.log)"
   cmake --build "$out" -j"$(nproc)" --target bulwark-train >"$kit/gpu-build.log" 2>&1 ||
     die "building bulwark-train failed: $(grep -m1 'error' "$kit/gpu-build.log") (see $kit/gpu-build.log)"
-  "$out/bin/bulwark-train" --help | grep -q -- '--device' || die "$out/bin/bulwark-train does not start"
+  # The help captured first: `--help | grep -q` fails under pipefail when
+  # grep quits at its first match and the trainer gets SIGPIPE.
+  local help
+  help=$("$out/bin/bulwark-train" --help 2>&1) || die "$out/bin/bulwark-train does not start: $(tail -n 1 <<<"$help")"
+  grep -q -- '--device' <<<"$help" || die "$out/bin/bulwark-train --help does not offer --device (an old binary?)"
   ctest --test-dir "$out" -L gpu --output-on-failure || die "gpu-labelled tests failed (above)"
   echo "gpu-build.sh: $out/bin/bulwark-train built against torch $version (CUDA $cuda); gpu tests passed."
   echo "gpu-build.sh: the carried control plane: source $kit/env.sh"
