@@ -378,7 +378,9 @@ struct Bf16WeightsFn : torch::autograd::Function<Bf16WeightsFn> {
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     auto g = grads[0].to(torch::kBFloat16).contiguous();
-    const Bf16* pg = Ptr<Bf16>(g);
+    const bool cpu = g.is_cpu();
+    const Bf16* pg = cpu ? Ptr<Bf16>(g) : nullptr;
+    auto flat = g.view({-1});
     int64_t offset = 0;
     for (const char* name : {"a", "b", "c"}) {
       auto w = ctx->saved_data[name].toTensor();
@@ -388,9 +390,15 @@ struct Bf16WeightsFn : torch::autograd::Function<Bf16WeightsFn> {
       auto& grad = w.mutable_grad();
       if (!grad.defined()) grad = torch::zeros_like(w);
       TORCH_CHECK(grad.is_contiguous() && grad.scalar_type() == torch::kFloat32, "Bf16Weights: gradient layout");
-      float* pw = grad.data_ptr<float>();
       const int64_t n = w.numel();
-      at::parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) { simd::AddBf16ToFloat(pg + offset + b, pw + b, e - b); });
+      if (cpu) {
+        float* pw = grad.data_ptr<float>();
+        at::parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) { simd::AddBf16ToFloat(pg + offset + b, pw + b, e - b); });
+      } else {
+        // A device: one mixed-type add per master (fp32 += bf16).
+        torch::NoGradGuard no_grad;
+        grad.add_(flat.narrow(0, offset, n).view(grad.sizes()));
+      }
       offset += n;
     }
     return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
@@ -435,7 +443,7 @@ void FloatToBf16(const torch::Tensor& src, torch::Tensor& dst) {
 
 torch::Tensor Bf16Weights(const std::vector<torch::Tensor>& masters, const torch::Tensor& w16) {
   TORCH_CHECK(!masters.empty() && masters.size() <= 3, "Bf16Weights takes one to three masters");
-  if (!masters[0].is_cpu()) return eager::Bf16Weights(masters, w16);
+  // Every device: the Function reads w16 and handles the gradient itself.
   torch::Tensor none;
   return Bf16WeightsFn::apply(w16, masters[0], c10::IValue(masters.size() > 1 ? masters[1] : none),
                               c10::IValue(masters.size() > 2 ? masters[2] : none));
@@ -463,6 +471,11 @@ torch::Tensor SwiGluPacked(const torch::Tensor& gate_up) {
 torch::Tensor CausalSoftmax(const torch::Tensor& scores, double scale) {
   if (!scores.is_cpu()) return eager::CausalSoftmax(scores, scale);
   return CausalSoftmaxFn::apply(scores, scale);
+}
+torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  if (!q.is_cpu()) return eager::CausalAttention(q, k, v);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  return torch::matmul(CausalSoftmax(torch::matmul(q, k.transpose(-2, -1)), scale), v);
 }
 torch::Tensor RopeHeads(const torch::Tensor& x, int64_t heads, const torch::Tensor& cos, const torch::Tensor& sin) {
   if (!x.is_cpu()) return eager::RopeHeads(x, heads, cos, sin);

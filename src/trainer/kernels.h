@@ -31,6 +31,9 @@ torch::Tensor SwiGluPacked(const torch::Tensor& gate_up);
 // softmax(scale * scores) over the last dimension with positions j > i
 // masked out (causal); scores (..., T, T).
 torch::Tensor CausalSoftmax(const torch::Tensor& scores, double scale);
+// Causal attention of q, k, v (B, H, T, D) -> (B, H, T, D), scaled by
+// 1/sqrt(D): CausalSoftmax(q k^T) v on the CPU.
+torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
 // Rotary embedding and head split in one pass: x (B, T, H*D) from a linear
 // layer -> (B, H, T, D) rotated ("rotate half" convention, tables (T', D/2)).
@@ -56,18 +59,25 @@ torch::Tensor ResidualAdd(const torch::Tensor& x, const torch::Tensor& y);
 // Mean cross-entropy of logits (N, V) against int64 targets (N).
 torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets);
 
-// The same functions as eager libtorch ops (autograd derives the backward):
-// what every function above runs for tensors that are not on the CPU (a
-// CUDA rank, --device cuda), since the fused kernels read host memory. Same
-// types in and out, arithmetic in fp32; equal to the fused kernels within
-// rounding, not bitwise (kernels_test checks both on the CPU). Not fused:
-// on a GPU each is several launches (docs/gpu.md).
+// The same functions as libtorch ops (autograd derives the backward): what
+// every function above runs for tensors that are not on the CPU (a CUDA
+// rank, --device cuda), since the fused kernels read host memory. Same types
+// in and out; bf16 activations stay bf16 (libtorch's reductions, softmax and
+// loss accumulate in fp32), so they equal the fused kernels within bf16
+// rounding, not bitwise (kernels_test checks both on the CPU). On CUDA,
+// RmsNorm is libtorch's fused rms_norm and CausalAttention is
+// scaled_dot_product_attention (flash attention) unless deterministic
+// algorithms are on (docs/gpu.md). Bf16Weights is the exception: a device
+// runs the same autograd Function as the CPU (w16 used, the gradient added
+// into each master's); the eager one here casts the masters, the reference
+// kernels_test compares with.
 namespace eager {
 torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
                       c10::optional<torch::ScalarType> out = c10::nullopt);
 torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up);
 torch::Tensor SwiGluPacked(const torch::Tensor& gate_up);
 torch::Tensor CausalSoftmax(const torch::Tensor& scores, double scale);
+torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 torch::Tensor RopeHeads(const torch::Tensor& x, int64_t heads, const torch::Tensor& cos, const torch::Tensor& sin);
 std::vector<torch::Tensor> QkvHeads(const torch::Tensor& qkv, int64_t heads, const torch::Tensor& cos,
                                     const torch::Tensor& sin);

@@ -137,12 +137,11 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg, int64_t& layer) : n_heads(c
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_heads, D = C / H;
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_heads;
   auto qkv = kernels::QkvHeads(StackedLinear(x, {wq, wk, wv}), H, cos, sin);  // 3 x (B, H, T, D)
   auto &q = qkv[0], &k = qkv[1], &v = qkv[2];
-  // Scores (B, H, T, T); the softmax scales and masks positions j > i.
-  auto att = kernels::CausalSoftmax(torch::matmul(q, k.transpose(-2, -1)), 1.0 / std::sqrt(static_cast<double>(D)));
-  auto y = torch::matmul(att, v).transpose(1, 2).reshape({B, T, C});
+  // softmax(q k^T / sqrt(D), masked j > i) v; on CUDA flash attention.
+  auto y = kernels::CausalAttention(q, k, v).transpose(1, 2).reshape({B, T, C});
   return wo(y);
 }
 
