@@ -1,5 +1,7 @@
 #include "trainer/adamw.h"
 
+#include <torch/version.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -19,7 +21,16 @@ AdamW::AdamW(ParamStore& store, int64_t begin, int64_t end, AdamWOptions opts)
   const auto on = store.params().options();
   m_ = torch::zeros({end_ - begin_}, on);
   v_ = torch::zeros({end_ - begin_}, on);
-  denom_ = torch::empty({end_ - begin_}, on);
+  // The CPU's update divides through a buffer; a device's is fused.
+  denom_ = torch::empty({Fused() ? 0 : end_ - begin_}, on);
+}
+
+bool AdamW::Fused() const {
+#if TORCH_VERSION_MAJOR >= 2
+  return !store_.params().is_cpu();
+#else
+  return false;
+#endif
 }
 
 void AdamW::Step(double base_lr, int64_t base_t, double poet_lr, int64_t poet_t) {
@@ -37,6 +48,21 @@ void AdamW::Step(double base_lr, int64_t base_t, double poet_lr, int64_t poet_t)
     auto grad = store_.grads().narrow(0, b, e - b);
     auto m = m_.narrow(0, b - begin_, e - b);
     auto v = v_.narrow(0, b - begin_, e - b);
+#if TORCH_VERSION_MAJOR >= 2
+    if (Fused()) {
+      // libtorch's fused AdamW (one multi-tensor kernel for the group): the
+      // same update (decoupled weight decay, bias-corrected moments) with
+      // the step count read from a device tensor, so nothing waits for the
+      // host. Not the CPU's bits: the order of operations differs.
+      std::vector<torch::Tensor> ps{p}, gs{grad}, ms{m}, vs{v}, none;
+      std::vector<torch::Tensor> steps{torch::scalar_tensor(t, p.options())};
+      at::_fused_adamw_(ps, gs, ms, vs, none, steps, lr, opts_.beta1, opts_.beta2,
+                        g.weight_decay ? opts_.weight_decay : 0.0, opts_.eps, /*amsgrad=*/false, /*maximize=*/false);
+      // The bf16 shadow re-casts when the buffer's version moves.
+      torch::autograd::impl::bump_version(store_.params());
+      continue;
+    }
+#endif
     auto denom = denom_.narrow(0, b - begin_, e - b);
     m.mul_(opts_.beta1).add_(grad, 1.0 - opts_.beta1);
     v.mul_(opts_.beta2).addcmul_(grad, grad, 1.0 - opts_.beta2);

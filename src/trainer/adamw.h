@@ -36,6 +36,9 @@ class AdamW {
   torch::Tensor& v() { return v_; }
 
  private:
+  // True on a device with libtorch's fused AdamW (2.x): Step runs it there.
+  bool Fused() const;
+
   ParamStore& store_;
   int64_t begin_, end_;
   AdamWOptions opts_;

@@ -87,14 +87,20 @@ Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
   p.cfg = cfg_in;
   TrainConfig& cfg = p.cfg;
   if (!simd::CpuSupported()) return Status::InvalidArgument("bulwark-train needs a CPU with AVX2 and FMA");
-  auto precision = ChoosePrecision(cfg.precision, HostCpuBf16());
-  if (!precision.ok()) return precision.status();
-  cfg.model.bf16 = precision->bf16;
-  p.precision_reason = precision->reason;
   int gpus = 0;
   auto device = ResolveDevice(cfg, &gpus);
   if (!device.ok()) return device.status();
   p.device_reason = device->reason;
+  auto precision = ChoosePrecision(cfg.precision, HostCpuBf16());
+  if (!precision.ok()) return precision.status();
+  if (device->cuda && cfg.precision == "auto") {
+    // The host CPU's flags say nothing about the GPU's: every GPU this
+    // trainer targets (Ampere on) multiplies bf16 natively.
+    precision->bf16 = true;
+    precision->reason = "bf16 (auto: CUDA device)";
+  }
+  cfg.model.bf16 = precision->bf16;
+  p.precision_reason = precision->reason;
   if (device->cuda) {
 #ifdef BULWARK_CUDA
     // CUDA BUILD ONLY: never compiled on the CI machine (Debian's libtorch is
@@ -102,11 +108,18 @@ Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
     // Ranks of one machine take its GPUs in turn (one GPU: they share it).
     const char* local_rank = std::getenv("LOCAL_RANK");
     p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>((local_rank ? std::atoi(local_rank) : 0) % gpus));
-    // Exact resume: deterministic kernels only (an op without one throws,
-    // naming itself), and cuBLAS's fixed workspace, which it reads when it
-    // creates its first handle, after this.
-    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
-    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    // Fast by default: flash attention and atomics-based backward kernels,
+    // so two runs agree only within rounding. BULWARK_CUDA_DETERMINISTIC=1
+    // (the gpu tests) asks for bitwise runs and exact resume: deterministic
+    // kernels only (an op without one throws, naming itself), the explicit
+    // attention path (kernels::eager::CausalAttention), and cuBLAS's fixed
+    // workspace, which it reads when it creates its first handle, after this.
+    const char* det = std::getenv("BULWARK_CUDA_DETERMINISTIC");
+    if (det != nullptr && *det != '\0' && std::string(det) != "0") {
+      ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+      at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+      p.device_reason += "; deterministic (BULWARK_CUDA_DETERMINISTIC)";
+    }
     // The shard image is read from host memory (memory_checkpoint.cc):
     // auto means off on a GPU until its device -> host copy exists.
     if (cfg.memory_ckpt == "auto") cfg.memory_ckpt = "off";

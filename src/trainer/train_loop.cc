@@ -97,8 +97,18 @@ class DataParallelStep final : public StepLayout {
  public:
   DataParallelStep(TrainProcess& p, Comm& comm) : p_(p), comm_(comm), store_(*p.store) {
     const int B = p.cfg.batch_size, T = p.cfg.model.context;
-    idx_ = torch::empty({B, T}, torch::kInt64);
-    targets_ = torch::empty({B, T}, torch::kInt64);
+    // A device rank builds batches in pinned host memory and copies them
+    // without waiting (the step's one wait, Reduce reading the loss and
+    // norm, comes after the copy, so the host never rewrites a batch still
+    // being copied). The CPU's batches are used where they are.
+    const bool device = !p.device.is_cpu();
+    const auto host = torch::TensorOptions().dtype(torch::kInt64).pinned_memory(device);
+    idx_ = torch::empty({B, T}, host);
+    targets_ = torch::empty({B, T}, host);
+    if (device) {
+      x_ = torch::empty({B, T}, torch::TensorOptions().dtype(torch::kInt64).device(p.device));
+      y_ = torch::empty({B, T}, torch::TensorOptions().dtype(torch::kInt64).device(p.device));
+    }
     // Gradient buckets: slices of the flat gradient buffer; the loss rides
     // in the last one (params.h).
     const int64_t bucket = std::max<int64_t>(1, static_cast<int64_t>(p.cfg.bucket_mb * (1 << 20) / sizeof(float)));
@@ -113,12 +123,21 @@ class DataParallelStep final : public StepLayout {
     store_.ZeroGrad();
     MakeBatch(p_.data.train, *p_.sampler, cursor + static_cast<uint64_t>(comm_.rank()) * B, B, p_.cfg.model.context,
               idx_, targets_);
-    x_ = OnDevice(idx_, p_.device);
-    y_ = OnDevice(targets_, p_.device);
+    if (p_.device.is_cpu()) {
+      x_ = idx_;
+      y_ = targets_;
+    } else {
+      x_.copy_(idx_, /*non_blocking=*/true);
+      y_.copy_(targets_, /*non_blocking=*/true);
+    }
     auto loss = p_.model->Loss(x_, y_);
     const auto t_fwd = Clock::now();
     loss.backward();
-    store_.LossSlot().fill_(loss.item<float>());
+    // Stays on the device: the loss rides to the host with the norm (Reduce).
+    {
+      torch::NoGradGuard no_grad;
+      store_.LossSlot().copy_(loss.detach());
+    }
     t->forward_ms = Ms(t0, t_fwd);
     t->backward_ms = Ms(t_fwd, Clock::now());
     return Status::OK();
@@ -138,8 +157,10 @@ class DataParallelStep final : public StepLayout {
       BULWARK_RETURN_IF_ERROR(comm_.AllReduceSum(buckets_));
       store_.grads().div_(comm_.world_size());
     }
-    *loss = store_.LossSlot().item<double>();
-    *grad_norm = store_.GradsView().norm().item<double>();
+    // One read from the device for both (a GPU rank's one wait a step).
+    const auto both = torch::cat({store_.LossSlot(), store_.GradsView().norm().reshape({1})}).to(torch::kCPU);
+    *loss = both[0].item<double>();
+    *grad_norm = both[1].item<double>();
     return Status::OK();
   }
 
