@@ -13,6 +13,8 @@
 #include <functional>
 #include <thread>
 
+#include <unistd.h>
+
 namespace bulwark::trainer {
 namespace {
 
@@ -243,6 +245,67 @@ TEST(Ring, AReceiveEndsWhenTheRingAbortsNotAtTheTimeout) {
   EXPECT_NE(second.message().find("collective failed"), std::string::npos) << second.ToString();
   EXPECT_GE(waited, 0);
   EXPECT_LT(waited, kTimeout / 10) << "the receive waited for its timeout";
+}
+
+// A member that hangs (a frozen machine) sends neither data nor EOF: the
+// others wait in the collective until their agent says the generation is
+// over (RingLinks::InterruptOn, the rank link's "INJECT abort"). Another
+// word from the agent is not an abort; the abort ends the wait at once,
+// and the survivors' next generation goes on without the hung member.
+TEST(Ring, AHungMemberHoldsTheCollectiveUntilTheAgentSaysAbort) {
+  auto ms = Members(3);
+  int agent[2][2];  // per survivor: a pipe standing for its rank link
+  std::atomic<int> words[2] = {0, 0};
+  for (int r : {0, 1}) {
+    ASSERT_EQ(::pipe(agent[r]), 0);
+    ms[r].links->InterruptOn(agent[r][0], [&, r] {
+      char c = 0;
+      if (::read(agent[r][0], &c, 1) == 1) ++words[r];
+      return c == 'a';
+    });
+  }
+  std::atomic<int> ended{0};
+  bool held = false;  // the collective still waited after the other word
+  std::thread says([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (int r : {0, 1}) (void)!::write(agent[r][1], "y", 1);  // a yield, say
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    held = ended == 0;
+    for (int r : {0, 1}) (void)!::write(agent[r][1], "a", 1);
+  });
+  std::vector<Status> st(2);
+  std::vector<double> waited(2, -1);
+  Generation(Ptrs(ms), [&](int r) {
+    std::vector<torch::Tensor> v{torch::ones({1 << 16})};
+    if (r == 2) {  // hangs with its links open until the others are done
+      while (ended < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    st[r] = ms[r].ring->AllReduce(v, false);
+    waited[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++ended;
+  });
+  says.join();
+  EXPECT_TRUE(held) << "a word that is not an abort ended the collective";
+  // Each ends at its own abort, or at the other's ABORT if that came first.
+  auto heard = [&](int r) { return st[r].message().find("agent ended") != std::string::npos; };
+  EXPECT_TRUE(heard(0) || heard(1)) << st[0].ToString() << "; " << st[1].ToString();
+  for (int r : {0, 1}) {
+    EXPECT_GE(words[r], 1) << "rank " << r;
+    EXPECT_EQ(st[r].code(), Status::Code::kUnavailable) << st[r].ToString();
+    EXPECT_LT(waited[r], kTimeout / 10) << "rank " << r << " waited for the timeout";
+  }
+  auto survivors = Ptrs(ms, {0, 1});
+  std::vector<torch::Tensor> sums(2);
+  Generation(survivors, [&](int r) {
+    sums[r] = torch::full({1 << 16}, static_cast<float>(r + 1));
+    std::vector<torch::Tensor> v{sums[r]};
+    EXPECT_TRUE(survivors[r]->ring->AllReduce(v, false).ok());
+  });
+  for (auto& s : sums) EXPECT_EQ(s[4321].item<float>(), 3.0f);
+  for (int r : {0, 1})
+    for (int fd : agent[r]) ::close(fd);
 }
 
 TEST(Ring, AnAddressNoPeerCanReachIsRefusedInOneLine) {
