@@ -71,5 +71,18 @@ TEST(UnreachablePeer, NamesNoOneWithoutAFailedConnect) {
   EXPECT_EQ(UnreachablePeer({std::string(200000, 'x') + "connecting to ring peer"}), "");
 }
 
+// Issue 36: a peer that closed or reset its end is named; one that was never
+// reached, or went silent, is not.
+TEST(ClosedPeer, ReadsTheAddressWhoseEndClosed) {
+  EXPECT_EQ(ClosedPeer({"bulwark-train: rank 1: all-reduce failed on rank 1 (a peer died, hung or was cut off): "
+                        "[./gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.213.109.4]:18579; waiting"}),
+            "10.213.109.4:18579");
+  EXPECT_EQ(ClosedPeer({"[./gloo/transport/tcp/pair.cc:589] Read error [10.213.106.2]:64431: Connection reset by peer; "
+                        "waiting for the next generation"}),
+            "10.213.106.2:64431");
+  EXPECT_EQ(ClosedPeer({"[pair.cc:580] Write error [10.0.0.7]:61527: Broken pipe"}), "10.0.0.7:61527");
+  EXPECT_EQ(ClosedPeer({"connect [10.0.0.7]:61527: Connection refused", "Timed out waiting 10000ms for recv"}), "");
+}
+
 }  // namespace
 }  // namespace bulwark::agent

@@ -86,6 +86,28 @@ std::string UnreachablePeer(const std::vector<std::string>& lines) {
   return found;
 }
 
+std::string ClosedPeer(const std::vector<std::string>& lines) {
+  // Gloo says "Connection closed by peer [H]:P" on a read of nothing (FIN),
+  // and "Read error [H]:P: Connection reset by peer" or "Write error [H]:P:
+  // Broken pipe" (RST): the address follows the first marker, and comes
+  // first in the others.
+  static const char* const kCloses[] = {"reset by peer", "Broken pipe"};
+  std::string found;
+  for (const std::string& l : lines) {
+    std::string addr;
+    if (const size_t at = l.find("closed by peer "); at != std::string::npos) {
+      addr = AddressAt(l, at + std::strlen("closed by peer "));
+    } else if (std::any_of(std::begin(kCloses), std::end(kCloses),
+                           [&](const char* m) { return l.find(m) != std::string::npos; })) {
+      for (const char* before : {"Read error ", "Write error "}) {
+        if (const size_t at = l.find(before); at != std::string::npos) addr = AddressAt(l, at + std::strlen(before));
+      }
+    }
+    if (!addr.empty()) found = std::move(addr);
+  }
+  return found;
+}
+
 Result<SignatureTable> SignatureTable::Parse(const std::string& text, const std::string& source) {
   SignatureTable t;
   size_t pos = 0;

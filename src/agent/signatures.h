@@ -42,4 +42,12 @@ class SignatureTable {
 // controller blames the machine that advertised that host (issue 40).
 std::string UnreachablePeer(const std::vector<std::string>& lines);
 
+// The peer address ("host:port") a rank's last output says closed its end
+// of a connection, the last one named; "" for none. It reads Gloo's
+// "Connection closed by peer [H]:P" (a FIN) and "Read error [H]:P:
+// Connection reset by peer" or "Write error [H]:P: Broken pipe" (an RST).
+// A peer that closed or reset was reachable and its process is gone; a peer
+// cut off or frozen sends nothing, and a rank waiting on it names no one.
+std::string ClosedPeer(const std::vector<std::string>& lines);
+
 }  // namespace bulwark::agent

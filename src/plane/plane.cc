@@ -443,9 +443,18 @@ void Plane::Tick(Time now) {
   if (!controller_ || done_step_) return;
   for (auto& [id, a] : agents_) {
     const Duration timeout = a.heard_since_start ? options_.heartbeat_timeout : options_.reconnect_grace;
-    if (a.lost_reported || now - a.last_heard <= timeout) continue;
+    if (a.lost_reported || now - a.last_heard <= std::min(timeout, options_.closed_peer_timeout)) continue;
+    // Within the lease only a machine whose peers saw its connections close
+    // since it last spoke: it is down, not cut off, so nothing of it can
+    // still run, and its slot need not wait for it to fence itself.
+    const bool closed = now - a.last_heard <= timeout;
+    if (closed && !PeersSawCloseLocked(id, a)) continue;
     const MachineStatus* m = controller_->state().FindMachine(id);
     if (m == nullptr || m->state == MachineState::kEvicted) continue;
+    if (closed) {
+      Log("machine " + id + " silent for " + FormatDuration(now - a.last_heard) +
+          " and its peers saw its connections close: down, not cut off; not waiting out the lease");
+    }
     a.lost_reported = true;
     FeedLocked(MachineHeartbeatLost{id, a.last_heard, now}, now, nullptr);
   }

@@ -47,6 +47,12 @@ struct PlaneOptions {
   // An agent silent this long is lost. Agents report every 500 ms, so this
   // is four missed reports.
   Duration heartbeat_timeout = std::chrono::milliseconds(2000);
+  // A silent machine whose peers saw its connections close (a FIN or RST:
+  // its processes are gone, and its network carried the news) is lost
+  // after this much silence even when heartbeat_timeout is longer: the
+  // fencing lease (cluster/fence.h) is for a machine that may still run
+  // cut off, and this one cannot.
+  Duration closed_peer_timeout = std::chrono::milliseconds(2000);
   // After a (re)start an agent not yet heard from is judged lost only after
   // this long: the silence is the controller's own absence, and agents need
   // a moment to reconnect. Agents that did reconnect get heartbeat_timeout.
@@ -134,6 +140,9 @@ class Plane {
     // Its ranks of `generation` that exited 0 -> the last step each was seen
     // to complete (replaced by every report, like shards).
     std::map<int, int64_t> finished;
+    // Peer addresses whose end of its ranks' connections closed (replaced
+    // by every report, like shards; bulwark.proto: peers_closed).
+    std::vector<std::string> peers_closed;
     std::optional<wire::Command> desired;
     std::deque<wire::Command> oneshots;
     int64_t stream = 0;  // the newest command stream's number
@@ -233,6 +242,9 @@ class Plane {
   // `addr` ("host:port"), "" when none or several did (the local backend
   // without namespaces puts every machine on 127.0.0.1: no one to blame).
   MachineId OwnerOfAddressLocked(const std::string& addr) const REQUIRES(mu_);
+  // Whether an agent heard after `silent`'s last report names `id`'s
+  // address among the peers whose connections closed (Tick).
+  bool PeersSawCloseLocked(const MachineId& id, const Agent& silent) const REQUIRES(mu_);
   void Log(const std::string& line) REQUIRES(mu_);
 
   PlaneOptions options_;

@@ -69,6 +69,16 @@ MachineId Plane::OwnerOfAddressLocked(const std::string& addr) const {
   return owner;
 }
 
+bool Plane::PeersSawCloseLocked(const MachineId& id, const Agent& silent) const {
+  for (const auto& [other, a] : agents_) {
+    if (other == id || a.lost_reported || a.last_heard <= silent.last_heard) continue;
+    for (const std::string& addr : a.peers_closed) {
+      if (OwnerOfAddressLocked(addr) == id) return true;
+    }
+  }
+  return false;
+}
+
 Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
   MutexLock lock(&mu_);
   now = Now(now);
@@ -120,6 +130,7 @@ bool Plane::NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now)
   for (const wire::ShardCopy& c : req.shards()) a.shards.push_back({req.machine(), c.rank(), c.step(), c.backup()});
   a.finished.clear();
   for (const wire::FinishedRank& f : req.finished()) a.finished[f.rank()] = f.step();
+  a.peers_closed.assign(req.peers_closed().begin(), req.peers_closed().end());
   const bool was_lost = a.lost_reported;
   a.lost_reported = false;
   return was_lost;
