@@ -1,7 +1,7 @@
-// A fault right after an elastic job changes width (issue 42): the job
-// narrows (a device fails, no standby) and grows back (the machine is
-// returned), and within about a second of the change m01 freezes, is
-// killed or goes down. The survivors must restore from their live state (or
+// A fault right after an elastic job changes membership (issue 42): the
+// job narrows (a device fails, no standby) and grows back (the machine is
+// returned), or a standby takes the failed machine's slot, and within about
+// a second of the change m01 freezes, is killed or goes down. The survivors must restore from their live state (or
 // a peer's), never from durable storage, losing at most one step, and the
 // run ends bitwise where the fault-free run ends.
 //
@@ -23,10 +23,14 @@
 namespace bulwark {
 namespace {
 
+enum class After { kNarrowing, kGrow, kStandby };
 struct Case {
   std::string fault;  // freeze | kill | machine-down, of m01
-  bool after_grow;    // else right after the narrowing
+  After after;        // the change the fault follows
 };
+const char* Name(After a) {
+  return a == After::kGrow ? "grow" : a == After::kStandby ? "standby" : "narrowing";
+}
 
 class ElasticGrow : public Cluster, public ::testing::WithParamInterface<Case> {
  protected:
@@ -83,19 +87,22 @@ class ElasticGrow : public Cluster, public ::testing::WithParamInterface<Case> {
   }
 };
 
-TEST_P(ElasticGrow, AFaultRightAfterAWidthChangeRestoresFromLiveState) {
+TEST_P(ElasticGrow, AFaultRightAfterAMembershipChangeRestoresFromLiveState) {
   const Case c = GetParam();
   ASSERT_FALSE(Reference().empty());
-  auto up = Bulwark({"up", "--machines", std::to_string(kReplicas)});
+  const bool standby = c.after == After::kStandby;
+  auto up = Bulwark({"up", "--machines", std::to_string(kReplicas), "--standby", standby ? "1" : "0"});
   ASSERT_EQ(up.exit_code, 0) << up.err;
   SubmitJob();
   json s = WaitFor("first steps", 90, [](const json& x) { return x["job"]["last_step"] >= 20; });
 
-  // m03's device fails, no standby: m01 and m02 train on.
+  // m03's device fails: m04, the standby, takes its slot, or with none
+  // m01 and m02 train on.
   int64_t gen = s["job"]["generation"], at = s["job"]["last_step"];
   Inject("device-fail", "m03");
-  s = Reached("narrower", gen, at, json({"m01", "m02"}));
-  if (c.after_grow) {
+  s = Reached(standby ? "the standby in m03's slot" : "narrower", gen, at,
+              standby ? json({"m01", "m02", "m04"}) : json({"m01", "m02"}));
+  if (c.after == After::kGrow) {
     // Some steps at 2 of 3, then m03 is returned and the job grows back.
     s = Reached("steps at 2 of 3", gen, s["job"]["last_step"].get<int64_t>() + 10, json({"m01", "m02"}));
     gen = s["job"]["generation"];
@@ -109,7 +116,7 @@ TEST_P(ElasticGrow, AFaultRightAfterAWidthChangeRestoresFromLiveState) {
   // Within about a second of the change: the fault.
   InjectFault(c.fault);
   std::printf("[ timing ] %s %.3f s after the %s was seen\n", c.fault.c_str(), (inject_ms_ - changed_ms) / 1000.0,
-              c.after_grow ? "grow" : "narrowing");
+              Name(c.after));
   json inc = FaultIncident();
   Report(c.fault);
   const std::string source = inc.value("restore_source", "");
@@ -128,10 +135,12 @@ TEST_P(ElasticGrow, AFaultRightAfterAWidthChangeRestoresFromLiveState) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, ElasticGrow,
-                         ::testing::Values(Case{"freeze", true}, Case{"kill", true}, Case{"machine-down", true},
-                                           Case{"freeze", false}, Case{"kill", false}, Case{"machine-down", false}),
+                         ::testing::Values(Case{"freeze", After::kGrow}, Case{"kill", After::kGrow},
+                                           Case{"machine-down", After::kGrow}, Case{"freeze", After::kNarrowing},
+                                           Case{"kill", After::kNarrowing}, Case{"machine-down", After::kNarrowing},
+                                           Case{"freeze", After::kStandby}),
                          [](const ::testing::TestParamInfo<Case>& i) {
-                           std::string n = i.param.fault + (i.param.after_grow ? "_after_grow" : "_after_narrowing");
+                           std::string n = i.param.fault + "_after_" + Name(i.param.after);
                            for (char& ch : n) ch = ch == '-' ? '_' : ch;
                            return n;
                          });
