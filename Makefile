@@ -34,7 +34,7 @@ test: build
 # Clang's thread-safety analysis over the code that shares state between
 # threads (common/mutex.h says how fields name their locks): a warning is an
 # error. Its own build directory, the control plane's libraries only.
-LINT_TARGETS = bulwark_controller_server bulwark_agent_core
+LINT_TARGETS = bulwark_controller_server bulwark_agent
 lint:
 	BULWARK_LINT=1 bash scripts/install-deps.sh
 	cmake -S . -B build-lint $(if $(wildcard build-lint/CMakeCache.txt),,-G Ninja) \

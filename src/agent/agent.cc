@@ -39,15 +39,18 @@ Status Agent::Run() {
     MaybeReportStaged();
     PublishMetrics();
     // A command wakes the loop at once: a restart must not wait a period.
-    std::unique_lock<std::mutex> lock(queue_mu_);
-    queue_cv_.wait_for(lock, kLoopPeriod, [this] { return !queue_.empty() || g_stop; });
+    workers_.Reap();
+    const auto wake = std::chrono::steady_clock::now() + kLoopPeriod;
+    MutexLock lock(&queue_mu_);
+    while (queue_.empty() && !g_stop && queue_cv_.WaitUntil(&queue_mu_, wake)) {
+    }
   }
   metrics_.reset();  // before the state its callback reads goes
   supervisor_.StopAll();
-  for (std::thread& t : tracers_) t.join();
+  workers_.JoinAll();
   {
     // Ends a stream blocked in Read now rather than at its deadline.
-    std::lock_guard<std::mutex> lock(stream_mu_);
+    MutexLock lock(&stream_mu_);
     if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
   }
   commands.join();
@@ -55,7 +58,7 @@ Status Agent::Run() {
 }
 
 std::shared_ptr<grpc::Channel> Agent::Channel() {
-  std::lock_guard<std::mutex> lock(channel_mu_);
+  MutexLock lock(&channel_mu_);
   Result<std::string> addr = ReadFile(layout_.controller_addr());
   std::string a = addr.ok() ? *addr : "";
   while (!a.empty() && (a.back() == '\n' || a.back() == ' ')) a.pop_back();
@@ -120,7 +123,7 @@ void Agent::CommandLoop() {
     grpc::ClientContext ctx;
     Prepare(&ctx, std::chrono::duration_cast<std::chrono::milliseconds>(kStreamDeadline));
     {
-      std::lock_guard<std::mutex> lock(stream_mu_);
+      MutexLock lock(&stream_mu_);
       stream_ctx_ = &ctx;
     }
     wire::CommandStreamRequest req;
@@ -130,14 +133,14 @@ void Agent::CommandLoop() {
     wire::Command c;
     while (!g_stop && reader->Read(&c)) {
       {
-        std::lock_guard<std::mutex> lock(queue_mu_);
+        MutexLock lock(&queue_mu_);
         queue_.push_back(c);
       }
-      queue_cv_.notify_one();
+      queue_cv_.NotifyOne();
     }
     reader->Finish();
     {
-      std::lock_guard<std::mutex> lock(stream_mu_);
+      MutexLock lock(&stream_mu_);
       stream_ctx_ = nullptr;
     }
     if (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -165,7 +168,8 @@ void Agent::Report() {
   req.set_generation(supervisor_.generation());
   req.set_device_slowdown(device_slowdown_);
   for (int r : supervisor_.LiveRanks()) req.add_live_ranks(r);
-  for (const auto& [rank, step] : finished_) {
+  for (const std::string& peer : gen_.peers_closed) req.add_peers_closed(peer);
+  for (const auto& [rank, step] : gen_.finished) {
     wire::FinishedRank* f = req.add_finished();
     f->set_rank(rank);
     f->set_step(step);
@@ -203,13 +207,13 @@ void Agent::Emit(wire::AgentEvent e) {
 }
 
 void Agent::WatchRanks() {
-  for (auto& [rank, f] : followers_) {
+  for (auto& [rank, f] : gen_.followers) {
     f.Poll();
     SignalProgress(rank, f.TakeProgress());
   }
-  auto r0 = followers_.find(0);
-  if (r0 != followers_.end() && r0->second.last_step()) ReportStep(*r0->second.last_step());
-  for (auto& [rank, f] : followers_) {
+  auto r0 = gen_.followers.find(0);
+  if (r0 != gen_.followers.end() && r0->second.last_step()) ReportStep(*r0->second.last_step());
+  for (auto& [rank, f] : gen_.followers) {
     if (auto r = f.TakeRestore()) {
       wire::AgentEvent e;
       e.set_kind(wire::AgentEvent::RESTORED);
@@ -224,20 +228,20 @@ void Agent::WatchRanks() {
     }
   }
   for (const RankExit& x : supervisor_.Reap()) {
-    auto it = followers_.find(x.rank);
+    auto it = gen_.followers.find(x.rank);
     std::vector<std::string> tail;
-    if (it != followers_.end()) {
+    if (it != gen_.followers.end()) {
       it->second.Poll();
       tail = it->second.tail();
     }
     if (x.signal == 0 && x.exit_code == 0) {
       int64_t step = 0;
-      if (it != followers_.end() && it->second.last_step()) step = *it->second.last_step();
-      if (auto l = link_steps_.find(x.rank); l != link_steps_.end()) step = std::max(step, l->second);
-      finished_[x.rank] = step;
+      if (it != gen_.followers.end() && it->second.last_step()) step = *it->second.last_step();
+      if (auto l = gen_.link_steps.find(x.rank); l != gen_.link_steps.end()) step = std::max(step, l->second);
+      gen_.finished[x.rank] = step;
       Log("rank " + std::to_string(x.rank) + " exited 0 after step " + std::to_string(step) + ": it has finished");
       // bulwark-train's done line says so at once, before the other ranks' exits are in.
-      if (x.rank == 0 && it != followers_.end() && it->second.done_step()) {
+      if (x.rank == 0 && it != gen_.followers.end() && it->second.done_step()) {
         wire::AgentEvent e;
         e.set_kind(wire::AgentEvent::JOB_DONE);
         e.set_step(*it->second.done_step());
@@ -252,6 +256,7 @@ void Agent::WatchRanks() {
     e.set_signal(x.signal);
     e.set_signature(sigs_.Match(tail));
     e.set_unreachable_peer(UnreachablePeer(tail));
+    if (std::string closed = ClosedPeer(tail); !closed.empty()) gen_.peers_closed.insert(std::move(closed));
     // The shell's and exec's "command not found": the job's fault, not the machine's.
     if (x.signal == 0 && x.exit_code == 127 && e.signature().empty()) e.set_signature("command_not_found");
     e.set_observed_ms(Ms(x.at));
@@ -271,8 +276,8 @@ void Agent::WatchRanks() {
 }
 
 void Agent::ReportStep(int64_t step, int64_t observed_ms) {
-  if (step <= reported_step_) return;
-  reported_step_ = step;
+  if (step <= gen_.reported_step) return;
+  gen_.reported_step = step;
   wire::AgentEvent e;
   e.set_kind(wire::AgentEvent::STEP);
   e.set_step(step);
@@ -295,16 +300,18 @@ std::string FormatSeconds(double s) {
 // stop here, so that no rank runs twice, and their exits go out as
 // peer-lost (the controller, not this machine, was lost) once a report
 // gets through; the copies held here are withheld from restores.
+void Agent::EndGeneration() {
+  ForwardRankLinks(/*progress=*/false);
+  gen_ = GenerationView{};
+}
+
 void Agent::MaybeFence() {
   if (fenced_generation_ || !FenceDue(Now(), last_ok_sent_, o_.fence_timeout)) return;
   fenced_generation_ = supervisor_.generation();
   const std::vector<int> ranks = supervisor_.LiveRanks();
   supervisor_.StopAll();
   supervisor_.StopSpares();
-  ForwardRankLinks(/*progress=*/false);
-  followers_.clear();
-  finished_.clear();
-  link_steps_.clear();
+  EndGeneration();
   const double silent_s = std::chrono::duration<double>(Now() - last_ok_sent_).count();
   for (int r : ranks) {
     wire::AgentEvent e;
@@ -400,7 +407,7 @@ void Agent::InspectRankProcesses() {
   // disk (seen: four ranks 10 s in D at a demo's first start, which stopped
   // the job as a software error); the first-step hang allowance covers a
   // start that never progresses.
-  const bool started = saw_step_ || reported_step_ > 0;
+  const bool started = gen_.saw_step || gen_.reported_step > 0;
   for (const auto& [rank, detail] :
        stuck_.Check(!started ? none : supervisor_.Pids(), std::chrono::steady_clock::now())) {
     wire::AgentEvent e;
@@ -434,11 +441,11 @@ void Agent::PublishMetrics() {
   s.live_ranks = supervisor_.LiveRanks();
   s.rank_restarts = rank_restarts_;
   s.rank_exits = rank_exits_;
-  s.job_step = reported_step_;
+  s.job_step = gen_.reported_step;
   s.inspected = health_.has_value();
   if (health_) s.health = *health_;
   s.inspection_failures = inspection_failures_;
-  std::lock_guard<std::mutex> lock(metrics_mu_);
+  MutexLock lock(&metrics_mu_);
   snapshot_ = std::move(s);
 }
 
@@ -454,7 +461,7 @@ void Agent::ServeMetrics(int port) {
   auto render = [this] {
     AgentSnapshot s;
     {
-      std::lock_guard<std::mutex> lock(metrics_mu_);
+      MutexLock lock(&metrics_mu_);
       s = snapshot_;
     }
     return RenderAgentMetrics(s, shards_->Holdings(), shards_->Stats());

@@ -8,7 +8,7 @@ namespace bulwark::agent::detail {
 void Agent::ApplyCommands() {
   std::deque<wire::Command> batch;
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    MutexLock lock(&queue_mu_);
     batch.swap(queue_);
   }
   if (!batch.empty()) WatchRanks();  // exits that happened before the command are observations
@@ -62,12 +62,11 @@ void Agent::ApplyCommands() {
         // the old generation's, not this one's progress (a step 500 would
         // hide steps 41.. from the ledger). Stopped first, so that what
         // they print while stopping is behind the new followers.
-        ForwardRankLinks(/*progress=*/false);
-        followers_.clear();
+        EndGeneration();
         std::shared_ptr<const ProgressPattern> progress = ProgressFrom(c);
         // Followers start at each log's current end, before the rank writes.
         for (const auto& r : spec.ranks) {
-          followers_.emplace(r.first, LogFollower(supervisor_.LogPath(r.first), progress));
+          gen_.followers.emplace(r.first, LogFollower(supervisor_.LogPath(r.first), progress));
           last_progress_[r.first] = Now();
         }
         StartRanks(spec, c.reason());
@@ -77,12 +76,6 @@ void Agent::ApplyCommands() {
         supervisor_.StopSpares({Supervisor::Identity(spec)});
         staging_.reset();
         spare_spec_ = spec;
-        saw_step_ = false;
-        spares_started_ = 0;
-        in_place_ = false;
-        reported_step_ = 0;
-        finished_.clear();
-        link_steps_.clear();
         break;
       }
       case wire::Command::STOP_RANKS:
@@ -90,10 +83,7 @@ void Agent::ApplyCommands() {
         applied_ = c.id();
         Unfence(c);
         supervisor_.StopAll();
-        ForwardRankLinks(/*progress=*/false);
-        followers_.clear();
-        finished_.clear();
-        link_steps_.clear();
+        EndGeneration();
         StandBy(c);
         Log("stopped ranks (" + c.reason() + ")");
         break;
@@ -166,9 +156,9 @@ void Agent::StandBy(const wire::Command& c) {
   supervisor_.StopSpares({Supervisor::Identity(spec)});
   staging_.reset();
   spare_spec_ = spec;
-  saw_step_ = true;
-  in_place_ = true;
-  spares_started_ = 0;
+  gen_.saw_step = true;
+  gen_.in_place = true;
+  gen_.spares_started = 0;
   warm_unanswered_ = true;
   Log("standing by warm for " + c.reason().substr(c.reason().rfind(' ') + 1));
 }
@@ -222,7 +212,7 @@ void Agent::Trace(const std::string& id) {
   std::map<int, pid_t> pids = supervisor_.Pids();
   Log("capturing the stacks of " + std::to_string(pids.size()) + " rank(s) for " + id);
   const auto started = std::chrono::steady_clock::now();  // how long a real call took, for the log
-  tracers_.emplace_back([this, id, pids, started] {
+  workers_.Start([this, id, pids, started] {
     wire::StacksRequest req;
     req.set_machine(o_.machine);
     req.set_incarnation(incarnation_);
@@ -258,8 +248,7 @@ void Agent::Diagnose(const wire::Command& c) {
   supervisor_.StopSpares();
   staging_.reset();
   spare_spec_.reset();
-  ForwardRankLinks(/*progress=*/false);
-  followers_.clear();
+  EndGeneration();
   DiagnosticsRequest req;
   req.tests.assign(c.tests().begin(), c.tests().end());
   req.budget = std::chrono::milliseconds(c.budget_ms() > 0 ? c.budget_ms() : 60000);
@@ -278,7 +267,7 @@ void Agent::Diagnose(const wire::Command& c) {
   const int64_t incident = c.incident();
   Log("running diagnostics for incident " + std::to_string(incident) + " (" + std::to_string(req.tests.size()) +
       " test(s), budget " + std::to_string(req.budget.count()) + " ms)");
-  tracers_.emplace_back([this, req, incident] {
+  workers_.Start([this, req, incident] {
     DiagnosticsOutcome out = RunDiagnostics(req);
     wire::AgentEvent e;
     e.set_kind(wire::AgentEvent::DIAGNOSTICS);
@@ -296,7 +285,7 @@ void Agent::Diagnose(const wire::Command& c) {
       if (t.test.rfind("replay", 0) == 0 && !t.detail.empty()) line += " (" + t.detail + ")";
     }
     Log("diagnostics for incident " + std::to_string(incident) + ":" + line);
-    std::lock_guard<std::mutex> lock(diagnostics_mu_);
+    MutexLock lock(&diagnostics_mu_);
     diagnostics_done_.push_back(std::move(e));
   });
 }
@@ -304,7 +293,7 @@ void Agent::Diagnose(const wire::Command& c) {
 void Agent::EmitDiagnostics() {
   std::vector<wire::AgentEvent> done;
   {
-    std::lock_guard<std::mutex> lock(diagnostics_mu_);
+    MutexLock lock(&diagnostics_mu_);
     done.swap(diagnostics_done_);
   }
   for (wire::AgentEvent& e : done) Emit(std::move(e));
@@ -339,7 +328,7 @@ void Agent::ForwardRankLinks(bool progress) {
   for (RankLinkServer::Message& m : links_->Take()) {
     const std::string word = m.text.substr(0, m.text.find(' '));
     if (word == "INPLACE") {
-      in_place_ = true;
+      gen_.in_place = true;
       continue;
     }
     if (word == "LOST" || word == "WAIT" || word == "READY") {
@@ -349,13 +338,13 @@ void Agent::ForwardRankLinks(bool progress) {
       if (word == "LOST" && supervisor_.RankOf(m.pid) >= 0 && !yielding_) HoldPeerLost(m.rank);
       continue;
     }
-    if (m.text.compare(0, 5, "STEP ") == 0) saw_step_ = true;
+    if (m.text.compare(0, 5, "STEP ") == 0) gen_.saw_step = true;
     if (progress && m.text.compare(0, 5, "STEP ") == 0) {
       Result<client::StepSignal> step = client::StepSignal::Parse(m.text);
       // A held-back step did not complete. The rank's own time of the step:
       // the agent reads its links only every loop.
       if (step.ok() && step->halted.empty()) {
-        int64_t& newest = link_steps_[m.rank];
+        int64_t& newest = gen_.link_steps[m.rank];
         newest = std::max(newest, step->step);
         if (m.rank == 0) ReportStep(step->step, step->observed_ms);
       }
@@ -369,10 +358,11 @@ void Agent::HoldPeerLost(int rank) {
   e.set_kind(wire::AgentEvent::RANK_EXITED);
   e.set_rank(rank);
   e.set_exit_code(kExitPeerLost);
-  auto it = followers_.find(rank);
-  if (it != followers_.end()) {
+  auto it = gen_.followers.find(rank);
+  if (it != gen_.followers.end()) {
     it->second.Poll();
     e.set_signature(sigs_.Match(it->second.tail()));
+    if (std::string closed = ClosedPeer(it->second.tail()); !closed.empty()) gen_.peers_closed.insert(std::move(closed));
   }
   const auto now = Now();
   e.set_observed_ms(Ms(now));
@@ -383,7 +373,7 @@ void Agent::HoldPeerLost(int rank) {
 void Agent::AwaitWaitingRanks(const RankGroupSpec& spec) {
   // Only ranks that said INPLACE ever wait: any other program's survivors
   // are stopped at once, as before.
-  if (!in_place_) return;
+  if (!gen_.in_place) return;
   // An elastic job's generation may come while its ranks train well (it
   // grows back, trainer/elastic.h): they are asked to stop between steps
   // and keep their state. A peer lost meanwhile is this request's doing,
@@ -463,14 +453,14 @@ void Agent::MaybePrespawn() {
   // Only a program that said it can wait for an ASSIGN gets spares: another
   // would run the whole job on its own.
   const size_t want = static_cast<size_t>(std::max(1, spare_spec_ ? spare_spec_->local_world_size : 1));
-  if (!spare_spec_ || !in_place_ || !saw_step_ ||
+  if (!spare_spec_ || !gen_.in_place || !gen_.saw_step ||
       supervisor_.SpareCount(Supervisor::Identity(*spare_spec_)) >= want) {
     return;
   }
   // Spares that keep dying (the job cannot set up here: a pipeline job, a
   // broken install) are not replaced forever: a few per generation.
-  if (spares_started_ >= 2 * want) return;
-  ++spares_started_;
+  if (gen_.spares_started >= 2 * want) return;
+  ++gen_.spares_started;
   if (Status st = supervisor_.Prespawn(*spare_spec_); !st.ok()) Log("cannot pre-spawn a spare: " + st.ToString());
 }
 
@@ -480,7 +470,7 @@ void Agent::MaybeReportWarm() {
   const size_t want = static_cast<size_t>(std::max(1, spare_spec_->local_world_size));
   if (supervisor_.WaitingSpareCount(identity) >= want) {
     ReportWarm(true, std::to_string(want) + " spare(s) set up and waiting");
-  } else if (spares_started_ >= 2 * want && supervisor_.SpareCount(identity) == 0) {
+  } else if (gen_.spares_started >= 2 * want && supervisor_.SpareCount(identity) == 0) {
     ReportWarm(false, "its spares did not set up (spare-*.log)");
   }
 }

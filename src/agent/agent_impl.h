@@ -10,13 +10,11 @@
 #include <atomic>
 #include <csignal>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <fstream>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -33,6 +31,7 @@
 #include "agent/signatures.h"
 #include "agent/supervisor.h"
 #include "agent/timing.h"
+#include "agent/workers.h"
 #include "bulwark.grpc.pb.h"
 #include "client/shard_socket.h"
 #include "cluster/layout.h"
@@ -41,6 +40,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
+#include "common/mutex.h"
 #include "common/progress_pattern.h"
 #include "common/token.h"
 #include "agent/agent.h"
@@ -194,6 +194,9 @@ class Agent {
   std::string ShardSocketPath() const { return layout_.machine(o_.machine) + "/shards.sock"; }
 
   // --- observation -------------------------------------------------------
+  // The generation this machine followed is over: what its ranks said last
+  // goes to the signals (not to the job's progress), and gen_ starts empty.
+  void EndGeneration();
   void WatchRanks();
 
   // Rank 0 completed `step`: a STEP event for the job's progress and the
@@ -231,23 +234,26 @@ class Agent {
   std::unique_ptr<ShardStore> shards_;
   std::unique_ptr<RankLinkServer> links_;
   SignalSum signals_;
-  std::vector<std::thread> tracers_;
+  // Stack captures and diagnostics in flight, reaped by the main loop.
+  Workers workers_;
   // Stop-time diagnostics: the job's command (the alignment reference),
   // commands already run, answers in.
   std::vector<std::string> job_argv_;
   std::set<std::string> diagnosed_;
-  std::mutex diagnostics_mu_;
-  std::vector<wire::AgentEvent> diagnostics_done_;
+  Mutex diagnostics_mu_;
+  std::vector<wire::AgentEvent> diagnostics_done_ GUARDED_BY(diagnostics_mu_);
   StuckRanks stuck_{kProcessStuck};
 
-  std::mutex channel_mu_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::string channel_addr_;
-  std::mutex stream_mu_;
-  grpc::ClientContext* stream_ctx_ = nullptr;
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;  // a command arrived: the main loop wakes
-  std::deque<wire::Command> queue_;
+  // The controller link is the one state three threads share: the main
+  // loop, the command stream's reader and the workers (Trace uploads).
+  Mutex channel_mu_;
+  std::shared_ptr<grpc::Channel> channel_ GUARDED_BY(channel_mu_);
+  std::string channel_addr_ GUARDED_BY(channel_mu_);
+  Mutex stream_mu_;
+  grpc::ClientContext* stream_ctx_ GUARDED_BY(stream_mu_) = nullptr;
+  Mutex queue_mu_;
+  CondVar queue_cv_;  // a command arrived: the main loop wakes
+  std::deque<wire::Command> queue_ GUARDED_BY(queue_mu_);
 
   // Main thread only.
   bool registered_ = false;
@@ -264,20 +270,29 @@ class Agent {
   // (then trusted again) or the job went on without it (then forgotten).
   std::optional<int64_t> fenced_generation_;
   std::string applied_;
-  std::map<int, LogFollower> followers_;
   std::map<int, Clock::time_point> last_progress_;  // by rank: the last matched progress line, or the start
-  int64_t reported_step_ = 0;
-  // This generation's ranks that exited 0 here, each with the last step it
-  // was seen to complete: sent with every report (bulwark.proto:
-  // FinishedRank). Whatever a rank printed, exit 0 is its end; the
-  // controller completes the job once every rank of it has ended so.
-  std::map<int, int64_t> finished_;
-  std::map<int, int64_t> link_steps_;  // by rank: the newest step it sent over its rank link, this generation
+  // What the agent follows of one generation of this machine's ranks,
+  // one value so that ending a generation (a restart, a stop, a fence,
+  // diagnostics) forgets all of it in one place: EndGeneration.
+  struct GenerationView {
+    std::map<int, LogFollower> followers;  // by rank: its log, from where the generation began
+    int64_t reported_step = 0;             // the newest STEP sent up (ReportStep)
+    // Its ranks that exited 0 here, each with the last step it was seen to
+    // complete: sent with every report (bulwark.proto: FinishedRank).
+    // Whatever a rank printed, exit 0 is its end; the controller completes
+    // the job once every rank of it has ended so.
+    std::map<int, int64_t> finished;
+    std::map<int, int64_t> link_steps;  // by rank: the newest step it sent over its rank link
+    bool saw_step = false;              // a rank reported a step
+    bool in_place = false;              // a rank said INPLACE
+    // Peers whose end of a rank's connection closed (signatures.h:
+    // ClosedPeer), sent with every report (bulwark.proto: peers_closed).
+    std::set<std::string> peers_closed;
+    size_t spares_started = 0;
+  };
+  GenerationView gen_;
   std::optional<RankGroupSpec> spare_spec_;  // the running job's, for spares
-  bool saw_step_ = false;                    // a rank of this generation reported a step
-  bool in_place_ = false;                    // a rank of this generation said INPLACE
   bool yielding_ = false;                    // asked an elastic job's ranks to yield (AwaitWaitingRanks)
-  size_t spares_started_ = 0;                // this generation
   bool warm_unanswered_ = false;             // a warm standby that has not said STANDBY_READY
   struct Staging {
     std::string id;  // the command's: a resent one is not staged twice
@@ -302,8 +317,8 @@ class Agent {
   std::map<std::pair<int, std::string>, int64_t> rank_exits_;
   std::map<std::string, int64_t> inspection_failures_;
   std::optional<HealthReading> health_;
-  std::mutex metrics_mu_;
-  AgentSnapshot snapshot_;  // guarded by metrics_mu_
+  Mutex metrics_mu_;
+  AgentSnapshot snapshot_ GUARDED_BY(metrics_mu_);
   std::unique_ptr<MetricsServer> metrics_;
 };
 

@@ -76,7 +76,7 @@ void ShardStore::Impl::TcpLoop() {
   client::LowerThreadPriority();
   for (;;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stop_) return;
     }
     pollfd p{tcp_fd_, POLLIN, 0};
@@ -85,7 +85,7 @@ void ShardStore::Impl::TcpLoop() {
     if (c < 0) continue;
     SetTimeouts(c, kTransferTimeoutS);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++serving_;
     }
     std::thread([this, c] { ServeConnection(c); }).detach();
@@ -97,10 +97,10 @@ void ShardStore::Impl::ServeConnection(int c) {
   client::LowerThreadPriority();
   if (Status a = AcceptPeer(c, token_); !a.ok()) {
     log_("refused a shard connection from " + PeerName(c) + ": " + a.message());
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.refused;
     --serving_;
-    served_.notify_all();
+    served_.NotifyAll();
     ::close(c);
     return;
   }
@@ -117,9 +117,9 @@ void ShardStore::Impl::ServeConnection(int c) {
     }
   }
   ::close(c);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   --serving_;
-  served_.notify_all();
+  served_.NotifyAll();
 }
 
 Status ShardStore::Impl::Serve(int c) {
@@ -152,7 +152,7 @@ Status ShardStore::Impl::Receive(int c, int rank, uint64_t bytes) {
   int slot = 0;
   int world = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     world = world_size_;
     if (Status ok = AdmitPush(rank, bytes); !ok.ok()) {
       ++stats_.refused;
@@ -175,7 +175,7 @@ Status ShardStore::Impl::Receive(int c, int rank, uint64_t bytes) {
   BULWARK_RETURN_IF_ERROR(RecvAll(c, &header, sizeof header));
   // The image must be what the request line said: the rank and job it names.
   if (header.rank != rank || header.world_size != world || header.payload_bytes + sizeof header > bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.refused;
     return Status::InvalidArgument("refused a pushed image: its header names rank " + std::to_string(header.rank) +
                                    " of " + std::to_string(header.world_size) + " with " +
@@ -194,7 +194,7 @@ Status ShardStore::Impl::Receive(int c, int rank, uint64_t bytes) {
 Status ShardStore::Impl::SendCopies(int c, int rank) {
   std::vector<std::pair<RegionPtr, int>> copies;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto add = [&](const RegionPtr& r) {
       if (!r) return;
       for (const auto& s : r->SealedSlots())
@@ -279,11 +279,11 @@ void ShardStore::Impl::FetchAll(ShardRoutes routes, std::vector<int> ranks) {
       continue;
     }
     if (!*r) continue;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     fetched_[s.rank].push_back({s.machine, *r});
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     fetching_ = false;
     stats_.last_fetch_ms = MsSince(t);
   }

@@ -9,11 +9,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <thread>
 
 #include "agent/shard_store_impl.h"
@@ -55,7 +53,7 @@ void ShardStore::Impl::LocalLoop() {
     std::vector<pollfd> fds{{unix_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
     std::vector<int64_t> ids;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stop_) return;
       for (auto& [id, fd] : conns_) {
         fds.push_back({fd, POLLIN, 0});
@@ -71,7 +69,7 @@ void ShardStore::Impl::LocalLoop() {
     if (fds[0].revents & POLLIN) {
       int c = ::accept4(unix_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (c >= 0) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         conns_[next_conn_++] = c;
       }
     }
@@ -80,7 +78,7 @@ void ShardStore::Impl::LocalLoop() {
       int fd = -1;
       auto msg = client::RecvShardMessage(fds[i].fd, &fd, 0);
       if (!msg.ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         ::close(fds[i].fd);
         conns_.erase(ids[i - 2]);
         owner_.erase(ids[i - 2]);
@@ -95,7 +93,7 @@ void ShardStore::Impl::Handle(int64_t conn, int sock, const std::string& msg, in
   auto w = client::SplitWords(msg);
   if (w.size() == 3 && w[0] == "RESTORE") {
     int rank = std::atoi(w[1].c_str());
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (fetching_) {
       waiting_.emplace_back(conn, rank);
     } else {
@@ -109,7 +107,7 @@ void ShardStore::Impl::Handle(int64_t conn, int sock, const std::string& msg, in
       (void)client::SendShardMessage(sock, "ERROR " + region.status().message());
       return;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Primary& p = primaries_[rank];
     // The previous run's images stay until this run seals one: a crash
     // before that must still find them.
@@ -123,7 +121,7 @@ void ShardStore::Impl::Handle(int64_t conn, int sock, const std::string& msg, in
   } else if (w.size() == 3 && w[0] == "SAVED") {
     int slot = std::atoi(w[1].c_str());
     int64_t step = std::atoll(w[2].c_str());
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto owner = owner_.find(conn);
     auto p = owner == owner_.end() ? primaries_.end() : primaries_.find(owner->second);
     client::ShardInfo info;
@@ -132,7 +130,7 @@ void ShardStore::Impl::Handle(int64_t conn, int sock, const std::string& msg, in
         info.step == step && info.rank == owner->second) {
       p->second.previous.reset();
       work_.push_back({info.rank, slot, step, p->second.current, conn, !p->second.peer_writes});
-      work_cv_.notify_all();
+      work_cv_.NotifyAll();
       return;
     }
     // Another rank's backup written here from replicated state (it is
@@ -166,7 +164,7 @@ void ShardStore::Impl::OfferLocked(int sock, int rank) {
 }
 
 void ShardStore::Impl::AnswerWaiting() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (fetching_) return;
   for (auto& [conn, rank] : waiting_) {
     auto it = conns_.find(conn);
@@ -177,23 +175,23 @@ void ShardStore::Impl::AnswerWaiting() {
 
 void ShardStore::Impl::WorkLoop() {
   client::LowerThreadPriority();
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (;;) {
-    work_cv_.wait(lock, [&] { return stop_ || !work_.empty(); });
+    while (!stop_ && work_.empty()) work_cv_.Wait(&mu_);
     if (stop_) return;
     Work w = work_.front();
     work_.pop_front();
     bool superseded = false;
     for (const Work& later : work_) superseded |= later.rank == w.rank;
-    ShardRoutes routes = routes_;
-    lock.unlock();
     if (superseded) {
-      std::lock_guard<std::mutex> l(mu_);
       ++stats_.superseded;
     } else {
+      // Sending and persisting take milliseconds to seconds: not under mu_.
+      ShardRoutes routes = routes_;
+      mu_.Unlock();
       Process(w, routes);
+      mu_.Lock();
     }
-    lock.lock();
     auto it = conns_.find(w.conn);
     if (it != conns_.end()) (void)client::SendShardMessage(it->second, "RELEASED " + std::to_string(w.slot));
   }
@@ -206,7 +204,7 @@ void ShardStore::Impl::Process(const Work& w, const ShardRoutes& routes) {
   if (w.push && !routes.backup_addr.empty()) {
     auto t = Clock::now();
     Status st = Push(routes.backup_addr, w.rank, w.step, image, bytes);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (st.ok()) {
       ++stats_.pushed;
       stats_.last_push_ms = MsSince(t);
@@ -227,7 +225,7 @@ void ShardStore::Impl::Process(const Work& w, const ShardRoutes& routes) {
     Status st = MakeDirs(path.substr(0, path.rfind('/')));
     if (st.ok()) st = WriteFileAtomic(path, image, bytes);
     if (st.ok()) Prune(routes.durable_dir, w.rank);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (st.ok()) {
       ++stats_.persisted;
       stats_.last_persist_ms = MsSince(t);
@@ -280,17 +278,17 @@ ShardStore::ShardStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ShardStore::~ShardStore() {
   {
-    std::lock_guard<std::mutex> lock(impl_->mu_);
+    MutexLock lock(&impl_->mu_);
     impl_->stop_ = true;
     impl_->stopping_ = true;
   }
-  impl_->work_cv_.notify_all();
+  impl_->work_cv_.NotifyAll();
   impl_->Wake();
   for (std::thread* t : {&impl_->local_, &impl_->tcp_, &impl_->worker_, &impl_->fetcher_})
     if (t->joinable()) t->join();
   {
-    std::unique_lock<std::mutex> lock(impl_->mu_);
-    impl_->served_.wait(lock, [&] { return impl_->serving_ == 0; });
+    MutexLock lock(&impl_->mu_);
+    while (impl_->serving_ != 0) impl_->served_.Wait(&impl_->mu_);
   }
   if (impl_->push_fd_ >= 0) ::close(impl_->push_fd_);
   for (auto& [id, fd] : impl_->conns_) ::close(fd);
@@ -310,7 +308,7 @@ std::string ShardStore::addr() const { return impl_->host_ + ":" + std::to_strin
 void ShardStore::SetRoutes(const ShardRoutes& routes, const std::vector<int>& ranks) {
   if (impl_->fetcher_.joinable()) impl_->fetcher_.join();
   {
-    std::lock_guard<std::mutex> lock(impl_->mu_);
+    MutexLock lock(&impl_->mu_);
     impl_->routes_ = routes;
     for (int r : ranks) impl_->fetched_.erase(r);
     impl_->fetching_ = true;
@@ -320,7 +318,7 @@ void ShardStore::SetRoutes(const ShardRoutes& routes, const std::vector<int>& ra
 }
 
 std::vector<ShardHolding> ShardStore::Holdings() const {
-  std::lock_guard<std::mutex> lock(impl_->mu_);
+  MutexLock lock(&impl_->mu_);
   // Newest step per (rank, backup?): a region's images of other ranks are
   // backups it wrote from replicated state.
   std::map<std::pair<int, bool>, int64_t> newest;
@@ -342,12 +340,12 @@ std::vector<ShardHolding> ShardStore::Holdings() const {
 }
 
 ShardStats ShardStore::Stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu_);
+  MutexLock lock(&impl_->mu_);
   return impl_->stats_;
 }
 
 void ShardStore::Forget() {
-  std::lock_guard<std::mutex> lock(impl_->mu_);
+  MutexLock lock(&impl_->mu_);
   impl_->primaries_.clear();
   impl_->backups_.clear();
   impl_->fetched_.clear();
@@ -355,7 +353,7 @@ void ShardStore::Forget() {
 }
 
 std::optional<int64_t> ShardStore::Corrupt(int rank) {
-  std::lock_guard<std::mutex> lock(impl_->mu_);
+  MutexLock lock(&impl_->mu_);
   auto p = impl_->primaries_.find(rank);
   if (p == impl_->primaries_.end()) return std::nullopt;
   for (const RegionPtr& r : {p->second.current, p->second.previous}) {

@@ -8,18 +8,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "agent/shard_store.h"
 #include "client/shard_region.h"
+#include "common/mutex.h"
 
 namespace bulwark::agent {
 
@@ -41,8 +40,10 @@ class ShardStore::Impl {
   int unix_fd_ = -1, tcp_fd_ = -1, tcp_port_ = 0;
   int wake_[2] = {-1, -1};
 
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;
+  // Set before the threads start and constant after: the fields above.
+  // Everything below that names mu_ is shared by the threads.
+  mutable Mutex mu_;
+  CondVar work_cv_;
   struct Primary {
     RegionPtr current, previous;
     bool peer_writes = false;  // the backup peer writes this rank's backup itself: no push
@@ -58,31 +59,32 @@ class ShardStore::Impl {
     int64_t conn;
     bool push;
   };
-  std::map<int, Primary> primaries_;
+  std::map<int, Primary> primaries_ GUARDED_BY(mu_);
   // The job as this machine's ranks described it (REGION): pushed images
   // must name a rank of this world and be no larger than kMaxImageRatio x
   // the largest shard a local rank writes (shards of one job differ by
   // their pipeline stage's share, not by orders of magnitude).
-  int world_size_ = 0;
-  size_t largest_local_ = 0;
+  int world_size_ GUARDED_BY(mu_) = 0;
+  size_t largest_local_ GUARDED_BY(mu_) = 0;
   static constexpr size_t kMaxImageRatio = 8;
-  std::map<int, RegionPtr> backups_;
-  std::map<int, std::vector<Fetched>> fetched_;
-  ShardRoutes routes_;
-  bool fetching_ = false;
-  std::deque<Work> work_;
-  std::map<int64_t, int> conns_;                  // connection id -> fd
-  std::map<int64_t, int> owner_;                  // connection id -> the rank that registered its region
-  std::vector<std::pair<int64_t, int>> waiting_;  // (connection, rank) restores waiting for fetches
-  int64_t next_conn_ = 1;
-  ShardStats stats_;
-  bool stop_ = false;
+  std::map<int, RegionPtr> backups_ GUARDED_BY(mu_);
+  std::map<int, std::vector<Fetched>> fetched_ GUARDED_BY(mu_);
+  ShardRoutes routes_ GUARDED_BY(mu_);
+  bool fetching_ GUARDED_BY(mu_) = false;
+  std::deque<Work> work_ GUARDED_BY(mu_);
+  std::map<int64_t, int> conns_ GUARDED_BY(mu_);                  // connection id -> fd
+  std::map<int64_t, int> owner_ GUARDED_BY(mu_);                  // connection id -> the rank that registered its region
+  std::vector<std::pair<int64_t, int>> waiting_ GUARDED_BY(mu_);  // (connection, rank) restores waiting for fetches
+  int64_t next_conn_ GUARDED_BY(mu_) = 1;
+  ShardStats stats_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::atomic<bool> stopping_{false};  // read by connection threads without mu_
   std::thread local_, tcp_, worker_, fetcher_;
   // Peer connections are served on their own threads (a backup stream stays
   // open and must not hold up a fetch); the destructor waits for them.
-  int serving_ = 0;
-  std::condition_variable served_;
+  int serving_ GUARDED_BY(mu_) = 0;
+  CondVar served_;
+  // The worker thread's alone (and the destructor's, after it is joined).
   // The worker's connection to the backup peer, kept open across steps: a
   // connection per push would leave thousands of sockets in TIME_WAIT, and
   // one of their ports could be the next generation's rendezvous port.
@@ -94,7 +96,7 @@ class ShardStore::Impl {
   // --- ranks (Unix socket) ---------------------------------------------
   void LocalLoop();
   void Handle(int64_t conn, int sock, const std::string& msg, int fd);
-  void OfferLocked(int sock, int rank);
+  void OfferLocked(int sock, int rank) REQUIRES(mu_);
   void AnswerWaiting();
 
   // --- sending, persisting, releasing ---------------------------------
@@ -118,7 +120,7 @@ class ShardStore::Impl {
   // in last, so a transfer cut short never looks like a complete image.
   Status Receive(int c, int rank, uint64_t bytes);
   // Why a pushed image of `bytes` for `rank` is refused; OK when allowed.
-  Status AdmitPush(int rank, uint64_t bytes);
+  Status AdmitPush(int rank, uint64_t bytes) REQUIRES(mu_);
   Status SendCopies(int c, int rank);
 
   // Pulls every copy `source` holds of its rank into a fresh region.
