@@ -1,5 +1,5 @@
-// The agent's pure parts: signature table, log follower, torchrun env,
-// job files, inspector.
+// The agent's parts: signature table, log follower, supervisor, rank
+// link, echo hold, inspector and timing.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -19,10 +19,7 @@
 #include "agent/supervisor.h"
 #include "cluster/local/slow_injector.h"
 #include "agent/timing.h"
-#include "agent/tracer.h"
 #include "client/rank_link.h"
-#include "cli/job_file.h"
-#include "common/token.h"
 #include "support/process.h"
 
 namespace bulwark {
@@ -231,48 +228,6 @@ TEST(Supervisor, ReportsExitCodeAndSignalOfRealProcesses) {
   EXPECT_NE(all.find("rank 1"), std::string::npos);
 }
 
-// The tracer works on any program, not only bulwark-train: a shell's
-// `sleep` child here, captured from outside with libdw, in-process
-// (tracer_test.cc compares it with eu-stack).
-TEST(Tracer, CapturesEveryThreadOfAnyProcess) {
-  pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::execlp("sleep", "sleep", "30", static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  // Wait until it sleeps (nanosleep 35 or clock_nanosleep 230 in
-  // /proc/PID/syscall): a loaded host can still be starting it after any
-  // fixed pause, and its stack then has no nanosleep yet.
-  for (int i = 0; i < 500; ++i) {
-    std::ifstream sc("/proc/" + std::to_string(child) + "/syscall");
-    std::string nr;
-    sc >> nr;
-    if (nr == "35" || nr == "230") break;
-    ::usleep(10 * 1000);
-  }
-  Result<agent::CapturedStack> st = agent::CaptureStacks(child, std::chrono::milliseconds(5000));
-  ::kill(child, SIGKILL);
-  ::waitpid(child, nullptr, 0);
-  ASSERT_TRUE(st.ok()) << st.status().ToString();
-  EXPECT_EQ(st->tool, "libdw");
-  EXPECT_NE(st->text.find("TID " + std::to_string(child)), std::string::npos) << st->text;
-  EXPECT_NE(st->text.find("nanosleep"), std::string::npos) << st->text;
-  std::printf("[ timing ] libdw on sleep: %.0f ms\n", st->ms);
-  // A process that is gone: a clear error, not a hang.
-  Result<agent::CapturedStack> gone = agent::CaptureStacks(child, std::chrono::milliseconds(3000));
-  EXPECT_FALSE(gone.ok());
-  EXPECT_NE(gone.status().message().find(std::to_string(child)), std::string::npos) << gone.status().message();
-}
-
-TEST(Tracer, AToolThatOverrunsItsBudgetIsKilled) {
-  int code = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  Result<std::string> r = agent::RunCaptured({"sleep", "10"}, std::chrono::milliseconds(300), &code);
-  EXPECT_FALSE(r.ok());
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
-}
-
 // The rank link's step line survives the trip, non-finite values included;
 // a malformed one is refused by name.
 TEST(RankLink, StepSignalsRoundTripAndBadLinesAreRefused) {
@@ -422,71 +377,6 @@ TEST(Inspector, TheKernelsViewOfTheInterfaceIsTheLink) {
   Result<agent::LinkReading> lo = agent::ReadLink("/sys/class/net", "lo");
   ASSERT_TRUE(lo.ok()) << lo.status().ToString();
   EXPECT_TRUE(agent::LinkUp(*lo)) << agent::DescribeLink(*lo);
-}
-
-// --- the cluster token ------------------------------------------------------
-
-TEST(Token, IsPrivateAndRefusedWhenOthersCanReadIt) {
-  const std::string path = testing::MakeTempDir() + "/token";
-  auto t = CreateToken(path);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ(t->size(), 48u);
-  struct stat st;
-  ASSERT_EQ(::stat(path.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0600u);
-  auto back = ReadToken(path);
-  ASSERT_TRUE(back.ok());
-  EXPECT_EQ(*back, *t);
-  ::chmod(path.c_str(), 0644);
-  auto open = ReadToken(path);
-  ASSERT_FALSE(open.ok());
-  EXPECT_NE(open.status().message().find("chmod 600"), std::string::npos) << open.status().message();
-  auto missing = ReadToken(path + ".none");
-  ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find("bulwark up"), std::string::npos);
-}
-
-// --- job files ------------------------------------------------------------
-
-TEST(JobFile, ParsesFieldsAndDefaultsTheCommand) {
-  auto j = cli::ParseJobFile("name: demo\nworld_size: 4\nranks_per_machine: 2\nargs: [--config, tiny]\n"
-                             "env: {OMP_NUM_THREADS: 1}\n", "job.yaml", "/bin/bulwark-train");
-  ASSERT_TRUE(j.ok()) << j.status().ToString();
-  EXPECT_EQ(j->name, "demo");
-  EXPECT_EQ(j->world_size, 4);
-  EXPECT_EQ(j->ranks_per_machine, 2);
-  EXPECT_EQ(j->argv, (std::vector<std::string>{"/bin/bulwark-train", "--config", "tiny"}));
-  EXPECT_EQ(j->env.at("OMP_NUM_THREADS"), "1");
-}
-
-TEST(JobFile, AnyCommandWorks) {
-  auto j = cli::ParseJobFile("name: x\nworld_size: 1\ncommand: python3 train.py\n", "job.yaml", "unused");
-  ASSERT_TRUE(j.ok()) << j.status().ToString();
-  EXPECT_EQ(j->argv, (std::vector<std::string>{"python3", "train.py"}));
-}
-
-void ExpectFieldError(const std::string& yaml, const std::string& field) {
-  auto j = cli::ParseJobFile(yaml, "job.yaml", "t");
-  ASSERT_FALSE(j.ok()) << yaml;
-  EXPECT_EQ(j.status().code(), Status::Code::kInvalidArgument);
-  EXPECT_NE(j.status().message().find("job.yaml: field '" + field + "'"), std::string::npos) << j.status().message();
-}
-
-TEST(JobFile, MalformedSpecNamesTheField) {
-  ExpectFieldError("world_size: 2\n", "name");
-  ExpectFieldError("name: a\n", "world_size");
-  ExpectFieldError("name: a\nworld_size: two\n", "world_size");
-  ExpectFieldError("name: a\nworld_size: -1\n", "world_size");
-  ExpectFieldError("name: a\nworld_size: 3\nranks_per_machine: 2\n", "ranks_per_machine");
-  ExpectFieldError("name: a\nworld_size: 1\nargs: {a: b}\n", "args");
-  ExpectFieldError("name: a\nworld_size: 1\nenv: [x]\n", "env");
-  ExpectFieldError("name: a\nworld_size: 1\nwrold_size: 2\n", "wrold_size");
-}
-
-TEST(JobFile, BrokenYamlSaysWhere) {
-  auto j = cli::ParseJobFile("name: [unclosed\n", "job.yaml", "t");
-  ASSERT_FALSE(j.ok());
-  EXPECT_NE(j.status().message().find("job.yaml: not valid YAML at line"), std::string::npos) << j.status().message();
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <fstream>
 
 #include "common/checksum.h"
 #include "common/files.h"
 #include "common/record_file.h"
+#include "common/token.h"
 #include "support/process.h"
 
 namespace bulwark {
@@ -131,6 +134,28 @@ TEST(Files, AtomicWriteReplacesWholeAndLeavesNoTemporaries) {
   EXPECT_EQ(ReadFile(JoinPath(dir, "nope")).status().code(), Status::Code::kNotFound);
   EXPECT_FALSE(WriteFileAtomic(JoinPath(dir, "no/such/dir/f"), std::string("x")).ok());
   RemoveTree(dir).IgnoreError();  // a temporary directory: what is left, the OS clears
+}
+
+// --- the cluster token ------------------------------------------------------
+
+TEST(Token, IsPrivateAndRefusedWhenOthersCanReadIt) {
+  const std::string path = testing::MakeTempDir() + "/token";
+  auto t = CreateToken(path);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->size(), 48u);
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto back = ReadToken(path);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, *t);
+  ::chmod(path.c_str(), 0644);
+  auto open = ReadToken(path);
+  ASSERT_FALSE(open.ok());
+  EXPECT_NE(open.status().message().find("chmod 600"), std::string::npos) << open.status().message();
+  auto missing = ReadToken(path + ".none");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("bulwark up"), std::string::npos);
 }
 
 }  // namespace

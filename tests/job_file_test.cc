@@ -1,5 +1,5 @@
-// The job file's checkpoint section. (The other fields' specifications live
-// with the agent's tests in agent_test.cc.)
+// The job file (cli/job_file.h): its fields, their defaults, and the one-line
+// errors of a malformed one.
 #include <gtest/gtest.h>
 
 #include "cli/job_file.h"
@@ -171,6 +171,55 @@ TEST(ProgressPattern, AStepThatIsNotAWholeNumberIsNoMatch) {
   EXPECT_FALSE(p->Match("step 1.5").has_value());
   EXPECT_FALSE(p->Match("step -3").has_value());
   EXPECT_EQ(p->Match("step 42")->step, 42);
+}
+
+}  // namespace
+}  // namespace bulwark
+
+// --- the fields every job has -------------------------------------------
+
+namespace bulwark {
+namespace {
+
+TEST(JobFile, ParsesFieldsAndDefaultsTheCommand) {
+  auto j = cli::ParseJobFile("name: demo\nworld_size: 4\nranks_per_machine: 2\nargs: [--config, tiny]\n"
+                             "env: {OMP_NUM_THREADS: 1}\n", "job.yaml", "/bin/bulwark-train");
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(j->name, "demo");
+  EXPECT_EQ(j->world_size, 4);
+  EXPECT_EQ(j->ranks_per_machine, 2);
+  EXPECT_EQ(j->argv, (std::vector<std::string>{"/bin/bulwark-train", "--config", "tiny"}));
+  EXPECT_EQ(j->env.at("OMP_NUM_THREADS"), "1");
+}
+
+TEST(JobFile, AnyCommandWorks) {
+  auto j = cli::ParseJobFile("name: x\nworld_size: 1\ncommand: python3 train.py\n", "job.yaml", "unused");
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(j->argv, (std::vector<std::string>{"python3", "train.py"}));
+}
+
+void ExpectFieldError(const std::string& yaml, const std::string& field) {
+  auto j = cli::ParseJobFile(yaml, "job.yaml", "t");
+  ASSERT_FALSE(j.ok()) << yaml;
+  EXPECT_EQ(j.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(j.status().message().find("job.yaml: field '" + field + "'"), std::string::npos) << j.status().message();
+}
+
+TEST(JobFile, MalformedSpecNamesTheField) {
+  ExpectFieldError("world_size: 2\n", "name");
+  ExpectFieldError("name: a\n", "world_size");
+  ExpectFieldError("name: a\nworld_size: two\n", "world_size");
+  ExpectFieldError("name: a\nworld_size: -1\n", "world_size");
+  ExpectFieldError("name: a\nworld_size: 3\nranks_per_machine: 2\n", "ranks_per_machine");
+  ExpectFieldError("name: a\nworld_size: 1\nargs: {a: b}\n", "args");
+  ExpectFieldError("name: a\nworld_size: 1\nenv: [x]\n", "env");
+  ExpectFieldError("name: a\nworld_size: 1\nwrold_size: 2\n", "wrold_size");
+}
+
+TEST(JobFile, BrokenYamlSaysWhere) {
+  auto j = cli::ParseJobFile("name: [unclosed\n", "job.yaml", "t");
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(j.status().message().find("job.yaml: not valid YAML at line"), std::string::npos) << j.status().message();
 }
 
 }  // namespace

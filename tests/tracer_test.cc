@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -532,6 +533,50 @@ TEST(PythonReader, EachEvaluationLoopTakesTheFramesUpToItsEntryFrame) {
   // No Python frames: the native stack as it was.
   EXPECT_EQ(names(agent::SpliceFrames({{2, "_PyEval_EvalFrameDefault", false}}, agent::PythonThread{})),
             "_PyEval_EvalFrameDefault");
+}
+
+// --- any program, and a tool that overruns -------------------------------
+
+// The tracer works on any program, not only bulwark-train: a shell's
+// `sleep` child here, captured from outside with libdw, in-process
+// (tracer_test.cc compares it with eu-stack).
+TEST(Tracer, CapturesEveryThreadOfAnyProcess) {
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::execlp("sleep", "sleep", "30", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Wait until it sleeps (nanosleep 35 or clock_nanosleep 230 in
+  // /proc/PID/syscall): a loaded host can still be starting it after any
+  // fixed pause, and its stack then has no nanosleep yet.
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream sc("/proc/" + std::to_string(child) + "/syscall");
+    std::string nr;
+    sc >> nr;
+    if (nr == "35" || nr == "230") break;
+    ::usleep(10 * 1000);
+  }
+  Result<agent::CapturedStack> st = agent::CaptureStacks(child, std::chrono::milliseconds(5000));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->tool, "libdw");
+  EXPECT_NE(st->text.find("TID " + std::to_string(child)), std::string::npos) << st->text;
+  EXPECT_NE(st->text.find("nanosleep"), std::string::npos) << st->text;
+  std::printf("[ timing ] libdw on sleep: %.0f ms\n", st->ms);
+  // A process that is gone: a clear error, not a hang.
+  Result<agent::CapturedStack> gone = agent::CaptureStacks(child, std::chrono::milliseconds(3000));
+  EXPECT_FALSE(gone.ok());
+  EXPECT_NE(gone.status().message().find(std::to_string(child)), std::string::npos) << gone.status().message();
+}
+
+TEST(Tracer, AToolThatOverrunsItsBudgetIsKilled) {
+  int code = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<std::string> r = agent::RunCaptured({"sleep", "10"}, std::chrono::milliseconds(300), &code);
+  EXPECT_FALSE(r.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
 }  // namespace
