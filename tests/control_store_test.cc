@@ -528,6 +528,76 @@ TEST(Plane, AnAddressSeveralMachinesShareBlamesNoOne) {
   EXPECT_EQ((*p)->StatusJson(TimeFromMs(3000))["job"]["placement"].dump(), R"(["m01","m02","m03"])");
 }
 
+// A machine proves it can be reached before it joins (issue 40): with
+// probing on, a machine that comes after the job's start joins only once
+// reached; one not reached while its agent reports is evicted with the
+// reason, never a standby; a silent agent's failed probe is left to its
+// heartbeat; a standby is reached again every reprobe_standby_every.
+TEST(Plane, AMachineJoinsOnlyOnceReachedAndOneNotReachedIsNeverAStandby) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  o.probe_reachability = true;
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  const std::map<std::string, std::string> at = {
+      {"m01", "10.0.0.1:7000"}, {"m02", "10.0.0.2:7000"}, {"m03", "10.0.0.3:7000"}, {"m04", "10.0.0.4:7000"}};
+  for (const char* m : {"m01", "m02"}) ASSERT_TRUE((*p)->Register(RegAt(m, at.at(m)), TimeFromMs(1000)).ok());
+  JobLaunch l = Launch();
+  l.spec.world_size = 2;
+  ASSERT_TRUE((*p)->Submit(l, TimeFromMs(1000)).ok());
+  for (const char* m : {"m03", "m04"}) ASSERT_TRUE((*p)->Register(RegAt(m, at.at(m)), TimeFromMs(1200)).ok());
+  for (const auto& [m, addr] : at) ASSERT_TRUE((*p)->Report(Report(m, {}), TimeFromMs(1500)).ok());
+  auto state = [&](const std::string& m, int64_t ms) {
+    const auto status = (*p)->StatusJson(TimeFromMs(ms));
+    for (const auto& x : status["machines"]) {
+      if (x["id"] == m) return x.value("state", std::string()) + "|" + x.value("reason", std::string());
+    }
+    return std::string("?");
+  };
+  // Reported, not yet reached: not standbys.
+  EXPECT_EQ(state("m03", 1500).find("standby"), std::string::npos) << state("m03", 1500);
+  auto due = (*p)->ProbesDue(TimeFromMs(1600));
+  ASSERT_EQ(due.size(), 2u);
+  EXPECT_TRUE((*p)->ProbesDue(TimeFromMs(1600)).empty()) << "in flight: not handed out twice";
+  for (const auto& probe : due) {
+    EXPECT_EQ(probe.addr, at.at(probe.machine));
+    if (probe.machine == "m04") {
+      // Still reporting while the probe waited: unreachable.
+      ASSERT_TRUE((*p)->Report(Report("m04", {}), TimeFromMs(1800)).ok());
+      (*p)->ProbeDone(probe, Status::Unavailable("connecting to shard server 10.0.0.4:7000: timed out"),
+                      TimeFromMs(2000));
+    } else {
+      (*p)->ProbeDone(probe, Status::OK(), TimeFromMs(2000));
+    }
+  }
+  const std::string m04 = state("m04", 2000);
+  EXPECT_EQ(m04.rfind("evicted|", 0), 0u) << m04;
+  EXPECT_NE(m04.find("cannot reach m04 at 10.0.0.4:7000"), std::string::npos) << m04;
+  EXPECT_EQ(state("m03", 2000).rfind("standby", 0), 0u) << state("m03", 2000);
+  const auto s = (*p)->StatusJson(TimeFromMs(2000));
+  EXPECT_EQ(s["job"]["placement"].dump(), R"(["m01","m02"])") << s.dump();
+
+  // Returned, m04 proves itself again; its agent silent this time: the
+  // failed probe is not held against it, and it is probed again.
+  ASSERT_TRUE((*p)->ReturnMachine("m04", TimeFromMs(3000)).ok());
+  ASSERT_TRUE((*p)->Report(Report("m04", {}), TimeFromMs(3000)).ok());
+  due = (*p)->ProbesDue(TimeFromMs(3100));
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].machine, "m04");
+  (*p)->ProbeDone(due[0], Status::Unavailable("connection refused"), TimeFromMs(3200));
+  EXPECT_EQ(state("m04", 3200).rfind("joining", 0), 0u) << state("m04", 3200);
+  ASSERT_TRUE((*p)->Report(Report("m04", {}), TimeFromMs(3300)).ok());
+  due = (*p)->ProbesDue(TimeFromMs(3400));
+  ASSERT_EQ(due.size(), 1u);
+  (*p)->ProbeDone(due[0], Status::OK(), TimeFromMs(3500));
+  EXPECT_EQ(state("m04", 3500).rfind("standby", 0), 0u) << state("m04", 3500);
+  // Standbys are reached again once reprobe_standby_every has passed.
+  EXPECT_TRUE((*p)->ProbesDue(TimeFromMs(4000)).empty());
+  for (const char* m : {"m03", "m04"}) ASSERT_TRUE((*p)->Report(Report(m, {}), TimeFromMs(8600)).ok());
+  due = (*p)->ProbesDue(TimeFromMs(8600));
+  ASSERT_EQ(due.size(), 2u);
+}
+
 TEST(Plane, SilentMachinesCopiesAreNotOfferedForARestore) {
   PlaneOptions o;
   o.db_path = testing::MakeTempDir() + "/c.db";

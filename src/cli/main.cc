@@ -20,6 +20,8 @@
 // `bulwark COMMAND --help` list the commands and each one's flags, declared
 // in commands.cc (CLI11). main only reads arguments and turns the commands'
 // Status into an exit code.
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -36,6 +38,8 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "agent/shard_auth.h"
+#include "agent/shard_transfer.h"
 #include "control_client/control_client.h"
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -69,6 +73,35 @@ using nlohmann::json;
 // ---------------------------------------------------------------------------
 // up / down
 // ---------------------------------------------------------------------------
+
+// The controller's proof that a machine can be reached (issue 40): a
+// connection to the address its agent advertised (its shard server, on the
+// address its ranks listen on), through the agents' own handshake, so what
+// answers is that cluster's agent and not whatever else holds the port.
+Status ProveReachable(const std::string& addr, const std::string& token) {
+  // A name (an operator's --address) as the IPv4 address peers would dial.
+  std::string target = addr;
+  const size_t colon = addr.rfind(':');
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_INET;
+  if (colon != std::string::npos && ::getaddrinfo(addr.substr(0, colon).c_str(), nullptr, &hints, &found) == 0 &&
+      found != nullptr) {
+    char buf[INET_ADDRSTRLEN] = {};
+    if (::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, buf, sizeof buf) != nullptr) {
+      target = std::string(buf) + addr.substr(colon);
+    }
+  }
+  if (found != nullptr) ::freeaddrinfo(found);
+  Result<int> fd = agent::DialTcp(target, 2);
+  // A connect that its send timeout ended says EINPROGRESS: nothing answered.
+  if (!fd.ok() && fd.status().message().find("in progress") != std::string::npos) {
+    return Status::Unavailable("connecting to " + addr + ": no answer within 2 s");
+  }
+  if (!fd.ok()) return fd.status();
+  Status st = agent::AuthenticateToPeer(*fd, token);
+  ::close(*fd);
+  return st;
+}
 
 // Polls `ready` until it holds or `seconds` pass.
 bool WaitFor(double seconds, const std::function<bool()>& ready) {
@@ -442,9 +475,10 @@ Status Run(const Args& a) {
   if (cmd == "controller") {
     Result<int> mport = IntFlag(a, "metrics-port", -1);
     if (!mport.ok()) return mport.status();
-    return plane::RunController({ClusterDir(a), a.Has("init"), *mport, a.Get("ladder-rungs"),
-                                      a.Get("ladder-tests"), a.Get("ladder-budget"), a.Get("failure-rate"),
-                                      a.Get("ladder-align-every")});
+    plane::ControllerOptions o{ClusterDir(a), a.Has("init"), *mport, a.Get("ladder-rungs"),
+                               a.Get("ladder-tests"), a.Get("ladder-budget"), a.Get("failure-rate"),
+                               a.Get("ladder-align-every"), ProveReachable};
+    return plane::RunController(o);
   }
   if (cmd == "agent") {
     agent::AgentOptions o;

@@ -282,8 +282,10 @@ Status Plane::Register(const wire::RegisterRequest& req, Time now) {
       store_->PutMachine({req.machine(), req.machine_dir(), ToMs(now), req.shard_addr()}));
   Agent& a = AgentFor(req.machine());
   a.dir = req.machine_dir();
+  if (a.shard_addr != req.shard_addr()) a.reached = false;  // proved at another address
   a.shard_addr = req.shard_addr();
   if (a.incarnation != req.incarnation()) {
+    a.reached = false;
     a.incarnation = req.incarnation();
     a.acked_seq = 0;
     a.shards.clear();  // a new agent run tells what it holds in its first report

@@ -73,6 +73,13 @@ struct PlaneOptions {
   // What Register holds an agent's advertised address against
   // (address_check.h); the default checks nothing.
   AddressRules addresses;
+  // A machine proves it can be reached before it joins the pool (issue 40):
+  // with this set, a joining machine with an advertised address joins only
+  // once the server's prober (ProbesDue, ProbeDone) reached it there, and a
+  // standby is reached again every `reprobe_standby_every`. False (the
+  // plane's own tests): a reporting machine joins at once.
+  bool probe_reachability = false;
+  Duration reprobe_standby_every = std::chrono::seconds(5);
 };
 
 class Plane {
@@ -120,6 +127,24 @@ class Plane {
   // few times a second.
   void Tick(Time now) EXCLUDES(mu_);
 
+  // --- reachability (issue 40; PlaneOptions::probe_reachability) ----------
+  // One machine to reach at the address it advertised, as its incarnation.
+  struct ReachProbe {
+    std::string machine;
+    int64_t incarnation = 0;
+    std::string addr;
+  };
+  // The machines to reach now: joining ones not yet reached, and standbys
+  // last reached longer ago than reprobe_standby_every. Each is marked in
+  // flight until its ProbeDone. The caller probes without the plane's lock.
+  std::vector<ReachProbe> ProbesDue(Time now) EXCLUDES(mu_);
+  // The probe's outcome. Reached: a joining machine joins. Not reached
+  // while its agent went on reporting: it fails its self-check
+  // (MachineJoined, not passed, saying why) and is evicted, never given
+  // ranks. A silent agent's failed probe is not held against it: losing
+  // its heartbeat says more.
+  void ProbeDone(const ReachProbe& probe, const Status& reached, Time now) EXCLUDES(mu_);
+
  private:
   struct Agent {
     std::string dir;
@@ -146,6 +171,13 @@ class Plane {
     std::optional<wire::Command> desired;
     std::deque<wire::Command> oneshots;
     int64_t stream = 0;  // the newest command stream's number
+    // Reachability (ProbesDue): a probe in flight since `probe_started`;
+    // `reached` a joining machine's proof, consumed by its join;
+    // `probed_at` when its last probe ended.
+    bool probing = false;
+    bool reached = false;
+    Time probe_started{};
+    Time probed_at{};
   };
 
   // A stack capture in flight (one at a time: one job, one open incident).

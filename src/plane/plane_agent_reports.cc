@@ -141,10 +141,72 @@ void Plane::JoinIfNewLocked(const MachineId& machine, bool was_lost, Time now) {
   // A machine the job has not seen, or one an operator returned, joins
   // once it reports: the local backend's self-check is its agent being up.
   if (m == nullptr || m->state == MachineState::kJoining) {
+    // Where the server proves machines reachable (issue 40), a machine
+    // joins once it was reached at the address its ranks will listen on
+    // (ProbeDone joins it then), never on its word alone.
+    Agent& a = AgentFor(machine);
+    if (options_.probe_reachability && !a.shard_addr.empty()) {
+      if (!a.reached) return;
+      a.reached = false;  // one proof, one join: a returned machine proves itself again
+      FeedLocked(MachineJoined{machine, true, "agent reporting, reached at " + a.shard_addr, now}, now, nullptr);
+      return;
+    }
     FeedLocked(MachineJoined{machine, true, "agent reporting", now}, now, nullptr);
   } else if (was_lost) {
     Log("machine " + machine + " is heard from again; it stays " + MachineStateName(m->state));
   }
+}
+
+std::vector<Plane::ReachProbe> Plane::ProbesDue(Time now) {
+  MutexLock lock(&mu_);
+  now = Now(now);
+  std::vector<ReachProbe> due;
+  if (!options_.probe_reachability || !controller_ || done_step_) return due;
+  for (auto& [id, a] : agents_) {
+    if (a.probing || a.shard_addr.empty() || a.lost_reported || !a.heard_since_start) continue;
+    const MachineStatus* m = controller_->state().FindMachine(id);
+    const bool joining = (m == nullptr || m->state == MachineState::kJoining) && !a.reached;
+    const bool standby = m != nullptr && m->state == MachineState::kStandby &&
+                         now - a.probed_at >= options_.reprobe_standby_every;
+    if (!joining && !standby) continue;
+    a.probing = true;
+    a.probe_started = now;
+    due.push_back({id, a.incarnation, a.shard_addr});
+  }
+  return due;
+}
+
+void Plane::ProbeDone(const ReachProbe& probe, const Status& reached, Time now) {
+  MutexLock lock(&mu_);
+  now = Now(now);
+  auto it = agents_.find(probe.machine);
+  if (it == agents_.end()) return;
+  Agent& a = it->second;
+  a.probing = false;
+  // A new run of the agent, or one at another address, is probed afresh.
+  if (a.incarnation != probe.incarnation || a.shard_addr != probe.addr) return;
+  a.probed_at = now;
+  if (!controller_ || done_step_) return;
+  const MachineStatus* m = controller_->state().FindMachine(probe.machine);
+  const bool joining = m == nullptr || m->state == MachineState::kJoining;
+  if (m != nullptr && !joining && m->state != MachineState::kStandby) return;  // taken or evicted meanwhile
+  if (reached.ok()) {
+    if (!joining) return;
+    a.reached = true;
+    JoinIfNewLocked(probe.machine, false, now);
+    return;
+  }
+  // A dead agent does not answer either; its lost heartbeat is the better
+  // account of it. Only a machine still reporting is unreachable.
+  if (a.last_heard <= a.probe_started) {
+    Log("machine " + probe.machine + " was not reached at " + probe.addr + ", but its agent is silent too: " +
+        "not held against it");
+    return;
+  }
+  const std::string why = "peers cannot reach " + probe.machine + " at " + probe.addr + " (" + reached.message() +
+                          "); it is not given ranks: check its firewall, routes and --address";
+  Log(why);
+  FeedLocked(MachineJoined{probe.machine, false, why, now}, now, nullptr);
 }
 
 Status Plane::ApplyAgentEventLocked(const MachineId& machine, int64_t incarnation, const wire::AgentEvent& ev,

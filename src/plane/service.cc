@@ -312,6 +312,7 @@ Status RunController(const ControllerOptions& options) {
     po.heartbeat_timeout = std::max<Duration>(po.heartbeat_timeout, *fence + cluster::kFenceMargin);
   }
   po.addresses = AddressRulesFor(layout, address);
+  po.probe_reachability = static_cast<bool>(options.reach_probe);
   Result<std::unique_ptr<Plane>> plane = Plane::Open(po, WallNow());
   if (!plane.ok()) return plane.status();
 
@@ -348,11 +349,26 @@ Status RunController(const ControllerOptions& options) {
 
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  // Machines prove they can be reached before they join (issue 40): probed
+  // off the tick's thread and without the plane's lock, since a firewall
+  // that drops packets makes a probe wait out its timeout.
+  std::thread prober;
+  if (options.reach_probe) {
+    prober = std::thread([&] {
+      while (!g_stop) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        for (const Plane::ReachProbe& p : (*plane)->ProbesDue(WallNow())) {
+          (*plane)->ProbeDone(p, options.reach_probe(p.addr, *token), WallNow());
+        }
+      }
+    });
+  }
   // The liveness tick: heartbeat loss is the one fault no agent can report.
   while (!g_stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
     (*plane)->Tick(WallNow());
   }
+  if (prober.joinable()) prober.join();
   metrics.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   return Status::OK();

@@ -2,6 +2,7 @@
 // token check. `RunController` is the `bulwark controller` process.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "common/status.h"
@@ -25,6 +26,11 @@ struct ControllerOptions {
   std::string daily_failure_rate;
   // `--ladder-align-every SECONDS`: the periodic bitwise check (0: off).
   std::string ladder_align_every_s;
+  // Proves that a machine can be reached where it advertised its ranks will
+  // listen ("host:port", its agent's shard server), with the cluster token
+  // (issue 40). The bulwark binary sets it (cli/main.cc: the agents' shard
+  // handshake). Null: machines join on their word.
+  std::function<Status(const std::string& addr, const std::string& token)> reach_probe;
 };
 
 // Serves until SIGTERM or SIGINT. The address comes from <dir>/controller.addr
