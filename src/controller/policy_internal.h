@@ -24,6 +24,21 @@ bool LadderHoldsJob(const ClusterState& s);
 Result<Incident*> OpenIncident(RuleContext& ctx, IncidentClass cls, const std::string& cause,
                                std::optional<Time> fault, bool localized = true);
 
+// High-confidence machine fault: evict at once (policy.cc says why).
+Status EvictForFault(RuleContext& ctx, const MachineId& machine, const std::string& cause,
+                     std::optional<Time> fault);
+Status StopJob(RuleContext& ctx, const std::string& cause, std::optional<Time> fault, const std::string& why);
+// Sorted time lists: insert keeping the order, drop what is before `cutoff`.
+void InsertSorted(std::vector<Time>& times, Time t);
+void PruneBefore(std::vector<Time>& times, Time cutoff);
+
+// Crashes that name no machine (policy_crashes.cc): attribution carried
+// out, and a peer-lost exit that names the machine its peers cannot reach
+// (true when it blamed one, and the exit needs nothing more).
+Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::string& signature, int exit_code,
+                       Time observed, const std::string& cause);
+Result<bool> EvictUnreachablePeer(RuleContext& ctx, const RankExited& x, const std::string& cause);
+
 // The implicit-fault rules (policy_implicit.cc).
 Status OnHangSuspected(RuleContext& ctx, const Event& e);
 Status OnStacksAnalyzed(RuleContext& ctx, const Event& e);
