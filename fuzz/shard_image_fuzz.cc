@@ -7,10 +7,10 @@
 #include <cstring>
 #include <string>
 
-#include "client/shard_image.h"
+#include "rank_client/shard_image.h"
 #include "common/checksum.h"
 
-using bulwark::client::ShardHeader;
+using bulwark::rank_client::ShardHeader;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
@@ -27,9 +27,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (h.payload_bytes > avail || data[0] % 2 == 0) h.payload_bytes = avail;
     // The checksum the claimed kind uses; an unknown kind stays unknown.
     const uint8_t* payload = reinterpret_cast<const uint8_t*>(bytes.data()) + sizeof h;
-    if (h.checksum_kind == bulwark::client::kCrc32) {
+    if (h.checksum_kind == bulwark::rank_client::kCrc32) {
       h.payload_checksum = bulwark::Crc32(payload, h.payload_bytes);
-    } else if (h.checksum_kind == bulwark::client::kXxh3) {
+    } else if (h.checksum_kind == bulwark::rank_client::kXxh3) {
       h.payload_checksum = bulwark::Xxh3Checksum64(payload, h.payload_bytes);
     } else {
       h.payload_checksum = bulwark::Checksum64(payload, h.payload_bytes);
@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     h.header_checksum = bulwark::Checksum64(&h, offsetof(ShardHeader, header_checksum));
     std::memcpy(&bytes[0], &h, sizeof h);
   }
-  auto v = bulwark::client::ReadShardImage(bytes.data(), bytes.size(), "fuzz image");
+  auto v = bulwark::rank_client::ReadShardImage(bytes.data(), bytes.size(), "fuzz image");
   if (!v.ok()) return 0;
   // Every section must lie inside the image.
   const auto* begin = reinterpret_cast<const uint8_t*>(bytes.data());

@@ -19,7 +19,7 @@
 #include "agent/supervisor.h"
 #include "cluster/local/slow_injector.h"
 #include "agent/timing.h"
-#include "client/rank_link.h"
+#include "rank_client/rank_link.h"
 #include "support/process.h"
 
 namespace bulwark {
@@ -231,7 +231,7 @@ TEST(Supervisor, ReportsExitCodeAndSignalOfRealProcesses) {
 // The rank link's step line survives the trip, non-finite values included;
 // a malformed one is refused by name.
 TEST(RankLink, StepSignalsRoundTripAndBadLinesAreRefused) {
-  client::StepSignal s;
+  rank_client::StepSignal s;
   s.step = 42;
   s.steps = 3;
   s.loss = 3.25;
@@ -244,7 +244,7 @@ TEST(RankLink, StepSignalsRoundTripAndBadLinesAreRefused) {
   s.nonfinite = true;
   s.halted = "nan";
   s.observed_ms = 1763840000123;
-  Result<client::StepSignal> back = client::StepSignal::Parse(s.Format());
+  Result<rank_client::StepSignal> back = rank_client::StepSignal::Parse(s.Format());
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->step, 42);
   EXPECT_EQ(back->steps, 3);
@@ -261,12 +261,12 @@ TEST(RankLink, StepSignalsRoundTripAndBadLinesAreRefused) {
   const std::string line = s.Format();
   EXPECT_EQ(line.substr(line.size() - 14), " 1763840000123") << line;
   s.tokens = 16384;
-  Result<client::StepSignal> with = client::StepSignal::Parse(s.Format());
+  Result<rank_client::StepSignal> with = rank_client::StepSignal::Parse(s.Format());
   ASSERT_TRUE(with.ok()) << with.status().ToString();
   EXPECT_EQ(with->tokens, 16384);
   for (const char* bad : {"STEP 1 2", "STEP x 1 1 1 1 1 1 1 0 0 - 5", "STEP 1 1 1 1 1 1 1 1 0 0 maybe 5", "HELLO 1 2",
                           "STEP 1 1 1 1 1 1 1 1 0 0 - 5 -3", "STEP 1 1 1 1 1 1 1 1 0 0 - 5 7 8"}) {
-    Result<client::StepSignal> r = client::StepSignal::Parse(bad);
+    Result<rank_client::StepSignal> r = rank_client::StepSignal::Parse(bad);
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("rank link"), std::string::npos) << r.status().message();
   }

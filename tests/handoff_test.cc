@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "client/rank_link.h"
+#include "rank_client/rank_link.h"
 
 namespace bulwark::agent {
 namespace {
@@ -57,7 +57,7 @@ TEST(Handoff, TheIdentityIgnoresWhatAGenerationSetsPerRank) {
 }
 
 TEST(Handoff, AssignmentsRoundTripAndBadOnesAreRefused) {
-  client::RankAssignment a;
+  rank_client::RankAssignment a;
   a.generation = 7;
   a.rank = 1;
   a.local_rank = 0;
@@ -67,12 +67,12 @@ TEST(Handoff, AssignmentsRoundTripAndBadOnesAreRefused) {
   a.master_port = 20123;
   a.backup_of = 0;
   a.log_path = "/tmp/x/ranks/rank-1.log";
-  auto b = client::RankAssignment::Parse(a.Format());
+  auto b = rank_client::RankAssignment::Parse(a.Format());
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(b->Format(), a.Format());
-  EXPECT_FALSE(client::RankAssignment::Parse("ASSIGN 7 2 0 2 1 127.0.0.1 20123 -1 /x").ok());  // rank >= world
-  EXPECT_FALSE(client::RankAssignment::Parse("ASSIGN 7 1 0 2 1 127.0.0.1 0 -1 /x").ok());      // no port
-  EXPECT_FALSE(client::RankAssignment::Parse("ASSIGN 7 1 0 2").ok());
+  EXPECT_FALSE(rank_client::RankAssignment::Parse("ASSIGN 7 2 0 2 1 127.0.0.1 20123 -1 /x").ok());  // rank >= world
+  EXPECT_FALSE(rank_client::RankAssignment::Parse("ASSIGN 7 1 0 2 1 127.0.0.1 0 -1 /x").ok());      // no port
+  EXPECT_FALSE(rank_client::RankAssignment::Parse("ASSIGN 7 1 0 2").ok());
 }
 
 }  // namespace

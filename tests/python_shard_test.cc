@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "agent/shard_store.h"
-#include "client/shard_client.h"
-#include "client/shard_image.h"
+#include "rank_client/shard_client.h"
+#include "rank_client/shard_image.h"
 #include "common/checksum.h"
 #include "common/files.h"
 #include "support/process.h"
@@ -36,7 +36,7 @@ TEST(PythonShards, CppReadsPythonsImagesAndPythonReadsCpps) {
   ASSERT_EQ(py.exit_code, 0) << py.err;
   auto bytes = ReadFile(dir + "/py.shard");
   ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
-  auto v = client::ReadShardImage(bytes->data(), bytes->size(), "python's image");
+  auto v = rank_client::ReadShardImage(bytes->data(), bytes->size(), "python's image");
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->info.step, 42);
   EXPECT_EQ(v->info.rank, 1);
@@ -47,25 +47,25 @@ TEST(PythonShards, CppReadsPythonsImagesAndPythonReadsCpps) {
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(v->sections["rng"].first), 4), "seed");
   // Its CRC-32 catches a flipped bit as Checksum64 does.
   std::string bad = *bytes;
-  ASSERT_TRUE(client::CorruptShardImage(bad.data(), bad.size()));
-  auto c = client::ReadShardImage(bad.data(), bad.size(), "python's image");
+  ASSERT_TRUE(rank_client::CorruptShardImage(bad.data(), bad.size()));
+  auto c = rank_client::ReadShardImage(bad.data(), bad.size(), "python's image");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("fails its checksum"), std::string::npos) << c.status().ToString();
 
   // bulwark-train's images (XXH3, and Checksum64 from before) read in Python.
   std::vector<float> params(1000, 1.5f);
   std::vector<uint8_t> slot(1 << 16);
-  ASSERT_TRUE(client::WriteShardImage(slot.data(), slot.size(), {7, 0, 2}, "{\"by\":\"c++\"}",
+  ASSERT_TRUE(rank_client::WriteShardImage(slot.data(), slot.size(), {7, 0, 2}, "{\"by\":\"c++\"}",
                                       {{"params", params.data(), params.size() * sizeof(float)}})
                   .ok());
   ASSERT_TRUE(WriteFileAtomic(dir + "/cpp.shard", slot.data(), slot.size()).ok());
   // The same image as bulwark-train wrote it before XXH3: payload Checksum64.
-  client::ShardHeader h;
+  rank_client::ShardHeader h;
   std::memcpy(&h, slot.data(), sizeof h);
-  ASSERT_EQ(h.checksum_kind, client::kXxh3);
-  h.checksum_kind = client::kChecksum64;
+  ASSERT_EQ(h.checksum_kind, rank_client::kXxh3);
+  h.checksum_kind = rank_client::kChecksum64;
   h.payload_checksum = Checksum64(slot.data() + sizeof h, h.payload_bytes);
-  h.header_checksum = Checksum64(&h, offsetof(client::ShardHeader, header_checksum));
+  h.header_checksum = Checksum64(&h, offsetof(rank_client::ShardHeader, header_checksum));
   std::memcpy(slot.data(), &h, sizeof h);
   ASSERT_TRUE(WriteFileAtomic(dir + "/cpp0.shard", slot.data(), slot.size()).ok());
   py = Python(
@@ -111,7 +111,7 @@ TEST(PythonShards, APythonRanksSavesReachTheStorePeerAndDiskAndComeBack) {
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     stores[m] = std::move(*s);
   }
-  auto peer = client::ShardClient::Connect(dir + "/b.sock", 1, 2);
+  auto peer = rank_client::ShardClient::Connect(dir + "/b.sock", 1, 2);
   ASSERT_TRUE(peer.ok());
   ASSERT_TRUE((*peer)->OpenRegion(1 << 20).ok());
   agent::ShardRoutes routes;
@@ -133,7 +133,7 @@ TEST(PythonShards, APythonRanksSavesReachTheStorePeerAndDiskAndComeBack) {
   // The rank is gone; its machine's memory keeps its images.
   EXPECT_EQ(Holds(*stores["a"], 0, false), 5);
   EXPECT_TRUE(Eventually([&] { return Holds(*stores["b"], 0, true) == 5; })) << "the backup never reached b";
-  EXPECT_EQ(client::DurableSteps(dir + "/durable", 0), (std::vector<int64_t>{4, 2}));
+  EXPECT_EQ(rank_client::DurableSteps(dir + "/durable", 0), (std::vector<int64_t>{4, 2}));
 
   // Restarted in place on a: memory (newest first), the peer's, durable.
   // On c, a standby, a's memory is gone: the backup fetched from b.

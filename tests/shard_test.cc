@@ -15,11 +15,11 @@
 #include "agent/shard_auth.h"
 #include "agent/shard_store.h"
 #include "agent/shard_transfer.h"
-#include "client/restore_point.h"
-#include "client/shard_client.h"
-#include "client/shard_image.h"
-#include "client/shard_socket.h"
-#include "client/shard_region.h"
+#include "rank_client/restore_point.h"
+#include "rank_client/shard_client.h"
+#include "rank_client/shard_image.h"
+#include "rank_client/shard_socket.h"
+#include "rank_client/shard_region.h"
 #include "common/checksum.h"
 #include "common/files.h"
 #include "support/process.h"
@@ -27,10 +27,10 @@
 namespace bulwark {
 namespace {
 
-using client::ShardClient;
-using client::ShardRegion;
+using rank_client::ShardClient;
+using rank_client::ShardRegion;
 
-std::vector<client::ShardSection> Sections(const std::vector<float>& params, const std::string& extra) {
+std::vector<rank_client::ShardSection> Sections(const std::vector<float>& params, const std::string& extra) {
   return {{"params", params.data(), params.size() * sizeof(float)}, {"extra", extra.data(), extra.size()}};
 }
 
@@ -47,10 +47,10 @@ TEST(ShardImage, RoundTripsAndRejectsTornOrCorruptImages) {
   std::vector<float> params(10000);
   for (size_t i = 0; i < params.size(); ++i) params[i] = static_cast<float>(i) * 0.5f;
   auto sections = Sections(params, "hello");
-  std::vector<uint8_t> slot(client::ShardImageSize(sections, 10) + 100);
-  ASSERT_TRUE(client::WriteShardImage(slot.data(), slot.size(), {7, 1, 2}, "{\"step\":7}", sections).ok());
+  std::vector<uint8_t> slot(rank_client::ShardImageSize(sections, 10) + 100);
+  ASSERT_TRUE(rank_client::WriteShardImage(slot.data(), slot.size(), {7, 1, 2}, "{\"step\":7}", sections).ok());
 
-  auto v = client::ReadShardImage(slot.data(), slot.size(), "test");
+  auto v = rank_client::ReadShardImage(slot.data(), slot.size(), "test");
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->info.step, 7);
   EXPECT_EQ(v->info.rank, 1);
@@ -60,70 +60,70 @@ TEST(ShardImage, RoundTripsAndRejectsTornOrCorruptImages) {
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(v->sections["extra"].first), 5), "hello");
 
   // Too small a slot is refused before anything is written.
-  EXPECT_FALSE(client::WriteShardImage(slot.data(), 100, {8, 1, 2}, "{}", sections).ok());
+  EXPECT_FALSE(rank_client::WriteShardImage(slot.data(), 100, {8, 1, 2}, "{}", sections).ok());
 
   // One flipped bit: the header is intact, the payload checksum is not.
   std::vector<uint8_t> bad = slot;
-  ASSERT_TRUE(client::CorruptShardImage(bad.data(), bad.size()));
-  EXPECT_TRUE(client::PeekShardHeader(bad.data(), bad.size(), nullptr, nullptr));
-  auto c = client::ReadShardImage(bad.data(), bad.size(), "memory copy");
+  ASSERT_TRUE(rank_client::CorruptShardImage(bad.data(), bad.size()));
+  EXPECT_TRUE(rank_client::PeekShardHeader(bad.data(), bad.size(), nullptr, nullptr));
+  auto c = rank_client::ReadShardImage(bad.data(), bad.size(), "memory copy");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), Status::Code::kCorrupt);
   EXPECT_NE(c.status().message().find("fails its checksum"), std::string::npos) << c.status().ToString();
 
   // A writer that died midway leaves the header unsealed.
   std::vector<uint8_t> torn = slot;
-  std::memset(torn.data() + offsetof(client::ShardHeader, header_checksum), 0, 8);
-  EXPECT_FALSE(client::PeekShardHeader(torn.data(), torn.size(), nullptr, nullptr));
-  EXPECT_FALSE(client::ReadShardImage(torn.data(), torn.size(), "torn").ok());
+  std::memset(torn.data() + offsetof(rank_client::ShardHeader, header_checksum), 0, 8);
+  EXPECT_FALSE(rank_client::PeekShardHeader(torn.data(), torn.size(), nullptr, nullptr));
+  EXPECT_FALSE(rank_client::ReadShardImage(torn.data(), torn.size(), "torn").ok());
   // So does a truncated copy.
-  EXPECT_FALSE(client::ReadShardImage(slot.data(), v->image_bytes - 1, "short").ok());
+  EXPECT_FALSE(rank_client::ReadShardImage(slot.data(), v->image_bytes - 1, "short").ok());
 }
 
 // Rewrites a sealed image's payload checksum as `kind` computes it and
 // reseals the header: an image as an older writer (kind 0) or the Python
 // client (kind 1) would have left it.
 void Reseal(std::vector<uint8_t>& image, uint32_t kind, uint64_t payload_checksum) {
-  client::ShardHeader h;
+  rank_client::ShardHeader h;
   std::memcpy(&h, image.data(), sizeof h);
   h.checksum_kind = kind;
   h.payload_checksum = payload_checksum;
-  h.header_checksum = Checksum64(&h, offsetof(client::ShardHeader, header_checksum));
+  h.header_checksum = Checksum64(&h, offsetof(rank_client::ShardHeader, header_checksum));
   std::memcpy(image.data(), &h, sizeof h);
 }
 
 TEST(ShardImage, WritesXxh3AndStillVerifiesChecksum64AndCrc32Images) {
   std::vector<float> params(5000, 1.25f);
   auto sections = Sections(params, "kinds");
-  std::vector<uint8_t> slot(client::ShardImageSize(sections, 2));
-  ASSERT_TRUE(client::WriteShardImage(slot.data(), slot.size(), {3, 0, 1}, "{}", sections).ok());
-  client::ShardHeader h;
+  std::vector<uint8_t> slot(rank_client::ShardImageSize(sections, 2));
+  ASSERT_TRUE(rank_client::WriteShardImage(slot.data(), slot.size(), {3, 0, 1}, "{}", sections).ok());
+  rank_client::ShardHeader h;
   std::memcpy(&h, slot.data(), sizeof h);
   const uint8_t* payload = slot.data() + sizeof h;
-  EXPECT_EQ(h.checksum_kind, client::kXxh3);
+  EXPECT_EQ(h.checksum_kind, rank_client::kXxh3);
   EXPECT_EQ(h.payload_checksum, Xxh3Checksum64(payload, h.payload_bytes));
 
   // Images sealed before the switch (Checksum64) and by Python (CRC-32) read.
   std::vector<uint8_t> old = slot;
-  Reseal(old, client::kChecksum64, Checksum64(payload, h.payload_bytes));
-  auto v = client::ReadShardImage(old.data(), old.size(), "old image");
+  Reseal(old, rank_client::kChecksum64, Checksum64(payload, h.payload_bytes));
+  auto v = rank_client::ReadShardImage(old.data(), old.size(), "old image");
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->info.step, 3);
   std::vector<uint8_t> py = slot;
-  Reseal(py, client::kCrc32, Crc32(payload, h.payload_bytes));
-  EXPECT_TRUE(client::ReadShardImage(py.data(), py.size(), "python image").ok());
+  Reseal(py, rank_client::kCrc32, Crc32(payload, h.payload_bytes));
+  EXPECT_TRUE(rank_client::ReadShardImage(py.data(), py.size(), "python image").ok());
 
   // The kind decides which checksum is checked: XXH3's value under kind 0 fails.
   std::vector<uint8_t> mixed = slot;
-  Reseal(mixed, client::kChecksum64, h.payload_checksum);
-  auto m = client::ReadShardImage(mixed.data(), mixed.size(), "mixed");
+  Reseal(mixed, rank_client::kChecksum64, h.payload_checksum);
+  auto m = rank_client::ReadShardImage(mixed.data(), mixed.size(), "mixed");
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("fails its checksum"), std::string::npos) << m.status().ToString();
 
   // A kind this build does not know is refused by name, not misread.
   std::vector<uint8_t> future = slot;
   Reseal(future, 7, h.payload_checksum);
-  auto f = client::ReadShardImage(future.data(), future.size(), "future");
+  auto f = rank_client::ReadShardImage(future.data(), future.size(), "future");
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("unknown checksum kind 7"), std::string::npos) << f.status().ToString();
 }
@@ -136,8 +136,8 @@ TEST(ShardRegion, IsSharedBetweenMappingsAndOrdersSealedSlots) {
   EXPECT_EQ(other->num_slots(), 2);
   EXPECT_TRUE(other->SealedSlots().empty());
   std::vector<float> p(100, 1.0f);
-  ASSERT_TRUE(client::WriteShardImage(r->slot(1), r->slot_capacity(), {5, 0, 1}, "{}", Sections(p, "")).ok());
-  ASSERT_TRUE(client::WriteShardImage(r->slot(0), r->slot_capacity(), {6, 0, 1}, "{}", Sections(p, "")).ok());
+  ASSERT_TRUE(rank_client::WriteShardImage(r->slot(1), r->slot_capacity(), {5, 0, 1}, "{}", Sections(p, "")).ok());
+  ASSERT_TRUE(rank_client::WriteShardImage(r->slot(0), r->slot_capacity(), {6, 0, 1}, "{}", Sections(p, "")).ok());
   auto sealed = other->SealedSlots();  // written through one mapping, seen through the other
   ASSERT_EQ(sealed.size(), 2u);
   EXPECT_EQ(sealed[0].info.step, 6);
@@ -147,11 +147,11 @@ TEST(ShardRegion, IsSharedBetweenMappingsAndOrdersSealedSlots) {
 }
 
 TEST(RestorePoint, NewestStepEveryRankHoldsOnOneTimeline) {
-  using client::ShardPoint;
-  const uint64_t a = 0, b = client::NextTimeline(a, 700);
+  using rank_client::ShardPoint;
+  const uint64_t a = 0, b = rank_client::NextTimeline(a, 700);
   int64_t newest = -1;
   // Rank 0 finished step 704, rank 1 died copying it: 703 it is, one lost.
-  auto p = client::NewestCommonPoint({{{704, a}, {703, a}}, {{703, a}, {702, a}}}, &newest);
+  auto p = rank_client::NewestCommonPoint({{{704, a}, {703, a}}, {{703, a}, {702, a}}}, &newest);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->step, 703);
   EXPECT_EQ(newest, 704);
@@ -159,7 +159,7 @@ TEST(RestorePoint, NewestStepEveryRankHoldsOnOneTimeline) {
   // Step 720 exists on both ranks, but rank 1's copy is from the timeline
   // abandoned by a restore to 700: the two must not be combined.
   newest = -1;
-  p = client::NewestCommonPoint({{{720, b}, {719, b}, {700, a}}, {{720, a}, {719, a}, {700, a}}}, &newest);
+  p = rank_client::NewestCommonPoint({{{720, b}, {719, b}, {700, a}}, {{720, a}, {719, a}, {700, a}}}, &newest);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->step, 700);
   EXPECT_EQ(p->timeline, a);
@@ -167,13 +167,13 @@ TEST(RestorePoint, NewestStepEveryRankHoldsOnOneTimeline) {
 
   // Nothing in common: no restore from these copies.
   newest = -1;
-  EXPECT_FALSE(client::NewestCommonPoint({{{5, a}}, {{6, a}}}, &newest).has_value());
+  EXPECT_FALSE(rank_client::NewestCommonPoint({{{5, a}}, {{6, a}}}, &newest).has_value());
   EXPECT_EQ(newest, -1);
-  EXPECT_FALSE(client::NewestCommonPoint({}, &newest).has_value());
+  EXPECT_FALSE(rank_client::NewestCommonPoint({}, &newest).has_value());
   // Deterministic, and distinct per restore point.
-  EXPECT_EQ(client::NextTimeline(a, 700), b);
-  EXPECT_NE(client::NextTimeline(a, 701), b);
-  EXPECT_NE(client::NextTimeline(b, 700), b);
+  EXPECT_EQ(rank_client::NextTimeline(a, 700), b);
+  EXPECT_NE(rank_client::NextTimeline(a, 701), b);
+  EXPECT_NE(rank_client::NextTimeline(b, 700), b);
 }
 
 class Stores : public ::testing::Test {
@@ -202,7 +202,7 @@ class Stores : public ::testing::Test {
   void StartPeerRank() {
     auto p = ShardClient::Connect(dir_ + "/b.sock", 1, 2);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
-    ASSERT_TRUE((*p)->OpenRegion(client::ShardImageSize(Sections(StateAt(0), "x"), 4096)).ok());
+    ASSERT_TRUE((*p)->OpenRegion(rank_client::ShardImageSize(Sections(StateAt(0), "x"), 4096)).ok());
     peer_rank_ = std::move(*p);
   }
 
@@ -221,7 +221,7 @@ class Stores : public ::testing::Test {
     ASSERT_TRUE(copies.ok());
     EXPECT_TRUE(copies->empty());
     std::vector<float> params;
-    ASSERT_TRUE((*c)->OpenRegion(client::ShardImageSize(Sections(StateAt(0), "x"), 4096)).ok());
+    ASSERT_TRUE((*c)->OpenRegion(rank_client::ShardImageSize(Sections(StateAt(0), "x"), 4096)).ok());
     for (int step = 1; step <= n; ++step) {
       ASSERT_TRUE((*c)->WaitCopied().ok());  // before the "update"
       // The store supersedes a step whose push has not started when a newer
@@ -252,7 +252,7 @@ class Stores : public ::testing::Test {
 TEST_F(Stores, KeepBackupAndDurableCopiesAndOfferThemAtRestore) {
   Train(5);
   EXPECT_EQ(Holds("a", 0, false), 5);
-  EXPECT_EQ(client::DurableSteps(durable_, 0), (std::vector<int64_t>{4, 2}));
+  EXPECT_EQ(rank_client::DurableSteps(durable_, 0), (std::vector<int64_t>{4, 2}));
   EXPECT_TRUE(Eventually([&] { return stores_["a"]->Stats().pushed + stores_["a"]->Stats().superseded == 5; }));
   client_.reset();  // the rank dies; a's memory keeps its region
 
@@ -328,7 +328,7 @@ TEST_F(Stores, UnreachablePeerCostsNothingButItsCopy) {
 // can push only images the job's shard layout allows.
 TEST_F(Stores, PeersWithoutTheTokenAndImplausibleImagesAreRefusedAndLogged) {
   StartPeerRank();  // b runs rank 1 of 2 with shards of this size
-  const size_t shard = client::ShardImageSize(Sections(StateAt(0), "x"), 4096);
+  const size_t shard = rank_client::ShardImageSize(Sections(StateAt(0), "x"), 4096);
   const std::string b = stores_["b"]->addr();
   auto dial = [&] {
     auto fd = agent::DialTcp(b, 5);
@@ -360,7 +360,7 @@ TEST_F(Stores, PeersWithoutTheTokenAndImplausibleImagesAreRefusedAndLogged) {
   EXPECT_TRUE(Eventually([&] { return Log("b").find("refused a shard connection from 127.0.0.1:") != std::string::npos; })) << Log("b");
 
   // 3. The right token, but an image far larger than any shard of this job.
-  auto push = [&](int rank, uint64_t bytes, const client::ShardHeader* header) -> std::string {
+  auto push = [&](int rank, uint64_t bytes, const rank_client::ShardHeader* header) -> std::string {
     int c = dial();
     Status a = agent::AuthenticateToPeer(c, kToken);
     EXPECT_TRUE(a.ok()) << a.ToString();
@@ -377,7 +377,7 @@ TEST_F(Stores, PeersWithoutTheTokenAndImplausibleImagesAreRefusedAndLogged) {
   EXPECT_EQ(push(5, shard, nullptr), "REFUSED");
   EXPECT_TRUE(Eventually([&] { return Log("b").find("rank 5 is not in this job of 2 ranks") != std::string::npos; })) << Log("b");
   // 5. An image whose header names another job (world of 3) than the request.
-  client::ShardHeader h{};
+  rank_client::ShardHeader h{};
   h.rank = 0;
   h.world_size = 3;
   h.payload_bytes = 16;
@@ -411,11 +411,11 @@ TEST(ShardStoreSocket, AnExitingStoreLeavesItsSuccessorsSocket) {
   auto second = agent::ShardStore::Start("m01", path, "127.0.0.1", "t0ken", [](const std::string&) {});
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   first->reset();
-  Result<int> fd = client::ConnectShardSocket(path);
+  Result<int> fd = rank_client::ConnectShardSocket(path);
   ASSERT_TRUE(fd.ok()) << "the successor's socket is gone: " << fd.status().ToString();
   ::close(*fd);
   second->reset();
-  Result<int> gone = client::ConnectShardSocket(path);
+  Result<int> gone = rank_client::ConnectShardSocket(path);
   EXPECT_FALSE(gone.ok()) << "the last store leaves no socket behind";
 }
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "bulwark.pb.h"
-#include "client/rank_link.h"
+#include "rank_client/rank_link.h"
 #include "common/step_signal.h"
 
 namespace bulwark {
@@ -75,11 +75,11 @@ TEST(StepSignal, EveryFigureCrossesTheWireByName) {
 }
 
 TEST(StepSignal, EveryFigureCrossesTheRankLinkLine) {
-  client::StepSignal s;
+  rank_client::StepSignal s;
   static_cast<StepFigures&>(s) = Filled();
   s.loss = 3.25;  // the line prints %.9g: exact for these
   s.observed_ms = 1763840000000;
-  Result<client::StepSignal> back = client::StepSignal::Parse(s.Format());
+  Result<rank_client::StepSignal> back = rank_client::StepSignal::Parse(s.Format());
   ASSERT_TRUE(back.ok()) << back.status().ToString() << ": " << s.Format();
   EXPECT_EQ(Print(*back), Print(s)) << s.Format();
   EXPECT_EQ(back->observed_ms, s.observed_ms);

@@ -27,7 +27,7 @@
 
 namespace {
 
-constexpr size_t kBlock = 128 << 10;  // as src/client/shard_image.cc
+constexpr size_t kBlock = 128 << 10;  // as src/rank_client/shard_image.cc
 
 struct Contender {
   const char* name;

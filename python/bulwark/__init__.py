@@ -5,7 +5,7 @@ bulwark.save / bulwark.restore, torch only there).
 
 The agent that starts a rank names a Unix SOCK_SEQPACKET socket in the
 environment variable BULWARK_RANK_SOCKET (the "rank link", the protocol
-bulwark-train speaks from src/client/rank_link.cc). Over it the rank says
+bulwark-train speaks from src/rank_client/rank_link.cc). Over it the rank says
 HELLO once, then one STEP line per completed step and a PHASE line before a
 long pause that is not a step (an evaluation, a checkpoint). The agent sums
 the steps into its heartbeat. The controller's hang, NaN and spike detectors

@@ -50,5 +50,5 @@ def checksum64(data):
 
 def next_timeline(timeline, step):
     """The timeline a restore of `step` from `timeline` continues on
-    (client::NextTimeline): Checksum64 of the two as little-endian u64s."""
+    (rank_client::NextTimeline): Checksum64 of the two as little-endian u64s."""
     return checksum64(struct.pack("<QQ", timeline & _M, step & _M))

@@ -1,6 +1,6 @@
 """Every-step in-memory checkpoints of a PyTorch job, the rank's side.
 
-The same protocol and shard format as bulwark-train (src/client/), so the
+The same protocol and shard format as bulwark-train (src/rank_client/), so the
 agent keeps a Python job's state exactly as it keeps the trainer's: in its
 machine's memory, pushed to a backup peer on another machine, persisted
 every `persist_every` steps (docs/checkpoints.md).
@@ -25,7 +25,7 @@ memory instead (PEERWRITES); a Python job's ranks usually draw from
 different RNG streams, so a peer's state is not this rank's.
 
 Rank <-> agent: a Unix SOCK_SEQPACKET socket named in BULWARK_SHARD_SOCKET
-(src/client/shard_socket.h):
+(src/rank_client/shard_socket.h):
     RESTORE <rank> <world>            -> COPY <source> (+fd) ... DURABLE <dir> END
     REGION <rank> <world> (+memfd)    -> OK | ERROR <why>
     SAVED <slot> <step>               -> RELEASED <slot> (sent and persisted)
@@ -69,7 +69,7 @@ def _source_kind(source):
 
 
 def newest_common_point(held):
-    """client::NewestCommonPoint: the newest (step, timeline) every rank
+    """rank_client::NewestCommonPoint: the newest (step, timeline) every rank
     holds (held[r]: rank r's points), or None; and the newest step any rank
     holds on that point's timeline."""
     if not held:

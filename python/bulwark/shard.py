@@ -1,7 +1,7 @@
-"""The shard image and region formats of src/client/, in Python.
+"""The shard image and region formats of src/rank_client/, in Python.
 
 A shard image is one rank's training state at one step, self-describing and
-self-checking (src/client/shard_image.h):
+self-checking (src/rank_client/shard_image.h):
 
     header   56 bytes: magic "BWSHARD1", u32 version (1), u32 checksum kind,
              i64 step, i32 rank, i32 world size, u64 payload length,
@@ -21,7 +21,7 @@ client's own images never need it. All detect torn writes and bit rot,
 none tampering.
 
 The header checksum is written last, so an image whose writer died midway
-is never taken for complete. A region (src/client/shard_region.h) is a memfd
+is never taken for complete. A region (src/rank_client/shard_region.h) is a memfd
 of a 4 KiB header (magic "BWREGN01", u64 slot capacity, u64 slots) and then
 the slots, each holding one image; the agent keeps the descriptor, so the
 images outlive the rank that wrote them.

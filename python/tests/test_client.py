@@ -1,5 +1,5 @@
 """The Python client's side of the rank link, against a socket standing in
-for the agent: the exact lines the agent's parser (client::StepSignal::Parse)
+for the agent: the exact lines the agent's parser (rank_client::StepSignal::Parse)
 reads, and no-ops outside bulwark."""
 
 import importlib

@@ -31,7 +31,7 @@ void Agent::ApplyCommands() {
         for (size_t i = 0; i < spec.ranks.size(); ++i) {
           const int local = spec.ranks[i].second;
           if (local >= 0 && local < c.backup_of_size()) {
-            spec.rank_env[spec.ranks[i].first][client::kShardBackupOfEnv] = std::to_string(c.backup_of(local));
+            spec.rank_env[spec.ranks[i].first][rank_client::kShardBackupOfEnv] = std::to_string(c.backup_of(local));
           }
         }
         ShardRoutes routes;
@@ -124,9 +124,9 @@ RankGroupSpec Agent::SpecFrom(const wire::Command& c) {
   spec.master_port = c.master_port();
   spec.argv.assign(c.argv().begin(), c.argv().end());
   spec.env.insert(c.env().begin(), c.env().end());
-  spec.env[client::kShardSocketEnv] = ShardSocketPath();
-  spec.env[client::kRankSocketEnv] = links_->path();
-  if (c.spike_factor() > 0) spec.env[client::kSpikeFactorEnv] = std::to_string(c.spike_factor());
+  spec.env[rank_client::kShardSocketEnv] = ShardSocketPath();
+  spec.env[rank_client::kRankSocketEnv] = links_->path();
+  if (c.spike_factor() > 0) spec.env[rank_client::kSpikeFactorEnv] = std::to_string(c.spike_factor());
   // The machine's emulated matmul corruption, which the ranks read as they
   // compute (trainer/sdc.h): a fault injected later reaches them too.
   spec.env["BULWARK_SDC_FILE"] = health_paths_.sdc;
@@ -312,7 +312,7 @@ std::shared_ptr<const ProgressPattern> Agent::ProgressFrom(const wire::Command& 
 
 void Agent::SignalProgress(int rank, const std::vector<LogFollower::Progress>& lines) {
   for (const LogFollower::Progress& p : lines) {
-    client::StepSignal s;
+    rank_client::StepSignal s;
     s.step = p.match.step;
     s.loss = p.match.loss.value_or(0);
     s.step_ms = std::chrono::duration<double, std::milli>(p.seen - last_progress_[rank]).count();
@@ -340,7 +340,7 @@ void Agent::ForwardRankLinks(bool progress) {
     }
     if (m.text.compare(0, 5, "STEP ") == 0) gen_.saw_step = true;
     if (progress && m.text.compare(0, 5, "STEP ") == 0) {
-      Result<client::StepSignal> step = client::StepSignal::Parse(m.text);
+      Result<rank_client::StepSignal> step = rank_client::StepSignal::Parse(m.text);
       // A held-back step did not complete. The rank's own time of the step:
       // the agent reads its links only every loop.
       if (step.ok() && step->halted.empty()) {
@@ -418,7 +418,7 @@ void Agent::StartRanks(const RankGroupSpec& spec, const std::string& reason) {
   for (const Handoff& h : *started) {
     how += " " + std::to_string(h.rank) + ":" + HandoffPathName(h.path);
     if (h.path == HandoffPath::kCold) continue;
-    client::RankAssignment a;
+    rank_client::RankAssignment a;
     a.generation = spec.generation;
     a.rank = h.rank;
     for (const auto& [r, local] : spec.ranks) {
@@ -429,8 +429,8 @@ void Agent::StartRanks(const RankGroupSpec& spec, const std::string& reason) {
     a.master_addr = spec.master_addr;
     a.master_port = spec.master_port;
     auto re = spec.rank_env.find(h.rank);
-    if (re != spec.rank_env.end() && re->second.count(client::kShardBackupOfEnv)) {
-      a.backup_of = std::atoi(re->second.at(client::kShardBackupOfEnv).c_str());
+    if (re != spec.rank_env.end() && re->second.count(rank_client::kShardBackupOfEnv)) {
+      a.backup_of = std::atoi(re->second.at(rank_client::kShardBackupOfEnv).c_str());
     }
     a.log_path = supervisor_.LogPath(h.rank);
     if (Status st = links_->Send(h.pid, a.Format()); !st.ok()) {

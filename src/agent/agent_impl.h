@@ -33,7 +33,7 @@
 #include "agent/timing.h"
 #include "agent/workers.h"
 #include "bulwark.grpc.pb.h"
-#include "client/shard_socket.h"
+#include "rank_client/shard_socket.h"
 #include "cluster/layout.h"
 #include "cluster/tls.h"
 #include "common/exit_codes.h"

@@ -6,13 +6,13 @@
 
 #include <cstring>
 
-#include "client/shard_socket.h"
+#include "rank_client/shard_socket.h"
 
 namespace bulwark::agent {
 
 Result<std::unique_ptr<RankLinkServer>> RankLinkServer::Start(const std::string& path,
                                                              std::function<void(const std::string&)> log) {
-  Result<int> fd = client::ListenShardSocket(path);
+  Result<int> fd = rank_client::ListenShardSocket(path);
   if (!fd.ok()) return fd.status();
   std::unique_ptr<RankLinkServer> s(new RankLinkServer());
   s->path_ = path;
@@ -58,7 +58,7 @@ void RankLinkServer::Loop() {
       }
       std::string text(buf, n);
       Conn& c = conns_[fds[i].fd];
-      std::vector<std::string> w = client::SplitWords(text);
+      std::vector<std::string> w = rank_client::SplitWords(text);
       if (w.size() == 3 && w[0] == "HELLO") {
         c.hello = true;
         c.rank = std::atoi(w[1].c_str());
@@ -98,7 +98,7 @@ Status RankLinkServer::Send(pid_t pid, const std::string& text) {
 }
 
 void SignalSum::Add(int rank, int64_t generation, const std::string& text) {
-  std::vector<std::string> w = client::SplitWords(text);
+  std::vector<std::string> w = rank_client::SplitWords(text);
   if (w.size() == 4 && w[0] == "PHASE") {
     wire::RankSignal p;
     p.set_rank(rank);
@@ -113,7 +113,7 @@ void SignalSum::Add(int rank, int64_t generation, const std::string& text) {
     singles_.push_back(std::move(p));
     return;
   }
-  Result<client::StepSignal> s = client::StepSignal::Parse(text);
+  Result<rank_client::StepSignal> s = rank_client::StepSignal::Parse(text);
   if (!s.ok()) return;
   wire::RankSignal r;
   CopyToMessage(*s, &r);  // the figures, by their one field list

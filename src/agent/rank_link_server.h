@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "bulwark.pb.h"
-#include "client/rank_link.h"
+#include "rank_client/rank_link.h"
 #include "common/status.h"
 
 namespace bulwark::agent {

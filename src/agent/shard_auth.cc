@@ -6,7 +6,7 @@
 #include <openssl/rand.h>
 
 #include "agent/shard_transfer.h"
-#include "client/shard_socket.h"
+#include "rank_client/shard_socket.h"
 
 namespace bulwark::agent {
 namespace {
@@ -47,7 +47,7 @@ Status AcceptPeer(int fd, const std::string& token) {
   BULWARK_RETURN_IF_ERROR(Line(fd, "HELLO " + *nonce + "\n"));
   auto line = RecvLine(fd);
   if (!line.ok()) return Status::PermissionDenied("no AUTH line: " + line.status().message());
-  auto w = client::SplitWords(*line);
+  auto w = rank_client::SplitWords(*line);
   if (w.size() != 3 || w[0] != "AUTH") {
     (void)Line(fd, "DENIED expected AUTH <proof> <nonce>\n");
     return Status::PermissionDenied("no AUTH line (got '" + line->substr(0, 40) + "')");
@@ -62,14 +62,14 @@ Status AcceptPeer(int fd, const std::string& token) {
 Status AuthenticateToPeer(int fd, const std::string& token) {
   auto hello = RecvLine(fd);
   if (!hello.ok()) return hello.status();
-  auto w = client::SplitWords(*hello);
+  auto w = rank_client::SplitWords(*hello);
   if (w.size() != 2 || w[0] != "HELLO") return Status::PermissionDenied("peer did not greet with HELLO: '" + hello->substr(0, 40) + "'");
   auto mine = Nonce();
   if (!mine.ok()) return mine.status();
   BULWARK_RETURN_IF_ERROR(Line(fd, "AUTH " + ShardProof(token, "client", w[1]) + " " + *mine + "\n"));
   auto answer = RecvLine(fd);
   if (!answer.ok()) return answer.status();
-  auto a = client::SplitWords(*answer);
+  auto a = rank_client::SplitWords(*answer);
   if (a.size() < 2 || a[0] != "OK") return Status::PermissionDenied("peer refused us: " + *answer);
   if (!Same(a[1], ShardProof(token, "server", *mine))) {
     return Status::PermissionDenied("peer could not prove it holds the cluster token");

@@ -14,14 +14,14 @@
 #include "agent/shard_auth.h"
 #include "agent/shard_store_impl.h"
 #include "agent/shard_transfer.h"
-#include "client/shard_client.h"
-#include "client/shard_image.h"
-#include "client/shard_socket.h"
+#include "rank_client/shard_client.h"
+#include "rank_client/shard_image.h"
+#include "rank_client/shard_socket.h"
 
 namespace bulwark::agent {
 
-using client::ShardHeader;
-using client::ShardRegion;
+using rank_client::ShardHeader;
+using rank_client::ShardRegion;
 
 namespace {
 // "127.0.0.1:40312", for refusal logs.
@@ -73,7 +73,7 @@ Status ShardStore::Impl::Push(const std::string& addr, int rank, int64_t step, c
 }
 
 void ShardStore::Impl::TcpLoop() {
-  client::LowerThreadPriority();
+  rank_client::LowerThreadPriority();
   for (;;) {
     {
       MutexLock lock(&mu_);
@@ -94,7 +94,7 @@ void ShardStore::Impl::TcpLoop() {
 
 // Requests on one connection until the peer closes it or the store stops.
 void ShardStore::Impl::ServeConnection(int c) {
-  client::LowerThreadPriority();
+  rank_client::LowerThreadPriority();
   if (Status a = AcceptPeer(c, token_); !a.ok()) {
     log_("refused a shard connection from " + PeerName(c) + ": " + a.message());
     MutexLock lock(&mu_);
@@ -125,7 +125,7 @@ void ShardStore::Impl::ServeConnection(int c) {
 Status ShardStore::Impl::Serve(int c) {
   auto line = RecvLine(c);
   if (!line.ok()) return line.status();
-  auto w = client::SplitWords(*line);
+  auto w = rank_client::SplitWords(*line);
   if (w.size() == 4 && w[0] == "PUSH") return Receive(c, std::atoi(w[1].c_str()), std::strtoull(w[3].c_str(), nullptr, 10));
   if (w.size() == 2 && w[0] == "FETCH") return SendCopies(c, std::atoi(w[1].c_str()));
   return Status::InvalidArgument("unknown shard transfer request '" + *line + "'");
@@ -214,7 +214,7 @@ Status ShardStore::Impl::SendCopies(int c, int rank) {
     std::vector<uint8_t> blank(sizeof(ShardHeader), 0);
     const uint8_t* src = r->slot(slot);
     // Overwritten since it was listed: send an unsealed header instead.
-    if (!client::PeekShardHeader(src, r->slot_capacity(), nullptr, &bytes)) {
+    if (!rank_client::PeekShardHeader(src, r->slot_capacity(), nullptr, &bytes)) {
       bytes = sizeof(ShardHeader);
       src = blank.data();
     }
@@ -238,7 +238,7 @@ Result<RegionPtr> ShardStore::Impl::Fetch(const ShardRoutes::Source& source) {
   Status st = SendAll(*fd, req.data(), req.size());
   if (st.ok()) {
     auto head = RecvLine(*fd);
-    auto w = head.ok() ? client::SplitWords(*head) : std::vector<std::string>{};
+    auto w = head.ok() ? rank_client::SplitWords(*head) : std::vector<std::string>{};
     if (!head.ok()) st = head.status();
     else if (w.size() != 2 || w[0] != "COPIES") st = Status::Corrupt("unexpected answer '" + *head + "'");
     for (int i = 0; st.ok() && i < std::atoi(w[1].c_str()); ++i) {
@@ -247,7 +247,7 @@ Result<RegionPtr> ShardStore::Impl::Fetch(const ShardRoutes::Source& source) {
         st = line.status();
         break;
       }
-      auto lw = client::SplitWords(*line);
+      auto lw = rank_client::SplitWords(*line);
       uint64_t n = lw.size() == 2 ? std::strtoull(lw[1].c_str(), nullptr, 10) : 0;
       if (n == 0 || n > (uint64_t{64} << 30)) {
         st = Status::Corrupt("bad copy header '" + *line + "'");

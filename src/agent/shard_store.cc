@@ -16,15 +16,15 @@
 
 #include "agent/shard_store_impl.h"
 #include "agent/shard_transfer.h"
-#include "client/shard_client.h"
-#include "client/shard_image.h"
-#include "client/shard_region.h"
-#include "client/shard_socket.h"
+#include "rank_client/shard_client.h"
+#include "rank_client/shard_image.h"
+#include "rank_client/shard_region.h"
+#include "rank_client/shard_socket.h"
 #include "common/files.h"
 
 namespace bulwark::agent {
 
-using client::ShardRegion;
+using rank_client::ShardRegion;
 
 namespace {
 
@@ -76,7 +76,7 @@ void ShardStore::Impl::LocalLoop() {
     for (size_t i = 2; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
       int fd = -1;
-      auto msg = client::RecvShardMessage(fds[i].fd, &fd, 0);
+      auto msg = rank_client::RecvShardMessage(fds[i].fd, &fd, 0);
       if (!msg.ok()) {
         MutexLock lock(&mu_);
         ::close(fds[i].fd);
@@ -90,7 +90,7 @@ void ShardStore::Impl::LocalLoop() {
 }
 
 void ShardStore::Impl::Handle(int64_t conn, int sock, const std::string& msg, int fd) {
-  auto w = client::SplitWords(msg);
+  auto w = rank_client::SplitWords(msg);
   if (w.size() == 3 && w[0] == "RESTORE") {
     int rank = std::atoi(w[1].c_str());
     MutexLock lock(&mu_);
@@ -104,7 +104,7 @@ void ShardStore::Impl::Handle(int64_t conn, int sock, const std::string& msg, in
     const bool peer_writes = w.size() == 4 && w[3] == "PEERWRITES";
     auto region = ShardRegion::Map(fd);
     if (!region.ok()) {
-      (void)client::SendShardMessage(sock, "ERROR " + region.status().message());
+      (void)rank_client::SendShardMessage(sock, "ERROR " + region.status().message());
       return;
     }
     MutexLock lock(&mu_);
@@ -117,16 +117,16 @@ void ShardStore::Impl::Handle(int64_t conn, int sock, const std::string& msg, in
     world_size_ = std::atoi(w[2].c_str());
     largest_local_ = std::max(largest_local_, p.current->slot_capacity());
     owner_[conn] = rank;
-    (void)client::SendShardMessage(sock, "OK");
+    (void)rank_client::SendShardMessage(sock, "OK");
   } else if (w.size() == 3 && w[0] == "SAVED") {
     int slot = std::atoi(w[1].c_str());
     int64_t step = std::atoll(w[2].c_str());
     MutexLock lock(&mu_);
     auto owner = owner_.find(conn);
     auto p = owner == owner_.end() ? primaries_.end() : primaries_.find(owner->second);
-    client::ShardInfo info;
+    rank_client::ShardInfo info;
     if (p != primaries_.end() && p->second.current && slot >= 0 && slot < p->second.current->num_slots() &&
-        client::PeekShardHeader(p->second.current->slot(slot), p->second.current->slot_capacity(), &info, nullptr) &&
+        rank_client::PeekShardHeader(p->second.current->slot(slot), p->second.current->slot_capacity(), &info, nullptr) &&
         info.step == step && info.rank == owner->second) {
       p->second.previous.reset();
       work_.push_back({info.rank, slot, step, p->second.current, conn, !p->second.peer_writes});
@@ -135,7 +135,7 @@ void ShardStore::Impl::Handle(int64_t conn, int sock, const std::string& msg, in
     }
     // Another rank's backup written here from replicated state (it is
     // where it must be already), or nothing we know: release at once.
-    (void)client::SendShardMessage(sock, "RELEASED " + w[1]);
+    (void)rank_client::SendShardMessage(sock, "RELEASED " + w[1]);
   } else if (fd >= 0) {
     ::close(fd);
   }
@@ -143,7 +143,7 @@ void ShardStore::Impl::Handle(int64_t conn, int sock, const std::string& msg, in
 
 void ShardStore::Impl::OfferLocked(int sock, int rank) {
   auto offer = [&](const RegionPtr& r, const std::string& source) {
-    if (HoldsRank(r, rank)) (void)client::SendShardMessage(sock, "COPY " + source, r->fd());
+    if (HoldsRank(r, rank)) (void)rank_client::SendShardMessage(sock, "COPY " + source, r->fd());
   };
   // Its own region first, then any other rank's that holds its backup.
   auto p = primaries_.find(rank);
@@ -159,8 +159,8 @@ void ShardStore::Impl::OfferLocked(int sock, int rank) {
   auto b = backups_.find(rank);
   if (b != backups_.end()) offer(b->second, "memory");
   for (const Fetched& f : fetched_[rank]) offer(f.region, "peer:" + f.machine);
-  if (!routes_.durable_dir.empty()) (void)client::SendShardMessage(sock, "DURABLE " + routes_.durable_dir);
-  (void)client::SendShardMessage(sock, "END");
+  if (!routes_.durable_dir.empty()) (void)rank_client::SendShardMessage(sock, "DURABLE " + routes_.durable_dir);
+  (void)rank_client::SendShardMessage(sock, "END");
 }
 
 void ShardStore::Impl::AnswerWaiting() {
@@ -174,7 +174,7 @@ void ShardStore::Impl::AnswerWaiting() {
 }
 
 void ShardStore::Impl::WorkLoop() {
-  client::LowerThreadPriority();
+  rank_client::LowerThreadPriority();
   MutexLock lock(&mu_);
   for (;;) {
     while (!stop_ && work_.empty()) work_cv_.Wait(&mu_);
@@ -193,14 +193,14 @@ void ShardStore::Impl::WorkLoop() {
       mu_.Lock();
     }
     auto it = conns_.find(w.conn);
-    if (it != conns_.end()) (void)client::SendShardMessage(it->second, "RELEASED " + std::to_string(w.slot));
+    if (it != conns_.end()) (void)rank_client::SendShardMessage(it->second, "RELEASED " + std::to_string(w.slot));
   }
 }
 
 void ShardStore::Impl::Process(const Work& w, const ShardRoutes& routes) {
   const uint8_t* image = w.region->slot(w.slot);
   size_t bytes = 0;
-  if (!client::PeekShardHeader(image, w.region->slot_capacity(), nullptr, &bytes)) return;
+  if (!rank_client::PeekShardHeader(image, w.region->slot_capacity(), nullptr, &bytes)) return;
   if (w.push && !routes.backup_addr.empty()) {
     auto t = Clock::now();
     Status st = Push(routes.backup_addr, w.rank, w.step, image, bytes);
@@ -221,7 +221,7 @@ void ShardStore::Impl::Process(const Work& w, const ShardRoutes& routes) {
   }
   if (routes.persist_every > 0 && !routes.durable_dir.empty() && w.step % routes.persist_every == 0) {
     auto t = Clock::now();
-    std::string path = client::DurableShardPath(routes.durable_dir, w.step, w.rank);
+    std::string path = rank_client::DurableShardPath(routes.durable_dir, w.step, w.rank);
     Status st = MakeDirs(path.substr(0, path.rfind('/')));
     if (st.ok()) st = WriteFileAtomic(path, image, bytes);
     if (st.ok()) Prune(routes.durable_dir, w.rank);
@@ -240,9 +240,9 @@ void ShardStore::Impl::Process(const Work& w, const ShardRoutes& routes) {
 }
 
 void ShardStore::Impl::Prune(const std::string& dir, int rank) {
-  auto steps = client::DurableSteps(dir, rank);
+  auto steps = rank_client::DurableSteps(dir, rank);
   for (size_t i = kDurableKeep; i < steps.size(); ++i) {
-    std::string path = client::DurableShardPath(dir, steps[i], rank);
+    std::string path = rank_client::DurableShardPath(dir, steps[i], rank);
     ::unlink(path.c_str());
     ::rmdir(path.substr(0, path.rfind('/')).c_str());  // fails while other ranks' files remain
   }
@@ -258,7 +258,7 @@ Result<std::unique_ptr<ShardStore>> ShardStore::Start(const std::string& machine
   impl->socket_path_ = socket_path;
   impl->host_ = host;
   impl->log_ = std::move(log);
-  auto u = client::ListenShardSocket(socket_path);
+  auto u = rank_client::ListenShardSocket(socket_path);
   if (!u.ok()) return u.status();
   impl->unix_fd_ = *u;
   struct stat bound {};
@@ -360,7 +360,7 @@ std::optional<int64_t> ShardStore::Corrupt(int rank) {
     if (!r) continue;
     for (const auto& s : r->SealedSlots()) {
       if (s.info.rank != rank) continue;  // its own newest, not a backup it wrote
-      if (client::CorruptShardImage(r->slot(s.slot), r->slot_capacity())) return s.info.step;
+      if (rank_client::CorruptShardImage(r->slot(s.slot), r->slot_capacity())) return s.info.step;
       break;
     }
   }

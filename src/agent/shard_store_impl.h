@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "agent/shard_store.h"
-#include "client/shard_region.h"
+#include "rank_client/shard_region.h"
 #include "common/mutex.h"
 
 namespace bulwark::agent {
 
-using RegionPtr = std::shared_ptr<client::ShardRegion>;
+using RegionPtr = std::shared_ptr<rank_client::ShardRegion>;
 using Clock = std::chrono::steady_clock;
 
 // Every transfer between agents gives up after this long without progress.

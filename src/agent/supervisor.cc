@@ -12,7 +12,7 @@
 #include <map>
 #include <thread>
 
-#include "client/rank_link.h"
+#include "rank_client/rank_link.h"
 #include "common/files.h"
 
 namespace bulwark::agent {
@@ -158,7 +158,7 @@ Result<std::vector<Handoff>> Supervisor::Start(const RankGroupSpec& spec, bool r
 Status Supervisor::Prespawn(const RankGroupSpec& spec) {
   BULWARK_RETURN_IF_ERROR(MakeDirs(ranks_dir_));
   std::map<std::string, std::string> env = spec.env;
-  env[client::kPrespawnEnv] = "1";
+  env[rank_client::kPrespawnEnv] = "1";
   // No rank yet: the torchrun variables come with the ASSIGN.
   for (const char* k : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) env.erase(k);
   const std::string log = ranks_dir_ + "/spare.log";

@@ -1,7 +1,7 @@
 // What a rank says about its steps, as one list of fields.
 //
 // A rank's step figures travel three hops: the rank's link line
-// (client::StepSignal, client/rank_link.h), the agent's report to the
+// (rank_client::StepSignal, client/rank_link.h), the agent's report to the
 // controller (wire::RankSignal, proto/bulwark.proto) and the detectors'
 // input (controller::RankSignal, controller/signals.h). The two structs
 // derive from StepFigures, and the hop through the wire copies by the field

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "client/shard_socket.h"
+#include "rank_client/shard_socket.h"
 
 namespace bulwark::trainer {
 namespace {
@@ -18,7 +18,7 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMetaCapacity = 64 << 10;
 constexpr int kMaxCandidates = 16;  // distinct steps one rank offers to the agreement
 
-uint64_t TimelineOf(const client::ShardView& v) {
+uint64_t TimelineOf(const rank_client::ShardView& v) {
   nlohmann::json meta = nlohmann::json::parse(v.meta, nullptr, false);
   return meta.is_object() && meta.contains("timeline") ? meta["timeline"].get<uint64_t>() : 0;
 }
@@ -73,15 +73,15 @@ Result<std::unique_ptr<MemoryCheckpoint>> MemoryCheckpoint::Open(const TrainConf
                                                                  Transformer& model, ParamStore& store, AdamW& opt,
                                                                  Note note, Comm* group) {
   if (cfg.memory_ckpt == "off") return std::unique_ptr<MemoryCheckpoint>();
-  const char* socket = std::getenv(client::kShardSocketEnv);
-  std::unique_ptr<client::ShardClient> c;
+  const char* socket = std::getenv(rank_client::kShardSocketEnv);
+  std::unique_ptr<rank_client::ShardClient> c;
   Status why = Status::OK();
   if (socket == nullptr || *socket == '\0') {
-    why = Status::FailedPrecondition(std::string(client::kShardSocketEnv) +
+    why = Status::FailedPrecondition(std::string(rank_client::kShardSocketEnv) +
                                      " is unset: no agent offers shared memory for checkpoints; run under bulwark or "
                                      "use --memory-ckpt off");
   } else {
-    auto connected = client::ShardClient::Connect(socket, comm.rank(), comm.world_size());
+    auto connected = rank_client::ShardClient::Connect(socket, comm.rank(), comm.world_size());
     if (connected.ok()) c = std::move(*connected);
     else why = connected.status();
   }
@@ -103,7 +103,7 @@ Result<std::unique_ptr<MemoryCheckpoint>> MemoryCheckpoint::Open(const TrainConf
   // Replicated state: this rank holds everything rank `of` would save, so
   // it writes that rank's backup itself (client/shard_client.h). Only when
   // every rank holds the same state: another pipeline stage's is not ours.
-  const char* of = std::getenv(client::kShardBackupOfEnv);
+  const char* of = std::getenv(rank_client::kShardBackupOfEnv);
   if (&g == &comm && !cfg.shard_optimizer && comm.world_size() > 1 && of != nullptr && *of != '\0') {
     const int b = std::atoi(of);
     if (b >= 0 && b < comm.world_size() && b != comm.rank()) m->theirs_ = m->SliceOf(b, b);
@@ -111,7 +111,7 @@ Result<std::unique_ptr<MemoryCheckpoint>> MemoryCheckpoint::Open(const TrainConf
   return m;
 }
 
-std::vector<client::ShardSection> MemoryCheckpoint::Sections(const Slice& s) {
+std::vector<rank_client::ShardSection> MemoryCheckpoint::Sections(const Slice& s) {
   const size_t n = static_cast<size_t>(s.end - s.begin) * sizeof(float);
   const int64_t moment = s.begin - opt_.begin();
   return {{"params", store_.params().data_ptr<float>() + s.begin, n},
@@ -158,7 +158,7 @@ void MemoryCheckpoint::StageBuffers(Slice& s) {
 // Disk checkpoints carry no timeline; a restore from one starts a timeline
 // that only other restores from the same step share (as they should: the
 // same checkpoint, the same deterministic steps after it).
-void MemoryCheckpoint::ResumedFromDisk(int64_t step) { timeline_ = client::NextTimeline(~uint64_t{0}, step); }
+void MemoryCheckpoint::ResumedFromDisk(int64_t step) { timeline_ = rank_client::NextTimeline(~uint64_t{0}, step); }
 
 Status MemoryCheckpoint::Save(const TrainState& st) {
   BULWARK_RETURN_IF_ERROR(client_->WaitCopied());
@@ -172,12 +172,12 @@ Status MemoryCheckpoint::Save(const TrainState& st) {
   // the backup of another rank carries this one's.
   auto rng = at::detail::getDefaultCPUGenerator().get_state();
   rng_stage_.assign(rng.data_ptr<uint8_t>(), rng.data_ptr<uint8_t>() + rng.numel());
-  std::vector<client::ShardImageParts> images;
+  std::vector<rank_client::ShardImageParts> images;
   images.push_back({{st.step, comm_.rank(), comm_.world_size()}, Meta(st, mine_), Sections(mine_)});
   if (theirs_) images.push_back({{st.step, theirs_->rank, comm_.world_size()}, Meta(st, *theirs_), Sections(*theirs_)});
   if (!region_open_) {
     std::vector<size_t> sizes;
-    for (const auto& im : images) sizes.push_back(client::ShardImageSize(im.sections, kMetaCapacity));
+    for (const auto& im : images) sizes.push_back(rank_client::ShardImageSize(im.sections, kMetaCapacity));
     BULWARK_RETURN_IF_ERROR(client_->OpenRegion(sizes, /*peer_writes=*/theirs_.has_value()));
     region_open_ = true;
   }
@@ -212,7 +212,7 @@ Status ResumableGeneratorState(const void* bytes, size_t n) {
   return Status::OK();
 }
 
-Status MemoryCheckpoint::Check(const client::ShardView& v, const std::string& where) const {
+Status MemoryCheckpoint::Check(const rank_client::ShardView& v, const std::string& where) const {
   nlohmann::json meta = nlohmann::json::parse(v.meta, nullptr, false);
   if (!meta.is_object()) return Status::Corrupt(where + ": unreadable meta");
   auto differs = [&](const char* key, const nlohmann::json& ours) -> Status {
@@ -248,7 +248,7 @@ Status MemoryCheckpoint::Check(const client::ShardView& v, const std::string& wh
   return Status::OK();
 }
 
-Result<std::optional<client::ShardPoint>> MemoryCheckpoint::Agree(const std::vector<client::ShardPoint>& mine,
+Result<std::optional<rank_client::ShardPoint>> MemoryCheckpoint::Agree(const std::vector<rank_client::ShardPoint>& mine,
                                                                    int64_t* newest) {
   // One row per rank of (step + 1, timeline's high and low 32 bits): exact
   // in doubles, summed into place.
@@ -263,17 +263,17 @@ Result<std::optional<client::ShardPoint>> MemoryCheckpoint::Agree(const std::vec
   std::vector<torch::Tensor> v{table};
   BULWARK_RETURN_IF_ERROR(comm_.AllReduceSum(v));
   auto acc = table.accessor<double, 3>();
-  std::vector<std::vector<client::ShardPoint>> held(W);
+  std::vector<std::vector<rank_client::ShardPoint>> held(W);
   for (int r = 0; r < W; ++r)
     for (int i = 0; i < kMaxCandidates; ++i) {
       if (acc[r][i][0] < 1) continue;
       held[r].push_back({static_cast<int64_t>(acc[r][i][0]) - 1,
                          (static_cast<uint64_t>(acc[r][i][1]) << 32) | static_cast<uint64_t>(acc[r][i][2])});
     }
-  return client::NewestCommonPoint(held, newest);
+  return rank_client::NewestCommonPoint(held, newest);
 }
 
-Status MemoryCheckpoint::Load(const client::ShardView& v, TrainState* st) {
+Status MemoryCheckpoint::Load(const rank_client::ShardView& v, TrainState* st) {
   torch::NoGradGuard no_grad;
   nlohmann::json meta = nlohmann::json::parse(v.meta);
   const size_t n = static_cast<size_t>(end_ - begin_) * sizeof(float);
@@ -327,12 +327,12 @@ Result<std::optional<RestoreOutcome>> MemoryCheckpoint::Restore(TrainState* st) 
   if (!copies.ok()) return copies.status();
   // Verified copies by index into `copies`, in the agent's order: memory,
   // then peers, then durable storage.
-  std::vector<std::pair<size_t, client::ShardView>> good;
+  std::vector<std::pair<size_t, rank_client::ShardView>> good;
   auto verify = [&](bool durable) {
-    std::vector<client::ShardPoint> points;
+    std::vector<rank_client::ShardPoint> points;
     std::string seen;
     for (size_t i = 0; i < copies->size(); ++i) {
-      client::ShardCopy& c = (*copies)[i];
+      rank_client::ShardCopy& c = (*copies)[i];
       if ((c.source == "durable") != durable) continue;
       const std::string where = "rank " + std::to_string(comm_.rank()) + "'s " + c.source + " copy of step " +
                                 std::to_string(c.info.step);
@@ -381,7 +381,7 @@ Result<std::optional<RestoreOutcome>> MemoryCheckpoint::Restore(TrainState* st) 
   // Cannot happen (the point was agreed from this rank's own list), but if it
   // did the others would wait in Load's all-gathers: say so before they time out.
   if (mine.empty()) return Status::Internal("rank " + std::to_string(comm_.rank()) + " lost its copy of the agreed step " + std::to_string(step));
-  timeline_ = client::NextTimeline(timeline, step);
+  timeline_ = rank_client::NextTimeline(timeline, step);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 
   // Everyone learns every rank's source and time: rank 0 reports them.

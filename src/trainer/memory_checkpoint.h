@@ -7,7 +7,7 @@
 // the W shards are the whole state, each 1/W of it, so every rank copies
 // the same amount each step, sharded optimizer or not.
 //
-// Saving goes through client::ShardClient: the copy runs in the background
+// Saving goes through rank_client::ShardClient: the copy runs in the background
 // during the next forward and backward; WaitCopied() must come before the
 // next optimizer step changes what is being copied.
 //
@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "client/restore_point.h"
-#include "client/shard_client.h"
+#include "rank_client/restore_point.h"
+#include "rank_client/shard_client.h"
 #include "common/status.h"
 #include "trainer/adamw.h"
 #include "trainer/checkpoint.h"
@@ -102,13 +102,13 @@ class MemoryCheckpoint {
   };
   // The slice of the rank at `index` in the group, named `rank` in the world.
   Slice SliceOf(int index, int rank) const;
-  std::vector<client::ShardSection> Sections(const Slice& s);
+  std::vector<rank_client::ShardSection> Sections(const Slice& s);
   std::string Meta(const TrainState& st, const Slice& s) const;
   void StageBuffers(Slice& s);
-  Status Check(const client::ShardView& v, const std::string& where) const;
-  Status Load(const client::ShardView& v, TrainState* st);
-  // Collective: client::NewestCommonPoint over every rank's points.
-  Result<std::optional<client::ShardPoint>> Agree(const std::vector<client::ShardPoint>& mine, int64_t* newest);
+  Status Check(const rank_client::ShardView& v, const std::string& where) const;
+  Status Load(const rank_client::ShardView& v, TrainState* st);
+  // Collective: rank_client::NewestCommonPoint over every rank's points.
+  Result<std::optional<rank_client::ShardPoint>> Agree(const std::vector<rank_client::ShardPoint>& mine, int64_t* newest);
 
   const TrainConfig& cfg_;
   Comm& comm_;
@@ -117,7 +117,7 @@ class MemoryCheckpoint {
   ParamStore& store_;
   AdamW& opt_;
   Note note_;
-  std::unique_ptr<client::ShardClient> client_;
+  std::unique_ptr<rank_client::ShardClient> client_;
   int64_t buffer_bytes_ = 0;
   Slice mine_;
   int64_t begin_ = 0, end_ = 0, buf_begin_ = 0, buf_end_ = 0;  // mine_'s ranges, for restores

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "client/rank_link.h"
+#include "rank_client/rank_link.h"
 #include "trainer/adamw.h"
 #include "trainer/checkpoint.h"
 #include "trainer/dist.h"
@@ -208,9 +208,9 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
   const int rank = world.rank();
   Progress progress(cfg.log_format == "json", rank == 0, cfg.log_every);
   // Step signals to the agent, when one supervises this rank.
-  auto link_or = client::RankLink::FromEnv(rank);
+  auto link_or = rank_client::RankLink::FromEnv(rank);
   if (!link_or.ok()) return link_or.status();
-  std::unique_ptr<client::RankLink> link = std::move(*link_or);
+  std::unique_ptr<rank_client::RankLink> link = std::move(*link_or);
 
   const auto t_rendezvous = Clock::now();
   const auto split = SplitLayers(cfg.model.n_layers, c.pp_size);

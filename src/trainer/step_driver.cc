@@ -51,8 +51,8 @@ double PoetClipRamp(const TrainConfig& cfg, int64_t step) {
 class AnomalyGuard {
  public:
   AnomalyGuard() {
-    if (const char* f = std::getenv(client::kSpikeFactorEnv)) factor_ = std::atof(f);
-    if (const char* a = std::getenv(client::kAcceptStepEnv)) accept_ = std::atoll(a);
+    if (const char* f = std::getenv(rank_client::kSpikeFactorEnv)) factor_ = std::atof(f);
+    if (const char* a = std::getenv(rank_client::kAcceptStepEnv)) accept_ = std::atoll(a);
   }
   // "" to apply the step, else "nan" or "spike".
   std::string Check(int64_t step, double loss, double grad_norm) const {
@@ -222,7 +222,7 @@ Result<GenerationEnd> StepDriver::Run(StepLayout& layout, TrainState& st, Clock:
                                " (loss " + std::to_string(st.loss) + ", grad norm " + std::to_string(grad_norm) + ")";
       Note("holding back " + what + "; not applied");
       if (!link) return Status::FailedPrecondition(what + "; stopped before applying it");
-      client::StepSignal s = client::StepSignal::Halted(st.step + 1, st.loss, grad_norm, halt);
+      rank_client::StepSignal s = rank_client::StepSignal::Halted(st.step + 1, st.loss, grad_norm, halt);
       s.local_grad_norm = local_norm;
       s.local_nonfinite = local_nonfinite;
       link->Step(s);
@@ -287,7 +287,7 @@ Result<GenerationEnd> StepDriver::Run(StepLayout& layout, TrainState& st, Clock:
     if (link) {
       // Compute is this rank's own work: waits for its neighbours are
       // communication (a slow neighbour shows in its own compute time).
-      client::StepSignal s;
+      rank_client::StepSignal s;
       s.step = st.step;
       s.loss = st.loss;
       s.grad_norm = grad_norm;

@@ -18,7 +18,7 @@
 #include <optional>
 #include <string>
 
-#include "client/rank_link.h"
+#include "rank_client/rank_link.h"
 #include "common/status.h"
 #include "trainer/adamw.h"
 #include "trainer/checkpoint.h"
@@ -81,7 +81,7 @@ struct StepDriver {
   ParamStore& store;
   AdamW& opt;
   MemoryCheckpoint* mem;       // null: no in-memory checkpoints
-  client::RankLink* link;      // null: no agent
+  rank_client::RankLink* link;      // null: no agent
   Progress& progress;
   std::optional<Sdc>& sdc;     // the emulated bad machine's corruption (sdc.h)
   int pp_size = 1;             // stages a disk checkpoint is split into

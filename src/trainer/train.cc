@@ -19,8 +19,8 @@
 #include <cstdlib>
 #include <thread>
 
-#include "client/rank_link.h"
-#include "client/shard_socket.h"
+#include "rank_client/rank_link.h"
+#include "rank_client/shard_socket.h"
 #include "trainer/device.h"
 #include "trainer/pipeline.h"
 #include "trainer/precision.h"
@@ -39,7 +39,7 @@ constexpr int kAssignWaitMs = 120000;
 // Becomes the rank `a` describes: the torchrun variables every reader of the
 // environment uses (dist.h, the shard client), and the rank's log for its
 // output (a pre-spawned process wrote to a spare log until now).
-Status Adopt(const client::RankAssignment& a) {
+Status Adopt(const rank_client::RankAssignment& a) {
   ::setenv("RANK", std::to_string(a.rank).c_str(), 1);
   ::setenv("LOCAL_RANK", std::to_string(a.local_rank).c_str(), 1);
   ::setenv("WORLD_SIZE", std::to_string(a.world_size).c_str(), 1);
@@ -48,9 +48,9 @@ Status Adopt(const client::RankAssignment& a) {
   ::setenv("MASTER_PORT", std::to_string(a.master_port).c_str(), 1);
   ::setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(a.generation > 0 ? a.generation - 1 : 0).c_str(), 1);
   if (a.backup_of >= 0) {
-    ::setenv(client::kShardBackupOfEnv, std::to_string(a.backup_of).c_str(), 1);
+    ::setenv(rank_client::kShardBackupOfEnv, std::to_string(a.backup_of).c_str(), 1);
   } else {
-    ::unsetenv(client::kShardBackupOfEnv);
+    ::unsetenv(rank_client::kShardBackupOfEnv);
   }
   if (!a.log_path.empty()) {
     std::fflush(stdout);
@@ -66,7 +66,7 @@ Status Adopt(const client::RankAssignment& a) {
 
 // Every rank's line (only rank 0 prints progress): which process took which
 // rank of which generation, and how.
-void Announce(const client::RankAssignment& a, const std::string& path) {
+void Announce(const rank_client::RankAssignment& a, const std::string& path) {
   Progress::Emit({{"event", "adopt"}, {"path", path}, {"rank", a.rank}, {"generation", a.generation},
                   {"pid", static_cast<int64_t>(::getpid())}});
 }
@@ -161,7 +161,7 @@ Status Train(const TrainConfig& cfg_in) {
   if (UsesPipeline(cfg_in) && cfg_in.elastic_replicas == 0) {
     // Pipeline stages restart in new processes (docs/recovery.md); an
     // elastic pipeline runs its generations in place below (elastic_pipeline.h).
-    if (std::getenv(client::kPrespawnEnv)) return Status::InvalidArgument("pipeline jobs are not pre-spawned");
+    if (std::getenv(rank_client::kPrespawnEnv)) return Status::InvalidArgument("pipeline jobs are not pre-spawned");
     return TrainPipeline(cfg_in);  // --pp / --micro-batches: pipeline.cc
   }
   GenerationStart g;
@@ -170,15 +170,15 @@ Status Train(const TrainConfig& cfg_in) {
   TrainProcess p;
   BULWARK_RETURN_IF_ERROR(SetUp(cfg_in, p));
 
-  const bool prespawned = std::getenv(client::kPrespawnEnv) != nullptr;
-  auto link = client::RankLink::FromEnv(prespawned ? -1 : std::atoi(std::getenv("RANK") ? std::getenv("RANK") : "0"));
+  const bool prespawned = std::getenv(rank_client::kPrespawnEnv) != nullptr;
+  auto link = rank_client::RankLink::FromEnv(prespawned ? -1 : std::atoi(std::getenv("RANK") ? std::getenv("RANK") : "0"));
   if (!link.ok()) return link.status();
   p.link = std::move(*link);
   if (p.link) p.link->OfferInPlace();
   if (p.link && !prespawned) {
     // Under an agent, every rank says which process it is (Announce).
     const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
-    client::RankAssignment a;
+    rank_client::RankAssignment a;
     a.rank = std::atoi(std::getenv("RANK") ? std::getenv("RANK") : "0");
     a.generation = restarts ? std::atoll(restarts) + 1 : 1;
     Announce(a, "cold");
@@ -186,10 +186,10 @@ Status Train(const TrainConfig& cfg_in) {
   if (prespawned) {
     // Set up and idle until the agent needs a rank: what is left of a
     // start is the rendezvous and the restore.
-    if (!p.link) return Status::InvalidArgument(std::string(client::kPrespawnEnv) + " needs an agent's rank link");
+    if (!p.link) return Status::InvalidArgument(std::string(rank_client::kPrespawnEnv) + " needs an agent's rank link");
     Progress::Emit({{"event", "spare_ready"}, {"pid", static_cast<int64_t>(::getpid())},
                     {"setup_ms", std::chrono::duration<double, std::milli>(TrainClock::now() - g.began).count()}});
-    std::optional<client::RankAssignment> a = p.link->AwaitAssignment("READY", 0, -1);
+    std::optional<rank_client::RankAssignment> a = p.link->AwaitAssignment("READY", 0, -1);
     if (!a) return Status::OK();  // the agent no longer needs it
     BULWARK_RETURN_IF_ERROR(Adopt(*a));
     p.link->Hello(a->rank);
@@ -234,7 +234,7 @@ Status Train(const TrainConfig& cfg_in) {
       std::fflush(stderr);
     }
     const auto lost = TrainClock::now();
-    std::optional<client::RankAssignment> a = p.link->AwaitAssignment(halted ? "WAIT" : "LOST", 0, kAssignWaitMs);
+    std::optional<rank_client::RankAssignment> a = p.link->AwaitAssignment(halted ? "WAIT" : "LOST", 0, kAssignWaitMs);
     if (!a) {
       if (halted && *end == GenerationEnd::kYielded) return Status::FailedPrecondition("asked to yield and no generation came");
       return halted ? Status::FailedPrecondition("a step was held back and no decision came")

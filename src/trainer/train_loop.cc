@@ -13,7 +13,7 @@
 
 #include <unistd.h>
 
-#include "client/rank_link.h"
+#include "rank_client/rank_link.h"
 #include "trainer/adamw.h"
 #include "trainer/checkpoint.h"
 #include "trainer/dist.h"
@@ -195,7 +195,7 @@ class DataParallelStep final : public StepLayout {
 // abort ends the collective instead, and the rank rejoins in place.
 void HearAgentInCollectives(TrainProcess& p) {
   if (!p.link) return;
-  client::RankLink* link = p.link.get();
+  rank_client::RankLink* link = p.link.get();
   for (RingLinks* r : {p.ring.get(), p.stage_ring.get()}) {
     if (r != nullptr) r->InterruptOn(link->fd(), [link] { return link->TakeAbort(); });
   }

@@ -15,7 +15,7 @@
 #include <optional>
 #include <string>
 
-#include "client/rank_link.h"
+#include "rank_client/rank_link.h"
 #include "common/status.h"
 #include "trainer/adamw.h"
 #include "trainer/checkpoint.h"
@@ -49,7 +49,7 @@ struct TrainProcess {
   std::unique_ptr<ParamStore> store;
   std::unique_ptr<AdamW> opt;
   int opt_rank = -1;  // the rank `opt` was built for (its ZeRO-1 shard)
-  std::unique_ptr<client::RankLink> link;  // nullptr: no agent
+  std::unique_ptr<rank_client::RankLink> link;  // nullptr: no agent
   // The emulated bad machine's corruption (sdc.h): it stays with the
   // process, and follows the machine's emulated hardware (sdc_file).
   std::optional<Sdc> sdc;

@@ -21,7 +21,7 @@
 
 #include "common/status.h"
 
-namespace bulwark::client {
+namespace bulwark::rank_client {
 
 struct ShardHeader {
   char magic[8];
@@ -89,4 +89,4 @@ Result<ShardView> ReadShardImage(const void* src, size_t available, const std::s
 // the fault injector and tests. False when there is no sealed image.
 bool CorruptShardImage(void* image, size_t available);
 
-}  // namespace bulwark::client
+}  // namespace bulwark::rank_client

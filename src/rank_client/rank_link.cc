@@ -1,4 +1,4 @@
-#include "client/rank_link.h"
+#include "rank_client/rank_link.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "client/shard_socket.h"
+#include "rank_client/shard_socket.h"
 
-namespace bulwark::client {
+namespace bulwark::rank_client {
 
 StepSignal StepSignal::Halted(int64_t step, double loss, double grad_norm, const std::string& why) {
   StepSignal s;
@@ -199,4 +199,4 @@ bool RankLink::WaitClosed(int timeout_ms) {
   return false;
 }
 
-}  // namespace bulwark::client
+}  // namespace bulwark::rank_client

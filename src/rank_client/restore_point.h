@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-namespace bulwark::client {
+namespace bulwark::rank_client {
 
 struct ShardPoint {
   int64_t step = 0;
@@ -27,4 +27,4 @@ uint64_t NextTimeline(uint64_t timeline, int64_t step);
 // timeline: the progress the fault left behind, for counting lost steps.
 std::optional<ShardPoint> NewestCommonPoint(const std::vector<std::vector<ShardPoint>>& held, int64_t* newest);
 
-}  // namespace bulwark::client
+}  // namespace bulwark::rank_client

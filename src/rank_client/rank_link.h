@@ -34,7 +34,7 @@
 #include "common/status.h"
 #include "common/step_signal.h"
 
-namespace bulwark::client {
+namespace bulwark::rank_client {
 
 constexpr const char* kRankSocketEnv = "BULWARK_RANK_SOCKET";
 // Where the agent puts the policy's spike factor for the rank's own guard.
@@ -119,4 +119,4 @@ class RankLink {
   std::deque<std::string> held_;  // injections TakeAbort read, for PollInject
 };
 
-}  // namespace bulwark::client
+}  // namespace bulwark::rank_client

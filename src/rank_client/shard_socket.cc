@@ -1,4 +1,4 @@
-#include "client/shard_socket.h"
+#include "rank_client/shard_socket.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace bulwark::client {
+namespace bulwark::rank_client {
 namespace {
 
 Result<sockaddr_un> Address(const std::string& path) {
@@ -113,4 +113,4 @@ std::vector<std::string> SplitWords(const std::string& line) {
   return out;
 }
 
-}  // namespace bulwark::client
+}  // namespace bulwark::rank_client

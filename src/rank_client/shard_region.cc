@@ -1,4 +1,4 @@
-#include "client/shard_region.h"
+#include "rank_client/shard_region.h"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace bulwark::client {
+namespace bulwark::rank_client {
 namespace {
 
 constexpr char kMagic[8] = {'B', 'W', 'R', 'E', 'G', 'N', '0', '1'};
@@ -109,4 +109,4 @@ int ShardRegion::OldestSlot(int keep) const {
   return best;
 }
 
-}  // namespace bulwark::client
+}  // namespace bulwark::rank_client

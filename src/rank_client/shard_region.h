@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "client/shard_image.h"
+#include "rank_client/shard_image.h"
 #include "common/status.h"
 
-namespace bulwark::client {
+namespace bulwark::rank_client {
 
 class ShardRegion {
  public:
@@ -58,4 +58,4 @@ class ShardRegion {
   int slots_ = 0;
 };
 
-}  // namespace bulwark::client
+}  // namespace bulwark::rank_client

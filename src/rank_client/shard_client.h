@@ -30,11 +30,11 @@
 #include <thread>
 #include <vector>
 
-#include "client/shard_image.h"
-#include "client/shard_region.h"
+#include "rank_client/shard_image.h"
+#include "rank_client/shard_region.h"
 #include "common/status.h"
 
-namespace bulwark::client {
+namespace bulwark::rank_client {
 
 // Lowers the calling thread's priority (nice 10): checkpoint work that
 // overlaps training should take idle cycles first.
@@ -131,4 +131,4 @@ class ShardClient {
   std::thread copier_;
 };
 
-}  // namespace bulwark::client
+}  // namespace bulwark::rank_client

@@ -1,11 +1,11 @@
-#include "client/restore_point.h"
+#include "rank_client/restore_point.h"
 
 #include <algorithm>
 #include <set>
 
 #include "common/checksum.h"
 
-namespace bulwark::client {
+namespace bulwark::rank_client {
 
 uint64_t NextTimeline(uint64_t timeline, int64_t step) {
   const uint64_t v[2] = {timeline, static_cast<uint64_t>(step)};
@@ -30,4 +30,4 @@ std::optional<ShardPoint> NewestCommonPoint(const std::vector<std::vector<ShardP
   return best;
 }
 
-}  // namespace bulwark::client
+}  // namespace bulwark::rank_client

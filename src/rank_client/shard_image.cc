@@ -1,11 +1,11 @@
-#include "client/shard_image.h"
+#include "rank_client/shard_image.h"
 
 #include <atomic>
 #include <cstring>
 
 #include "common/checksum.h"
 
-namespace bulwark::client {
+namespace bulwark::rank_client {
 namespace {
 
 constexpr char kMagic[8] = {'B', 'W', 'S', 'H', 'A', 'R', 'D', '1'};
@@ -168,4 +168,4 @@ bool CorruptShardImage(void* image, size_t available) {
   return true;
 }
 
-}  // namespace bulwark::client
+}  // namespace bulwark::rank_client

@@ -15,7 +15,7 @@
 
 #include "common/status.h"
 
-namespace bulwark::client {
+namespace bulwark::rank_client {
 
 // The variable through which an agent tells its ranks where its socket is.
 constexpr const char* kShardSocketEnv = "BULWARK_SHARD_SOCKET";
@@ -33,4 +33,4 @@ Result<std::string> RecvShardMessage(int sock, int* fd, int timeout_ms);
 
 std::vector<std::string> SplitWords(const std::string& line);
 
-}  // namespace bulwark::client
+}  // namespace bulwark::rank_client

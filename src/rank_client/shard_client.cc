@@ -1,4 +1,4 @@
-#include "client/shard_client.h"
+#include "rank_client/shard_client.h"
 
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -8,10 +8,10 @@
 #include <chrono>
 #include <cstdio>
 
-#include "client/shard_socket.h"
+#include "rank_client/shard_socket.h"
 #include "common/files.h"
 
-namespace bulwark::client {
+namespace bulwark::rank_client {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -234,4 +234,4 @@ void ShardClient::CopyLoop() {
   }
 }
 
-}  // namespace bulwark::client
+}  // namespace bulwark::rank_client
