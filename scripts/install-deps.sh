@@ -31,7 +31,7 @@ packages=(
   # command makes a cluster's CA and certificates for `bulwark up --tls`.
   libssl-dev openssl
   # The controller's Prometheus endpoint (cpp-httplib), and promtool, which
-  # tests/metrics_test.cc runs on its output (the package's server is not used).
+  # tests/unit/metrics_test.cc runs on its output (the package's server is not used).
   libcpp-httplib-dev prometheus
   # The Python client's tests: a PyTorch DDP job (Gloo) under /usr/bin/python3.
   python3-torch

@@ -38,7 +38,7 @@ DIM, HIDDEN, BATCH = 64, 256, 32
 
 
 def batch(step, rank):
-    # Test-only (tests/python_checkpoint_cluster_test.cc): while the file
+    # Test-only (tests/cluster/python_checkpoint_cluster_test.cc): while the file
     # BULWARK_EXAMPLE_BLOCK_LOADER names exists, rank BULWARK_EXAMPLE_BLOCK_RANK
     # of the first run blocks here, as a loader stuck on its storage would,
     # and its peers wait for it in the gradients' all-reduce.

@@ -2,7 +2,7 @@
 // a family is a # HELP and a # TYPE line followed by its samples. Small
 // enough that a client library (Debian 12 packages none for C++) would add
 // more than it saves; `promtool check metrics` validates the output in
-// tests/metrics_test.cc (the controller's) and tests/agent_metrics_test.cc.
+// tests/unit/metrics_test.cc (the controller's) and tests/unit/agent_metrics_test.cc.
 #pragma once
 
 #include <cstdint>

@@ -15,7 +15,7 @@
 // one that journal rows written before it existed lack (it decodes to its
 // default). The journal's codec (plane/codec.cc) encodes and decodes every
 // kind by walking this list, so adding a field is one line here; the
-// round-trip test (tests/event_codec_test.cc) fails for a member the list
+// round-trip test (tests/unit/event_codec_test.cc) fails for a member the list
 // leaves out.
 #pragma once
 

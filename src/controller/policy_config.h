@@ -128,7 +128,7 @@ struct PolicyConfig {
   // cores, 4 tiny ranks) no 10 s window's steps reached 2.1x the best, and
   // none at 2x had compute under a quarter of it; a link slowed 20x on one
   // of four machines made the steps 12-13x slower with compute within
-  // 1.13x (tests/netns_cluster_test.cc). 0: off.
+  // 1.13x (tests/cluster/netns_cluster_test.cc). 0: off.
   double slow_link_ratio = 3.0;
 
   // NaN and spikes (ByteRobust: a 5x jump over the rolling median, or NaN).

@@ -1,6 +1,6 @@
 // Pipeline parallelism, the pure part: which rank is which (dp, pp), which
 // layers each stage owns, and the 1F1B order of micro-batch passes. No
-// libtorch, so it is tested in milliseconds (tests/pipeline_plan_test.cc).
+// libtorch, so it is tested in milliseconds (tests/unit/pipeline_plan_test.cc).
 //
 // Rank layout (WORLD_SIZE = DP x PP): rank = pp * DP + dp. Consecutive ranks
 // are the data-parallel replicas of one stage, so the DP all-reduce stays

@@ -127,7 +127,7 @@ TEST(ImplicitPolicy, NanCulpritIsEvictedNoCulpritReattemptsAndARepeatClimbsTheLa
   spike.observed = S(25.5);
   // The same step again: deterministic on these machines, a data or model
   // fault or a machine corrupting silently; the stop-time ladder tells
-  // (tests/ladder_test.cc climbs it to the end).
+  // (tests/unit/ladder_test.cc climbs it to the end).
   EXPECT_EQ(j.Do(spike), (Lines{"diagnose i3 compute,device,alignment"}));
   EXPECT_TRUE(j.Last().evicted.empty());
 }
