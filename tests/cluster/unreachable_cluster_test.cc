@@ -2,9 +2,11 @@
 // 40), end to end with machines in network namespaces: an agent restarted
 // by hand outside its namespace is refused at registration, and one whose
 // namespace drops every connection made to it (a firewall) fails the
-// controller's reach probe, so it is never given ranks. The elastic job
-// trains on through both and is never stopped. Needs root (CI runs as
-// root); skipped otherwise.
+// controller's reach probe, so it is never given ranks. The job trains on
+// through both and is never stopped: an elastic bulwark-train job, a
+// whole-world one, and a PyTorch DDP job over Gloo
+// (python/examples/ddp_train.py, Debian's python3-torch). Needs root (CI
+// runs as root); skipped otherwise.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,10 +19,25 @@
 
 #include "support/cluster_fixture.h"
 
+// The Python job's script and interpreter, as python_checkpoint_cluster_test
+// is given them; without the defines, the source tree's python/ and Debian's.
+#ifndef BULWARK_PYTHON_DIR
+#define BULWARK_PYTHON_DIR \
+  (std::string(__FILE__).substr(0, std::string(__FILE__).rfind("/tests/cluster/")) + "/python")
+#endif
+#ifndef BULWARK_TORCH_PYTHON
+#define BULWARK_TORCH_PYTHON "/usr/bin/python3"
+#endif
+
 namespace bulwark {
 namespace {
 
-class Unreachable : public Cluster {
+// The job kinds: an elastic bulwark-train job narrows when no reachable
+// standby is left; a whole-world one (bulwark-train or Python DDP) needs a
+// second standby to take the second machine down's place.
+enum class Kind { kElastic, kWholeWorld, kPythonDdp };
+
+class Unreachable : public Cluster, public ::testing::WithParamInterface<Kind> {
  protected:
   void SetUp() override {
     Cluster::SetUp();
@@ -33,16 +50,33 @@ class Unreachable : public Cluster {
     Cluster::TearDown();
   }
 
+  bool Elastic() const { return GetParam() == Kind::kElastic; }
+  // The job's world: 3 machines for bulwark-train (the issue's), 2 for DDP.
+  int World() const { return GetParam() == Kind::kPythonDdp ? 2 : 3; }
+  // The standby that takes m01's slot, and (whole-world) the one that takes m02's.
+  std::string Standby(int k) const { return "m0" + std::to_string(World() + k); }
+
   // The cluster: 3 machines and a standby, each in its namespace,
-  // and the tiny elastic job on 3 replicas with in-memory checkpoints.
-  void StartElastic() {
-    auto up = Bulwark({"up", "--machines", "3", "--standby", "1", "--netns"});
+  // and the tiny elastic job on 3 replicas with in-memory checkpoints; or
+  // the whole-world job with a second standby.
+  void Start() {
+    const std::string standbys = Elastic() ? "1" : "2";
+    auto up = Bulwark({"up", "--machines", std::to_string(World()), "--standby", standbys, "--netns"});
     ASSERT_EQ(up.exit_code, 0) << up.err;
-    std::ofstream(root_ + "/job.yaml")
-        << "name: tiny\nworld_size: 3\nrecovery: {mode: elastic}\n"
-        << "args: [--config, tiny, --data, " << *data_ << ", --steps, '1000000', --log-format, json, "
-        << "--threads, '1', --dist-timeout, '10', --eval-every, '0', --elastic-replicas, '3', "
-        << "--memory-ckpt, 'on']\nenv: {OMP_NUM_THREADS: '1'}\n";
+    std::ofstream job(root_ + "/job.yaml");
+    if (GetParam() == Kind::kPythonDdp) {
+      auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
+      ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch: " << torch.err;
+      job << "name: ddp\nworld_size: 2\ncommand: [" << BULWARK_TORCH_PYTHON << ", " << BULWARK_PYTHON_DIR
+          << "/examples/ddp_train.py, --checkpoint, memory]\nenv: {PYTHONPATH: " << BULWARK_PYTHON_DIR
+          << ", OMP_NUM_THREADS: '1', PYTHONUNBUFFERED: '1'}\n";
+    } else {
+      job << "name: tiny\nworld_size: 3\n" << (Elastic() ? "recovery: {mode: elastic}\n" : "")
+          << "args: [--config, tiny, --data, " << *data_ << ", --steps, '1000000', --log-format, json, "
+          << "--threads, '1', --dist-timeout, '10', --eval-every, '0', "
+          << (Elastic() ? "--elastic-replicas, '3', " : "") << "--memory-ckpt, 'on']\nenv: {OMP_NUM_THREADS: '1'}\n";
+    }
+    job.close();
     auto sub = Bulwark({"submit", root_ + "/job.yaml"});
     ASSERT_EQ(sub.exit_code, 0) << sub.err;
     WaitFor("first steps", 120, [](const json& s) { return s["job"]["last_step"] >= 20; });
@@ -77,16 +111,17 @@ class Unreachable : public Cluster {
   std::unique_ptr<testing::Process> hand_started_;
 };
 
-// The reproduction. m01 goes down and the standby m04 takes its
+// The reproduction. m01 goes down and the standby m04 (DDP: m03) takes its
 // slot. Its agent restarted by hand on the host's network is refused at
 // registration with one line naming the fix. Started in its namespace but
 // behind a firewall that drops every connection made to it, it registers
 // (its own connection to the controller goes out) and is returned, but the
 // controller cannot reach it where its ranks would listen: it fails its
 // self-check, is evicted with that reason, and when m02 goes down the job
-// trains on without it on 2 replicas instead of taking it.
-TEST_F(Unreachable, AMachineNobodyCanReachIsNeverGivenRanksAndTheJobTrainsOn) {
-  StartElastic();
+// trains on without it (elastic: on 2 replicas; whole-world: on the second
+// standby) instead of taking it.
+TEST_P(Unreachable, AMachineNobodyCanReachIsNeverGivenRanksAndTheJobTrainsOn) {
+  Start();
   if (HasFatalFailure()) return;
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
@@ -94,11 +129,11 @@ TEST_F(Unreachable, AMachineNobodyCanReachIsNeverGivenRanksAndTheJobTrainsOn) {
   // 1. machine-down m01: the standby takes its slot.
   int64_t step = Query("status")["job"]["last_step"];
   Inject("machine-down", "m01");
-  json s = WaitFor("m04 in m01's slot", 90, [&](const json& s) {
-    return MachineState(s, "m01") == "evicted" && MachineState(s, "m04") == "active" &&
+  json s = WaitFor(Standby(1) + " in m01's slot", 90, [&](const json& s) {
+    return MachineState(s, "m01") == "evicted" && MachineState(s, Standby(1)) == "active" &&
            s["job"]["state"] == "running" && s["job"]["last_step"] > step + 10;
   });
-  std::printf("[ timing ] machine-down m01 -> m04 trains in its slot: %.1f s\n", seconds());
+  std::printf("[ timing ] machine-down m01 -> %s trains in its slot: %.1f s\n", Standby(1).c_str(), seconds());
 
   // 2. Its agent restarted by hand, outside its namespace: refused, in one
   // line that names the namespace to start it in.
@@ -155,14 +190,15 @@ TEST_F(Unreachable, AMachineNobodyCanReachIsNeverGivenRanksAndTheJobTrainsOn) {
   std::printf("[ timing ] returned m01 behind a firewall, not activated at %.1f s: %s\n", seconds(), reason.c_str());
   EXPECT_NE(reason.find(ns.value("address", std::string("?"))), std::string::npos) << reason;
 
-  // 4. machine-down m02: no standby is left that can be reached, so the
-  // job narrows to 2 replicas, and never takes m01.
+  // 4. machine-down m02: the elastic job, with no standby left that can be
+  // reached, narrows to 2 replicas; the whole-world one takes the second
+  // standby. Neither takes m01.
   step = s["job"]["last_step"];
   Inject("machine-down", "m02");
-  s = WaitFor("training on 2 replicas without m02", 120, [&](const json& s) {
+  s = WaitFor("training on without m02", 120, [&](const json& s) {
     EXPECT_NE(s["job"]["state"], "stopped") << s.dump();
     return MachineState(s, "m02") == "evicted" && s["job"]["state"] == "running" &&
-           s["job"]["last_step"] > step + 20;
+           (Elastic() || MachineState(s, Standby(2)) == "active") && s["job"]["last_step"] > step + 20;
   });
   EXPECT_EQ(MachineState(s, "m01"), "evicted") << s.dump();
   for (const json& p : s["job"]["placement"]) EXPECT_NE(p, "m01") << s.dump();
@@ -170,6 +206,14 @@ TEST_F(Unreachable, AMachineNobodyCanReachIsNeverGivenRanksAndTheJobTrainsOn) {
   std::printf("[ timing ] m02 down, the job trains on without m01: %.1f s; incidents: %s\n", seconds(),
               Query("incidents").dump().c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(Jobs, Unreachable,
+                         ::testing::Values(Kind::kElastic, Kind::kWholeWorld, Kind::kPythonDdp),
+                         [](const ::testing::TestParamInfo<Kind>& k) {
+                           return k.param == Kind::kElastic      ? std::string("Elastic")
+                                  : k.param == Kind::kWholeWorld ? std::string("WholeWorld")
+                                                                 : std::string("PythonDdp");
+                         });
 
 }  // namespace
 }  // namespace bulwark
