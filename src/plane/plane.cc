@@ -60,6 +60,19 @@ BackupPlan Plane::PlanLocked(const Placement& placement) const {
   return PlanBackups(placement, layout, addrs, holdings);
 }
 
+const Plane::Routes& Plane::CurrentRoutesLocked() {
+  const Placement empty;
+  const Placement& p = controller_ ? controller_->state().placement : empty;
+  if (routes_ && routes_->version == routes_version_ && routes_->generation == p.generation) return *routes_;
+  Routes r;
+  r.version = routes_version_;
+  r.generation = p.generation;
+  r.plan = PlanLocked(p);
+  for (size_t slot = 0; slot < p.slots.size(); ++slot) r.slots_of[p.slots[slot]].push_back(slot);
+  routes_ = std::move(r);
+  return *routes_;
+}
+
 std::string Plane::MasterAddrLocked(const MachineId& machine) const {
   auto it = agents_.find(machine);
   const std::string addr = it == agents_.end() ? "" : it->second.shard_addr;
@@ -132,6 +145,7 @@ void Plane::SendStageRelease(const Action& a) {
 }
 
 Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Time now) {
+  if (!actions.empty()) RoutesChangedLocked();
   monitors_.AfterActions(actions, now, controller_ ? controller_->state().spec.topology() : Topology{});
   for (const Action& a : actions) {
     if (a.kind == ActionKind::kCaptureStacks) {
@@ -283,6 +297,7 @@ Status Plane::Register(const wire::RegisterRequest& req, Time now) {
   Agent& a = AgentFor(req.machine());
   a.dir = req.machine_dir();
   if (a.shard_addr != req.shard_addr()) a.reached = false;  // proved at another address
+  if (a.shard_addr != req.shard_addr() || !a.shards.empty() || a.lost_reported) RoutesChangedLocked();
   a.shard_addr = req.shard_addr();
   if (a.incarnation != req.incarnation()) {
     a.reached = false;
@@ -407,11 +422,11 @@ std::optional<wire::Command> Plane::NextCommand(const std::string& machine, int6
       // holdings reported since name them.
       if (c.kind() == wire::Command::START_RANKS && c.restore_from_size() == 0 && !c.fresh_machines() && controller_ &&
           c.generation() == controller_->state().placement.generation) {
-        const Placement& p = controller_->state().placement;
-        const BackupPlan plan = PlanLocked(p);
-        for (size_t slot = 0; slot < plan.slots.size() && slot < p.slots.size(); ++slot) {
-          if (p.slots[slot] != machine) continue;
-          for (const RestoreSource& s : plan.slots[slot].restore_from) {
+        const Routes& routes = CurrentRoutesLocked();
+        auto mine = routes.slots_of.find(machine);
+        for (size_t slot : mine == routes.slots_of.end() ? std::vector<size_t>{} : mine->second) {
+          if (slot >= routes.plan.slots.size()) continue;
+          for (const RestoreSource& s : routes.plan.slots[slot].restore_from) {
             wire::ShardSource* src = c.add_restore_from();
             src->set_rank(s.rank);
             src->set_machine(s.machine);
@@ -458,6 +473,7 @@ void Plane::Tick(Time now) {
           " and its peers saw its connections close: down, not cut off; not waiting out the lease");
     }
     a.lost_reported = true;
+    RoutesChangedLocked();
     FeedLocked(MachineHeartbeatLost{id, a.last_heard, now}, now, nullptr);
   }
   if (trace_ && now >= trace_->deadline) FinishTrace(now);

@@ -17,6 +17,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -266,6 +268,20 @@ class Plane {
   // Backup peers and restore sources for `placement` from what the agents
   // last reported; a lost agent's holdings are not offered as sources.
   BackupPlan PlanLocked(const Placement& placement) const REQUIRES(mu_);
+  // PlanLocked for the current placement, with each machine's slots, kept
+  // until the next decision or a change in what the agents hold or where
+  // they listen (routes_version_). A START_RANKS delivered stream by stream
+  // and every status asked for it once per machine, each O(N): O(N^2) at
+  // N machines (issue 36).
+  struct Routes {
+    int64_t version = -1;
+    int64_t generation = -1;
+    BackupPlan plan;
+    std::unordered_map<MachineId, std::vector<size_t>> slots_of;
+  };
+  const Routes& CurrentRoutesLocked() REQUIRES(mu_);
+  // What the routes are made of changed: the cached ones are stale.
+  void RoutesChangedLocked() REQUIRES(mu_) { ++routes_version_; }
   // Where ranks led by `machine` rendezvous: the machine's own address when
   // it has one of its own (its shard server's host, a network namespace of
   // the local backend or a real host), else the launch's (loopback).
@@ -318,6 +334,8 @@ class Plane {
   int64_t backend_arrivals_ GUARDED_BY(mu_) = -1;
   int backend_asked_ GUARDED_BY(mu_) = 0;
   std::set<std::string> backend_done_ GUARDED_BY(mu_);  // action ids told already: repeats are no-ops
+  std::optional<Routes> routes_ GUARDED_BY(mu_);
+  int64_t routes_version_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace bulwark::plane

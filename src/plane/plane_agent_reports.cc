@@ -126,8 +126,15 @@ bool Plane::NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now)
     a.device_slowdown = req.device_slowdown();
   }
   // The agent's current holdings, not a delta: copies it dropped are gone.
-  a.shards.clear();
-  for (const wire::ShardCopy& c : req.shards()) a.shards.push_back({req.machine(), c.rank(), c.step(), c.backup()});
+  std::vector<ShardHolding> shards;
+  shards.reserve(req.shards_size());
+  for (const wire::ShardCopy& c : req.shards()) shards.push_back({req.machine(), c.rank(), c.step(), c.backup()});
+  const bool same = shards.size() == a.shards.size() &&
+                    std::equal(shards.begin(), shards.end(), a.shards.begin(), [](const ShardHolding& x, const ShardHolding& y) {
+                      return x.rank == y.rank && x.step == y.step && x.backup == y.backup && x.machine == y.machine;
+                    });
+  if (!same || a.lost_reported) RoutesChangedLocked();
+  a.shards = std::move(shards);
   a.finished.clear();
   for (const wire::FinishedRank& f : req.finished()) a.finished[f.rank()] = f.step();
   a.peers_closed.assign(req.peers_closed().begin(), req.peers_closed().end());

@@ -16,6 +16,7 @@ Status Plane::Rebuild(Time now) {
     Agent& a = agents_[m.id];
     a.dir = m.dir;
     a.shard_addr = m.shard_addr;
+    RoutesChangedLocked();
     // A restarted controller has heard from nobody yet: give every agent a
     // full timeout to reconnect before calling it lost.
     a.last_heard = now;

@@ -2,7 +2,9 @@
 // checkpoints, topology, detectors), incidents and the ledger, as JSON
 // documents the CLI prints as they are (--json) or renders.
 #include <algorithm>
+#include <map>
 #include <set>
+#include <vector>
 
 #include "plane/codec.h"
 #include "plane/plane.h"
@@ -21,12 +23,16 @@ json CheckpointsJson(const Placement& p, const BackupPlan& plan, const std::vect
     peers.push_back({{"slot", slot}, {"machine", r.machine},
                      {"backup_machine", r.backup_machine.empty() ? json(nullptr) : json(r.backup_machine)}});
   }
+  // Each rank's copies, in the order given (a scan of every holding per
+  // rank is O(N^2) at N machines).
+  std::map<RankId, std::vector<const ShardHolding*>> held;
+  for (const ShardHolding& h : holdings) held[h.rank].push_back(&h);
   json ranks = json::array();
   for (RankId rank = 0; rank < p.world_size(); ++rank) {
     json primaries = json::array(), backups = json::array();
-    for (const ShardHolding& h : holdings) {
-      if (h.rank != rank) continue;
-      (h.backup ? backups : primaries).push_back({{"machine", h.machine}, {"step", h.step}});
+    auto copies = held.find(rank);
+    for (const ShardHolding* h : copies == held.end() ? std::vector<const ShardHolding*>{} : copies->second) {
+      (h->backup ? backups : primaries).push_back({{"machine", h->machine}, {"step", h->step}});
     }
     ranks.push_back({{"rank", rank}, {"machine", p.MachineOf(rank)}, {"primary", primaries}, {"backups", backups}});
   }
@@ -87,22 +93,27 @@ json Plane::StatusJson(Time now) {
                   {"durable_dir", launch_->durable_dir}};
   std::vector<ShardHolding> holdings;
   for (const auto& [id, a] : agents_) holdings.insert(holdings.end(), a.shards.begin(), a.shards.end());
-  j["job"]["checkpoints"] = CheckpointsJson(s.placement, PlanLocked(s.placement), holdings);
+  j["job"]["checkpoints"] = CheckpointsJson(s.placement, CurrentRoutesLocked().plan, holdings);
   // The parallel layout and its groups, rank by rank (topology.h).
   const Topology topo = launch_->spec.topology();
   json groups = json::array();
   for (const GroupKind k : {GroupKind::kTP, GroupKind::kPP, GroupKind::kDP}) {
-    std::set<std::vector<int>> seen;
+    const int size = k == GroupKind::kTP ? topo.tp : k == GroupKind::kPP ? topo.pp : topo.dp();
+    if (size < 2 || !topo.Validate().ok()) continue;
     for (int r = 0; r < topo.world; ++r) {
+      // Each group once, from its member whose coordinate of the kind is 0
+      // (building every rank's group was O(N^2) for a data-parallel job).
+      const Topology::Coord c = topo.Of(r);
+      if ((k == GroupKind::kTP ? c.tp : k == GroupKind::kPP ? c.pp : c.dp) != 0) continue;
       ParallelGroup g = topo.GroupOf(k, r);
-      if (g.ranks.size() < 2 || !seen.insert(g.ranks).second) continue;
       // The machines a group spans: what an over-eviction of it removes.
       std::vector<MachineId> machines;
+      std::set<MachineId> spanned;
       const Placement& p = s.placement;
       for (int q : g.ranks) {
         if (p.ranks_per_machine <= 0 || q / p.ranks_per_machine >= static_cast<int>(p.slots.size())) continue;
         const MachineId& m = p.MachineOf(q);
-        if (std::find(machines.begin(), machines.end(), m) == machines.end()) machines.push_back(m);
+        if (spanned.insert(m).second) machines.push_back(m);
       }
       groups.push_back({{"kind", GroupKindName(k)}, {"ranks", g.ranks}, {"machines", machines}});
     }
