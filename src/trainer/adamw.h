@@ -2,8 +2,8 @@
 //
 // Unsharded, the range is every parameter and each rank keeps the whole
 // state (two floats per parameter). With --shard-optimizer (ZeRO-1) rank r of
-// W owns [r*S, (r+1)*S) with S = padded/W: it keeps m and v only for that
-// range, updates only those parameters, and the ranks all-gather the result.
+// W owns part r of the flat buffer (ChunkOf, dist.h): it keeps m and v only
+// for that range, updates only those parameters, and the ranks all-gather the result.
 #pragma once
 
 #include <torch/torch.h>

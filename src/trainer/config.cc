@@ -282,7 +282,7 @@ Status TrainConfig::Validate() const {
   }
   if (elastic_replicas < 0 || elastic_replicas > kMaxElasticReplicas) {
     return Status::InvalidArgument("--elastic-replicas must be in [0, " + std::to_string(kMaxElasticReplicas) +
-                                   "]; 0 turns elastic data parallelism off");
+                                   "] (WORLD_SIZE's range); 0 turns elastic data parallelism off");
   }
   if (elastic_comm != "ring" && elastic_comm != "gloo") {
     return Status::InvalidArgument("--elastic-comm '" + elastic_comm + "' is not ring or gloo");

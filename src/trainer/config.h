@@ -16,11 +16,10 @@
 
 namespace bulwark::trainer {
 
-// The widest --elastic-replicas. The flat parameter buffer is padded so that
-// it splits evenly at every width from 1 to N (the in-memory checkpoint's
-// shards and the all-gathers need equal chunks): lcm(1..12) = 27,720 floats
-// of padding, while lcm(1..16) would be 720,720, more than the tiny model.
-constexpr int kMaxElasticReplicas = 12;
+// The widest --elastic-replicas: WORLD_SIZE's own bound. Any width splits
+// the flat buffers (dist.h's ChunkOf: parts that differ by one element at
+// most), so no width needs padding.
+constexpr int kMaxElasticReplicas = 1 << 20;
 
 struct ModelConfig {
   int vocab_size = 0;  // 0: take it from the data's tokenizer

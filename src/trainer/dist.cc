@@ -268,12 +268,22 @@ Status Comm::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
 Status Comm::AllGatherChunks(torch::Tensor& flat) {
   if (ring_) return ring_->AllGatherChunks(flat);
   if (!pg_) return Status::OK();
+  // Gloo gathers equal tensors: each rank's chunk goes out in a slot of the
+  // longest chunk's length and comes back to its place in `flat`.
   try {
-    auto chunks = flat.chunk(env_.world_size);
-    std::vector<at::Tensor> input{chunks[env_.rank].clone()};
+    const int W = env_.world_size;
+    torch::Tensor all = flat.view({-1});
+    const int64_t n = all.numel(), slot = (n + W - 1) / W;
+    const Span mine = ChunkOf(n, W, env_.rank);
+    std::vector<at::Tensor> input{torch::zeros({slot}, all.options())};
+    input[0].narrow(0, 0, mine.size()).copy_(all.slice(0, mine.begin, mine.end));
     std::vector<std::vector<at::Tensor>> output(1);
-    for (auto& c : chunks) output[0].push_back(c);
+    for (int r = 0; r < W; ++r) output[0].push_back(torch::empty({slot}, all.options()));
     pg_->allgather(output, input)->wait();
+    for (int r = 0; r < W; ++r) {
+      const Span s = ChunkOf(n, W, r);
+      all.slice(0, s.begin, s.end).copy_(output[0][r].narrow(0, 0, s.size()));
+    }
   } catch (const std::exception& e) {
     return Fail("all-gather", e);
   }

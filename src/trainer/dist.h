@@ -36,6 +36,16 @@ namespace bulwark::trainer {
 class Ring;
 class RingLinks;
 
+// Part `i` of `parts` of a flat buffer of `n` elements: [n i / P, n (i+1) / P).
+// Every split of a flat buffer (the ZeRO-1 optimizer's range, the in-memory
+// checkpoint's shards, the all-gathers) follows this one rule, so any width
+// splits any length and the parts differ by at most one element.
+struct Span {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+inline Span ChunkOf(int64_t n, int parts, int i) { return {n * i / parts, n * (i + 1) / parts}; }
+
 // The torchrun variables. All absent: a single process (rank 0 of 1).
 struct DistEnv {
   int rank = 0, world_size = 1, local_rank = 0;
@@ -64,7 +74,7 @@ class Comm {
   Status AllReduceSum(std::vector<torch::Tensor>& tensors);
   // The element-wise maximum, the same way.
   Status AllReduceMax(std::vector<torch::Tensor>& tensors);
-  // `flat` has world_size equal chunks; rank r's chunk is gathered to all.
+  // Rank r's chunk of `flat` (ChunkOf(numel, world_size, r)) is gathered to all.
   Status AllGatherChunks(torch::Tensor& flat);
   Status Broadcast(torch::Tensor& t, int root);
   Status Barrier();

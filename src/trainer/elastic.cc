@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <numeric>
 
 namespace bulwark::trainer {
 namespace {
@@ -43,12 +42,6 @@ int FixedPointExponent(double max_abs, int units) {
 }
 
 }  // namespace
-
-int64_t PaddingForWidths(int replicas) {
-  int64_t l = 1;
-  for (int64_t k = 2; k <= replicas; ++k) l = l / std::gcd(l, k) * k;
-  return l;
-}
 
 std::vector<int> MicroBatchesOf(int replicas, int rank, int world) {
   std::vector<int> out;

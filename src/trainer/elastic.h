@@ -44,10 +44,6 @@
 
 namespace bulwark::trainer {
 
-// What the flat parameter buffer is padded to so that it splits evenly at
-// every width from 1 to `replicas`: lcm(1..replicas).
-int64_t PaddingForWidths(int replicas);
-
 // The micro-batches rank `rank` of `world` computes, of `replicas`.
 std::vector<int> MicroBatchesOf(int replicas, int rank, int world);
 

@@ -198,7 +198,7 @@ Result<PipelinePlace> PlaceInPipeline(TrainProcess& p, Comm& world) {
   place.c = *c;
   place.layers = SplitLayers(cfg.model.n_layers, cfg.pp)[c->pp];
   if (!p.store) {
-    p.store = std::make_unique<ParamStore>(StageParameters(p.model, place.layers), PaddingForWidths(cfg.elastic_replicas));
+    p.store = std::make_unique<ParamStore>(StageParameters(p.model, place.layers), 1);
     if (cfg.model.bf16) p.model->UseBf16Shadow(p.store->params());
     p.stage = c->pp;
   }

@@ -57,15 +57,14 @@ MemoryCheckpoint::~MemoryCheckpoint() {
 
 MemoryCheckpoint::Slice MemoryCheckpoint::SliceOf(int index, int rank) const {
   const int W = group_.world_size();
-  const int64_t chunk = store_.params().numel() / W;
+  const Span params = ChunkOf(store_.params().numel(), W, index);
+  const Span floats = ChunkOf(BufferFloats(), W, index);  // buffers are gathered as floats
   Slice s;
   s.rank = rank;
-  s.begin = std::min<int64_t>(store_.num_params(), index * chunk);
-  s.end = std::min<int64_t>(store_.num_params(), s.begin + chunk);
-  const int64_t unit = 4 * W;  // buffers are gathered as floats in W equal chunks
-  const int64_t padded = (buffer_bytes_ + unit - 1) / unit * unit;
-  s.buf_begin = std::min(buffer_bytes_, index * (padded / W));
-  s.buf_end = std::min(buffer_bytes_, s.buf_begin + padded / W);
+  s.begin = std::min<int64_t>(store_.num_params(), params.begin);
+  s.end = std::min<int64_t>(store_.num_params(), params.end);
+  s.buf_begin = std::min(buffer_bytes_, 4 * floats.begin);
+  s.buf_end = std::min(buffer_bytes_, 4 * floats.end);
   return s;
 }
 
@@ -303,13 +302,11 @@ Status MemoryCheckpoint::Load(const rank_client::ShardView& v, TrainState* st) {
       }
     }
   }
-  const int64_t unit = 4 * W;
-  const int64_t padded = (buffer_bytes_ + unit - 1) / unit * unit;
-  auto blob = torch::zeros({padded / 4}, torch::kFloat32);
+  auto blob = torch::zeros({BufferFloats()}, torch::kFloat32);
   auto* bytes = reinterpret_cast<uint8_t*>(blob.data_ptr<float>());
   const auto& buf = v.sections.at("buffers");
   std::memcpy(bytes + buf_begin_, buf.first, buf.second);
-  if (W > 1 && padded > 0) BULWARK_RETURN_IF_ERROR(group_.AllGatherChunks(blob));
+  if (W > 1 && blob.numel() > 0) BULWARK_RETURN_IF_ERROR(group_.AllGatherChunks(blob));
   int64_t at = 0;
   for (auto& b : model_->named_buffers()) {
     auto& t = b.value();

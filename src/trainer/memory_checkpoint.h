@@ -1,9 +1,9 @@
 // Every-step in-memory checkpoints, the trainer's side.
 //
 // A rank's shard is its slice of the state: the parameters, AdamW moments
-// and module buffers of the range it owns in the ZeRO-1 split (r*S, with
-// S = padded/W; with an unsharded optimizer the moments are replicated and
-// the same split applies), plus its data position, step and RNG. Together
+// and module buffers of the range it owns in the ZeRO-1 split (part r of W,
+// dist.h's ChunkOf; with an unsharded optimizer the moments are replicated
+// and the same split applies), plus its data position, step and RNG. Together
 // the W shards are the whole state, each 1/W of it, so every rank copies
 // the same amount each step, sharded optimizer or not.
 //
@@ -102,6 +102,8 @@ class MemoryCheckpoint {
   };
   // The slice of the rank at `index` in the group, named `rank` in the world.
   Slice SliceOf(int index, int rank) const;
+  // The module buffers' bytes as whole floats, the unit they are gathered in.
+  int64_t BufferFloats() const { return (buffer_bytes_ + 3) / 4; }
   std::vector<rank_client::ShardSection> Sections(const Slice& s);
   std::string Meta(const TrainState& st, const Slice& s) const;
   void StageBuffers(Slice& s);

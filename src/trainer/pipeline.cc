@@ -221,9 +221,9 @@ Status TrainPipeline(const TrainConfig& cfg_in) {
   if (cfg.model.bf16) model->UseBf16Shadow(store.params());
   int64_t opt_begin = 0, opt_end = store.num_params();
   if (cfg.shard_optimizer) {
-    int64_t chunk = store.params().numel() / c.dp_size;
-    opt_begin = c.dp * chunk;
-    opt_end = std::min(store.num_params(), opt_begin + chunk);
+    const Span mine = ChunkOf(store.params().numel(), c.dp_size, c.dp);
+    opt_begin = std::min(store.num_params(), mine.begin);
+    opt_end = std::min(store.num_params(), mine.end);
   }
   AdamW opt(store, opt_begin, opt_end, {cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
 

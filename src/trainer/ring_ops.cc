@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "trainer/dist.h"
 #include "trainer/ring.h"
 #include "trainer/ring_wire.h"
 
@@ -20,8 +21,8 @@ Status Ring::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
   std::vector<torch::Tensor> flat;
   for (auto& t : tensors) flat.push_back(t.view({-1}));
   auto part = [&](size_t i, int c) {
-    const int64_t n = flat[i].numel();
-    return flat[i].slice(0, n * c / world_, n * (c + 1) / world_);
+    const Span s = ChunkOf(flat[i].numel(), world_, c);
+    return flat[i].slice(0, s.begin, s.end);
   };
   auto pieces = [&](int c) {
     Pieces out;
@@ -71,12 +72,17 @@ Status Ring::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
 Status Ring::AllGatherChunks(torch::Tensor& flat) {
   if (failed_) return Status::Unavailable("the ring's generation failed");
   if (world_ == 1) return Status::OK();
-  auto chunks = flat.view({-1}).chunk(world_);
-  const int to = Fd(succ_, kRingChannel), from = Fd(pred_, kRingChannel);
+  torch::Tensor all = flat.view({-1});
+  const int64_t n = all.numel();
   const int W = world_, r = rank_;
+  auto chunk = [&](int c) {
+    const Span s = ChunkOf(n, W, ((c % W) + W) % W);
+    return all.slice(0, s.begin, s.end);
+  };
+  const int to = Fd(succ_, kRingChannel), from = Fd(pred_, kRingChannel);
   for (int s = 0; s < W - 1; ++s) {
-    const torch::Tensor& c = chunks[((r - s) % W + W) % W];
-    torch::Tensor dst = chunks[((r - s - 1) % W + W) % W];
+    const torch::Tensor c = chunk(r - s);
+    torch::Tensor dst = chunk(r - s - 1);
     BULWARK_RETURN_IF_ERROR(Exchange(to, {{static_cast<const char*>(c.data_ptr()), c.nbytes()}}, from,
                                      static_cast<char*>(dst.data_ptr()), dst.nbytes(), next_tag_++));
   }

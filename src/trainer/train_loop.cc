@@ -224,12 +224,14 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
                                    std::to_string(elastic) + ", the job's full width; raise --elastic-replicas");
   }
   if (!p.store) {
-    p.store = std::make_unique<ParamStore>(*p.model, elastic > 0 ? PaddingForWidths(elastic) : W);
+    // Elastic: one length for every width (ChunkOf splits it unevenly), so
+    // a reduction over the whole buffer adds the same zeros at any width.
+    p.store = std::make_unique<ParamStore>(*p.model, elastic > 0 ? 1 : W);
     if (cfg.model.bf16) p.model->UseBf16Shadow(p.store->params());
   }
   ParamStore& store = *p.store;
   Comm& group = place ? *place->dp : comm;  // the ranks that hold this store's parameters
-  if (store.params().numel() % group.world_size() != 0) {
+  if (elastic == 0 && store.params().numel() % group.world_size() != 0) {
     return Status::FailedPrecondition("this process was set up for another world size than " + std::to_string(W));
   }
   // A new rank needs a new ZeRO-1 shard; a whole optimizer serves any rank
@@ -237,9 +239,9 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   if (!p.opt || (cfg.shard_optimizer && p.opt_rank != rank)) {
     int64_t opt_begin = 0, opt_end = store.num_params();
     if (cfg.shard_optimizer) {
-      int64_t chunk = store.params().numel() / W;
-      opt_begin = rank * chunk;
-      opt_end = std::min(store.num_params(), opt_begin + chunk);
+      const Span mine = ChunkOf(store.params().numel(), W, rank);
+      opt_begin = std::min(store.num_params(), mine.begin);
+      opt_end = std::min(store.num_params(), mine.end);
     }
     p.opt = std::make_unique<AdamW>(store, opt_begin, opt_end, AdamWOptions{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
     p.opt_rank = rank;
