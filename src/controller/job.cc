@@ -35,10 +35,15 @@ Status JobSpec::Validate() const {
     return Status::InvalidArgument("job " + id + ": recovery elastic needs replicas that fit in a machine (pp 1, "
                                    "tp dividing ranks_per_machine); use recovery standby for this layout");
   }
-  if (elastic() && pp > 1 && (tp != 1 || (world_size / pp) % ranks_per_machine != 0)) {
+  // Pipelines across machines: a machine holds ranks of one stage only, and
+  // whole tensor-parallel groups (tp 1, or tp dividing ranks_per_machine:
+  // TP 8 on 8-GPU machines is one stage's TP group a machine), so a lost
+  // machine breaks exactly the pipelines whose ranks it held.
+  if (elastic() && pp > 1 && (ranks_per_machine % tp != 0 || (world_size / pp) % ranks_per_machine != 0)) {
     return Status::InvalidArgument("job " + id + ": recovery elastic with pp " + std::to_string(pp) +
-                                   " needs tp 1 and machines that each hold ranks of one stage (world_size / pp a "
-                                   "multiple of ranks_per_machine); use recovery standby for this layout");
+                                   " needs tp dividing ranks_per_machine and machines that each hold ranks of one "
+                                   "stage (world_size / pp a multiple of ranks_per_machine); use recovery standby "
+                                   "for this layout");
   }
   return Status::OK();
 }

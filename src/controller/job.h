@@ -36,8 +36,10 @@ struct JobSpec {
   // of waiting, and grows back when machines join. A lost machine must take
   // whole replicas with it: replicas fit in machines (pp 1, tp dividing
   // ranks_per_machine), or each is a pipeline across machines that hold
-  // one stage each (pp > 1, tp 1, trainer/elastic_pipeline.h), whose other
-  // machines go back to the pool when one of them is lost.
+  // one stage each (pp > 1, tp dividing ranks_per_machine: tp 1 as
+  // trainer/elastic_pipeline.h runs it, or one TP group of a stage per
+  // machine as the simulator's TP 8 x PP 10 job), whose other machines go
+  // back to the pool when one of them is lost.
   enum class Recovery { kStandby, kRequeue, kElastic };
   Recovery recovery = Recovery::kStandby;
   // Models a scheduler's requeue, node allocation and container start.

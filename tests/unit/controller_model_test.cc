@@ -320,6 +320,30 @@ TEST(Reconcile, AnElasticPipelineJobGoesOnWithItsWholePipelines) {
   EXPECT_NE(acts[2].reason.find("grow to 4 of 4 machines +s01 +s09"), std::string::npos) << acts[2].reason;
 }
 
+// The same with tensor parallelism inside each machine (tp = ranks_per_machine,
+// the simulator's TP 8 x PP 10 layout at 100k GPUs): each machine holds one
+// stage's TP group of one pipeline, so a lost machine breaks one pipeline,
+// a standby takes its slot, and with none the job goes on with its whole
+// pipelines and the broken one's other machine goes back to the pool.
+TEST(Reconcile, AnElasticPipelineJobWithTensorParallelMachinesKeepsWholePipelines) {
+  Job job(4, 1, PolicyConfig{}, JobSpec::Recovery::kElastic, Duration(0), 2);
+  JobSpec spec = job.state().spec;
+  spec.tp = 2;  // = ranks_per_machine
+  std::vector<MachineId> fleet = {"m01", "m02", "m03", "m04", "s01"};
+  Result<Controller> c = Controller::Create(spec, PolicyConfig{}, fleet, S(0));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  job.controller.emplace(std::move(*c));
+  job.StartAndRun(3);
+  EXPECT_EQ(Briefs(job.Do(DeviceFailed("m04", S(35)))),
+            (Lines{"evict m04", "activate s01", "restart_all g2 m01,m02,m03,s01 ckpt 3", "replenish 1"}));
+  job.RunSteps(4, 6, S(40));
+  auto acts = job.Do(DeviceFailed("m02", S(80)));
+  EXPECT_EQ(Briefs(acts), (Lines{"evict m02", "restart_all g3 m01,m03 ckpt 6", "replenish 1"}));
+  EXPECT_EQ(job.state().FindMachine("s01")->state, MachineState::kStandby) << "its pipeline is broken";
+  EXPECT_EQ(job.state().placement.MachineOf(2), "m03") << "m03 still holds stage 1's TP group";
+  EXPECT_EQ(job.state().placement.MachineOf(3), "m03");
+}
+
 TEST(Reconcile, AnElasticJobUsesTheStandbysItHasBeforeItNarrows) {
   Job job(4, 1, PolicyConfig{}, JobSpec::Recovery::kElastic);
   job.StartAndRun(3);
@@ -340,8 +364,14 @@ TEST(JobSpec, ElasticRecoveryNeedsReplicasOrStagesThatFitMachines) {
   spec.pp = 2;  // stages of 4 ranks on 2 machines each: a pipeline spans machines
   EXPECT_TRUE(spec.Validate().ok());
   spec.pp = 8;  // one rank per stage: a machine would hold two stages
-  EXPECT_NE(spec.Validate().message().find("needs tp 1 and machines that each hold ranks of one stage"),
+  EXPECT_NE(spec.Validate().message().find("needs tp dividing ranks_per_machine and machines that each hold ranks of "
+                                          "one stage"),
             std::string::npos);
+  spec.pp = 2;
+  spec.tp = 2;  // a machine holds one stage's TP group: a lost machine breaks one pipeline
+  EXPECT_TRUE(spec.Validate().ok()) << spec.Validate().message();
+  spec.tp = 4;  // a TP group spans two machines: a lost machine would break a group of another column
+  EXPECT_FALSE(spec.Validate().ok());
   EXPECT_EQ(ParseRecovery("elastic").value(), JobSpec::Recovery::kElastic);
   EXPECT_EQ(ParseRecovery("elastik").status().message(), "recovery 'elastik' is not one of: standby, requeue, elastic");
 }
