@@ -80,11 +80,17 @@ Status SimCmd(const std::map<std::string, std::string>& flags) {
       return Status::InvalidArgument(std::string("--") + k + ": expected a number, got '" + flags.at(k) + "'");
     }
   }
-  // Elastic data parallelism: replicas that fit in a machine (pp 1).
-  if (has("elastic")) {
-    overrides["elastic"] = true;
-    if (!overrides.contains("pp")) overrides["pp"] = 1;
+  // Recovery: elastic wherever the layout allows it (the default), or the
+  // whole-world restart (--no-elastic, --recovery standby).
+  if (has("elastic") + has("no-elastic") + has("recovery") > 1) {
+    return Status::InvalidArgument("sim: give one of --elastic, --no-elastic and --recovery");
   }
+  if (has("elastic")) overrides["recovery"] = "elastic";
+  if (has("no-elastic")) overrides["recovery"] = "standby";
+  if (has("recovery")) overrides["recovery"] = flags.at("recovery");
+  // The regroup's rendezvous: the store as built, or the store-less path
+  // (not built) priced with the same coefficients.
+  if (has("rendezvous")) overrides["rendezvous"] = flags.at("rendezvous");
   if (has("regroup")) {
     try {
       overrides["costs"]["regroup"] = std::stod(flags.at("regroup"));

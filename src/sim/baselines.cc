@@ -46,8 +46,11 @@ ArmResult RunBaseline(const SimConfig& c, Baseline which) {
   ArmResult a;
   a.name = which == Baseline::kRequeue ? "requeue" : "torchelastic";
   const double horizon = c.days * 86400.0;
-  const double restart = k.process_start + k.comm_init_base + k.comm_init_per_machine * c.machines() +
-                         k.restore_durable + k.step;
+  // The whole world's restart, priced as bulwark's (SimConfig::WorldRestart),
+  // with a durable restore.
+  SimConfig::Price p = c.WorldRestart(c.machines());
+  p.restore = k.restore_durable;
+  const double restart = p.Total();
   double& detection = a.by_category[static_cast<int>(TimeCategory::kDetection)];
   double& recovery = a.by_category[static_cast<int>(TimeCategory::kRecovery)];
   double& manual = a.by_category[static_cast<int>(TimeCategory::kManual)];
@@ -57,14 +60,21 @@ ArmResult RunBaseline(const SimConfig& c, Baseline which) {
   // (a checkpoint); `high` is the furthest it ever got.
   double resume = restart, base = 0, high = 0;
   startup = restart;
-  double longest = restart;
+  double longest = restart, stretch_from = 0;
   FaultStream stream(c);
   while (std::optional<Fault> f = stream.Next()) {
     if (!f->manual && Ignored(f->cls)) continue;
     ++a.faults;
     const double at = f->at;
     double cost;
-    double detect = 0;
+    double detect = 0, get_machines = 0;
+    // The wall this fault adds: a fault during a recovery starts it over,
+    // so only what lies beyond the recovery under way (and before the
+    // horizon) is new; each category gets its share of that.
+    auto added = [&](double c) {
+      const double end = std::min(horizon, std::max(resume, at + c));
+      return c > 0 ? std::max(0.0, end - std::max(resume, at)) / c : 0.0;
+    };
     if (f->manual) {
       // A planned restart saves first, so nothing is lost; it pays a restart.
       cost = restart;
@@ -72,10 +82,9 @@ ArmResult RunBaseline(const SimConfig& c, Baseline which) {
         base += at - resume;
         high = std::max(high, base);
       }
-      manual += cost;
+      manual += cost * added(cost);
     } else {
       detect = DetectDelay(k, f->cls);
-      double get_machines = 0;
       if (which == Baseline::kRequeue) get_machines = k.requeue;
       else if (NeedsMachine(f->cls)) get_machines = k.reschedule;
       cost = detect + get_machines + restart;
@@ -84,12 +93,15 @@ ArmResult RunBaseline(const SimConfig& c, Baseline which) {
         high = std::max(high, progress);
         base = std::floor(progress / k.durable_interval) * k.durable_interval;
       }
-      detection += detect;
-      recovery += get_machines + restart;
+      const double share = added(cost);
+      detection += detect * share;
+      recovery += (get_machines + restart) * share;
     }
-    // A fault during a recovery starts it over (the restart fails).
+    // A fault during a recovery starts it over (the restart fails), and
+    // the unproductive stretch goes on.
+    if (at >= resume) stretch_from = at;
     resume = std::max(resume, at + cost);
-    longest = std::max(longest, cost);
+    longest = std::max(longest, std::min(resume, horizon) - stretch_from);
     if (resume >= horizon) break;
   }
   if (horizon > resume) high = std::max(high, base + (horizon - resume));

@@ -43,7 +43,15 @@ std::vector<std::pair<const char*, double*>> CostFields(Costs& c) {
           {"stack_capture", &c.stack_capture},
           {"process_start", &c.process_start},
           {"comm_init_base", &c.comm_init_base},
-          {"comm_init_per_machine", &c.comm_init_per_machine},
+          {"fanout_per_machine", &c.fanout_per_machine},
+          {"link_dial", &c.link_dial},
+          {"links_per_survivor", &c.links_per_survivor},
+          {"links_per_new_rank", &c.links_per_new_rank},
+          {"ring_hop", &c.ring_hop},
+          {"abort_hops_per_rank", &c.abort_hops_per_rank},
+          {"store_ops_per_ring", &c.store_ops_per_ring},
+          {"store_op_base", &c.store_op_base},
+          {"store_op_per_client", &c.store_op_per_client},
           {"restore_memory", &c.restore_memory},
           {"restore_durable", &c.restore_durable},
           {"step", &c.step},
@@ -103,6 +111,17 @@ Status ReadPolicy(const json& j, controller::PolicyConfig& p) {
 }  // namespace
 
 const char* FaultClassName(FaultClass c) { return kClassNames[static_cast<int>(c)]; }
+
+const char* RendezvousName(Costs::Rendezvous r) { return r == Costs::Rendezvous::kStore ? "store" : "neighbours"; }
+
+const char* RecoveryName(SimConfig::Recovery r) {
+  switch (r) {
+    case SimConfig::Recovery::kAuto: return "auto";
+    case SimConfig::Recovery::kElastic: return "elastic";
+    case SimConfig::Recovery::kWholeWorld: return "standby";
+  }
+  return "auto";
+}
 
 Result<SimConfig> ConfigFromJson(const json& j, SimConfig c) {
   if (!j.is_object()) return Status::InvalidArgument("sim config: expected a mapping at the top level");
@@ -172,12 +191,27 @@ Result<SimConfig> ConfigFromJson(const json& j, SimConfig c) {
         if (!cls.ok()) return cls.status();
         c.returned_classes.push_back(*cls);
       }
+    } else if (key == "elastic") {
+      // The older key: true is recovery elastic, false the whole-world restart.
+      if (!v.is_boolean()) return Bad("elastic", "expected true or false (or use recovery: elastic|standby|auto)");
+      c.recovery = v.get<bool>() ? SimConfig::Recovery::kElastic : SimConfig::Recovery::kWholeWorld;
+    } else if (key == "recovery") {
+      const std::string r = v.is_string() ? v.get<std::string>() : v.dump();
+      if (r == "elastic") c.recovery = SimConfig::Recovery::kElastic;
+      else if (r == "standby" || r == "whole-world") c.recovery = SimConfig::Recovery::kWholeWorld;
+      else if (r == "auto") c.recovery = SimConfig::Recovery::kAuto;
+      else return Bad("recovery", "'" + r + "' is not one of: auto, elastic, standby (the whole-world restart)");
+    } else if (key == "rendezvous") {
+      const std::string r = v.is_string() ? v.get<std::string>() : v.dump();
+      if (r == "store") c.costs.rendezvous = Costs::Rendezvous::kStore;
+      else if (r == "neighbours") c.costs.rendezvous = Costs::Rendezvous::kNeighbours;
+      else return Bad("rendezvous", "'" + r + "' is not one of: store (as built), neighbours (not built)");
     } else if (v.is_boolean() && (key == "oracle_standbys" || key == "provisioning" || key == "fit_first_step_allowance" ||
-                                  key == "elastic")) {
-      (key == "oracle_standbys" ? c.oracle_standbys
-       : key == "provisioning"  ? c.provisioning
-       : key == "elastic"       ? c.elastic
-                                : c.fit_first_step_allowance) = v.get<bool>();
+                                  key == "compare_whole_world")) {
+      (key == "oracle_standbys"       ? c.oracle_standbys
+       : key == "provisioning"        ? c.provisioning
+       : key == "compare_whole_world" ? c.compare_whole_world
+                                      : c.fit_first_step_allowance) = v.get<bool>();
     } else {
       Result<double> x = Number(v, key);
       if (!x.ok()) return x.status();
@@ -218,9 +252,11 @@ Status Validate(const SimConfig& c) {
     return Bad("tp/pp", "tp x pp = " + std::to_string(c.tp * c.pp) + " must divide gpus " + std::to_string(c.gpus) +
                             "; pick tp and pp whose product divides it");
   }
-  if (c.elastic && (c.pp != 1 || c.gpus_per_machine % c.tp != 0)) {
-    return Bad("elastic", "needs replicas that fit in a machine: pp 1 and tp dividing gpus_per_machine (pp is " +
-                              std::to_string(c.pp) + "); set pp: 1");
+  if (c.recovery == SimConfig::Recovery::kElastic && !c.ElasticLayout()) {
+    return Bad("elastic", "needs machines that each hold whole TP groups of one stage: tp dividing "
+                          "gpus_per_machine and, with pp > 1, gpus / pp a multiple of gpus_per_machine (tp " +
+                              std::to_string(c.tp) + ", pp " + std::to_string(c.pp) +
+                              "); change tp/pp or use recovery: standby");
   }
   if (!(c.costs.elastic_micro_batches >= 1)) return Bad("costs.elastic_micro_batches", "must be >= 1");
   if (!(c.days > 0)) return Bad("days", "must be > 0");
@@ -244,7 +280,7 @@ Status Validate(const SimConfig& c) {
   if (c.costs.stack_sample_replicas < 1) return Bad("costs.stack_sample_replicas", "must be at least 1");
   Costs copy = c.costs;
   for (auto& [name, field] : CostFields(copy)) {
-    if (field == &copy.regroup && *field == -1) continue;  // -1: the world's communicator init model
+    if (field == &copy.regroup && *field == -1) continue;  // -1: priced from the coefficients
     if (!(*field >= 0) || !std::isfinite(*field)) {
       return Bad(std::string("costs.") + name, "is negative or not a number; give seconds >= 0");
     }
@@ -285,7 +321,13 @@ json ToJson(const SimConfig& c) {
           {"oracle_standbys", c.oracle_standbys},
           {"provisioning", c.provisioning},
           {"fit_first_step_allowance", c.fit_first_step_allowance},
-          {"elastic", c.elastic},
+          {"recovery", c.Elastic() ? "elastic" : "standby"},
+          {"recovery_asked", RecoveryName(c.recovery)},
+          {"elastic", c.Elastic()},
+          {"rendezvous", RendezvousName(c.costs.rendezvous)},
+          {"rendezvous_built", SimConfig::RendezvousBuilt(c.costs.rendezvous)},
+          {"regroup_assumed", c.RegroupAssumed()},
+          {"compare_whole_world", c.compare_whole_world},
           {"faults", faults},
           {"costs", costs},
           {"policy",

@@ -115,28 +115,79 @@ struct Costs {
   bool sdc_shows_locally = false;
 
   // --- recovery: restart decided -> first step completed ---
+  // Every restart, elastic or of the whole world, is priced from the same
+  // named coefficients (docs/simulator.md, "Pricing a restart"): the
+  // controller's fan-out, the rendezvous (one of two paths, below), the
+  // links each rank dials, the ring's hops; a whole-world restart adds a
+  // process start, its communicators' set-up and a restore.
+  //
   // Process start (image already on the machine, CUDA context, imports).
   // Assumed; local spawn is 0.45 s for the tiny model.
   double process_start = 15;
-  // Rendezvous and communicator init grow with the job: base + per machine.
-  // Assumed linear (bootstrap all-gather); 1,200 machines -> 29 s, so a
-  // standby swap totals ~1 min, ByteRobust's 10.87x faster than a >10 min
-  // requeue at 10k GPUs.
-  double comm_init_base = 5, comm_init_per_machine = 0.02;
+  // A new process's communicator set-up beyond the rendezvous and its ring
+  // links (CUDA/NCCL buffers, topology discovery): whole-world restarts
+  // only, survivors keep theirs. Assumed 5 s; the demo's Gloo rendezvous
+  // measured ~1 s locally (bench-recovery).
+  double comm_init_base = 5;
+  // The controller's fan-out: one message to each placed machine's agent
+  // (START_RANKS), sent one after the other. 0.35 ms: the p50 of one
+  // agent's call into the real controller process, bulwark-plane-bench
+  // --agents 100, this 2-core host (docs/control-plane.md, 2026-11-27).
+  // The same bench at 1,000 agents held the plane's mutex 48 s for the
+  // job's start (48 ms a machine): not what is priced here; see
+  // docs/simulator.md.
+  double fanout_per_machine = 0.35e-3;
+  // One link dialled and its HELLO: 24.0 ms, the ring's whole regroup at
+  // W = 4, in which a survivor dials one link (bench/elastic/regroup.sh,
+  // this 2-core host, docs/recovery.md): an upper bound, its 4 processes
+  // sharing 2 cores.
+  double link_dial = 0.024;
+  // Links a survivor dials at a regroup: at most 1 (the lost member's two
+  // neighbours dial each other; regroup.sh measured 0-1 from W = 3 to 64).
+  // A new process has no links: it makes both of its own.
+  double links_per_survivor = 1, links_per_new_rank = 2;
+  // One hop of the ring: a frame to a neighbour. Assumed 10 us (a
+  // datacenter TCP/RDMA hop); no bench here measures a hop on a network.
+  double ring_hop = 10e-6;
+  // The ring's abort propagation: a failure travels round the ring hop by
+  // hop (trainer/ring.h: ABORT to both neighbours, each passes it on), so
+  // it reaches every survivor within (W - 1) / 2 hops; priced at
+  // abort_hops_per_rank x (W - 1) hops = 2 x that, a bound.
+  double abort_hops_per_rank = 1;
+  // The rendezvous store as built (trainer/dist.cc, ring.cc): one TCPStore
+  // on rank 0, served by a single-threaded daemon; a ring costs each rank 4
+  // operations (its address, the generation's nonce, its two neighbours'),
+  // and a pipeline job forms two rings per rank on it (the world's and its
+  // stage's). One operation costs 41 us + 0.57 us per connected client:
+  // bulwark-store-bench, this 2-core host (docs/recovery.md: 41 us at 0
+  // clients, 52 at 100, 535 at 1,000, 1,188 at 2,000). Beyond 2,000
+  // clients the line is an extrapolation.
+  double store_ops_per_ring = 4;
+  double store_op_base = 41e-6, store_op_per_client = 0.57e-6;
   // In-memory (own memory or backup peer) restore; ByteRobust: seconds.
   double restore_memory = 5;
   // Durable restore from remote storage: VAST 3.6 min median for 800B.
   double restore_durable = 216;
   // One training step (assumed 5 s for a 70B+ dense job).
   double step = 5;
+  // The rendezvous a new generation uses:
+  //  * kStore, as built: every rank's operations queue at the one store,
+  //    so they cost store_ops x ranks x (base + per_client x ranks);
+  //  * kNeighbours, issue 35 item 2, NOT BUILT: the controller sends each
+  //    rank's agent its generation, nonce and ring neighbours with its
+  //    START_RANKS; no store, nothing on a rank's path grows with W but
+  //    the fan-out and the ring's hops.
+  enum class Rendezvous { kStore, kNeighbours };
+  Rendezvous rendezvous = Rendezvous::kStore;
 
-  // --- elastic data parallelism (SimConfig::elastic, docs/recovery.md) ---
+  // --- elastic data parallelism (SimConfig::recovery, docs/recovery.md) ---
   // A restart of an elastic job keeps the survivors' processes and state:
-  // no process start and no restore for them, only the communicator and the
-  // live state sync. `regroup` is that communicator's cost; -1 models what
-  // bulwark-train does today, a new communicator of the whole world (the
-  // comm_init figures above). A restart that brings a machine in adds
-  // restore_memory for the broadcast of a replica's state from a live peer.
+  // no process start, no communicator set-up and no restore for them, only
+  // the regroup (fan-out, rendezvous, at most one link, the ring's abort
+  // and handshake) and one step. A machine that joins takes a replica's
+  // state from a live peer during that step (restore_memory overlaps it).
+  // `regroup` >= 0 overrides the priced regroup: an assumption, and the
+  // report and --json say so. -1: priced.
   double regroup = -1;
   // Micro-batches per replica of bulwark-train's --micro-batches: W of N
   // replicas take ceil(N x M / W) micro-batches each, so a step below full
@@ -198,9 +249,16 @@ struct SimConfig {
   int bug_slot = 0;
   // > 0: the run ends when the job completes this step (a replay), not at `days`.
   int64_t total_steps = 0;
-  // The job's recovery is elastic (controller/job.h): survivors keep their
-  // state and train on fewer replicas when the pool is empty. Needs pp 1.
-  bool elastic = false;
+  // The job's recovery (controller/job.h). kAuto: elastic when the layout
+  // allows it (ElasticLayout), else the whole-world restart (standby).
+  // Elastic: survivors keep their state, a standby takes a lost machine's
+  // slot, and with none the job trains on its whole replicas (pipelines
+  // across machines included) instead of waiting.
+  enum class Recovery { kAuto, kElastic, kWholeWorld };
+  Recovery recovery = Recovery::kAuto;
+  // With an elastic job, Simulate also runs the whole-world restart on the
+  // same fault trace (the same seed) and reports both.
+  bool compare_whole_world = true;
   FaultRates rates;
   Costs costs;
   controller::PolicyConfig policy;
@@ -216,29 +274,82 @@ struct SimConfig {
   bool record_events = false;
 
   int machines() const { return gpus / gpus_per_machine; }
-  // Restart decided -> first step, with the configured restore.
-  double RestartSeconds() const {
-    return costs.process_start + costs.comm_init_base + costs.comm_init_per_machine * machines() +
-           (costs.memory_checkpoints ? costs.restore_memory : costs.restore_durable) + costs.step;
+  int dp() const { return tp * pp > 0 ? gpus / (tp * pp) : 0; }
+  // Whether the controller accepts recovery elastic for this layout
+  // (JobSpec::Validate): a lost machine takes whole replicas with it.
+  bool ElasticLayout() const {
+    return tp > 0 && pp > 0 && gpus_per_machine % tp == 0 && (pp == 1 || (gpus / pp) % gpus_per_machine == 0);
+  }
+  bool Elastic() const {
+    return recovery == Recovery::kElastic || (recovery == Recovery::kAuto && ElasticLayout());
+  }
+  bool RegroupAssumed() const { return costs.regroup >= 0; }
+  static bool RendezvousBuilt(Costs::Rendezvous r) { return r == Costs::Rendezvous::kStore; }
+
+  // A restart's price, part by part (seconds), for the report.
+  struct Price {
+    double fanout = 0, store = 0, links = 0, handshake = 0, abort = 0;  // the rendezvous / regroup
+    double process_start = 0, comm_init = 0, restore = 0, step = 0;
+    double assumed_regroup = -1;  // >= 0: --regroup replaced the parts above
+    double Regroup() const {
+      return assumed_regroup >= 0 ? assumed_regroup : fanout + store + links + handshake + abort;
+    }
+    double Total() const { return Regroup() + process_start + comm_init + restore + step; }
+  };
+  // The store's operations at a generation of `ranks` ranks, one after the
+  // other at a single-threaded daemon with every rank connected.
+  double StoreSeconds(int ranks) const {
+    if (costs.rendezvous != Costs::Rendezvous::kStore) return 0;
+    const double rings = pp > 1 ? 2 : 1;
+    return costs.store_ops_per_ring * rings * ranks * (costs.store_op_base + costs.store_op_per_client * ranks);
+  }
+  // The whole world restarted on `machines_now` machines: new processes.
+  Price WorldRestart(int machines_now) const {
+    Price p;
+    const int ranks = machines_now * gpus_per_machine;
+    p.fanout = costs.fanout_per_machine * machines_now;
+    p.store = StoreSeconds(ranks);
+    p.links = costs.link_dial * costs.links_per_new_rank;
+    p.handshake = costs.ring_hop;
+    p.process_start = costs.process_start;
+    p.comm_init = costs.comm_init_base;
+    p.restore = costs.memory_checkpoints ? costs.restore_memory : costs.restore_durable;
+    p.step = costs.step;
+    return p;
   }
   // An elastic job's restart on `machines_now` machines, `joined` of them
   // new: the survivors' stall from the decision to their first step. A
   // joiner's state comes from a live peer during that step (trainer/elastic.h:
   // it computes no micro-batch of it), so the step waits only for the part
   // of the transfer that outlasts it.
-  double ElasticRestartSeconds(int machines_now, bool joined) const {
-    const double regroup = costs.regroup >= 0 ? costs.regroup
-                                              : costs.comm_init_base + costs.comm_init_per_machine * machines_now;
-    return regroup + (joined ? std::max(costs.step, costs.restore_memory) : costs.step);
+  Price ElasticRestart(int machines_now, bool joined) const {
+    Price p;
+    const int ranks = machines_now * gpus_per_machine;
+    p.fanout = costs.fanout_per_machine * machines_now;
+    p.store = StoreSeconds(ranks);
+    p.links = costs.link_dial * costs.links_per_survivor;
+    p.handshake = costs.ring_hop;
+    p.abort = costs.ring_hop * costs.abort_hops_per_rank * std::max(0, ranks - 1);
+    p.assumed_regroup = costs.regroup;
+    p.step = joined ? std::max(costs.step, costs.restore_memory) : costs.step;
+    return p;
   }
-  // A step's time at `replicas` of the job's full width, relative to full width.
+  // Restart decided -> first step, with the configured restore.
+  double RestartSeconds() const { return WorldRestart(machines()).Total(); }
+  double ElasticRestartSeconds(int machines_now, bool joined) const {
+    return ElasticRestart(machines_now, joined).Total();
+  }
+  // A step's time at `replicas` of the job's full width (DP), relative to full width.
   double ElasticStepFactor(int replicas) const {
-    const int full = gpus / tp;
-    if (!elastic || replicas <= 0 || replicas >= full) return 1.0;
+    const int full = dp();
+    if (!Elastic() || replicas <= 0 || replicas >= full) return 1.0;
     const double m = std::max(1.0, costs.elastic_micro_batches);
     return std::ceil(full * m / replicas) / m;
   }
 };
+
+const char* RendezvousName(Costs::Rendezvous r);
+const char* RecoveryName(SimConfig::Recovery r);
 
 // Reads overrides from JSON (the CLI converts YAML to it) on top of the
 // defaults. InvalidArgument with one line naming the field and the fix:

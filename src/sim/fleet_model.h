@@ -100,6 +100,12 @@ class FleetSim {
                                     machines_[m].slot < static_cast<int>(slots_.size()) &&
                                     slots_[machines_[m].slot] == m; }
   int SdcPlaced() const;
+  // The layout of the placement the job runs on now (an elastic job's
+  // narrower placement has fewer replicas); the full job's before a start.
+  Topology Layout() const {
+    const int world = slots_.empty() ? c_.gpus : static_cast<int>(slots_.size()) * c_.gpus_per_machine;
+    return Topology{world, c_.tp, c_.pp};
+  }
   double Noise() { return 1.0 + c_.costs.step_jitter * (noise_.Uniform() + noise_.Uniform() + noise_.Uniform() - 1.5) * 2.0; }
 
   // ---------------------------------------------------------------- the controller
@@ -143,7 +149,9 @@ class FleetSim {
     double factor = 1;
     int rounds = 0;
     std::vector<int> cohort;  // slots reported each step: the slow one and peers of its stage
+    bool machine_sampled = true;  // false once the sampling gave up
   } slow_;
+  int64_t slow_chain_ = 0;  // the sampling rounds of the latest slow machine; older chains stop
   // A benign loss spike at `step` of size `scale`: it comes back whenever
   // that step (its batch) is replayed after a restart.
   int64_t spike_step_ = 0;

@@ -10,6 +10,7 @@ void FleetSim::Report(int64_t step, int steps, double loss_scale) {
   std::vector<int> slots = {0};
   slots.insert(slots.end(), slow_.cohort.begin(), slow_.cohort.end());
   for (const int slot : slots) {
+    if (slot >= static_cast<int>(placed_.size())) continue;  // a cohort slot a narrower placement dropped
     RankSignal r;
     r.machine = placed_[slot];
     r.rank = slot * c_.gpus_per_machine;
@@ -101,7 +102,7 @@ void FleetSim::EmitSpike() {
 // leaves its ranks waiting in the all-reduce like everyone: no outlier.
 controller::StacksAnalyzed FleetSim::AnalyzeHang() const {
   const Placement& p = ctl_->state().placement;
-  const Topology t{c_.gpus, c_.tp, c_.pp};
+  const Topology t = Layout();
   const bool stuck = stall_machine_ >= 0 && Placed(stall_machine_) && stall_class_ == FaultClass::kHang;
   const int stuck_slot = stuck ? machines_[stall_machine_].slot : (stall_machine_ >= 0 && Placed(stall_machine_)
                                                                        ? machines_[stall_machine_].slot : 0);

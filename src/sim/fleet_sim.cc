@@ -163,7 +163,8 @@ void FleetSim::Inject(const Fault& f) {
       const double factor = k.slow_factor_min + (k.slow_factor_max - k.slow_factor_min) * noise_.Uniform();
       FeedProgress(StepAt(now_));
       slow_ = Slow{m, factor, 0, {}};
-      const Topology t{c_.gpus, c_.tp, c_.pp};
+      ++slow_chain_;  // an earlier slow machine's rounds end here
+      const Topology t = Layout();
       const int dp = t.dp();
       const controller::Topology::Coord at = t.Of(f.slot * c_.gpus_per_machine);
       for (int i = 0; i < std::min(dp, 8); ++i) {
@@ -171,7 +172,7 @@ void FleetSim::Inject(const Fault& f) {
         slow_.cohort.push_back((at.tp + t.tp * (peer + dp * at.pp)) / c_.gpus_per_machine);
       }
       Reanchor(k.step * factor);
-      Schedule(now_ + c_.policy.slow_round, Kind::kSlowRound);
+      Schedule(now_ + c_.policy.slow_round, Kind::kSlowRound, 0, slow_chain_);
       break;
     }
   }
@@ -270,7 +271,7 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
   }
   // The monitors follow the decisions, as in the plane: a restart arms
   // them (and its ranks say hello), a stop or a wait disarms them.
-  monitors_.AfterActions(actions, now_, Topology{c_.gpus, c_.tp, c_.pp});
+  monitors_.AfterActions(actions, now_, Layout());
   for (const Action& a : actions) {
     if (a.kind == ActionKind::kRestartAll && !placed_.empty()) {
       monitors_.Observe(RankPhase{placed_[0], 0, "start", Duration(0), now_, 0});
@@ -297,29 +298,50 @@ void FleetSim::OnRestart(const Action& a) {
   // An elastic job's survivors keep their processes and state (the first
   // start has none to keep); a machine new to the placement takes a
   // replica's state from a live peer.
-  const bool elastic_restart = c_.elastic && !placed_.empty();
+  const bool elastic_restart = c_.Elastic() && !placed_.empty();
   bool joined = false;
-  // Only the slots that changed hands are parsed: a restart of 12,500
-  // machines replaces a few, and the action names them when it knows.
-  auto take = [&](size_t i) {
-    if (placed_[i] == p.slots[i]) return;
-    joined = joined || machines_[IndexOf(p.slots[i])].slot < 0;
-    placed_[i] = p.slots[i];
-    slots_[i] = IndexOf(p.slots[i]);
-    machines_[slots_[i]].slot = static_cast<int>(i);
-  };
   if (a.slots_known && placed_.size() == p.slots.size()) {
-    for (const int i : a.changed_slots) take(static_cast<size_t>(i));
-  } else {
-    // A narrower placement (an elastic job) drops the slots past its end.
-    for (size_t i = p.slots.size(); i < placed_.size(); ++i) {
-      if (slots_[i] >= 0 && machines_[slots_[i]].slot == static_cast<int>(i)) machines_[slots_[i]].slot = -1;
+    // Only the slots that changed hands are parsed: a restart of 12,500
+    // machines replaces a few, and the action names them.
+    for (const int i : a.changed_slots) {
+      if (placed_[i] == p.slots[i]) continue;
+      const int m = IndexOf(p.slots[i]);
+      joined = joined || machines_[m].slot < 0;
+      placed_[i] = p.slots[i];
+      slots_[i] = m;
+      machines_[m].slot = i;
     }
-    placed_.resize(p.slots.size());
-    slots_.resize(p.slots.size(), -1);
-    for (size_t i = 0; i < p.slots.size(); ++i) take(i);
+  } else {
+    // A narrower or regrown placement (an elastic job; for pipelines laid
+    // out stage by stage again, NarrowerPipelineSlots) may move machines
+    // between slots and leave some out: every machine placed before gives
+    // up its slot, then the new placement's machines take theirs.
+    const std::vector<int> before = slots_;
+    for (size_t i = 0; i < before.size(); ++i) {
+      if (before[i] >= 0 && machines_[before[i]].slot == static_cast<int>(i)) machines_[before[i]].slot = -2;
+    }
+    placed_.assign(p.slots.begin(), p.slots.end());
+    slots_.assign(p.slots.size(), -1);
+    for (size_t i = 0; i < p.slots.size(); ++i) {
+      const int m = IndexOf(p.slots[i]);
+      joined = joined || machines_[m].slot == -1;  // -2: it held a slot before
+      slots_[i] = m;
+      machines_[m].slot = static_cast<int>(i);
+    }
+    // The healthy machines left out (the rest of a broken pipeline) are
+    // back in the pool: their agents stop the ranks and set up spares of
+    // the job, then say so (StandbyReady), as for any standby.
+    for (const int m : before) {
+      if (m < 0 || machines_[m].slot != -2) continue;
+      machines_[m].slot = -1;
+      if (ctl_->state().standbys.count(IdOf(m)) != 0) {
+        ++r_.fleet.returned_to_pool;
+        AnnounceSpares(m);
+      }
+    }
   }
-  width_ = p.world_size() / c_.tp;
+  width_ = p.world_size() / (c_.tp * c_.pp);
+  if (width_ < c_.dp()) ++r_.fleet.narrow_restarts;
   const Costs& k = c_.costs;
   // The hang detector arms its first-step allowance at every start
   // (Monitors::AfterActions); it is checked when that allowance ends.
@@ -332,8 +354,11 @@ void FleetSim::OnRestart(const Action& a) {
   stalled_ = false;
   stall_machine_ = -1;
   restart_at_ = now_;
-  const double seconds = elastic_restart ? c_.ElasticRestartSeconds(static_cast<int>(p.slots.size()), joined)
-                                         : c_.RestartSeconds();
+  const SimConfig::Price price = elastic_restart ? c_.ElasticRestart(static_cast<int>(p.slots.size()), joined)
+                                                 : c_.WorldRestart(static_cast<int>(p.slots.size()));
+  const double seconds = price.Total();
+  r_.fleet.restart_seconds += seconds;
+  if (elastic_restart) ++r_.fleet.regroups;
   Schedule(now_ + Secs(seconds), Kind::kFirstStep, gen_);
 }
 
@@ -354,7 +379,7 @@ Status FleetSim::Run() {
   spec.command = "train";
   spec.tp = c_.tp;
   spec.pp = c_.pp;
-  if (c_.elastic) spec.recovery = JobSpec::Recovery::kElastic;
+  if (c_.Elastic()) spec.recovery = JobSpec::Recovery::kElastic;
   Result<int> target = BinomialQuantile(n, c_.policy.daily_failure_rate, c_.policy.standby_quantile);
   if (!target.ok()) return target.status();
   const int standbys = c_.initial_standbys >= 0 ? c_.initial_standbys : *target;
@@ -383,7 +408,16 @@ Status FleetSim::Run() {
     const bool current = d.gen == gen_;
     switch (d.kind) {
       case Kind::kFault:
-        if (pending) Inject(*pending);
+        if (pending) {
+          // The trace itself, whatever it hits: an elastic and a whole-world
+          // run of one seed must draw the same faults.
+          ++r_.fleet.trace_faults;
+          const uint64_t parts[] = {static_cast<uint64_t>(std::llround(pending->at * 1000.0)),
+                                    static_cast<uint64_t>(pending->cls), static_cast<uint64_t>(pending->slot),
+                                    pending->manual ? 1u : 0u};
+          for (const uint64_t x : parts) r_.fleet.trace_digest = (r_.fleet.trace_digest ^ x) * 0x100000001b3ULL;
+          Inject(*pending);
+        }
         pending = stream_.Next();
         if (pending) Schedule(AtSeconds(pending->at), Kind::kFault);
         break;
@@ -431,6 +465,10 @@ Status FleetSim::Run() {
         high_water_ = std::max(high_water_, s_first_);
         Deliver(StepCompleted{s_first_, now_});
         FeedProgress(s_first_);
+        // A slow machine still being sampled: its rounds go on from here.
+        if (slow_.machine >= 0 && slow_.machine_sampled) {
+          Schedule(now_ + c_.policy.slow_round, Kind::kSlowRound, 0, ++slow_chain_);
+        }
         if (s_first_ < high_water_) Schedule(StepTime(high_water_), Kind::kCatchUp, gen_);
         if (c_.total_steps > 0) Schedule(StepTime(std::max(c_.total_steps, s_first_)), Kind::kEnd, gen_);
         // The job's own bug strikes when it runs that step, on every start.
@@ -449,18 +487,20 @@ Status FleetSim::Run() {
         if (current) CheckMonitors();
         break;
       case Kind::kSlowRound:
-        if (slow_.machine < 0) break;
-        if (running_ && !stalled_) {
-          CheckMonitors();
-          // Sampled for a bounded time: a machine the detector has not
-          // flagged by then stays, slow, and the report counts it.
-          if (++slow_.rounds >= 10 * c_.policy.slow_rounds * std::max(1, c_.policy.slow_min_steps)) {
-            ++r_.fleet.slow_undetected;
-            slow_.cohort.clear();  // still slow; no longer sampled
-            break;
-          }
+        if (slow_.machine < 0 || d.arg != slow_chain_) break;
+        // A job that does not run reports nothing: the rounds resume at
+        // the next generation's first step (kFirstStep).
+        if (!running_ || stalled_) break;
+        CheckMonitors();
+        // Sampled for a bounded time: a machine the detector has not
+        // flagged by then stays, slow, and the report counts it.
+        if (++slow_.rounds >= 10 * c_.policy.slow_rounds * std::max(1, c_.policy.slow_min_steps)) {
+          ++r_.fleet.slow_undetected;
+          slow_.cohort.clear();  // still slow; no longer sampled
+          slow_.machine_sampled = false;
+          break;
         }
-        Schedule(now_ + c_.policy.slow_round, Kind::kSlowRound);
+        Schedule(now_ + c_.policy.slow_round, Kind::kSlowRound, 0, slow_chain_);
         break;
       case Kind::kBug: {
         if (!current || !running_ || stalled_ || c_.bug_slot >= static_cast<int>(slots_.size()) ||
@@ -573,7 +613,7 @@ Status RunBulwark(const SimConfig& config, SimResult& result) {
   BULWARK_RETURN_IF_ERROR(Validate(config));
   if (result.arms.empty()) result.arms.resize(1);
   result.arms[0] = ArmResult{};
-  result.arms[0].name = "bulwark";
+  result.arms[0].name = config.Elastic() ? "bulwark elastic" : "bulwark whole-world";
   result.fleet = FleetStats{};
   const auto t0 = std::chrono::steady_clock::now();
   fleet::FleetSim sim(config, result);

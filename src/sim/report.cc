@@ -31,40 +31,65 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
   o << "standby pool: " << f.initial_standbys << " at start (policy target P" << 100 * c.policy.standby_quantile
     << " of Binomial(" << c.machines() << ", " << c.policy.daily_failure_rate << ") = " << f.standby_target
     << "); provisioning " << Hours(c.costs.provision) << "\n";
-  if (c.elastic) {
-    o << "recovery elastic: survivors keep their state; a restart costs them " << Hours(c.ElasticRestartSeconds(c.machines(), true))
-      << " (regroup " << (c.costs.regroup >= 0 ? Hours(c.costs.regroup) + ", given" : "as the world's communicator init")
-      << ", then one step, which a joiner's state from a live peer overlaps); below full width a step takes ceil(N x "
-      << c.costs.elastic_micro_batches
-      << " / W) micro-batches. Measured on one 2-core host (docs/recovery.md): the parts of that stall at 2-8 "
-         "replicas (bench/elastic/stall.sh), and the ring's regroup, which redials 0-1 links per survivor, at 3-64 "
-         "processes (bench/elastic/regroup.sh); the regroup at this scale is modelled, not measured\n";
+  const bool built = SimConfig::RendezvousBuilt(c.costs.rendezvous);
+  if (c.Elastic()) {
+    o << "recovery: elastic (survivors keep their processes and state; a lost machine costs its replica, " << c.pp
+      << " machine(s), 1/" << c.dp()
+      << " of the throughput, until a standby takes its slot; with none the job trains on its whole replicas)\n";
+  } else {
+    o << "recovery: whole-world restart (standby)"
+      << (c.recovery == SimConfig::Recovery::kAuto ? ": this layout cannot be elastic" : "") << "\n";
   }
-  o << "restart modelled at " << Hours(c.RestartSeconds()) << "; hang first-step allowance " << Hours(f.hang_first_step)
-    << (f.hang_first_step_raised ? " (raised from the policy's value to 2x the restart: fit_first_step_allowance)" : "")
+  o << "rendezvous: " << RendezvousName(c.costs.rendezvous)
+    << (built ? " (as built: every rank's operations queue at one TCPStore on rank 0)"
+              : " (NOT BUILT: issue 35 item 2, the controller sends each rank its ring neighbours; no store)")
+    << "\n";
+  auto parts = [&](const SimConfig::Price& p) {
+    std::string s = Hours(p.Total()) + " = ";
+    if (p.assumed_regroup >= 0) {
+      s += "regroup " + Hours(p.assumed_regroup) + " GIVEN BY --regroup (an assumption, not priced)";
+    } else {
+      s += "fan-out " + Hours(p.fanout) + " + store " + Hours(p.store) + " + links " + Hours(p.links) +
+           " + handshake " + Hours(p.handshake) + (p.abort > 0 ? " + abort round the ring " + Hours(p.abort) : "");
+    }
+    if (p.process_start > 0) s += " + process start " + Hours(p.process_start);
+    if (p.comm_init > 0) s += " + communicator set-up " + Hours(p.comm_init);
+    if (p.restore > 0) s += " + restore " + Hours(p.restore);
+    return s + " + one step " + Hours(p.step);
+  };
+  if (c.Elastic()) o << "elastic restart (survivors' stall, full width): " << parts(c.ElasticRestart(c.machines(), false)) << "\n";
+  o << "whole-world restart: " << parts(c.WorldRestart(c.machines())) << "\n";
+  o << "hang first-step allowance " << Hours(f.hang_first_step)
+    << (f.hang_first_step_raised ? " (raised from the policy's value to 2x the whole-world restart: fit_first_step_allowance)" : "")
     << "\n\n";
 
-  o << "ETTR (same fault trace)     ledger   with ckpt stalls   min 1h window   longest unproductive\n";
+  o << "ETTR (same fault trace)     ledger   progress   with ckpt stalls   min 1h window   longest unproductive\n";
   for (const ArmResult& a : r.arms) {
     o << "  ";
     char line[256];
-    std::snprintf(line, sizeof line, "%-24s %7.3f%%   %15.3f%%   %13s   %s\n", a.name.c_str(), 100 * a.ettr,
-                  100 * a.ettr_with_stalls,
+    std::snprintf(line, sizeof line, "%-22s %7.3f%%   %8s   %15.3f%%   %13s   %s\n", a.name.c_str(), 100 * a.ettr,
+                  a.ettr_by_steps < 0 ? "-" : Fmt("%.3f%%", 100 * a.ettr_by_steps).c_str(), 100 * a.ettr_with_stalls,
                   a.window_min_ettr < 0 ? "-" : Fmt("%.2f%%", 100 * a.window_min_ettr).c_str(),
                   Hours(a.longest_unproductive).c_str());
     o << line;
   }
-  if (r.arms[0].ettr_by_steps >= 0) {
-    o << Fmt("  progress (new steps x full-width step / wall): %.3f%%\n", 100 * r.arms[0].ettr_by_steps);
+  o << "  (progress: new steps x full-width step time / wall, the throughput-weighted ETTR)\n";
+  if (!r.whole_world.empty()) {
+    const FleetStats& w = r.whole_world[0];
+    o << "  whole-world arm: " << w.restarts << " restarts, " << w.incident_count << " incidents, " << w.evicted
+      << " evicted; fault trace " << (w.trace_digest == f.trace_digest && w.trace_faults == f.trace_faults
+                                          ? "identical to the elastic arm's"
+                                          : "DIFFERENT from the elastic arm's")
+      << " (" << w.trace_faults << " faults drawn)\n";
   }
   o << "\nbreakdown (share of wall)  ";
-  for (const ArmResult& a : r.arms) o << std::string(14 - std::min<size_t>(14, a.name.size()), ' ') << a.name;
+  for (const ArmResult& a : r.arms) o << std::string(21 - std::min<size_t>(21, a.name.size()), ' ') << a.name;
   o << "\n";
   for (int i = 0; i < controller::kNumTimeCategories; ++i) {
     char line[64];
     std::snprintf(line, sizeof line, "  %-24s", TimeCategoryName(static_cast<TimeCategory>(i)));
     o << line;
-    for (const ArmResult& a : r.arms) o << Fmt("%13.3f%%", 100 * a.by_category[i] / a.wall);
+    for (const ArmResult& a : r.arms) o << Fmt("%20.3f%%", 100 * a.by_category[i] / a.wall);
     o << "\n";
   }
   o << "\nfaults: ";
@@ -78,7 +103,12 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
     o << "\n";
   }
   o << "machines: " << f.evicted << " evicted (" << f.healthy_evicted << " healthy, over-evicted), "
-    << f.restarts << " restarts\n";
+    << f.restarts << " restarts";
+  if (c.Elastic()) {
+    o << " (" << f.regroups << " regroups of survivors, " << f.narrow_restarts << " onto fewer replicas; "
+      << f.returned_to_pool << " machines of broken pipelines back to the pool)";
+  }
+  o << ", restarts priced " << Hours(f.restart_seconds) << " in all\n";
   o << "standby deficits: " << f.waits << " evictions found the pool empty, max deficit " << f.max_deficit
     << ", " << f.standbys_requested << " requested, " << f.standbys_arrived << " arrived, waiting "
     << Hours(r.arms[0].by_category[static_cast<int>(TimeCategory::kWaiting)]) << "\n";
@@ -129,7 +159,38 @@ json ToJson(const SimConfig& c, const SimResult& r, bool timing) {
              {"incident_count", f.incident_count},
              {"mean_detect_s", f.mean_detect},
              {"mean_recover_s", f.mean_recover},
-             {"faults_by_class", f.faults_by_class}}}};
+             {"faults_by_class", f.faults_by_class},
+             {"regroups", f.regroups},
+             {"narrow_restarts", f.narrow_restarts},
+             {"returned_to_pool", f.returned_to_pool},
+             {"restart_seconds", f.restart_seconds},
+             {"trace_faults", f.trace_faults},
+             {"trace_digest", f.trace_digest}}}};
+  auto price = [](const SimConfig::Price& p) {
+    json j{{"total_s", p.Total()}, {"regroup_s", p.Regroup()}, {"fanout_s", p.fanout}, {"store_s", p.store},
+           {"links_s", p.links}, {"handshake_s", p.handshake}, {"abort_s", p.abort},
+           {"process_start_s", p.process_start}, {"comm_init_s", p.comm_init}, {"restore_s", p.restore},
+           {"step_s", p.step}};
+    if (p.assumed_regroup >= 0) j["assumed_regroup_s"] = p.assumed_regroup;
+    return j;
+  };
+  out["restart_price"] = {
+      {"rendezvous", RendezvousName(c.costs.rendezvous)},
+      {"rendezvous_built", SimConfig::RendezvousBuilt(c.costs.rendezvous)},
+      {"regroup_source", c.RegroupAssumed() ? "assumed (--regroup / costs.regroup)" : "priced from the coefficients"},
+      {"whole_world", price(c.WorldRestart(c.machines()))}};
+  if (c.Elastic()) out["restart_price"]["elastic"] = price(c.ElasticRestart(c.machines(), false));
+  if (!r.whole_world.empty()) {
+    const FleetStats& w = r.whole_world[0];
+    out["whole_world_fleet"] = {{"restarts", w.restarts},
+                                {"incident_count", w.incident_count},
+                                {"evicted", w.evicted},
+                                {"waits", w.waits},
+                                {"restart_seconds", w.restart_seconds},
+                                {"trace_faults", w.trace_faults},
+                                {"trace_digest", w.trace_digest},
+                                {"same_trace", w.trace_digest == f.trace_digest && w.trace_faults == f.trace_faults}};
+  }
   if (timing) {
     out["speed"] = {{"cpu_s", r.cpu_seconds}, {"events_per_s", f.events / std::max(1e-9, r.cpu_seconds)}};
   }

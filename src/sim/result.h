@@ -46,6 +46,12 @@ struct FleetStats {
   int64_t slow_undetected = 0;     // slow machines the fail-slow detector never flagged (sampling gave up)
   int64_t benign_spikes = 0;       // benign loss spikes the ranks reported
   int64_t high_water = 0;          // the last step the job reached
+  int64_t regroups = 0;            // elastic restarts that kept the survivors
+  int64_t narrow_restarts = 0;     // restarts onto fewer replicas than the job's DP
+  int64_t returned_to_pool = 0;    // healthy machines of a broken pipeline sent back to the pool
+  double restart_seconds = 0;      // the priced restarts, summed (decision -> first step)
+  int64_t trace_faults = 0;        // faults drawn from the trace, whether or not they hit the job
+  uint64_t trace_digest = 0xcbf29ce484222325ULL;  // FNV-style digest of (time, class, slot, manual) of each
   bool stopped = false;
   std::string stop_reason;
   // class -> resolution -> count, from the controller's incidents.
@@ -58,8 +64,11 @@ struct FleetStats {
 };
 
 struct SimResult {
-  std::vector<ArmResult> arms;  // bulwark first
+  std::vector<ArmResult> arms;  // bulwark first (elastic, then whole-world when both ran), then the baselines
   FleetStats fleet;
+  // The whole-world restart's run on the same trace, beside an elastic arm
+  // (SimConfig::compare_whole_world); empty otherwise.
+  std::vector<FleetStats> whole_world;
   double cpu_seconds = 0;       // the bulwark arm's run, for events/s
 };
 

@@ -3,6 +3,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "controller/standby_pool.h"
@@ -13,11 +14,37 @@ namespace bulwark::sim {
 
 Result<SimResult> Simulate(const SimConfig& c) {
   SimResult r;
-  BULWARK_RETURN_IF_ERROR(RunBulwark(c, r));
+  // The same job, seed and fault trace, restarted whole at every fault:
+  // run beside the elastic arm on a thread of its own (the two runs share
+  // nothing; the controller's core keeps no global state), so that the
+  // comparison costs no wall time on a host with two cores.
+  const bool compare = c.script.empty() && c.Elastic() && c.compare_whole_world;
+  SimConfig world = c;
+  world.recovery = SimConfig::Recovery::kWholeWorld;
+  SimResult w;
+  Status world_status;
+  std::thread world_run;
+  if (compare) world_run = std::thread([&] { world_status = RunBulwark(world, w); });
+  Status st = RunBulwark(c, r);
+  if (world_run.joinable()) world_run.join();
+  BULWARK_RETURN_IF_ERROR(st);
   if (!c.script.empty()) return r;  // a replay: the baselines model random traces only
+  if (compare) {
+    BULWARK_RETURN_IF_ERROR(world_status);
+    r.arms.push_back(w.arms[0]);
+    r.whole_world.push_back(std::move(w.fleet));
+  }
   r.arms.push_back(RunBaseline(c, Baseline::kRequeue));
   r.arms.push_back(RunBaseline(c, Baseline::kTorchElastic));
   return r;
+}
+
+const ArmResult& Arm(const SimResult& r, const std::string& name) {
+  for (const ArmResult& a : r.arms) {
+    if (a.name == name) return a;
+  }
+  static const ArmResult none{};
+  return none;
 }
 
 namespace {
@@ -41,13 +68,14 @@ Result<std::string> Sweep(const SimConfig& base, const std::string& which) {
                "elastic", "faults", "events", "events/s");
     for (int gpus : {1024, 4096, 9600, 16384, 32768, 65536, 100352}) {
       SimConfig c = base;
+      c.compare_whole_world = false;
       c.gpus = gpus;
       c.pp = 16;
       FitPipeline(c);
       Result<SimResult> r = Simulate(c);
       if (!r.ok()) return r.status();
       out += Row("%8d %8d %8d %8.2f%% %8.2f%% %8.2f%% %8lld %8lld %9.0f\n", gpus, c.machines(),
-                 r->fleet.initial_standbys, 100 * r->arms[0].ettr, 100 * r->arms[1].ettr, 100 * r->arms[2].ettr,
+                 r->fleet.initial_standbys, 100 * r->arms[0].ettr, 100 * Arm(*r, "requeue").ettr, 100 * Arm(*r, "torchelastic").ettr,
                  static_cast<long long>(r->arms[0].faults), static_cast<long long>(r->fleet.events),
                  r->fleet.events / std::max(1e-9, r->cpu_seconds));
     }
@@ -55,12 +83,14 @@ Result<std::string> Sweep(const SimConfig& base, const std::string& which) {
     out += Row("%-12s %8s %9s %8s %8s %10s %10s\n", "pool", "standby", "ETTR", "waits", "waiting", "requested",
                "vs oracle");
     SimConfig oracle = base;
+    oracle.compare_whole_world = false;
     oracle.oracle_standbys = true;
     Result<SimResult> o = Simulate(oracle);
     if (!o.ok()) return o.status();
     const double best = o->arms[0].ettr;
     for (double q : {0.0, 0.5, 0.9, 0.99, 0.999}) {
       SimConfig c = base;
+      c.compare_whole_world = false;
       if (q == 0.0) {
         c.initial_standbys = 0;
         c.policy.daily_failure_rate = 0;  // no target: every eviction waits for provisioning
@@ -79,6 +109,7 @@ Result<std::string> Sweep(const SimConfig& base, const std::string& which) {
     out += Row("%10s %12s %12s %12s %12s\n", "interval", "durable-only", "closed form", "requeue", "elastic");
     for (double minutes : {5.0, 10.0, 30.0, 60.0, 120.0}) {
       SimConfig c = base;
+      c.compare_whole_world = false;
       c.costs.durable_interval = minutes * 60;
       c.costs.memory_checkpoints = false;
       Result<SimResult> r = Simulate(c);
@@ -90,7 +121,7 @@ Result<std::string> Sweep(const SimConfig& base, const std::string& which) {
       const double u0 = r->fleet.mean_detect + r->fleet.mean_recover;
       const double cf = ClosedFormEttr(rate / 86400.0, u0, c.costs.durable_interval, c.costs.durable_write);
       out += Row("%8.0f m %11.2f%% %11.2f%% %11.2f%% %11.2f%%\n", minutes, 100 * r->arms[0].ettr_with_stalls,
-                 100 * cf, 100 * r->arms[1].ettr_with_stalls, 100 * r->arms[2].ettr_with_stalls);
+                 100 * cf, 100 * Arm(*r, "requeue").ettr_with_stalls, 100 * Arm(*r, "torchelastic").ettr_with_stalls);
     }
   } else if (which == "detect") {
     // The detection thresholds, one at a time from the defaults: what a
@@ -113,6 +144,7 @@ Result<std::string> Sweep(const SimConfig& base, const std::string& which) {
     }
     for (const Knob& k : knobs) {
       SimConfig c = base;
+      c.compare_whole_world = false;
       k.set(c);
       Result<SimResult> r = Simulate(c);
       if (!r.ok()) return r.status();
@@ -128,6 +160,8 @@ Result<std::string> Sweep(const SimConfig& base, const std::string& which) {
 
 SimConfig DemoReplay() {
   SimConfig c;
+  // The demo measured whole-world restarts (its job is not elastic yet).
+  c.recovery = SimConfig::Recovery::kWholeWorld;
   // 4 machines x 1 rank (data parallel) + 2 standbys, 450 steps (docs/demo.md).
   c.gpus = 4;
   c.gpus_per_machine = 1;
@@ -163,7 +197,6 @@ SimConfig DemoReplay() {
   // some restarts), data + init + checkpoint load ~0.05, then one step.
   k.process_start = 0.45;
   k.comm_init_base = 1.0;
-  k.comm_init_per_machine = 0;
   k.restore_memory = 0.05;
   k.memory_block_per_step = 0;  // inside the measured step time
   return c;

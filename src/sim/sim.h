@@ -16,8 +16,13 @@
 
 namespace bulwark::sim {
 
-// The bulwark arm, then requeue and torchelastic on the same trace.
+// The bulwark arm (for an elastic job, then the same job restarted whole
+// at every fault: SimConfig::compare_whole_world), then requeue and
+// torchelastic, all on the same fault trace.
 Result<SimResult> Simulate(const SimConfig& config);
+// The arm of that name ("requeue", "torchelastic", "bulwark elastic",
+// "bulwark whole-world"); an empty arm when there is none.
+const ArmResult& Arm(const SimResult& r, const std::string& name);
 
 // The tables a person reads; JSON for scripts (cpu time only with `timing`,
 // so that a run's JSON is a pure function of its config); an HTML page with
