@@ -4,8 +4,9 @@
 # the one that left, and finish its first all-reduce, for each W (default
 # 3 4 8 16 32): the regroup an elastic membership change costs them. Over
 # the ring elastic jobs use (trainer/ring.h: links kept, the lost member's
-# two neighbours dial each other) and over Gloo's full mesh, one after the
-# other. All W run on this host, so it shows how the cost grows with W,
+# two neighbours dial each other), flat and in two levels (ring.h's
+# TwoLevel, groups of about sqrt(W)), and over Gloo's full mesh, one after
+# the other. All W run on this host, so it shows how the cost grows with W,
 # not what a network would add. Then what one operation on the rendezvous
 # store costs as it holds 0 to 2,000 clients (bulwark-store-bench): the
 # part of the ring's regroup that still grows with W. Figures only.
@@ -14,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake --build build --target bulwark-regroup-bench bulwark-store-bench -j "$(nproc)" >/dev/null
 echo "loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
-build/bin/bulwark-regroup-bench --comm ring "$@"
+build/bin/bulwark-regroup-bench --comm ring --group 1 "$@"
+build/bin/bulwark-regroup-bench --comm ring --group 0 "$@"
 build/bin/bulwark-regroup-bench --comm gloo "$@"
 build/bin/bulwark-store-bench

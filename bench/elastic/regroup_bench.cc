@@ -8,13 +8,16 @@
 // are told to until their first all-reduce returns. Per W the slowest
 // rank's time is printed (the step waits for it), then the median time of
 // an all-reduce of the tiny model's gradients (368,960 int64, the exact
-// sum's buffer) in generation 2.
+// sum's buffer) in generation 2, and of one of 8 int64 (a collective's
+// latency alone: 2(W - 1) hops on a flat ring, 2(G - 1) + 2(K - 1) in two
+// levels of K groups of at most G, trainer/ring.h's TwoLevel).
 //
 // Every process runs on this host's cores, so the figure is an upper bound
 // for the CPU work of a mesh of W, not a network figure; what it shows is
 // how the cost grows with W. Figures only.
 //
-// Usage: bulwark-regroup-bench [--comm gloo|ring] [W ...]   (default ring; 3 4 8 16 32)
+// Usage: bulwark-regroup-bench [--comm gloo|ring] [--group G] [W ...]
+//   (default ring; --group as bulwark-train's --ring-group: 1 flat, 0 auto; W 3 4 8 16 32)
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,7 +48,7 @@ constexpr int64_t kGradients = 368960;
 // A rank: forms generation 1, waits for the start file, then leaves (the
 // middle rank) or forms generation 2 with the other survivors and prints
 // its time to the first all-reduce, then the median of 20 more.
-int Rank(int rank, int world, int port, bool ring, const std::string& go, const std::string& ready) {
+int Rank(int rank, int world, int port, bool ring, int group, const std::string& go, const std::string& ready) {
   DistEnv env;
   env.rank = rank;
   env.world_size = world;
@@ -55,6 +58,7 @@ int Rank(int rank, int world, int port, bool ring, const std::string& go, const 
     auto l = RingLinks::Listen(env.master_addr);
     if (!l.ok()) return 1;
     links = std::move(*l);
+    links->SetGroupSize(group);
   }
   auto first = Comm::Connect(env, 120, links.get());
   if (!first.ok()) {
@@ -91,16 +95,25 @@ int Rank(int rank, int world, int port, bool ring, const std::string& go, const 
     took.push_back(NowMs() - a);
   }
   std::sort(took.begin(), took.end());
-  std::printf("%d %.3f %.3f %.3f %d\n", rank, connected - t0, regrouped, took[took.size() / 2],
-              links ? links->made() : world - 2);  // Gloo: one to every other survivor
+  std::vector<torch::Tensor> tiny{torch::ones({8}, torch::kInt64)};
+  std::vector<double> hops;
+  for (int i = 0; i < 41; ++i) {
+    const double a = NowMs();
+    if (!(*second)->AllReduceSum(tiny).ok()) return 1;
+    hops.push_back(NowMs() - a);
+  }
+  std::sort(hops.begin(), hops.end());
+  std::printf("%d %.3f %.3f %.3f %d %.3f\n", rank, connected - t0, regrouped, took[took.size() / 2],
+              links ? links->made() : world - 2, hops[hops.size() / 2]);  // Gloo: one to every other survivor
   return 0;
 }
 
-int Run(const char* self, bool ring, const std::vector<int>& widths) {
+int Run(const char* self, bool ring, int group, const std::vector<int>& widths) {
   std::printf("host: %u cores; W processes up, one leaves, the W - 1 others form generation 2 (%s)\n",
-              std::thread::hardware_concurrency(), ring ? "ring, links kept" : "TCPStore + Gloo full mesh");
-  std::printf("%6s %16s %22s %18s %24s\n", "W", "connect (max)", "connect+all-reduce", "links made (max)",
-              "all-reduce 369k int64");
+              std::thread::hardware_concurrency(),
+              !ring ? "TCPStore + Gloo full mesh" : group == 1 ? "flat ring, links kept" : "ring in two levels, links kept");
+  std::printf("%6s %10s %16s %22s %18s %24s %20s\n", "W", "layout", "connect (max)", "connect+all-reduce",
+              "links made (max)", "all-reduce 369k int64", "all-reduce 8 int64");
   std::mt19937 rng(std::random_device{}());
   for (int w : widths) {
     // Below the ephemeral range (32768 and up), as the controller picks.
@@ -112,7 +125,7 @@ int Run(const char* self, bool ring, const std::vector<int>& widths) {
     for (int r = 0; r < w; ++r) {
       std::vector<std::string> args = {self, "--rank", std::to_string(r), "--world", std::to_string(w), "--port",
                                        std::to_string(port), "--go", go, "--out", out, "--ready", ready,
-                                       "--comm", ring ? "ring" : "gloo"};
+                                       "--comm", ring ? "ring" : "gloo", "--group", std::to_string(group)};
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -142,15 +155,16 @@ int Run(const char* self, bool ring, const std::vector<int>& widths) {
       ::waitpid(k, &st, 0);
       ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
     }
-    double connect = 0, total = 0, reduce = 0;
+    double connect = 0, total = 0, reduce = 0, tiny = 0;
     int lines = 0, made = 0;
     if (std::FILE* f = std::fopen(out.c_str(), "r")) {
       int rank = 0, m = 0;
-      double c = 0, t = 0, a = 0;
-      while (std::fscanf(f, "%d %lf %lf %lf %d", &rank, &c, &t, &a, &m) == 5) {
+      double c = 0, t = 0, a = 0, h = 0;
+      while (std::fscanf(f, "%d %lf %lf %lf %d %lf", &rank, &c, &t, &a, &m, &h) == 6) {
         connect = std::max(connect, c);
         total = std::max(total, t);
         reduce = std::max(reduce, a);
+        tiny = std::max(tiny, h);
         made = std::max(made, m);
         ++lines;
       }
@@ -161,7 +175,10 @@ int Run(const char* self, bool ring, const std::vector<int>& widths) {
       std::printf("%6d   failed (%d of %d survivors reported)\n", w, lines, w - 1);
       continue;
     }
-    std::printf("%6d %13.1f ms %19.1f ms %18d %21.1f ms\n", w, connect, total, made, reduce);
+    const TwoLevel L = TwoLevel::For(w - 1, group);
+    const std::string layout = !ring ? "mesh" : L.flat() ? "flat" : std::to_string(L.K) + "x" + std::to_string(L.G);
+    std::printf("%6d %10s %13.1f ms %19.1f ms %18d %21.1f ms %17.2f ms\n", w, layout.c_str(), connect, total, made,
+                reduce, tiny);
     std::fflush(stdout);
   }
   return 0;
@@ -171,7 +188,7 @@ int Run(const char* self, bool ring, const std::vector<int>& widths) {
 }  // namespace bulwark::trainer
 
 int main(int argc, char** argv) {
-  int rank = -1, world = 0, port = 0;
+  int rank = -1, world = 0, port = 0, group = 0;
   bool ring = true;
   std::string go, out, ready;
   std::vector<int> widths;
@@ -183,19 +200,20 @@ int main(int argc, char** argv) {
     else if (a == "--go" && i + 1 < argc) go = argv[++i];
     else if (a == "--out" && i + 1 < argc) out = argv[++i];
     else if (a == "--ready" && i + 1 < argc) ready = argv[++i];
+    else if (a == "--group" && i + 1 < argc) group = std::atoi(argv[++i]);
     else if (a == "--comm" && i + 1 < argc && (std::string(argv[i + 1]) == "ring" || std::string(argv[i + 1]) == "gloo"))
       ring = std::string(argv[++i]) == "ring";
     else if (std::atoi(a.c_str()) >= 3) widths.push_back(std::atoi(a.c_str()));
     else {
-      std::fprintf(stderr, "bulwark-regroup-bench: '%s' is not --comm gloo|ring or a world size of 3 or more; e.g. 3 4 8\n", a.c_str());
+      std::fprintf(stderr, "bulwark-regroup-bench: '%s' is not --comm gloo|ring, --group G or a world size of 3 or more; e.g. 3 4 8\n", a.c_str());
       return 2;
     }
   }
   if (rank >= 0) {
     // Each rank appends its line; lines of a few bytes are written whole.
     if (std::freopen(out.c_str(), "a", stdout) == nullptr) return 1;
-    return bulwark::trainer::Rank(rank, world, port, ring, go, ready);
+    return bulwark::trainer::Rank(rank, world, port, ring, group, go, ready);
   }
   if (widths.empty()) widths = {3, 4, 8, 16, 32};
-  return bulwark::trainer::Run(argv[0], ring, widths);
+  return bulwark::trainer::Run(argv[0], ring, group, widths);
 }

@@ -109,6 +109,7 @@ const std::vector<Key>& Keys() {
       INT_KEY("pp", pp, "pipeline stages; WORLD_SIZE = data-parallel ranks x pp"),
       INT_KEY("micro-batches", micro_batches, "micro-batches per step (must divide --batch-size)"),
       STR_KEY("elastic-comm", elastic_comm, "elastic jobs' communicator: ring (regroups touching two peers) or gloo"),
+      INT_KEY("ring-group", ring_group, "the ring's all-reduce in groups of this many ranks, then across them; 1 flat, 0 auto"),
       INT_KEY("elastic-replicas", elastic_replicas,
               "elastic data parallelism: the job's full width N; the global batch stays N x --batch-size on fewer ranks"),
       INT_KEY("vocab-size", model.vocab_size, "0 takes the tokenizer's vocabulary size"),
@@ -284,6 +285,7 @@ Status TrainConfig::Validate() const {
     return Status::InvalidArgument("--elastic-replicas must be in [0, " + std::to_string(kMaxElasticReplicas) +
                                    "] (WORLD_SIZE's range); 0 turns elastic data parallelism off");
   }
+  if (ring_group < 0) return Status::InvalidArgument("--ring-group must be 0 (auto), 1 (flat) or a group size");
   if (elastic_comm != "ring" && elastic_comm != "gloo") {
     return Status::InvalidArgument("--elastic-comm '" + elastic_comm + "' is not ring or gloo");
   }

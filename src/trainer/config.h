@@ -95,6 +95,10 @@ struct TrainConfig {
   // An elastic pipeline (--pp > 1, elastic_pipeline.h) has one ring for
   // the world and one for each stage's replicas.
   std::string elastic_comm = "ring";
+  // The ring's all-reduce in two levels (ring.h's TwoLevel): groups of at
+  // most this many ranks, then a ring across the groups; 1 keeps one flat
+  // ring, 0 picks ceil(sqrt(W)) from 16 ranks on.
+  int ring_group = 0;
 
   Status Validate() const;
 };

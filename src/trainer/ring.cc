@@ -212,6 +212,8 @@ Result<std::unique_ptr<Ring>> Ring::Form(c10d::Store& store, int rank, int world
     r->nonce_ = std::stoull(Bytes(store.get("bulwark-ring/nonce")));
     r->pred_ = r->Identity((rank + world - 1) % world);
     r->succ_ = r->Identity((rank + 1) % world);
+    r->peers_ = {r->pred_, r->succ_};
+    BULWARK_RETURN_IF_ERROR(r->FormLayout(links.group_));
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
@@ -301,7 +303,7 @@ Status Ring::AcceptUntil(const RingLinks::Key& want, bool watch_ring) {
 // HELLO read: every rank sends before it waits, so no wait goes round the
 // ring.
 Status Ring::Link() {
-  std::set<std::string> peers = {pred_, succ_};
+  const std::set<std::string>& peers = peers_;
   std::vector<RingLinks::Key> stale;
   for (const auto& [k, fd] : links_.fds_) {
     if (k.second == kRingChannel && peers.count(k.first) == 0) stale.push_back(k);
@@ -341,7 +343,8 @@ Status Ring::Link() {
     // A kept link the peer had given up: it dials or accepts anew.
     for (const std::string& p : redo) links_.Close({p, kRingChannel});
   }
-  return Fail(Status::Unavailable("ring links to " + pred_ + " and " + succ_ + " could not be formed"));
+  return Fail(Status::Unavailable("ring links to " + pred_ + ", " + succ_ + " and " + std::to_string(peers_.size() - 2) +
+                                  " more could not be formed"));
 }
 
 // Reads frames from `fd` until this generation's frame: a HELLO when
@@ -466,7 +469,7 @@ Status Ring::Fail(const Status& why) {
     Frame abort;
     abort.kind = kAbort;
     abort.nonce = nonce_;
-    for (const std::string& p : std::set<std::string>{pred_, succ_}) {
+    for (const std::string& p : peers_) {
       const int fd = Fd(p, kRingChannel);
       if (fd < 0) continue;
       if (::send(fd, &abort, sizeof(abort), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof(abort))) {

@@ -71,6 +71,11 @@ class RingLinks {
     interrupted_ = std::move(asked);
   }
 
+  // The all-reduce's layout (TwoLevel below): groups of at most `g`
+  // consecutive ranks; 1 keeps the flat ring at every width; 0 picks
+  // ceil(sqrt(W)) from W = 16 on, flat below.
+  void SetGroupSize(int g) { group_ = g; }
+
  private:
   friend class Ring;
   using Key = std::pair<std::string, int>;  // the peer's identity, a channel
@@ -85,6 +90,28 @@ class RingLinks {
   int kept_ = 0, made_ = 0;
   int interrupt_fd_ = -1;  // InterruptOn
   std::function<bool()> interrupted_;
+  int group_ = 0;  // SetGroupSize
+};
+
+// A two-level all-reduce's layout: W ranks in K groups of consecutive ranks
+// (sizes differ by one at most, none above G), the buffer cut into P = G
+// parts. A group's ring reduce-scatters the buffer (member `pos` ends with
+// the group's sum of parts PartsOf(g, pos)); each part's owners, one per
+// group, all-reduce it on a ring across the groups; the group's ring
+// all-gathers the result. A collective's latency is 2(G - 1) + 2(K - 1)
+// hops, not 2(W - 1), and its bytes are the flat ring's on each link. The
+// sum is the exact one either way (elastic.h): integers add in any order.
+struct TwoLevel {
+  int W = 1, G = 1, K = 1;
+  static TwoLevel For(int world, int requested);
+  bool flat() const { return K == 1 || G == 1; }
+  int GroupOf(int rank) const;
+  int First(int g) const { return static_cast<int>(static_cast<int64_t>(W) * g / K); }
+  int Size(int g) const { return First(g + 1) - First(g); }
+  // Parts [first, second) that member `pos` of group `g` holds summed
+  // after the group's reduce-scatter.
+  std::pair<int, int> PartsOf(int g, int pos) const;
+  int OwnerOf(int g, int part) const;  // the rank that holds `part` in group g
 };
 
 // One generation's ring: rank r's neighbours are r - 1 and r + 1 (mod W).
@@ -99,6 +126,7 @@ class Ring {
   ~Ring();
 
   Status AllReduce(std::vector<torch::Tensor>& tensors, bool max);
+  const TwoLevel& layout() const { return layout_; }
   Status AllGatherChunks(torch::Tensor& flat);
   Status Broadcast(torch::Tensor& t, int root);
   // Point to point, on links of their own (channel 1), so a transfer in
@@ -115,6 +143,21 @@ class Ring {
   Status Link();
   Status Handshake(const std::string& peer, bool* retry);
   using Pieces = std::vector<std::pair<const char*, size_t>>;
+  // One ring among some of this generation's ranks: where this rank sends
+  // and receives on it, the ring's size and this rank's place.
+  struct SubRing {
+    int to = -1, from = -1, size = 1, pos = 0;
+  };
+  // Chunk c (of a SubRing's size) of tensor i, as a slice of it.
+  using Cut = std::function<torch::Tensor(size_t i, int c)>;
+  // A ring's reduce-scatter and/or all-gather of `flat` cut by `cut`, its
+  // frames numbered from `tag0`: after the reduce-scatter, `pos` holds
+  // chunk pos + 1 reduced.
+  Status RingPass(const SubRing& ring, std::vector<torch::Tensor>& flat, const Cut& cut, bool max, bool scatter,
+                  bool gather, int64_t tag0);
+  Status TwoLevelAllReduce(std::vector<torch::Tensor>& flat, bool max);
+  Status FormLayout(int requested_group);
+  SubRing Sub(const std::string& pred, const std::string& succ, int size, int pos);
   Status Exchange(int to, const Pieces& out, int from, char* in, size_t in_len, int64_t tag);
   Status ReadFrame(int fd, int64_t tag, char* in, size_t in_len, bool* eof);
   Status Fail(const Status& why);
@@ -135,6 +178,10 @@ class Ring {
   RingLinks& links_;
   uint64_t nonce_ = 0;
   std::string pred_, succ_;  // the neighbours' identities
+  TwoLevel layout_;
+  std::string group_pred_, group_succ_;  // on the group's ring
+  std::map<int, std::pair<std::string, std::string>> cross_;  // part -> its ring's pred, succ
+  std::set<std::string> peers_;  // every ring-channel neighbour: linked, told of a failure
   int64_t next_tag_ = 0;     // collectives' frames are numbered in order
   bool failed_ = false;
   std::map<int, std::string> identities_;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 
 #include "trainer/dist.h"
 #include "trainer/ring.h"
@@ -15,37 +16,97 @@ namespace bulwark::trainer {
 
 using namespace ring_wire;
 
-Status Ring::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
-  if (failed_) return Status::Unavailable("the ring's generation failed");
-  if (world_ == 1) return Status::OK();
-  std::vector<torch::Tensor> flat;
-  for (auto& t : tensors) flat.push_back(t.view({-1}));
-  auto part = [&](size_t i, int c) {
-    const Span s = ChunkOf(flat[i].numel(), world_, c);
-    return flat[i].slice(0, s.begin, s.end);
-  };
+// ---------------------------------------------------------------- layout
+
+TwoLevel TwoLevel::For(int world, int requested) {
+  TwoLevel t;
+  t.W = std::max(1, world);
+  int g = requested;
+  if (g == 0) g = t.W < 16 ? t.W : static_cast<int>(std::ceil(std::sqrt(static_cast<double>(t.W))));
+  t.G = std::clamp(g, 1, t.W);
+  t.K = (t.W + t.G - 1) / t.G;
+  if (t.G == 1) t.K = 1;  // flat: one group of everyone, no cross rings
+  if (t.K == 1) t.G = t.W;
+  return t;
+}
+
+int TwoLevel::GroupOf(int rank) const {
+  int g = static_cast<int>(static_cast<int64_t>(rank) * K / W);
+  while (g + 1 < K && First(g + 1) <= rank) ++g;
+  while (g > 0 && First(g) > rank) --g;
+  return g;
+}
+
+// The group's reduce-scatter cuts the P = G parts into Size(g) chunks of
+// consecutive parts; member pos ends with chunk pos + 1 (RingPass).
+std::pair<int, int> TwoLevel::PartsOf(int g, int pos) const {
+  const int s = Size(g);
+  const Span c = ChunkOf(G, s, (pos + 1) % s);
+  return {static_cast<int>(c.begin), static_cast<int>(c.end)};
+}
+
+int TwoLevel::OwnerOf(int g, int part) const {
+  const int s = Size(g);
+  for (int pos = 0; pos < s; ++pos) {
+    const auto [b, e] = PartsOf(g, pos);
+    if (part >= b && part < e) return First(g) + pos;
+  }
+  return First(g);  // not reached: the chunks cover every part
+}
+
+// The group's ring and, for each part this rank holds, the ring of that
+// part's owners across the groups: their identities join the links.
+Status Ring::FormLayout(int requested_group) {
+  layout_ = TwoLevel::For(world_, requested_group);
+  if (layout_.flat()) return Status::OK();
+  const int g = layout_.GroupOf(rank_), first = layout_.First(g), s = layout_.Size(g), pos = rank_ - first;
+  group_pred_ = Identity(first + (pos + s - 1) % s);
+  group_succ_ = Identity(first + (pos + 1) % s);
+  peers_.insert({group_pred_, group_succ_});
+  const auto [b, e] = layout_.PartsOf(g, pos);
+  for (int part = b; part < e; ++part) {
+    const int K = layout_.K;
+    const std::string pred = Identity(layout_.OwnerOf((g + K - 1) % K, part));
+    const std::string succ = Identity(layout_.OwnerOf((g + 1) % K, part));
+    cross_[part] = {pred, succ};
+    peers_.insert({pred, succ});
+  }
+  peers_.erase(links_.identity());  // a ring of one: no link to itself
+  return Status::OK();
+}
+
+Ring::SubRing Ring::Sub(const std::string& pred, const std::string& succ, int size, int pos) {
+  return {Fd(succ, kRingChannel), Fd(pred, kRingChannel), size, pos};
+}
+
+// ------------------------------------------------------------ collectives
+
+Status Ring::RingPass(const SubRing& ring, std::vector<torch::Tensor>& flat, const Cut& cut, bool max, bool scatter,
+                      bool gather, int64_t tag0) {
+  const int W = ring.size, r = ring.pos;
+  if (W == 1) return Status::OK();
   auto pieces = [&](int c) {
     Pieces out;
     for (size_t i = 0; i < flat.size(); ++i) {
-      const torch::Tensor p = part(i, c);
+      const torch::Tensor p = cut(i, c);
       out.emplace_back(static_cast<const char*>(p.data_ptr()), p.nbytes());
     }
     return out;
   };
   auto bytes = [&](int c) {
     size_t n = 0;
-    for (size_t i = 0; i < flat.size(); ++i) n += part(i, c).nbytes();
+    for (size_t i = 0; i < flat.size(); ++i) n += cut(i, c).nbytes();
     return n;
   };
   size_t most = 0;
-  for (int c = 0; c < world_; ++c) most = std::max(most, bytes(c));
+  for (int c = 0; c < W; ++c) most = std::max(most, bytes(c));
   if (scratch_.numel() < static_cast<int64_t>(most)) scratch_ = torch::empty({static_cast<int64_t>(most)}, torch::kUInt8);
   char* in = static_cast<char*>(scratch_.data_ptr());
   // The received chunk c, folded into this rank's (reduce) or copied over it.
   auto take = [&](int c, bool reduce) {
     size_t off = 0;
     for (size_t i = 0; i < flat.size(); ++i) {
-      torch::Tensor p = part(i, c);
+      torch::Tensor p = cut(i, c);
       torch::Tensor got = torch::from_blob(in + off, {p.numel()}, p.options());
       off += p.nbytes();
       if (!reduce) p.copy_(got);
@@ -53,20 +114,68 @@ Status Ring::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
       else p.add_(got);
     }
   };
-  const int to = Fd(succ_, kRingChannel), from = Fd(pred_, kRingChannel);
-  const int W = world_, r = rank_;
   auto mod = [W](int x) { return ((x % W) + W) % W; };
-  for (int s = 0; s < W - 1; ++s) {  // reduce-scatter: rank r ends with chunk r + 1 summed
+  int64_t tag = tag0;
+  for (int s = 0; scatter && s < W - 1; ++s) {  // reduce-scatter: rank r ends with chunk r + 1 reduced
     const int c = mod(r - s - 1);
-    BULWARK_RETURN_IF_ERROR(Exchange(to, pieces(mod(r - s)), from, in, bytes(c), next_tag_++));
+    BULWARK_RETURN_IF_ERROR(Exchange(ring.to, pieces(mod(r - s)), ring.from, in, bytes(c), tag++));
     take(c, /*reduce=*/true);
   }
-  for (int s = 0; s < W - 1; ++s) {  // all-gather of the summed chunks
+  for (int s = 0; gather && s < W - 1; ++s) {  // all-gather of the reduced chunks
     const int c = mod(r - s);
-    BULWARK_RETURN_IF_ERROR(Exchange(to, pieces(mod(r + 1 - s)), from, in, bytes(c), next_tag_++));
+    BULWARK_RETURN_IF_ERROR(Exchange(ring.to, pieces(mod(r + 1 - s)), ring.from, in, bytes(c), tag++));
     take(c, /*reduce=*/false);
   }
   return Status::OK();
+}
+
+Status Ring::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
+  if (failed_) return Status::Unavailable("the ring's generation failed");
+  if (world_ == 1) return Status::OK();
+  std::vector<torch::Tensor> flat;
+  for (auto& t : tensors) flat.push_back(t.view({-1}));
+  if (!layout_.flat()) return TwoLevelAllReduce(flat, max);
+  const int64_t tag0 = next_tag_;
+  next_tag_ += 2 * (world_ - 1);
+  Cut cut = [&](size_t i, int c) {
+    const Span s = ChunkOf(flat[i].numel(), world_, c);
+    return flat[i].slice(0, s.begin, s.end);
+  };
+  return RingPass(Sub(pred_, succ_, world_, rank_), flat, cut, max, true, true, tag0);
+}
+
+// Every rank numbers the collective's frames from the same tag, whatever
+// its part in it: the group's passes first, then each part's ring in part
+// order (a rank holding two parts takes them in that order, as do their
+// peers, so a link's frames arrive in the order they are read).
+Status Ring::TwoLevelAllReduce(std::vector<torch::Tensor>& flat, bool max) {
+  const TwoLevel& L = layout_;
+  const int g = L.GroupOf(rank_), s = L.Size(g), pos = rank_ - L.First(g);
+  const int64_t tag0 = next_tag_, cross0 = tag0 + L.G, gather0 = cross0 + int64_t{2} * L.K * L.G;
+  next_tag_ = gather0 + L.G;
+  auto part = [&](size_t i, int p) {
+    const Span sp = ChunkOf(flat[i].numel(), L.G, p);
+    return flat[i].slice(0, sp.begin, sp.end);
+  };
+  Cut group_cut = [&](size_t i, int c) {  // chunk c: parts ChunkOf(G, s, c), consecutive
+    const Span ps = ChunkOf(L.G, s, c);
+    const int64_t n = flat[i].numel();
+    return flat[i].slice(0, ChunkOf(n, L.G, static_cast<int>(ps.begin)).begin,
+                         ChunkOf(n, L.G, static_cast<int>(ps.end) - 1).end);
+  };
+  const SubRing group = Sub(group_pred_, group_succ_, s, pos);
+  BULWARK_RETURN_IF_ERROR(RingPass(group, flat, group_cut, max, true, false, tag0));
+  for (const auto& [p, ends] : cross_) {
+    std::vector<torch::Tensor> mine;
+    for (size_t i = 0; i < flat.size(); ++i) mine.push_back(part(i, p));
+    Cut cross_cut = [&](size_t i, int c) {
+      const Span sp = ChunkOf(mine[i].numel(), L.K, c);
+      return mine[i].slice(0, sp.begin, sp.end);
+    };
+    BULWARK_RETURN_IF_ERROR(RingPass(Sub(ends.first, ends.second, L.K, g), mine, cross_cut, max, true, true,
+                                     cross0 + int64_t{2} * L.K * p));
+  }
+  return RingPass(group, flat, group_cut, max, false, true, gather0);
 }
 
 Status Ring::AllGatherChunks(torch::Tensor& flat) {
@@ -198,7 +307,7 @@ Status Ring::WaitSends() {
 Status Ring::AwaitPoint(int fd) {
   const double deadline = Deadline();
   std::vector<int> watch;
-  for (const std::string& p : std::set<std::string>{pred_, succ_}) {
+  for (const std::string& p : peers_) {
     if (const int n = Fd(p, kRingChannel); n >= 0) watch.push_back(n);
   }
   bool hear_agent = links_.interrupt_fd_ >= 0;  // a donor that hangs says nothing either

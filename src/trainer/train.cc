@@ -207,12 +207,14 @@ Status Train(const TrainConfig& cfg_in) {
       auto links = RingLinks::Listen(env->master_addr);
       if (!links.ok()) return links.status();
       p.ring = std::move(*links);
+      p.ring->SetGroupSize(p.cfg.ring_group);
       // An elastic pipeline's stage reduces over a ring of its own, whose
       // links outlive a generation like the world ring's.
       if (p.cfg.pp > 1) {
         auto stage = RingLinks::Listen(env->master_addr);
         if (!stage.ok()) return stage.status();
         p.stage_ring = std::move(*stage);
+        p.stage_ring->SetGroupSize(p.cfg.ring_group);
       }
     }
     auto comm = Comm::Connect(*env, p.cfg.dist_timeout_s, p.ring.get());

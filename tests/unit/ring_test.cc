@@ -99,44 +99,84 @@ std::vector<Member*> Ptrs(std::vector<Member>& ms, std::vector<int> which = {}) 
   return out;
 }
 
-TEST(Ring, CollectivesGiveEveryWidthTheExactAnswers) {
-  for (int W = 1; W <= 5; ++W) {
-    auto ms = Members(W);
-    std::vector<Status> st(W);
-    std::vector<torch::Tensor> sums(W), maxes(W), gathered(W), slots(W), bcast(W);
-    Generation(Ptrs(ms), [&](int r) {
-      // 7 elements: chunks of unequal sizes, some empty at W = 5.
-      sums[r] = torch::arange(7, torch::kInt64).mul(r + 1);
-      slots[r] = torch::zeros({W}, torch::kFloat64);
-      slots[r][r] = 0.1 * (r + 1);
-      std::vector<torch::Tensor> both{sums[r], slots[r]};
-      Status s = ms[r].ring->AllReduce(both, /*max=*/false);
-      maxes[r] = torch::tensor({static_cast<double>(r), -static_cast<double>(r)}, torch::kFloat64);
-      std::vector<torch::Tensor> mx{maxes[r]};
-      if (s.ok()) s = ms[r].ring->AllReduce(mx, /*max=*/true);
-      // 3W + 2 elements: parts of 3 and 4 (dist.h's ChunkOf), as any width
-      // splits a buffer padded for none.
-      gathered[r] = torch::full({3 * W + 2}, -1.0f);
-      const Span mine = ChunkOf(3 * W + 2, W, r);
-      gathered[r].slice(0, mine.begin, mine.end).fill_(static_cast<float>(r));
-      if (s.ok()) s = ms[r].ring->AllGatherChunks(gathered[r]);
-      bcast[r] = torch::full({4}, r == W - 1 ? 42 : -1, torch::kInt32);
-      if (s.ok()) s = ms[r].ring->Broadcast(bcast[r], W - 1);
-      st[r] = s;
-    });
-    const int64_t total = W * (W + 1) / 2;
-    for (int r = 0; r < W; ++r) {
-      ASSERT_TRUE(st[r].ok()) << "W=" << W << " rank " << r << ": " << st[r].ToString();
-      EXPECT_TRUE(torch::equal(sums[r], torch::arange(7, torch::kInt64).mul(total))) << "W=" << W;
-      for (int j = 0; j < W; ++j) EXPECT_EQ(slots[r][j].item<double>(), 0.1 * (j + 1));  // x + 0 = x
-      EXPECT_EQ(maxes[r][0].item<double>(), W - 1);
-      EXPECT_EQ(maxes[r][1].item<double>(), 0);
-      for (int j = 0; j < W; ++j) {
-        const Span part = ChunkOf(3 * W + 2, W, j);
-        EXPECT_TRUE(torch::equal(gathered[r].slice(0, part.begin, part.end), torch::full({part.size()}, float(j))))
-            << "W=" << W << " rank " << r << " part " << j;
+// The two-level layout at every width to 200 and group size to 20: groups
+// of consecutive ranks, none larger than G, sizes within one; every part
+// held by exactly one member of each group.
+TEST(Ring, TheTwoLevelLayoutGivesEveryPartOneOwnerPerGroup) {
+  for (int W = 1; W <= 200; ++W) {
+    for (int G = 0; G <= 20; ++G) {
+      const TwoLevel L = TwoLevel::For(W, G);
+      ASSERT_GE(L.K, 1);
+      if (L.flat()) continue;
+      int lo = W, hi = 0;
+      for (int g = 0; g < L.K; ++g) {
+        lo = std::min(lo, L.Size(g));
+        hi = std::max(hi, L.Size(g));
+        for (int r = L.First(g); r < L.First(g + 1); ++r) ASSERT_EQ(L.GroupOf(r), g) << "W=" << W << " G=" << G;
+        std::vector<int> owners(L.G, 0);
+        for (int pos = 0; pos < L.Size(g); ++pos) {
+          const auto [b, e] = L.PartsOf(g, pos);
+          for (int p = b; p < e; ++p) {
+            ++owners[p];
+            ASSERT_EQ(L.OwnerOf(g, p), L.First(g) + pos);
+          }
+        }
+        for (int p = 0; p < L.G; ++p) ASSERT_EQ(owners[p], 1) << "W=" << W << " G=" << G << " group " << g;
       }
-      EXPECT_TRUE(torch::equal(bcast[r], torch::full({4}, 42, torch::kInt32)));
+      EXPECT_LE(hi, L.G);
+      EXPECT_LE(hi - lo, 1) << "W=" << W << " G=" << G;
+      EXPECT_EQ(L.First(L.K), W);
+    }
+  }
+  EXPECT_TRUE(TwoLevel::For(15, 0).flat());  // auto: flat below 16 ranks
+  EXPECT_EQ(TwoLevel::For(1250, 0).G, 36);   // 35 groups of 35 or 36: 2 x 34 + 2 x 35 hops, not 2 x 1249
+  EXPECT_TRUE(TwoLevel::For(64, 1).flat());
+}
+
+// Flat (group size 1) and in two levels (groups of 2 and 3): the same
+// exact answers, at every width to 7.
+TEST(Ring, CollectivesGiveEveryWidthTheExactAnswers) {
+  for (const int G : {1, 2, 3}) {
+    for (int W = 1; W <= 7; ++W) {
+      SCOPED_TRACE("W=" + std::to_string(W) + " G=" + std::to_string(G));
+      auto ms = Members(W);
+      for (auto& m : ms) m.links->SetGroupSize(G);
+      std::vector<Status> st(W);
+      std::vector<torch::Tensor> sums(W), maxes(W), gathered(W), slots(W), bcast(W);
+      Generation(Ptrs(ms), [&](int r) {
+        // 7 elements: chunks of unequal sizes, some empty at W = 5.
+        sums[r] = torch::arange(7, torch::kInt64).mul(r + 1);
+        slots[r] = torch::zeros({W}, torch::kFloat64);
+        slots[r][r] = 0.1 * (r + 1);
+        std::vector<torch::Tensor> both{sums[r], slots[r]};
+        Status s = ms[r].ring->AllReduce(both, /*max=*/false);
+        maxes[r] = torch::tensor({static_cast<double>(r), -static_cast<double>(r)}, torch::kFloat64);
+        std::vector<torch::Tensor> mx{maxes[r]};
+        if (s.ok()) s = ms[r].ring->AllReduce(mx, /*max=*/true);
+        // 3W + 2 elements: parts of 3 and 4 (dist.h's ChunkOf), as any width
+        // splits a buffer padded for none.
+        gathered[r] = torch::full({3 * W + 2}, -1.0f);
+        const Span mine = ChunkOf(3 * W + 2, W, r);
+        gathered[r].slice(0, mine.begin, mine.end).fill_(static_cast<float>(r));
+        if (s.ok()) s = ms[r].ring->AllGatherChunks(gathered[r]);
+        bcast[r] = torch::full({4}, r == W - 1 ? 42 : -1, torch::kInt32);
+        if (s.ok()) s = ms[r].ring->Broadcast(bcast[r], W - 1);
+        st[r] = s;
+      });
+      const int64_t total = W * (W + 1) / 2;
+      for (int r = 0; r < W; ++r) {
+        ASSERT_TRUE(st[r].ok()) << "W=" << W << " rank " << r << ": " << st[r].ToString();
+        EXPECT_TRUE(torch::equal(sums[r], torch::arange(7, torch::kInt64).mul(total))) << "W=" << W;
+        for (int j = 0; j < W; ++j) EXPECT_EQ(slots[r][j].item<double>(), 0.1 * (j + 1));  // x + 0 = x
+        EXPECT_EQ(maxes[r][0].item<double>(), W - 1);
+        EXPECT_EQ(maxes[r][1].item<double>(), 0);
+        for (int j = 0; j < W; ++j) {
+          const Span part = ChunkOf(3 * W + 2, W, j);
+          EXPECT_TRUE(torch::equal(gathered[r].slice(0, part.begin, part.end), torch::full({part.size()}, float(j))))
+              << "W=" << W << " rank " << r << " part " << j;
+        }
+        EXPECT_TRUE(torch::equal(bcast[r], torch::full({4}, 42, torch::kInt32)));
+      }
     }
   }
 }
@@ -170,37 +210,42 @@ TEST(Ring, ARegroupWithoutOneMemberRedialsOnlyItsTwoNeighbours) {
   }
 }
 
+// Flat and in two levels (groups of at most 2: a failure crosses groups).
 TEST(Ring, ADeadMemberFailsEveryCollectiveAtOnceAndTheSurvivorsGoOn) {
-  auto ms = Members(5);
-  std::vector<Status> st(5);
-  std::vector<double> waited(5);
-  Generation(Ptrs(ms), [&](int r) {
-    std::vector<torch::Tensor> big{torch::ones({1 << 16})};
-    for (int step = 0; step < 3; ++step) EXPECT_TRUE(ms[r].ring->AllReduce(big, false).ok());
-    if (r == 2) {
-      // Dies between steps: its sockets close without a word (a Ring's
-      // destructor would say ABORT, a killed process cannot).
-      (void)ms[r].ring.release();
-      ms[r].links.reset();
-      return;
+  for (const int G : {1, 2}) {
+    SCOPED_TRACE("G=" + std::to_string(G));
+    auto ms = Members(5);
+    for (auto& m : ms) m.links->SetGroupSize(G);
+    std::vector<Status> st(5);
+    std::vector<double> waited(5);
+    Generation(Ptrs(ms), [&](int r) {
+      std::vector<torch::Tensor> big{torch::ones({1 << 16})};
+      for (int step = 0; step < 3; ++step) EXPECT_TRUE(ms[r].ring->AllReduce(big, false).ok());
+      if (r == 2) {
+        // Dies between steps: its sockets close without a word (a Ring's
+        // destructor would say ABORT, a killed process cannot).
+        (void)ms[r].ring.release();
+        ms[r].links.reset();
+        return;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      st[r] = ms[r].ring->AllReduce(big, false);
+      waited[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+    for (int r : {0, 1, 3, 4}) {
+      EXPECT_EQ(st[r].code(), Status::Code::kUnavailable) << "rank " << r << ": " << st[r].ToString();
+      EXPECT_LT(waited[r], kTimeout / 3) << "rank " << r << " waited for the timeout instead of the ABORT";
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    st[r] = ms[r].ring->AllReduce(big, false);
-    waited[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  });
-  for (int r : {0, 1, 3, 4}) {
-    EXPECT_EQ(st[r].code(), Status::Code::kUnavailable) << "rank " << r << ": " << st[r].ToString();
-    EXPECT_LT(waited[r], kTimeout / 3) << "rank " << r << " waited for the timeout instead of the ABORT";
+    // What the failed generation left on the kept links is skipped.
+    auto survivors = Ptrs(ms, {0, 1, 3, 4});
+    std::vector<torch::Tensor> sums(4);
+    Generation(survivors, [&](int r) {
+      sums[r] = torch::full({1 << 16}, static_cast<float>(r));
+      std::vector<torch::Tensor> v{sums[r]};
+      EXPECT_TRUE(survivors[r]->ring->AllReduce(v, false).ok());
+    });
+    for (auto& s : sums) EXPECT_EQ(s[12345].item<float>(), 6.0f);
   }
-  // What the failed generation left on the kept links is skipped.
-  auto survivors = Ptrs(ms, {0, 1, 3, 4});
-  std::vector<torch::Tensor> sums(4);
-  Generation(survivors, [&](int r) {
-    sums[r] = torch::full({1 << 16}, static_cast<float>(r));
-    std::vector<torch::Tensor> v{sums[r]};
-    EXPECT_TRUE(survivors[r]->ring->AllReduce(v, false).ok());
-  });
-  for (auto& s : sums) EXPECT_EQ(s[12345].item<float>(), 6.0f);
 }
 
 TEST(Ring, PointToPointSendsGoOnWhileTheSenderComputes) {
