@@ -195,7 +195,7 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
   }
   if (deliver) {
     WarmStandbysLocked();
-    changed_.NotifyAll();
+    WakeStreamsLocked();
   }
   return Status::OK();
 }
@@ -283,7 +283,7 @@ Status Plane::JournalLocked(const json& record, Time now) {
 }
 
 Status Plane::Register(const wire::RegisterRequest& req, Time now) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   now = Now(now);
   if (req.machine().empty()) return Status::InvalidArgument("register: machine id is empty");
   // Refused before anything is recorded: a machine its peers cannot reach
@@ -328,7 +328,7 @@ void Plane::CheckMonitors(Time now) {
 }
 
 Status Plane::UploadStacks(const wire::StacksRequest& req, Time now) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   now = Now(now);
   if (!trace_ || req.trace() != trace_->id) {
     Log("stacks from " + req.machine() + " for " + req.trace() + " arrived after their trace ended; kept out");
@@ -390,17 +390,57 @@ void Plane::FinishTrace(Time now) {
 }
 
 int64_t Plane::OpenStream(const std::string& machine) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   const int64_t id = next_stream_++;
-  AgentFor(machine).stream = id;
-  changed_.NotifyAll();  // wakes an older stream so that it sees it is superseded
+  Agent& a = AgentFor(machine);
+  // The older stream ends: parked, it is told so now; else its turn's
+  // holder finds it superseded at its next TakeCommand.
+  if (a.parked) {
+    CommandSink* old = a.parked->sink;
+    a.parked.reset();
+    deferred_.push_back([old] { old->Superseded(); });
+  }
+  a.stream = id;
+  a.stream_closed = false;
+  changed_.NotifyAll();  // wakes an older blocking stream so that it sees it is superseded
   return id;
+}
+
+std::optional<wire::Command> Plane::NextForStreamLocked(Agent& a, const std::string& machine,
+                                                        std::string* sent_desired) {
+  if (!a.oneshots.empty()) {
+    wire::Command c = std::move(a.oneshots.front());
+    a.oneshots.pop_front();
+    return c;
+  }
+  if (!a.desired || a.desired->id() == *sent_desired) return std::nullopt;
+  *sent_desired = a.desired->id();
+  wire::Command c = *a.desired;
+  // A restart decided before this controller's restart was replayed
+  // without restore sources (nobody had reported holdings yet); the
+  // holdings reported since name them.
+  if (c.kind() == wire::Command::START_RANKS && c.restore_from_size() == 0 && !c.fresh_machines() && controller_ &&
+      c.generation() == controller_->state().placement.generation) {
+    const Routes& routes = CurrentRoutesLocked();
+    auto mine = routes.slots_of.find(machine);
+    for (size_t slot : mine == routes.slots_of.end() ? std::vector<size_t>{} : mine->second) {
+      if (slot >= routes.plan.slots.size()) continue;
+      for (const RestoreSource& s : routes.plan.slots[slot].restore_from) {
+        wire::ShardSource* src = c.add_restore_from();
+        src->set_rank(s.rank);
+        src->set_machine(s.machine);
+        src->set_addr(s.addr);
+        src->set_step(s.step);
+      }
+    }
+  }
+  return c;
 }
 
 std::optional<wire::Command> Plane::NextCommand(const std::string& machine, int64_t stream,
                                                 std::string* sent_desired, Time until,
                                                 bool* superseded) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   *superseded = false;
   const auto deadline = std::chrono::system_clock::time_point(std::chrono::milliseconds(ToMs(until)));
   for (;;) {
@@ -409,46 +449,60 @@ std::optional<wire::Command> Plane::NextCommand(const std::string& machine, int6
       *superseded = true;
       return std::nullopt;
     }
-    if (!a.oneshots.empty()) {
-      wire::Command c = std::move(a.oneshots.front());
-      a.oneshots.pop_front();
-      return c;
-    }
-    if (a.desired && a.desired->id() != *sent_desired) {
-      *sent_desired = a.desired->id();
-      wire::Command c = *a.desired;
-      // A restart decided before this controller's restart was replayed
-      // without restore sources (nobody had reported holdings yet); the
-      // holdings reported since name them.
-      if (c.kind() == wire::Command::START_RANKS && c.restore_from_size() == 0 && !c.fresh_machines() && controller_ &&
-          c.generation() == controller_->state().placement.generation) {
-        const Routes& routes = CurrentRoutesLocked();
-        auto mine = routes.slots_of.find(machine);
-        for (size_t slot : mine == routes.slots_of.end() ? std::vector<size_t>{} : mine->second) {
-          if (slot >= routes.plan.slots.size()) continue;
-          for (const RestoreSource& s : routes.plan.slots[slot].restore_from) {
-            wire::ShardSource* src = c.add_restore_from();
-            src->set_rank(s.rank);
-            src->set_machine(s.machine);
-            src->set_addr(s.addr);
-            src->set_step(s.step);
-          }
-        }
-      }
-      return c;
-    }
+    if (std::optional<wire::Command> c = NextForStreamLocked(a, machine, sent_desired)) return c;
     if (!changed_.WaitUntil(&mu_, deadline)) return std::nullopt;
   }
 }
 
-void Plane::Requeue(const std::string& machine, wire::Command command) {
-  MutexLock lock(&mu_);
-  AgentFor(machine).oneshots.push_front(std::move(command));
+Plane::Turn Plane::TakeCommand(const std::string& machine, int64_t stream, std::string* sent_desired,
+                               CommandSink* sink, wire::Command* out) {
+  PlaneLock lock(this);
+  Agent& a = AgentFor(machine);
+  if (a.stream != stream) return Turn::kSuperseded;
+  if (a.stream_closed) return Turn::kClosed;
+  if (std::optional<wire::Command> c = NextForStreamLocked(a, machine, sent_desired)) {
+    *out = std::move(*c);
+    return Turn::kWrite;
+  }
+  a.parked = Agent::Parked{stream, sink, sent_desired};
+  return Turn::kParked;
+}
+
+bool Plane::CloseStream(const std::string& machine, int64_t stream) {
+  PlaneLock lock(this);
+  auto it = agents_.find(machine);
+  if (it == agents_.end()) return false;
+  Agent& a = it->second;
+  if (a.stream == stream) a.stream_closed = true;
+  if (!a.parked || a.parked->stream != stream) return false;
+  a.parked.reset();
+  return true;
+}
+
+void Plane::WakeStreamLocked(const std::string& machine, Agent& a) {
+  if (!a.parked || a.parked->stream != a.stream || a.stream_closed) return;
+  std::optional<wire::Command> c = NextForStreamLocked(a, machine, a.parked->sent_desired);
+  if (!c) return;
+  CommandSink* sink = a.parked->sink;
+  a.parked.reset();
+  deferred_.push_back([sink, c = std::move(*c)]() mutable { sink->Deliver(std::move(c)); });
+}
+
+void Plane::WakeStreamsLocked() {
   changed_.NotifyAll();
+  for (auto& [id, a] : agents_) WakeStreamLocked(id, a);
+}
+
+void Plane::Requeue(const std::string& machine, wire::Command command) {
+  PlaneLock lock(this);
+  Agent& a = AgentFor(machine);
+  a.oneshots.push_front(std::move(command));
+  changed_.NotifyAll();
+  WakeStreamLocked(machine, a);
 }
 
 void Plane::Tick(Time now) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   now = Now(now);
   if (last_tick_ && now - *last_tick_ > 4 * options_.tick_period) {
     const Duration stall = now - *last_tick_ - options_.tick_period;

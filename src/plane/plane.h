@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -99,6 +100,35 @@ class Plane {
   std::optional<wire::Command> NextCommand(const std::string& machine, int64_t stream,
                                            std::string* sent_desired, Time until, bool* superseded) EXCLUDES(mu_);
   int64_t OpenStream(const std::string& machine) EXCLUDES(mu_);
+
+  // --- command streams that hold no thread (service.cc's write reactor) ---
+  // A parked stream's receiving end. The plane calls it once its lock is
+  // released (never under it), with the next command to write, or to say
+  // that a newer stream for the machine replaced this one. Either call
+  // hands the stream its turn back: it writes, or it ends.
+  class CommandSink {
+   public:
+    virtual void Deliver(wire::Command command) = 0;
+    virtual void Superseded() = 0;
+
+   protected:
+    ~CommandSink() = default;
+  };
+  enum class Turn { kWrite, kParked, kSuperseded, kClosed };
+  // The stream's next command (kWrite, in *out) or, when there is none,
+  // parks `sink` (kParked: exactly one Deliver or Superseded follows, unless
+  // CloseStream takes it back). `sent_desired` is the id of the last desired
+  // command the stream wrote; the plane updates it, and keeps the pointer
+  // while parked. kSuperseded: a newer stream for the machine is open;
+  // kClosed: CloseStream closed this one. A stream's turn is held by one
+  // party at a time (its write in flight, its TakeCommand, or the plane
+  // while parked), and only the holder ends the call.
+  Turn TakeCommand(const std::string& machine, int64_t stream, std::string* sent_desired, CommandSink* sink,
+                   wire::Command* out) EXCLUDES(mu_);
+  // The stream's call is over (cancelled, or a write failed). True when it
+  // was parked: its turn passes to the caller, which ends the call. Else
+  // the turn's holder finds it closed at its next TakeCommand.
+  bool CloseStream(const std::string& machine, int64_t stream) EXCLUDES(mu_);
   // An agent's answer to a TRACE command: its ranks' stacks.
   Status UploadStacks(const wire::StacksRequest& req, Time now) EXCLUDES(mu_);
   // Puts back a one-time command (an injection) that a closing stream could
@@ -173,6 +203,14 @@ class Plane {
     std::optional<wire::Command> desired;
     std::deque<wire::Command> oneshots;
     int64_t stream = 0;  // the newest command stream's number
+    bool stream_closed = false;  // CloseStream ended `stream`
+    // The newest stream, parked until there is something to write.
+    struct Parked {
+      int64_t stream = 0;
+      CommandSink* sink = nullptr;
+      std::string* sent_desired = nullptr;
+    };
+    std::optional<Parked> parked;
     // Reachability (ProbesDue): a probe in flight since `probe_started`;
     // `reached` a joining machine's proof, consumed by its join;
     // `probed_at` when its last probe ended.
@@ -193,6 +231,34 @@ class Plane {
   };
 
   explicit Plane(PlaneOptions o) : options_(std::move(o)), monitors_(options_.policy) {}
+  // Holds mu_ for its scope and, once it has released it, runs what was
+  // deferred under it (deliveries to parked streams): the plane never
+  // calls out with its lock held.
+  class SCOPED_CAPABILITY PlaneLock {
+   public:
+    explicit PlaneLock(Plane* p) ACQUIRE(p->mu_) : p_(p) { p_->mu_.Lock(); }
+    ~PlaneLock() RELEASE() {
+      p_->mu_.AssertHeld();
+      std::vector<std::function<void()>> run;
+      run.swap(p_->deferred_);
+      p_->mu_.Unlock();
+      for (std::function<void()>& f : run) f();
+    }
+    PlaneLock(const PlaneLock&) = delete;
+    PlaneLock& operator=(const PlaneLock&) = delete;
+
+   private:
+    Plane* const p_;
+  };
+  // The command a stream that last wrote desired command `*sent_desired`
+  // should write next, if any (a one-shot first); updates *sent_desired.
+  std::optional<wire::Command> NextForStreamLocked(Agent& a, const std::string& machine, std::string* sent_desired)
+      REQUIRES(mu_);
+  // A machine's mailbox changed: its parked stream, if it has something to
+  // write now, is handed it (after the lock is released), and blocking
+  // NextCommand callers wake. WakeStreamsLocked: every machine's.
+  void WakeStreamLocked(const std::string& machine, Agent& a) REQUIRES(mu_);
+  void WakeStreamsLocked() REQUIRES(mu_);
   // --- an agent's report (Report), one job each ---
   // The agent of `req`, registered under the incarnation it reports as.
   Result<Agent*> ReportingAgentLocked(const wire::ReportRequest& req) REQUIRES(mu_);
@@ -335,6 +401,8 @@ class Plane {
   int backend_asked_ GUARDED_BY(mu_) = 0;
   std::set<std::string> backend_done_ GUARDED_BY(mu_);  // action ids told already: repeats are no-ops
   std::optional<Routes> routes_ GUARDED_BY(mu_);
+  // Run by PlaneLock once mu_ is released.
+  std::vector<std::function<void()>> deferred_ GUARDED_BY(mu_);
   int64_t routes_version_ GUARDED_BY(mu_) = 0;
 };
 

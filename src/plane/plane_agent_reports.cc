@@ -80,7 +80,7 @@ bool Plane::PeersSawCloseLocked(const MachineId& id, const Agent& silent) const 
 }
 
 Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   now = Now(now);
   // Unacknowledged events stay with the agent until a restarted controller can journal them.
   if (!journal_error_.ok()) return journal_error_;
@@ -165,7 +165,7 @@ void Plane::JoinIfNewLocked(const MachineId& machine, bool was_lost, Time now) {
 }
 
 std::vector<Plane::ReachProbe> Plane::ProbesDue(Time now) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   now = Now(now);
   std::vector<ReachProbe> due;
   if (!options_.probe_reachability || !controller_ || done_step_) return due;
@@ -184,7 +184,7 @@ std::vector<Plane::ReachProbe> Plane::ProbesDue(Time now) {
 }
 
 void Plane::ProbeDone(const ReachProbe& probe, const Status& reached, Time now) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   now = Now(now);
   auto it = agents_.find(probe.machine);
   if (it == agents_.end()) return;

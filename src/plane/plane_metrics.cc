@@ -82,12 +82,12 @@ void IncidentFamilies(MetricsText& m, const std::vector<Incident>& all) {
 }  // namespace
 
 void Plane::set_metrics_url(std::string url) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   metrics_url_ = std::move(url);
 }
 
 std::string Plane::Metrics(Time now) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   now = Now(now);
   MetricsText m;
   m.Family("bulwark_controller_uptime_seconds", "gauge", "Seconds since this controller process started.");

@@ -11,7 +11,7 @@ namespace bulwark::plane {
 using nlohmann::json;
 
 Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   now = Now(now);
   BULWARK_RETURN_IF_ERROR(launch.spec.Validate());
   if (launch.persist_every < 0) {
@@ -95,7 +95,7 @@ Status Plane::Inject(const wire::InjectRequest& req) {
   if (fault != "slow" && fault != "slow-link" && fault != "sdc" && req.factor() != 0) {
     return Status::InvalidArgument("--factor applies to slow and slow-link only");
   }
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
   if (cluster::Emulator::Makes(fault)) {
     // A part of the machine breaks: the local backend's emulated hardware
@@ -116,14 +116,16 @@ Status Plane::Inject(const wire::InjectRequest& req) {
   c.set_inject_rank(rank);
   c.set_inject_where(where);
   c.set_inject_factor(req.factor());
-  agents_[machine].oneshots.push_back(std::move(c));
+  Agent& a = agents_[machine];
+  a.oneshots.push_back(std::move(c));
   changed_.NotifyAll();
+  WakeStreamLocked(machine, a);
   Log("injecting " + fault + " on " + machine);
   return Status::OK();
 }
 
 Result<std::string> Plane::ReturnMachine(const std::string& machine, Time now) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   now = Now(now);
   if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
   BULWARK_RETURN_IF_ERROR(HandleLocked(OperatorReturned{machine, now}, now, nullptr));
@@ -138,6 +140,7 @@ Result<std::string> Plane::ReturnMachine(const std::string& machine, Time now) {
   Agent& a = agents_[machine];
   a.oneshots.push_back(std::move(c));
   changed_.NotifyAll();
+  WakeStreamLocked(machine, a);
   // The machine rejoins by passing its agent's self-check: with no agent
   // running it would wait as "joining" forever without saying why.
   const Duration silent = now - a.last_heard;

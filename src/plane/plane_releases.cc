@@ -19,7 +19,7 @@ JobLaunch Plane::LaunchFor(int number) const {
 }
 
 Result<int> Plane::Update(Release release, const JobSpec& spec, Time now) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   now = Now(now);
   if (!controller_) return Status::FailedPrecondition("no job is running on this cluster; submit one first");
   const JobSpec& running = controller_->state().spec;
@@ -56,7 +56,7 @@ Result<int> Plane::Update(Release release, const JobSpec& spec, Time now) {
 }
 
 Status Plane::Rollback(int to, const std::string& why, Time now) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   now = Now(now);
   if (!controller_) return Status::FailedPrecondition("no job is running on this cluster; submit one first");
   if (done_step_) return Status::FailedPrecondition("job " + launch_->spec.id + " has finished; nothing to roll back");
@@ -64,7 +64,7 @@ Status Plane::Rollback(int to, const std::string& why, Time now) {
 }
 
 json Plane::ReleasesJson() {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   json out{{"releases", json::array()}};
   if (!controller_) return out;
   const ReleaseState& r = controller_->state().releases;

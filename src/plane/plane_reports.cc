@@ -42,7 +42,7 @@ json CheckpointsJson(const Placement& p, const BackupPlan& plan, const std::vect
 }  // namespace
 
 json Plane::StatusJson(Time now) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   now = Now(now);
   json j{{"controller_up_s", ToMs(now - started_) / 1000.0}};
   if (!journal_error_.ok()) j["error"] = journal_error_.ToString();
@@ -148,7 +148,7 @@ json Plane::StatusJson(Time now) {
 }
 
 json Plane::IncidentsJson() {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   return IncidentsLocked();
 }
 
@@ -160,7 +160,7 @@ json Plane::IncidentsLocked() {
 }
 
 json Plane::LedgerJson(Time now) {
-  MutexLock lock(&mu_);
+  PlaneLock lock(this);
   return LedgerLocked(Now(now));
 }
 

@@ -10,7 +10,10 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <functional>
 #include <thread>
+#include <vector>
 
 #include "bulwark.grpc.pb.h"
 #include "cluster/fence.h"
@@ -24,6 +27,7 @@
 #include "plane/kill_point.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
+#include "common/mutex.h"
 #include "plane/plane.h"
 
 namespace bulwark::plane {
@@ -56,7 +60,7 @@ const Logger& ControllerLog() {
 }
 
 // Refuses (and logs) a call that does not carry the cluster token.
-grpc::Status CheckToken(grpc::ServerContext* ctx, const std::string& token, const char* call) {
+grpc::Status CheckToken(grpc::ServerContextBase* ctx, const std::string& token, const char* call) {
   const auto& md = ctx->client_metadata();
   auto it = md.find(kTokenMetadataKey);
   if (it != md.end() && std::string(it->second.data(), it->second.size()) == token) return grpc::Status::OK;
@@ -67,56 +71,199 @@ grpc::Status CheckToken(grpc::ServerContext* ctx, const std::string& token, cons
                                           "cluster was started with (bulwark up writes DIR/token)");
 }
 
-class AgentServiceImpl final : public wire::AgentService::Service {
+// A few threads that run the agents' calls into the plane. gRPC's callback
+// threads also move every connection's bytes: one that waited on the
+// plane's lock (a registration's fsync, a decision over every machine)
+// starved handshakes and replies (at 4,000 agents registrations timed out
+// waiting for HTTP/2 SETTINGS). So the reactions only queue work here, and
+// a call waiting for the plane waits in this queue, not in a thread of its
+// own. Tasks run in the order posted; with one thread, strictly so.
+class Workers {
  public:
-  AgentServiceImpl(Plane* plane, std::string token) : plane_(plane), token_(std::move(token)) {}
-
-  grpc::Status Register(grpc::ServerContext* ctx, const wire::RegisterRequest* req, wire::RegisterReply*) override {
-    if (auto st = CheckToken(ctx, token_, "Register"); !st.ok()) return st;
-    return ToGrpc(plane_->Register(*req, WallNow()));
+  explicit Workers(int n) {
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
+  }
+  ~Workers() {
+    {
+      MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    ready_.NotifyAll();
+    for (std::thread& t : threads_) t.join();
+  }
+  void Post(std::function<void()> task) {
+    {
+      MutexLock lock(&mu_);
+      queue_.push_back(std::move(task));
+    }
+    ready_.NotifyOne();
   }
 
-  grpc::Status Report(grpc::ServerContext* ctx, const wire::ReportRequest* req, wire::ReportReply* reply) override {
-    if (auto st = CheckToken(ctx, token_, "Report"); !st.ok()) return st;
-    Result<int64_t> acked = plane_->Report(*req, WallNow());
-    if (!acked.ok()) return ToGrpc(acked.status());
-    reply->set_acked_seq(*acked);
-    return grpc::Status::OK;
+ private:
+  void Loop() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        MutexLock lock(&mu_);
+        while (!stop_ && queue_.empty()) ready_.Wait(&mu_);
+        if (queue_.empty()) return;  // stopping, and everything posted has run
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();
+    }
   }
 
-  grpc::Status UploadStacks(grpc::ServerContext* ctx, const wire::StacksRequest* req, wire::StacksReply*) override {
-    if (auto st = CheckToken(ctx, token_, "UploadStacks"); !st.ok()) return st;
-    return ToGrpc(plane_->UploadStacks(*req, WallNow()));
+  Mutex mu_;
+  CondVar ready_;
+  std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+// A call refused before it began (the token check).
+class RefusedStream final : public grpc::ServerWriteReactor<wire::Command> {
+ public:
+  explicit RefusedStream(grpc::Status st) { Finish(std::move(st)); }
+  void OnDone() override { delete this; }
+};
+
+// One agent's command stream, with no thread of its own: gRPC's callback API
+// runs its reactions, and while there is nothing to write it is parked in
+// the plane (Plane::TakeCommand), which hands it the next command when one
+// is decided. The synchronous server held a thread per open stream, waking
+// four times a second: 12,500 agents were 12,500 threads (issue 36). The
+// wire is unchanged: the same Commands call, the same messages in the same
+// order, the same ABORTED for a superseded stream.
+//
+// The stream's turn (see Plane::TakeCommand) is held by one party at a
+// time: a task of this stream's, gRPC while a write is in flight, or the
+// plane while parked. Whoever holds it when the call is over ends it, so
+// Finish is called once. Reactions that need the plane run as tasks on one
+// serial thread (`serial`), its delete last among them.
+class CommandStream final : public grpc::ServerWriteReactor<wire::Command>, public Plane::CommandSink {
+ public:
+  CommandStream(Plane* plane, Workers* serial, std::string machine)
+      : plane_(plane), serial_(serial), machine_(std::move(machine)) {
+    serial_->Post([this] {
+      stream_ = plane_->OpenStream(machine_);
+      Next();
+    });
   }
 
-  grpc::Status Commands(grpc::ServerContext* ctx, const wire::CommandStreamRequest* req,
-                        grpc::ServerWriter<wire::Command>* writer) override {
-    if (auto st = CheckToken(ctx, token_, "Commands"); !st.ok()) return st;
-    const int64_t stream = plane_->OpenStream(req->machine());
-    std::string sent;
-    // Wakes four times a second to notice a cancelled or superseded stream
-    // (and a server shutting down, which waits for this handler).
-    while (!ctx->IsCancelled()) {
-      bool superseded = false;
-      std::optional<wire::Command> c = plane_->NextCommand(
-          req->machine(), stream, &sent, WallNow() + std::chrono::milliseconds(250), &superseded);
-      if (superseded) return grpc::Status(grpc::StatusCode::ABORTED, "a newer command stream replaced this one");
-      if (c && writer->Write(*c)) {
-        KillPointSent(wire::Command::Kind_Name(c->kind()), req->machine(), c->generation());
-      } else if (c) {
+  // From the plane, once its lock is released.
+  void Deliver(wire::Command c) override { Write(std::move(c)); }
+  void Superseded() override {
+    Finish(grpc::Status(grpc::StatusCode::ABORTED, "a newer command stream replaced this one"));
+  }
+
+  void OnWriteDone(bool ok) override {
+    serial_->Post([this, ok] {
+      if (!ok) {
         // A desired-state command is resent on the next stream anyway; a
         // one-time command taken off its queue would be lost. (Seen: an
         // injection dropped while an agent's stream was reconnecting.)
-        if (c->id() != sent) plane_->Requeue(req->machine(), std::move(*c));
-        break;
+        if (cmd_.id() != sent_) plane_->Requeue(machine_, std::move(cmd_));
+        plane_->CloseStream(machine_, stream_);
+        Finish(grpc::Status::OK);
+        return;
       }
+      KillPointSent(wire::Command::Kind_Name(cmd_.kind()), machine_, cmd_.generation());
+      Next();
+    });
+  }
+  // The agent went away, its deadline passed, or the server shuts down.
+  void OnCancel() override {
+    serial_->Post([this] {
+      if (plane_->CloseStream(machine_, stream_)) Finish(grpc::Status::OK);
+    });
+  }
+  // The last reaction; after every task of this stream already posted.
+  void OnDone() override {
+    serial_->Post([this] { delete this; });
+  }
+
+ private:
+  void Next() {
+    wire::Command c;
+    switch (plane_->TakeCommand(machine_, stream_, &sent_, this, &c)) {
+      case Plane::Turn::kWrite: Write(std::move(c)); return;
+      case Plane::Turn::kParked: return;
+      case Plane::Turn::kSuperseded: Superseded(); return;
+      case Plane::Turn::kClosed: Finish(grpc::Status::OK); return;
     }
-    return grpc::Status::OK;
+  }
+  void Write(wire::Command c) {
+    cmd_ = std::move(c);
+    StartWrite(&cmd_);
+  }
+
+  Plane* const plane_;
+  Workers* const serial_;
+  const std::string machine_;
+  int64_t stream_ = 0;
+  std::string sent_;   // the id of the last desired command written (the plane updates it)
+  wire::Command cmd_;  // the command being written
+};
+
+// Agents' calls run on gRPC's callback API, their work on a few threads of
+// our own (Workers): neither an open command stream nor a report waiting
+// for the plane's lock holds a thread.
+class AgentServiceImpl final : public wire::AgentService::CallbackService {
+ public:
+  AgentServiceImpl(Plane* plane, std::string token) : plane_(plane), token_(std::move(token)) {}
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const wire::RegisterRequest* req,
+                                     wire::RegisterReply*) override {
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    if (auto st = CheckToken(ctx, token_, "Register"); !st.ok()) {
+      r->Finish(st);
+      return r;
+    }
+    calls_.Post([this, r, req] { r->Finish(ToGrpc(plane_->Register(*req, WallNow()))); });
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* ctx, const wire::ReportRequest* req,
+                                   wire::ReportReply* reply) override {
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    if (auto st = CheckToken(ctx, token_, "Report"); !st.ok()) {
+      r->Finish(st);
+      return r;
+    }
+    calls_.Post([this, r, req, reply] {
+      Result<int64_t> acked = plane_->Report(*req, WallNow());
+      if (acked.ok()) reply->set_acked_seq(*acked);
+      r->Finish(ToGrpc(acked.status()));
+    });
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* UploadStacks(grpc::CallbackServerContext* ctx, const wire::StacksRequest* req,
+                                         wire::StacksReply*) override {
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    if (auto st = CheckToken(ctx, token_, "UploadStacks"); !st.ok()) {
+      r->Finish(st);
+      return r;
+    }
+    calls_.Post([this, r, req] { r->Finish(ToGrpc(plane_->UploadStacks(*req, WallNow()))); });
+    return r;
+  }
+
+  grpc::ServerWriteReactor<wire::Command>* Commands(grpc::CallbackServerContext* ctx,
+                                                    const wire::CommandStreamRequest* req) override {
+    if (auto st = CheckToken(ctx, token_, "Commands"); !st.ok()) return new RefusedStream(std::move(st));
+    return new CommandStream(plane_, &streams_, req->machine());
   }
 
  private:
   Plane* plane_;
   std::string token_;
+  // Declared last, destroyed first: they drain what is queued before the
+  // plane pointer and token go (the server, destroyed before this service,
+  // has ended every call by then).
+  Workers calls_{3};    // Register, Report, UploadStacks
+  Workers streams_{1};  // every command stream's tasks, in order
 };
 
 class ControlServiceImpl final : public wire::ControlService::Service {

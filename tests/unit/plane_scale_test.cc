@@ -11,6 +11,10 @@
 #include <vector>
 
 #include "controller/backup_plan.h"
+#include "plane/plane.h"
+#include "support/agent_messages.h"
+#include "support/plane_commands.h"
+#include "support/process.h"
 
 namespace bulwark::controller {
 namespace {
@@ -92,6 +96,72 @@ TEST(PlaneScale, PlanOfTwelveThousandFiveHundredMachinesIsQuick) {
     EXPECT_EQ(plan.slots[0].restore_from[0].machine, p.slots[1]);
   }
   EXPECT_EQ(PlanBackups(p, Topology{n, 1, 1}, Addrs(p), {}).slots[0].backup_machine, p.slots[1]);
+}
+
+// A command stream that holds no thread (service.cc's reactor), driven by
+// hand: what the plane hands it, and when.
+struct Sink final : plane::Plane::CommandSink {
+  std::vector<wire::Command> delivered;
+  int superseded = 0;
+  void Deliver(wire::Command c) override { delivered.push_back(std::move(c)); }
+  void Superseded() override { ++superseded; }
+};
+
+// A parked stream is handed the job's START_RANKS when it is decided, and
+// an injection when one is queued; a newer stream supersedes it; a closed
+// one is taken back from the plane and told so at its next turn.
+TEST(PlaneScale, ParkedStreamsAreHandedTheirCommandsWithoutAThread) {
+  using plane::Plane;
+  plane::PlaneOptions o;
+  o.db_path = bulwark::testing::MakeTempDir() + "/c.db";
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  for (const char* m : {"m01", "m02"}) ASSERT_TRUE((*p)->Register(bulwark::testing::Reg(m), TimeFromMs(1000)).ok());
+  Sink sink;
+  std::string sent;
+  wire::Command out;
+  const int64_t s1 = (*p)->OpenStream("m01");
+  // Nothing decided yet: parked.
+  ASSERT_EQ((*p)->TakeCommand("m01", s1, &sent, &sink, &out), Plane::Turn::kParked);
+  ASSERT_TRUE((*p)->Submit(bulwark::testing::Launch(), TimeFromMs(1000)).ok());
+  ASSERT_EQ(sink.delivered.size(), 1u);
+  EXPECT_EQ(sink.delivered[0].kind(), wire::Command::START_RANKS);
+  EXPECT_EQ(sent, sink.delivered[0].id());
+  // Written: its turn again, and nothing new: parked.
+  ASSERT_EQ((*p)->TakeCommand("m01", s1, &sent, &sink, &out), Plane::Turn::kParked);
+  wire::InjectRequest inj;
+  inj.set_machine("m01");
+  inj.set_fault("crash");
+  ASSERT_TRUE((*p)->Inject(inj).ok());
+  ASSERT_EQ(sink.delivered.size(), 2u);
+  EXPECT_EQ(sink.delivered[1].kind(), wire::Command::INJECT);
+  // A one-shot that could not be written goes back, and the next stream
+  // writes it first, then the desired state it has not written.
+  (*p)->Requeue("m01", sink.delivered[1]);
+  ASSERT_EQ((*p)->TakeCommand("m01", s1, &sent, &sink, &out), Plane::Turn::kWrite);
+  EXPECT_EQ(out.kind(), wire::Command::INJECT);
+  ASSERT_EQ((*p)->TakeCommand("m01", s1, &sent, &sink, &out), Plane::Turn::kParked);
+  // A newer stream: the parked one is told, and starts from scratch.
+  Sink sink2;
+  std::string sent2;
+  const int64_t s2 = (*p)->OpenStream("m01");
+  EXPECT_EQ(sink.superseded, 1);
+  EXPECT_EQ((*p)->TakeCommand("m01", s1, &sent, &sink, &out), Plane::Turn::kSuperseded);
+  ASSERT_EQ((*p)->TakeCommand("m01", s2, &sent2, &sink2, &out), Plane::Turn::kWrite);
+  EXPECT_EQ(out.kind(), wire::Command::START_RANKS);
+  ASSERT_EQ((*p)->TakeCommand("m01", s2, &sent2, &sink2, &out), Plane::Turn::kParked);
+  // Closed while parked: the caller gets the turn, and nothing more comes.
+  EXPECT_TRUE((*p)->CloseStream("m01", s2));
+  ASSERT_TRUE((*p)->Inject(inj).ok());
+  EXPECT_TRUE(sink2.delivered.empty());
+  EXPECT_EQ((*p)->TakeCommand("m01", s2, &sent2, &sink2, &out), Plane::Turn::kClosed);
+  // Closed while its turn was elsewhere (a write in flight): not the
+  // caller's to end.
+  const int64_t s3 = (*p)->OpenStream("m01");
+  std::string sent3;
+  ASSERT_EQ((*p)->TakeCommand("m01", s3, &sent3, &sink, &out), Plane::Turn::kWrite);  // the injection
+  EXPECT_FALSE((*p)->CloseStream("m01", s3));
+  EXPECT_EQ((*p)->TakeCommand("m01", s3, &sent3, &sink, &out), Plane::Turn::kClosed);
 }
 
 }  // namespace
