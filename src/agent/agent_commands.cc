@@ -127,6 +127,7 @@ RankGroupSpec Agent::SpecFrom(const wire::Command& c) {
   spec.env[rank_client::kShardSocketEnv] = ShardSocketPath();
   spec.env[rank_client::kRankSocketEnv] = links_->path();
   if (c.spike_factor() > 0) spec.env[rank_client::kSpikeFactorEnv] = std::to_string(c.spike_factor());
+  if (!c.spike_rule().empty()) spec.env[rank_client::kSpikeRuleEnv] = c.spike_rule();
   // The machine's emulated matmul corruption, which the ranks read as they
   // compute (trainer/sdc.h): a fault injected later reaches them too.
   spec.env["BULWARK_SDC_FILE"] = health_paths_.sdc;

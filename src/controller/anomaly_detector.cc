@@ -8,27 +8,6 @@
 namespace bulwark::controller {
 namespace {
 
-double MedianOf(const std::deque<double>& d) {
-  std::vector<double> v(d.begin(), d.end());
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
-// The element of rank size/2, as MedianOf picks.
-double MiddleOf(const std::vector<double>& sorted) { return sorted[sorted.size() / 2]; }
-
-// Appends `value` to a rolling window of at most `window` values, keeping
-// its sorted copy in step. Only finite values come here (anomalous steps
-// are not remembered), so the order is total.
-void Roll(std::deque<double>& window_values, std::vector<double>& sorted, double value, int window) {
-  window_values.push_back(value);
-  sorted.insert(std::upper_bound(sorted.begin(), sorted.end(), value), value);
-  while (static_cast<int>(window_values.size()) > window) {
-    sorted.erase(std::lower_bound(sorted.begin(), sorted.end(), window_values.front()));
-    window_values.pop_front();
-  }
-}
-
 std::string Num(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g", x);
@@ -38,10 +17,10 @@ std::string Num(double x) {
 }  // namespace
 
 bool AnomalyDetector::IsSpike(double value, const std::deque<double>& history, double factor, int min_history) {
-  if (!std::isfinite(value)) return true;
-  if (static_cast<int>(history.size()) < min_history) return false;
-  const double median = MedianOf(history);
-  return median > 0 && value > factor * median;
+  const int n = static_cast<int>(history.size());
+  SpikeHistory h(std::max(n, 1));
+  for (double v : history) h.Add(v);
+  return h.Spike(value, SpikeRule{factor, std::max(n, 1), min_history});
 }
 
 void AnomalyDetector::Started(Time now, int world) {
@@ -56,12 +35,10 @@ void AnomalyDetector::Started(Time now, int world) {
 void AnomalyDetector::Remember(const RankSignal& s) {
   if (s.step <= history_step_) return;  // another rank's report of a step already counted
   history_step_ = s.step;
-  loss_median_.reset();
-  grad_norm_median_.reset();
   steps_.push_back(s.step);
-  Roll(loss_, loss_sorted_, s.loss, config_.spike_window);
-  Roll(grad_norm_, grad_norm_sorted_, s.grad_norm, config_.spike_window);
-  while (steps_.size() > loss_.size()) steps_.pop_front();
+  loss_.Add(s.loss);
+  grad_norm_.Add(s.grad_norm);
+  while (static_cast<int>(steps_.size()) > loss_.size()) steps_.pop_front();
 }
 
 // A job restarted from the state after step first-1 redoes the steps from
@@ -71,15 +48,11 @@ void AnomalyDetector::Remember(const RankSignal& s) {
 // late-training median.
 void AnomalyDetector::Rewind(int64_t first) {
   while (!steps_.empty() && steps_.back() >= first) {
-    loss_sorted_.erase(std::lower_bound(loss_sorted_.begin(), loss_sorted_.end(), loss_.back()));
-    grad_norm_sorted_.erase(std::lower_bound(grad_norm_sorted_.begin(), grad_norm_sorted_.end(), grad_norm_.back()));
-    loss_.pop_back();
-    grad_norm_.pop_back();
+    loss_.PopBack();
+    grad_norm_.PopBack();
     steps_.pop_back();
   }
   history_step_ = std::min(history_step_, first - 1);
-  loss_median_.reset();
-  grad_norm_median_.reset();
 }
 
 void AnomalyDetector::Observe(const RankSignal& s) {
@@ -90,16 +63,8 @@ void AnomalyDetector::Observe(const RankSignal& s) {
   }
   if (s.step <= reported_) return;
   const bool nonfinite = s.nonfinite || s.local_nonfinite || !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
-  // Every rank reports the same step against the same history: the
-  // medians are computed once per step (Remember clears them), not once per
-  // report (a simulated 100k-GPU year spent 8% of its time here).
-  auto over = [&](double value, const std::vector<double>& sorted, std::optional<double>& median) {
-    if (!std::isfinite(value)) return true;
-    if (static_cast<int>(sorted.size()) < config_.spike_min_history) return false;
-    if (!median) median = MiddleOf(sorted);
-    return *median > 0 && value > config_.spike_factor * *median;
-  };
-  const bool spike = !nonfinite && (over(s.loss, loss_sorted_, loss_median_) || over(s.grad_norm, grad_norm_sorted_, grad_norm_median_));
+  const SpikeRule rule = config_.spike_rule();
+  const bool spike = !nonfinite && (loss_.Spike(s.loss, rule) || grad_norm_.Spike(s.grad_norm, rule));
   const bool anomalous = nonfinite || spike || !s.halted.empty();
   if (!anomalous && pending_.count(s.step) == 0) {
     // An ordinary step: history, and kept a little while in case another
@@ -167,8 +132,8 @@ std::optional<TrainingAnomaly> AnomalyDetector::Check(Time now) {
     a.detail = (p.kind == "nan" ? "non-finite loss or gradients" : "loss or grad-norm spike") +
                std::string(" at step ") + std::to_string(step) + " (loss " + Num(any.loss) + ", grad norm " +
                Num(any.grad_norm);
-    if (p.kind == "spike" && !loss_.empty()) {
-      a.detail += "; rolling medians " + Num(MiddleOf(loss_sorted_)) + " and " + Num(MiddleOf(grad_norm_sorted_));
+    if (p.kind == "spike" && loss_.size() > 0) {
+      a.detail += "; rolling medians " + Num(loss_.Median()) + " and " + Num(grad_norm_.Median());
     }
     a.detail += "); " + std::to_string(p.reports.size()) + "/" + std::to_string(world_) + " ranks reported";
     if (!a.culprits.empty()) {

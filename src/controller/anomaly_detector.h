@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 
+#include "common/spike_rule.h"
 #include "controller/event.h"
 #include "controller/policy_config.h"
 #include "controller/signals.h"
@@ -24,7 +25,8 @@ namespace bulwark::controller {
 
 class AnomalyDetector {
  public:
-  explicit AnomalyDetector(const PolicyConfig& config) : config_(config) {}
+  explicit AnomalyDetector(const PolicyConfig& config)
+      : config_(config), loss_(config.spike_window), grad_norm_(config.spike_window) {}
 
   // Ranks were (re)started with `world` ranks: pending anomalies belonged to
   // the old run. The rolling history is the job's and is kept, less the
@@ -36,8 +38,9 @@ class AnomalyDetector {
   // anomaly_wait after the first report of it.
   std::optional<TrainingAnomaly> Check(Time now);
 
-  // The rule, for one value against its history: non-finite, or above
-  // factor x the median once min_history values are known.
+  // The rule (common/spike_rule.h), for one value against its history:
+  // non-finite, or above factor x the median once min_history values are
+  // known.
   static bool IsSpike(double value, const std::deque<double>& history, double factor, int min_history);
 
  private:
@@ -54,13 +57,11 @@ class AnomalyDetector {
   bool rewind_ = false;  // the first report after Started names the restored step
   int world_ = 0;
   int64_t history_step_ = 0;  // newest step in the history
-  std::deque<double> loss_, grad_norm_;  // in step order, for dropping the oldest
-  std::deque<int64_t> steps_;            // their steps
-  // The same values kept sorted: the median is the middle element, with no
-  // copy and partition per step (a simulated 100k-GPU year spent 14% of its
+  // Kept sorted beside the step order: the median is one read, with no copy
+  // and partition per report (a simulated 100k-GPU year spent 14% of its
   // time in that).
-  std::vector<double> loss_sorted_, grad_norm_sorted_;
-  std::optional<double> loss_median_, grad_norm_median_;  // of the histories, until they change
+  SpikeHistory loss_, grad_norm_;
+  std::deque<int64_t> steps_;  // their steps, oldest first
   std::map<int64_t, Pending> pending_;  // by step
   std::map<int64_t, std::map<int, RankSignal>> recent_;  // ordinary reports of recent steps, by step and rank
   int64_t reported_ = 0;  // anomalies at or below this step were reported

@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "common/spike_rule.h"
 #include "common/status.h"
 #include "controller/event.h"
 #include "controller/ladder.h"
@@ -137,9 +138,11 @@ struct PolicyConfig {
   // reports of every rank for the anomalous step are awaited at most
   // `anomaly_wait` to tell a culprit (its local gradients non-finite while
   // others' are finite) from a job-wide anomaly.
-  double spike_factor = 5.0;
-  int spike_window = 50;
-  int spike_min_history = 20;
+  double spike_factor = SpikeRule().factor;
+  int spike_window = SpikeRule().window;
+  int spike_min_history = SpikeRule().min_history;
+  // The three as the rule the trainer applies too (the agent hands it on).
+  SpikeRule spike_rule() const { return {spike_factor, spike_window, spike_min_history}; }
   Duration anomaly_wait = std::chrono::seconds(2);
 
   // Crash signatures that blame the job's code, never a machine (a missing

@@ -39,6 +39,9 @@ namespace bulwark::rank_client {
 constexpr const char* kRankSocketEnv = "BULWARK_RANK_SOCKET";
 // Where the agent puts the policy's spike factor for the rank's own guard.
 constexpr const char* kSpikeFactorEnv = "BULWARK_SPIKE_FACTOR";
+// The whole spike rule, "factor,window,min_history" (common/spike_rule.h):
+// the trainer holds back a step by the controller's own thresholds.
+constexpr const char* kSpikeRuleEnv = "BULWARK_SPIKE_RULE";
 // A step the controller accepts as it is (a spike that a replay reproduced).
 constexpr const char* kAcceptStepEnv = "BULWARK_ACCEPT_ANOMALY_STEP";
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <deque>
 
+#include "common/spike_rule.h"
 #include "trainer/simd.h"
 
 namespace bulwark::trainer {
@@ -44,39 +45,37 @@ double PoetClipRamp(const TrainConfig& cfg, int64_t step) {
 }
 
 // A step is held back, not applied, when its loss or grad norm is non-finite
-// or (with a spike factor from the agent) above factor x the median of the
-// last 50 steps once 20 are known: the controller then decides, and the
-// newest checkpoint is still the step before. The same rule as the
-// controller's AnomalyDetector.
+// or (with a spike rule from the agent) a spike by the controller's own rule
+// and thresholds (common/spike_rule.h): the controller then decides, and the
+// newest checkpoint is still the step before.
 class AnomalyGuard {
  public:
   AnomalyGuard() {
-    if (const char* f = std::getenv(rank_client::kSpikeFactorEnv)) factor_ = std::atof(f);
+    if (const char* r = std::getenv(rank_client::kSpikeRuleEnv)) rule_ = SpikeRule::Decode(r);
+    if (!rule_) {
+      if (const char* f = std::getenv(rank_client::kSpikeFactorEnv); f && std::atof(f) > 1) {
+        rule_ = SpikeRule();  // an agent that sends the factor alone: the default window
+        rule_->factor = std::atof(f);
+      }
+    }
+    if (rule_) loss_ = norm_ = SpikeHistory(rule_->window);
     if (const char* a = std::getenv(rank_client::kAcceptStepEnv)) accept_ = std::atoll(a);
   }
   // "" to apply the step, else "nan" or "spike".
   std::string Check(int64_t step, double loss, double grad_norm) const {
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) return "nan";
-    if (factor_ <= 0 || step == accept_) return "";
-    return Spike(loss, loss_) || Spike(grad_norm, norm_) ? "spike" : "";
+    if (!rule_ || step == accept_) return "";
+    return loss_.Spike(loss, *rule_) || norm_.Spike(grad_norm, *rule_) ? "spike" : "";
   }
   void Remember(double loss, double grad_norm) {
-    loss_.push_back(loss);
-    norm_.push_back(grad_norm);
-    if (loss_.size() > 50) loss_.pop_front();
-    if (norm_.size() > 50) norm_.pop_front();
+    loss_.Add(loss);
+    norm_.Add(grad_norm);
   }
 
  private:
-  bool Spike(double v, const std::deque<double>& h) const {
-    if (h.size() < 20) return false;
-    std::vector<double> s(h.begin(), h.end());
-    std::nth_element(s.begin(), s.begin() + s.size() / 2, s.end());
-    return s[s.size() / 2] > 0 && v > factor_ * s[s.size() / 2];
-  }
-  double factor_ = 0;
+  std::optional<SpikeRule> rule_;
   int64_t accept_ = -1;
-  std::deque<double> loss_, norm_;
+  SpikeHistory loss_, norm_;
 };
 
 nlohmann::json DiagnosePoet(Transformer& model) {

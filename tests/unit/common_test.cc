@@ -2,12 +2,14 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
 #include "common/checksum.h"
 #include "common/files.h"
 #include "common/record_file.h"
+#include "common/spike_rule.h"
 #include "common/token.h"
 #include "support/process.h"
 
@@ -159,4 +161,34 @@ TEST(Token, IsPrivateAndRefusedWhenOthersCanReadIt) {
 }
 
 }  // namespace
+// The rule the controller and the trainer's guard share: its text form
+// round-trips and refuses what is not a rule; the history rolls, drops its
+// newest value for a rewind, and judges only once min_history are known.
+TEST(SpikeRule, TravelsAsTextAndJudgesAgainstTheRollingMedian) {
+  const SpikeRule rule{4.5, 6, 3};
+  auto back = SpikeRule::Decode(rule.Encode());
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->factor, 4.5);
+  EXPECT_EQ(back->window, 6);
+  EXPECT_EQ(back->min_history, 3);
+  for (const char* bad : {"", "5", "5,50", "5,50,20,1", "1,50,20", "5,0,20", "5,50,0", "x,50,20", "5,50,20x"}) {
+    EXPECT_FALSE(SpikeRule::Decode(bad).has_value()) << bad;
+  }
+  SpikeHistory h(rule.window);
+  h.Add(1.0);
+  h.Add(1.0);
+  EXPECT_FALSE(h.Spike(100.0, rule)) << "2 values known, 3 needed";
+  EXPECT_TRUE(h.Spike(std::nan(""), rule)) << "non-finite is always a spike";
+  h.Add(2.0);
+  EXPECT_TRUE(h.Spike(4.5 * 1.0 + 0.01, rule));  // median of {1, 1, 2} is 1
+  EXPECT_FALSE(h.Spike(4.5 * 1.0, rule));
+  for (int i = 0; i < 6; ++i) h.Add(10.0);  // the window keeps the last 6
+  EXPECT_EQ(h.size(), 6);
+  EXPECT_EQ(h.Median(), 10.0);
+  h.PopBack();
+  EXPECT_EQ(h.size(), 5);
+  EXPECT_FALSE(h.Spike(45.0, rule));
+  EXPECT_TRUE(h.Spike(45.1, rule));
+}
+
 }  // namespace bulwark
