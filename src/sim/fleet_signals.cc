@@ -44,7 +44,17 @@ void FleetSim::FeedProgress(int64_t upto) {
 
 void FleetSim::CheckMonitors() {
   FeedProgress(running_ && !stalled_ ? StepAt(now_) : reported_);
-  for (Event& e : monitors_.Check(now_)) Deliver(std::move(e));
+  std::vector<Event> verdicts = monitors_.Check(now_);
+  const bool silent = verdicts.empty();
+  const int64_t gen = gen_;
+  for (Event& e : verdicts) Deliver(std::move(e));
+  // A stalled job the hang detector does not call hung yet: its allowance
+  // is learned from the steps, and may have grown since the check was
+  // scheduled (a slow machine's steps). Look again when it has passed,
+  // at most every 30 s, until the stall ends or the generation changes.
+  if (silent && stalled_ && gen == gen_ && monitors_.armed()) {
+    Schedule(std::max(stall_since_ + monitors_.hang_allowance(), now_ + Secs(30)) + Duration(1), Kind::kMonitor, gen_);
+  }
 }
 
 int FleetSim::SdcPlaced() const {
