@@ -142,13 +142,18 @@ struct Costs {
   // this 2-core host, docs/recovery.md): an upper bound, its 4 processes
   // sharing 2 cores.
   double link_dial = 0.024;
-  // Links a survivor dials at a regroup: at most 1 (the lost member's two
-  // neighbours dial each other; regroup.sh measured 0-1 from W = 3 to 64).
-  // A new process has no links: it makes both of its own.
-  double links_per_survivor = 1, links_per_new_rank = 2;
-  // One hop of the ring: a frame to a neighbour. Assumed 10 us (a
-  // datacenter TCP/RDMA hop); no bench here measures a hop on a network.
-  double ring_hop = 10e-6;
+  // Links a survivor dials at a regroup, in parallel with the others: at
+  // most 3 with the two-level ring (the trainer's default), 1 with the
+  // flat one (the lost member's two neighbours dial each other):
+  // bench/elastic/regroup.sh, W = 4 to 64, docs/recovery.md. A new process
+  // has no links: it makes both of its own.
+  double links_per_survivor = 3, links_per_new_rank = 2;
+  // One hop of the ring: a frame to a neighbour. 20 us: an all-reduce of
+  // 8 int64 over the flat ring at W = 4 (6 hops) took 0.12 ms
+  // (bench/elastic/regroup.sh, this 2-core host, docs/recovery.md): a
+  // context switch on loopback, not a network's hop (~10 us in a
+  // datacenter), which this host cannot measure.
+  double ring_hop = 20e-6;
   // The ring's abort propagation: a failure travels round the ring hop by
   // hop (trainer/ring.h: ABORT to both neighbours, each passes it on), so
   // it reaches every survivor within (W - 1) / 2 hops; priced at

@@ -112,6 +112,8 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
   o << "standby deficits: " << f.waits << " evictions found the pool empty, max deficit " << f.max_deficit
     << ", " << f.standbys_requested << " requested, " << f.standbys_arrived << " arrived, waiting "
     << Hours(r.arms[0].by_category[static_cast<int>(TimeCategory::kWaiting)]) << "\n";
+  o << "slow machines: " << f.faults_by_class[static_cast<int>(FaultClass::kFailSlow)] << " (" << f.slow_undetected
+    << " never flagged by the fail-slow detector: they slow every step until another fault takes them out)\n";
   if (f.stopped) o << "STOPPED by the policy: " << f.stop_reason << "\n";
   if (f.refused > 0) o << "events refused by the controller: " << f.refused << " (first: " << f.first_refusal << ")\n";
   o << Fmt("speed: %.0f events in %.3f s = %.0f events/s\n", static_cast<double>(f.events), r.cpu_seconds,
@@ -160,6 +162,7 @@ json ToJson(const SimConfig& c, const SimResult& r, bool timing) {
              {"mean_detect_s", f.mean_detect},
              {"mean_recover_s", f.mean_recover},
              {"faults_by_class", f.faults_by_class},
+             {"slow_undetected", f.slow_undetected},
              {"regroups", f.regroups},
              {"narrow_restarts", f.narrow_restarts},
              {"returned_to_pool", f.returned_to_pool},
@@ -183,6 +186,7 @@ json ToJson(const SimConfig& c, const SimResult& r, bool timing) {
   if (!r.whole_world.empty()) {
     const FleetStats& w = r.whole_world[0];
     out["whole_world_fleet"] = {{"restarts", w.restarts},
+                                {"slow_undetected", w.slow_undetected},
                                 {"incident_count", w.incident_count},
                                 {"evicted", w.evicted},
                                 {"waits", w.waits},

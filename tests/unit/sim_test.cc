@@ -308,7 +308,7 @@ TEST(Sim, TheStoreRegroupGrowsWithTheWorldAndTheNeighboursOneDoesNot) {
     EXPECT_GT(s.Regroup(), 50 * last_store + 1e-9) << machines;  // x10 the world: x100 the store's time
     last_store = s.Regroup();
     EXPECT_EQ(n.store, 0);
-    EXPECT_EQ(n.links, neighbours.costs.link_dial) << "one link at most, whatever W";
+    EXPECT_EQ(n.links, neighbours.costs.link_dial * neighbours.costs.links_per_survivor) << "a few links, whatever W";
     EXPECT_EQ(n.handshake, neighbours.costs.ring_hop);
     EXPECT_EQ(n.links, s.links);
     EXPECT_EQ(n.fanout, s.fanout);
