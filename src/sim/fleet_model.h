@@ -106,7 +106,25 @@ class FleetSim {
     const int world = slots_.empty() ? c_.gpus : static_cast<int>(slots_.size()) * c_.gpus_per_machine;
     return Topology{world, c_.tp, c_.pp};
   }
-  double Noise() { return 1.0 + c_.costs.step_jitter * (noise_.Uniform() + noise_.Uniform() + noise_.Uniform() - 1.5) * 2.0; }
+  // The jitter of one reported value (`what`) of `step` on `slot`: a pure
+  // function of the seed, the step, the slot and the value, so that two
+  // runs of one seed (elastic and whole-world) report the same values for
+  // the same step of the same slot, and the detectors see the same
+  // signals, not the same signals shifted by the runs' other events.
+  double NoiseAt(int64_t step, int slot, int what) const {
+    uint64_t x = c_.seed * 0x9e3779b97f4a7c15ULL ^ static_cast<uint64_t>(step) * 0xbf58476d1ce4e5b9ULL ^
+                 ((static_cast<uint64_t>(slot) << 8) | static_cast<uint64_t>(what)) * 0x94d049bb133111ebULL;
+    double sum = 0;
+    for (int i = 0; i < 3; ++i) {
+      x += 0x9e3779b97f4a7c15ULL;
+      uint64_t z = x;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      z ^= z >> 31;
+      sum += static_cast<double>(z >> 11) * 0x1.0p-53;
+    }
+    return 1.0 + c_.costs.step_jitter * (sum - 1.5) * 2.0;
+  }
 
   // ---------------------------------------------------------------- the controller
   void Deliver(Event e);

@@ -16,13 +16,13 @@ void FleetSim::Report(int64_t step, int steps, double loss_scale) {
     r.rank = slot * c_.gpus_per_machine;
     r.step = step;
     r.steps = steps;
-    const double noise = steps == 1 ? Noise() : 1.0;
+    const double noise = steps == 1 ? NoiseAt(step, slot, 0) : 1.0;
     r.step_ms = 1000.0 * step_s_ * steps * noise;
     const double own = slots_[slot] == slow_.machine ? slow_.factor : 1.0;
-    r.compute_ms = 1000.0 * k.step * k.compute_share * own * steps * (steps == 1 ? Noise() : 1.0);
+    r.compute_ms = 1000.0 * k.step * k.compute_share * own * steps * (steps == 1 ? NoiseAt(step, slot, 1) : 1.0);
     r.comm_ms = r.step_ms - r.compute_ms;
-    r.loss = 2.0 * loss_scale * (steps == 1 ? Noise() : 1.0);
-    r.grad_norm = 1.0 * (steps == 1 ? Noise() : 1.0);
+    r.loss = 2.0 * loss_scale * (steps == 1 ? NoiseAt(step, slot, 2) : 1.0);
+    r.grad_norm = 1.0 * (steps == 1 ? NoiseAt(step, slot, 3) : 1.0);
     r.local_grad_norm = r.grad_norm;
     r.observed = StepTime(step);
     monitors_.Observe(r);

@@ -160,7 +160,15 @@ void FleetSim::Inject(const Fault& f) {
       // Every step now waits for the slow machine; the fail-slow detector
       // reads its stage's compute times (sampled) until it flags it or the
       // sampling gives up.
-      const double factor = k.slow_factor_min + (k.slow_factor_max - k.slow_factor_min) * noise_.Uniform();
+      // The factor belongs to the fault, not to the run: drawn from the
+      // fault's own time and slot, so that an elastic and a whole-world
+      // run of one seed get the same slow machines, as they get the same
+      // faults (the run's noise differs with its events).
+      Rng own(c_.seed * 0x9e3779b97f4a7c15ULL ^
+              static_cast<uint64_t>(std::llround(f.at * 1000.0)) * 0xbf58476d1ce4e5b9ULL ^
+              static_cast<uint64_t>(f.slot));
+      own.Next();
+      const double factor = k.slow_factor_min + (k.slow_factor_max - k.slow_factor_min) * own.Uniform();
       FeedProgress(StepAt(now_));
       slow_ = Slow{m, factor, 0, {}};
       ++slow_chain_;  // an earlier slow machine's rounds end here
