@@ -1,6 +1,7 @@
 // Elastic data parallelism (elastic.h): the step that keeps the full job's
 // global batch on fewer ranks, its exact reduction, and the live state sync.
 #include "trainer/elastic.h"
+#include "trainer/progress.h"
 
 #include <torch/torch.h>
 
@@ -14,7 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
 // The largest |g| over `grads`, +inf when any element is not finite (so
 // that the all-reduced maximum says so on every rank: a NaN's place in a
@@ -206,11 +206,7 @@ class ElasticStep final : public StepLayout {
     return MeanOfValidationSlots(comm_, sums, counts, B, T);
   }
 
-  Result<std::string> Checksum() override {
-    std::vector<torch::Tensor> w0;
-    for (auto& [name, layer] : p_.model->PoetLayers()) w0.push_back(layer->w0);
-    return store_.Checksum(w0);
-  }
+  Result<std::string> Checksum() override { return StateChecksum(p_.model, store_); }
 
   uint64_t SamplesPerStep() const override { return static_cast<uint64_t>(p_.cfg.batch_size) * replicas_; }
   bool RanksComparable() const override { return true; }

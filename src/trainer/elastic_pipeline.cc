@@ -9,13 +9,13 @@
 #include <cmath>
 
 #include "trainer/pipeline_stage.h"
+#include "trainer/progress.h"
 
 namespace bulwark::trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
 // One replica's pipeline over its micro-batches of the global batch, in
 // 1F1B order; each micro-batch's gradient kept apart for the exact sum.
@@ -176,39 +176,6 @@ class ElasticPipelineStep final : public StepLayout {
 };
 
 }  // namespace
-
-Result<PipelinePlace> PlaceInPipeline(TrainProcess& p, Comm& world) {
-  const TrainConfig& cfg = p.cfg;
-  if (cfg.model.poet.enabled) return Status::InvalidArgument("--optimizer poet does not support --pp > 1 yet; use --pp 1");
-  auto c = RankCoords(world.rank(), world.world_size(), cfg.pp);
-  if (!c.ok()) return c.status();
-  if (c->dp_size > cfg.elastic_replicas) {
-    return Status::InvalidArgument("WORLD_SIZE " + std::to_string(world.world_size()) + " holds " +
-                                   std::to_string(c->dp_size) + " pipelines of --pp " + std::to_string(cfg.pp) +
-                                   ", more than --elastic-replicas " + std::to_string(cfg.elastic_replicas) +
-                                   "; raise --elastic-replicas");
-  }
-  if (p.stage >= 0 && p.stage != c->pp) {
-    p.must_exit = true;
-    return Status::Unavailable("rank " + std::to_string(world.rank()) + " is stage " + std::to_string(c->pp) +
-                               " of this generation but its process holds stage " + std::to_string(p.stage) +
-                               "; ending so that the rank restarts in a new process");
-  }
-  PipelinePlace place;
-  place.c = *c;
-  place.layers = SplitLayers(cfg.model.n_layers, cfg.pp)[c->pp];
-  if (!p.store) {
-    p.store = std::make_unique<ParamStore>(StageParameters(p.model, place.layers), 1);
-    if (cfg.model.bf16) p.model->UseBf16Shadow(p.store->params());
-    p.stage = c->pp;
-  }
-  std::vector<int> ranks;
-  for (int d = 0; d < c->dp_size; ++d) ranks.push_back(RankOf(d, c->pp, c->dp_size));
-  auto dp = world.Subgroup("dp-stage-" + std::to_string(c->pp), ranks, cfg.dist_timeout_s, p.stage_ring.get());
-  if (!dp.ok()) return dp.status();
-  place.dp = std::move(*dp);
-  return place;
-}
 
 Result<LiveSync> SyncPipelineLiveState(Comm& world, PipelinePlace& place, TrainProcess& p, MemoryCheckpoint* mem,
                                        TrainState* st) {

@@ -28,24 +28,12 @@
 #include "trainer/dist.h"
 #include "trainer/elastic.h"
 #include "trainer/memory_checkpoint.h"
+#include "trainer/pipeline.h"
 #include "trainer/pipeline_plan.h"
 #include "trainer/step_driver.h"
 #include "trainer/train_loop.h"
 
 namespace bulwark::trainer {
-
-// This rank's place in an elastic pipeline generation.
-struct PipelinePlace {
-  PipelineCoords c;
-  StageLayers layers;
-  std::unique_ptr<Comm> dp;  // this stage's replicas
-};
-
-// Collective over `world`. The coordinates of this rank, its stage's group,
-// and its stage's parameters in `p.store` (built by the first generation).
-// A process asked to take another stage than it holds ends (kUnavailable,
-// p.must_exit): its state is no use there.
-Result<PipelinePlace> PlaceInPipeline(TrainProcess& p, Comm& world);
 
 // Collective over `world`: SyncLiveState per stage (see the top of this
 // file). Its `healing` names the replicas (not the ranks) that compute

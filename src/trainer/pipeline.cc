@@ -1,6 +1,6 @@
-// Pipeline-parallel training: its setup, and the 1F1B step that the step
-// driver (step_driver.h) runs: 1F1B over micro-batches -> DP all-reduce ->
-// norm + loss across stages.
+// Pipeline-parallel training: a rank's place in the pipeline, and the 1F1B
+// step that the step driver (step_driver.h) runs: 1F1B over micro-batches
+// -> DP all-reduce -> norm + loss across stages.
 #include "trainer/pipeline.h"
 #include "trainer/train_loop.h"
 
@@ -8,32 +8,20 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <thread>
 
-#include "rank_client/rank_link.h"
 #include "trainer/adamw.h"
-#include "trainer/checkpoint.h"
 #include "trainer/dist.h"
-#include "trainer/memory_checkpoint.h"
 #include "trainer/model.h"
 #include "trainer/params.h"
 #include "trainer/pipeline_plan.h"
 #include "trainer/pipeline_stage.h"
-#include "trainer/precision.h"
 #include "trainer/progress.h"
 #include "trainer/sampler.h"
-#include "trainer/sdc.h"
-#include "trainer/simd.h"
 #include "trainer/step_driver.h"
 #include "trainer/tokens.h"
 
 namespace bulwark::trainer {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
 // The 1F1B step: this stage over the replica's micro-batches, passing
 // activations forward and their gradients back; then the stage's replicas
@@ -63,14 +51,14 @@ class PipelineStep final : public StepLayout {
     stage_.loss_sum = 0;
     stage_.wait_ms = 0;
     for (const PipeOp& op : schedule_) {
-      auto t0 = Clock::now();
+      auto t0 = TrainClock::now();
       if (op.kind == PipeOp::kForward) {
         BULWARK_RETURN_IF_ERROR(stage_.Forward(op.micro, idx_.narrow(0, op.micro * mb_, mb_),
                                                targets_.narrow(0, op.micro * mb_, mb_), 1.0 / M));
-        t->forward_ms += Ms(t0, Clock::now());
+        t->forward_ms += Ms(t0, TrainClock::now());
       } else {
         BULWARK_RETURN_IF_ERROR(stage_.Backward(op.micro));
-        t->backward_ms += Ms(t0, Clock::now());
+        t->backward_ms += Ms(t0, TrainClock::now());
       }
     }
     BULWARK_RETURN_IF_ERROR(world_.WaitSends());
@@ -161,113 +149,59 @@ class PipelineStep final : public StepLayout {
 
 }  // namespace
 
-Status TrainPipeline(const TrainConfig& cfg_in) {
-  TrainConfig cfg = cfg_in;
-  const auto t_start = Clock::now();
-
-  // --------------------------------------------------------------------------
-  // Setup: what this rank is, data, groups, its stage of the model.
+Result<PipelinePlace> PlaceInPipeline(TrainProcess& p, Comm& world) {
+  const TrainConfig& cfg = p.cfg;
+  const bool elastic = cfg.elastic_replicas > 0;
   if (cfg.model.poet.enabled && cfg.pp > 1) {
     return Status::InvalidArgument("--optimizer poet does not support --pp > 1 yet; use --pp 1");
   }
-  if (!simd::CpuSupported()) return Status::InvalidArgument("bulwark-train needs a CPU with AVX2 and FMA");
-  auto precision = ChoosePrecision(cfg.precision, HostCpuBf16());
-  if (!precision.ok()) return precision.status();
-  cfg.model.bf16 = precision->bf16;
-  int threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  at::set_num_threads(threads);
-
-  auto env = ReadDistEnv();
-  if (!env.ok()) return env.status();
-  auto coords_or = RankCoords(env->rank, env->world_size, cfg.pp);
-  if (!coords_or.ok()) return coords_or.status();
-  const PipelineCoords c = *coords_or;
-
-  auto data = LoadDataSet(cfg.data_dir);
-  if (!data.ok()) return data.status();
-  if (cfg.model.vocab_size == 0) cfg.model.vocab_size = data->vocab_size;
-  if (cfg.model.vocab_size < data->vocab_size) {
-    return Status::InvalidArgument("--vocab-size " + std::to_string(cfg.model.vocab_size) +
-                                   " is smaller than the tokenizer's " + std::to_string(data->vocab_size));
+  auto c = RankCoords(world.rank(), world.world_size(), cfg.pp);
+  if (!c.ok()) return c.status();
+  if (elastic && c->dp_size > cfg.elastic_replicas) {
+    return Status::InvalidArgument("WORLD_SIZE " + std::to_string(world.world_size()) + " holds " +
+                                   std::to_string(c->dp_size) + " pipelines of --pp " + std::to_string(cfg.pp) +
+                                   ", more than --elastic-replicas " + std::to_string(cfg.elastic_replicas) +
+                                   "; raise --elastic-replicas");
   }
-  Sampler sampler(data->train.size(), cfg.model.context, cfg.seed);
-  if (sampler.num_samples() < static_cast<uint64_t>(cfg.batch_size)) {
-    return Status::InvalidArgument("the training split of " + cfg.data_dir + " holds fewer than --batch-size " +
-                                   "samples of --context tokens");
+  if (p.stage >= 0 && p.stage != c->pp) {
+    p.must_exit = true;
+    return Status::Unavailable("rank " + std::to_string(world.rank()) + " is stage " + std::to_string(c->pp) +
+                               " of this generation but its process holds stage " + std::to_string(p.stage) +
+                               "; ending so that the rank restarts in a new process");
   }
-
-  const auto t_data = Clock::now();
-  auto world_or = Comm::Connect(*env, cfg.dist_timeout_s);
-  if (!world_or.ok()) return world_or.status();
-  Comm& world = **world_or;
-  std::vector<int> dp_ranks;
-  for (int d = 0; d < c.dp_size; ++d) dp_ranks.push_back(RankOf(d, c.pp, c.dp_size));
-  auto dp_or = world.Subgroup("dp-stage-" + std::to_string(c.pp), dp_ranks, cfg.dist_timeout_s);
-  if (!dp_or.ok()) return dp_or.status();
-  Comm& dp = **dp_or;
-  const int rank = world.rank();
-  Progress progress(cfg.log_format == "json", rank == 0, cfg.log_every);
-  // Step signals to the agent, when one supervises this rank.
-  auto link_or = rank_client::RankLink::FromEnv(rank);
-  if (!link_or.ok()) return link_or.status();
-  std::unique_ptr<rank_client::RankLink> link = std::move(*link_or);
-
-  const auto t_rendezvous = Clock::now();
-  const auto split = SplitLayers(cfg.model.n_layers, c.pp_size);
-  const StageLayers& layers = split[c.pp];
-  Transformer model(cfg.model);
-  model->Initialize(cfg.seed);  // the whole model: every stage's share as a single-stage run draws it
-  ParamStore store(StageParameters(model, layers), c.dp_size);
-  if (cfg.model.bf16) model->UseBf16Shadow(store.params());
-  int64_t opt_begin = 0, opt_end = store.num_params();
-  if (cfg.shard_optimizer) {
-    const Span mine = ChunkOf(store.params().numel(), c.dp_size, c.dp);
-    opt_begin = std::min(store.num_params(), mine.begin);
-    opt_end = std::min(store.num_params(), mine.end);
+  PipelinePlace place;
+  place.c = *c;
+  place.layers = SplitLayers(cfg.model.n_layers, cfg.pp)[c->pp];
+  if (!p.store) {
+    p.store = std::make_unique<ParamStore>(StageParameters(p.model, place.layers), elastic ? 1 : c->dp_size);
+    if (cfg.model.bf16) p.model->UseBf16Shadow(p.store->params());
+    p.stage = c->pp;
   }
-  AdamW opt(store, opt_begin, opt_end, {cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
+  std::vector<int> ranks;
+  for (int d = 0; d < c->dp_size; ++d) ranks.push_back(RankOf(d, c->pp, c->dp_size));
+  auto dp = world.Subgroup("dp-stage-" + std::to_string(c->pp), ranks, cfg.dist_timeout_s, p.stage_ring.get());
+  if (!dp.ok()) return dp.status();
+  place.dp = std::move(*dp);
+  return place;
+}
 
-  const auto t_init = Clock::now();
-  // The emulated bad machine's corruption (sdc.h), as in train.cc: from the
-  // environment or a rank-link inject.
-  std::optional<Sdc> sdc = Sdc::FromEnv();
-  std::optional<SdcFile> sdc_file = SdcFile::FromEnv();
-  StepDriver driver{cfg, world, model, store, opt, nullptr, link.get(), progress, sdc, c.pp_size};
-  if (sdc_file) driver.sdc_file = &*sdc_file;
-  // Every-step in-memory checkpoints: a stage's DP group splits its state
-  // into shards; the whole world agrees on the step.
-  auto memory = MemoryCheckpoint::Open(cfg, world, model, store, opt, [&](const std::string& s) { driver.Note(s); }, &dp);
-  if (!memory.ok()) return memory.status();
-  driver.mem = memory->get();
-  TrainState st;
-  Result<bool> restored = driver.Restore(&st);
-  if (!restored.ok()) return restored.status();
-  const auto t_ready = Clock::now();
-  const int M = cfg.micro_batches, mb = cfg.batch_size / M;
-  progress.Start({{"data_ms", Ms(t_start, t_data)}, {"rendezvous_ms", Ms(t_data, t_rendezvous)},
-                  {"init_ms", Ms(t_rendezvous, t_init)}, {"checkpoint_load_ms", Ms(t_init, t_ready)},
-                  {"params", CountParameters(*model)}, {"stage_params", store.num_params()},
-                  {"world_size", world.world_size()}, {"dp", c.dp_size}, {"pp", c.pp_size}, {"micro_batches", M},
-                  {"split", DescribeSplit(split)}, {"bubble_fraction", BubbleFraction(c.pp_size, M)},
-                  {"optimizer", cfg.optimizer}, {"steps", cfg.steps}, {"start_step", st.step}, {"threads", threads},
-                  {"shape", cfg.model.ShapeString()}, {"shard_optimizer", cfg.shard_optimizer},
-                  {"precision", precision->reason}});
-  progress.Note("precision: " + precision->reason);
-  progress.Note("pipeline: DP " + std::to_string(c.dp_size) + " x PP " + std::to_string(c.pp_size) + ", " +
-                std::to_string(M) + " micro-batches of " + std::to_string(mb) + "; " + DescribeSplit(split));
+nlohmann::json PipelineStart(const TrainConfig& cfg, const PipelinePlace& place, const ParamStore& store) {
+  const auto split = SplitLayers(cfg.model.n_layers, place.c.pp_size);
+  return {{"stage_params", store.num_params()}, {"dp", place.c.dp_size}, {"pp", place.c.pp_size},
+          {"micro_batches", cfg.micro_batches}, {"split", DescribeSplit(split)},
+          {"bubble_fraction", BubbleFraction(place.c.pp_size, cfg.micro_batches)}};
+}
 
-  PipelineStep layout(cfg, *data, sampler, model, store, world, dp, c, layers);
-  Result<GenerationEnd> end = driver.Run(layout, st, t_start);
-  if (!end.ok()) return end.status();
-  if (*end == GenerationEnd::kHalted) {
-    // A pipeline rank cannot wait for the next generation in place: it
-    // waits to be stopped, and the agent restarts the job.
-    if (!link->WaitClosed(5 * 60 * 1000)) {
-      return Status::FailedPrecondition("a step was held back, and no restart came within 5 minutes");
-    }
-    return Status::Unavailable("a step was held back, and the agent restarts the job");
-  }
-  return Status::OK();
+std::string DescribePipeline(const TrainConfig& cfg, const PipelinePlace& place) {
+  const int M = cfg.micro_batches;
+  return "pipeline: DP " + std::to_string(place.c.dp_size) + " x PP " + std::to_string(place.c.pp_size) + ", " +
+         std::to_string(M) + " micro-batches of " + std::to_string(cfg.batch_size / M) + "; " +
+         DescribeSplit(SplitLayers(cfg.model.n_layers, place.c.pp_size));
+}
+
+std::unique_ptr<StepLayout> MakePipelineStep(TrainProcess& p, Comm& world, PipelinePlace& place) {
+  return std::make_unique<PipelineStep>(p.cfg, p.data, *p.sampler, p.model, *p.store, world, *place.dp, place.c,
+                                        place.layers);
 }
 
 }  // namespace bulwark::trainer

@@ -12,25 +12,58 @@
 // A peer that dies or hangs fails a send, a receive or a collective, and the
 // rank ends with the peer-lost exit code like a data-parallel run.
 //
-// The step driver (step_driver.h) runs the loop, as for data parallel: a
-// step whose loss or gradient norm is non-finite or spikes is held back
-// (not applied, not checkpointed), and the rank waits to be stopped.
+// Train() runs it as it runs every layout (train.h): this file places a
+// rank in the pipeline and builds the 1F1B step for the step driver
+// (step_driver.h). A step whose loss or gradient norm is non-finite or
+// spikes is held back (not applied, not checkpointed), and the rank waits
+// to be stopped: a fixed pipeline's rank restarts as a new process. An
+// elastic pipeline's generations run in place (elastic_pipeline.h).
 //
-// Not here: POET (refused with --pp > 1) and restarts that keep the process
-// (a pipeline rank is restarted as a new process).
+// Not here: POET (refused with --pp > 1).
 #pragma once
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "trainer/config.h"
+#include "trainer/dist.h"
+#include "trainer/pipeline_plan.h"
+#include "trainer/step_driver.h"
+#include "trainer/train_loop.h"
 
 namespace bulwark::trainer {
 
-// True when the run needs this loop rather than Train()'s data-parallel one.
+// True when the run takes the pipeline's step rather than data parallel's.
 // An elastic job's --micro-batches cut its replicas' batches (elastic.h).
 inline bool UsesPipeline(const TrainConfig& cfg) {
   return cfg.pp > 1 || (cfg.micro_batches > 1 && cfg.elastic_replicas == 0);
 }
 
-Status TrainPipeline(const TrainConfig& cfg);
+// Where a rank sits in a pipeline job: its coordinates, its stage's
+// layers, and the group of its stage's data-parallel replicas.
+struct PipelinePlace {
+  PipelineCoords c;
+  StageLayers layers;
+  std::unique_ptr<Comm> dp;  // this stage's replicas
+};
+
+// Collective over `world`. The coordinates of this rank, its stage's group,
+// and its stage's parameters in `p.store` (built by the first generation:
+// padded to the replicas' count for a fixed pipeline, unpadded for an
+// elastic one, which splits it unevenly, dist.h's ChunkOf). A process asked
+// to take another stage than it holds ends (kUnavailable, p.must_exit): its
+// state is no use there.
+Result<PipelinePlace> PlaceInPipeline(TrainProcess& p, Comm& world);
+
+// What the start event adds for a pipeline (dp, pp, micro_batches, split,
+// bubble_fraction, stage_params), and the one line that describes it.
+nlohmann::json PipelineStart(const TrainConfig& cfg, const PipelinePlace& place, const ParamStore& store);
+std::string DescribePipeline(const TrainConfig& cfg, const PipelinePlace& place);
+
+// The fixed pipeline's 1F1B step (a StepLayout for the step driver).
+std::unique_ptr<StepLayout> MakePipelineStep(TrainProcess& p, Comm& world, PipelinePlace& place);
 
 }  // namespace bulwark::trainer

@@ -8,13 +8,13 @@
 
 #include "common/checksum.h"
 #include "trainer/kernels.h"
+#include "trainer/progress.h"
 
 namespace bulwark::trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
 // Tags of point-to-point messages: activations of micro-batch m travel with
 // 2m, their gradients with 2m + 1; evaluation uses its own range.

@@ -13,6 +13,12 @@
 
 namespace bulwark::trainer {
 
+// The trainer's clock, and the milliseconds between two of its readings.
+using TrainClock = std::chrono::steady_clock;
+inline double Ms(TrainClock::time_point a, TrainClock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
 // Wall-clock milliseconds since the epoch: what the agent and controller
 // compare a step signal's time with (other machines' clocks, not this
 // process's steady clock).

@@ -12,22 +12,14 @@
 
 #include "common/spike_rule.h"
 #include "trainer/simd.h"
+#include "trainer/progress.h"
 
 namespace bulwark::trainer {
 namespace {
 
 using Clock = TrainClock;
 
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
-// The digest of the parameters and POET's fixed W0: with Q reset at a
-// merge, the parameters alone would not show a difference in the merged
-// weights.
-std::string StateChecksum(Transformer& model, ParamStore& store) {
-  std::vector<torch::Tensor> w0;
-  for (auto& [name, layer] : model->PoetLayers()) w0.push_back(layer->w0);
-  return store.Checksum(w0);
-}
 
 // Steps at which POET last merged before step `step` runs (0: none yet).
 int64_t LastMerge(const TrainConfig& cfg, int64_t step) {
@@ -95,6 +87,12 @@ nlohmann::json DiagnosePoet(Transformer& model) {
 }
 
 }  // namespace
+
+std::string StateChecksum(Transformer& model, ParamStore& store) {
+  std::vector<torch::Tensor> w0;
+  for (auto& [name, layer] : model->PoetLayers()) w0.push_back(layer->w0);
+  return store.Checksum(w0);
+}
 
 void StepDriver::Note(const std::string& s) {
   if (world.rank() == 0) {

@@ -44,6 +44,11 @@ struct StepTimes {
   int shares = 1;
 };
 
+// The digest of the parameters and POET's fixed W0 (with Q reset at a
+// merge, the parameters alone would not show a difference in the merged
+// weights): what every layout's checksum and the SDC check compare.
+std::string StateChecksum(Transformer& model, ParamStore& store);
+
 // What differs between layouts. Each call is collective over the ranks of
 // the job, in the same order on every rank.
 class StepLayout {

@@ -152,29 +152,37 @@ Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
   return Status::OK();
 }
 
+// A fixed pipeline's generation ended unfinished: a held-back step waits
+// to be stopped (the agent restarts the job's ranks as new processes).
+Status EndOutOfPlace(TrainProcess& p, const Result<GenerationEnd>& end) {
+  if (!end.ok()) return end.status();
+  if (p.link && !p.link->WaitClosed(5 * 60 * 1000)) {
+    return Status::FailedPrecondition("a step was held back, and no restart came within 5 minutes");
+  }
+  return Status::Unavailable("a step was held back, and the agent restarts the job");
+}
+
 }  // namespace
 
 Status Train(const TrainConfig& cfg_in) {
   int gpus = 0;
-  // Before the pipeline's path: it runs on the CPU only (CheckCudaSupports).
   if (auto device = ResolveDevice(cfg_in, &gpus); !device.ok()) return device.status();
-  if (UsesPipeline(cfg_in) && cfg_in.elastic_replicas == 0) {
-    // Pipeline stages restart in new processes (docs/recovery.md); an
-    // elastic pipeline runs its generations in place below (elastic_pipeline.h).
-    if (std::getenv(rank_client::kPrespawnEnv)) return Status::InvalidArgument("pipeline jobs are not pre-spawned");
-    return TrainPipeline(cfg_in);  // --pp / --micro-batches: pipeline.cc
-  }
+  // A fixed pipeline's stages restart in new processes (docs/recovery.md):
+  // they neither wait in place for the next generation nor are pre-spawned.
+  // An elastic pipeline's generations run in place like data parallel's.
+  const bool in_place = !UsesPipeline(cfg_in) || cfg_in.elastic_replicas > 0;
+  const bool prespawned = std::getenv(rank_client::kPrespawnEnv) != nullptr;
+  if (!in_place && prespawned) return Status::InvalidArgument("pipeline jobs are not pre-spawned");
   GenerationStart g;
   g.began = TrainClock::now();
   g.path = "cold";
   TrainProcess p;
   BULWARK_RETURN_IF_ERROR(SetUp(cfg_in, p));
 
-  const bool prespawned = std::getenv(rank_client::kPrespawnEnv) != nullptr;
   auto link = rank_client::RankLink::FromEnv(prespawned ? -1 : std::atoi(std::getenv("RANK") ? std::getenv("RANK") : "0"));
   if (!link.ok()) return link.status();
   p.link = std::move(*link);
-  if (p.link) p.link->OfferInPlace();
+  if (p.link && in_place) p.link->OfferInPlace();
   if (p.link && !prespawned) {
     // Under an agent, every rank says which process it is (Announce).
     const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
@@ -203,6 +211,8 @@ Status Train(const TrainConfig& cfg_in) {
     g.data_ready = TrainClock::now();
     auto env = ReadDistEnv();
     if (!env.ok()) return env.status();
+    // A world the pipeline cannot split is refused before any rendezvous.
+    if (UsesPipeline(p.cfg)) BULWARK_RETURN_IF_ERROR(RankCoords(env->rank, env->world_size, p.cfg.pp).status());
     if (p.cfg.elastic_replicas > 0 && p.cfg.elastic_comm == "ring" && env->world_size > 1 && !p.ring) {
       auto links = RingLinks::Listen(env->master_addr);
       if (!links.ok()) return links.status();
@@ -222,6 +232,7 @@ Status Train(const TrainConfig& cfg_in) {
     g.rendezvous_done = TrainClock::now();
     Result<GenerationEnd> end = RunGeneration(p, **comm, g);
     if (end.ok() && *end == GenerationEnd::kFinished) return Status::OK();
+    if (!in_place) return EndOutOfPlace(p, end);
     const bool halted = end.ok();
     if (!halted && (end.status().code() != Status::Code::kUnavailable || !p.link || p.must_exit)) {
       return end.status();

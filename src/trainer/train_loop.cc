@@ -63,7 +63,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
 // Mean validation loss over the first eval_batches*B*W validation samples in
 // order; each rank evaluates its share and the sums are all-reduced.
@@ -171,11 +170,7 @@ class DataParallelStep final : public StepLayout {
 
   Result<double> Evaluate() override { return trainer::Evaluate(p_.cfg, comm_, p_.model, p_.data.val, p_.device); }
 
-  Result<std::string> Checksum() override {
-    std::vector<torch::Tensor> w0;
-    for (auto& [name, layer] : p_.model->PoetLayers()) w0.push_back(layer->w0);
-    return store_.Checksum(w0);
-  }
+  Result<std::string> Checksum() override { return StateChecksum(p_.model, store_); }
 
   uint64_t SamplesPerStep() const override { return static_cast<uint64_t>(p_.cfg.batch_size) * comm_.world_size(); }
   bool RanksComparable() const override { return true; }
@@ -211,11 +206,11 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
 
   // Padded to the world size even unsharded: in-memory checkpoint shards
   // split the state the way ZeRO-1 does. A job keeps its world size; an
-  // elastic one pads to every width it may run at (config.h). An elastic
-  // pipeline's store holds its stage (elastic_pipeline.h).
+  // elastic one is not padded (dist.h's ChunkOf splits it at any width). A
+  // pipeline's store holds its stage (pipeline.h).
   const int elastic = cfg.elastic_replicas;
   std::optional<PipelinePlace> place;
-  if (elastic > 0 && cfg.pp > 1) {
+  if (UsesPipeline(cfg)) {
     auto placed = PlaceInPipeline(p, comm);
     if (!placed.ok()) return placed.status();
     place = std::move(*placed);
@@ -234,17 +229,18 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   if (elastic == 0 && store.params().numel() % group.world_size() != 0) {
     return Status::FailedPrecondition("this process was set up for another world size than " + std::to_string(W));
   }
-  // A new rank needs a new ZeRO-1 shard; a whole optimizer serves any rank
-  // (and an elastic survivor keeps its moments).
-  if (!p.opt || (cfg.shard_optimizer && p.opt_rank != rank)) {
+  // A new rank needs a new ZeRO-1 shard, its part of the group's store; a
+  // whole optimizer serves any rank (and an elastic survivor keeps its
+  // moments).
+  if (!p.opt || (cfg.shard_optimizer && p.opt_rank != group.rank())) {
     int64_t opt_begin = 0, opt_end = store.num_params();
     if (cfg.shard_optimizer) {
-      const Span mine = ChunkOf(store.params().numel(), W, rank);
+      const Span mine = ChunkOf(store.params().numel(), group.world_size(), group.rank());
       opt_begin = std::min(store.num_params(), mine.begin);
       opt_end = std::min(store.num_params(), mine.end);
     }
     p.opt = std::make_unique<AdamW>(store, opt_begin, opt_end, AdamWOptions{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
-    p.opt_rank = rank;
+    p.opt_rank = group.rank();
   }
 
   const auto t_init = Clock::now();
@@ -287,19 +283,24 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   const auto t_ready = Clock::now();
   // Where a (re)start's seconds go, for the supervisor's recovery breakdown;
   // the time from spawn to main() is the supervisor's to measure.
-  progress.Start({{"data_ms", Ms(g.began, g.data_ready)}, {"rendezvous_ms", Ms(g.data_ready, g.rendezvous_done)},
-                  {"init_ms", Ms(g.rendezvous_done, t_init)}, {"checkpoint_load_ms", Ms(t_init, t_ready)},
-                  {"path", g.path}, {"assign_wait_ms", g.assign_wait_ms}, {"pid", static_cast<int64_t>(::getpid())},
-                  {"params", store.num_params()}, {"world_size", W}, {"optimizer", cfg.optimizer},
-                  {"poet_params", store.poet_group().end - store.poet_group().begin}, {"steps", cfg.steps},
-                  {"start_step", st.step}, {"threads", p.threads}, {"shape", cfg.model.ShapeString()},
-                  {"shard_optimizer", cfg.shard_optimizer}, {"precision", p.precision_reason},
-                  {"device", p.device_reason}});
+  nlohmann::json info = {{"data_ms", Ms(g.began, g.data_ready)}, {"rendezvous_ms", Ms(g.data_ready, g.rendezvous_done)},
+                          {"init_ms", Ms(g.rendezvous_done, t_init)}, {"checkpoint_load_ms", Ms(t_init, t_ready)},
+                          {"path", g.path}, {"assign_wait_ms", g.assign_wait_ms}, {"pid", static_cast<int64_t>(::getpid())},
+                          {"params", store.num_params()}, {"world_size", W}, {"optimizer", cfg.optimizer},
+                          {"poet_params", store.poet_group().end - store.poet_group().begin}, {"steps", cfg.steps},
+                          {"start_step", st.step}, {"threads", p.threads}, {"shape", cfg.model.ShapeString()},
+                          {"shard_optimizer", cfg.shard_optimizer}, {"precision", p.precision_reason},
+                          {"device", p.device_reason}};
+  if (place) info.update(PipelineStart(cfg, *place, store));
+  progress.Start(info);
   if (g.path != "rejoin") progress.Note("device: " + p.device_reason + "; precision: " + p.precision_reason);
+  if (place && g.path != "rejoin") progress.Note(DescribePipeline(cfg, *place));
 
   std::unique_ptr<StepLayout> layout;
-  if (place) {
+  if (place && elastic > 0) {
     layout = MakeElasticPipelineStep(p, comm, *place, healing);
+  } else if (place) {
+    layout = MakePipelineStep(p, comm, *place);
   } else if (elastic > 0) {
     layout = MakeElasticStep(p, comm, healing);
   } else {

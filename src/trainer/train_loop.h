@@ -24,13 +24,12 @@
 #include "trainer/ring.h"
 #include "trainer/model.h"
 #include "trainer/params.h"
+#include "trainer/progress.h"
 #include "trainer/sampler.h"
 #include "trainer/sdc.h"
 #include "trainer/tokens.h"
 
 namespace bulwark::trainer {
-
-using TrainClock = std::chrono::steady_clock;
 
 // What one process keeps across generations.
 struct TrainProcess {
