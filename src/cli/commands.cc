@@ -132,6 +132,7 @@ const std::vector<Command>& Commands() {
         {"no-elastic", "", "the whole-world restart at every fault (recovery standby)"},
         {"recovery", "MODE", "auto, elastic or standby (the whole-world restart) [auto]"},
         {"rendezvous", "PATH", "store (as built) or neighbours (not built: no store) [store]"},
+        {"no-compare", "", "elastic: skip the whole-world run on the same fault trace (half the CPU)"},
         {"regroup", "S", "elastic: an ASSUMED regroup in seconds instead of the priced one (flagged)"}}},
       {"bench-recovery",
        "detect/recover medians per fault class (tiny model)",

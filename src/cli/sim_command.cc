@@ -91,6 +91,8 @@ Status SimCmd(const std::map<std::string, std::string>& flags) {
   // The regroup's rendezvous: the store as built, or the store-less path
   // (not built) priced with the same coefficients.
   if (has("rendezvous")) overrides["rendezvous"] = flags.at("rendezvous");
+  // The elastic arm alone, without the whole-world run beside it.
+  if (has("no-compare")) overrides["compare_whole_world"] = false;
   if (has("regroup")) {
     try {
       overrides["costs"]["regroup"] = std::stod(flags.at("regroup"));
