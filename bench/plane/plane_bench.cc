@@ -94,6 +94,7 @@ struct Sim {
   bool registered = false;
   bool silent = false;
   bool report_in_flight = false;
+  bool register_in_flight = false;  // as an agent, one Register at a time (a resend each second piled up 30 per agent)
   bool stream_open = false;
   int64_t last_ok_ms = 0;  // wall ms of the last accepted report
   Stream* stream = nullptr;  // the open one, owned by its pending op
@@ -178,11 +179,14 @@ void Bench::ConnectChannels() {
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
     stubs_.push_back(w::AgentService::NewStub(grpc::CreateCustomChannel(addr_, grpc::InsecureChannelCredentials(), args)));
   }
-  control_ = w::ControlService::NewStub(grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));
+  grpc::ChannelArguments control_args;
+  control_args.SetMaxReceiveMessageSize(-1);  // as the CLI's: a fleet's status passes 4 MiB
+  control_ = w::ControlService::NewStub(grpc::CreateCustomChannel(addr_, grpc::InsecureChannelCredentials(), control_args));
 }
 
 void Bench::SendRegister(int i) {
   auto* op = new Op(Op::kRegister, i);
+  sims_[i].register_in_flight = true;
   Prepare(op->ctx, 30000);
   w::RegisterRequest req;
   req.set_machine(sims_[i].id);
@@ -255,6 +259,7 @@ void Bench::PollLoop() {
     Sim& s = sims_[op->agent];
     switch (op->kind) {
       case Op::kRegister:
+        s.register_in_flight = false;
         if (op->status.ok()) {
           s.registered = true;
           if (!s.stream_open) OpenStream(op->agent);
@@ -321,7 +326,7 @@ void Bench::ScheduleLoop() {
       Sim& s = sims_[i];
       if (s.silent) continue;
       if (!s.registered) {
-        if (!s.report_in_flight && tick % 100 == slot) SendRegister(i);
+        if (!s.report_in_flight && !s.register_in_flight && tick % 100 == slot) SendRegister(i);
         continue;
       }
       if (!s.stream_open) OpenStream(i);
@@ -369,6 +374,7 @@ int Bench::Run() {
   std::fflush(stdout);
 
   // The job: every machine but one (a standby), one rank each.
+  double submit_s = -1;
   {
     grpc::ClientContext ctx;
     ctx.AddMetadata("x-bulwark-token", token_);
@@ -383,7 +389,8 @@ int Bench::Run() {
     w::SubmitReply reply;
     const auto t = Clock::now();
     grpc::Status st = control_->Submit(&ctx, req, &reply);
-    std::printf("submit: %s in %.2f s\n", st.ok() ? "ok" : st.error_message().c_str(), Secs(Clock::now() - t));
+    submit_s = Secs(Clock::now() - t);
+    std::printf("submit: %s in %.2f s\n", st.ok() ? "ok" : st.error_message().c_str(), submit_s);
     if (!st.ok()) { kill(controller_, SIGKILL); std::fflush(stdout); std::_Exit(1); }
   }
   auto started = [&] {
@@ -433,6 +440,8 @@ int Bench::Run() {
     const auto t = Clock::now();
     grpc::Status st = control_->Status(&ctx, q, &r);
     status_s.push_back(st.ok() ? Secs(Clock::now() - t) : -1);
+    if (!st.ok()) std::printf("status failed: %s\n", st.error_message().c_str());
+    else if (k == 0) std::printf("status: %.1f MiB of JSON\n", r.json().size() / 1048576.0);
     status_worst = std::max(status_worst, status_s.back());
   }
   auto cpu = [](const rusage& r) {
@@ -505,7 +514,7 @@ int Bench::Run() {
   }
   const double listening = Secs(Clock::now() - k0);
   double answering = -1;
-  for (int k = 0; k < 600 && answering < 0; ++k) {
+  for (int k = 0; k < 600 && answering < 0 && Secs(Clock::now() - k0) < 60; ++k) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     w::QueryRequest q;
@@ -534,10 +543,11 @@ int Bench::Run() {
               "%.2f s, every agent's report accepted again after %.2f s\n",
               jbytes / 1048576.0, listening, answering, reattached);
   std::printf("JSON {\"agents\": %d, \"controller_cpu_cores\": %.3f, \"controller_rss_mib\": %.0f, \"threads\": %d, "
-              "\"report_p50_ms\": %.2f, \"report_p99_ms\": %.2f, \"evict_after_s\": %.2f, \"journal_mib_per_hour\": "
-              "%.1f, \"replay_s\": %.2f, \"status_s\": %.3f}\n",
+              "\"report_p50_ms\": %.2f, \"report_p99_ms\": %.2f, \"evict_after_s\": %.2f, \"evict_after_lease_s\": %.2f, "
+              "\"journal_mib_per_hour\": %.1f, \"replay_s\": %.2f, \"status_s\": %.3f, \"submit_s\": %.2f}\n",
               o_.agents, (p1.cpu_s - p0.cpu_s) / window, peak.rss_mib, peak.threads, Percentile(lat, 0.5),
-              Percentile(lat, 0.99), noticed, rows_per_s * row_bytes * 3600 / (1 << 20), reattached, status_worst);
+              Percentile(lat, 0.99), noticed, noticed < 0 ? -1.0 : noticed - 2.0,
+              rows_per_s * row_bytes * 3600 / (1 << 20), reattached, status_worst, submit_s);
   std::fflush(stdout);
 
   // The generator's streams and calls die with the process.

@@ -60,6 +60,9 @@ Result<ControlClient> ControlClient::Connect(const std::string& dir) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  // A fleet's status is larger than gRPC's default 4 MiB limit on what a
+  // client receives: about 5 MiB at 12,500 machines (issue 36).
+  args.SetMaxReceiveMessageSize(-1);
   // A call fails at once when its connection attempt does ("tcp handshaker
   // shutdown" was seen under the test suite's load, with the controller
   // serving). The reads, and returning a machine, are safe to send again:

@@ -180,6 +180,7 @@ class Plane {
  private:
   struct Agent {
     std::string dir;
+    bool stored = false;  // its row (dir, shard_addr) is in the store as they are here
     int64_t incarnation = 0;
     int64_t acked_seq = 0;
     Time last_heard{};

@@ -15,6 +15,7 @@ Status Plane::Rebuild(Time now) {
   for (const MachineRow& m : *machines) {
     Agent& a = agents_[m.id];
     a.dir = m.dir;
+    a.stored = true;
     a.shard_addr = m.shard_addr;
     RoutesChangedLocked();
     // A restarted controller has heard from nobody yet: give every agent a
