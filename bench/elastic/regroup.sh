@@ -6,7 +6,8 @@
 # the ring elastic jobs use (trainer/ring.h: links kept, the lost member's
 # two neighbours dial each other), flat and in two levels (ring.h's
 # TwoLevel, groups of about sqrt(W)), and over Gloo's full mesh, one after
-# the other. All W run on this host, so it shows how the cost grows with W,
+# the other, then the same two rings formed from plans with no store
+# (ring.h's RingPlan: what the controller would send each survivor). All W run on this host, so it shows how the cost grows with W,
 # not what a network would add. Then what one operation on the rendezvous
 # store costs as it holds 0 to 2,000 clients (bulwark-store-bench): the
 # part of the ring's regroup that still grows with W. Figures only.
@@ -17,5 +18,7 @@ cmake --build build --target bulwark-regroup-bench bulwark-store-bench -j "$(npr
 echo "loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
 build/bin/bulwark-regroup-bench --comm ring --group 1 "$@"
 build/bin/bulwark-regroup-bench --comm ring --group 0 "$@"
+build/bin/bulwark-regroup-bench --comm ring --group 1 --plan "$@"
+build/bin/bulwark-regroup-bench --comm ring --group 0 --plan "$@"
 build/bin/bulwark-regroup-bench --comm gloo "$@"
 build/bin/bulwark-store-bench

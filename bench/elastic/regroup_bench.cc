@@ -16,7 +16,13 @@
 // for the CPU work of a mesh of W, not a network figure; what it shows is
 // how the cost grows with W. Figures only.
 //
-// Usage: bulwark-regroup-bench [--comm gloo|ring] [--group G] [W ...]
+// --plan: generation 2 forms with no store (ring.h's RingPlan): this
+// process plays the controller and writes each survivor one plan (the
+// nonce and the addresses of the ranks it links to), as a START_RANKS
+// would carry it; it prints how long writing them took per survivor and
+// how many addresses the largest held.
+//
+// Usage: bulwark-regroup-bench [--comm gloo|ring] [--group G] [--plan] [W ...]
 //   (default ring; --group as bulwark-train's --ring-group: 1 flat, 0 auto; W 3 4 8 16 32)
 #include <spawn.h>
 #include <sys/wait.h>
@@ -26,7 +32,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,7 +56,23 @@ constexpr int64_t kGradients = 368960;
 // A rank: forms generation 1, waits for the start file, then leaves (the
 // middle rank) or forms generation 2 with the other survivors and prints
 // its time to the first all-reduce, then the median of 20 more.
-int Rank(int rank, int world, int port, bool ring, int group, const std::string& go, const std::string& ready) {
+// The plan the controller wrote this survivor: a nonce line, then one
+// "rank address" line per rank it links to.
+Result<RingPlan> ReadPlan(const std::string& path) {
+  RingPlan plan;
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return Status::NotFound("no plan at " + path);
+  unsigned long long nonce = 0;
+  int r = 0;
+  char addr[128];
+  if (std::fscanf(f, "%llu", &nonce) == 1) plan.nonce = nonce;
+  while (std::fscanf(f, "%d %127s", &r, addr) == 2) plan.identities[r] = addr;
+  std::fclose(f);
+  return plan;
+}
+
+int Rank(int rank, int world, int port, bool ring, int group, bool planned, const std::string& go,
+         const std::string& ready) {
   DistEnv env;
   env.rank = rank;
   env.world_size = world;
@@ -68,7 +92,7 @@ int Rank(int rank, int world, int port, bool ring, int group, const std::string&
   std::vector<torch::Tensor> one{torch::ones({1})};
   if (!(*first)->AllReduceSum(one).ok()) return 1;
   if (std::FILE* f = std::fopen(ready.c_str(), "a")) {
-    std::fprintf(f, "%d\n", rank);
+    std::fprintf(f, "%d %s\n", rank, links ? links->identity().c_str() : "-");
     std::fclose(f);
   }
   while (::access(go.c_str(), F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -79,7 +103,14 @@ int Rank(int rank, int world, int port, bool ring, int group, const std::string&
   env.master_port = port + 1;
   env.world_size = world - 1;
   env.rank = rank < lost ? rank : rank - 1;
-  auto second = Comm::Connect(env, 120, links.get());
+  Result<std::unique_ptr<Comm>> second = Status::Internal("unset");
+  if (planned) {
+    auto plan = ReadPlan(go + ".plan." + std::to_string(rank));
+    if (!plan.ok()) return 1;
+    second = Comm::Join(env, *plan, 120, *links);
+  } else {
+    second = Comm::Connect(env, 120, links.get());
+  }
   if (!second.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, second.status().ToString().c_str());
     return 1;
@@ -108,10 +139,33 @@ int Rank(int rank, int world, int port, bool ring, int group, const std::string&
   return 0;
 }
 
-int Run(const char* self, bool ring, int group, const std::vector<int>& widths) {
+// The controller's part of a membership change without a store: one plan
+// per survivor. Returns the largest plan's address count.
+size_t WritePlans(const std::string& go, int world, int group, const std::map<int, std::string>& identity) {
+  const int lost = world / 2;
+  std::vector<int> old;  // survivor's new rank -> its rank in generation 1
+  for (int r = 0; r < world; ++r) if (r != lost) old.push_back(r);
+  size_t most = 0;
+  for (int r = 0; r < world - 1; ++r) {
+    std::string text = std::to_string(2 + (static_cast<uint64_t>(world) << 32)) + "\n";
+    const std::set<int> linked = LinkedRanks(r, world - 1, group);
+    for (int peer : linked) text += std::to_string(peer) + " " + identity.at(old[peer]) + "\n";
+    most = std::max(most, linked.size());
+    const std::string path = go + ".plan." + std::to_string(old[r]);
+    if (std::FILE* f = std::fopen(path.c_str(), "w")) {
+      std::fputs(text.c_str(), f);
+      std::fclose(f);
+    }
+  }
+  return most;
+}
+
+int Run(const char* self, bool ring, int group, bool planned, const std::vector<int>& widths) {
   std::printf("host: %u cores; W processes up, one leaves, the W - 1 others form generation 2 (%s)\n",
               std::thread::hardware_concurrency(),
-              !ring ? "TCPStore + Gloo full mesh" : group == 1 ? "flat ring, links kept" : "ring in two levels, links kept");
+              !ring ? "TCPStore + Gloo full mesh"
+              : planned ? (group == 1 ? "flat ring from plans, no store" : "ring in two levels from plans, no store")
+              : group == 1 ? "flat ring, links kept" : "ring in two levels, links kept");
   std::printf("%6s %10s %16s %22s %18s %24s %20s\n", "W", "layout", "connect (max)", "connect+all-reduce",
               "links made (max)", "all-reduce 369k int64", "all-reduce 8 int64");
   std::mt19937 rng(std::random_device{}());
@@ -126,6 +180,7 @@ int Run(const char* self, bool ring, int group, const std::vector<int>& widths) 
       std::vector<std::string> args = {self, "--rank", std::to_string(r), "--world", std::to_string(w), "--port",
                                        std::to_string(port), "--go", go, "--out", out, "--ready", ready,
                                        "--comm", ring ? "ring" : "gloo", "--group", std::to_string(group)};
+      if (planned) args.push_back("--plan");
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -134,11 +189,16 @@ int Run(const char* self, bool ring, int group, const std::vector<int>& widths) 
       kids.push_back(pid);
     }
     // Generation 1 formed: every rank said so (their cold start is not timed).
+    std::map<int, std::string> identity;
     for (int said = 0; said < w;) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       said = 0;
       if (std::FILE* f = std::fopen(ready.c_str(), "r")) {
-        for (int r = 0; std::fscanf(f, "%d", &r) == 1;) ++said;
+        char addr[128];
+        for (int r = 0; std::fscanf(f, "%d %127s", &r, addr) == 2;) {
+          identity[r] = addr;
+          ++said;
+        }
         std::fclose(f);
       }
       int st = 0;
@@ -146,6 +206,13 @@ int Run(const char* self, bool ring, int group, const std::vector<int>& widths) 
         std::printf("%6d   failed: a rank exited while forming generation 1\n", w);
         break;
       }
+    }
+    double plan_ms = 0;
+    size_t plan_most = 0;
+    if (planned) {
+      const double p0 = NowMs();
+      plan_most = WritePlans(go, w, group, identity);
+      plan_ms = (NowMs() - p0) / (w - 1);
     }
     std::FILE* g = std::fopen(go.c_str(), "w");
     if (g != nullptr) std::fclose(g);
@@ -171,14 +238,17 @@ int Run(const char* self, bool ring, int group, const std::vector<int>& widths) 
       std::fclose(f);
     }
     for (const std::string& f : {go, out, ready}) std::remove(f.c_str());
+    for (int r = 0; r < w; ++r) std::remove((go + ".plan." + std::to_string(r)).c_str());
     if (!ok || lines != w - 1) {
       std::printf("%6d   failed (%d of %d survivors reported)\n", w, lines, w - 1);
       continue;
     }
     const TwoLevel L = TwoLevel::For(w - 1, group);
     const std::string layout = !ring ? "mesh" : L.flat() ? "flat" : std::to_string(L.K) + "x" + std::to_string(L.G);
-    std::printf("%6d %10s %13.1f ms %19.1f ms %18d %21.1f ms %17.2f ms\n", w, layout.c_str(), connect, total, made,
+    std::printf("%6d %10s %13.1f ms %19.1f ms %18d %21.1f ms %17.2f ms", w, layout.c_str(), connect, total, made,
                 reduce, tiny);
+    if (planned) std::printf("   plan: %zu addresses, written in %.3f ms per survivor; store operations: 0", plan_most, plan_ms);
+    std::printf("\n");
     std::fflush(stdout);
   }
   return 0;
@@ -189,7 +259,7 @@ int Run(const char* self, bool ring, int group, const std::vector<int>& widths) 
 
 int main(int argc, char** argv) {
   int rank = -1, world = 0, port = 0, group = 0;
-  bool ring = true;
+  bool ring = true, planned = false;
   std::string go, out, ready;
   std::vector<int> widths;
   for (int i = 1; i < argc; ++i) {
@@ -201,19 +271,24 @@ int main(int argc, char** argv) {
     else if (a == "--out" && i + 1 < argc) out = argv[++i];
     else if (a == "--ready" && i + 1 < argc) ready = argv[++i];
     else if (a == "--group" && i + 1 < argc) group = std::atoi(argv[++i]);
+    else if (a == "--plan") planned = true;
     else if (a == "--comm" && i + 1 < argc && (std::string(argv[i + 1]) == "ring" || std::string(argv[i + 1]) == "gloo"))
       ring = std::string(argv[++i]) == "ring";
     else if (std::atoi(a.c_str()) >= 3) widths.push_back(std::atoi(a.c_str()));
     else {
-      std::fprintf(stderr, "bulwark-regroup-bench: '%s' is not --comm gloo|ring, --group G or a world size of 3 or more; e.g. 3 4 8\n", a.c_str());
+      std::fprintf(stderr, "bulwark-regroup-bench: '%s' is not --comm gloo|ring, --group G, --plan or a world size of 3 or more; e.g. 3 4 8\n", a.c_str());
       return 2;
     }
   }
   if (rank >= 0) {
     // Each rank appends its line; lines of a few bytes are written whole.
     if (std::freopen(out.c_str(), "a", stdout) == nullptr) return 1;
-    return bulwark::trainer::Rank(rank, world, port, ring, group, go, ready);
+    return bulwark::trainer::Rank(rank, world, port, ring, group, planned, go, ready);
   }
   if (widths.empty()) widths = {3, 4, 8, 16, 32};
-  return bulwark::trainer::Run(argv[0], ring, group, widths);
+  if (planned && !ring) {
+    std::fprintf(stderr, "bulwark-regroup-bench: --plan forms the ring without a store; drop --comm gloo\n");
+    return 2;
+  }
+  return bulwark::trainer::Run(argv[0], ring, group, planned, widths);
 }

@@ -155,6 +155,17 @@ Result<std::unique_ptr<Comm>> Comm::Connect(const DistEnv& env, double timeout_s
   return c;
 }
 
+Result<std::unique_ptr<Comm>> Comm::Join(const DistEnv& env, const RingPlan& plan, double timeout_s,
+                                         RingLinks& ring) {
+  std::unique_ptr<Comm> c(new Comm());
+  c->env_ = env;
+  if (env.world_size == 1) return c;
+  auto r = Ring::Form(plan, env.rank, env.world_size, timeout_s, ring);
+  if (!r.ok()) return r.status();
+  c->ring_ = std::move(*r);
+  return c;
+}
+
 Comm::~Comm() = default;
 
 Result<std::unique_ptr<Comm>> Comm::Subgroup(const std::string& name, const std::vector<int>& ranks,
@@ -165,6 +176,10 @@ Result<std::unique_ptr<Comm>> Comm::Subgroup(const std::string& name, const std:
   c->env_ = env_;
   c->env_.rank = static_cast<int>(it - ranks.begin());
   c->env_.world_size = static_cast<int>(ranks.size());
+  if (ring_ && !store_ && ranks.size() > 1) {
+    return Status::FailedPrecondition("group " + name + ": a generation joined from a plan (no store) has no "
+                                      "subgroups; its plan would have to name the group's ring");
+  }
   if (ranks.size() == 1 || !store_) return c;
   if (ring_ && links == nullptr) return Status::Internal("a ring's subgroup needs links of its own (group " + name + ")");
   try {

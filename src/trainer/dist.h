@@ -35,6 +35,7 @@ namespace bulwark::trainer {
 
 class Ring;
 class RingLinks;
+struct RingPlan;
 
 // Part `i` of `parts` of a flat buffer of `n` elements: [n i / P, n (i+1) / P).
 // Every split of a flat buffer (the ZeRO-1 optimizer's range, the in-memory
@@ -64,6 +65,12 @@ class Comm {
   // rank 0 prints {"event":"rendezvous","port":N} on stdout before waiting
   // for the others, which a launcher then starts with MASTER_PORT=N.
   static Result<std::unique_ptr<Comm>> Connect(const DistEnv& env, double timeout_s, RingLinks* ring = nullptr);
+  // A generation over `ring` with no store at all: the plan (ring.h's
+  // RingPlan) names the nonce and the addresses this rank links to. Its
+  // collectives are the ring's; it has no subgroups, and no point-to-point
+  // messages but to the ranks the plan names.
+  static Result<std::unique_ptr<Comm>> Join(const DistEnv& env, const RingPlan& plan, double timeout_s,
+                                            RingLinks& ring);
   ~Comm();
 
   int rank() const { return env_.rank; }

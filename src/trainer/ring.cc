@@ -24,6 +24,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <stdexcept>
 
 namespace bulwark::trainer {
 
@@ -191,17 +192,15 @@ void RingLinks::Close(const Key& k) {
 
 // --------------------------------------------------------------------- Ring
 
-Ring::Ring(c10d::Store& store, int rank, int world, double timeout_s, RingLinks& links)
+Ring::Ring(c10d::Store* store, int rank, int world, double timeout_s, RingLinks& links)
     : store_(store), rank_(rank), world_(world), timeout_s_(timeout_s), links_(links) {}
 
 double Ring::Deadline() const { return Now() + timeout_s_; }
 
 Result<std::unique_ptr<Ring>> Ring::Form(c10d::Store& store, int rank, int world, double timeout_s,
                                          RingLinks& links) {
-  std::unique_ptr<Ring> r(new Ring(store, rank, world, timeout_s, links));
-  links.kept_ = links.made_ = 0;
-  links.fresh_.clear();
-  if (world == 1) return r;
+  std::unique_ptr<Ring> r(new Ring(&store, rank, world, timeout_s, links));
+  if (world == 1) return Finish(std::move(r));
   try {
     store.set("bulwark-ring/" + std::to_string(rank), Bytes(links.identity()));
     if (rank == 0) {
@@ -210,6 +209,31 @@ Result<std::unique_ptr<Ring>> Ring::Form(c10d::Store& store, int rank, int world
       store.set("bulwark-ring/nonce", Bytes(std::to_string(n)));
     }
     r->nonce_ = std::stoull(Bytes(store.get("bulwark-ring/nonce")));
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    return Status::Unavailable("forming the ring failed on rank " + std::to_string(rank) + ": " + what);
+  }
+  return Finish(std::move(r));
+}
+
+Result<std::unique_ptr<Ring>> Ring::Form(const RingPlan& plan, int rank, int world, double timeout_s,
+                                         RingLinks& links) {
+  std::unique_ptr<Ring> r(new Ring(nullptr, rank, world, timeout_s, links));
+  r->nonce_ = plan.nonce;
+  r->identities_ = plan.identities;
+  r->identities_[rank] = links.identity();
+  return Finish(std::move(r));
+}
+
+// The neighbours' addresses (from the store or the plan), then the links.
+Result<std::unique_ptr<Ring>> Ring::Finish(std::unique_ptr<Ring> r) {
+  RingLinks& links = r->links_;
+  links.kept_ = links.made_ = 0;
+  links.fresh_.clear();
+  const int rank = r->rank_, world = r->world_;
+  if (world == 1) return r;
+  try {
     r->pred_ = r->Identity((rank + world - 1) % world);
     r->succ_ = r->Identity((rank + 1) % world);
     r->peers_ = {r->pred_, r->succ_};
@@ -226,7 +250,8 @@ Result<std::unique_ptr<Ring>> Ring::Form(c10d::Store& store, int rank, int world
 std::string Ring::Identity(int rank) {
   auto it = identities_.find(rank);
   if (it != identities_.end()) return it->second;
-  return identities_[rank] = Bytes(store_.get("bulwark-ring/" + std::to_string(rank)));
+  if (store_ == nullptr) throw std::runtime_error("rank " + std::to_string(rank) + "'s ring address is not in the plan");
+  return identities_[rank] = Bytes(store_->get("bulwark-ring/" + std::to_string(rank)));
 }
 
 int Ring::Fd(const std::string& peer, int channel) {

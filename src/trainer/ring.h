@@ -114,12 +114,32 @@ struct TwoLevel {
   int OwnerOf(int g, int part) const;  // the rank that holds `part` in group g
 };
 
+// What a rank needs to form a generation without a store: the generation's
+// nonce and the ring addresses ("addr:port", RingLinks::identity) of the
+// ranks it links to (LinkedRanks), as a controller that knows the
+// membership can hand each survivor in one small message. Nothing in it
+// grows with W.
+struct RingPlan {
+  uint64_t nonce = 0;
+  std::map<int, std::string> identities;  // rank -> ring address
+};
+
+// The ranks a rank links to in a world of `world` under the layout
+// TwoLevel::For(world, group): its flat ring's neighbours, and in two
+// levels its group's ring's and each of its parts' cross rings'.
+std::set<int> LinkedRanks(int rank, int world, int group);
+
 // One generation's ring: rank r's neighbours are r - 1 and r + 1 (mod W).
 class Ring {
  public:
   // `store` is the generation's store (rank 0 hosts it); it must outlive
   // the Ring.
   static Result<std::unique_ptr<Ring>> Form(c10d::Store& store, int rank, int world, double timeout_s,
+                                            RingLinks& links);
+  // The same without a store: every address comes from `plan`. Only the
+  // collectives can run on such a ring; a point-to-point message to a rank
+  // the plan does not name fails.
+  static Result<std::unique_ptr<Ring>> Form(const RingPlan& plan, int rank, int world, double timeout_s,
                                             RingLinks& links);
   // A generation that ends without a failure still tells its neighbours,
   // so a peer left inside a collective fails at once.
@@ -139,7 +159,8 @@ class Ring {
   Status RecvNeverSent();
 
  private:
-  Ring(c10d::Store& store, int rank, int world, double timeout_s, RingLinks& links);
+  Ring(c10d::Store* store, int rank, int world, double timeout_s, RingLinks& links);
+  static Result<std::unique_ptr<Ring>> Finish(std::unique_ptr<Ring> r);
   Status Link();
   Status Handshake(const std::string& peer, bool* retry);
   using Pieces = std::vector<std::pair<const char*, size_t>>;
@@ -161,7 +182,7 @@ class Ring {
   Status Exchange(int to, const Pieces& out, int from, char* in, size_t in_len, int64_t tag);
   Status ReadFrame(int fd, int64_t tag, char* in, size_t in_len, bool* eof);
   Status Fail(const Status& why);
-  std::string Identity(int rank);  // throws what the store throws
+  std::string Identity(int rank);  // throws what the store throws, or when no one knows it
   Result<std::string> PeerAddress(int rank);
   int Fd(const std::string& peer, int channel);
   Status AcceptUntil(const RingLinks::Key& want, bool watch_ring = false);
@@ -172,7 +193,7 @@ class Ring {
   void SendLoop();
   double Deadline() const;
 
-  c10d::Store& store_;
+  c10d::Store* store_;  // nullptr: a RingPlan's ring
   const int rank_, world_;
   const double timeout_s_;
   RingLinks& links_;

@@ -54,22 +54,54 @@ int TwoLevel::OwnerOf(int g, int part) const {
   return First(g);  // not reached: the chunks cover every part
 }
 
+namespace {
+
+// The layout's rings through `rank`, as ranks: its group's, and for each
+// part it holds, that part's ring across the groups.
+struct Neighbours {
+  int group_pred = -1, group_succ = -1;
+  std::map<int, std::pair<int, int>> cross;  // part -> pred, succ
+};
+
+Neighbours NeighboursOf(const TwoLevel& L, int rank) {
+  Neighbours n;
+  const int g = L.GroupOf(rank), first = L.First(g), s = L.Size(g), pos = rank - first;
+  n.group_pred = first + (pos + s - 1) % s;
+  n.group_succ = first + (pos + 1) % s;
+  const auto [b, e] = L.PartsOf(g, pos);
+  for (int part = b; part < e; ++part) {
+    n.cross[part] = {L.OwnerOf((g + L.K - 1) % L.K, part), L.OwnerOf((g + 1) % L.K, part)};
+  }
+  return n;
+}
+
+}  // namespace
+
+std::set<int> LinkedRanks(int rank, int world, int group) {
+  if (world <= 1) return {};
+  std::set<int> out = {(rank + world - 1) % world, (rank + 1) % world};
+  const TwoLevel L = TwoLevel::For(world, group);
+  if (!L.flat()) {
+    const Neighbours n = NeighboursOf(L, rank);
+    out.insert({n.group_pred, n.group_succ});
+    for (const auto& [part, ends] : n.cross) out.insert({ends.first, ends.second});
+  }
+  out.erase(rank);
+  return out;
+}
+
 // The group's ring and, for each part this rank holds, the ring of that
 // part's owners across the groups: their identities join the links.
 Status Ring::FormLayout(int requested_group) {
   layout_ = TwoLevel::For(world_, requested_group);
   if (layout_.flat()) return Status::OK();
-  const int g = layout_.GroupOf(rank_), first = layout_.First(g), s = layout_.Size(g), pos = rank_ - first;
-  group_pred_ = Identity(first + (pos + s - 1) % s);
-  group_succ_ = Identity(first + (pos + 1) % s);
+  const Neighbours n = NeighboursOf(layout_, rank_);
+  group_pred_ = Identity(n.group_pred);
+  group_succ_ = Identity(n.group_succ);
   peers_.insert({group_pred_, group_succ_});
-  const auto [b, e] = layout_.PartsOf(g, pos);
-  for (int part = b; part < e; ++part) {
-    const int K = layout_.K;
-    const std::string pred = Identity(layout_.OwnerOf((g + K - 1) % K, part));
-    const std::string succ = Identity(layout_.OwnerOf((g + 1) % K, part));
-    cross_[part] = {pred, succ};
-    peers_.insert({pred, succ});
+  for (const auto& [part, ends] : n.cross) {
+    cross_[part] = {Identity(ends.first), Identity(ends.second)};
+    peers_.insert({cross_[part].first, cross_[part].second});
   }
   peers_.erase(links_.identity());  // a ring of one: no link to itself
   return Status::OK();

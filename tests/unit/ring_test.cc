@@ -210,6 +210,68 @@ TEST(Ring, ARegroupWithoutOneMemberRedialsOnlyItsTwoNeighbours) {
   }
 }
 
+// One generation among `ms` with no store: each member gets only what a
+// controller would send it, the nonce and the addresses of LinkedRanks.
+// `sizes` gets the number of addresses each plan held.
+void PlannedGeneration(const std::vector<Member*>& ms, uint64_t nonce, int group, std::vector<size_t>* sizes,
+                       const std::function<void(int)>& body) {
+  const int W = static_cast<int>(ms.size());
+  sizes->assign(W, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < W; ++r) {
+    RingPlan plan;
+    plan.nonce = nonce;
+    for (int peer : LinkedRanks(r, W, group)) plan.identities[peer] = ms[peer]->links->identity();
+    (*sizes)[r] = plan.identities.size();
+    threads.emplace_back([&, r, plan] {
+      Member& m = *ms[r];
+      m.ring.reset();
+      m.links->SetGroupSize(group);
+      auto ring = Ring::Form(plan, r, W, kTimeout, *m.links);
+      m.formed = ring.ok() ? Status::OK() : ring.status();
+      if (ring.ok()) m.ring = std::move(*ring);
+      if (m.formed.ok()) body(r);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (Member* m : ms) ASSERT_TRUE(m->formed.ok()) << m->formed.ToString();
+}
+
+// The regroup with the store gone: 20 members, flat and in groups of 4, form
+// generation 1 and, without member 7, generation 2 from plans alone. A plan
+// names at most 8 addresses whatever W is (2 flat), the survivors' sums are
+// exact, and on the flat ring only member 7's two neighbours dial anything.
+TEST(Ring, AGenerationFormsFromTheControllersPlanWithNoStore) {
+  for (const int G : {1, 4}) {
+    SCOPED_TRACE("G=" + std::to_string(G));
+    auto ms = Members(20);
+    std::vector<size_t> sizes;
+    PlannedGeneration(Ptrs(ms), 1, G, &sizes, [&](int r) {
+      std::vector<torch::Tensor> v{torch::full({1000}, r + 1, torch::kInt64)};
+      EXPECT_TRUE(ms[r].ring->AllReduce(v, false).ok());
+      EXPECT_EQ(v[0][999].item<int64_t>(), 20 * 21 / 2);
+    });
+    for (size_t n : sizes) EXPECT_LE(n, G == 1 ? 2u : 8u);
+    ms[7].ring.reset();
+    ms[7].links.reset();
+    std::vector<int> rest;
+    for (int i = 0; i < 20; ++i) if (i != 7) rest.push_back(i);
+    auto survivors = Ptrs(ms, rest);
+    std::vector<int64_t> got(19);
+    PlannedGeneration(survivors, 2, G, &sizes, [&](int r) {
+      std::vector<torch::Tensor> v{torch::full({1000}, rest[r] + 1, torch::kInt64)};
+      EXPECT_TRUE(survivors[r]->ring->AllReduce(v, false).ok());
+      got[r] = v[0][500].item<int64_t>();
+    });
+    for (int64_t x : got) EXPECT_EQ(x, 20 * 21 / 2 - 8);
+    if (G == 1) {
+      for (int r = 0; r < 19; ++r) {
+        EXPECT_EQ(survivors[r]->links->made(), (rest[r] == 6 || rest[r] == 8) ? 1 : 0) << "member " << rest[r];
+      }
+    }
+  }
+}
+
 // Flat and in two levels (groups of at most 2: a failure crosses groups).
 TEST(Ring, ADeadMemberFailsEveryCollectiveAtOnceAndTheSurvivorsGoOn) {
   for (const int G : {1, 2}) {
