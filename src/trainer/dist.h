@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/ring_layout.h"
 #include "common/status.h"
 
 namespace c10d {
@@ -36,16 +37,6 @@ namespace bulwark::trainer {
 class Ring;
 class RingLinks;
 struct RingPlan;
-
-// Part `i` of `parts` of a flat buffer of `n` elements: [n i / P, n (i+1) / P).
-// Every split of a flat buffer (the ZeRO-1 optimizer's range, the in-memory
-// checkpoint's shards, the all-gathers) follows this one rule, so any width
-// splits any length and the parts differ by at most one element.
-struct Span {
-  int64_t begin = 0, end = 0;
-  int64_t size() const { return end - begin; }
-};
-inline Span ChunkOf(int64_t n, int parts, int i) { return {n * i / parts, n * (i + 1) / parts}; }
 
 // The torchrun variables. All absent: a single process (rank 0 of 1).
 struct DistEnv {

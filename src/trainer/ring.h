@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/ring_layout.h"
 #include "common/status.h"
 
 namespace c10d {
@@ -71,7 +72,7 @@ class RingLinks {
     interrupted_ = std::move(asked);
   }
 
-  // The all-reduce's layout (TwoLevel below): groups of at most `g`
+  // The all-reduce's layout (common/ring_layout.h's TwoLevel): groups of at most `g`
   // consecutive ranks; 1 keeps the flat ring at every width; 0 picks
   // ceil(sqrt(W)) from W = 16 on, flat below.
   void SetGroupSize(int g) { group_ = g; }
@@ -93,26 +94,6 @@ class RingLinks {
   int group_ = 0;  // SetGroupSize
 };
 
-// A two-level all-reduce's layout: W ranks in K groups of consecutive ranks
-// (sizes differ by one at most, none above G), the buffer cut into P = G
-// parts. A group's ring reduce-scatters the buffer (member `pos` ends with
-// the group's sum of parts PartsOf(g, pos)); each part's owners, one per
-// group, all-reduce it on a ring across the groups; the group's ring
-// all-gathers the result. A collective's latency is 2(G - 1) + 2(K - 1)
-// hops, not 2(W - 1), and its bytes are the flat ring's on each link. The
-// sum is the exact one either way (elastic.h): integers add in any order.
-struct TwoLevel {
-  int W = 1, G = 1, K = 1;
-  static TwoLevel For(int world, int requested);
-  bool flat() const { return K == 1 || G == 1; }
-  int GroupOf(int rank) const;
-  int First(int g) const { return static_cast<int>(static_cast<int64_t>(W) * g / K); }
-  int Size(int g) const { return First(g + 1) - First(g); }
-  // Parts [first, second) that member `pos` of group `g` holds summed
-  // after the group's reduce-scatter.
-  std::pair<int, int> PartsOf(int g, int pos) const;
-  int OwnerOf(int g, int part) const;  // the rank that holds `part` in group g
-};
 
 // What a rank needs to form a generation without a store: the generation's
 // nonce and the ring addresses ("addr:port", RingLinks::identity) of the
@@ -124,10 +105,6 @@ struct RingPlan {
   std::map<int, std::string> identities;  // rank -> ring address
 };
 
-// The ranks a rank links to in a world of `world` under the layout
-// TwoLevel::For(world, group): its flat ring's neighbours, and in two
-// levels its group's ring's and each of its parts' cross rings'.
-std::set<int> LinkedRanks(int rank, int world, int group);
 
 // One generation's ring: rank r's neighbours are r - 1 and r + 1 (mod W).
 class Ring {

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 
 #include "trainer/dist.h"
 #include "trainer/ring.h"
@@ -18,84 +17,12 @@ using namespace ring_wire;
 
 // ---------------------------------------------------------------- layout
 
-TwoLevel TwoLevel::For(int world, int requested) {
-  TwoLevel t;
-  t.W = std::max(1, world);
-  int g = requested;
-  if (g == 0) g = t.W < 16 ? t.W : static_cast<int>(std::ceil(std::sqrt(static_cast<double>(t.W))));
-  t.G = std::clamp(g, 1, t.W);
-  t.K = (t.W + t.G - 1) / t.G;
-  if (t.G == 1) t.K = 1;  // flat: one group of everyone, no cross rings
-  if (t.K == 1) t.G = t.W;
-  return t;
-}
-
-int TwoLevel::GroupOf(int rank) const {
-  int g = static_cast<int>(static_cast<int64_t>(rank) * K / W);
-  while (g + 1 < K && First(g + 1) <= rank) ++g;
-  while (g > 0 && First(g) > rank) --g;
-  return g;
-}
-
-// The group's reduce-scatter cuts the P = G parts into Size(g) chunks of
-// consecutive parts; member pos ends with chunk pos + 1 (RingPass).
-std::pair<int, int> TwoLevel::PartsOf(int g, int pos) const {
-  const int s = Size(g);
-  const Span c = ChunkOf(G, s, (pos + 1) % s);
-  return {static_cast<int>(c.begin), static_cast<int>(c.end)};
-}
-
-int TwoLevel::OwnerOf(int g, int part) const {
-  const int s = Size(g);
-  for (int pos = 0; pos < s; ++pos) {
-    const auto [b, e] = PartsOf(g, pos);
-    if (part >= b && part < e) return First(g) + pos;
-  }
-  return First(g);  // not reached: the chunks cover every part
-}
-
-namespace {
-
-// The layout's rings through `rank`, as ranks: its group's, and for each
-// part it holds, that part's ring across the groups.
-struct Neighbours {
-  int group_pred = -1, group_succ = -1;
-  std::map<int, std::pair<int, int>> cross;  // part -> pred, succ
-};
-
-Neighbours NeighboursOf(const TwoLevel& L, int rank) {
-  Neighbours n;
-  const int g = L.GroupOf(rank), first = L.First(g), s = L.Size(g), pos = rank - first;
-  n.group_pred = first + (pos + s - 1) % s;
-  n.group_succ = first + (pos + 1) % s;
-  const auto [b, e] = L.PartsOf(g, pos);
-  for (int part = b; part < e; ++part) {
-    n.cross[part] = {L.OwnerOf((g + L.K - 1) % L.K, part), L.OwnerOf((g + 1) % L.K, part)};
-  }
-  return n;
-}
-
-}  // namespace
-
-std::set<int> LinkedRanks(int rank, int world, int group) {
-  if (world <= 1) return {};
-  std::set<int> out = {(rank + world - 1) % world, (rank + 1) % world};
-  const TwoLevel L = TwoLevel::For(world, group);
-  if (!L.flat()) {
-    const Neighbours n = NeighboursOf(L, rank);
-    out.insert({n.group_pred, n.group_succ});
-    for (const auto& [part, ends] : n.cross) out.insert({ends.first, ends.second});
-  }
-  out.erase(rank);
-  return out;
-}
-
 // The group's ring and, for each part this rank holds, the ring of that
 // part's owners across the groups: their identities join the links.
 Status Ring::FormLayout(int requested_group) {
   layout_ = TwoLevel::For(world_, requested_group);
   if (layout_.flat()) return Status::OK();
-  const Neighbours n = NeighboursOf(layout_, rank_);
+  const RingNeighbours n = NeighboursOf(layout_, rank_);
   group_pred_ = Identity(n.group_pred);
   group_succ_ = Identity(n.group_succ);
   peers_.insert({group_pred_, group_succ_});

@@ -1,0 +1,58 @@
+// How a ring communicator lays out its ranks and cuts its buffers: pure
+// arithmetic that the trainer's ring (trainer/ring.h) runs by and that a
+// controller handing each rank its neighbours (a RingPlan) must agree
+// with, so it lives here, outside the libtorch code.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <utility>
+
+namespace bulwark {
+
+// Part `i` of `parts` of a flat buffer of `n` elements: [n i / P, n (i+1) / P).
+// Every split of a flat buffer (the ZeRO-1 optimizer's range, the in-memory
+// checkpoint's shards, the all-gathers) follows this one rule, so any width
+// splits any length and the parts differ by at most one element.
+struct Span {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+inline Span ChunkOf(int64_t n, int parts, int i) { return {n * i / parts, n * (i + 1) / parts}; }
+
+// A two-level all-reduce's layout: W ranks in K groups of consecutive ranks
+// (sizes differ by one at most, none above G), the buffer cut into P = G
+// parts. A group's ring reduce-scatters the buffer (member `pos` ends with
+// the group's sum of parts PartsOf(g, pos)); each part's owners, one per
+// group, all-reduce it on a ring across the groups; the group's ring
+// all-gathers the result. A collective's latency is 2(G - 1) + 2(K - 1)
+// hops, not 2(W - 1), and its bytes are the flat ring's on each link. The
+// sum is the exact one either way (elastic.h): integers add in any order.
+struct TwoLevel {
+  int W = 1, G = 1, K = 1;
+  static TwoLevel For(int world, int requested);
+  bool flat() const { return K == 1 || G == 1; }
+  int GroupOf(int rank) const;
+  int First(int g) const { return static_cast<int>(static_cast<int64_t>(W) * g / K); }
+  int Size(int g) const { return First(g + 1) - First(g); }
+  // Parts [first, second) that member `pos` of group `g` holds summed
+  // after the group's reduce-scatter.
+  std::pair<int, int> PartsOf(int g, int pos) const;
+  int OwnerOf(int g, int part) const;  // the rank that holds `part` in group g
+};
+
+// The layout's rings through `rank`, as ranks: its group's, and for each
+// part it holds, that part's ring across the groups.
+struct RingNeighbours {
+  int group_pred = -1, group_succ = -1;
+  std::map<int, std::pair<int, int>> cross;  // part -> pred, succ
+};
+RingNeighbours NeighboursOf(const TwoLevel& L, int rank);
+
+// The ranks a rank links to in a world of `world` under the layout
+// TwoLevel::For(world, group): its flat ring's neighbours, and in two
+// levels its group's ring's and each of its parts' cross rings'.
+std::set<int> LinkedRanks(int rank, int world, int group);
+
+}  // namespace bulwark
