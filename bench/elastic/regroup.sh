@@ -7,8 +7,9 @@
 # two neighbours dial each other), flat and in two levels (ring.h's
 # TwoLevel, groups of about sqrt(W)), and over Gloo's full mesh, one after
 # the other, then the same two rings formed from plans with no store
-# (ring.h's RingPlan: what the controller would send each survivor). All W run on this host, so it shows how the cost grows with W,
-# not what a network would add. Then what one operation on the rendezvous
+# (ring.h's RingPlan: what the controller would send each survivor). All
+# W run on this host, so it shows how the cost grows with W, not what a
+# network would add. Then what one operation on the rendezvous
 # store costs as it holds 0 to 2,000 clients (bulwark-store-bench): the
 # part of the ring's regroup that still grows with W. Figures only.
 # Arguments: [W ...]
