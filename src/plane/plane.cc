@@ -304,7 +304,9 @@ Status Plane::Register(const wire::RegisterRequest& req, Time now) {
   }
   a.dir = req.machine_dir();
   if (a.shard_addr != req.shard_addr()) a.reached = false;  // proved at another address
-  if (a.shard_addr != req.shard_addr() || !a.shards.empty() || a.lost_reported) RoutesChangedLocked();
+  // Routes name holders of copies (and their addresses): an agent that
+  // holds none changes none of them by registering.
+  if (!a.shards.empty()) RoutesChangedLocked();
   a.shard_addr = req.shard_addr();
   if (a.incarnation != req.incarnation()) {
     a.reached = false;
@@ -500,6 +502,12 @@ void Plane::WakeStreamsLocked() {
   for (auto& [id, a] : agents_) WakeStreamLocked(id, a);
 }
 
+void Plane::Heard(const std::string& machine, int64_t incarnation, Time now) {
+  MutexLock lock(&heard_mu_);
+  auto& at = heard_[machine];
+  if (at.first != incarnation || at.second < now) at = {incarnation, now};
+}
+
 void Plane::Requeue(const std::string& machine, wire::Command command) {
   PlaneLock lock(this);
   Agent& a = AgentFor(machine);
@@ -509,7 +517,7 @@ void Plane::Requeue(const std::string& machine, wire::Command command) {
 }
 
 void Plane::Tick(Time now) {
-  PlaneLock lock(this);
+  PlaneLock lock(this, /*first=*/true);
   now = Now(now);
   if (last_tick_ && now - *last_tick_ > 4 * options_.tick_period) {
     const Duration stall = now - *last_tick_ - options_.tick_period;
@@ -518,6 +526,17 @@ void Plane::Tick(Time now) {
         "time is not counted against them");
   }
   last_tick_ = now;
+  // Reports that arrived since the last tick, processed or not yet.
+  std::unordered_map<std::string, std::pair<int64_t, Time>> arrived;
+  {
+    MutexLock heard(&heard_mu_);
+    arrived.swap(heard_);
+  }
+  for (const auto& [id, at] : arrived) {
+    auto it = agents_.find(id);
+    if (it == agents_.end() || it->second.lost_reported || it->second.incarnation != at.first) continue;
+    it->second.last_heard = std::max(it->second.last_heard, std::min(at.second, now));
+  }
   if (!controller_ || done_step_) return;
   for (auto& [id, a] : agents_) {
     const Duration timeout = a.heard_since_start ? options_.heartbeat_timeout : options_.reconnect_grace;
@@ -534,7 +553,7 @@ void Plane::Tick(Time now) {
           " and its peers saw its connections close: down, not cut off; not waiting out the lease");
     }
     a.lost_reported = true;
-    RoutesChangedLocked();
+    if (!a.shards.empty()) RoutesChangedLocked();  // its copies are no longer offered
     FeedLocked(MachineHeartbeatLost{id, a.last_heard, now}, now, nullptr);
   }
   if (trace_ && now >= trace_->deadline) FinishTrace(now);

@@ -10,6 +10,7 @@
 // they ignore when they already carry it out (the job trains on meanwhile).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -18,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -93,6 +95,11 @@ class Plane {
   Status Register(const wire::RegisterRequest& req, Time now) EXCLUDES(mu_);
   // Applies the events not yet applied; returns the highest seq applied.
   Result<int64_t> Report(const wire::ReportRequest& req, Time now) EXCLUDES(mu_);
+  // A report from `machine` (as `incarnation`) arrived at `now`, before it
+  // waits for the plane's lock: its silence counts from the arrival, so an
+  // agent whose report waits behind others is not judged silent for the
+  // controller's own lag (issue 36). Takes a small lock of its own, not mu_.
+  void Heard(const std::string& machine, int64_t incarnation, Time now) EXCLUDES(heard_mu_);
   // Blocks until there is a command for `machine` that this stream has not
   // sent (`sent_desired` is the id of the last desired command it sent) or
   // `until` passes. A newer stream for the machine ends older ones: they get
@@ -237,7 +244,19 @@ class Plane {
   // calls out with its lock held.
   class SCOPED_CAPABILITY PlaneLock {
    public:
-    explicit PlaneLock(Plane* p) ACQUIRE(p->mu_) : p_(p) { p_->mu_.Lock(); }
+    // `first`: the liveness tick, which the stream of reports must not
+    // starve (std::mutex is not fair: at 12,500 reports/s the tick waited
+    // seconds, and a silent machine's silence was not counted meanwhile).
+    // Others wait while a `first` caller waits.
+    explicit PlaneLock(Plane* p, bool first = false) ACQUIRE(p->mu_) : p_(p) {
+      if (first) {
+        p_->first_waiting_.fetch_add(1);
+      } else {
+        while (p_->first_waiting_.load(std::memory_order_relaxed) > 0) std::this_thread::yield();
+      }
+      p_->mu_.Lock();
+      if (first) p_->first_waiting_.fetch_sub(1);
+    }
     ~PlaneLock() RELEASE() {
       p_->mu_.AssertHeld();
       std::vector<std::function<void()>> run;
@@ -373,7 +392,12 @@ class Plane {
   // budget for answers from machines whose command died with the old one.
   std::optional<Action> diagnose_decided_ GUARDED_BY(mu_);
   Mutex mu_;
+  std::atomic<int> first_waiting_{0};  // PlaneLock callers with priority, waiting
   CondVar changed_;
+  // Report arrivals not yet seen by Tick (Heard): machine -> (incarnation,
+  // time). Taken under mu_ by Tick, alone by Heard.
+  Mutex heard_mu_;
+  std::unordered_map<std::string, std::pair<int64_t, Time>> heard_ GUARDED_BY(heard_mu_);
   std::unique_ptr<Store> store_ GUARDED_BY(mu_);
   std::optional<Controller> controller_ GUARDED_BY(mu_);
   std::optional<JobLaunch> launch_ GUARDED_BY(mu_);

@@ -133,7 +133,7 @@ bool Plane::NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now)
                     std::equal(shards.begin(), shards.end(), a.shards.begin(), [](const ShardHolding& x, const ShardHolding& y) {
                       return x.rank == y.rank && x.step == y.step && x.backup == y.backup && x.machine == y.machine;
                     });
-  if (!same || a.lost_reported) RoutesChangedLocked();
+  if (!same || (a.lost_reported && !shards.empty())) RoutesChangedLocked();
   a.shards = std::move(shards);
   a.finished.clear();
   for (const wire::FinishedRank& f : req.finished()) a.finished[f.rank()] = f.step();

@@ -231,6 +231,7 @@ class AgentServiceImpl final : public wire::AgentService::CallbackService {
       r->Finish(st);
       return r;
     }
+    plane_->Heard(req->machine(), req->incarnation(), WallNow());
     calls_.Post([this, r, req, reply] {
       Result<int64_t> acked = plane_->Report(*req, WallNow());
       if (acked.ok()) reply->set_acked_seq(*acked);
