@@ -139,6 +139,7 @@ void Plane::SendStageRelease(const Action& a) {
     for (const std::string& x : launch.argv) c.add_argv(x);
     for (const auto& [k, v] : launch.env) (*c.mutable_env())[k] = v;
     c.set_spike_factor(options_.policy.spike_factor);
+    c.set_spike_rule(options_.policy.spike_rule().Encode());
     c.set_reason(a.reason);
     AgentFor(m).oneshots.push_back(std::move(c));
   }
@@ -189,7 +190,10 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
       launch.master_addr = MasterAddrLocked(a.placement.slots[0]);
     }
     for (MachineCommand& mc : Actuate(a, launch, controller_->state().placement, routes)) {
-      if (mc.command.kind() == wire::Command::START_RANKS) mc.command.set_spike_factor(options_.policy.spike_factor);
+      if (mc.command.kind() == wire::Command::START_RANKS) {
+        mc.command.set_spike_factor(options_.policy.spike_factor);
+        mc.command.set_spike_rule(options_.policy.spike_rule().Encode());
+      }
       AgentFor(mc.machine).desired = std::move(mc.command);
     }
   }
@@ -232,6 +236,7 @@ void Plane::WarmStandbysLocked() {
     // with it the command's id, so that the agent takes it anew).
     wire::Command warm = WarmStandby(LaunchFor(s.releases.applied), s.placement, options_.policy.spike_factor);
     warm.set_id(warm.id() + "/r" + std::to_string(s.releases.applied));
+    warm.set_spike_rule(options_.policy.spike_rule().Encode());
     if (a.desired && a.desired->id() == warm.id()) continue;
     a.desired = std::move(warm);
   }
