@@ -130,6 +130,21 @@ struct ClusterState {
   // a replenish request: the shortfall only shrinks when a machine arrives.
   int64_t standby_arrivals = 0;
 
+  // Failure domains that lost machines (policy_domains.cc), by name.
+  struct DomainStatus {
+    // Heartbeat losses of its machines within domain_burst_window of the
+    // newest: (fault time, machine).
+    std::vector<std::pair<Time, MachineId>> recent;
+    bool down = false;            // a burst made it one incident; until its machines return
+    Time down_at{};
+    std::set<MachineId> lost;     // machines lost with it in this episode
+    int64_t incident = 0;         // the incident that names it (0: only standbys lost)
+    std::optional<Time> returned_at;  // its latest return: the probation's clock
+    bool flapping = false;        // lost again within domain_probation of a return
+    int episodes = 0;
+  };
+  std::map<std::string, DomainStatus> domains;
+
   IncidentLog incidents;
   Ledger ledger;
 

@@ -26,7 +26,8 @@ Event ClampToNow(Event event, Time now) {
 }  // namespace
 
 Result<Controller> Controller::Create(JobSpec spec, PolicyConfig config,
-                                      const std::vector<MachineId>& standbys, Time now) {
+                                      const std::vector<MachineId>& standbys, Time now,
+                                      const std::map<MachineId, std::string>& domains) {
   BULWARK_RETURN_IF_ERROR(spec.Validate());
   BULWARK_RETURN_IF_ERROR(config.Validate());
   Controller c(std::move(config));
@@ -38,6 +39,7 @@ Result<Controller> Controller::Create(JobSpec spec, PolicyConfig config,
   for (const MachineId& id : standbys) {
     Result<MachineStatus*> added = AddMachine(c.state_, id, now);
     if (!added.ok()) return added.status().Annotate("initial standbys");
+    if (auto d = domains.find(id); d != domains.end()) (*added)->domain = d->second;
     BULWARK_RETURN_IF_ERROR(
         SetMachineState(c.state_, id, MachineState::kStandby, now, "initial standby"));
   }

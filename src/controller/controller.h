@@ -10,6 +10,8 @@
 // in ByteRobust, each on its own goroutine or thread).
 #pragma once
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -28,8 +30,11 @@ class Controller {
   // A controller for `spec`, with `standbys` registered as self-checked
   // standbys. Nothing is started until the first Reconcile. Starts the
   // ledger at `now`. InvalidArgument for a bad spec, config or machine list.
+  // `domains`: the failure domain (rack, switch) of each machine that has
+  // one (MachineStatus::domain); machines that join later say theirs.
   static Result<Controller> Create(JobSpec spec, PolicyConfig config,
-                                   const std::vector<MachineId>& standbys, Time now);
+                                   const std::vector<MachineId>& standbys, Time now,
+                                   const std::map<MachineId, std::string>& domains = {});
 
   // Handles one event observed by an agent, monitor or operator, then
   // reconciles. Returns the actions to carry out, in order. InvalidArgument

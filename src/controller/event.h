@@ -119,6 +119,10 @@ struct MachineJoined {
   bool self_check_passed = false;
   std::string detail;
   Time observed{};
+  // Its failure domain (the rack or switch it hangs under, "r1"), as the
+  // agent's registration says; empty: none known (the machine keeps any
+  // domain it had). The plane must carry it from the agent's registration.
+  std::string domain;
 
   template <class S, class V>
   static void Fields(S& s, V& v) {
@@ -126,6 +130,7 @@ struct MachineJoined {
     v("passed", s.self_check_passed);
     v("detail", s.detail);
     v("observed", s.observed);
+    v.Optional("domain", s.domain);
   }
 };
 

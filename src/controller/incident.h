@@ -68,6 +68,10 @@ struct Incident {
   std::string restore_source;
   std::optional<double> restore_ms;
   bool closed = false;                    // recovered or stopped
+  // A domain's loss (policy_domains.cc): the domain, and how many of its
+  // machines the burst took. Empty domain: a machine's own fault.
+  std::string domain;
+  int domain_lost = 0;
 
   // Elastic jobs (controller/job.h): the ranks its restart left training,
   // when fewer than the job has, and when the job next completed a step at

@@ -48,6 +48,13 @@ struct MachineStatus {
   // Kept by Apply so that finding the slots to fill needs no scan of a
   // 10,000-machine placement (the simulator reconciles after every event).
   int slot = -1;
+  // Its failure domain: the rack or switch it hangs under ("r1"), as its
+  // agent registered it (MachineJoined::domain); empty: none known.
+  std::string domain;
+  // Evicted because its domain went down, not for a fault of its own: it
+  // comes back, without an operator, when it registers again with a passed
+  // self-check (policy_domains.cc).
+  bool lost_with_domain = false;
 
   // Moves to `to` through CheckMachineTransition; on refusal nothing changes
   // and the Status names the machine.

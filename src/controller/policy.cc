@@ -45,6 +45,9 @@ Status OnRankExited(RuleContext& ctx, const Event& e) {
   if (ctx.config.hardware_signatures.count(x.log_signature) != 0) {
     return EvictForFault(ctx, x.machine, Describe(e), FaultTimeOf(e));
   }
+  // A peer lost to a switch that took its rack down is the domain's
+  // incident, not a crash of this machine's (policy_domains.cc).
+  if (DomainEcho(ctx, x)) return Status::OK();
   Result<bool> blamed = EvictUnreachablePeer(ctx, x, Describe(e));
   if (!blamed.ok() || *blamed) return blamed.status();
   return OnSoftwareCrash(ctx, x.machine, x.log_signature, x.exit_code, x.observed, Describe(e));
@@ -52,6 +55,9 @@ Status OnRankExited(RuleContext& ctx, const Event& e) {
 
 Status OnHeartbeatLost(RuleContext& ctx, const Event& e) {
   const auto& x = std::get<MachineHeartbeatLost>(e);
+  // One of a burst of losses in its domain: the domain's incident.
+  Result<bool> domain = DomainMachineLost(ctx, x, Describe(e));
+  if (!domain.ok() || *domain) return domain.status();
   return EvictForFault(ctx, x.machine, Describe(e), FaultTimeOf(e));
 }
 
@@ -97,6 +103,10 @@ Status OnMachineJoined(RuleContext& ctx, const Event& e) {
     if (!added.ok()) return added.status();
     m = *added;
   }
+  if (!x.domain.empty()) m->domain = x.domain;
+  // A machine its switch took down comes back on its own (policy_domains.cc).
+  Result<bool> returned = DomainReturn(ctx, *m, x);
+  if (!returned.ok() || *returned) return returned.status();
   switch (m->state) {
     case MachineState::kEvicted:
       return Status::FailedPrecondition("machine " + x.machine + " is evicted (" + m->last_reason +
@@ -201,6 +211,16 @@ Status OnOperatorReturned(RuleContext& ctx, const Event& e) {
   // Repaired: its old flaps and crashes say nothing about it any more.
   m->network_alerts.clear();
   m->crashes.clear();
+  m->lost_with_domain = false;
+  // The operator's return of a flapping switch's machine ends its domain's loss.
+  if (auto d = ctx.state.domains.find(m->domain); d != ctx.state.domains.end() && d->second.down) {
+    d->second.lost.erase(m->id);
+    if (d->second.lost.empty()) {
+      d->second.down = false;
+      d->second.returned_at = ctx.now;
+      d->second.recent.clear();
+    }
+  }
   return SetMachineState(ctx.state, x.machine, MachineState::kJoining, ctx.now,
                          "returned by an operator; awaiting its self-check");
 }

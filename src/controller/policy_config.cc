@@ -47,6 +47,10 @@ Status PolicyConfig::Validate() const {
   if (slow_link_ratio != 0 && !(slow_link_ratio > 1.0)) {
     return Status::InvalidArgument("policy: slow_link_ratio must be above 1, or 0 to turn the link check off");
   }
+  if (domain_burst_machines < 0 || domain_burst_window.count() < 0 || domain_probation.count() < 0) {
+    return Status::InvalidArgument(
+        "policy: domain_burst_machines, domain_burst_window and domain_probation must be >= 0 (0 machines: no domain rule)");
+  }
   BULWARK_RETURN_IF_ERROR(ladder.Validate());
   return Status::OK();
 }

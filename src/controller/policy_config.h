@@ -70,6 +70,21 @@ struct PolicyConfig {
   // of stopping the job.
   Duration rollback_window = std::chrono::minutes(30);
 
+  // Failure domains (a rack under one switch; MachineStatus::domain). This
+  // many machines of one domain whose heartbeats stop within
+  // domain_burst_window of each other are one incident that names the
+  // domain ("switch r1: 4 machines lost"): their peers' connection errors
+  // count toward no crash loop and no code-vs-machine attribution, and
+  // nothing outside the domain is evicted for it. 0: no domain rule.
+  int domain_burst_machines = 2;
+  Duration domain_burst_window = std::chrono::seconds(30);
+  // The domain's machines come back when their agents register again with
+  // a passed self-check (the check), as standbys (the return). A second
+  // loss of the domain within this long of its return is a flapping
+  // switch (the probation): its machines are evicted for good, and only an
+  // operator returns them.
+  Duration domain_probation = std::chrono::hours(1);
+
   // The sliding window of the ETTR ledger.
   Duration ledger_window = std::chrono::hours(1);
 

@@ -39,6 +39,16 @@ Status OnSoftwareCrash(RuleContext& ctx, const MachineId& machine, const std::st
                        Time observed, const std::string& cause);
 Result<bool> EvictUnreachablePeer(RuleContext& ctx, const RankExited& x, const std::string& cause);
 
+// Failure domains (policy_domains.cc). DomainMachineLost: true when the
+// heartbeat loss was a domain's (a burst, or a machine of a domain already
+// down) and is handled; false: a machine fault like any other. DomainEcho:
+// true when a rank's exit is a peer lost to a domain that went down (noted,
+// recorded as no crash). DomainReturn: true when a machine lost with its
+// domain registered again and went back to the pool.
+Result<bool> DomainMachineLost(RuleContext& ctx, const MachineHeartbeatLost& x, const std::string& cause);
+bool DomainEcho(RuleContext& ctx, const RankExited& x);
+Result<bool> DomainReturn(RuleContext& ctx, MachineStatus& m, const MachineJoined& x);
+
 // The implicit-fault rules (policy_implicit.cc).
 Status OnHangSuspected(RuleContext& ctx, const Event& e);
 Status OnStacksAnalyzed(RuleContext& ctx, const Event& e);

@@ -119,13 +119,39 @@ bool TrainsNarrower(const ClusterState& state) {
          placed < state.spec.MachinesNeeded() && state.CountIn(MachineState::kActive) == placed;
 }
 
+// Standbys under a switch that is down (policy_domains.cc) are taken by
+// nothing: their heartbeats are about to stop too. With no domain down
+// (always, without domains) the pool is every standby, in id order.
+bool AnyDomainDown(const ClusterState& state) {
+  for (const auto& [name, d] : state.domains) {
+    if (d.down) return true;
+  }
+  return false;
+}
+bool InDownDomain(const ClusterState& state, const MachineId& m) {
+  const MachineStatus* status = state.FindMachine(m);
+  if (status == nullptr || status->domain.empty()) return false;
+  auto d = state.domains.find(status->domain);
+  return d != state.domains.end() && d->second.down;
+}
+std::vector<MachineId> UsableStandbys(const ClusterState& state) {
+  std::vector<MachineId> out;
+  const bool filter = AnyDomainDown(state);
+  for (const MachineId& m : state.standbys) {
+    if (!filter || !InDownDomain(state, m)) out.push_back(m);
+  }
+  return out;
+}
+
 // The standbys such a job grows onto now: those that said whether they
 // hold spares of it (StandbyReady), and those silent for
 // standby_ready_wait. The replicas that train stop once, for the regroup;
 // the joiner's process start happens beside them.
 std::vector<MachineId> JoinableStandbys(const ClusterState& state, const PolicyConfig& config, Time now) {
   std::vector<MachineId> out;
+  const bool filter = AnyDomainDown(state);
   for (const MachineId& m : state.standbys) {
+    if (filter && InDownDomain(state, m)) continue;
     const MachineStatus* status = state.FindMachine(m);
     if (state.ready_standbys.count(m) != 0 ||
         (status != nullptr && now - status->state_since >= config.standby_ready_wait)) {
@@ -186,7 +212,8 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
     }
   } else if (state.CountIn(MachineState::kActive) < needed || state.placement.empty()) {
     std::vector<int> open = OpenSlots(state, needed);
-    const int available = static_cast<int>(state.standbys.size());
+    const std::vector<MachineId> usable = UsableStandbys(state);
+    const int available = static_cast<int>(usable.size());
     // A narrower pipeline job grows by whole columns (NarrowerPipelineSlots),
     // not by filling slots in order, which would move its machines' stages.
     const bool narrower_pipelines = state.spec.elastic() && state.spec.pp > 1 && !state.placement.empty() &&
@@ -198,7 +225,7 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
       next.slots.resize(needed);
       std::string reason = state.placement.empty() ? "start on " + std::to_string(needed) + " machine(s)"
                                                    : "replace";
-      auto standby = state.standbys.begin();
+      auto standby = usable.begin();
       for (int slot : open) {
         if (!state.placement.empty()) {
           reason += " " + state.placement.slots[slot] + "->" + *standby;
@@ -214,8 +241,7 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
         out.back().changed_slots = open;
       }
     } else if (state.spec.elastic() && !state.placement.empty()) {
-      const std::vector<MachineId> standbys(state.standbys.begin(), state.standbys.end());
-      std::optional<Action> narrower = ContinueNarrower(state, standbys, release_note, release);
+      std::optional<Action> narrower = ContinueNarrower(state, usable, release_note, release);
       if (narrower) {
         for (const MachineId& m : narrower->placement.slots) {
           if (state.standbys.count(m)) out.push_back(ActivateAction(m, narrower->placement.generation));

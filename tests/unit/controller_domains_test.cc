@@ -1,0 +1,191 @@
+// Failure domains in the pure policy (issue 38 item 2, policy_domains.cc):
+// a burst of machine losses under one switch is one incident that names the
+// switch, counts toward no crash loop, evicts nothing outside the domain,
+// and the domain's machines come back when the switch does (with a
+// probation: a second loss soon after is a flapping switch).
+//
+// The fixture's job is 4 machines (m01..m04, 2 ranks each) with standbys
+// s01..s04; step k completes at 10k s. Racks: r0 = m01 m02 s01,
+// r1 = m03 m04 s02, r2 = s03 s04. Agents say their rack when they register
+// (MachineJoined::domain), which is how the plane would hand it over.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "support/controller_fixture.h"
+
+namespace bulwark::controller {
+namespace {
+
+using testing::Briefs;
+using testing::Crash;
+using testing::HeartbeatLost;
+using testing::Job;
+using testing::Lines;
+using testing::S;
+using testing::Step;
+
+Event Registered(const MachineId& m, const std::string& domain, Time at, bool passed = true) {
+  MachineJoined j{m, passed, passed ? "" : "bad GPU", at};
+  j.domain = domain;
+  return j;
+}
+
+// A rank of `m` that lost its peer on `peer` (bulwark-train names the
+// address it could not reach; the plane resolves it to a machine).
+Event PeerLost(const MachineId& m, const MachineId& peer, const std::string& signature, Time at) {
+  RankExited x{m, 0, 1, 0, signature, at};
+  x.unreachable = peer;
+  return x;
+}
+
+struct RackedJob : Job {
+  explicit RackedJob(PolicyConfig config = {}) : Job(4, 4, config) {
+    const std::pair<const char*, const char*> racks[] = {{"m01", "r0"}, {"m02", "r0"}, {"s01", "r0"},
+                                                         {"m03", "r1"}, {"m04", "r1"}, {"s02", "r1"},
+                                                         {"s03", "r2"}, {"s04", "r2"}};
+    for (const auto& [m, r] : racks) Do(Registered(m, r, S(0)));
+  }
+  int Incidents() const { return static_cast<int>(controller->incidents().size()); }
+  // Every machine of the rack goes silent at `at`; their heartbeat
+  // timeouts end in the same tick of the plane, which hands them over as
+  // one decision (Controller::HandleAll), as the simulator does.
+  std::vector<Action> SwitchDown(const std::string& rack, double at) {
+    std::vector<Event> lost;
+    for (const auto& [id, m] : state().machines) {
+      if (m.domain == rack && m.state != MachineState::kEvicted) lost.push_back(HeartbeatLost(id, S(at), S(at + 10)));
+    }
+    std::vector<std::pair<size_t, Status>> refused;
+    Result<std::vector<Action>> acts = controller->HandleAll(lost, S(at + 10), &refused);
+    EXPECT_TRUE(acts.ok() && refused.empty());
+    return acts.ok() ? *acts : std::vector<Action>{};
+  }
+};
+
+TEST(Domains, ABurstInOneRackIsOneIncidentThatNamesTheSwitch) {
+  RackedJob job;
+  job.StartAndRun(10);
+  auto acts = job.SwitchDown("r1", 101);
+  EXPECT_EQ(job.Incidents(), 1);
+  const Incident& inc = job.LastIncident();
+  EXPECT_EQ(inc.domain, "r1");
+  EXPECT_EQ(inc.cause, "switch r1: 3 machines lost");
+  EXPECT_EQ(inc.domain_lost, 3);
+  EXPECT_EQ(inc.evicted, (std::vector<MachineId>{"m03", "m04"}));  // s02 was a standby: no slot of the job
+  // Nothing outside r1 is evicted; the standbys of r0 and r2 take the slots.
+  for (const char* m : {"m01", "m02", "s01", "s03"}) EXPECT_EQ(job.StateOf(m), MachineState::kActive) << m;
+  EXPECT_EQ(job.StateOf("s04"), MachineState::kStandby);
+  for (const char* m : {"m03", "m04", "s02"}) EXPECT_EQ(job.StateOf(m), MachineState::kEvicted) << m;
+  EXPECT_EQ(Briefs(acts).back(), "restart_all g2 m01,m02,s01,s03 ckpt 10");
+  job.Do(Step(11, S(160)));
+  EXPECT_TRUE(job.LastIncident().closed);
+  EXPECT_EQ(job.Incidents(), 1);
+}
+
+TEST(Domains, LossesReportedOneByOneTakeNoStandbyOfTheRackThatIsDown) {
+  RackedJob job;
+  job.StartAndRun(10);
+  // m03's timeout ends first: a machine fault like any other, for now.
+  EXPECT_EQ(Briefs(job.Do(HeartbeatLost("m03", S(101), S(111)))),
+            (Lines{"evict m03", "activate s01", "restart_all g2 m01,m02,s01,m04 ckpt 10"}));
+  // m04's, a second later: the burst. The switch's incident takes m03 in,
+  // and s02, a standby under the same switch, is passed over.
+  EXPECT_EQ(Briefs(job.Do(HeartbeatLost("m04", S(101.5), S(112)))),
+            (Lines{"evict m04", "activate s03", "restart_all g3 m01,m02,s01,s03 ckpt 10"}));
+  EXPECT_EQ(job.LastIncident().cause, "switch r1: 2 machines lost");
+  EXPECT_EQ(Briefs(job.Do(HeartbeatLost("s02", S(101.5), S(112.5)))), (Lines{"evict s02"}));
+  EXPECT_EQ(job.LastIncident().cause, "switch r1: 3 machines lost");
+  EXPECT_EQ(job.Incidents(), 1);
+  EXPECT_TRUE(job.state().FindMachine("m03")->lost_with_domain);
+}
+
+TEST(Domains, PeersLostToTheSwitchCountTowardNoCrashLoopAndEvictNothing) {
+  PolicyConfig config;
+  config.max_crashes_without_progress = 2;
+  RackedJob job(config);
+  job.StartAndRun(10);
+  job.SwitchDown("r1", 101);
+  // Every rank of the survivors that talked to r1 exits: code errors by
+  // their look ("exception", exit 1), but each names a machine of r1, or
+  // is a peer-lost exit. Without the domain these would be a crash loop
+  // (2 without progress) or the same failure on several machines.
+  for (double t : {112.0, 112.5, 113.0}) {
+    job.Do(PeerLost("m01", "m03", "exception", S(t)));
+    job.Do(PeerLost("m02", "m04", "exception", S(t)));
+    job.Do(Crash("s01", "connection_reset", S(t)));
+  }
+  EXPECT_TRUE(job.state().crashes.empty());
+  EXPECT_NE(job.state().job, JobState::kStopped);
+  EXPECT_EQ(job.Incidents(), 1);
+  for (const char* m : {"m01", "m02", "s01", "s03"}) EXPECT_EQ(job.StateOf(m), MachineState::kActive) << m;
+  EXPECT_GE(job.LastIncident().notes.size(), 9u);  // each exit noted on the switch's incident
+  job.Do(Step(11, S(160)));
+  EXPECT_EQ(job.state().job, JobState::kRunning);
+}
+
+TEST(Domains, OneMachineLostInARackIsAMachineFault) {
+  RackedJob job;
+  job.StartAndRun(10);
+  job.Do(HeartbeatLost("m03", S(101), S(111)));
+  EXPECT_TRUE(job.LastIncident().domain.empty());
+  EXPECT_EQ(job.StateOf("m04"), MachineState::kActive);
+  // It does not come back by registering: only an operator returns it.
+  EXPECT_FALSE(job.controller->Handle(Registered("m03", "r1", S(500)), S(500)).ok());
+}
+
+TEST(Domains, TheRacksMachinesReturnWhenTheSwitchDoesAndAFlapWithinProbationKeepsThemOut) {
+  RackedJob job;
+  job.StartAndRun(10);
+  job.SwitchDown("r1", 101);
+  job.Do(Step(11, S(160)));
+  // The switch is repaired 2 h later: each agent registers again and passes
+  // its self-check; the machines are standbys again, with no operator.
+  for (const char* m : {"m03", "m04", "s02"}) {
+    job.Do(Registered(m, "r1", S(7400)));
+    EXPECT_EQ(job.StateOf(m), MachineState::kStandby) << m;
+  }
+  EXPECT_EQ(job.state().FindMachine("m03")->last_reason.rfind("switch r1 back", 0), 0u);
+  // A machine whose self-check fails after the return stays out.
+  // The switch goes again within its probation (1 h): flapping.
+  job.SwitchDown("r1", 7500);
+  for (const char* m : {"m03", "m04", "s02"}) EXPECT_EQ(job.StateOf(m), MachineState::kEvicted) << m;
+  EXPECT_FALSE(job.controller->Handle(Registered("m03", "r1", S(9000)), S(9000)).ok());
+  // An operator who fixed the switch returns them.
+  job.Do(testing::Returned("m03", S(9100)));
+  job.Do(Registered("m03", "r1", S(9101)));
+  EXPECT_EQ(job.StateOf("m03"), MachineState::kStandby);
+}
+
+TEST(Domains, AReturnAfterTheProbationIsNoFlap) {
+  RackedJob job;
+  job.StartAndRun(10);
+  job.SwitchDown("r1", 101);
+  job.Do(Step(11, S(160)));
+  for (const char* m : {"m03", "m04", "s02"}) job.Do(Registered(m, "r1", S(1000)));
+  job.SwitchDown("r1", 1000 + 3600 + 60);
+  EXPECT_TRUE(job.state().FindMachine("m03")->lost_with_domain);
+  job.Do(Registered("m03", "r1", S(9000)));
+  EXPECT_EQ(job.StateOf("m03"), MachineState::kStandby);
+}
+
+TEST(Domains, AFailedSelfCheckAfterTheSwitchReturnsKeepsTheMachineOut) {
+  RackedJob job;
+  job.StartAndRun(10);
+  job.SwitchDown("r1", 101);
+  job.Do(Registered("m03", "r1", S(7400), /*passed=*/false));
+  EXPECT_EQ(job.StateOf("m03"), MachineState::kEvicted);
+  EXPECT_FALSE(job.state().FindMachine("m03")->lost_with_domain);
+}
+
+TEST(Domains, WithTheRuleOffEachLossIsItsOwnFault) {
+  PolicyConfig config;
+  config.domain_burst_machines = 0;
+  RackedJob job(config);
+  job.StartAndRun(10);
+  job.SwitchDown("r1", 101);
+  EXPECT_TRUE(job.LastIncident().domain.empty());
+  EXPECT_FALSE(job.controller->Handle(Registered("m03", "r1", S(7400)), S(7400)).ok());
+}
+
+}  // namespace
+}  // namespace bulwark::controller
