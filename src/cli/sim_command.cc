@@ -100,6 +100,18 @@ Status SimCmd(const std::map<std::string, std::string>& flags) {
       return Status::InvalidArgument("--regroup: expected seconds, got '" + flags.at("regroup") + "'");
     }
   }
+  // Failure domains (docs/simulator.md, "Failure domains"): racks under
+  // one switch each, switch faults, infant mortality; off unless asked.
+  // --correlated is Llama 3's racks (2 machines a switch).
+  if (has("correlated")) overrides["domains"]["rack_machines"] = 2;
+  if (has("racks")) {
+    try {
+      overrides["domains"]["rack_machines"] = std::stoi(flags.at("racks"));
+    } catch (const std::exception&) {
+      return Status::InvalidArgument("--racks: expected machines a rack, got '" + flags.at("racks") + "'");
+    }
+  }
+  if (has("placement")) overrides["domains"]["placement"] = flags.at("placement");
   // A pipeline depth the user did not ask for follows the GPU count.
   if (!overrides.contains("pp") && overrides.contains("gpus") && overrides["gpus"].is_number()) {
     base.gpus = static_cast<int>(overrides["gpus"].get<double>());

@@ -125,8 +125,29 @@ const char* RecoveryName(SimConfig::Recovery r) {
 
 Result<SimConfig> ConfigFromJson(const json& j, SimConfig c) {
   if (!j.is_object()) return Status::InvalidArgument("sim config: expected a mapping at the top level");
+  const bool racks_before = c.domains.on();
+  const bool network_given = j.contains("faults") && j["faults"].is_object() && j["faults"].contains("network");
   for (const auto& [key, v] : j.items()) {
-    if (key == "faults") {
+    if (key == "domains") {
+      if (!v.is_object()) return Bad("domains", "expected a mapping: rack_machines, switch_per_rack_day, switch_repair, placement, infant_factor, infant_days");
+      for (const auto& [name, val] : v.items()) {
+        const std::string field = "domains." + name;
+        if (name == "placement") {
+          const std::string p = val.is_string() ? val.get<std::string>() : val.dump();
+          if (p != "aware" && p != "blind") return Bad(field, "'" + p + "' is not one of: aware, blind");
+          c.domains.aware = p == "aware";
+          continue;
+        }
+        Result<double> x = Number(val, field);
+        if (!x.ok()) return x.status();
+        if (name == "rack_machines") c.domains.rack_machines = static_cast<int>(*x);
+        else if (name == "switch_per_rack_day") c.domains.switch_per_rack_day = *x;
+        else if (name == "switch_repair") c.domains.switch_repair = *x;
+        else if (name == "infant_factor") c.domains.infant_factor = *x;
+        else if (name == "infant_days") c.domains.infant_days = *x;
+        else return Bad(field, "unknown field; use rack_machines, switch_per_rack_day, switch_repair, placement, infant_factor, infant_days");
+      }
+    } else if (key == "faults") {
       if (!v.is_object()) return Bad("faults", "expected a mapping of fault class -> rate per machine-day");
       for (const auto& [name, rate] : v.items()) {
         Result<double> x = Number(rate, "faults." + name);
@@ -229,6 +250,12 @@ Result<SimConfig> ConfigFromJson(const json& j, SimConfig c) {
       else return Bad(key, "unknown field; see docs/simulator.md for the config keys");
     }
   }
+  // Racks turned on here: Llama 3's switch and cable faults move from the
+  // network class to the switches (config.h, Domains), unless the network
+  // rate was given.
+  if (c.domains.on() && !racks_before && !network_given) {
+    c.rates.per_machine_day[static_cast<int>(FaultClass::kNetwork)] = 7 / FaultRates::kLlamaMachineDays;
+  }
   BULWARK_RETURN_IF_ERROR(Validate(c));
   return c;
 }
@@ -294,6 +321,11 @@ Status Validate(const SimConfig& c) {
                                     " machines");
     }
   }
+  if (c.domains.rack_machines < 0) return Bad("domains.rack_machines", "must be >= 0 (0: no racks)");
+  if (!(c.domains.switch_per_rack_day >= 0) || !(c.domains.switch_repair >= 0) || !(c.domains.infant_factor >= 1) ||
+      !(c.domains.infant_days >= 0)) {
+    return Bad("domains", "switch_per_rack_day, switch_repair and infant_days must be >= 0, infant_factor >= 1");
+  }
   Status p = c.policy.Validate();
   if (!p.ok()) return Bad("policy", p.message());
   return Status::OK();
@@ -329,6 +361,13 @@ json ToJson(const SimConfig& c) {
           {"regroup_assumed", c.RegroupAssumed()},
           {"compare_whole_world", c.compare_whole_world},
           {"faults", faults},
+          {"domains",
+           {{"rack_machines", c.domains.rack_machines},
+            {"switch_per_rack_day", c.domains.switch_per_rack_day},
+            {"switch_repair", c.domains.switch_repair},
+            {"placement", c.domains.aware ? "aware" : "blind"},
+            {"infant_factor", c.domains.infant_factor},
+            {"infant_days", c.domains.infant_days}}},
           {"costs", costs},
           {"policy",
            {{"daily_failure_rate", c.policy.daily_failure_rate},

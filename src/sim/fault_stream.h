@@ -19,6 +19,7 @@ struct Fault {
   FaultClass cls = FaultClass::kGpu;
   bool manual = false;  // a planned restart (cls unused)
   int slot = 0;         // the machine slot of the placement it hits
+  int rack = -1;        // >= 0: a switch fault that takes this rack down (SimConfig::domains); cls unused
 };
 
 // SplitMix64: tiny, fast and the same on every platform and standard
@@ -41,6 +42,9 @@ class FaultStream {
   // seeded by `c.seed`. Scripted configs yield nothing here (the simulator
   // injects scripted faults by step).
   explicit FaultStream(const SimConfig& c);
+  // The racks a switch fault picks from: the job's machines and the
+  // initial standbys, SimConfig::domains.rack_machines a rack; 0 when off.
+  static int Racks(const SimConfig& c);
   // The next fault, or empty once past the horizon.
   std::optional<Fault> Next();
 
@@ -50,9 +54,11 @@ class FaultStream {
     double rate = 0;  // per second, over the whole job
     double next = 0;
   };
-  Source sources_[kNumFaultClasses + 1];  // the last: manual restarts
+  // The classes, then manual restarts, then switch faults (over racks).
+  Source sources_[kNumFaultClasses + 2];
   double horizon_ = 0;
   int slots_ = 0;
+  int racks_ = 0;
 };
 
 }  // namespace bulwark::sim

@@ -36,7 +36,7 @@ class FleetSim {
 
  private:
   // ---------------------------------------------------------------- the queue
-  enum class Kind { kFault, kDeliver, kDeliverAll, kFirstStep, kCatchUp, kMonitor, kSlowRound, kSpike, kBug, kArrive, kReturn, kScript, kEnd };
+  enum class Kind { kFault, kDeliver, kDeliverAll, kFirstStep, kCatchUp, kMonitor, kSlowRound, kSpike, kBug, kArrive, kReturn, kScript, kEnd, kRackUp, kInfant };
   struct Due {
     Time at;
     int64_t seq;
@@ -62,6 +62,8 @@ class FleetSim {
     bool evicted = false;
     FaultClass fault = FaultClass::kGpu;
     int slot = -1;  // the slot the latest restart gave it
+    int rack = -1;      // its switch (SimConfig::domains), -1: no racks
+    bool down = false;  // its switch is down: unreachable until the repair
   };
   int NewMachine();
   static std::string IdOf(int index);
@@ -81,6 +83,19 @@ class FleetSim {
   // A machine that joined as a standby says it holds spares of the job.
   void AnnounceSpares(int machine);
   void ScheduleScript();
+  // Failure domains (SimConfig::domains, issue 38). A switch fault takes
+  // every machine of its rack down for the repair time; their heartbeats
+  // stop together. SwitchUp: the machines register again.
+  void SwitchDown(int rack);
+  void SwitchUp(int rack);
+  // Installs a machine new to the fleet in a rack: where an evicted one
+  // left a hole, else in a new rack. Returns the rack.
+  int Install(int machine);
+  std::string DomainOf(int machine) const {
+    return machines_[machine].rack < 0 ? std::string() : "r" + std::to_string(machines_[machine].rack);
+  }
+  // A machine new to the fleet may fail early (infant mortality).
+  void InfantHazard(int machine);
 
   // ---------------------------------------------------------------- the signals (signals.h)
   // The ranks' step reports of steps fed_+1..upto, thinned: a run of steps
@@ -181,6 +196,9 @@ class FleetSim {
   Time stall_since_{};
   int stall_machine_ = -1;
   std::vector<int> sdc_machines_;  // machines that corrupt silently, until evicted
+  std::vector<std::vector<int>> rack_members_;  // rack -> the machines ever installed in it
+  std::vector<int> holes_;  // racks where an evicted machine left room, oldest first
+  size_t holes_next_ = 0;
   FaultClass stall_class_ = FaultClass::kGpu;
   Time restart_at_{};
   Time t_first_{};

@@ -186,6 +186,94 @@ void FleetSim::Inject(const Fault& f) {
   }
 }
 
+// A switch fault: every machine of the rack is cut off at once. Their
+// agents' heartbeats stop together, so the plane sees the timeouts end in
+// one tick and hands them over as one decision (HandleAll); the job stalls
+// if any of them was placed. The rack comes back after the repair time.
+void FleetSim::SwitchDown(int rack) {
+  if (rack < 0 || rack >= static_cast<int>(rack_members_.size())) return;
+  ++r_.fleet.switch_faults;
+  std::vector<Event> lost;
+  std::set<int> replicas;
+  const int columns = std::max<int>(1, static_cast<int>(slots_.size()) / std::max(1, c_.pp));
+  for (const int m : rack_members_[rack]) {
+    if (machines_[m].evicted || machines_[m].down) continue;  // gone already, or its switch is already down
+    machines_[m].down = true;
+    ++r_.fleet.switch_machines_lost;
+    if (Placed(m)) {
+      machines_[m].broken = true;  // evicting it is no over-eviction: it is unreachable
+      machines_[m].fault = FaultClass::kHost;
+      ++r_.fleet.switch_placed_lost;
+      replicas.insert(machines_[m].slot % columns);
+      Stall(m, FaultClass::kHost);  // may deliver a step, and provision: no reference held across it
+    }
+    lost.push_back(MachineHeartbeatLost{IdOf(m), now_, now_ + Secs(c_.costs.heartbeat_timeout)});
+  }
+  r_.fleet.switch_replicas_hit += static_cast<int64_t>(replicas.size());
+  if (!lost.empty()) ScheduleEvents(now_ + Secs(c_.costs.heartbeat_timeout), std::move(lost));
+  Schedule(now_ + Secs(c_.domains.switch_repair), Kind::kRackUp, 0, rack);
+}
+
+// The switch is repaired: each machine it cut off registers again with a
+// passed self-check. The controller takes back those it evicted with the
+// domain (policy_domains.cc); a flapping switch's stay out (no operator in
+// the simulated fleet), and their places in the rack are free again.
+void FleetSim::SwitchUp(int rack) {
+  for (const int m : rack_members_[rack]) {
+    if (!machines_[m].down) continue;
+    machines_[m].down = false;
+    const MachineId id = IdOf(m);
+    MachineJoined j{id, true, "switch repaired", now_};
+    j.domain = DomainOf(m);
+    Deliver(j);  // may provision machines: machines_ may move
+    MachineSim& ms = machines_[m];
+    const MachineStatus* st = ctl_->state().FindMachine(id);
+    if (st != nullptr && st->state == MachineState::kStandby) {
+      ms.evicted = false;
+      ms.broken = false;
+      ms.slot = -1;
+      ++r_.fleet.switch_returned;
+      AnnounceSpares(m);
+    } else if (ms.evicted) {
+      ++r_.fleet.switch_kept_out;
+      holes_.push_back(rack);
+    }
+  }
+}
+
+int FleetSim::Install(int machine) {
+  const int per = c_.domains.rack_machines;
+  int rack;
+  if (holes_next_ < holes_.size()) {
+    rack = holes_[holes_next_++];
+  } else {
+    rack = static_cast<int>(rack_members_.size());
+    // A new rack fills up before another is opened.
+    if (!rack_members_.empty() && static_cast<int>(rack_members_.back().size()) < per) --rack;
+  }
+  if (rack >= static_cast<int>(rack_members_.size())) rack_members_.emplace_back();
+  rack_members_[rack].push_back(machine);
+  machines_[machine].rack = rack;
+  return rack;
+}
+
+void FleetSim::InfantHazard(int machine) {
+  const Domains& d = c_.domains;
+  if (!d.on() || d.infant_factor <= 1 || d.infant_days <= 0) return;
+  double per_day = 0;
+  for (int i = 0; i < kNumFaultClasses; ++i) {
+    if (static_cast<FaultClass>(i) != FaultClass::kNicFlap) per_day += c_.rates.per_machine_day[i];
+  }
+  const double extra = (d.infant_factor - 1) * per_day / 86400.0;
+  if (extra <= 0) return;
+  // The machine's own draw: both arms of a seed give machine k the same
+  // fate, whenever it arrives.
+  Rng own(c_.seed * 0xd1b54a32d192ed03ULL ^ static_cast<uint64_t>(machine) * 0x9e3779b97f4a7c15ULL);
+  own.Next();
+  const double t = own.Exponential(extra);
+  if (t < d.infant_days * 86400.0) Schedule(now_ + Secs(t), Kind::kInfant, 0, machine);
+}
+
 // A replay injects its faults by step, as the demo does.
 void FleetSim::ScheduleScript() {
   if (script_next_ >= c_.script.size() || !running_ || stalled_) return;
@@ -236,6 +324,9 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
         const bool returned = std::find(c_.returned_classes.begin(), c_.returned_classes.end(), m.fault) !=
                               c_.returned_classes.end();
         if (m.broken && returned) Schedule(now_ + Secs(c_.return_after), Kind::kReturn, 0, IndexOf(a.machine));
+        // It leaves the fleet, and its place in the rack is free; one its
+        // switch took comes back with the switch (SwitchUp).
+        if (m.rack >= 0 && !m.down) holes_.push_back(m.rack);
         break;
       }
       case ActionKind::kActivate:
@@ -393,7 +484,28 @@ Status FleetSim::Run() {
   const int standbys = c_.initial_standbys >= 0 ? c_.initial_standbys : *target;
   std::vector<MachineId> ids;
   for (int i = 0; i < n + standbys; ++i) ids.push_back(IdOf(NewMachine()));
-  Result<Controller> ctl = Controller::Create(spec, c_.policy, ids, now_);
+  // Racks: machine i takes slot i at the start (the controller places
+  // standbys in id order), slot i being stage i / C of replica i % C (C
+  // replicas; ranks are stage-major). Aware: a replica's stages are
+  // consecutive in the racks, so a rack holds whole replicas, or stages of
+  // as few as its size allows. Blind: consecutive slots share a rack: one
+  // stage of R replicas. The initial standbys follow in both.
+  std::map<MachineId, std::string> domains;
+  if (c_.domains.on()) {
+    const int per = c_.domains.rack_machines;
+    const int racks = (n + standbys + per - 1) / per;
+    rack_members_.assign(racks, {});
+    const int pp = std::max(1, c_.pp);
+    const int columns = std::max(1, n / pp);
+    for (int i = 0; i < n + standbys; ++i) {
+      const int order = i < n && c_.domains.aware ? (i % columns) * pp + i / columns : i;
+      machines_[i].rack = order / per;
+      rack_members_[order / per].push_back(i);
+      domains[ids[i]] = DomainOf(i);
+    }
+    r_.fleet.racks = racks;
+  }
+  Result<Controller> ctl = Controller::Create(spec, c_.policy, ids, now_, domains);
   if (!ctl.ok()) return ctl.status().Annotate("sim");
   ctl_.emplace(std::move(*ctl));
   r_.fleet.machines = n;
@@ -420,11 +532,20 @@ Status FleetSim::Run() {
           // The trace itself, whatever it hits: an elastic and a whole-world
           // run of one seed must draw the same faults.
           ++r_.fleet.trace_faults;
-          const uint64_t parts[] = {static_cast<uint64_t>(std::llround(pending->at * 1000.0)),
-                                    static_cast<uint64_t>(pending->cls), static_cast<uint64_t>(pending->slot),
-                                    pending->manual ? 1u : 0u};
-          for (const uint64_t x : parts) r_.fleet.trace_digest = (r_.fleet.trace_digest ^ x) * 0x100000001b3ULL;
-          Inject(*pending);
+          if (pending->rack >= 0) {
+            // A switch: the digest takes its rack (the placement decides
+            // which of the job's machines are under it).
+            const uint64_t parts[] = {static_cast<uint64_t>(std::llround(pending->at * 1000.0)), 0x5717c4ULL,
+                                      static_cast<uint64_t>(pending->rack)};
+            for (const uint64_t x : parts) r_.fleet.trace_digest = (r_.fleet.trace_digest ^ x) * 0x100000001b3ULL;
+            SwitchDown(pending->rack);
+          } else {
+            const uint64_t parts[] = {static_cast<uint64_t>(std::llround(pending->at * 1000.0)),
+                                      static_cast<uint64_t>(pending->cls), static_cast<uint64_t>(pending->slot),
+                                      pending->manual ? 1u : 0u};
+            for (const uint64_t x : parts) r_.fleet.trace_digest = (r_.fleet.trace_digest ^ x) * 0x100000001b3ULL;
+            Inject(*pending);
+          }
         }
         pending = stream_.Next();
         if (pending) Schedule(AtSeconds(pending->at), Kind::kFault);
@@ -535,18 +656,46 @@ Status FleetSim::Run() {
         }
         ScheduleSpike();
         break;
-      case Kind::kArrive:
+      case Kind::kArrive: {
         --in_flight_;
         ++r_.fleet.standbys_arrived;
-        Deliver(MachineJoined{IdOf(static_cast<int>(d.arg)), true, "provisioned", now_});
-        AnnounceSpares(static_cast<int>(d.arg));
+        const int m = static_cast<int>(d.arg);
+        MachineJoined j{IdOf(m), true, "provisioned", now_};
+        if (c_.domains.on()) {
+          Install(m);
+          j.domain = DomainOf(m);
+        }
+        Deliver(j);
+        AnnounceSpares(m);
+        InfantHazard(m);
         break;
+      }
+      case Kind::kRackUp:
+        SwitchUp(static_cast<int>(d.arg));
+        break;
+      case Kind::kInfant: {
+        // A new machine's early failure: a GPU fault if it is placed; a
+        // standby's agent finds the device gone (an inspection).
+        MachineSim& ms = machines_[d.arg];
+        if (ms.evicted || ms.down) break;
+        ++r_.fleet.infant_faults;
+        const int m = static_cast<int>(d.arg);
+        if (Placed(m)) {
+          Inject(Fault{Seconds(now_.time_since_epoch()), FaultClass::kGpu, false, ms.slot});
+        } else {
+          ms.broken = true;
+          ms.fault = FaultClass::kGpu;
+          Deliver(InspectionFailed{IdOf(m), InspectionKind::kDevice, "infant failure: GPU lost", now_});
+        }
+        break;
+      }
       case Kind::kReturn: {
         MachineSim& m = machines_[d.arg];
         m = MachineSim{false, false, FaultClass::kGpu, m.slot};  // repaired; its slot may be refilled by it
         Deliver(OperatorReturned{IdOf(static_cast<int>(d.arg)), now_});
         Deliver(MachineJoined{IdOf(static_cast<int>(d.arg)), true, "repaired", now_});
         AnnounceSpares(static_cast<int>(d.arg));
+        InfantHazard(static_cast<int>(d.arg));
         break;
       }
       case Kind::kScript: {
@@ -603,6 +752,7 @@ void FleetSim::Finish() {
   int64_t closed = 0;
   for (const Incident& inc : ctl_->incidents()) {
     ++r_.fleet.incidents[IncidentClassName(inc.cls)][ResolutionName(inc.resolution)];
+    if (!inc.domain.empty()) ++r_.fleet.domain_incidents;
     if (inc.recovered && inc.RecoverDuration()) {
       detect += Seconds(inc.DetectDuration());
       recover += Seconds(*inc.RecoverDuration());

@@ -112,6 +112,14 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
   o << "standby deficits: " << f.waits << " evictions found the pool empty, max deficit " << f.max_deficit
     << ", " << f.standbys_requested << " requested, " << f.standbys_arrived << " arrived, waiting "
     << Hours(r.arms[0].by_category[static_cast<int>(TimeCategory::kWaiting)]) << "\n";
+  if (c.domains.on()) {
+    o << "failure domains: " << f.racks << " racks of " << c.domains.rack_machines << " machines, placement "
+      << (c.domains.aware ? "aware" : "blind") << "; " << f.switch_faults << " switch faults took "
+      << f.switch_machines_lost << " machines (" << f.switch_placed_lost << " placed, in "
+      << f.switch_replicas_hit << " replica-hits), " << f.domain_incidents << " incidents named a switch, "
+      << f.switch_returned << " machines back after repair (" << Hours(c.domains.switch_repair) << "), "
+      << f.switch_kept_out << " kept out (flapping); infant failures " << f.infant_faults << "\n";
+  }
   o << "slow machines: " << f.faults_by_class[static_cast<int>(FaultClass::kFailSlow)] << " (" << f.slow_undetected
     << " never flagged by the fail-slow detector: they slow every step until another fault takes them out)\n";
   if (f.stopped) o << "STOPPED by the policy: " << f.stop_reason << "\n";
@@ -168,7 +176,17 @@ json ToJson(const SimConfig& c, const SimResult& r, bool timing) {
              {"returned_to_pool", f.returned_to_pool},
              {"restart_seconds", f.restart_seconds},
              {"trace_faults", f.trace_faults},
-             {"trace_digest", f.trace_digest}}}};
+             {"trace_digest", f.trace_digest},
+             {"domains",
+              {{"racks", f.racks},
+               {"switch_faults", f.switch_faults},
+               {"switch_machines_lost", f.switch_machines_lost},
+               {"switch_placed_lost", f.switch_placed_lost},
+               {"switch_replicas_hit", f.switch_replicas_hit},
+               {"switch_returned", f.switch_returned},
+               {"switch_kept_out", f.switch_kept_out},
+               {"domain_incidents", f.domain_incidents},
+               {"infant_faults", f.infant_faults}}}}}};
   auto price = [](const SimConfig::Price& p) {
     json j{{"total_s", p.Total()}, {"regroup_s", p.Regroup()}, {"fanout_s", p.fanout}, {"store_s", p.store},
            {"links_s", p.links}, {"handshake_s", p.handshake}, {"abort_s", p.abort},
@@ -193,6 +211,9 @@ json ToJson(const SimConfig& c, const SimResult& r, bool timing) {
                                 {"restart_seconds", w.restart_seconds},
                                 {"trace_faults", w.trace_faults},
                                 {"trace_digest", w.trace_digest},
+                                {"domain_incidents", w.domain_incidents},
+                                {"switch_replicas_hit", w.switch_replicas_hit},
+                                {"infant_faults", w.infant_faults},
                                 {"same_trace", w.trace_digest == f.trace_digest && w.trace_faults == f.trace_faults}};
   }
   if (timing) {

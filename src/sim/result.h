@@ -52,6 +52,19 @@ struct FleetStats {
   double restart_seconds = 0;      // the priced restarts, summed (decision -> first step)
   int64_t trace_faults = 0;        // faults drawn from the trace, whether or not they hit the job
   uint64_t trace_digest = 0xcbf29ce484222325ULL;  // FNV-style digest of (time, class, slot, manual) of each
+  // Failure domains (SimConfig::domains): switch faults, the machines they
+  // took (placed ones, and the pipeline replicas those belonged to), the
+  // machines back when their switch was repaired or kept out as a flapping
+  // switch's, the incidents that named a switch, infant failures.
+  int racks = 0;
+  int64_t switch_faults = 0;
+  int64_t switch_machines_lost = 0;
+  int64_t switch_placed_lost = 0;
+  int64_t switch_replicas_hit = 0;
+  int64_t switch_returned = 0;
+  int64_t switch_kept_out = 0;
+  int64_t domain_incidents = 0;
+  int64_t infant_faults = 0;
   bool stopped = false;
   std::string stop_reason;
   // class -> resolution -> count, from the controller's incidents.
