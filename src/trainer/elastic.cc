@@ -97,6 +97,49 @@ Result<double> MeanOfValidationSlots(Comm& comm, torch::Tensor sums, torch::Tens
   return sum / count;
 }
 
+MicroBatchShare::MicroBatchShare(int units, int64_t params, int who, int width, const std::vector<int>& healing)
+    : units_(units), params_(params), healing_(!healing.empty()) {
+  std::vector<int> computing;
+  for (int r = 0; r < width; ++r) {
+    if (std::find(healing.begin(), healing.end(), r) == healing.end()) computing.push_back(r);
+  }
+  const auto me = std::find(computing.begin(), computing.end(), who);
+  Assign(me == computing.end() ? std::vector<int>{}
+                               : MicroBatchesOf(units_, static_cast<int>(me - computing.begin()),
+                                                static_cast<int>(computing.size())));
+}
+
+void MicroBatchShare::Assign(std::vector<int> mine) {
+  mine_ = std::move(mine);
+  aside_.clear();
+  for (size_t i = 0; i + 1 < mine_.size(); ++i) aside_.push_back(torch::empty({params_}, torch::kFloat32));
+  losses_.assign(mine_.size(), 0.0);
+}
+
+void MicroBatchShare::Computed(size_t i, const torch::Tensor& grads, double loss) {
+  losses_[i] = loss;
+  if (i + 1 < mine_.size()) aside_[i].copy_(grads);
+}
+
+// Read in place: the sum is written back only after every input is read.
+Status MicroBatchShare::Reduce(Comm& comm, const torch::Tensor& last, std::optional<double> last_loss,
+                               torch::Tensor out, double* loss) {
+  std::vector<torch::Tensor> grads = aside_;
+  std::vector<double> losses = losses_;
+  if (!mine_.empty()) {
+    grads.push_back(last);
+    if (last_loss) losses.back() = *last_loss;
+  }
+  return ExactMeanOfMicroBatches(comm, grads, mine_, losses, units_, out, loss);
+}
+
+bool MicroBatchShare::AfterStep(int who, int width) {
+  if (!healing_) return false;
+  healing_ = false;
+  Assign(MicroBatchesOf(units_, who, width));
+  return true;
+}
+
 namespace {
 
 // Every rank runs the whole model on its micro-batches of the global batch
@@ -110,49 +153,42 @@ class ElasticStep final : public StepLayout {
   // generation's first step (SyncLiveState); they take no micro-batch of it.
   ElasticStep(TrainProcess& p, Comm& comm, const std::vector<int>& healing)
       : p_(p), comm_(comm), store_(*p.store), replicas_(p.cfg.elastic_replicas),
-        units_(replicas_ * p.cfg.micro_batches), unit_(p.cfg.batch_size / p.cfg.micro_batches), healing_(!healing.empty()) {
+        unit_(p.cfg.batch_size / p.cfg.micro_batches),
+        share_(replicas_ * p.cfg.micro_batches, store_.num_params(), comm.rank(), comm.world_size(), healing) {
     const int T = p.cfg.model.context;
     idx_ = torch::empty({unit_, T}, torch::kInt64);
     targets_ = torch::empty({unit_, T}, torch::kInt64);
-    std::vector<int> computing;
-    for (int r = 0; r < comm.world_size(); ++r) {
-      if (std::find(healing.begin(), healing.end(), r) == healing.end()) computing.push_back(r);
-    }
-    const auto me = std::find(computing.begin(), computing.end(), comm.rank());
-    Assign(me == computing.end() ? std::vector<int>{}
-                                 : MicroBatchesOf(units_, static_cast<int>(me - computing.begin()),
-                                                  static_cast<int>(computing.size())));
   }
 
   Status ForwardBackward(uint64_t cursor, StepTimes* t) override {
-    if (mine_.empty()) {  // healing: the others compute this step
+    const std::vector<int>& mine = share_.mine();
+    if (mine.empty()) {  // healing: the others compute this step
       store_.ZeroGrad();
       store_.LossSlot().fill_(0.0f);
       t->shares = 0;
       return Status::OK();
     }
-    for (size_t i = 0; i < mine_.size(); ++i) {
+    for (size_t i = 0; i < mine.size(); ++i) {
       const auto t0 = Clock::now();
       store_.ZeroGrad();
-      MakeBatch(p_.data.train, *p_.sampler, cursor + static_cast<uint64_t>(mine_[i]) * unit_, unit_,
+      MakeBatch(p_.data.train, *p_.sampler, cursor + static_cast<uint64_t>(mine[i]) * unit_, unit_,
                 p_.cfg.model.context, idx_, targets_);
       auto loss = p_.model->Loss(OnDevice(idx_, p_.device), OnDevice(targets_, p_.device));
       const auto t_fwd = Clock::now();
       loss.backward();
-      losses_[i] = loss.item<float>();
-      if (i + 1 < mine_.size()) aside_[i].copy_(store_.GradsView());
+      share_.Computed(i, store_.GradsView(), loss.item<float>());
       t->forward_ms += Ms(t0, t_fwd);
       t->backward_ms += Ms(t_fwd, Clock::now());
     }
-    store_.LossSlot().fill_(static_cast<float>(losses_.back()));
+    store_.LossSlot().fill_(static_cast<float>(share_.last_loss()));
     // At full width a rank computes micro_batches units: that is one share.
-    t->shares = std::max(1, static_cast<int>(mine_.size()) / p_.cfg.micro_batches);
+    t->shares = std::max(1, static_cast<int>(mine.size()) / p_.cfg.micro_batches);
     return Status::OK();
   }
 
   [[noreturn]] void SpinInCompute() override {
     torch::NoGradGuard no_grad;
-    MakeBatch(p_.data.train, *p_.sampler, static_cast<uint64_t>(mine_.empty() ? 0 : mine_[0]) * unit_, unit_,
+    MakeBatch(p_.data.train, *p_.sampler, static_cast<uint64_t>(share_.empty() ? 0 : share_.mine()[0]) * unit_, unit_,
               p_.cfg.model.context, idx_, targets_);
     const torch::Tensor x = OnDevice(idx_, p_.device), y = OnDevice(targets_, p_.device);
     for (;;) p_.model->Loss(x, y);
@@ -163,25 +199,15 @@ class ElasticStep final : public StepLayout {
     // must have left before the step's reduction meets that rank.
     BULWARK_RETURN_IF_ERROR(comm_.WaitSends());
     // The store's micro-batch as the hooks left it (a NaN, a spike, SDC).
-    // Read in place: the sum is written back only after every input is read.
-    std::vector<torch::Tensor> grads = aside_;
-    std::vector<double> losses = losses_;
-    if (!mine_.empty()) {
-      grads.push_back(store_.GradsView());
-      losses.back() = store_.LossSlot().item<double>();
-    }
-    BULWARK_RETURN_IF_ERROR(ExactMeanOfMicroBatches(comm_, grads, mine_, losses, units_, store_.GradsView(), loss));
+    BULWARK_RETURN_IF_ERROR(share_.Reduce(comm_, store_.GradsView(), store_.LossSlot().item<double>(),
+                                          store_.GradsView(), loss));
     *grad_norm = store_.GradsView().norm().item<double>();
     return Status::OK();
   }
 
-  // No ZeRO-1 (config.cc). After the first step of a generation that
-  // healed ranks, every rank takes its share.
+  // No ZeRO-1 (config.cc).
   Status AfterUpdate() override {
-    if (healing_) {
-      healing_ = false;
-      Assign(MicroBatchesOf(units_, comm_.rank(), comm_.world_size()));
-    }
+    share_.AfterStep(comm_.rank(), comm_.world_size());
     return Status::OK();
   }
 
@@ -216,20 +242,9 @@ class ElasticStep final : public StepLayout {
   Comm& comm_;
   ParamStore& store_;
   const int replicas_;
-  const int units_;  // micro-batches of the global batch: replicas x --micro-batches
-  const int unit_;   // samples in one
-  void Assign(std::vector<int> mine) {
-    mine_ = std::move(mine);
-    aside_.clear();
-    for (size_t i = 0; i + 1 < mine_.size(); ++i) aside_.push_back(torch::empty({store_.num_params()}, torch::kFloat32));
-    losses_.assign(mine_.size(), 0.0);
-  }
-
-  bool healing_;           // this generation's first step is not yet applied
-  std::vector<int> mine_;  // the micro-batches this rank computes
+  const int unit_;  // samples in one micro-batch
+  MicroBatchShare share_;
   torch::Tensor idx_, targets_;
-  std::vector<torch::Tensor> aside_;
-  std::vector<double> losses_;
 };
 
 // The state a live peer sends: parameters, optimizer moments, the model's

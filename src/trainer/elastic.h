@@ -33,6 +33,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,40 @@ std::vector<int> MicroBatchesOf(int replicas, int rank, int world);
 // `out` may be one of `grads`: it is written after every input is read.
 Status ExactMeanOfMicroBatches(Comm& comm, const std::vector<torch::Tensor>& grads, const std::vector<int>& index,
                                const std::vector<double>& losses, int units, torch::Tensor out, double* loss);
+
+// One rank's (or one pipeline replica's) share of an elastic step's
+// micro-batches, and what it keeps of them until the reduction: every
+// micro-batch's loss, and the gradients of all but the last, copied aside
+// (the last stays in the store, where the step driver's hooks read it).
+// Members `healing` of the generation compute none of its first step
+// (SyncLiveState); after it, every member takes its share.
+class MicroBatchShare {
+ public:
+  // Member `who` of `width`, over `units` micro-batches of `params` floats.
+  MicroBatchShare(int units, int64_t params, int who, int width, const std::vector<int>& healing);
+  const std::vector<int>& mine() const { return mine_; }
+  bool empty() const { return mine_.empty(); }
+  // Micro-batch i of mine() computed its gradient (in the store) and loss.
+  void Computed(size_t i, const torch::Tensor& grads, double loss);
+  double last_loss() const { return losses_.empty() ? 0.0 : losses_.back(); }
+  // The exact mean over `comm` of every member's micro-batches (elastic.h)
+  // into `out`: those set aside, and `last` for the last one, whose loss is
+  // `last_loss` where the caller has one (a pipeline's last stage).
+  Status Reduce(Comm& comm, const torch::Tensor& last, std::optional<double> last_loss, torch::Tensor out,
+                double* loss);
+  // The generation's first step is applied: a share that healed anyone is
+  // recut for every member. True when mine() changed.
+  bool AfterStep(int who, int width);
+
+ private:
+  void Assign(std::vector<int> mine);
+  const int units_;
+  const int64_t params_;
+  bool healing_;
+  std::vector<int> mine_;
+  std::vector<torch::Tensor> aside_;
+  std::vector<double> losses_;
+};
 
 // The mean validation loss of `sums` (one float64 slot per batch, zero
 // where another rank computed it; `counts` 1 where one did), all-reduced

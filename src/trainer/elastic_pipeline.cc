@@ -25,32 +25,26 @@ class ElasticPipelineStep final : public StepLayout {
  public:
   ElasticPipelineStep(TrainProcess& p, Comm& world, PipelinePlace& place, const std::vector<int>& healing)
       : p_(p), world_(world), dp_(*place.dp), c_(place.c), layers_(place.layers), store_(*p.store),
-        replicas_(p.cfg.elastic_replicas), units_(replicas_ * p.cfg.micro_batches),
-        unit_(p.cfg.batch_size / p.cfg.micro_batches),
-        stage_(p.model, world, place.c, place.layers, unit_, p.cfg.model.context), healing_(!healing.empty()) {
-    std::vector<int> computing;
-    for (int d = 0; d < c_.dp_size; ++d) {
-      if (std::find(healing.begin(), healing.end(), d) == healing.end()) computing.push_back(d);
-    }
-    const auto me = std::find(computing.begin(), computing.end(), c_.dp);
-    Assign(me == computing.end() ? std::vector<int>{}
-                                 : MicroBatchesOf(units_, static_cast<int>(me - computing.begin()),
-                                                  static_cast<int>(computing.size())));
+        replicas_(p.cfg.elastic_replicas), unit_(p.cfg.batch_size / p.cfg.micro_batches),
+        stage_(p.model, world, place.c, place.layers, unit_, p.cfg.model.context),
+        share_(replicas_ * p.cfg.micro_batches, store_.num_params(), c_.dp, c_.dp_size, healing) {
+    Resize();
   }
 
   Status ForwardBackward(uint64_t cursor, StepTimes* t) override {
-    if (mine_.empty()) {  // healing: the other replicas compute this step
+    const std::vector<int>& mine = share_.mine();
+    if (mine.empty()) {  // healing: the other replicas compute this step
       store_.ZeroGrad();
       t->shares = 0;
       return Status::OK();
     }
     // At full width a replica computes micro_batches of them: one share.
-    t->shares = std::max(1, static_cast<int>(mine_.size()) / p_.cfg.micro_batches);
+    t->shares = std::max(1, static_cast<int>(mine.size()) / p_.cfg.micro_batches);
     const int T = p_.cfg.model.context;
-    for (size_t i = 0; i < mine_.size(); ++i) {
+    for (size_t i = 0; i < mine.size(); ++i) {
       torch::Tensor x = idx_.narrow(0, static_cast<int64_t>(i) * unit_, unit_);
       torch::Tensor y = targets_.narrow(0, static_cast<int64_t>(i) * unit_, unit_);
-      MakeBatch(p_.data.train, *p_.sampler, cursor + static_cast<uint64_t>(mine_[i]) * unit_, unit_, T, x, y);
+      MakeBatch(p_.data.train, *p_.sampler, cursor + static_cast<uint64_t>(mine[i]) * unit_, unit_, T, x, y);
     }
     stage_.wait_ms = 0;
     for (const PipeOp& op : schedule_) {
@@ -58,7 +52,7 @@ class ElasticPipelineStep final : public StepLayout {
       const int i = op.micro;
       if (op.kind == PipeOp::kForward) {
         BULWARK_RETURN_IF_ERROR(stage_.Forward(i, idx_.narrow(0, i * unit_, unit_), targets_.narrow(0, i * unit_, unit_), 1.0));
-        losses_[i] = stage_.last_loss;
+        losses_[i] = stage_.last_loss;  // the gradient comes with its backward pass
         t->forward_ms += Ms(t0, Clock::now());
         continue;
       }
@@ -66,11 +60,11 @@ class ElasticPipelineStep final : public StepLayout {
       // micro-batch's gradient at a time.
       store_.ZeroGrad();
       BULWARK_RETURN_IF_ERROR(stage_.Backward(i));
-      if (static_cast<size_t>(i) + 1 < mine_.size()) aside_[i].copy_(store_.GradsView());
+      share_.Computed(static_cast<size_t>(i), store_.GradsView(), losses_[i]);
       t->backward_ms += Ms(t0, Clock::now());
     }
     BULWARK_RETURN_IF_ERROR(world_.WaitSends());
-    store_.LossSlot().fill_(layers_.head ? losses_.back() : 0.0);
+    store_.LossSlot().fill_(layers_.head ? share_.last_loss() : 0.0);
     t->wait_ms = stage_.wait_ms;
     return Status::OK();
   }
@@ -85,15 +79,10 @@ class ElasticPipelineStep final : public StepLayout {
     // A live peer's state on its way to a healing replica (over the stage's
     // group) must have left before the reduction meets it.
     BULWARK_RETURN_IF_ERROR(dp_.WaitSends());
-    std::vector<torch::Tensor> grads = aside_;
-    std::vector<double> losses = losses_;
-    if (!mine_.empty()) {
-      grads.push_back(store_.GradsView());
-      if (layers_.head) losses.back() = store_.LossSlot().item<double>();
-    }
     double stage_loss = 0;
-    BULWARK_RETURN_IF_ERROR(
-        ExactMeanOfMicroBatches(dp_, grads, mine_, losses, units_, store_.GradsView(), &stage_loss));
+    const std::optional<double> last_loss =
+        layers_.head ? std::optional<double>(store_.LossSlot().item<double>()) : std::nullopt;
+    BULWARK_RETURN_IF_ERROR(share_.Reduce(dp_, store_.GradsView(), last_loss, store_.GradsView(), &stage_loss));
     // One slot per stage, from its replica 0: x + 0 = x, so the all-reduced
     // slots are exact, and they are added here in stage order.
     auto slots = torch::zeros({2 * c_.pp_size}, torch::kFloat64);
@@ -112,10 +101,7 @@ class ElasticPipelineStep final : public StepLayout {
   }
 
   Status AfterUpdate() override {
-    if (healing_) {
-      healing_ = false;
-      Assign(MicroBatchesOf(units_, c_.dp, c_.dp_size));
-    }
+    if (share_.AfterStep(c_.dp, c_.dp_size)) Resize();
     return Status::OK();
   }
 
@@ -148,15 +134,13 @@ class ElasticPipelineStep final : public StepLayout {
   bool RanksComparable() const override { return false; }
 
  private:
-  void Assign(std::vector<int> mine) {
-    mine_ = std::move(mine);
-    const int64_t k = static_cast<int64_t>(mine_.size());
+  // The batches and 1F1B order of this replica's share.
+  void Resize() {
+    const int64_t k = static_cast<int64_t>(share_.mine().size());
     idx_ = torch::empty({std::max<int64_t>(1, k) * unit_, p_.cfg.model.context}, torch::kInt64);
     targets_ = torch::empty_like(idx_);
-    aside_.clear();
-    for (int64_t i = 0; i + 1 < k; ++i) aside_.push_back(torch::empty({store_.num_params()}, torch::kFloat32));
-    losses_.assign(mine_.size(), 0.0);
-    schedule_ = mine_.empty() ? std::vector<PipeOp>{} : OneFOneB(c_.pp, c_.pp_size, static_cast<int>(k));
+    losses_.assign(share_.mine().size(), 0.0);
+    schedule_ = k == 0 ? std::vector<PipeOp>{} : OneFOneB(c_.pp, c_.pp_size, static_cast<int>(k));
   }
 
   TrainProcess& p_;
@@ -165,14 +149,12 @@ class ElasticPipelineStep final : public StepLayout {
   const PipelineCoords c_;
   const StageLayers layers_;
   ParamStore& store_;
-  const int replicas_, units_, unit_;
+  const int replicas_, unit_;
   Stage stage_;
-  bool healing_;
-  std::vector<int> mine_;  // the micro-batches this replica computes
+  MicroBatchShare share_;
   std::vector<PipeOp> schedule_;
   torch::Tensor idx_, targets_;  // one slice of unit_ samples per micro-batch
-  std::vector<torch::Tensor> aside_;
-  std::vector<double> losses_;
+  std::vector<double> losses_;   // forward losses, until each backward pass
 };
 
 }  // namespace
