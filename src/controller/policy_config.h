@@ -84,6 +84,10 @@ struct PolicyConfig {
   // switch (the probation): its machines are evicted for good, and only an
   // operator returns them.
   Duration domain_probation = std::chrono::hours(1);
+  // A job's first placement takes domains into account (domain_placement.h):
+  // a pipeline replica under one switch where the switch holds that many
+  // machines, the standbys spread over the domains. Off: machines in id order.
+  bool domain_aware_placement = true;
 
   // The sliding window of the ETTR ledger.
   Duration ledger_window = std::chrono::hours(1);

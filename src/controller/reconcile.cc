@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <optional>
 
+#include "controller/domain_placement.h"
+
 namespace bulwark::controller {
 namespace {
 
@@ -225,7 +227,20 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
       next.slots.resize(needed);
       std::string reason = state.placement.empty() ? "start on " + std::to_string(needed) + " machine(s)"
                                                    : "replace";
-      auto standby = usable.begin();
+      // The first start, with domains known: replicas packed under as few
+      // switches as they fit, standbys spread (domain_placement.h).
+      std::vector<MachineId> ordered = usable;
+      if (state.placement.empty() && config.domain_aware_placement && static_cast<int>(open.size()) == needed) {
+        std::vector<std::pair<MachineId, std::string>> pool;
+        bool any = false;
+        for (const MachineId& m : usable) {
+          const MachineStatus* st = state.FindMachine(m);
+          pool.push_back({m, st != nullptr ? st->domain : std::string()});
+          any = any || !pool.back().second.empty();
+        }
+        if (any) ordered = DomainAwareSlots(pool, needed, std::max(1, state.spec.pp));
+      }
+      auto standby = ordered.begin();
       for (int slot : open) {
         if (!state.placement.empty()) {
           reason += " " + state.placement.slots[slot] + "->" + *standby;

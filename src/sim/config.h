@@ -249,11 +249,14 @@ struct Domains {
   // A switch down stays down this long (replace or reboot and re-cable):
   // assumed 2 h, no published figure. Its machines then register again.
   double switch_repair = 7200;
-  // Placement: aware puts each pipeline replica's machines (its stages)
-  // under as few switches as the rack size allows, so a rack's loss takes
-  // whole replicas, the fewest; blind puts consecutive slots (one stage of
-  // consecutive replicas) under one switch, which is what a placement that
-  // ignores racks does on average (a rack of R takes R replicas).
+  // Placement, the controller's (PolicyConfig::domain_aware_placement,
+  // controller/domain_placement.h): aware puts each pipeline replica's
+  // machines (its stages) under as few switches as the rack size allows
+  // and spreads the standbys, so a rack's loss takes the fewest replicas;
+  // blind places machines in id order, so one switch holds consecutive
+  // slots (one stage of R replicas), what a placement that ignores racks
+  // does on average (a rack of R takes R replicas). Only the first
+  // placement: replacements go where the pool has them.
   bool aware = true;
   // Infant mortality: a machine new to the fleet (provisioned, or handed
   // back after a repair) fails at infant_factor times the fleet's

@@ -484,28 +484,28 @@ Status FleetSim::Run() {
   const int standbys = c_.initial_standbys >= 0 ? c_.initial_standbys : *target;
   std::vector<MachineId> ids;
   for (int i = 0; i < n + standbys; ++i) ids.push_back(IdOf(NewMachine()));
-  // Racks: machine i takes slot i at the start (the controller places
-  // standbys in id order), slot i being stage i / C of replica i % C (C
-  // replicas; ranks are stage-major). Aware: a replica's stages are
-  // consecutive in the racks, so a rack holds whole replicas, or stages of
-  // as few as its size allows. Blind: consecutive slots share a rack: one
-  // stage of R replicas. The initial standbys follow in both.
+  // Racks: machine i sits in rack i / R, and its agent says so. Which
+  // machine takes which slot is the controller's: aware, its first
+  // placement packs each pipeline replica under as few switches as fit and
+  // spreads the standbys (PolicyConfig::domain_aware_placement,
+  // controller/domain_placement.h); blind, machines in id order, so that
+  // slot i (stage i / C of replica i % C; ranks are stage-major) is in
+  // rack i / R: one stage of R replicas a rack.
   std::map<MachineId, std::string> domains;
+  PolicyConfig policy = c_.policy;
   if (c_.domains.on()) {
     const int per = c_.domains.rack_machines;
     const int racks = (n + standbys + per - 1) / per;
     rack_members_.assign(racks, {});
-    const int pp = std::max(1, c_.pp);
-    const int columns = std::max(1, n / pp);
     for (int i = 0; i < n + standbys; ++i) {
-      const int order = i < n && c_.domains.aware ? (i % columns) * pp + i / columns : i;
-      machines_[i].rack = order / per;
-      rack_members_[order / per].push_back(i);
+      machines_[i].rack = i / per;
+      rack_members_[i / per].push_back(i);
       domains[ids[i]] = DomainOf(i);
     }
     r_.fleet.racks = racks;
+    policy.domain_aware_placement = c_.domains.aware;
   }
-  Result<Controller> ctl = Controller::Create(spec, c_.policy, ids, now_, domains);
+  Result<Controller> ctl = Controller::Create(spec, policy, ids, now_, domains);
   if (!ctl.ok()) return ctl.status().Annotate("sim");
   ctl_.emplace(std::move(*ctl));
   r_.fleet.machines = n;

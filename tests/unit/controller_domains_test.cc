@@ -11,7 +11,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
 
+#include "controller/domain_placement.h"
 #include "support/controller_fixture.h"
 
 namespace bulwark::controller {
@@ -185,6 +188,106 @@ TEST(Domains, WithTheRuleOffEachLossIsItsOwnFault) {
   job.SwitchDown("r1", 101);
   EXPECT_TRUE(job.LastIncident().domain.empty());
   EXPECT_FALSE(job.controller->Handle(Registered("m03", "r1", S(7400)), S(7400)).ok());
+}
+
+// ---------------------------------------------------------------------------
+// Placement across domains (domain_placement.h)
+// ---------------------------------------------------------------------------
+
+// `racks` racks of `per` machines, "m<rack><i>" in rack order.
+std::vector<std::pair<MachineId, std::string>> Racks(int racks, int per) {
+  std::vector<std::pair<MachineId, std::string>> pool;
+  for (int r = 0; r < racks; ++r) {
+    for (int i = 0; i < per; ++i) pool.push_back({"m" + std::to_string(r) + std::to_string(i), "r" + std::to_string(r)});
+  }
+  return pool;
+}
+std::string RackOf(const MachineId& m) { return "r" + m.substr(1, 1); }
+
+TEST(DomainPlacement, AReplicaFitsUnderOneSwitchAndEachSwitchTakesOneReplica) {
+  // 4 racks of 4 machines and one of 2: 4 replicas of 4 stages (16 slots), 2 standbys.
+  auto pool = Racks(4, 4);
+  pool.push_back({"m40", "r4"});
+  pool.push_back({"m41", "r4"});
+  std::vector<MachineId> reserve;
+  const std::vector<MachineId> slots = DomainAwareSlots(pool, 16, 4, &reserve);
+  ASSERT_EQ(slots.size(), 16u);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(ReplicasInDomain(slots, 4, "r" + std::to_string(r), RackOf), 1) << r;
+  EXPECT_EQ(reserve, (std::vector<MachineId>{"m41", "m40"}));  // the rack that holds no whole replica
+  // Slot s x 4 + c holds stage s of replica c: replica 0 is m00..m03.
+  EXPECT_EQ(slots[0], "m00");
+  EXPECT_EQ(slots[4], "m01");
+  EXPECT_EQ(slots[1], "m10");
+}
+
+TEST(DomainPlacement, InIdOrderEachSwitchTakesOneStageOfManyReplicas) {
+  // What a blind placement does: slots in id order put one stage of 4
+  // replicas under each switch.
+  std::vector<MachineId> blind;
+  for (const auto& [m, d] : Racks(4, 4)) blind.push_back(m);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(ReplicasInDomain(blind, 4, "r" + std::to_string(r), RackOf), 4) << r;
+}
+
+TEST(DomainPlacement, StandbysAreSpreadOverTheDomainsWherePackingAllows) {
+  // 5 racks of 5, pipelines of 4, 4 replicas (16 of 25): 9 standbys. Each
+  // rack's spare (25 = 5 x (4 + 1)) first, one a rack; then one whole
+  // replica's machines: packing wins over spreading.
+  std::vector<MachineId> reserve;
+  const std::vector<MachineId> slots = DomainAwareSlots(Racks(5, 5), 16, 4, &reserve);
+  ASSERT_EQ(reserve.size(), 9u);
+  std::map<std::string, int> per_rack;
+  for (const MachineId& m : reserve) ++per_rack[RackOf(m)];
+  EXPECT_EQ(per_rack.size(), 5u);  // a standby under every switch
+  int replicas = 0;
+  for (int r = 0; r < 5; ++r) {
+    const int n = ReplicasInDomain(slots, 4, "r" + std::to_string(r), RackOf);
+    EXPECT_LE(n, 1) << r;  // every replica under one switch
+    replicas += n;
+  }
+  EXPECT_EQ(replicas, 4);
+}
+
+TEST(DomainPlacement, RacksSmallerThanAPipelineHoldStagesOfOneReplica) {
+  // Llama 3's racks: 2 machines a switch; pipelines of 4 stages. A rack's
+  // loss takes one replica, not two.
+  const std::vector<MachineId> slots = DomainAwareSlots(Racks(8, 2), 16, 4);
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(ReplicasInDomain(slots, 4, "r" + std::to_string(r), RackOf), 1) << r;
+}
+
+TEST(DomainPlacement, MachinesWithNoDomainComeLastAndFirstToTheReserve) {
+  auto pool = Racks(2, 2);
+  pool.push_back({"x1", ""});
+  std::vector<MachineId> reserve;
+  const std::vector<MachineId> slots = DomainAwareSlots(pool, 4, 2, &reserve);
+  EXPECT_EQ(reserve, std::vector<MachineId>{"x1"});
+  EXPECT_EQ(slots.size(), 4u);
+}
+
+TEST(DomainPlacement, TheControllersFirstPlacementPacksReplicasUnderOneSwitch) {
+  // A pipeline job of 2 replicas x 2 stages on racks r0 = m01 m02,
+  // r1 = m03 m04: in id order (slot s x 2 + c) each switch holds one stage
+  // of both replicas.
+  JobSpec spec;
+  spec.id = "llama";
+  spec.ranks_per_machine = 2;
+  spec.world_size = 8;
+  spec.pp = 2;
+  spec.command = "bulwark-train";
+  const std::map<MachineId, std::string> racks = {{"m01", "r0"}, {"m02", "r0"}, {"m03", "r1"},
+                                                   {"m04", "r1"}, {"s01", "r2"}, {"s02", "r3"}};
+  for (const bool aware : {true, false}) {
+    PolicyConfig config;
+    config.domain_aware_placement = aware;
+    Result<Controller> c = Controller::Create(spec, config, {"m01", "m02", "m03", "m04", "s01", "s02"}, S(0), racks);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE(c->Reconcile(S(0)).ok());
+    const auto& slots = c->state().placement.slots;
+    auto domain_of = [&](const MachineId& m) { return racks.at(m); };
+    // Slot s x 2 + c: aware, replica 0 = (m01, m02) under r0, replica 1 = (m03, m04) under r1.
+    if (aware) EXPECT_EQ(slots, (std::vector<MachineId>{"m01", "m03", "m02", "m04"}));
+    EXPECT_EQ(ReplicasInDomain(slots, 2, "r0", domain_of), aware ? 1 : 2);
+    EXPECT_EQ(ReplicasInDomain(slots, 2, "r1", domain_of), aware ? 1 : 2);
+  }
 }
 
 }  // namespace
