@@ -507,6 +507,20 @@ void Plane::WakeStreamsLocked() {
   for (auto& [id, a] : agents_) WakeStreamLocked(id, a);
 }
 
+void Plane::AbsorbArrivalsLocked(Time now) {
+  // Reports that arrived since, processed or not yet.
+  std::unordered_map<std::string, std::pair<int64_t, Time>> arrived;
+  {
+    MutexLock heard(&heard_mu_);
+    arrived.swap(heard_);
+  }
+  for (const auto& [id, at] : arrived) {
+    auto it = agents_.find(id);
+    if (it == agents_.end() || it->second.lost_reported || it->second.incarnation != at.first) continue;
+    it->second.last_heard = std::max(it->second.last_heard, std::min(at.second, now));
+  }
+}
+
 void Plane::Heard(const std::string& machine, int64_t incarnation, Time now) {
   MutexLock lock(&heard_mu_);
   auto& at = heard_[machine];
@@ -531,17 +545,7 @@ void Plane::Tick(Time now) {
         "time is not counted against them");
   }
   last_tick_ = now;
-  // Reports that arrived since the last tick, processed or not yet.
-  std::unordered_map<std::string, std::pair<int64_t, Time>> arrived;
-  {
-    MutexLock heard(&heard_mu_);
-    arrived.swap(heard_);
-  }
-  for (const auto& [id, at] : arrived) {
-    auto it = agents_.find(id);
-    if (it == agents_.end() || it->second.lost_reported || it->second.incarnation != at.first) continue;
-    it->second.last_heard = std::max(it->second.last_heard, std::min(at.second, now));
-  }
+  AbsorbArrivalsLocked(now);
   if (!controller_ || done_step_) return;
   for (auto& [id, a] : agents_) {
     const Duration timeout = a.heard_since_start ? options_.heartbeat_timeout : options_.reconnect_grace;

@@ -293,6 +293,8 @@ class Plane {
   // The ranks' step signals and phases into the detectors, then a check.
   void ObserveSignalsLocked(const wire::ReportRequest& req, Time now) REQUIRES(mu_);
   Status Rebuild(Time now) REQUIRES(mu_);
+  // Counts the reports Heard since the last call as heard (Tick, Submit).
+  void AbsorbArrivalsLocked(Time now) REQUIRES(mu_);
   // Analyzes what the trace gathered, keeps the raw stacks for people and
   // hands the verdict to the policy.
   void FinishTrace(Time now) REQUIRES(mu_);

@@ -23,7 +23,9 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
     return Status::FailedPrecondition("job " + launch_->spec.id + " is already running on this cluster; "
                                       "run 'bulwark down' and 'bulwark up' for a new one");
   }
-  // Every machine whose agent is up serves the job or waits on standby.
+  // Every machine whose agent is up serves the job or waits on standby:
+  // heard from within the timeout, its report processed or still queued.
+  AbsorbArrivalsLocked(now);
   std::vector<MachineId> machines;
   for (const auto& [id, a] : agents_) {
     if (now - a.last_heard <= options_.heartbeat_timeout) machines.push_back(id);
