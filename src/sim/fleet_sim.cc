@@ -221,20 +221,27 @@ void FleetSim::SwitchDown(int rack) {
 void FleetSim::SwitchUp(int rack) {
   for (const int m : rack_members_[rack]) {
     if (!machines_[m].down) continue;
-    machines_[m].down = false;
+    const MachineSim before = machines_[m];
+    // Back in the fleet unless the controller says otherwise: it may place
+    // it at once (a job waiting for machines), in this very Deliver.
+    MachineSim& back = machines_[m];
+    back.down = false;
+    back.evicted = false;
+    back.broken = false;
+    if (!(back.slot >= 0 && back.slot < static_cast<int>(slots_.size()) && slots_[back.slot] == m)) back.slot = -1;
     const MachineId id = IdOf(m);
     MachineJoined j{id, true, "switch repaired", now_};
     j.domain = DomainOf(m);
     Deliver(j);  // may provision machines: machines_ may move
-    MachineSim& ms = machines_[m];
     const MachineStatus* st = ctl_->state().FindMachine(id);
-    if (st != nullptr && st->state == MachineState::kStandby) {
-      ms.evicted = false;
-      ms.broken = false;
-      ms.slot = -1;
+    if (st != nullptr && st->state != MachineState::kEvicted) {
       ++r_.fleet.switch_returned;
-      AnnounceSpares(m);
-    } else if (ms.evicted) {
+      if (st->state == MachineState::kStandby) AnnounceSpares(m);
+    } else {
+      MachineSim& out = machines_[m];
+      out = before;
+      out.down = false;
+      out.evicted = true;
       ++r_.fleet.switch_kept_out;
       holes_.push_back(rack);
     }

@@ -118,7 +118,7 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
       << f.switch_machines_lost << " machines (" << f.switch_placed_lost << " placed, in "
       << f.switch_replicas_hit << " replica-hits), " << f.domain_incidents << " incidents named a switch, "
       << f.switch_returned << " machines back after repair (" << Hours(c.domains.switch_repair) << "), "
-      << f.switch_kept_out << " kept out (flapping); infant failures " << f.infant_faults << "\n";
+      << f.switch_kept_out << " kept out (the rack's only live machine, a machine fault to the controller, or a flapping switch's); infant failures " << f.infant_faults << "\n";
   }
   o << "slow machines: " << f.faults_by_class[static_cast<int>(FaultClass::kFailSlow)] << " (" << f.slow_undetected
     << " never flagged by the fail-slow detector: they slow every step until another fault takes them out)\n";

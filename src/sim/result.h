@@ -54,8 +54,10 @@ struct FleetStats {
   uint64_t trace_digest = 0xcbf29ce484222325ULL;  // FNV-style digest of (time, class, slot, manual) of each
   // Failure domains (SimConfig::domains): switch faults, the machines they
   // took (placed ones, and the pipeline replicas those belonged to), the
-  // machines back when their switch was repaired or kept out as a flapping
-  // switch's, the incidents that named a switch, infant failures.
+  // machines back when their switch was repaired, or kept out (a rack with
+  // one live machine left is a machine fault to the controller; a
+  // flapping switch's machines wait for an operator), the incidents that
+  // named a switch, infant failures.
   int racks = 0;
   int64_t switch_faults = 0;
   int64_t switch_machines_lost = 0;
