@@ -103,6 +103,9 @@ Status ReadPolicy(const json& j, controller::PolicyConfig& p) {
     else if (key == "crash_window") p.crash_window = Secs(*x);
     else if (key == "max_crashes_without_progress") p.max_crashes_without_progress = static_cast<int>(*x);
     else if (key == "crash_loop_quantile") p.crash_loop_quantile = *x;
+    else if (key == "domain_burst_machines") p.domain_burst_machines = static_cast<int>(*x);
+    else if (key == "domain_burst_window") p.domain_burst_window = Secs(*x);
+    else if (key == "domain_probation") p.domain_probation = Secs(*x);
     else return Bad(field, "unknown policy field; see src/controller/policy_config.h (times in seconds)");
   }
   return Status::OK();
