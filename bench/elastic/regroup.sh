@@ -3,7 +3,7 @@
 # that are already up take to form a new generation's communicator without
 # the one that left, and finish its first all-reduce, for each W (default
 # 3 4 8 16 32): the regroup an elastic membership change costs them. Over
-# the ring elastic jobs use (trainer/ring.h: links kept, the lost member's
+# the ring elastic jobs use (trainer/comm/ring.h: links kept, the lost member's
 # two neighbours dial each other), flat and in two levels (ring.h's
 # TwoLevel, groups of about sqrt(W)), and over Gloo's full mesh, one after
 # the other, then the same two rings formed from plans with no store

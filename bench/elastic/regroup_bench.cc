@@ -1,8 +1,8 @@
 // bench/elastic/regroup: what re-forming the data-parallel communicator
 // costs as the world grows, with bulwark-train's own Comm, over Gloo's full
-// mesh or over the ring elastic jobs use (trainer/ring.h). An elastic
+// mesh or over the ring elastic jobs use (trainer/comm/ring.h). An elastic
 // membership change re-forms it among processes that are already up
-// (trainer/elastic.h), so that is what is timed: W processes start and
+// (trainer/step/elastic.h), so that is what is timed: W processes start and
 // form generation 1 (not timed: the cold start), one of them leaves, and
 // the W - 1 survivors form generation 2 on a new port, from the moment all
 // are told to until their first all-reduce returns. Per W the slowest
@@ -10,7 +10,7 @@
 // an all-reduce of the tiny model's gradients (368,960 int64, the exact
 // sum's buffer) in generation 2, and of one of 8 int64 (a collective's
 // latency alone: 2(W - 1) hops on a flat ring, 2(G - 1) + 2(K - 1) in two
-// levels of K groups of at most G, trainer/ring.h's TwoLevel).
+// levels of K groups of at most G, trainer/comm/ring.h's TwoLevel).
 //
 // Every process runs on this host's cores, so the figure is an upper bound
 // for the CPU work of a mesh of W, not a network figure; what it shows is
@@ -39,8 +39,8 @@
 #include <thread>
 #include <vector>
 
-#include "trainer/dist.h"
-#include "trainer/ring.h"
+#include "trainer/comm/dist.h"
+#include "trainer/comm/ring.h"
 
 extern char** environ;
 

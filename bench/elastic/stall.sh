@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/elastic/stall.sh: what one lost replica costs the others in an
-# elastic data-parallel job (recovery elastic, trainer/elastic.h). For each
+# elastic data-parallel job (recovery elastic, trainer/step/elastic.h). For each
 # width R (default 2 4 8) a local cluster of R machines, one rank each,
 # trains the tiny model with --elastic-replicas R; rank R-1 is killed and
 # the survivors' stall is printed: from the kill to the first step rank 0

@@ -1,5 +1,5 @@
 // bench/elastic/store: what one rendezvous-store operation costs as the
-// store holds more clients. The ring's regroup (trainer/ring.h) makes each
+// store holds more clients. The ring's regroup (trainer/comm/ring.h) makes each
 // survivor four operations on one TCPStore, rank 0's; libtorch 1.13's store
 // daemon serves every client from one thread, so what an operation costs
 // at 12,500 replicas depends on how it grows with the connected clients.

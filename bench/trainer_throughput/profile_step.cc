@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "trainer/config.h"
-#include "trainer/model.h"
-#include "trainer/params.h"
+#include "trainer/model/model.h"
+#include "trainer/model/params.h"
 
 using namespace bulwark::trainer;
 namespace prof = torch::autograd::profiler;

@@ -129,7 +129,7 @@ RankGroupSpec Agent::SpecFrom(const wire::Command& c) {
   if (c.spike_factor() > 0) spec.env[rank_client::kSpikeFactorEnv] = std::to_string(c.spike_factor());
   if (!c.spike_rule().empty()) spec.env[rank_client::kSpikeRuleEnv] = c.spike_rule();
   // The machine's emulated matmul corruption, which the ranks read as they
-  // compute (trainer/sdc.h): a fault injected later reaches them too.
+  // compute (trainer/diag/sdc.h): a fault injected later reaches them too.
   spec.env["BULWARK_SDC_FILE"] = health_paths_.sdc;
   return spec;
 }
@@ -376,7 +376,7 @@ void Agent::AwaitWaitingRanks(const RankGroupSpec& spec) {
   // are stopped at once, as before.
   if (!gen_.in_place) return;
   // An elastic job's generation may come while its ranks train well (it
-  // grows back, trainer/elastic.h): they are asked to stop between steps
+  // grows back, trainer/step/elastic.h): they are asked to stop between steps
   // and keep their state. A peer lost meanwhile is this request's doing,
   // not a fault to report.
   yielding_ = spec.elastic;

@@ -152,7 +152,7 @@ TestOutcome ReplayCheck(const std::vector<std::string>& trainer_argv, const std:
   argv.insert(argv.end(), trainer_argv.begin(), trainer_argv.end());
   argv.insert(argv.end(), {"--align", "--align-steps", std::to_string(steps)});
   // A pipeline job: the vertical group keeps the job's --pp; a horizontal
-  // group replays one stage's share of the layers (trainer/align.h).
+  // group replays one stage's share of the layers (trainer/diag/align.h).
   if (g.pp > 1 && g.stage >= 0) argv.insert(argv.end(), {"--align-stage", std::to_string(g.stage)});
   const std::string layout = g.pp <= 1    ? ""
                              : g.stage >= 0 ? "stage " + std::to_string(g.stage) + "'s layers, data parallel; "

@@ -13,7 +13,7 @@
 //              links the controller assigned): a timed Gloo all-reduce of
 //              4 MB and of one float; the controller compares the links
 //   alignment  `<the job's trainer argv> --align`: one fixed step of the
-//              job's architecture (trainer/align.h); the controller compares
+//              job's architecture (trainer/diag/align.h); the controller compares
 //              the hash with the other machines'
 //
 // The agent runs them on a thread of its own while the ranks are stopped.

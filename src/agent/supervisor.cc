@@ -39,7 +39,7 @@ std::string Supervisor::LogPath(int rank) const {
 
 std::string Supervisor::Identity(const RankGroupSpec& spec) {
   // A process's parameter store is padded to its world size: part of the
-  // job, unless the job runs at any width (trainer/elastic.h pads for all).
+  // job, unless the job runs at any width (trainer/step/elastic.h pads for all).
   return JobIdentity(spec.argv, spec.env) + "\x02" + (spec.elastic ? "elastic" : std::to_string(spec.world_size));
 }
 

@@ -1,5 +1,5 @@
 // How a ring communicator lays out its ranks and cuts its buffers: pure
-// arithmetic that the trainer's ring (trainer/ring.h) runs by and that a
+// arithmetic that the trainer's ring (trainer/comm/ring.h) runs by and that a
 // controller handing each rank its neighbours (a RingPlan) must agree
 // with, so it lives here, outside the libtorch code.
 #pragma once

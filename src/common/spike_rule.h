@@ -1,6 +1,6 @@
 // The one rule for a loss or gradient-norm spike (ByteRobust: a 5x jump
 // over the rolling median, or a NaN). The controller's AnomalyDetector and
-// the trainer's step guard (trainer/step_driver.cc) both apply it, with the
+// the trainer's step guard (trainer/step/step_driver.cc) both apply it, with the
 // thresholds of the job's policy (controller/policy_config.h), which the
 // agent hands each rank in BULWARK_SPIKE_RULE: when the two disagreed, the
 // trainer held back a step the controller took for an ordinary one, or

@@ -31,13 +31,13 @@ struct JobSpec {
   // give the machines back, wait `provisioning_delay` for machines acquired
   // cold, restart from durable storage. Same detection, for a fair ratio.
   // kElastic is kStandby for a data-parallel job whose ranks keep training
-  // on fewer replicas (trainer/elastic.h): when the pool cannot fill the
+  // on fewer replicas (trainer/step/elastic.h): when the pool cannot fill the
   // slots of lost machines, the job restarts on the machines it has instead
   // of waiting, and grows back when machines join. A lost machine must take
   // whole replicas with it: replicas fit in machines (pp 1, tp dividing
   // ranks_per_machine), or each is a pipeline across machines that hold
   // one stage each (pp > 1, tp dividing ranks_per_machine: tp 1 as
-  // trainer/elastic_pipeline.h runs it, or one TP group of a stage per
+  // trainer/step/elastic_pipeline.h runs it, or one TP group of a stage per
   // machine as the simulator's TP 8 x PP 10 job), whose other machines go
   // back to the pool when one of them is lost.
   enum class Recovery { kStandby, kRequeue, kElastic };

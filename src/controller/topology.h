@@ -1,6 +1,6 @@
 // Topology: the job's parallel layout (TP x PP x DP) and its groups.
 //
-// Rank numbering, shared with bulwark-train's --pp (trainer/pipeline_plan.h)
+// Rank numbering, shared with bulwark-train's --pp (trainer/step/pipeline_plan.h)
 // and Megatron-LM's order: the tensor-parallel rank varies fastest, then the
 // data-parallel replica, then the pipeline stage:
 //

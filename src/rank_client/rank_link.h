@@ -96,7 +96,7 @@ class RankLink {
   // "loss-spike", "hang-collective", "hang-compute", or nullopt.
   std::optional<std::string> PollInject();
   // The socket, for a wait that must also hear the agent (a ring
-  // collective: trainer/ring.h).
+  // collective: trainer/comm/ring.h).
   int fd() const { return sock_; }
   // Reads what the agent sent, without waiting: true when it asked this
   // rank to abort its generation. Other injections are kept, in order, for

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "trainer/poet_options.h"
+#include "trainer/model/poet_options.h"
 
 namespace bulwark::trainer {
 

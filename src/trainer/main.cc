@@ -1,8 +1,8 @@
 // bulwark-train: the C++ LLM trainer that bulwark supervises.
 //   bulwark-train prepare --corpus kjv --out data/kjv
 //   bulwark-train --config small --data data/kjv [--key value ...]
-//   bulwark-train ... --align [--align-threads N] [--align-steps S] [--align-stage K]   (trainer/align.h)
-//   bulwark-train --net-check [--net-timeout S]   under RANK/WORLD_SIZE=2/MASTER_* (trainer/net_check.h)
+//   bulwark-train ... --align [--align-threads N] [--align-steps S] [--align-stage K]   (trainer/diag/align.h)
+//   bulwark-train --net-check [--net-timeout S]   under RANK/WORLD_SIZE=2/MASTER_* (trainer/comm/net_check.h)
 // Exit codes: common/exit_codes.h.
 #include <malloc.h>
 #include <unistd.h>
@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "common/exit_codes.h"
-#include "trainer/align.h"
+#include "trainer/diag/align.h"
 #include "trainer/config.h"
-#include "trainer/net_check.h"
-#include "trainer/train.h"
+#include "trainer/comm/net_check.h"
+#include "trainer/step/train.h"
 
 using namespace bulwark;
 

@@ -60,7 +60,7 @@ def expand_braces(p):
 def path_exists(root, p):
     p = p.rstrip(".,:;)")
     p = p.split("#", 1)[0]
-    # src/trainer/train.cc:97 or train.cc:97-99 name lines of a file.
+    # src/trainer/step/train.cc:97 or train.cc:97-99 name lines of a file.
     p = re.sub(r":[\d-]+$", "", p)
     # An upper-case component (fuzz/corpus/NAME) is a placeholder.
     p = "/".join("*" if re.fullmatch(r"[A-Z][A-Z_]*", c) else c for c in p.split("/"))

@@ -65,7 +65,7 @@ TEST(Diagnostics, AlignmentHashIsTheSameInEveryProcessAndDiffersUnderCorruption)
 
 // Recorded rather than required: libtorch's CPU kernels may split a
 // reduction by thread count, so the default is one thread everywhere and
-// machines compare like with like (trainer/align.h).
+// machines compare like with like (trainer/diag/align.h).
 TEST(Diagnostics, AlignmentHashAcrossThreadCounts) {
   const std::string one = Hash("", 1), two = Hash("", 2), two_again = Hash("", 2);
   EXPECT_EQ(two, two_again) << "a fixed thread count is deterministic";

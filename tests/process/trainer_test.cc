@@ -11,7 +11,7 @@
 
 #include "common/files.h"
 #include "support/trainer_fixture.h"
-#include "trainer/checkpoint_dir.h"
+#include "trainer/state/checkpoint_dir.h"
 
 namespace bulwark {
 namespace {
@@ -135,7 +135,7 @@ TEST_F(Trainer, BadPrecisionIsOneLineError) {
   EXPECT_NE(r.err.find("--precision 'fp16' is not one of: auto, bf16, fp32"), std::string::npos) << r.err;
 }
 
-// --device (trainer/device.h): this build has no CUDA (Debian's libtorch).
+// --device (trainer/model/device.h): this build has no CUDA (Debian's libtorch).
 TEST_F(Trainer, DeviceCpuAndAutoTrainOnTheCpuAndSaySo) {
   auto cpu = Launch(1, {"--steps", "3", "--device", "cpu"});
   auto dflt = Launch(1, {"--steps", "3"});

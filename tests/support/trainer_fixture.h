@@ -12,7 +12,7 @@
 #include "common/files.h"
 #include "common/record_file.h"
 #include "support/process.h"
-#include "trainer/checkpoint_dir.h"
+#include "trainer/state/checkpoint_dir.h"
 
 namespace bulwark::testing {
 

@@ -9,11 +9,11 @@
 #include "common/files.h"
 #include "common/record_file.h"
 #include "support/process.h"
-#include "trainer/checkpoint_dir.h"
+#include "trainer/state/checkpoint_dir.h"
 #include "trainer/config.h"
-#include "trainer/prepare.h"
-#include "trainer/sampler.h"
-#include "trainer/tokens.h"
+#include "trainer/data/prepare.h"
+#include "trainer/data/sampler.h"
+#include "trainer/data/tokens.h"
 
 namespace bulwark::trainer {
 namespace {

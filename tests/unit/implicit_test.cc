@@ -55,7 +55,7 @@ TEST(Topology, MegatronOrderTpThenDpThenPp) {
   EXPECT_FALSE(SmallestGroupContaining(t, {15, 16}).has_value());
   // A single rank: its TP pair is the smallest group holding it.
   EXPECT_EQ(SmallestGroupContaining(t, {15})->kind, GroupKind::kTP);
-  // The same numbering as bulwark-train's --pp (trainer/pipeline_plan.h):
+  // The same numbering as bulwark-train's --pp (trainer/step/pipeline_plan.h):
   // DP x PP, rank = dp + DP * pp.
   Topology dp_pp{6, 1, 2};
   EXPECT_EQ(dp_pp.GroupOf(GroupKind::kDP, 4).ranks, (std::vector<int>{3, 4, 5}));
@@ -96,7 +96,7 @@ TEST(StackAnalyzer, GdbOutputNormalizesLikeEuStack) {
       "Thread 1 (Thread 0x7f12 (LWP 4242) \"bulwark-train\"):\n"
       "#0  0x00007f1 in __futex_abstimed_wait_common () from /lib/x86_64-linux-gnu/libc.so.6\n"
       "#1  0x00007f2 in c10d::Work::wait(std::chrono::duration<long, std::ratio<1l, 1000l> >) () from libtorch_cpu.so\n"
-      "#2  0x00005a3 in bulwark::trainer::Train (cfg=...) at src/trainer/train.cc:210\n"
+      "#2  0x00005a3 in bulwark::trainer::Train (cfg=...) at src/trainer/step/train.cc:210\n"
       "#3  0x00005a4 in main (argc=5, argv=0x7ffd) at src/trainer/main.cc:80\n"
       "Thread 2 (Thread 0x7f13 (LWP 4243)):\n#0  0x00007f3 in epoll_wait () from libc.so.6\n";
   EXPECT_EQ(NormalizeMainThread(gdb), (std::vector<std::string>{"__futex_abstimed_wait_common", "c10d::Work::wait",

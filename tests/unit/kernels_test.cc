@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "trainer/kernels.h"
-#include "trainer/model.h"
+#include "trainer/model/kernels.h"
+#include "trainer/model/model.h"
 
 namespace bulwark::trainer {
 namespace {

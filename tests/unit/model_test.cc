@@ -5,11 +5,11 @@
 
 #include <cmath>
 
-#include "trainer/adamw.h"
-#include "trainer/kernels.h"
-#include "trainer/memory_checkpoint.h"
-#include "trainer/model.h"
-#include "trainer/params.h"
+#include "trainer/optim/adamw.h"
+#include "trainer/model/kernels.h"
+#include "trainer/state/memory_checkpoint.h"
+#include "trainer/model/model.h"
+#include "trainer/model/params.h"
 
 namespace bulwark::trainer {
 namespace {

@@ -5,9 +5,9 @@
 #include <set>
 
 #include "trainer/config.h"
-#include "trainer/device.h"
-#include "trainer/pipeline_plan.h"
-#include "trainer/precision.h"
+#include "trainer/model/device.h"
+#include "trainer/step/pipeline_plan.h"
+#include "trainer/model/precision.h"
 
 namespace bulwark::trainer {
 namespace {

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "trainer/model.h"
-#include "trainer/poet.h"
+#include "trainer/model/model.h"
+#include "trainer/model/poet.h"
 
 namespace bulwark::trainer {
 namespace {

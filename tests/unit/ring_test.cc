@@ -1,9 +1,9 @@
-// The ring communicator (trainer/ring.h): its collectives give every
+// The ring communicator (trainer/comm/ring.h): its collectives give every
 // width's exact answers, a regroup without one member redials only that
 // member's two neighbours, and a member that dies fails every rank's
 // collective at once instead of at the timeout. Threads of one process
 // play the ranks, each with its own links, over loopback.
-#include "trainer/ring.h"
+#include "trainer/comm/ring.h"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@
 
 #include <unistd.h>
 
-#include "trainer/dist.h"
+#include "trainer/comm/dist.h"
 
 namespace bulwark::trainer {
 namespace {

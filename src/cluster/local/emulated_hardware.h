@@ -25,7 +25,7 @@ struct EmulatedHardware {
   std::string alu;     // absent or "ok"; "wrong": one wrong element per GEMM
   std::string link;    // absent or "1": healthy; F: every transfer F x slower
   // absent or "ok"; "nan:R" / "drift:R": the machine's matmuls are silently
-  // wrong now and then (trainer/sdc.h), which every process on it that
+  // wrong now and then (trainer/diag/sdc.h), which every process on it that
   // computes reads through BULWARK_SDC_FILE.
   std::string sdc;
   // absent or "1": full speed; F: the machine computes F x slower (a
@@ -46,7 +46,7 @@ Status FlapNic(const EmulatedHardware& hw, std::chrono::milliseconds down, int64
 // A broken ALU: every GEMM's result has one wrong element.
 Status BreakAlu(const EmulatedHardware& hw);
 // Silent corruption of the machine's matmuls: `spec` is "nan:R" or
-// "drift:R" (trainer/sdc.h), R the probability per step.
+// "drift:R" (trainer/diag/sdc.h), R the probability per step.
 Status CorruptCompute(const EmulatedHardware& hw, const std::string& spec);
 // A degraded link (a flaky cable, a NIC renegotiated down): F x slower.
 Status SlowLink(const EmulatedHardware& hw, double factor);

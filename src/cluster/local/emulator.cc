@@ -65,7 +65,7 @@ Status Emulator::Inject(const std::string& machine, const std::string& fault, do
   if (fault == "nic-flap") return FlapNic(hw, kNicFlapDown, UnixMs());
   if (fault == "slow-link") return SlowLink(hw, factor > 1 ? factor : 10);
   if (fault == "compute-fail") {
-    // A broken ALU also turns the machine's matmuls NaN (trainer/sdc.h).
+    // A broken ALU also turns the machine's matmuls NaN (trainer/diag/sdc.h).
     BULWARK_RETURN_IF_ERROR(BreakAlu(hw));
     return CorruptCompute(hw, "nan:1.000000");
   }

@@ -1,0 +1,266 @@
+// The training run: per process, setup once (data, model), then generations.
+//
+// A generation is one world's run of the step loop (train_loop.h). When a
+// peer is lost, this process does not end: it tells its agent over the rank
+// link and waits for the next generation's ASSIGN, then rebuilds only what
+// depends on the world (the rendezvous, the shard client) and restores its
+// state from the in-memory checkpoint. A process the agent pre-spawned sets
+// itself up the same way and waits for its first ASSIGN before any
+// generation. Without an agent (a rank run by hand) a lost peer ends the
+// process as before. docs/recovery.md.
+#include "trainer/step/train.h"
+
+#include <fcntl.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "rank_client/rank_link.h"
+#include "rank_client/shard_socket.h"
+#include "trainer/model/device.h"
+#include "trainer/step/pipeline.h"
+#include "trainer/model/precision.h"
+#include "trainer/step/progress.h"
+#include "trainer/model/simd.h"
+#include "trainer/step/train_loop.h"
+
+namespace bulwark::trainer {
+namespace {
+
+// How long a rank that lost its peers waits for the next generation. The
+// agent answers within its own bounds (it ends a waiting rank whose restart
+// does not come); this only ends a rank whose agent is gone quiet.
+constexpr int kAssignWaitMs = 120000;
+
+// Becomes the rank `a` describes: the torchrun variables every reader of the
+// environment uses (dist.h, the shard client), and the rank's log for its
+// output (a pre-spawned process wrote to a spare log until now).
+Status Adopt(const rank_client::RankAssignment& a) {
+  ::setenv("RANK", std::to_string(a.rank).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(a.local_rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(a.world_size).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", std::to_string(a.local_world_size).c_str(), 1);
+  ::setenv("MASTER_ADDR", a.master_addr.c_str(), 1);
+  ::setenv("MASTER_PORT", std::to_string(a.master_port).c_str(), 1);
+  ::setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(a.generation > 0 ? a.generation - 1 : 0).c_str(), 1);
+  if (a.backup_of >= 0) {
+    ::setenv(rank_client::kShardBackupOfEnv, std::to_string(a.backup_of).c_str(), 1);
+  } else {
+    ::unsetenv(rank_client::kShardBackupOfEnv);
+  }
+  if (!a.log_path.empty()) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const int fd = ::open(a.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return Status::IOError("cannot open the rank log " + a.log_path);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  return Status::OK();
+}
+
+// Every rank's line (only rank 0 prints progress): which process took which
+// rank of which generation, and how.
+void Announce(const rank_client::RankAssignment& a, const std::string& path) {
+  Progress::Emit({{"event", "adopt"}, {"path", path}, {"rank", a.rank}, {"generation", a.generation},
+                  {"pid", static_cast<int64_t>(::getpid())}});
+}
+
+// --device against this build and machine; a CUDA choice also checks that
+// the settings are ones a CUDA rank serves.
+Result<DeviceChoice> ResolveDevice(const TrainConfig& cfg, int* gpus) {
+  *gpus = 0;
+#ifdef BULWARK_CUDA
+  *gpus = static_cast<int>(torch::cuda::device_count());
+#endif
+  auto device = ChooseDevice(cfg.device, BuiltWithCuda(), *gpus);
+  if (device.ok() && device->cuda) BULWARK_RETURN_IF_ERROR(CheckCudaSupports(cfg));
+  return device;
+}
+
+Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
+  p.cfg = cfg_in;
+  TrainConfig& cfg = p.cfg;
+  if (!simd::CpuSupported()) return Status::InvalidArgument("bulwark-train needs a CPU with AVX2 and FMA");
+  int gpus = 0;
+  auto device = ResolveDevice(cfg, &gpus);
+  if (!device.ok()) return device.status();
+  p.device_reason = device->reason;
+  auto precision = ChoosePrecision(cfg.precision, HostCpuBf16());
+  if (!precision.ok()) return precision.status();
+  if (device->cuda && cfg.precision == "auto") {
+    // The host CPU's flags say nothing about the GPU's: every GPU this
+    // trainer targets (Ampere on) multiplies bf16 natively.
+    precision->bf16 = true;
+    precision->reason = "bf16 (auto: CUDA device)";
+  }
+  cfg.model.bf16 = precision->bf16;
+  p.precision_reason = precision->reason;
+  if (device->cuda) {
+#ifdef BULWARK_CUDA
+    // CUDA BUILD ONLY: never compiled on the CI machine (Debian's libtorch is
+    // CPU-only); docs/gpu.md lists what a GPU session must check here.
+    // Ranks of one machine take its GPUs in turn (one GPU: they share it).
+    const char* local_rank = std::getenv("LOCAL_RANK");
+    p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>((local_rank ? std::atoi(local_rank) : 0) % gpus));
+    // Fast by default: flash attention and atomics-based backward kernels,
+    // so two runs agree only within rounding. BULWARK_CUDA_DETERMINISTIC=1
+    // (the gpu tests) asks for bitwise runs and exact resume: deterministic
+    // kernels only (an op without one throws, naming itself), the explicit
+    // attention path (kernels::eager::CausalAttention), and cuBLAS's fixed
+    // workspace, which it reads when it creates its first handle, after this.
+    const char* det = std::getenv("BULWARK_CUDA_DETERMINISTIC");
+    if (det != nullptr && *det != '\0' && std::string(det) != "0") {
+      ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+      at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+      p.device_reason += "; deterministic (BULWARK_CUDA_DETERMINISTIC)";
+    }
+    // The shard image is read from host memory (memory_checkpoint.cc):
+    // auto means off on a GPU until its device -> host copy exists.
+    if (cfg.memory_ckpt == "auto") cfg.memory_ckpt = "off";
+#endif
+  }
+  p.threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(p.threads);  // libtorch defaults to 1 on this platform
+
+  auto data = LoadDataSet(cfg.data_dir);
+  if (!data.ok()) return data.status();
+  p.data = std::move(*data);
+  if (cfg.model.vocab_size == 0) cfg.model.vocab_size = p.data.vocab_size;
+  if (cfg.model.vocab_size < p.data.vocab_size) {
+    return Status::InvalidArgument("--vocab-size " + std::to_string(cfg.model.vocab_size) +
+                                   " is smaller than the tokenizer's " + std::to_string(p.data.vocab_size) +
+                                   " in " + cfg.data_dir);
+  }
+  p.sampler = std::make_unique<Sampler>(p.data.train.size(), cfg.model.context, cfg.seed);
+  if (p.sampler->num_samples() < static_cast<uint64_t>(cfg.batch_size)) {
+    return Status::InvalidArgument("the training split of " + cfg.data_dir + " holds fewer than --batch-size " +
+                                   "samples of --context tokens");
+  }
+  p.model = Transformer(cfg.model);
+  p.model->Initialize(cfg.seed);  // on the CPU, from the CPU generator: the same draws on every device
+  if (!p.device.is_cpu()) p.model->to(p.device);
+  // From the machine's emulated hardware (BULWARK_SDC_FILE, which the agent
+  // names), polled each step, or BULWARK_SDC, or a rank-link inject.
+  p.sdc = Sdc::FromEnv();
+  p.sdc_file = SdcFile::FromEnv();
+  return Status::OK();
+}
+
+// A fixed pipeline's generation ended unfinished: a held-back step waits
+// to be stopped (the agent restarts the job's ranks as new processes).
+Status EndOutOfPlace(TrainProcess& p, const Result<GenerationEnd>& end) {
+  if (!end.ok()) return end.status();
+  if (p.link && !p.link->WaitClosed(5 * 60 * 1000)) {
+    return Status::FailedPrecondition("a step was held back, and no restart came within 5 minutes");
+  }
+  return Status::Unavailable("a step was held back, and the agent restarts the job");
+}
+
+}  // namespace
+
+Status Train(const TrainConfig& cfg_in) {
+  int gpus = 0;
+  if (auto device = ResolveDevice(cfg_in, &gpus); !device.ok()) return device.status();
+  // A fixed pipeline's stages restart in new processes (docs/recovery.md):
+  // they neither wait in place for the next generation nor are pre-spawned.
+  // An elastic pipeline's generations run in place like data parallel's.
+  const bool in_place = !UsesPipeline(cfg_in) || cfg_in.elastic_replicas > 0;
+  const bool prespawned = std::getenv(rank_client::kPrespawnEnv) != nullptr;
+  if (!in_place && prespawned) return Status::InvalidArgument("pipeline jobs are not pre-spawned");
+  GenerationStart g;
+  g.began = TrainClock::now();
+  g.path = "cold";
+  TrainProcess p;
+  BULWARK_RETURN_IF_ERROR(SetUp(cfg_in, p));
+
+  auto link = rank_client::RankLink::FromEnv(prespawned ? -1 : std::atoi(std::getenv("RANK") ? std::getenv("RANK") : "0"));
+  if (!link.ok()) return link.status();
+  p.link = std::move(*link);
+  if (p.link && in_place) p.link->OfferInPlace();
+  if (p.link && !prespawned) {
+    // Under an agent, every rank says which process it is (Announce).
+    const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    rank_client::RankAssignment a;
+    a.rank = std::atoi(std::getenv("RANK") ? std::getenv("RANK") : "0");
+    a.generation = restarts ? std::atoll(restarts) + 1 : 1;
+    Announce(a, "cold");
+  }
+  if (prespawned) {
+    // Set up and idle until the agent needs a rank: what is left of a
+    // start is the rendezvous and the restore.
+    if (!p.link) return Status::InvalidArgument(std::string(rank_client::kPrespawnEnv) + " needs an agent's rank link");
+    Progress::Emit({{"event", "spare_ready"}, {"pid", static_cast<int64_t>(::getpid())},
+                    {"setup_ms", std::chrono::duration<double, std::milli>(TrainClock::now() - g.began).count()}});
+    std::optional<rank_client::RankAssignment> a = p.link->AwaitAssignment("READY", 0, -1);
+    if (!a) return Status::OK();  // the agent no longer needs it
+    BULWARK_RETURN_IF_ERROR(Adopt(*a));
+    p.link->Hello(a->rank);
+    p.link->OfferInPlace();
+    Announce(*a, "prespawned");
+    g.path = "prespawned";
+    g.began = TrainClock::now();
+  }
+
+  for (;;) {
+    g.data_ready = TrainClock::now();
+    auto env = ReadDistEnv();
+    if (!env.ok()) return env.status();
+    // A world the pipeline cannot split is refused before any rendezvous.
+    if (UsesPipeline(p.cfg)) BULWARK_RETURN_IF_ERROR(RankCoords(env->rank, env->world_size, p.cfg.pp).status());
+    if (p.cfg.elastic_replicas > 0 && p.cfg.elastic_comm == "ring" && env->world_size > 1 && !p.ring) {
+      auto links = RingLinks::Listen(env->master_addr);
+      if (!links.ok()) return links.status();
+      p.ring = std::move(*links);
+      p.ring->SetGroupSize(p.cfg.ring_group);
+      // An elastic pipeline's stage reduces over a ring of its own, whose
+      // links outlive a generation like the world ring's.
+      if (p.cfg.pp > 1) {
+        auto stage = RingLinks::Listen(env->master_addr);
+        if (!stage.ok()) return stage.status();
+        p.stage_ring = std::move(*stage);
+        p.stage_ring->SetGroupSize(p.cfg.ring_group);
+      }
+    }
+    auto comm = Comm::Connect(*env, p.cfg.dist_timeout_s, p.ring.get());
+    if (!comm.ok()) return comm.status();
+    g.rendezvous_done = TrainClock::now();
+    Result<GenerationEnd> end = RunGeneration(p, **comm, g);
+    if (end.ok() && *end == GenerationEnd::kFinished) return Status::OK();
+    if (!in_place) return EndOutOfPlace(p, end);
+    const bool halted = end.ok();
+    if (!halted && (end.status().code() != Status::Code::kUnavailable || !p.link || p.must_exit)) {
+      return end.status();
+    }
+    // Wait in place for the next generation. The failed world goes first:
+    // its sockets close, so peers still inside a collective fail at once.
+    const int rank = (*comm)->rank();
+    comm->reset();
+    if (!halted) {
+      std::fprintf(stderr, "\nbulwark-train: rank %d: %s; waiting for the next generation\n", rank,
+                   end.status().message().c_str());
+      std::fflush(stderr);
+    }
+    const auto lost = TrainClock::now();
+    std::optional<rank_client::RankAssignment> a = p.link->AwaitAssignment(halted ? "WAIT" : "LOST", 0, kAssignWaitMs);
+    if (!a) {
+      if (halted && *end == GenerationEnd::kYielded) return Status::FailedPrecondition("asked to yield and no generation came");
+      return halted ? Status::FailedPrecondition("a step was held back and no decision came")
+                    : end.status();
+    }
+    BULWARK_RETURN_IF_ERROR(Adopt(*a));
+    p.link->Hello(a->rank);
+    p.link->OfferInPlace();
+    Announce(*a, "rejoin");
+    g.path = "rejoin";
+    g.began = TrainClock::now();
+    g.assign_wait_ms = std::chrono::duration<double, std::milli>(g.began - lost).count();
+  }
+}
+
+}  // namespace bulwark::trainer
