@@ -15,7 +15,7 @@ namespace bulwark::controller {
 // `pool`: the machines to place from, each with its domain ("" for none),
 // in the order to prefer. `slots`: the placement's size; `pp`: pipeline
 // stages, so that slot s x C + c holds stage s of replica c (C = slots /
-// pp; ranks are stage-major, trainer/pipeline_plan.h).
+// pp; ranks are stage-major, trainer/step/pipeline_plan.h).
 //
 // Each replica takes its pp machines from one domain where the domain
 // holds that many (a domain of R machines holds R / pp whole replicas),

@@ -48,7 +48,7 @@ std::vector<MachineId> NarrowerSlots(const ClusterState& state, const std::vecto
 }
 
 // The same for replicas that are pipelines (pp > 1). Ranks are stage-major
-// (trainer/pipeline_plan.h), so with C machines a stage, slot s x C + c is
+// (trainer/step/pipeline_plan.h), so with C machines a stage, slot s x C + c is
 // stage s of the replicas in column c. A column is kept only whole; the
 // active machines of a broken one are offered again with the standbys
 // (Apply returns those left out to the pool), and new columns take pp

@@ -155,11 +155,11 @@ struct Costs {
   // datacenter), which this host cannot measure.
   double ring_hop = 20e-6;
   // The ring's abort propagation: a failure travels round the ring hop by
-  // hop (trainer/ring.h: ABORT to both neighbours, each passes it on), so
+  // hop (trainer/comm/ring.h: ABORT to both neighbours, each passes it on), so
   // it reaches every survivor within (W - 1) / 2 hops; priced at
   // abort_hops_per_rank x (W - 1) hops = 2 x that, a bound.
   double abort_hops_per_rank = 1;
-  // The rendezvous store as built (trainer/dist.cc, ring.cc): one TCPStore
+  // The rendezvous store as built (trainer/comm/dist.cc, ring.cc): one TCPStore
   // on rank 0, served by a single-threaded daemon; a ring costs each rank 4
   // operations (its address, the generation's nonce, its two neighbours'),
   // and a pipeline job forms two rings per rank on it (the world's and its
@@ -364,7 +364,7 @@ struct SimConfig {
   }
   // An elastic job's restart on `machines_now` machines, `joined` of them
   // new: the survivors' stall from the decision to their first step. A
-  // joiner's state comes from a live peer during that step (trainer/elastic.h:
+  // joiner's state comes from a live peer during that step (trainer/step/elastic.h:
   // it computes no micro-batch of it), so the step waits only for the part
   // of the transfer that outlasts it.
   Price ElasticRestart(int machines_now, bool joined) const {
