@@ -27,6 +27,11 @@ constexpr double kTimeout = 30;
 struct Member {
   std::unique_ptr<RingLinks> links;
   std::unique_ptr<Ring> ring;
+  // The generation's server outlives this member's client (declared first,
+  // destroyed last): libtorch 1.13's client runs a callback thread whose
+  // receive throws, uncaught, when the server goes away first and resets
+  // the link ("Connection reset by peer" aborted ring_test under load).
+  c10::intrusive_ptr<c10d::TCPStore> server;
   c10::intrusive_ptr<c10d::TCPStore> store;
   Status formed;
 };
@@ -65,8 +70,9 @@ void Generation(const std::vector<Member*>& ms, const std::function<void(int)>& 
       co.port = server->getPort();
       co.isServer = false;
       co.timeout = std::chrono::seconds(30);
-      m.store = Connect(co);
       m.ring.reset();
+      m.store = Connect(co);
+      m.server = server;
       if (!m.store) {
         m.formed = Status::Unavailable("no store client within 30 s");
         return;
