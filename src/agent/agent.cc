@@ -100,6 +100,7 @@ bool Agent::Register() {
   req.set_machine_dir(layout_.machine(o_.machine));
   req.set_incarnation(incarnation_);
   req.set_shard_addr(shards_->addr());
+  req.set_domain(o_.domain);
   wire::RegisterReply reply;
   grpc::Status st = rpc->Register(&ctx, req, &reply);
   if (!st.ok()) {

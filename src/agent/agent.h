@@ -27,6 +27,9 @@ struct AgentOptions {
   // or a host of its own): the shard server and metrics listen there and a
   // rendezvous led by this machine is reached there. "": 127.0.0.1.
   std::string address;
+  // Its failure domain (the rack whose switch it hangs under, "r1"), told
+  // to the controller at registration; "": none.
+  std::string domain;
   // Fencing (docs/control-plane.md): with no report through to the
   // controller for this long, counted from the sending of the last one that
   // went through, the agent stops its ranks and withholds its checkpoint

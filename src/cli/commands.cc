@@ -178,7 +178,8 @@ const std::vector<Command>& Commands() {
         {"metrics-port", "P", "Prometheus /metrics on 127.0.0.1:P"},
         {"signatures", "FILE", "log signature table instead of the built-in one"},
         {"nic", "IFACE", "this machine's network interface, watched through the kernel [an emulated link]"},
-        {"address", "IP", "this machine's own address: shards, metrics and rendezvous listen there [127.0.0.1]"}}},
+        {"address", "IP", "this machine's own address: shards, metrics and rendezvous listen there [127.0.0.1]"},
+        {"domain", "NAME", "this machine's failure domain, the rack whose switch it hangs under (e.g. r1) [none]"}}},
   };
   return commands;
 }

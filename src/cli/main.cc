@@ -487,6 +487,7 @@ Status Run(const Args& a) {
     o.builtin_signatures = a.Get("signatures");  // "": the table built into the binary
     o.nic = a.Get("nic");
     o.address = a.Get("address");
+    o.domain = a.Get("domain");
     Result<int> mport = IntFlag(a, "metrics-port", -1);
     if (!mport.ok()) return mport.status();
     o.metrics_port = *mport;

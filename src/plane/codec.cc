@@ -222,6 +222,7 @@ Status DecodeJournalFields(const json& r, JournalRow& row) {
   if (r.contains("type")) BULWARK_RETURN_IF_ERROR(Get(r, "type", &row.type));
   if (row.type == "create") {
     BULWARK_RETURN_IF_ERROR(Get(r, "standbys", &row.standbys));
+    if (r.contains("domains")) BULWARK_RETURN_IF_ERROR(Get(r, "domains", &row.domains));
   } else if (row.type == "event") {
     json e;
     BULWARK_RETURN_IF_ERROR(Get(r, "event", &e));

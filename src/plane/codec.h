@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@ struct JournalOrigin {
 struct JournalRow {
   std::string type;
   std::vector<MachineId> standbys;    // create
+  std::map<MachineId, std::string> domains;  // create: failure domains (absent in older journals)
   std::optional<Event> event;         // event
   std::optional<JournalOrigin> origin;  // event (when an agent sent it), origin
   int64_t step = 0;                   // done

@@ -74,7 +74,7 @@ Result<Controller> ReplayJournal(const JobSpec& spec, const PolicyConfig& policy
     Result<JournalRow> row = DecodeJournalRow(e.json);
     if (!row.ok()) return row.status();
     if (row->type == "create") {
-      Result<Controller> made = Controller::Create(spec, policy, row->standbys, at);
+      Result<Controller> made = Controller::Create(spec, policy, row->standbys, at, row->domains);
       if (!made.ok()) return made.status();
       c.emplace(std::move(*made));
     } else if (c && row->type == "reconcile") {

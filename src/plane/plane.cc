@@ -313,6 +313,7 @@ Status Plane::Register(const wire::RegisterRequest& req, Time now) {
   // holds none changes none of them by registering.
   if (!a.shards.empty()) RoutesChangedLocked();
   a.shard_addr = req.shard_addr();
+  a.domain = req.domain();
   if (a.incarnation != req.incarnation()) {
     a.reached = false;
     a.incarnation = req.incarnation();

@@ -200,6 +200,9 @@ class Plane {
     // (replaced by every report: runtime observations, not journaled;
     // after a controller restart they return with the next reports).
     std::string shard_addr;
+    // Its failure domain as its registration says ("" none): carried to the
+    // policy in MachineJoined and the job's creation (policy_domains.cc).
+    std::string domain;
     std::vector<ShardHolding> shards;
     std::string device_slowdown;  // the device's fail-slow hint, "" none (runtime, not journaled)
     // Its ranks of `generation` that exited 0 -> the last step each was seen

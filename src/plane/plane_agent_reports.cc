@@ -155,10 +155,11 @@ void Plane::JoinIfNewLocked(const MachineId& machine, bool was_lost, Time now) {
     if (options_.probe_reachability && !a.shard_addr.empty()) {
       if (!a.reached) return;
       a.reached = false;  // one proof, one join: a returned machine proves itself again
-      FeedLocked(MachineJoined{machine, true, "agent reporting, reached at " + a.shard_addr, now}, now, nullptr);
+      FeedLocked(MachineJoined{machine, true, "agent reporting, reached at " + a.shard_addr, now, a.domain}, now,
+                 nullptr);
       return;
     }
-    FeedLocked(MachineJoined{machine, true, "agent reporting", now}, now, nullptr);
+    FeedLocked(MachineJoined{machine, true, "agent reporting", now, AgentFor(machine).domain}, now, nullptr);
   } else if (was_lost) {
     Log("machine " + machine + " is heard from again; it stays " + MachineStateName(m->state));
   }

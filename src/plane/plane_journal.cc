@@ -48,7 +48,7 @@ Status Plane::Rebuild(Time now) {
     const std::string& type = rec->type;
     Result<std::vector<Action>> actions = std::vector<Action>{};
     if (type == "create") {
-      Result<Controller> c = Controller::Create(launch_->spec, options_.policy, rec->standbys, at);
+      Result<Controller> c = Controller::Create(launch_->spec, options_.policy, rec->standbys, at, rec->domains);
       if (!c.ok()) return c.status().Annotate("replaying job " + row.id);
       controller_.emplace(std::move(*c));
     } else if (!controller_) {

@@ -27,8 +27,11 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
   // heard from within the timeout, its report processed or still queued.
   AbsorbArrivalsLocked(now);
   std::vector<MachineId> machines;
+  std::map<MachineId, std::string> domains;  // failure domains, as registrations said
   for (const auto& [id, a] : agents_) {
-    if (now - a.last_heard <= options_.heartbeat_timeout) machines.push_back(id);
+    if (now - a.last_heard > options_.heartbeat_timeout) continue;
+    machines.push_back(id);
+    if (!a.domain.empty()) domains[id] = a.domain;
   }
   if (static_cast<int>(machines.size()) < launch.spec.MachinesNeeded()) {
     return Status::FailedPrecondition(
@@ -36,7 +39,7 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
         " machines but " + std::to_string(machines.size()) +
         " agents are up; start more with 'bulwark up --machines N' or lower world_size");
   }
-  Result<Controller> c = Controller::Create(launch.spec, options_.policy, machines, now);
+  Result<Controller> c = Controller::Create(launch.spec, options_.policy, machines, now, domains);
   if (!c.ok()) return c.status();
   // A random base makes two clusters on one host (tests, demos) unlikely to
   // collide on rank 0's port; it is journaled with the spec, so replay and
@@ -50,7 +53,8 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
   for (const std::string& a : launch.argv) launch.spec.command += (launch.spec.command.empty() ? "" : " ") + a;
   BULWARK_RETURN_IF_ERROR(store_->PutJob({launch.spec.id, EncodeLaunch(launch).dump(), ToMs(now)}));
   BULWARK_RETURN_IF_ERROR(
-      store_->Append(launch.spec.id, ToMs(now), json{{"type", "create"}, {"standbys", machines}}.dump()));
+      store_->Append(launch.spec.id, ToMs(now),
+                     json{{"type", "create"}, {"standbys", machines}, {"domains", domains}}.dump()));
   controller_.emplace(std::move(*c));
   launch_ = std::move(launch);
   throughput_ = Throughput();

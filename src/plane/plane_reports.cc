@@ -57,6 +57,7 @@ json Plane::StatusJson(Time now) {
            {"live_ranks", a.live_ranks}, {"generation", a.generation}, {"state", "registered"},
            {"shard_addr", a.shard_addr}, {"shards", shards}};
     if (!a.device_slowdown.empty()) m["device_slowdown"] = a.device_slowdown;
+    if (!a.domain.empty()) m["rack"] = a.domain;  // its failure domain (bulwark up --racks)
     if (controller_) {
       if (const MachineStatus* s = controller_->state().FindMachine(id)) {
         m["state"] = MachineStateName(s->state);
