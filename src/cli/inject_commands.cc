@@ -68,6 +68,53 @@ Status InjectPhysical(const Args& a, const cluster::NetnsPlan& plan, const std::
   return Status::OK();
 }
 
+// --for S as seconds (> 0); -1 when not given.
+Result<double> ForSeconds(const Args& a) {
+  if (!a.Has("for")) return -1.0;
+  char* end = nullptr;
+  const double s = std::strtod(a.Get("for").c_str(), &end);
+  if (end == a.Get("for").c_str() || *end != '\0' || !(s > 0)) {
+    return Status::InvalidArgument("inject: --for '" + a.Get("for") + "' is not seconds; e.g. --for 30");
+  }
+  return s;
+}
+
+// A rack's switch (bulwark up --racks): its uplink to the spine down, up,
+// or down for --for S [2] and up again. Every machine of the rack is cut
+// off at once with its link up: agents and ranks run on, and each agent
+// fences itself (cluster/fence.h), as under a real top-of-rack switch.
+Status InjectSwitch(const Args& a, const std::string& kind) {
+  const cluster::Layout layout{ClusterDir(a)};
+  Result<cluster::NetnsPlan> plan = cluster::LoadNetns(layout);
+  const cluster::NetnsRack* rack = plan.ok() ? plan->FindRack(a.Get("rack")) : nullptr;
+  if (!plan.ok() || plan->racks.empty()) {
+    return Status::InvalidArgument("inject: " + kind + " needs a cluster with racks ('bulwark up --racks K')");
+  }
+  if (rack == nullptr) {
+    std::string names;
+    for (const cluster::NetnsRack& r : plan->racks) names += (names.empty() ? "" : ", ") + r.name;
+    return Status::NotFound("inject: " + kind + " --rack '" + a.Get("rack") + "': this cluster's racks are " + names);
+  }
+  Result<double> for_s = ForSeconds(a);
+  if (!for_s.ok()) return for_s.status();
+  std::string members;
+  for (const cluster::NetnsMachine& m : plan->machines) {
+    if (m.rack == rack->name) members += (members.empty() ? "" : " ") + m.id;
+  }
+  cluster::SystemRunner run;
+  const bool down = kind != "switch-up";
+  if (down) {
+    BULWARK_RETURN_IF_ERROR(cluster::SetUplinkUp(run, *rack, false));
+    std::cout << "switch " << rack->name << " down: " << members << " cut off, their links up" << std::endl;
+    const double wait_s = kind == "switch-flap" ? (*for_s > 0 ? *for_s : 2) : *for_s;
+    if (wait_s <= 0) return Status::OK();
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000)));
+  }
+  BULWARK_RETURN_IF_ERROR(cluster::SetUplinkUp(run, *rack, true));
+  std::cout << "switch " << rack->name << " up: " << members << " reach the spine again" << std::endl;
+  return Status::OK();
+}
+
 // A hung host (machine-down's other shape): the machine's agent and every
 // process under it stopped with SIGSTOP, alive but silent, and thawed
 // after --for S or by `inject thaw`. Made here, not by the agent.
@@ -94,11 +141,18 @@ Status InjectFreeze(const Args& a, bool freeze) {
 }  // namespace
 
 Status InjectCmd(const Args& a) {
+  if (a.positional.size() >= 2 && a.positional[1].rfind("switch-", 0) == 0) {
+    const std::string& kind = a.positional[1];
+    if ((kind != "switch-down" && kind != "switch-up" && kind != "switch-flap") || !a.Has("rack")) {
+      return Status::InvalidArgument("inject: usage: bulwark inject switch-down|switch-up|switch-flap --rack R [--for S]");
+    }
+    return InjectSwitch(a, kind);
+  }
   if (a.positional.size() < 2 || !a.Has("machine")) {
     return Status::InvalidArgument(
         "inject: usage: bulwark inject crash|kill|machine-down|device-fail|nic-flap|corrupt-shard|nan|loss-spike "
         "--machine ID [--rank R] | hang --machine ID [--rank R] [--where collective|compute] | slow --machine ID "
-        "--factor F");
+        "--factor F | switch-down|switch-up|switch-flap --rack R [--for S]");
   }
   Result<int> rank = IntFlag(a, "rank", -1);
   if (!rank.ok()) return rank.status();

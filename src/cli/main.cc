@@ -125,6 +125,7 @@ struct UpRequest {
   bool netns = false;
   bool netns_auto = false;   // not asked for: fall back to the shared stack where namespaces fail
   std::string shared_why;    // auto and shared: why (a flag that needs the shared stack)
+  int racks = 0;             // --racks K: failure domains, each rack a bridge of its own (namespaces only)
 };
 
 // "a,b,c" -> {"a", "b", "c"}; "" -> {}.
@@ -187,6 +188,13 @@ Result<UpRequest> CheckUpFlags(const Args& a) {
                                    " machine(s): give one per machine, standbys included, in order (local backend)");
   }
   BULWARK_RETURN_IF_ERROR(ChooseNetns(a, &up));
+  Result<int> racks = IntFlag(a, "racks", 0);
+  if (!racks.ok()) return racks.status();
+  up.racks = *racks;
+  if (up.racks < 0 || up.racks > up.machines + up.standby || (up.racks > 0 && !up.netns)) {
+    return Status::InvalidArgument("up: --racks K puts the machines' namespaces under K switches: K from 1 to the "
+                                   "machines' count, with namespaces (not --no-netns, --nics or Slurm)");
+  }
   if (up.slurm && a.Has("tls")) {
     return Status::InvalidArgument("up: --tls is not supported with --backend slurm yet (the certificates name "
                                    "127.0.0.1 only); leave out --tls");
@@ -228,8 +236,10 @@ Result<AgentPlaces> PlaceAgents(const Args& a, const UpRequest& up, const cluste
                                       "); leave out --netns to share this host's network");
   }
   if (!can.ok()) places.shared_why = "namespaces need root and a working 'ip netns': " + can.message();
+  if (!can.ok() && up.racks > 0) return Status::FailedPrecondition("up: --racks needs namespaces: " + can.message());
   if (up.netns && can.ok()) {
-    Result<cluster::NetnsPlan> plan = cluster::CreateNetns(runner, layout, places.ids);
+    Result<cluster::NetnsPlan> plan =
+        cluster::CreateNetns(runner, layout, places.ids, cluster::RacksOf(up.machines, up.standby, up.racks));
     if (!plan.ok()) return plan.status();
     places.netns = *plan;
     places.listen = plan->gateway;  // the host's end of the bridge
@@ -308,6 +318,7 @@ Status StartAgents(const Args& a, const cluster::Layout& layout, const std::stri
     if (places.netns) {
       const cluster::NetnsMachine& m = places.netns->machines[i];
       argv.insert(argv.end(), {"--nic", cluster::kNetnsLink, "--address", m.address});
+      if (!m.rack.empty()) argv.insert(argv.end(), {"--domain", m.rack});
       argv = cluster::InNetns(m, argv);
     }
     BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(argv, layout.agent_log(id)));
@@ -354,6 +365,9 @@ Status Up(const Args& a) {
             << (places->netns ? ", each in a network namespace on bridge " + places->netns->bridge + " (" +
                                     places->netns->gateway + "/24)"
                               : "")
+            << (places->netns && !places->netns->racks.empty()
+                    ? ", under " + std::to_string(places->netns->racks.size()) + " racks' switches"
+                    : "")
             << "\n";
   if (!places->shared_why.empty()) {
     std::cout << "the machines share this host's network (" << places->shared_why

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -47,29 +48,48 @@ Result<int> MakeBridge(CommandRunner& run, const Layout& layout) {
                                    ": 'ip link' lists them; 'bulwark down' each cluster, or delete stale ones");
 }
 
-NetnsPlan PlanFor(int k, const std::vector<std::string>& ids) {
+NetnsPlan PlanFor(int k, const std::vector<std::string>& ids, const std::vector<int>& racks_of) {
   NetnsPlan p;
   p.index = k;
-  p.bridge = "bwb" + std::to_string(k);
-  const std::string net = "10.213." + std::to_string(k) + ".";
+  const std::string K = std::to_string(k);
+  p.bridge = "bwb" + K;
+  const std::string net = "10.213." + K + ".";
   p.gateway = net + "1";
+  const int racks = racks_of.empty() ? 0 : *std::max_element(racks_of.begin(), racks_of.end()) + 1;
+  for (int r = 0; r < racks; ++r) {
+    const std::string n = std::to_string(r);
+    p.racks.push_back({RackName(r), p.bridge + "r" + n, "bw" + K + "u" + n, "bw" + K + "u" + n + "r"});
+  }
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::string n = std::to_string(i + 1);
-    p.machines.push_back({ids[i], "bw" + std::to_string(k) + "-" + ids[i], "bw" + std::to_string(k) + "h" + n,
-                          net + std::to_string(i + 2)});
+    p.machines.push_back({ids[i], "bw" + K + "-" + ids[i], "bw" + K + "h" + n, net + std::to_string(i + 2),
+                          racks_of.empty() ? "" : RackName(racks_of[i])});
   }
   return p;
+}
+
+// Each rack's bridge, up, with its uplink's two ends on it and on the spine.
+Status WireRacks(CommandRunner& run, const NetnsPlan& p) {
+  for (const NetnsRack& r : p.racks) {
+    BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "add", r.bridge, "type", "bridge"}));
+    BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "set", r.bridge, "up"}));
+    BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "add", r.uplink, "type", "veth", "peer", "name", r.rack_uplink}));
+    BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "set", r.rack_uplink, "master", r.bridge, "up"}));
+    BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "set", r.uplink, "master", p.bridge, "up"}));
+  }
+  return Status::OK();
 }
 
 Status Wire(CommandRunner& run, const NetnsPlan& p) {
   BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "addr", "add", p.gateway + "/24", "dev", p.bridge}));
   BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "set", p.bridge, "up"}));
+  BULWARK_RETURN_IF_ERROR(WireRacks(run, p));
   for (const NetnsMachine& m : p.machines) {
     const std::string peer = m.host_veth + "n";  // the namespace's end, renamed eth0 inside
     BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "netns", "add", m.ns}));
     BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "add", m.host_veth, "type", "veth", "peer", "name", peer}));
     BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "set", peer, "netns", m.ns}));
-    BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "set", m.host_veth, "master", p.bridge, "up"}));
+    BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "set", m.host_veth, "master", p.BridgeOf(m), "up"}));
     BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "-n", m.ns, "link", "set", peer, "name", kNetnsLink}));
     BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "-n", m.ns, "addr", "add", m.address + "/24", "dev", kNetnsLink}));
     BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "-n", m.ns, "link", "set", kNetnsLink, "up"}));
@@ -81,9 +101,15 @@ Status Wire(CommandRunner& run, const NetnsPlan& p) {
 nlohmann::json Encode(const NetnsPlan& p) {
   nlohmann::json machines = nlohmann::json::array();
   for (const NetnsMachine& m : p.machines) {
-    machines.push_back({{"id", m.id}, {"ns", m.ns}, {"host_veth", m.host_veth}, {"address", m.address}});
+    nlohmann::json j = {{"id", m.id}, {"ns", m.ns}, {"host_veth", m.host_veth}, {"address", m.address}};
+    if (!m.rack.empty()) j["rack"] = m.rack;
+    machines.push_back(j);
   }
-  return {{"index", p.index}, {"bridge", p.bridge}, {"gateway", p.gateway}, {"machines", machines}};
+  nlohmann::json racks = nlohmann::json::array();
+  for (const NetnsRack& r : p.racks) {
+    racks.push_back({{"name", r.name}, {"bridge", r.bridge}, {"uplink", r.uplink}, {"rack_uplink", r.rack_uplink}});
+  }
+  return {{"index", p.index}, {"bridge", p.bridge}, {"gateway", p.gateway}, {"machines", machines}, {"racks", racks}};
 }
 
 // Both ends: what leaves the host towards the machine, and what leaves the
@@ -117,6 +143,28 @@ const NetnsMachine* NetnsPlan::Find(const std::string& id) const {
   return nullptr;
 }
 
+const NetnsRack* NetnsPlan::FindRack(const std::string& name) const {
+  for (const NetnsRack& r : racks) {
+    if (r.name == name) return &r;
+  }
+  return nullptr;
+}
+
+std::string NetnsPlan::BridgeOf(const NetnsMachine& m) const {
+  const NetnsRack* r = m.rack.empty() ? nullptr : FindRack(m.rack);
+  return r != nullptr ? r->bridge : bridge;
+}
+
+std::string RackName(int index) { return "r" + std::to_string(index); }
+
+std::vector<int> RacksOf(int machines, int standby, int racks) {
+  std::vector<int> of;
+  if (racks <= 0) return of;
+  for (int i = 0; i < machines; ++i) of.push_back(static_cast<int>(static_cast<int64_t>(i) * racks / machines));
+  for (int j = 0; j < standby; ++j) of.push_back(j % racks);
+  return of;
+}
+
 Status NetnsAvailable(CommandRunner& run) {
   if (::geteuid() != 0) return Status::FailedPrecondition("not root");
   CommandResult r = run.Run({"ip", "netns", "list"}, kIpTimeout);
@@ -124,15 +172,20 @@ Status NetnsAvailable(CommandRunner& run) {
   return Status::OK();
 }
 
-Result<NetnsPlan> CreateNetns(CommandRunner& run, const Layout& layout, const std::vector<std::string>& ids) {
+Result<NetnsPlan> CreateNetns(CommandRunner& run, const Layout& layout, const std::vector<std::string>& ids,
+                              const std::vector<int>& racks_of) {
   if (ids.size() > 253) return Status::InvalidArgument("at most 253 machines fit one namespace subnet");
+  if (!racks_of.empty() && racks_of.size() != ids.size()) {
+    return Status::InvalidArgument("a rack for each of the " + std::to_string(ids.size()) + " machines, not " +
+                                   std::to_string(racks_of.size()));
+  }
   if (Result<NetnsPlan> old = LoadNetns(layout); old.ok()) {
     // A cluster in this directory that was not brought down.
     BULWARK_RETURN_IF_ERROR(DestroyNetns(run, layout, *old));
   }
   Result<int> k = MakeBridge(run, layout);
   if (!k.ok()) return k.status();
-  NetnsPlan plan = PlanFor(*k, ids);
+  NetnsPlan plan = PlanFor(*k, ids, racks_of);
   if (Status st = Wire(run, plan); !st.ok()) {
     (void)DestroyNetns(run, layout, plan);
     return Status::IOError("cannot make the machines' namespaces: " + st.message());
@@ -152,7 +205,12 @@ Result<NetnsPlan> LoadNetns(const Layout& layout) {
     p.gateway = j.at("gateway").get<std::string>();
     for (const nlohmann::json& m : j.at("machines")) {
       p.machines.push_back({m.at("id").get<std::string>(), m.at("ns").get<std::string>(),
-                            m.at("host_veth").get<std::string>(), m.at("address").get<std::string>()});
+                            m.at("host_veth").get<std::string>(), m.at("address").get<std::string>(),
+                            m.value("rack", std::string())});
+    }
+    for (const nlohmann::json& r : j.value("racks", nlohmann::json::array())) {
+      p.racks.push_back({r.at("name").get<std::string>(), r.at("bridge").get<std::string>(),
+                         r.at("uplink").get<std::string>(), r.at("rack_uplink").get<std::string>()});
     }
     return p;
   } catch (const std::exception& e) {
@@ -169,6 +227,10 @@ Status DestroyNetns(CommandRunner& run, const Layout& layout, const NetnsPlan& p
     if (!r.ok() && !gone) failed += (failed.empty() ? "" : "; ") + r.Describe(argv);
   };
   for (const NetnsMachine& m : plan.machines) note({"ip", "netns", "del", m.ns});
+  for (const NetnsRack& r : plan.racks) {
+    note({"ip", "link", "del", r.uplink});  // both ends of the pair
+    note({"ip", "link", "del", r.bridge});
+  }
   note({"ip", "link", "del", plan.bridge});
   std::remove(Record(layout).c_str());
   if (!failed.empty()) return Status::IOError("removing the machines' namespaces: " + failed);
@@ -196,7 +258,13 @@ Status ShapeLink(CommandRunner& run, const NetnsMachine& m, double rate_mbit) {
 
 Status Partition(CommandRunner& run, const NetnsPlan& plan, const NetnsMachine& m, bool cut) {
   if (cut) return Ip(run, {"ip", "link", "set", m.host_veth, "nomaster"});
-  return Ip(run, {"ip", "link", "set", m.host_veth, "master", plan.bridge});
+  return Ip(run, {"ip", "link", "set", m.host_veth, "master", plan.BridgeOf(m)});
+}
+
+Status SetUplinkUp(CommandRunner& run, const NetnsRack& rack, bool up) {
+  // The spine's end: the rack's end loses its carrier with it, so the rack's
+  // bridge forwards nothing towards the spine, and the spine nothing back.
+  return Ip(run, {"ip", "link", "set", rack.uplink, up ? "up" : "down"});
 }
 
 }  // namespace bulwark::cluster
