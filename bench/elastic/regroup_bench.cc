@@ -107,6 +107,7 @@ int Rank(int rank, int world, int port, bool ring, int group, bool planned, cons
   if (planned) {
     auto plan = ReadPlan(go + ".plan." + std::to_string(rank));
     if (!plan.ok()) return 1;
+    plan->group = group;  // the layout the plan was cut by
     second = Comm::Join(env, *plan, 120, *links);
   } else {
     second = Comm::Connect(env, 120, links.get());

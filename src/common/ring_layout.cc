@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 namespace bulwark {
 
@@ -64,6 +65,58 @@ std::set<int> LinkedRanks(int rank, int world, int group) {
   }
   out.erase(rank);
   return out;
+}
+
+RingPlan PlanFor(int rank, int world, int group, uint64_t nonce, const std::function<std::string(int)>& address) {
+  RingPlan plan;
+  plan.nonce = nonce;
+  plan.group = group;
+  for (int peer : LinkedRanks(rank, world, group)) plan.identities[peer] = address(peer);
+  return plan;
+}
+
+std::string EncodeRingPlan(const RingPlan& plan) {
+  std::string out = std::to_string(plan.nonce) + ";" + std::to_string(plan.group) + ";";
+  for (const auto& [rank, addr] : plan.identities) {
+    if (out.back() != ';') out += ",";
+    out += std::to_string(rank) + "=" + addr;
+  }
+  return out;
+}
+
+Result<RingPlan> DecodeRingPlan(const std::string& text) {
+  const auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("ring plan '" + text.substr(0, 80) + "': " + why +
+                                   " (want nonce;group;rank=addr:port,...)");
+  };
+  const size_t a = text.find(';'), b = a == std::string::npos ? a : text.find(';', a + 1);
+  if (b == std::string::npos) return bad("two ';' missing");
+  RingPlan plan;
+  char* end = nullptr;
+  plan.nonce = std::strtoull(text.c_str(), &end, 10);
+  if (end != text.c_str() + a || a == 0) return bad("the nonce is not a number");
+  plan.group = static_cast<int>(std::strtol(text.c_str() + a + 1, &end, 10));
+  if (end != text.c_str() + b || b == a + 1 || plan.group < 0) return bad("the group is not a number");
+  for (size_t at = b + 1; at < text.size();) {
+    size_t comma = text.find(',', at);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(at, comma - at);
+    const size_t eq = item.find('=');
+    const long r = std::strtol(item.c_str(), &end, 10);
+    if (eq == std::string::npos || eq == 0 || end != item.c_str() + eq || r < 0 ||
+        item.find(':', eq) == std::string::npos) {
+      return bad("'" + item + "' is not rank=addr:port");
+    }
+    plan.identities[static_cast<int>(r)] = item.substr(eq + 1);
+    at = comma + 1;
+  }
+  return plan;
+}
+
+uint64_t RingNonce(const std::string& job, int64_t generation) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a of the job's id
+  for (unsigned char c : job) h = (h ^ c) * 1099511628211ull;
+  return (h << 20) ^ static_cast<uint64_t>(generation);
 }
 
 }  // namespace bulwark

@@ -5,9 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
+
+#include "common/status.h"
 
 namespace bulwark {
 
@@ -54,5 +58,30 @@ RingNeighbours NeighboursOf(const TwoLevel& L, int rank);
 // TwoLevel::For(world, group): its flat ring's neighbours, and in two
 // levels its group's ring's and each of its parts' cross rings'.
 std::set<int> LinkedRanks(int rank, int world, int group);
+
+// What a rank needs to form a generation without a store: the generation's
+// nonce, the layout's group size (TwoLevel::For's `requested`), and the ring
+// addresses ("addr:port") of the ranks it links to, as a controller that
+// knows the membership hands each rank in its start command. Nothing in it
+// grows with W: at most 8 addresses (2 on a flat ring).
+struct RingPlan {
+  uint64_t nonce = 0;
+  int group = 0;
+  std::map<int, std::string> identities;  // rank -> ring address
+};
+
+// Rank `rank`'s plan in a world of `world`: `address(r)` names rank r's ring
+// listener (its machine's address and its slot's port).
+RingPlan PlanFor(int rank, int world, int group, uint64_t nonce, const std::function<std::string(int)>& address);
+
+// "nonce;group;rank=addr:port,rank=addr:port": one word, no spaces, so it
+// travels in an environment variable and in a rank link's ASSIGN line.
+std::string EncodeRingPlan(const RingPlan& plan);
+Result<RingPlan> DecodeRingPlan(const std::string& text);
+
+// A generation's nonce: distinct for every generation of a job, the same
+// on every rank of one, so frames a failed generation left on a kept link
+// are skipped by the next (trainer/comm/ring.h).
+uint64_t RingNonce(const std::string& job, int64_t generation);
 
 }  // namespace bulwark

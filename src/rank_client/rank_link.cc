@@ -70,12 +70,15 @@ Result<StepSignal> StepSignal::Parse(const std::string& line) {
 std::string RankAssignment::Format() const {
   return "ASSIGN " + std::to_string(generation) + " " + std::to_string(rank) + " " + std::to_string(local_rank) + " " +
          std::to_string(world_size) + " " + std::to_string(local_world_size) + " " + master_addr + " " +
-         std::to_string(master_port) + " " + std::to_string(backup_of) + " " + log_path;
+         std::to_string(master_port) + " " + std::to_string(backup_of) + " " + log_path +
+         (ring_addr.empty() && ring_plan.empty()
+              ? ""
+              : " " + (ring_addr.empty() ? "-" : ring_addr) + " " + (ring_plan.empty() ? "-" : ring_plan));
 }
 
 Result<RankAssignment> RankAssignment::Parse(const std::string& line) {
   std::vector<std::string> w = SplitWords(line);
-  if (w.size() != 10 || w[0] != "ASSIGN") {
+  if ((w.size() != 10 && w.size() != 12) || w[0] != "ASSIGN") {
     return Status::InvalidArgument("rank link: malformed assignment '" + line.substr(0, 80) + "'");
   }
   RankAssignment a;
@@ -89,6 +92,10 @@ Result<RankAssignment> RankAssignment::Parse(const std::string& line) {
     a.master_port = std::stoi(w[7]);
     a.backup_of = std::stoi(w[8]);
     a.log_path = w[9];
+    if (w.size() == 12) {
+      a.ring_addr = w[10] == "-" ? "" : w[10];
+      a.ring_plan = w[11] == "-" ? "" : w[11];
+    }
   } catch (const std::exception&) {
     return Status::InvalidArgument("rank link: malformed number in '" + line.substr(0, 80) + "'");
   }

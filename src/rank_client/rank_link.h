@@ -60,10 +60,18 @@ struct StepSignal : StepFigures {
   static StepSignal Halted(int64_t step, double loss, double grad_norm, const std::string& why);
 };
 
+// The ring address of the rank's slot ("addr:port", fixed for the agent's
+// life) and the generation's ring plan (common/ring_layout.h's
+// EncodeRingPlan): with both, an elastic rank forms its ring from the plan
+// alone, with no rendezvous store (docs/recovery.md).
+constexpr const char* kRingAddrEnv = "BULWARK_RING_ADDR";
+constexpr const char* kRingPlanEnv = "BULWARK_RING_PLAN";
+
 // A rank of a new generation handed to a process that is already running:
 // a survivor of the previous generation, or a pre-spawned one.
 // "ASSIGN <generation> <rank> <local_rank> <world> <local_world> <master_addr>
-//  <master_port> <backup_of or -1> <log path>"
+//  <master_port> <backup_of or -1> <log path> [<ring addr> <ring plan>]"
+// ('-' for a ring address or plan the agent has none of).
 struct RankAssignment {
   int64_t generation = 0;
   int rank = 0, local_rank = 0, world_size = 1, local_world_size = 1;
@@ -71,6 +79,7 @@ struct RankAssignment {
   int master_port = 0;
   int backup_of = -1;
   std::string log_path;
+  std::string ring_addr, ring_plan;  // "": none
 
   std::string Format() const;
   static Result<RankAssignment> Parse(const std::string& line);

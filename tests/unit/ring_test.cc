@@ -225,9 +225,7 @@ void PlannedGeneration(const std::vector<Member*>& ms, uint64_t nonce, int group
   sizes->assign(W, 0);
   std::vector<std::thread> threads;
   for (int r = 0; r < W; ++r) {
-    RingPlan plan;
-    plan.nonce = nonce;
-    for (int peer : LinkedRanks(r, W, group)) plan.identities[peer] = ms[peer]->links->identity();
+    RingPlan plan = PlanFor(r, W, group, nonce, [&](int peer) { return ms[peer]->links->identity(); });
     (*sizes)[r] = plan.identities.size();
     threads.emplace_back([&, r, plan] {
       Member& m = *ms[r];

@@ -36,7 +36,6 @@ namespace bulwark::trainer {
 
 class Ring;
 class RingLinks;
-struct RingPlan;
 
 // The torchrun variables. All absent: a single process (rank 0 of 1).
 struct DistEnv {
@@ -56,7 +55,7 @@ class Comm {
   // rank 0 prints {"event":"rendezvous","port":N} on stdout before waiting
   // for the others, which a launcher then starts with MASTER_PORT=N.
   static Result<std::unique_ptr<Comm>> Connect(const DistEnv& env, double timeout_s, RingLinks* ring = nullptr);
-  // A generation over `ring` with no store at all: the plan (ring.h's
+  // A generation over `ring` with no store at all: the plan (common/ring_layout.h's
   // RingPlan) names the nonce and the addresses this rank links to. Its
   // collectives are the ring's; it has no subgroups, and no point-to-point
   // messages but to the ranks the plan names.

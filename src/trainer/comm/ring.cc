@@ -149,16 +149,36 @@ std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s
 Result<std::unique_ptr<RingLinks>> RingLinks::Listen(const std::string& master_addr) {
   auto addr = OwnAddress(master_addr);
   if (!addr.ok()) return addr.status();
+  return Bind(*addr + ":0", 0);
+}
+
+Result<std::unique_ptr<RingLinks>> RingLinks::ListenAt(const std::string& identity, double timeout_s) {
+  return Bind(identity, timeout_s);
+}
+
+// Binds `where` ("addr:port"). A slot's fixed port may still be held for a
+// moment by the process that held the rank before (the agent is ending it),
+// so EADDRINUSE is retried for `timeout_s`.
+Result<std::unique_ptr<RingLinks>> RingLinks::Bind(const std::string& where, double timeout_s) {
   std::unique_ptr<RingLinks> l(new RingLinks());
   l->listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (l->listen_fd_ >= 0) LargeBuffers(l->listen_fd_);  // accepted links inherit them
-  sockaddr_in a = Parse(*addr + ":0");
-  socklen_t len = sizeof(a);
-  if (l->listen_fd_ < 0 || ::bind(l->listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::listen(l->listen_fd_, 256) != 0 || ::getsockname(l->listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    return Status::Unavailable(Errno(("listening for ring links on " + *addr).c_str()));
+  if (l->listen_fd_ < 0) return Status::Unavailable(Errno("ring listener socket"));
+  LargeBuffers(l->listen_fd_);  // accepted links inherit them
+  const int one = 1;
+  ::setsockopt(l->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a = Parse(where);
+  const double deadline = Now() + timeout_s;
+  while (::bind(l->listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    if (errno != EADDRINUSE || Now() >= deadline) {
+      return Status::Unavailable(Errno(("listening for ring links on " + where).c_str()));
+    }
+    ::poll(nullptr, 0, 20);
   }
-  l->identity_ = *addr + ":" + std::to_string(ntohs(a.sin_port));
+  socklen_t len = sizeof(a);
+  if (::listen(l->listen_fd_, 256) != 0 || ::getsockname(l->listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    return Status::Unavailable(Errno(("listening for ring links on " + where).c_str()));
+  }
+  l->identity_ = where.substr(0, where.rfind(':')) + ":" + std::to_string(ntohs(a.sin_port));
   return l;
 }
 
@@ -223,6 +243,8 @@ Result<std::unique_ptr<Ring>> Ring::Form(const RingPlan& plan, int rank, int wor
   r->nonce_ = plan.nonce;
   r->identities_ = plan.identities;
   r->identities_[rank] = links.identity();
+  // The controller's layout: every rank's plan was cut by it.
+  links.group_ = plan.group;
   return Finish(std::move(r));
 }
 
@@ -323,6 +345,24 @@ Status Ring::AcceptUntil(const RingLinks::Key& want, bool watch_ring) {
   return Status::OK();
 }
 
+// A store publishes an address only once its rank listens, so a refusal
+// there means the rank is gone. A plan names a slot's address before its
+// process listens (a rank starting anew in the slot), so a refusal is
+// retried until the deadline, or until the agent ends the generation.
+Result<int> Ring::DialNeighbour(const std::string& peer) {
+  const double deadline = Deadline();
+  bool hear_agent = links_.interrupt_fd_ >= 0;
+  for (;;) {
+    auto fd = Dial(links_.identity(), peer, kRingChannel, deadline);
+    if (fd.ok() || store_ != nullptr || fd.status().message().find("refused") == std::string::npos) return fd;
+    if (Now() + 0.02 >= deadline) return fd;
+    pollfd pfd{links_.interrupt_fd_, POLLIN, 0};
+    if (::poll(&pfd, hear_agent ? 1 : 0, 20) > 0 && AgentEnded(pfd.revents, &hear_agent)) {
+      return Status::Unavailable("the agent ended this generation while the ring dialled " + peer);
+    }
+  }
+}
+
 // Both neighbour links up (kept, dialled by the lower identity, or
 // accepted), a HELLO of this generation sent on each, then each one's
 // HELLO read: every rank sends before it waits, so no wait goes round the
@@ -339,7 +379,7 @@ Status Ring::Link() {
     for (const std::string& p : peers) {
       if (Fd(p, kRingChannel) >= 0) continue;
       if (links_.identity() < p) {
-        auto fd = Dial(links_.identity(), p, kRingChannel, Deadline());
+        auto fd = DialNeighbour(p);
         if (!fd.ok()) return Fail(fd.status());
         links_.Add({p, kRingChannel}, *fd);
       }

@@ -54,6 +54,10 @@ class RingLinks {
   // interface GLOO_SOCKET_IFNAME names (the agent's choice for Gloo too),
   // else loopback for a rendezvous on this host, else the hostname's.
   static Result<std::unique_ptr<RingLinks>> Listen(const std::string& master_addr);
+  // Listens at `identity` ("addr:port"): the fixed address of an agent's
+  // slot, which the controller names in its neighbours' plans before this
+  // process starts (BULWARK_RING_ADDR).
+  static Result<std::unique_ptr<RingLinks>> ListenAt(const std::string& identity, double timeout_s);
   ~RingLinks();
   const std::string& identity() const { return identity_; }  // "addr:port"
 
@@ -81,6 +85,7 @@ class RingLinks {
   friend class Ring;
   using Key = std::pair<std::string, int>;  // the peer's identity, a channel
   RingLinks() = default;
+  static Result<std::unique_ptr<RingLinks>> Bind(const std::string& where, double timeout_s);
   void Add(const Key& k, int fd);
   void Close(const Key& k);
   void CloseFd(int fd);
@@ -95,15 +100,7 @@ class RingLinks {
 };
 
 
-// What a rank needs to form a generation without a store: the generation's
-// nonce and the ring addresses ("addr:port", RingLinks::identity) of the
-// ranks it links to (LinkedRanks), as a controller that knows the
-// membership can hand each survivor in one small message. Nothing in it
-// grows with W.
-struct RingPlan {
-  uint64_t nonce = 0;
-  std::map<int, std::string> identities;  // rank -> ring address
-};
+// RingPlan (common/ring_layout.h): what a generation without a store forms from.
 
 
 // One generation's ring: rank r's neighbours are r - 1 and r + 1 (mod W).
@@ -113,9 +110,10 @@ class Ring {
   // the Ring.
   static Result<std::unique_ptr<Ring>> Form(c10d::Store& store, int rank, int world, double timeout_s,
                                             RingLinks& links);
-  // The same without a store: every address comes from `plan`. Only the
-  // collectives can run on such a ring; a point-to-point message to a rank
-  // the plan does not name fails.
+  // The same without a store: every address comes from `plan`, and so does
+  // the layout's group size (the controller cut every rank's plan by it; a
+  // rank's own SetGroupSize serves store generations). Only the collectives
+  // and point-to-point messages to the ranks the plan names can run on it.
   static Result<std::unique_ptr<Ring>> Form(const RingPlan& plan, int rank, int world, double timeout_s,
                                             RingLinks& links);
   // A generation that ends without a failure still tells its neighbours,
@@ -140,6 +138,7 @@ class Ring {
   static Result<std::unique_ptr<Ring>> Finish(std::unique_ptr<Ring> r);
   Status Link();
   Status Handshake(const std::string& peer, bool* retry);
+  Result<int> DialNeighbour(const std::string& peer);
   using Pieces = std::vector<std::pair<const char*, size_t>>;
   // One ring among some of this generation's ranks: where this rank sends
   // and receives on it, the ring's size and this rank's place.

@@ -313,8 +313,11 @@ Result<LiveSync> SyncLiveState(Comm& comm, TrainProcess& p, MemoryCheckpoint* me
   uint64_t timeline = p.live_timeline;
   if (mine == out.step) *st = *p.live;
   if (-range[1].item<int64_t>() != out.step) {
-    // Someone is behind: which ranks, in one all-reduce; the lowest rank
-    // holding the newest step sends to them and goes on to the step.
+    // Someone is behind: which ranks, in one all-reduce. Each takes the
+    // state from its ring predecessor: a live one sends its own and goes on
+    // to the step, a healing one passes on what it received. Only ring
+    // neighbours' links carry it, so a generation formed from a plan (which
+    // names no one else) heals too, and no rank sends more than one copy.
     auto behind = torch::zeros({W}, torch::kInt64);
     if (mine != out.step) behind[rank] = 1;
     std::vector<torch::Tensor> b{behind};
@@ -323,14 +326,14 @@ Result<LiveSync> SyncLiveState(Comm& comm, TrainProcess& p, MemoryCheckpoint* me
       if (behind[r].item<int64_t>() != 0) {
         out.healing.push_back(r);
       } else if (out.donor < 0) {
-        out.donor = r;
+        out.donor = r;  // every copy is this live state: name it as the source
       }
     }
     out.received = mine != out.step;
-    if (rank == out.donor) {
-      BULWARK_RETURN_IF_ERROR(SendState(comm, p, *st, timeline, out.healing));
-    } else if (out.received) {
-      BULWARK_RETURN_IF_ERROR(ReceiveState(comm, p, out.donor, st, &timeline));
+    const int pred = (rank + W - 1) % W, succ = (rank + 1) % W;
+    if (out.received) BULWARK_RETURN_IF_ERROR(ReceiveState(comm, p, pred, st, &timeline));
+    if (behind[succ].item<int64_t>() != 0) {
+      BULWARK_RETURN_IF_ERROR(SendState(comm, p, *st, timeline, {succ}));
     }
   }
   // Nothing is abandoned: the copies taken from here on continue the

@@ -106,8 +106,8 @@ std::unique_ptr<StepLayout> MakeElasticStep(TrainProcess& p, Comm& comm, const s
 struct LiveSync {
   bool synced = false;    // false: no rank held a live state; restore as usual
   int64_t step = 0;       // the step every rank now holds
-  int donor = -1;         // the rank that sent it (-1: every rank held it)
-  bool received = false;  // this rank's state came from the donor
+  int donor = -1;         // the lowest live rank, whose state every copy is (-1: every rank held it)
+  bool received = false;  // this rank's state came, copied along the ring, from the donor
   std::vector<int> healing;  // the ranks that received it
   double ms = 0;
 };

@@ -17,10 +17,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
+#include "common/ring_layout.h"
 #include "rank_client/rank_link.h"
 #include "rank_client/shard_socket.h"
+#include "trainer/comm/dist.h"
+#include "trainer/comm/ring.h"
 #include "trainer/model/device.h"
 #include "trainer/step/pipeline.h"
 #include "trainer/model/precision.h"
@@ -47,6 +51,14 @@ Status Adopt(const rank_client::RankAssignment& a) {
   ::setenv("MASTER_ADDR", a.master_addr.c_str(), 1);
   ::setenv("MASTER_PORT", std::to_string(a.master_port).c_str(), 1);
   ::setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(a.generation > 0 ? a.generation - 1 : 0).c_str(), 1);
+  // This generation's ring plan and slot address: both or neither.
+  if (!a.ring_addr.empty() && !a.ring_plan.empty()) {
+    ::setenv(rank_client::kRingAddrEnv, a.ring_addr.c_str(), 1);
+    ::setenv(rank_client::kRingPlanEnv, a.ring_plan.c_str(), 1);
+  } else {
+    ::unsetenv(rank_client::kRingAddrEnv);
+    ::unsetenv(rank_client::kRingPlanEnv);
+  }
   if (a.backup_of >= 0) {
     ::setenv(rank_client::kShardBackupOfEnv, std::to_string(a.backup_of).c_str(), 1);
   } else {
@@ -152,6 +164,53 @@ Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
   return Status::OK();
 }
 
+// The controller's plan for this generation: with it, an elastic
+// data-parallel ring forms with no store at all, listening at the slot's
+// fixed address that the plans of its neighbours name (docs/recovery.md).
+// A pipeline's stages also form rings of their own, which a plan does not
+// name yet: they rendezvous through the store.
+Result<std::optional<RingPlan>> PlanFromEnv(const TrainConfig& cfg) {
+  const char* plan = std::getenv(rank_client::kRingPlanEnv);
+  const char* addr = std::getenv(rank_client::kRingAddrEnv);
+  if (plan == nullptr || addr == nullptr || *plan == '\0' || *addr == '\0') return std::optional<RingPlan>();
+  if (cfg.elastic_replicas == 0 || cfg.elastic_comm != "ring" || UsesPipeline(cfg)) return std::optional<RingPlan>();
+  auto decoded = DecodeRingPlan(plan);
+  if (!decoded.ok()) return decoded.status().Annotate(rank_client::kRingPlanEnv);
+  return std::optional<RingPlan>(std::move(*decoded));
+}
+
+// This generation's communicator: from the plan, or through the store.
+Result<std::unique_ptr<Comm>> Rendezvous(TrainProcess& p, const DistEnv& env, GenerationStart& g) {
+  auto plan = PlanFromEnv(p.cfg);
+  if (!plan.ok()) return plan.status();
+  const bool ring = p.cfg.elastic_replicas > 0 && p.cfg.elastic_comm == "ring" && env.world_size > 1;
+  g.rendezvous = *plan ? "plan" : "store";
+  if (*plan) {
+    const std::string addr = std::getenv(rank_client::kRingAddrEnv);
+    if (!p.ring || p.ring->identity() != addr) {  // a new slot: links to its address
+      auto links = RingLinks::ListenAt(addr, p.cfg.dist_timeout_s);
+      if (!links.ok()) return links.status();
+      p.ring = std::move(*links);
+    }
+    return Comm::Join(env, **plan, p.cfg.dist_timeout_s, *p.ring);
+  }
+  if (ring && !p.ring) {
+    auto links = RingLinks::Listen(env.master_addr);
+    if (!links.ok()) return links.status();
+    p.ring = std::move(*links);
+    p.ring->SetGroupSize(p.cfg.ring_group);
+    // An elastic pipeline's stage reduces over a ring of its own, whose
+    // links outlive a generation like the world ring's.
+    if (p.cfg.pp > 1) {
+      auto stage = RingLinks::Listen(env.master_addr);
+      if (!stage.ok()) return stage.status();
+      p.stage_ring = std::move(*stage);
+      p.stage_ring->SetGroupSize(p.cfg.ring_group);
+    }
+  }
+  return Comm::Connect(env, p.cfg.dist_timeout_s, p.ring.get());
+}
+
 // A fixed pipeline's generation ended unfinished: a held-back step waits
 // to be stopped (the agent restarts the job's ranks as new processes).
 Status EndOutOfPlace(TrainProcess& p, const Result<GenerationEnd>& end) {
@@ -213,21 +272,7 @@ Status Train(const TrainConfig& cfg_in) {
     if (!env.ok()) return env.status();
     // A world the pipeline cannot split is refused before any rendezvous.
     if (UsesPipeline(p.cfg)) BULWARK_RETURN_IF_ERROR(RankCoords(env->rank, env->world_size, p.cfg.pp).status());
-    if (p.cfg.elastic_replicas > 0 && p.cfg.elastic_comm == "ring" && env->world_size > 1 && !p.ring) {
-      auto links = RingLinks::Listen(env->master_addr);
-      if (!links.ok()) return links.status();
-      p.ring = std::move(*links);
-      p.ring->SetGroupSize(p.cfg.ring_group);
-      // An elastic pipeline's stage reduces over a ring of its own, whose
-      // links outlive a generation like the world ring's.
-      if (p.cfg.pp > 1) {
-        auto stage = RingLinks::Listen(env->master_addr);
-        if (!stage.ok()) return stage.status();
-        p.stage_ring = std::move(*stage);
-        p.stage_ring->SetGroupSize(p.cfg.ring_group);
-      }
-    }
-    auto comm = Comm::Connect(*env, p.cfg.dist_timeout_s, p.ring.get());
+    auto comm = Rendezvous(p, *env, g);
     if (!comm.ok()) return comm.status();
     g.rendezvous_done = TrainClock::now();
     Result<GenerationEnd> end = RunGeneration(p, **comm, g);

@@ -285,7 +285,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   // the time from spawn to main() is the supervisor's to measure.
   nlohmann::json info = {{"data_ms", Ms(g.began, g.data_ready)}, {"rendezvous_ms", Ms(g.data_ready, g.rendezvous_done)},
                           {"init_ms", Ms(g.rendezvous_done, t_init)}, {"checkpoint_load_ms", Ms(t_init, t_ready)},
-                          {"path", g.path}, {"assign_wait_ms", g.assign_wait_ms}, {"pid", static_cast<int64_t>(::getpid())},
+                          {"path", g.path}, {"assign_wait_ms", g.assign_wait_ms}, {"rendezvous", g.rendezvous}, {"pid", static_cast<int64_t>(::getpid())},
                           {"params", store.num_params()}, {"world_size", W}, {"optimizer", cfg.optimizer},
                           {"poet_params", store.poet_group().end - store.poet_group().begin}, {"steps", cfg.steps},
                           {"start_step", st.step}, {"threads", p.threads}, {"shape", cfg.model.ShapeString()},

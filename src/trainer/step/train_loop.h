@@ -75,6 +75,7 @@ struct GenerationStart {
   std::string path;  // "cold" (a new process), "prespawned" or "rejoin" (docs/recovery.md)
   TrainClock::time_point began, data_ready, rendezvous_done;
   double assign_wait_ms = 0;  // rejoin: from reporting the loss to the ASSIGN
+  std::string rendezvous = "store";  // "plan": formed from the controller's ring plan, no store
 };
 
 // How a generation ended when it did not fail outright.

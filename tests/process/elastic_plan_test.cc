@@ -1,0 +1,95 @@
+// An elastic world formed from the controller's plans alone: each rank is
+// given its slot's fixed ring address (BULWARK_RING_ADDR) and its plan
+// (BULWARK_RING_PLAN: the nonce, the layout, the addresses of the ranks it
+// links to), as the agent passes them on from START_RANKS. No store is
+// reachable, so a rank that tried one would fail.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/ring_layout.h"
+#include "support/trainer_fixture.h"
+
+namespace bulwark {
+namespace {
+
+using nlohmann::json;
+using testing::ProcessResult;
+using testing::Trainer;
+
+// `n` loopback ports that bind now, above the kernel's ephemeral range
+// (32768-60999), where no outgoing connection of another test takes them.
+std::vector<int> FixedPorts(int n) {
+  std::vector<int> out;
+  for (int port = 61000 + static_cast<int>(::getpid() % 400) * 8; port < 65500 && static_cast<int>(out.size()) < n;
+       ++port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) out.push_back(port);
+    ::close(fd);
+  }
+  return out;
+}
+
+class ElasticPlan : public Trainer {
+ protected:
+  // `world` ranks started at once, each with only its plan; the store's
+  // port is one no one listens on.
+  std::vector<ProcessResult> LaunchPlanned(int world, int group, const std::vector<std::string>& flags) {
+    const std::vector<int> ports = FixedPorts(world);
+    EXPECT_EQ(static_cast<int>(ports.size()), world);
+    auto addr = [&](int r) { return "127.0.0.1:" + std::to_string(ports[r]); };
+    std::vector<std::unique_ptr<testing::Process>> procs;
+    for (int r = 0; r < world; ++r) {
+      const RingPlan plan = PlanFor(r, world, group, RingNonce("plan-test", 1), addr);
+      procs.push_back(std::make_unique<testing::Process>(
+          Args(flags), std::map<std::string, std::string>{{"RANK", std::to_string(r)},
+                                                         {"LOCAL_RANK", std::to_string(r)},
+                                                         {"WORLD_SIZE", std::to_string(world)},
+                                                         {"MASTER_ADDR", "127.0.0.1"},
+                                                         {"MASTER_PORT", "9"},
+                                                         {"BULWARK_RING_ADDR", addr(r)},
+                                                         {"BULWARK_RING_PLAN", EncodeRingPlan(plan)}}));
+    }
+    std::vector<ProcessResult> out;
+    for (auto& p : procs) out.push_back(p->Wait());
+    return out;
+  }
+};
+
+// 6 replicas on 6 ranks, on the flat ring and in two levels (groups of 2,
+// so cross rings too), end on the bits of one process computing all 6, and
+// every rank says its generation came from a plan.
+TEST_F(ElasticPlan, ARingFormedFromPlansAloneComputesTheSameBits) {
+  const std::vector<std::string> flags = {"--steps", "3", "--batch-size", "1", "--elastic-replicas", "6",
+                                          "--micro-batches", "1", "--precision", "fp32", "--memory-ckpt", "off"};
+  const std::string want = Checksum(Launch(1, flags), 3);
+  for (const int group : {1, 2}) {
+    SCOPED_TRACE("group " + std::to_string(group));
+    auto run = LaunchPlanned(6, group, flags);
+    EXPECT_EQ(Checksum(run, 3), want);
+    auto start = testing::Events(run[0], "start");
+    ASSERT_FALSE(start.empty()) << run[0].out << run[0].err;
+    EXPECT_EQ(start[0].value("rendezvous", ""), "plan") << start[0].dump();
+  }
+}
+
+// A plan the rank cannot read is a one-line error that names the variable
+// and the form it wants, before any training.
+TEST_F(ElasticPlan, AMalformedPlanIsAOneLineError) {
+  auto r = testing::Run(Args({"--elastic-replicas", "2", "--steps", "1"}),
+                        {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "9"},
+                         {"BULWARK_RING_ADDR", "127.0.0.1:61999"}, {"BULWARK_RING_PLAN", "7;x;1=127.0.0.1:1"}});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("BULWARK_RING_PLAN"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("want nonce;group;rank=addr:port"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace bulwark
