@@ -23,8 +23,15 @@ bool SameFailure(const CrashRecord& a, const CrashRecord& b) {
 // it is never evidence, and it does not count toward a loop either: one
 // machine its peers cannot reach makes every neighbour exit this way, and
 // counting those exits stopped healthy jobs as crash loops (issue 40).
+// A rendezvous port held by another process on the host (port_in_use:
+// PyTorch's store could not listen on MASTER_PORT) is the same kind of exit:
+// the controller chose the port, the next generation listens on another,
+// and bulwark-train's own store exits kExitPeerLost for it already. Counted
+// as a crash, it evicted a healthy machine whose in-place restart met a
+// port another cluster on the host had taken (issue 39).
 bool IsPeerLost(int exit_code, const std::string& signature) {
-  return exit_code == kExitPeerLost || signature == "connection_reset" || signature == "nccl";
+  return exit_code == kExitPeerLost || signature == "connection_reset" || signature == "nccl" ||
+         signature == "port_in_use";
 }
 
 const char* CrashVerdictName(CrashVerdict v) {
@@ -92,8 +99,9 @@ CrashAttribution AttributeCrash(const CrashRecord& crash, const std::vector<Cras
     a.why = crash.machine + "'s ranks crashed again";
   } else {
     a.verdict = CrashVerdict::kReattempt;
-    a.why = peer_lost ? "a rank on " + crash.machine + " lost a peer"
-                      : "no machine indicated, first crash on " + crash.machine;
+    a.why = crash.signature == "port_in_use" ? "another process on " + crash.machine + " holds the rendezvous port"
+            : peer_lost                       ? "a rank on " + crash.machine + " lost a peer"
+                                              : "no machine indicated, first crash on " + crash.machine;
   }
   return a;
 }

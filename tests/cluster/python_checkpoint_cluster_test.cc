@@ -17,8 +17,13 @@
 // scripts/install-deps.sh installs it). Every wait polls `bulwark status
 // --json`; no fixed sleeps.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -233,6 +238,95 @@ TEST_P(PythonCheckpoints, ADdpJobSurvivesAKillAndADeadMachine) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, PythonCheckpoints, ::testing::Values("memory", "disk", "none"),
                          [](const auto& info) { return std::string(info.param); });
+
+// Issue 39's flake, made on purpose: the in-place restart after a kill met
+// a MASTER_PORT that another process on the host held (another cluster's job
+// picks its ports from the same range), so rank 0's store could not listen,
+// and its exit counted as m01's second crash within 10 min: a healthy machine
+// evicted. Here the test holds the next generation's port itself. The exit
+// is a taken rendezvous port (port_in_use), not the machine's: the generation
+// after it listens on another port, on the same two machines.
+class PythonRendezvous : public Cluster {
+ protected:
+  static void SetUpTestSuite() {}
+
+  json Now() { return WaitFor("a status answer", 30, [](const json&) { return true; }); }
+
+  // The MASTER_PORT of this cluster's rank 0, read from its environment (the
+  // job's env names this test's directory, so no other cluster's rank
+  // matches); 0 while there is none.
+  int RankZeroPort() const {
+    const std::string mine = "BULWARK_TEST_ROOT=" + root_;
+    for (const auto& p : std::filesystem::directory_iterator("/proc")) {
+      std::ifstream in(p.path() / "environ");
+      std::map<std::string, std::string> env;
+      for (std::string kv; std::getline(in, kv, '\0');) env[kv.substr(0, kv.find('='))] = kv;
+      if (env["BULWARK_TEST_ROOT"] != mine || env["RANK"] != "RANK=0" || !env.count("MASTER_PORT")) continue;
+      return std::atoi(env["MASTER_PORT"].c_str() + std::strlen("MASTER_PORT="));
+    }
+    return 0;
+  }
+};
+
+// Listens on 0.0.0.0:port, as another process on the host would; -1 if the
+// port is not free.
+int HoldPort(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 1) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST_F(PythonRendezvous, ARestartWhosePortAnotherProcessHoldsEvictsNoMachine) {
+  auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
+  ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch: run scripts/install-deps.sh";
+  // The host's own network, as under ctest (BULWARK_NETNS=off): where the flake was.
+  auto up = Bulwark({"up", "--no-netns", "--machines", "2", "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  std::ofstream(root_ + "/job.yaml") << "name: ddp\nworld_size: 2\n"
+                                     << "command: [" << BULWARK_TORCH_PYTHON << ", " << kScript
+                                     << ", --checkpoint, memory]\n"
+                                     << "env: {PYTHONPATH: " << BULWARK_PYTHON_DIR
+                                     << ", OMP_NUM_THREADS: '1', PYTHONUNBUFFERED: '1', BULWARK_TEST_ROOT: " << root_
+                                     << "}\n";
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("the DDP job's first steps", 120, [](const json& s) {
+    return s["job"]["state"] == "running" && s["job"]["last_step"] >= 10;
+  });
+  ASSERT_EQ(s["job"]["placement"], json({"m01", "m02"}));
+  const int64_t gen = s["job"]["generation"];
+  int port = 0;
+  for (int i = 0; i < 50 && port == 0; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the rank's /proc entry is being made
+    port = RankZeroPort();
+  }
+  ASSERT_GT(port, 0) << "no rank 0 of this cluster found in /proc";
+  // Generation g listens on base + g (plane/actuator.cc): hold the next one's.
+  const int held = HoldPort(port + 1);
+  ASSERT_GE(held, 0) << "port " << port + 1 << " is not free on this host; rerun";
+
+  const int64_t step = Now()["job"]["last_step"];
+  Inject("kill", "m01");
+  s = WaitFor("the job on past the held port", 120, [&](const json& x) {
+    return x["job"]["generation"] >= gen + 2 && x["job"]["state"] == "running" && x["job"]["last_step"] >= step + 10;
+  });
+  ::close(held);
+  Report("port held");
+  EXPECT_EQ(MachineState(s, "m01"), "active") << s.dump();
+  EXPECT_EQ(s["job"]["placement"], json({"m01", "m02"})) << "m01 was blamed for the port; logs kept in " << root_;
+  // The restart did meet the held port: otherwise this test proves nothing.
+  EXPECT_NE(ReadAll(RankLog("m01", "rank-0.log")).find("Address already in use"), std::string::npos)
+      << ReadAll(RankLog("m01", "rank-0.log"));
+  const std::string controller = ReadAll(dir_ + "/controller.log");
+  EXPECT_NE(controller.find("(port_in_use)"), std::string::npos) << controller;
+}
 
 // Python frames in the stack aggregation (agent/python_stack.h): the DDP
 // job on 3 machines, rank 1's data loader blocked (the example's test-only

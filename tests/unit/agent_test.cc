@@ -49,6 +49,17 @@ TEST(Signatures, ShippedTableClassifiesCommonDeaths) {
   EXPECT_EQ(t.Match({"terminate called after throwing an instance of 'std::bad_alloc'"}), "oom");
   EXPECT_EQ(t.Match({"[pair.cc:589] Read error: Connection reset by peer"}), "connection_reset");
   EXPECT_EQ(t.Match({"Segmentation fault (core dumped)"}), "segfault");
+  // PyTorch 1.13's store on a MASTER_PORT another process holds, then its
+  // traceback: the port, not the program (issue 39's flake, verbatim).
+  EXPECT_EQ(t.Match({"W20261127 08:09:30.278566 21043 socket.cpp:426] [c10d] The server socket has failed to bind to "
+                     "[::]:29709 (errno: 98 - Address already in use).",
+                     "Traceback (most recent call last):",
+                     "RuntimeError: The server socket has failed to listen on any local network address."}),
+            "port_in_use");
+  // Newer PyTorch says it in one line.
+  EXPECT_EQ(t.Match({"torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
+                     "network address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE"}),
+            "port_in_use");
   EXPECT_EQ(t.Match({"Traceback (most recent call last):", "ValueError: bad"}), "exception");
   // The job's own code: the policy stops the job instead of evicting a machine.
   EXPECT_EQ(t.Match({"Traceback (most recent call last):", "ModuleNotFoundError: No module named 'torch'"}), "import_error");

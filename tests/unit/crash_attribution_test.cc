@@ -63,6 +63,8 @@ TEST(CrashAttribution, TableOfCases) {
        V::kReattempt},
       {"a peer-lost exit on a machine that crashed before does not evict it",
        {C("m02", "", 1, 11, 1)}, C("m02", "", 3, kStartup, 2), true, 4, V::kReattempt},
+      {"a rendezvous port another process holds, after a kill on the same machine, does not evict it (issue 39)",
+       {C("m01", "", 0, 60, 1)}, C("m01", "port_in_use", 1, kStartup, 2), true, 4, V::kReattempt},
       {"a different crash on a machine that crashed before evicts it",
        {C("m02", "segfault", 1, 11, 1)}, C("m02", "", 1, kStartup, 2), true, 4, V::kEvictMachine},
       {"three different crashes without progress in a small job are a loop",
@@ -119,6 +121,7 @@ TEST(CrashAttribution, WhatCountsAsPeerLost) {
   EXPECT_TRUE(IsPeerLost(3, ""));
   EXPECT_TRUE(IsPeerLost(1, "connection_reset"));
   EXPECT_TRUE(IsPeerLost(1, "nccl"));
+  EXPECT_TRUE(IsPeerLost(1, "port_in_use"));
   EXPECT_FALSE(IsPeerLost(1, "exception"));
   EXPECT_FALSE(IsPeerLost(1, ""));
 }
