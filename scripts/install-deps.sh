@@ -41,6 +41,9 @@ packages=(
   slurmctld slurmd slurm-client munge
   # XXH3 in Python: the client's tests read bulwark-train's images with it.
   python3-xxhash
+  # A controller that outlives its machine keeps its journal and leader lease
+  # in etcd (`bulwark controller --etcd`); the tests start private members.
+  etcd-server etcd-client
 )
 if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
   # The Python reference for bench/trainer_throughput.

@@ -58,6 +58,7 @@
 #include "common/files.h"
 #include "common/token.h"
 #include "controller/ladder.h"
+#include "plane/ha_controller.h"
 #include "plane/service.h"
 #include "cli/sim_command.h"
 #include "cli/status_commands.h"
@@ -491,8 +492,13 @@ Status Run(const Args& a) {
     if (!mport.ok()) return mport.status();
     plane::ControllerOptions o{ClusterDir(a), a.Has("init"), *mport, a.Get("ladder-rungs"),
                                a.Get("ladder-tests"), a.Get("ladder-budget"), a.Get("failure-rate"),
-                               a.Get("ladder-align-every"), ProveReachable};
-    return plane::RunController(o);
+                               a.Get("ladder-align-every"), ProveReachable, nullptr, nullptr};
+    if (!a.Has("etcd")) return plane::RunController(o);
+    Result<int> lease = IntFlag(a, "etcd-lease", 3);
+    if (!lease.ok()) return lease.status();
+    plane::HaOptions ha{a.Get("etcd"), a.Has("etcd-prefix") ? a.Get("etcd-prefix") : "/bulwark/", a.Get("controller-id"),
+                        *lease};
+    return plane::RunHaController(o, ha);
   }
   if (cmd == "agent") {
     agent::AgentOptions o;

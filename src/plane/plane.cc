@@ -18,6 +18,13 @@ namespace {
 
 using nlohmann::json;
 
+// The embedded default journal (store.h).
+Result<std::unique_ptr<JournalStore>> OpenSqlite(const std::string& path, bool create) {
+  Result<std::unique_ptr<Store>> s = Store::Open(path, create);
+  if (!s.ok()) return s.status();
+  return std::unique_ptr<JournalStore>(std::move(*s));
+}
+
 }  // namespace
 
 void Plane::Log(const std::string& line) { log_.Info(line); }
@@ -31,7 +38,8 @@ Time Plane::Now(Time now) {
 
 Result<std::unique_ptr<Plane>> Plane::Open(PlaneOptions options, Time now) {
   BULWARK_RETURN_IF_ERROR(options.policy.Validate());
-  Result<std::unique_ptr<Store>> store = Store::Open(options.db_path, options.create);
+  Result<std::unique_ptr<JournalStore>> store =
+      options.open_journal ? options.open_journal(options.create) : OpenSqlite(options.db_path, options.create);
   if (!store.ok()) return store.status();
   std::unique_ptr<Plane> p(new Plane(std::move(options)));
   {

@@ -48,6 +48,10 @@ namespace bulwark::plane {
 struct PlaneOptions {
   std::string db_path;
   bool create = true;
+  // Opens the journal (journal_store.h) with `create`; null: the SQLite
+  // Store at db_path. `bulwark controller --etcd` opens an EtcdJournal
+  // fenced by this controller's term (journal_etcd.h, leader.h).
+  std::function<Result<std::unique_ptr<JournalStore>>(bool create)> open_journal;
   PolicyConfig policy;
   // An agent silent this long is lost. Agents report every 500 ms, so this
   // is four missed reports.
@@ -403,7 +407,7 @@ class Plane {
   // time). Taken under mu_ by Tick, alone by Heard.
   Mutex heard_mu_;
   std::unordered_map<std::string, std::pair<int64_t, Time>> heard_ GUARDED_BY(heard_mu_);
-  std::unique_ptr<Store> store_ GUARDED_BY(mu_);
+  std::unique_ptr<JournalStore> store_ GUARDED_BY(mu_);
   std::optional<Controller> controller_ GUARDED_BY(mu_);
   std::optional<JobLaunch> launch_ GUARDED_BY(mu_);
   // Releases 2.. as journaled; release 1 is launch_ itself.

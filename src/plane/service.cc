@@ -433,6 +433,7 @@ Status RunController(const ControllerOptions& options) {
   PlaneOptions po;
   po.db_path = layout.controller_db();
   po.create = options.init;
+  po.open_journal = options.open_journal;
   BULWARK_RETURN_IF_ERROR(
       ApplyLadderFlags(options.ladder_rungs, options.ladder_tests, options.ladder_budget_s, &po.policy.ladder));
   // A cluster manager to tell of evictions and returns (docs/slurm.md).
@@ -512,14 +513,19 @@ Status RunController(const ControllerOptions& options) {
     });
   }
   // The liveness tick: heartbeat loss is the one fault no agent can report.
-  while (!g_stop) {
+  // A controller that stops leading stops at once: no tick, no service.
+  const auto leading = [&] { return !options.leading || options.leading(); };
+  while (!g_stop && leading()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    (*plane)->Tick(WallNow());
+    if (leading()) (*plane)->Tick(WallNow());
   }
+  const bool deposed = !g_stop && !leading();
+  g_stop = true;  // ends the prober
   if (prober.joinable()) prober.join();
   metrics.reset();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-  return Status::OK();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(deposed ? 0 : 500));
+  if (deposed) g_stop = false;  // the next term serves again
+  return deposed ? Status::Unavailable("this controller no longer leads") : Status::OK();
 }
 
 }  // namespace bulwark::plane

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "common/status.h"
 #include "plane/core.h"
+#include "plane/journal_store.h"
 
 namespace bulwark::plane {
 
@@ -31,6 +33,12 @@ struct ControllerOptions {
   // (issue 40). The bulwark binary sets it (cli/main.cc: the agents' shard
   // handshake). Null: machines join on their word.
   std::function<Status(const std::string& addr, const std::string& token)> reach_probe;
+  // HA (ha_controller.h): where the journal lives, null for the SQLite
+  // database in `dir`; and whether this controller still leads, asked every
+  // tick: false stops it acting at once, and RunController returns
+  // Unavailable. Null: it always leads.
+  std::function<Result<std::unique_ptr<JournalStore>>(bool create)> open_journal;
+  std::function<bool()> leading;
 };
 
 // Serves until SIGTERM or SIGINT. The address comes from <dir>/controller.addr

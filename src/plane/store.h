@@ -20,34 +20,14 @@
 
 #include "common/status.h"
 #include "plane/core.h"
+#include "plane/journal_store.h"
 
 struct sqlite3;
 
 namespace bulwark::plane {
 
-struct MachineRow {
-  std::string id;
-  std::string dir;
-  int64_t registered_ms = 0;
-  // Its agent's shard server. Kept because agents do not register again
-  // when only the controller restarted, and backups need the address.
-  std::string shard_addr;
-};
-
-// The job as submitted: the policy's JobSpec plus how to launch a rank.
-struct JobRow {
-  std::string id;
-  std::string spec_json;  // codec.h: JobLaunch
-  int64_t created_ms = 0;
-};
-
-struct JournalEntry {
-  int64_t seq = 0;
-  int64_t now_ms = 0;
-  std::string json;  // codec.h: a create, event or reconcile record
-};
-
-class Store {
+// The embedded default backend of JournalStore (journal_store.h).
+class Store : public JournalStore {
  public:
   // Opens the database at `path`. With `create` a missing file is made and
   // the schema installed; without it a missing file is NotFound (a controller
@@ -58,26 +38,26 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  Status PutMachine(const MachineRow& m);
-  Result<std::vector<MachineRow>> Machines() const;
+  Status PutMachine(const MachineRow& m) override;
+  Result<std::vector<MachineRow>> Machines() const override;
 
   // One job per cluster for now: PutJob fails with FailedPrecondition when
   // one is already there.
-  Status PutJob(const JobRow& job);
-  Result<std::optional<JobRow>> Job() const;
+  Status PutJob(const JobRow& job) override;
+  Result<std::optional<JobRow>> Job() const override;
 
-  Status Append(const std::string& job, int64_t now_ms, const std::string& json);
-  Result<std::vector<JournalEntry>> Journal(const std::string& job) const;
+  Status Append(const std::string& job, int64_t now_ms, const std::string& json) override;
+  Result<std::vector<JournalEntry>> Journal(const std::string& job) const override;
   // Deletes the journal rows `seqs` of `job` in one transaction: all or none
   // (journal_compaction.h decides which).
-  Status DropJournalRows(const std::string& job, const std::vector<int64_t>& seqs);
+  Status DropJournalRows(const std::string& job, const std::vector<int64_t>& seqs) override;
 
   // Named JSON documents (placement, incidents, ledger, completion):
   // replaced wholesale, read by the CLI and by people with sqlite3.
-  Status PutSnapshot(const std::string& name, const std::string& json);
-  Result<std::optional<std::string>> Snapshot(const std::string& name) const;
+  Status PutSnapshot(const std::string& name, const std::string& json) override;
+  Result<std::optional<std::string>> Snapshot(const std::string& name) const override;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const override { return path_; }
 
  private:
   Store(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}

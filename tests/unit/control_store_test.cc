@@ -26,37 +26,6 @@ using testing::Reg;
 using testing::Report;
 using testing::Step;
 
-TEST(Store, ReopenAfterCloseKeepsEverything) {
-  const std::string path = testing::MakeTempDir() + "/c.db";
-  {
-    auto s = Store::Open(path, /*create=*/true);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    ASSERT_TRUE((*s)->PutMachine({"m01", "/tmp/m01", 10, "127.0.0.1:7001"}).ok());
-    ASSERT_TRUE((*s)->PutMachine({"m02", "/tmp/m02", 11, ""}).ok());
-    ASSERT_TRUE((*s)->PutJob({"demo", "{\"x\":1}", 12}).ok());
-    ASSERT_TRUE((*s)->Append("demo", 13, "{\"type\":\"create\"}").ok());
-    ASSERT_TRUE((*s)->Append("demo", 14, "{\"type\":\"reconcile\"}").ok());
-    ASSERT_TRUE((*s)->PutSnapshot("ledger", "{\"ettr\":0.5}").ok());
-  }
-  auto s = Store::Open(path, /*create=*/false);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
-  auto machines = (*s)->Machines();
-  ASSERT_TRUE(machines.ok());
-  ASSERT_EQ(machines->size(), 2u);
-  EXPECT_EQ((*machines)[1].dir, "/tmp/m02");
-  EXPECT_EQ((*machines)[0].shard_addr, "127.0.0.1:7001");
-  auto job = (*s)->Job();
-  ASSERT_TRUE(job.ok() && job->has_value());
-  EXPECT_EQ((*job)->spec_json, "{\"x\":1}");
-  auto journal = (*s)->Journal("demo");
-  ASSERT_TRUE(journal.ok());
-  ASSERT_EQ(journal->size(), 2u);
-  EXPECT_EQ((*journal)[1].now_ms, 14);
-  auto snap = (*s)->Snapshot("ledger");
-  ASSERT_TRUE(snap.ok() && snap->has_value());
-  EXPECT_EQ(**snap, "{\"ettr\":0.5}");
-}
-
 TEST(Store, DatabaseWithoutShardAddressesIsMigrated) {
   // A database written before in-memory checkpoints: no shard_addr column.
   const std::string path = testing::MakeTempDir() + "/c.db";
@@ -78,22 +47,6 @@ TEST(Store, DatabaseWithoutShardAddressesIsMigrated) {
   EXPECT_EQ((*machines)[0].shard_addr, "");
   ASSERT_TRUE((*s)->PutMachine({"m01", "/tmp/m01", 20, "127.0.0.1:7001"}).ok());
   EXPECT_EQ((*(*s)->Machines())[0].shard_addr, "127.0.0.1:7001");
-}
-
-TEST(Store, SecondJobIsRefused) {
-  auto s = Store::Open(testing::MakeTempDir() + "/c.db", true);
-  ASSERT_TRUE(s.ok());
-  ASSERT_TRUE((*s)->PutJob({"a", "{}", 1}).ok());
-  Status st = (*s)->PutJob({"b", "{}", 2});
-  EXPECT_EQ(st.code(), Status::Code::kFailedPrecondition);
-  EXPECT_NE(st.message().find("job a"), std::string::npos) << st.message();
-}
-
-TEST(Store, MissingDatabaseIsNotFoundAndSaysHowToStart) {
-  auto s = Store::Open(testing::MakeTempDir() + "/none.db", /*create=*/false);
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().code(), Status::Code::kNotFound);
-  EXPECT_NE(s.status().message().find("bulwark up"), std::string::npos) << s.status().message();
 }
 
 TEST(Store, CorruptDatabaseIsCorruptNamingThePath) {
@@ -140,95 +93,12 @@ wire::ReportRequest Holding(const std::string& m, std::vector<std::tuple<int, in
 }
 
 
-TEST(Plane, RebuildFromJournalRestoresPlacementIncidentsAndDedup) {
-  PlaneOptions o;
-  o.db_path = testing::MakeTempDir() + "/c.db";
-  std::string placement_before;
-  {
-    auto p = Plane::Open(o, TimeFromMs(1000));
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    for (const char* m : {"m01", "m02", "m03"}) ASSERT_TRUE((*p)->Register(Reg(m), TimeFromMs(1000)).ok());
-    auto id = (*p)->Submit(Launch(), TimeFromMs(1100));
-    ASSERT_TRUE(id.ok()) << id.status().ToString();
-    ASSERT_TRUE((*p)->Report(Report("m01", {Step(1, 5, 1, 2000)}), TimeFromMs(2000)).ok());
-    ASSERT_TRUE((*p)->Report(Report("m02", {DeviceFailed(1, 3000)}), TimeFromMs(3000)).ok());
-    auto s = (*p)->StatusJson(TimeFromMs(3100));
-    EXPECT_EQ(s["job"]["generation"], 2);
-    placement_before = s["job"]["placement"].dump();
-    EXPECT_EQ(placement_before, "[\"m01\",\"m03\"]");
-  }
-  o.create = false;
-  auto p = Plane::Open(o, TimeFromMs(5000));
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
-  auto s = (*p)->StatusJson(TimeFromMs(5000));
-  EXPECT_EQ(s["job"]["generation"], 2);
-  EXPECT_EQ(s["job"]["placement"].dump(), placement_before);
-  EXPECT_EQ(s["job"]["last_step"], 5);
-  auto incidents = (*p)->IncidentsJson();
-  ASSERT_EQ(incidents.size(), 1u);
-  EXPECT_EQ(incidents[0]["resolution"], "evicted_and_replaced");
-  // The agent resends its device report (its ack was lost): applied once.
-  auto acked = (*p)->Report(Report("m02", {DeviceFailed(1, 3000)}), TimeFromMs(5100));
-  ASSERT_TRUE(acked.ok()) << acked.status().ToString();
-  EXPECT_EQ(*acked, 1);
-  EXPECT_EQ((*p)->IncidentsJson().size(), 1u);
-}
+// The journal's replay and compaction through a Plane, and the store's
+// basic contract, run for SQLite and etcd alike in
+// tests/process/journal_backends_test.cc.
 
-// Compaction drops the step reports replay does not need, and a controller
-// rebuilt from the compacted journal has exactly the state, incidents and
-// ledger of one rebuilt from the whole journal.
-TEST(Plane, CompactedJournalRebuildsTheSameStateIncidentsAndLedger) {
+TEST(JournalCompaction, KeepsEachRunsEndsAndEveryCategoryChange) {
   using nlohmann::json;
-  PlaneOptions o;
-  o.db_path = testing::MakeTempDir() + "/c.db";
-  json status, incidents, ledger;
-  size_t rows_before = 0;
-  const Time end = TimeFromMs(200000);
-  auto strip = [](json s) {
-    s.erase("controller_up_s");
-    for (json& m : s["machines"]) m.erase("last_heard_s_ago");
-    return s;
-  };
-  {
-    auto p = Plane::Open(o, TimeFromMs(1000));
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    for (const char* m : {"m01", "m02", "m03"}) ASSERT_TRUE((*p)->Register(Reg(m), TimeFromMs(1000)).ok());
-    ASSERT_TRUE((*p)->Submit(Launch(), TimeFromMs(1100)).ok());
-    int64_t seq1 = 0, seq2 = 0, t = 2000;
-    // 400 steps, a device failure that restores to step 380, recomputation,
-    // then new progress; m02's reports of the same steps interleave.
-    for (int step = 1; step <= 400; ++step, t += 100) {
-      ASSERT_TRUE((*p)->Report(Report("m01", {Step(++seq1, step, 1, t)}), TimeFromMs(t)).ok());
-      if (step % 7 == 0) ASSERT_TRUE((*p)->Report(Report("m02", {Step(++seq2, step, 1, t)}), TimeFromMs(t)).ok());
-    }
-    ASSERT_TRUE((*p)->Report(Report("m02", {DeviceFailed(++seq2, t)}), TimeFromMs(t)).ok());
-    t += 1500;
-    ASSERT_TRUE((*p)->Report(Report("m01", {RestoredEvent(++seq1, 380, "peer", 400, 2, t)}), TimeFromMs(t)).ok());
-    for (int step = 381; step <= 600; ++step, t += 100) {
-      ASSERT_TRUE((*p)->Report(Report("m01", {Step(++seq1, step, 2, t)}), TimeFromMs(t)).ok());
-    }
-    status = strip((*p)->StatusJson(end));
-    incidents = (*p)->IncidentsJson();
-    ledger = (*p)->LedgerJson(end);
-    auto store = Store::Open(o.db_path, false);
-    ASSERT_TRUE(store.ok());
-    rows_before = (*store)->Journal("demo")->size();
-  }
-  ASSERT_GT(incidents.size(), 0u);
-  EXPECT_GT(ledger["cumulative"]["seconds"]["recomputation"].get<double>(), 0.0) << ledger.dump();
-  o.create = false;
-  for (int reopen = 0; reopen < 2; ++reopen) {
-    auto p = Plane::Open(o, TimeFromMs(199000));
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    EXPECT_EQ(strip((*p)->StatusJson(end)), status) << "reopen " << reopen;
-    EXPECT_EQ((*p)->IncidentsJson(), incidents);
-    EXPECT_EQ((*p)->LedgerJson(end), ledger);
-  }
-  auto store = Store::Open(o.db_path, false);
-  ASSERT_TRUE(store.ok());
-  const size_t rows_after = (*store)->Journal("demo")->size();
-  std::printf("[ journal] %zu rows -> %zu after compaction\n", rows_before, rows_after);
-  EXPECT_LT(rows_after * 10, rows_before) << "step reports dominate a healthy journal and must go";
   // The pure choice keeps each run's ends and every category change.
   std::vector<JournalEntry> rows;
   auto row = [&](int64_t seq, int64_t step, int64_t at) {

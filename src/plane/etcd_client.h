@@ -1,0 +1,83 @@
+// EtcdClient: the few calls of etcd's v3 gRPC API (proto/etcd/rpc.proto)
+// that the controller's journal (journal_etcd.h) and its leader lease
+// (leader.h) need: range, txn, lease grant/keep-alive/revoke, and a watch.
+//
+// Endpoints are tried in turn: a call that finds its member unreachable or
+// past its deadline goes to the next one, so one etcd member lost (killed,
+// partitioned away from the quorum) costs a call one deadline, not the
+// controller. Every call has a deadline; an etcd that answers none is
+// Unavailable, naming the endpoints.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace etcdserverpb {
+class TxnRequest;
+class TxnResponse;
+}  // namespace etcdserverpb
+
+namespace bulwark::plane {
+
+struct EtcdKv {
+  std::string key;
+  std::string value;
+  int64_t create_revision = 0;
+  int64_t mod_revision = 0;
+  int64_t lease = 0;
+};
+
+// The end of the range holding every key that begins with `prefix`.
+std::string PrefixEnd(const std::string& prefix);
+
+class EtcdClient {
+ public:
+  // `endpoints`: "host:port[,host:port...]". Checks that one member answers
+  // within `deadline`; when none does: Unavailable, one line naming them.
+  static Result<std::unique_ptr<EtcdClient>> Connect(const std::string& endpoints,
+                                                     std::chrono::milliseconds deadline);
+  ~EtcdClient();
+
+  // Keys in [key, range_end) ("" range_end: the key alone), by key.
+  Result<std::vector<EtcdKv>> Range(const std::string& key, const std::string& range_end = "") const;
+  // The last key of the prefix's range, if any (one key, sorted descending).
+  Result<std::optional<EtcdKv>> LastWithPrefix(const std::string& prefix) const;
+  Status Txn(const etcdserverpb::TxnRequest& req, etcdserverpb::TxnResponse* out) const;
+
+  // A lease of `ttl_s` seconds; its ID.
+  Result<int64_t> Grant(int64_t ttl_s) const;
+  // One keep-alive; the lease's remaining TTL (<= 0: it has expired).
+  Result<int64_t> KeepAlive(int64_t lease) const;
+  Status Revoke(int64_t lease) const;
+
+  // Blocks until a key in [prefix, PrefixEnd(prefix)) changes at a revision
+  // >= `from`, `timeout` passes or `stop` is set; the revision seen
+  // (from - 1 when nothing changed). One watch stream per call.
+  Result<int64_t> WaitForChange(const std::string& prefix, int64_t from, std::chrono::milliseconds timeout,
+                                const std::atomic<bool>* stop = nullptr) const;
+
+  const std::string& endpoints() const { return endpoints_; }
+  std::chrono::milliseconds deadline() const { return deadline_; }
+
+ private:
+  struct Member;
+  EtcdClient(std::string endpoints, std::chrono::milliseconds deadline);
+  // Runs `call` against each member from the current one on, until one
+  // answers with anything but UNAVAILABLE or DEADLINE_EXCEEDED.
+  template <typename Call>
+  Status OnSomeMember(const std::string& what, Call call) const;
+
+  std::string endpoints_;
+  std::chrono::milliseconds deadline_;
+  std::vector<std::unique_ptr<Member>> members_;
+  mutable std::atomic<size_t> current_{0};
+};
+
+}  // namespace bulwark::plane

@@ -1,0 +1,29 @@
+// The controller as one of several (`bulwark controller --etcd ENDPOINTS`):
+// it campaigns for the leader lease (leader.h), serves as the ordinary
+// controller (service.h) while it leads, with its journal in etcd
+// (journal_etcd.h), and the moment its term is over -- the lease lost,
+// etcd unreachable past the renew deadline -- it stops serving and acting
+// and campaigns again. A follower waits on the leader key's deletion, so a
+// resignation hands over at once and a crash after the lease's TTL.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "plane/service.h"
+
+namespace bulwark::plane {
+
+struct HaOptions {
+  std::string endpoints;             // --etcd host:port[,host:port...]
+  std::string prefix = "/bulwark/";  // --etcd-prefix: one per cluster
+  std::string id;                    // --controller-id; "" -> hostname:pid
+  int64_t lease_s = 3;               // --etcd-lease: the TTL in seconds
+};
+
+// Serves until SIGTERM or SIGINT. etcd unreachable at start is an
+// Unavailable error of one line naming the endpoints.
+Status RunHaController(ControllerOptions options, const HaOptions& ha);
+
+}  // namespace bulwark::plane

@@ -1,0 +1,235 @@
+#include "plane/journal_etcd.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cinttypes>
+#include <functional>
+#include <cstdio>
+
+#include "etcd/rpc.pb.h"
+
+namespace bulwark::plane {
+
+namespace pb = etcdserverpb;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormat = "bulwark-controller-etcd-1";
+
+// A transaction that applies only while `term` leads.
+pb::TxnRequest Fenced(const Term& term) {
+  pb::TxnRequest txn;
+  pb::Compare* c = txn.add_compare();
+  c->set_key(term.key);
+  c->set_target(pb::Compare::CREATE);
+  c->set_result(pb::Compare::EQUAL);
+  c->set_create_revision(term.revision);
+  return txn;
+}
+
+void AddPut(pb::TxnRequest* txn, const std::string& key, const std::string& value) {
+  pb::PutRequest* put = txn->add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(value);
+}
+
+Status Deposed(const Term& term, const std::string& what) {
+  return Status::FailedPrecondition(what + " refused by etcd: this controller's term " + std::to_string(term.revision) +
+                                    " of " + term.key +
+                                    " is over (its lease expired and another controller may lead); it writes "
+                                    "nothing more and must campaign again");
+}
+
+// Runs a fenced transaction; a failed compare is Deposed.
+Status Commit(const EtcdClient& etcd, const Term& term, const pb::TxnRequest& txn, const std::string& what) {
+  pb::TxnResponse resp;
+  BULWARK_RETURN_IF_ERROR(etcd.Txn(txn, &resp).Annotate(what));
+  return resp.succeeded() ? Status::OK() : Deposed(term, what);
+}
+
+template <typename T>
+Result<T> Parse(const EtcdKv& kv, const std::string& path, const std::function<T(const json&)>& read) {
+  try {
+    return read(json::parse(kv.value));
+  } catch (const std::exception& e) {
+    return Status::Corrupt("key " + kv.key + " in " + path + " is unreadable: " + e.what());
+  }
+}
+
+}  // namespace
+
+EtcdJournal::EtcdJournal(std::shared_ptr<const EtcdClient> etcd, std::string prefix, Term term)
+    : etcd_(std::move(etcd)),
+      prefix_(std::move(prefix)),
+      term_(std::move(term)),
+      path_("etcd://" + etcd_->endpoints() + prefix_) {}
+
+Result<std::unique_ptr<EtcdJournal>> EtcdJournal::Open(std::shared_ptr<const EtcdClient> etcd, std::string prefix,
+                                                       Term term, bool create) {
+  std::unique_ptr<EtcdJournal> j(new EtcdJournal(std::move(etcd), std::move(prefix), std::move(term)));
+  Result<std::vector<EtcdKv>> format = j->etcd_->Range(j->prefix_ + "format");
+  if (!format.ok()) return format.status();
+  if (format->empty()) {
+    if (!create) {
+      return Status::NotFound("no controller state in " + j->path_ +
+                              "; start the cluster with 'bulwark up --ha', or give the --etcd endpoints and "
+                              "--etcd-prefix it was started with");
+    }
+    pb::TxnRequest txn = Fenced(j->term_);
+    AddPut(&txn, j->prefix_ + "format", kFormat);
+    BULWARK_RETURN_IF_ERROR(Commit(*j->etcd_, j->term_, txn, "creating " + j->path_));
+  } else if ((*format)[0].value != kFormat) {
+    return Status::Corrupt(j->path_ + " holds format '" + (*format)[0].value + "', not " + kFormat +
+                           ": it was not written by this version of bulwark");
+  }
+  return j;
+}
+
+std::string EtcdJournal::JournalPrefix(const std::string& job) const { return prefix_ + "journal/" + job + "/"; }
+
+std::string EtcdJournal::JournalKey(const std::string& job, int64_t seq) const {
+  char digits[24];
+  std::snprintf(digits, sizeof digits, "%016" PRId64, seq);
+  return JournalPrefix(job) + digits;
+}
+
+Status EtcdJournal::PutMachine(const MachineRow& m) {
+  pb::TxnRequest txn = Fenced(term_);
+  AddPut(&txn, prefix_ + "machines/" + m.id,
+         json{{"dir", m.dir}, {"registered_ms", m.registered_ms}, {"shard_addr", m.shard_addr}}.dump());
+  return Commit(*etcd_, term_, txn, "recording machine " + m.id);
+}
+
+Result<std::vector<MachineRow>> EtcdJournal::Machines() const {
+  const std::string dir = prefix_ + "machines/";
+  Result<std::vector<EtcdKv>> kvs = etcd_->Range(dir, PrefixEnd(dir));
+  if (!kvs.ok()) return kvs.status().Annotate("listing machines");
+  std::vector<MachineRow> out;
+  for (const EtcdKv& kv : *kvs) {
+    Result<MachineRow> m = Parse<MachineRow>(kv, path_, [&](const json& j) {
+      return MachineRow{kv.key.substr(dir.size()), j.at("dir").get<std::string>(), j.at("registered_ms").get<int64_t>(),
+                        j.value("shard_addr", "")};
+    });
+    if (!m.ok()) return m.status();
+    out.push_back(std::move(*m));
+  }
+  return out;
+}
+
+Status EtcdJournal::PutJob(const JobRow& job) {
+  pb::TxnRequest txn = Fenced(term_);
+  pb::Compare* none = txn.add_compare();
+  none->set_key(prefix_ + "job");
+  none->set_target(pb::Compare::CREATE);
+  none->set_result(pb::Compare::EQUAL);
+  none->set_create_revision(0);
+  AddPut(&txn, prefix_ + "job", json{{"id", job.id}, {"spec", job.spec_json}, {"created_ms", job.created_ms}}.dump());
+  Status st = Commit(*etcd_, term_, txn, "recording job " + job.id);
+  if (st.code() != Status::Code::kFailedPrecondition) return st;
+  // Which compare failed: a job already there is the caller's mistake.
+  Result<std::optional<JobRow>> existing = Job();
+  if (existing.ok() && existing->has_value()) {
+    return Status::FailedPrecondition("job " + (*existing)->id +
+                                      " is already submitted to this cluster; one job per cluster: "
+                                      "run 'bulwark down' and 'bulwark up' for a new one");
+  }
+  return st;
+}
+
+Result<std::optional<JobRow>> EtcdJournal::Job() const {
+  Result<std::vector<EtcdKv>> kvs = etcd_->Range(prefix_ + "job");
+  if (!kvs.ok()) return kvs.status().Annotate("reading the job");
+  if (kvs->empty()) return std::optional<JobRow>();
+  Result<JobRow> row = Parse<JobRow>((*kvs)[0], path_, [](const json& j) {
+    return JobRow{j.at("id").get<std::string>(), j.at("spec").get<std::string>(), j.at("created_ms").get<int64_t>()};
+  });
+  if (!row.ok()) return row.status();
+  return std::optional<JobRow>(std::move(*row));
+}
+
+Result<int64_t> EtcdJournal::NextSeq(const std::string& job) {
+  {
+    MutexLock lock(&mu_);
+    auto it = next_seq_.find(job);
+    if (it != next_seq_.end()) return it->second++;
+  }
+  Result<std::optional<EtcdKv>> last = etcd_->LastWithPrefix(JournalPrefix(job));
+  if (!last.ok()) return last.status();
+  int64_t next = 1;
+  if (last->has_value()) next = std::stoll((*last)->key.substr(JournalPrefix(job).size())) + 1;
+  MutexLock lock(&mu_);
+  next_seq_[job] = next + 1;
+  return next;
+}
+
+Status EtcdJournal::Append(const std::string& job, int64_t now_ms, const std::string& record) {
+  Result<int64_t> seq = NextSeq(job);
+  if (!seq.ok()) return seq.status().Annotate("appending to the journal of job " + job);
+  pb::TxnRequest txn = Fenced(term_);
+  AddPut(&txn, JournalKey(job, *seq), json{{"now_ms", now_ms}, {"record", record}}.dump());
+  Status st = Commit(*etcd_, term_, txn, "appending to the journal of job " + job);
+  if (!st.ok()) {
+    // Unknown whether it landed (a timeout may still commit): read the last
+    // seq again before the next append rather than leave a gap or reuse one.
+    MutexLock lock(&mu_);
+    next_seq_.erase(job);
+  }
+  return st;
+}
+
+Result<std::vector<JournalEntry>> EtcdJournal::Journal(const std::string& job) const {
+  const std::string dir = JournalPrefix(job);
+  Result<std::vector<EtcdKv>> kvs = etcd_->Range(dir, PrefixEnd(dir));
+  if (!kvs.ok()) return kvs.status().Annotate("reading the journal of job " + job);
+  std::vector<JournalEntry> out;
+  out.reserve(kvs->size());
+  for (const EtcdKv& kv : *kvs) {
+    Result<JournalEntry> e = Parse<JournalEntry>(kv, path_, [&](const json& j) {
+      return JournalEntry{std::stoll(kv.key.substr(dir.size())), j.at("now_ms").get<int64_t>(),
+                          j.at("record").get<std::string>()};
+    });
+    if (!e.ok()) return e.status();
+    out.push_back(std::move(*e));
+  }
+  return out;
+}
+
+Status EtcdJournal::DropJournalRows(const std::string& job, const std::vector<int64_t>& seqs) {
+  std::vector<int64_t> sorted = seqs;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::pair<int64_t, int64_t>> runs;  // [first, last]
+  for (int64_t s : sorted) {
+    if (!runs.empty() && runs.back().second + 1 == s) {
+      runs.back().second = s;
+    } else {
+      runs.push_back({s, s});
+    }
+  }
+  for (size_t i = 0; i < runs.size(); i += kRangesPerTxn) {
+    pb::TxnRequest txn = Fenced(term_);
+    for (size_t k = i; k < std::min(runs.size(), i + kRangesPerTxn); ++k) {
+      pb::DeleteRangeRequest* del = txn.add_success()->mutable_request_delete_range();
+      del->set_key(JournalKey(job, runs[k].first));
+      del->set_range_end(JournalKey(job, runs[k].second + 1));
+    }
+    BULWARK_RETURN_IF_ERROR(Commit(*etcd_, term_, txn, "compacting the journal of job " + job));
+  }
+  return Status::OK();
+}
+
+Status EtcdJournal::PutSnapshot(const std::string& name, const std::string& json_text) {
+  pb::TxnRequest txn = Fenced(term_);
+  AddPut(&txn, prefix_ + "snapshots/" + name, json_text);
+  return Commit(*etcd_, term_, txn, "writing snapshot " + name);
+}
+
+Result<std::optional<std::string>> EtcdJournal::Snapshot(const std::string& name) const {
+  Result<std::vector<EtcdKv>> kvs = etcd_->Range(prefix_ + "snapshots/" + name);
+  if (!kvs.ok()) return kvs.status().Annotate("reading snapshot " + name);
+  if (kvs->empty()) return std::optional<std::string>();
+  return std::optional<std::string>((*kvs)[0].value);
+}
+
+}  // namespace bulwark::plane

@@ -1,0 +1,73 @@
+// EtcdJournal: the controller's journal, machines, job and snapshots in etcd
+// (`bulwark controller --etcd ENDPOINTS`), so they outlive the controller's
+// machine and a standby controller can take over (leader.h).
+//
+// Keys, under a prefix of the cluster's own (default /bulwark/<cluster>/):
+//   format                      "bulwark-controller-etcd-1"
+//   machines/<id>               {"dir", "registered_ms", "shard_addr"}
+//   job                         {"id", "spec", "created_ms"}
+//   journal/<job>/<seq, 16 digits>  {"now_ms", "record"}
+//   snapshots/<name>            the snapshot's JSON
+//   leader                      the leading controller's id, on its lease
+//
+// Every write is one etcd transaction whose first compare is the leader
+// key's create revision == this controller's term (Term, leader.h): a
+// controller deposed while cut off is refused even if it has not noticed,
+// and the refusal is FailedPrecondition naming the term. Reads are etcd's
+// default linearizable reads.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/mutex.h"
+#include "plane/etcd_client.h"
+#include "plane/journal_store.h"
+#include "plane/leader.h"
+
+namespace bulwark::plane {
+
+class EtcdJournal : public JournalStore {
+ public:
+  // Opens the state under `prefix`, writing as `term`. With `create` an
+  // empty prefix gets its format key; without it an empty prefix is
+  // NotFound (a restarted controller pointed at the wrong etcd or prefix
+  // must not start from nothing).
+  static Result<std::unique_ptr<EtcdJournal>> Open(std::shared_ptr<const EtcdClient> etcd, std::string prefix,
+                                                   Term term, bool create);
+
+  Status PutMachine(const MachineRow& m) override;
+  Result<std::vector<MachineRow>> Machines() const override;
+  Status PutJob(const JobRow& job) override;
+  Result<std::optional<JobRow>> Job() const override;
+  Status Append(const std::string& job, int64_t now_ms, const std::string& json) override;
+  Result<std::vector<JournalEntry>> Journal(const std::string& job) const override;
+  // Contiguous seqs go as one delete of their range; at most kRangesPerTxn
+  // ranges a transaction (etcd refuses more than --max-txn-ops, 128 by
+  // default, operations in one). A compaction of more ranges is several
+  // transactions, each fenced: a controller killed between them has dropped
+  // only rows from the middle of step runs, whose ends are kept.
+  Status DropJournalRows(const std::string& job, const std::vector<int64_t>& seqs) override;
+  Status PutSnapshot(const std::string& name, const std::string& json) override;
+  Result<std::optional<std::string>> Snapshot(const std::string& name) const override;
+  const std::string& path() const override { return path_; }
+
+  static constexpr size_t kRangesPerTxn = 100;
+
+ private:
+  EtcdJournal(std::shared_ptr<const EtcdClient> etcd, std::string prefix, Term term);
+  std::string JournalPrefix(const std::string& job) const;
+  std::string JournalKey(const std::string& job, int64_t seq) const;
+  Result<int64_t> NextSeq(const std::string& job) EXCLUDES(mu_);
+
+  std::shared_ptr<const EtcdClient> etcd_;
+  const std::string prefix_;
+  const Term term_;
+  const std::string path_;
+  Mutex mu_;
+  // The next seq per job: this term is the only writer, so it is read once.
+  std::map<std::string, int64_t> next_seq_ GUARDED_BY(mu_);
+};
+
+}  // namespace bulwark::plane

@@ -1,0 +1,125 @@
+// Leadership over a real etcd member (leader.h): one controller leads, a
+// deposed one is refused by etcd itself, and an etcd that goes away ends
+// the term before anyone else can start one.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "plane/journal_etcd.h"
+#include "plane/leader.h"
+#include "support/etcd_server.h"
+
+namespace bulwark::plane {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr const char* kPrefix = "/bulwark/lead/";
+
+double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+class LeaderEtcd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    etcd_ = testing::EtcdServer::Start(&why);
+    ASSERT_NE(etcd_, nullptr) << why;
+    auto c = EtcdClient::Connect(etcd_->endpoint(), std::chrono::milliseconds(500));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client_ = std::move(*c);
+  }
+  std::unique_ptr<Leadership> Lead(const std::string& id, int64_t ttl_s) {
+    auto l = Leadership::Campaign(*client_, kPrefix, id, ttl_s, never_, [](const std::string&) {});
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    return l.ok() ? std::move(*l) : nullptr;
+  }
+  // Polls until `cond` or `seconds` pass.
+  template <typename F>
+  static bool Within(double seconds, F cond) {
+    const auto start = Clock::now();
+    while (SecondsSince(start) < seconds) {
+      if (cond()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return cond();
+  }
+
+  const std::atomic<bool> never_{false};
+  std::unique_ptr<testing::EtcdServer> etcd_;
+  std::shared_ptr<EtcdClient> client_;
+};
+
+TEST_F(LeaderEtcd, DeposedLeaderCannotWriteEvenBeforeItNotices) {
+  std::unique_ptr<Leadership> a = Lead("a", 2);
+  ASSERT_NE(a, nullptr);
+  auto ja = EtcdJournal::Open(client_, kPrefix, a->term(), /*create=*/true);
+  ASSERT_TRUE(ja.ok()) << ja.status().ToString();
+  ASSERT_TRUE((*ja)->Append("demo", 1, "{\"by\":\"a\"}").ok());
+  // A is cut off: it stops renewing, its lease runs out, b takes over.
+  a->Abandon();
+  const auto cut = Clock::now();
+  std::unique_ptr<Leadership> b = Lead("b", 2);
+  ASSERT_NE(b, nullptr);
+  std::printf("[ leader] b led %.2f s after a stopped renewing a 2 s lease\n", SecondsSince(cut));
+  EXPECT_NE(b->term().revision, a->term().revision);
+  EXPECT_TRUE(a->lost()) << "a's renew deadline (2/3 of the TTL) passed before its lease expired";
+  Status refused = (*ja)->Append("demo", 2, "{\"by\":\"a\"}");
+  EXPECT_EQ(refused.code(), Status::Code::kFailedPrecondition) << refused.ToString();
+  EXPECT_NE(refused.message().find("term " + std::to_string(a->term().revision)), std::string::npos)
+      << refused.message();
+  EXPECT_EQ((*ja)->PutSnapshot("ledger", "{}").code(), Status::Code::kFailedPrecondition);
+  auto jb = EtcdJournal::Open(client_, kPrefix, b->term(), /*create=*/false);
+  ASSERT_TRUE(jb.ok()) << jb.status().ToString();
+  ASSERT_TRUE((*jb)->Append("demo", 3, "{\"by\":\"b\"}").ok());
+  auto rows = (*jb)->Journal("demo");
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].json, "{\"by\":\"a\"}");
+  EXPECT_EQ((*rows)[1].json, "{\"by\":\"b\"}");
+}
+
+TEST_F(LeaderEtcd, FollowerTakesOverAtOnceWhenTheLeaderResigns) {
+  std::unique_ptr<Leadership> a = Lead("a", 5);
+  ASSERT_NE(a, nullptr);
+  auto follower = std::async(std::launch::async, [&] { return Lead("b", 5); });
+  EXPECT_EQ(follower.wait_for(std::chrono::milliseconds(1500)), std::future_status::timeout) << "a still leads";
+  const auto resigned = Clock::now();
+  a.reset();  // revokes the lease
+  std::unique_ptr<Leadership> b = follower.get();
+  ASSERT_NE(b, nullptr);
+  const double took = SecondsSince(resigned);
+  std::printf("[ leader] b led %.3f s after a resigned\n", took);
+  EXPECT_LT(took, 2.0) << "the follower watches the key; it does not wait for a 5 s lease";
+}
+
+TEST_F(LeaderEtcd, UnreachableEtcdAtStartIsOneLineNamingTheEndpoint) {
+  const std::string nowhere = "127.0.0.1:" + std::to_string(testing::FreePort());
+  auto c = EtcdClient::Connect(nowhere, std::chrono::milliseconds(500));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Status::Code::kUnavailable);
+  EXPECT_NE(c.status().message().find(nowhere), std::string::npos) << c.status().message();
+  EXPECT_EQ(c.status().message().find('\n'), std::string::npos) << c.status().message();
+}
+
+TEST_F(LeaderEtcd, EtcdLostEndsTheTermAndLeadingResumesWhenItReturns) {
+  std::unique_ptr<Leadership> a = Lead("a", 2);
+  ASSERT_NE(a, nullptr);
+  auto ja = EtcdJournal::Open(client_, kPrefix, a->term(), /*create=*/true);
+  ASSERT_TRUE(ja.ok()) << ja.status().ToString();
+  etcd_->Freeze();
+  const auto frozen = Clock::now();
+  EXPECT_TRUE(Within(3.0, [&] { return a->lost(); }));
+  std::printf("[ leader] term lost %.2f s after etcd froze (2 s lease)\n", SecondsSince(frozen));
+  EXPECT_NE(a->why_lost().find("etcd"), std::string::npos) << a->why_lost();
+  EXPECT_FALSE((*ja)->Append("demo", 1, "{}").ok()) << "nothing is journaled while etcd is gone";
+  etcd_->Thaw();
+  a.reset();
+  std::unique_ptr<Leadership> again = Lead("a", 2);
+  ASSERT_NE(again, nullptr);
+  auto j2 = EtcdJournal::Open(client_, kPrefix, again->term(), /*create=*/false);
+  ASSERT_TRUE(j2.ok()) << j2.status().ToString();
+  EXPECT_TRUE((*j2)->Append("demo", 2, "{}").ok());
+}
+
+}  // namespace
+}  // namespace bulwark::plane
