@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -44,10 +45,16 @@ class Cluster : public ::testing::Test {
     controller_.reset();
   }
   // A passing test's cluster (logs, shards, durable checkpoints) goes; a
-  // failing one's stays to be read. About 2,000 were left in /tmp here.
+  // failing one's stays to be read, and the test's output says where: the
+  // rank logs of a flake once sat unread in /tmp among 2,000 others.
   void RemoveIfPassed() {
     std::error_code ignored;  // a leftover directory in /tmp is no failure
-    if (!HasFailure() && !IsSkipped()) std::filesystem::remove_all(root_, ignored);
+    if (!HasFailure() && !IsSkipped()) {
+      std::filesystem::remove_all(root_, ignored);
+    } else if (HasFailure()) {
+      std::printf("[ kept   ] the cluster's logs: %s/machines/*/ranks, %s/controller.log\n", dir_.c_str(),
+                  dir_.c_str());
+    }
   }
 
   testing::ProcessResult Bulwark(std::vector<std::string> args, double timeout_s = 60) {
