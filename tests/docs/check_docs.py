@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Keeps the docs honest where a machine can tell: every repository path a
-doc names exists, every `bulwark COMMAND` is a command of the binary, and
+doc names exists, every `bulwark COMMAND` is a command of the binary,
 every --flag written after `bulwark COMMAND` or `bulwark-train` on one line
-of code is a flag that command's --help lists.
+of code is a flag that command's --help lists, and every BULWARK_*
+environment variable a doc names is read or set somewhere in the code.
 
 usage: check_docs.py REPO_ROOT BIN_DIR
 Prints one line per stale reference (file:line: what, and the fix) and
@@ -19,6 +20,27 @@ PATH_RE = re.compile(r"(?<![\w./-])((?:%s)/[\w./*{},-]*[\w*}])" % "|".join(re.es
 CODE_SPAN_RE = re.compile(r"`([^`]+)`")
 # Generated or per-run paths a doc may name that no checkout holds.
 GENERATED = ("build", "runs", "data")
+ENV_RE = re.compile(r"\b(BULWARK_[A-Z0-9_]*[A-Z0-9])\b")
+
+
+def code_variables(root):
+    """The BULWARK_* names in every file of the code a variable could be
+    read or set in: the repository's roots but docs, and the build files."""
+    text = []
+    for r in ROOTS + ("Makefile", "CMakeLists.txt", "cmake"):
+        if r == "docs":
+            continue
+        top = os.path.join(root, r)
+        paths = [top] if os.path.isfile(top) else glob.glob(os.path.join(top, "**", "*"), recursive=True)
+        for path in paths:
+            if not os.path.isfile(path) or path.endswith(".md"):
+                continue
+            try:
+                with open(path, encoding="utf-8", errors="ignore") as f:
+                    text.append(f.read())
+            except OSError:
+                continue
+    return set(ENV_RE.findall("\n".join(text)))
 
 
 def help_text(binary, *args):
@@ -109,6 +131,7 @@ def check(root, bin_dir):
         return flags[key]
 
     problems = []
+    variables = code_variables(root)
     for doc in docs(root):
         rel = os.path.relpath(doc, root)
         with open(doc, encoding="utf-8") as f:
@@ -117,6 +140,9 @@ def check(root, bin_dir):
             for p in PATH_RE.findall(line):
                 if not path_exists(root, p):
                     problems.append("%s:%d: names %s, which is not in the repository: fix the path or drop it" % (rel, n, p))
+            for v in sorted(set(ENV_RE.findall(line))):
+                if v not in variables:
+                    problems.append("%s:%d: names %s, which no code reads or sets: fix the name or drop it" % (rel, n, v))
         for n, binary, rest in commands_in(text):
             words = rest.split()
             if binary == "bulwark-train":
