@@ -3,6 +3,7 @@
 // and the journal's rows and size; plus the percentile of a sample.
 #pragma once
 
+#include <unistd.h>
 #include <sys/types.h>
 
 #include <algorithm>

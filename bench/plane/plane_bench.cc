@@ -43,102 +43,11 @@
 #include <vector>
 
 #include "bulwark.grpc.pb.h"
+#include "controller_log.h"
 #include "host_probe.h"
+#include "plane_bench.h"
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-namespace w = bulwark::wire;
-using namespace plane_bench;  // host_probe.h
-
-double Secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-struct Options {
-  std::string bulwark = "build/bin/bulwark";
-  std::string dir = "/tmp/bulwark-plane-bench";
-  int agents = 100;
-  int seconds = 30;
-  int channels = 0;  // 0: one per 200 agents
-};
-
-class Bench;
-
-// One Commands stream: lives until its Finish completes, whatever the
-// agent does meanwhile (a new stream gets a new one).
-struct Stream {
-  grpc::ClientContext ctx;
-  std::unique_ptr<grpc::ClientAsyncReader<w::Command>> reader;
-  w::Command cmd;
-  grpc::Status status;
-};
-
-// One completion-queue tag: what finished.
-struct Op {
-  enum Kind { kRegister, kStreamStart, kStreamRead, kStreamFinish, kReport };
-  Op(Kind k, int a) : kind(k), agent(a), start(Clock::now()) {}
-  Kind kind;
-  int agent = 0;
-  Clock::time_point start;
-  grpc::ClientContext ctx;
-  w::RegisterReply reg_reply;
-  w::ReportReply reply;
-  grpc::Status status;
-  Stream* stream = nullptr;
-};
-
-struct Sim {
-  std::string id;
-  int64_t incarnation = 0;
-  int64_t seq = 0;
-  int64_t acked = 0;
-  int64_t generation = 0;
-  bool registered = false;
-  bool silent = false;
-  bool report_in_flight = false;
-  bool register_in_flight = false;  // as an agent, one Register at a time (a resend each second piled up 30 per agent)
-  bool stream_open = false;
-  int64_t last_ok_ms = 0;  // wall ms of the last accepted report
-  Stream* stream = nullptr;  // the open one, owned by its pending op
-};
-
-class Bench {
- public:
-  explicit Bench(Options o) : o_(std::move(o)) {}
-
-  int Run();
-
- private:
-  bool StartController(bool init);
-  void ConnectChannels();
-  w::AgentService::Stub& StubFor(int agent) { return *stubs_[agent % stubs_.size()]; }
-  void Prepare(grpc::ClientContext& ctx, int deadline_ms) {
-    ctx.AddMetadata("x-bulwark-token", token_);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
-  }
-  void SendRegister(int i);
-  void OpenStream(int i);
-  void SendReport(int i);
-  void PollLoop();
-  void ScheduleLoop();
-  std::vector<double> TakeLatencies() {
-    std::lock_guard<std::mutex> l(mu_);
-    std::vector<double> v;
-    v.swap(latencies_ms_);
-    return v;
-  }
-
-  Options o_;
-  std::string token_, addr_;
-  pid_t controller_ = -1;
-  std::vector<std::unique_ptr<w::AgentService::Stub>> stubs_;
-  std::unique_ptr<w::ControlService::Stub> control_;
-  grpc::CompletionQueue cq_;
-  std::mutex mu_;
-  std::vector<Sim> sims_;
-  std::vector<double> latencies_ms_;
-  int64_t report_errors_ = 0;
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> reporting_{false};
-};
+namespace plane_bench {
 
 bool Bench::StartController(bool init) {
   std::vector<std::string> args = {o_.bulwark, "controller", "--dir", o_.dir};
@@ -184,156 +93,98 @@ void Bench::ConnectChannels() {
   control_ = w::ControlService::NewStub(grpc::CreateCustomChannel(addr_, grpc::InsecureChannelCredentials(), control_args));
 }
 
-void Bench::SendRegister(int i) {
-  auto* op = new Op(Op::kRegister, i);
-  sims_[i].register_in_flight = true;
-  Prepare(op->ctx, 30000);
-  w::RegisterRequest req;
-  req.set_machine(sims_[i].id);
-  req.set_machine_dir(o_.dir + "/machines/" + sims_[i].id);
-  req.set_incarnation(sims_[i].incarnation);
-  auto rpc = StubFor(i).AsyncRegister(&op->ctx, req, &cq_);
-  rpc->Finish(&op->reg_reply, &op->status, op);
+// A decision: an action line of the controller's, other than topping up the pool.
+bool IsDecision(const std::string& line) {
+  return line.find("] info: action ") != std::string::npos && line.find("action replenish_standby") == std::string::npos;
 }
 
-void Bench::OpenStream(int i) {
-  Sim& s = sims_[i];
-  auto* st = new Stream;
-  st->ctx.AddMetadata("x-bulwark-token", token_);
-  w::CommandStreamRequest req;
-  req.set_machine(s.id);
-  req.set_incarnation(s.incarnation);
-  auto* op = new Op(Op::kStreamStart, i);
-  op->stream = st;
-  st->reader = StubFor(i).PrepareAsyncCommands(&st->ctx, req, &cq_);
-  s.stream = st;
-  s.stream_open = true;
-  st->reader->StartCall(op);
-}
-
-void Bench::SendReport(int i) {
-  Sim& s = sims_[i];
-  auto* op = new Op(Op::kReport, i);
-  Prepare(op->ctx, 10000);
-  w::ReportRequest req;
-  req.set_machine(s.id);
-  req.set_incarnation(s.incarnation);
-  req.set_generation(s.generation);
-  const int64_t now = WallMs();
-  const int64_t step = now / 1000;  // one step a second, the same on every machine
-  if (s.generation > 0) {
-    req.add_live_ranks(i);
-    w::RankSignal* sig = req.add_signals();
-    sig->set_rank(i);
-    sig->set_step(step);
-    sig->set_steps(1);
-    sig->set_loss(2.0);
-    sig->set_grad_norm(1.0);
-    sig->set_local_grad_norm(1.0);
-    sig->set_step_ms(1000);
-    sig->set_compute_ms(800);
-    sig->set_comm_ms(200);
-    sig->set_observed_ms(now);
-    sig->set_generation(s.generation);
-    sig->set_tokens(4096);
-    if (i == 0) {
-      w::AgentEvent* e = req.add_events();
-      e->set_kind(w::AgentEvent::STEP);
-      e->set_seq(++s.seq);
-      e->set_step(step);
-      e->set_observed_ms(now);
-      e->set_generation(s.generation);
-    }
-  }
-  s.report_in_flight = true;
-  auto rpc = StubFor(i).AsyncReport(&op->ctx, req, &cq_);
-  rpc->Finish(&op->reply, &op->status, op);
-}
-
-void Bench::PollLoop() {
-  void* tag;
-  bool ok;
-  while (cq_.Next(&tag, &ok)) {
-    Op* op = static_cast<Op*>(tag);
-    std::lock_guard<std::mutex> l(mu_);
-    Sim& s = sims_[op->agent];
-    switch (op->kind) {
-      case Op::kRegister:
-        s.register_in_flight = false;
-        if (op->status.ok()) {
-          s.registered = true;
-          if (!s.stream_open) OpenStream(op->agent);
-        } else if (!stop_) {
-          std::fprintf(stderr, "register %s: %s\n", s.id.c_str(), op->status.error_message().c_str());
-        }
-        delete op;
-        break;
-      case Op::kStreamStart:
-      case Op::kStreamRead: {
-        Stream* st = op->stream;
-        if (op->kind == Op::kStreamRead && ok && st->cmd.kind() == w::Command::START_RANKS) {
-          s.generation = st->cmd.generation();
-        }
-        if (ok) {
-          op->kind = Op::kStreamRead;
-          st->reader->Read(&st->cmd, op);
-        } else {
-          op->kind = Op::kStreamFinish;
-          st->reader->Finish(&st->status, op);
-        }
-        break;
-      }
-      case Op::kStreamFinish:
-        // A stream the controller ended (a restart): the next report
-        // round reopens it, as an agent's loop would.
-        if (s.stream == op->stream) {
-          s.stream = nullptr;
-          s.stream_open = false;
-        }
-        delete op->stream;
-        delete op;
-        break;
-      case Op::kReport: {
-        s.report_in_flight = false;
-        if (op->status.ok()) {
-          s.acked = op->reply.acked_seq();
-          s.last_ok_ms = WallMs();
-          if (reporting_) latencies_ms_.push_back(Secs(Clock::now() - op->start) * 1000);
-        } else {
-          ++report_errors_;
-          if (op->status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-            s.registered = false;  // "register first"
-          }
-        }
-        delete op;
-        break;
-      }
-    }
-  }
-}
-
-// Each agent reports once a second at its own offset in the second.
-void Bench::ScheduleLoop() {
+void Bench::WaitForOneGeneration(double timeout_s) {
   const auto t0 = Clock::now();
-  int64_t tick = 0;
-  const int64_t slots = 100;  // 10 ms slots
-  while (!stop_) {
-    const auto at = t0 + std::chrono::milliseconds(10 * tick);
-    std::this_thread::sleep_until(at);
-    const int slot = static_cast<int>(tick % slots);
-    std::lock_guard<std::mutex> l(mu_);
-    for (int i = slot; i < static_cast<int>(sims_.size()); i += slots) {
-      Sim& s = sims_[i];
-      if (s.silent) continue;
-      if (!s.registered) {
-        if (!s.report_in_flight && !s.register_in_flight && tick % 100 == slot) SendRegister(i);
-        continue;
-      }
-      if (!s.stream_open) OpenStream(i);
-      if (!s.report_in_flight) SendReport(i);
+  while (Secs(Clock::now() - t0) < timeout_s) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      int64_t newest = 0;
+      for (const Sim& s : sims_) newest = std::max(newest, s.generation);
+      const bool behind = std::any_of(sims_.begin(), sims_.end(), [&](const Sim& s) {
+        return !s.silent && s.rank >= 0 && s.generation != newest;
+      });
+      if (!behind) return;
     }
-    ++tick;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+}
+
+// A rank exits 1 (an uncaught exception): its agent reports at once, as a
+// real one does when there is news. Decided when the controller logs the
+// action it takes (a restart in place).
+double Bench::CrashARank() {
+  // After the silent machine's replacement has started everywhere: the
+  // decision looked for is the crash's, not that restart's.
+  WaitForOneGeneration(60);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  log_from_ = ReadAll(o_.dir + "/controller.log").size();
+  const int victim = o_.agents / 3;
+  int64_t crashed_ms;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Sim& s = sims_[victim];
+    w::AgentEvent e;
+    e.set_kind(w::AgentEvent::RANK_EXITED);
+    e.set_seq(++s.seq);
+    e.set_rank(s.rank);
+    e.set_exit_code(1);
+    crashed_ms = WallMs();
+    e.set_observed_ms(crashed_ms);
+    e.set_generation(s.generation);
+    s.pending.push_back(std::move(e));
+    s.crashed = true;
+    if (!s.report_in_flight) SendReport(victim);
+  }
+  const LogLine d = WaitForLine(o_.dir + "/controller.log", log_from_, IsDecision, 60);
+  log_from_ = std::max(log_from_, d.end);
+  const double decide = d.ms < 0 ? -1 : (d.ms - crashed_ms) / 1000.0;
+  std::printf("crashed rank on %s: decided %.2f s after the crash (%s)\n", sims_[victim].id.c_str(), decide,
+              d.text.substr(0, std::min<size_t>(d.text.size(), 160)).c_str());
+  std::fflush(stdout);
+  return decide;
+}
+
+// A hang: one rank stops computing and every rank's step stops with it (its
+// peers wait in their next all-reduce). The policy's hang detector asks for
+// every rank's stacks once the next step is overdue (its allowance, about 5x
+// the learned step time); the stuck rank's stack stands out, and the
+// verdict's action is the decision.
+Bench::Hang Bench::StallARank() {
+  WaitForOneGeneration(60);
+  // Past the restart's warm-up steps (hang_warmup_steps), which get longer allowances.
+  std::this_thread::sleep_for(std::chrono::seconds(8));
+  const int victim = o_.agents / 4;
+  int64_t due_ms;
+  log_from_ = ReadAll(o_.dir + "/controller.log").size();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    frozen_step_ = WallMs() / 1000;
+    due_ms = (frozen_step_ + 1) * 1000;  // when the next step was due
+    sims_[victim].stuck = true;
+  }
+  const std::string log = o_.dir + "/controller.log";
+  Hang h;
+  const LogLine asked = WaitForLine(
+      log, log_from_, [](const std::string& l) { return l.find("hang suspected") != std::string::npos; }, 90);
+  const LogLine verdict = asked.ms < 0 ? LogLine{} : WaitForLine(log, asked.end, IsDecision, 90);
+  log_from_ = std::max({log_from_, asked.end, verdict.end});
+  if (asked.ms >= 0) h.detect_s = (asked.ms - due_ms) / 1000.0;
+  if (verdict.ms >= 0) h.decide_s = (verdict.ms - asked.ms) / 1000.0;
+  std::printf("stuck rank on %s: hang suspected %.2f s after its step was due (%s); verdict %.2f s later (%s)\n",
+              sims_[victim].id.c_str(), h.detect_s, asked.text.substr(0, std::min<size_t>(asked.text.size(), 120)).c_str(),
+              h.decide_s, verdict.text.substr(0, std::min<size_t>(verdict.text.size(), 160)).c_str());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    frozen_step_ = 0;
+    sims_[victim].stuck = false;
+  }
+  std::fflush(stdout);
+  return h;
 }
 
 int Bench::Run() {
@@ -371,6 +222,18 @@ int Bench::Run() {
   while (registered() < o_.agents && Secs(Clock::now() - reg0) < 300) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::printf("agents %d: %ld reporting after %.1f s; controller threads %d\n", o_.agents, registered(),
               Secs(Clock::now() - reg0), ReadProc(controller_).threads);
+  // The controller takes a job only on machines it heard within its
+  // heartbeat timeout: wait until every agent's last report was accepted
+  // within the last 1.5 s (a generator starved by the host's other load
+  // lags behind the first registrations).
+  auto fresh = [&] {
+    std::lock_guard<std::mutex> l(mu_);
+    const int64_t now = WallMs();
+    return std::count_if(sims_.begin(), sims_.end(), [&](const Sim& s) { return now - s.last_ok_ms < 1500; });
+  };
+  const auto fresh0 = Clock::now();
+  while (fresh() < o_.agents && Secs(Clock::now() - fresh0) < 60) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::printf("every agent heard within 1.5 s after %.1f s more\n", Secs(Clock::now() - fresh0));
   std::fflush(stdout);
 
   // The job: every machine but one (a standby), one rank each.
@@ -476,31 +339,16 @@ int Bench::Run() {
     if (sims_[victim].stream) sims_[victim].stream->ctx.TryCancel();
     silent_since = sims_[victim].last_ok_ms;
   }
+  const std::string log_path = o_.dir + "/controller.log";
   const std::string needle = "machine " + sims_[victim].id + " lost its heartbeat";
-  const auto s0 = Clock::now();
-  double noticed = -1;
-  while (Secs(Clock::now() - s0) < 60) {
-    std::string log = ReadAll(o_.dir + "/controller.log");
-    const size_t at = log.find(needle);
-    if (at != std::string::npos) {
-      // The line's own stamp: "YYYY-MM-DD HH:MM:SS.mmm" at the line's start.
-      const size_t bol = log.rfind('\n', at) + 1;
-      std::tm tm{};
-      int ms = 0;
-      if (sscanf(log.c_str() + bol, "%d-%d-%d %d:%d:%d.%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-                 &tm.tm_min, &tm.tm_sec, &ms) == 7) {
-        tm.tm_year -= 1900;
-        tm.tm_mon -= 1;
-        const int64_t line_ms = static_cast<int64_t>(timegm(&tm)) * 1000 + ms;
-        noticed = (line_ms - silent_since) / 1000.0;
-      }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const LogLine lost = WaitForLine(log_path, 0, [&](const std::string& l) { return l.find(needle) != std::string::npos; }, 60);
+  const double noticed = lost.ms < 0 ? -1 : (lost.ms - silent_since) / 1000.0;
   std::printf("silent machine %s: lost %.2f s after its last accepted report (heartbeat timeout 2 s)\n",
               sims_[victim].id.c_str(), noticed);
   std::fflush(stdout);
+  log_from_ = lost.end;
+  const double crash_decide = CrashARank();
+  const Hang hang = StallARank();
 
   // --- SIGKILL and replay ---------------------------------------------------
   const int64_t jbytes = journal_bytes();
@@ -542,10 +390,18 @@ int Bench::Run() {
   std::printf("SIGKILL at a %.1f MiB journal: restarted controller listening after %.2f s, answering status after "
               "%.2f s, every agent's report accepted again after %.2f s\n",
               jbytes / 1048576.0, listening, answering, reattached);
-  std::printf("JSON {\"agents\": %d, \"controller_cpu_cores\": %.3f, \"controller_rss_mib\": %.0f, \"threads\": %d, "
+  // Every machine but the silenced one (and the stuck rank's, which the
+  // hang's decision may evict) kept reporting: any other lost is the
+  // controller's own lag held against a healthy agent.
+  const int lost_lines = CountLines(log_path, "] info: event machine ", " lost its heartbeat (silent");
+  const int healthy_evicted = lost_lines - 1;
+  std::printf("healthy machines lost for silence: %d\n", healthy_evicted);
+  std::printf("JSON {\"agents\": %d, \"jobs\": 1, \"healthy_evicted\": %d, \"decide_s\": %.2f, \"crash_decide_s\": %.2f, "
+              "\"hang_detect_s\": %.2f, \"hang_decide_s\": %.2f, \"generator_cpu_cores\": %.2f, \"load\": \"%s\",  \"controller_cpu_cores\": %.3f, \"controller_rss_mib\": %.0f, \"threads\": %d, "
               "\"report_p50_ms\": %.2f, \"report_p99_ms\": %.2f, \"evict_after_s\": %.2f, \"evict_after_lease_s\": %.2f, "
               "\"journal_mib_per_hour\": %.1f, \"replay_s\": %.2f, \"status_s\": %.3f, \"submit_s\": %.2f}\n",
-              o_.agents, (p1.cpu_s - p0.cpu_s) / window, peak.rss_mib, peak.threads, Percentile(lat, 0.5),
+              o_.agents, healthy_evicted, crash_decide, crash_decide, hang.detect_s, hang.decide_s,
+              (cpu(self1) - cpu(self0)) / window, Trim(ReadAll("/proc/loadavg")).c_str(), (p1.cpu_s - p0.cpu_s) / window, peak.rss_mib, peak.threads, Percentile(lat, 0.5),
               Percentile(lat, 0.99), noticed, noticed < 0 ? -1.0 : noticed - 2.0,
               rows_per_s * row_bytes * 3600 / (1 << 20), reattached, status_worst, submit_s);
   std::fflush(stdout);
@@ -558,10 +414,10 @@ int Bench::Run() {
   return 0;
 }
 
-}  // namespace
+}  // namespace plane_bench
 
 int main(int argc, char** argv) {
-  Options o;
+  plane_bench::Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--agents") o.agents = std::stoi(v);
@@ -575,5 +431,5 @@ int main(int argc, char** argv) {
     }
   }
   signal(SIGPIPE, SIG_IGN);
-  return Bench(o).Run();
+  return plane_bench::Bench(o).Run();
 }

@@ -29,6 +29,11 @@ Result<std::unique_ptr<JournalStore>> OpenSqlite(const std::string& path, bool c
 
 void Plane::Log(const std::string& line) { log_.Info(line); }
 
+void Plane::LogLongHold(const char* who, std::chrono::steady_clock::duration held) {
+  log_.Info(std::string("plane lock held ") + FormatDuration(std::chrono::duration_cast<Duration>(held)) + " by " +
+            who + ": reports and the tick waited");
+}
+
 Time Plane::Now(Time now) {
   // The policy refuses time going backwards; the wall clock may step back.
   if (now < last_now_) now = last_now_;
@@ -556,6 +561,7 @@ void Plane::Tick(Time now) {
   last_tick_ = now;
   AbsorbArrivalsLocked(now);
   if (!controller_ || done_step_) return;
+  std::optional<std::unordered_map<MachineId, Time>> closed_seen;  // built once, when a silent machine needs it
   for (auto& [id, a] : agents_) {
     const Duration timeout = a.heard_since_start ? options_.heartbeat_timeout : options_.reconnect_grace;
     if (a.lost_reported || now - a.last_heard <= std::min(timeout, options_.closed_peer_timeout)) continue;
@@ -563,7 +569,11 @@ void Plane::Tick(Time now) {
     // since it last spoke: it is down, not cut off, so nothing of it can
     // still run, and its slot need not wait for it to fence itself.
     const bool closed = now - a.last_heard <= timeout;
-    if (closed && !PeersSawCloseLocked(id, a)) continue;
+    if (closed) {
+      if (!closed_seen) closed_seen = ClosedSeenLocked();
+      auto seen = closed_seen->find(id);
+      if (seen == closed_seen->end() || seen->second <= a.last_heard) continue;
+    }
     const MachineStatus* m = controller_->state().FindMachine(id);
     if (m == nullptr || m->state == MachineState::kEvicted) continue;
     if (closed) {

@@ -100,9 +100,10 @@ class Plane {
   // Applies the events not yet applied; returns the highest seq applied.
   Result<int64_t> Report(const wire::ReportRequest& req, Time now) EXCLUDES(mu_);
   // A report from `machine` (as `incarnation`) arrived at `now`, before it
-  // waits for the plane's lock: its silence counts from the arrival, so an
-  // agent whose report waits behind others is not judged silent for the
-  // controller's own lag (issue 36). Takes a small lock of its own, not mu_.
+  // waits for the plane's lock, or was answered at `now`: its silence counts
+  // from the later, so an agent whose report waits behind others, or whose
+  // reply does, is not judged silent for the controller's own lag (issue
+  // 36). Takes a small lock of its own, not mu_.
   void Heard(const std::string& machine, int64_t incarnation, Time now) EXCLUDES(heard_mu_);
   // Blocks until there is a command for `machine` that this stream has not
   // sent (`sent_desired` is the id of the last desired command it sent) or
@@ -255,7 +256,9 @@ class Plane {
     // starve (std::mutex is not fair: at 12,500 reports/s the tick waited
     // seconds, and a silent machine's silence was not counted meanwhile).
     // Others wait while a `first` caller waits.
-    explicit PlaneLock(Plane* p, bool first = false) ACQUIRE(p->mu_) : p_(p) {
+    // `who` names the holder in the log line of a long hold.
+    explicit PlaneLock(Plane* p, bool first = false, const char* who = __builtin_FUNCTION()) ACQUIRE(p->mu_)
+        : p_(p), who_(who) {
       if (first) {
         p_->first_waiting_.fetch_add(1);
       } else {
@@ -263,20 +266,29 @@ class Plane {
       }
       p_->mu_.Lock();
       if (first) p_->first_waiting_.fetch_sub(1);
+      held_since_ = std::chrono::steady_clock::now();
     }
     ~PlaneLock() RELEASE() {
       p_->mu_.AssertHeld();
       std::vector<std::function<void()>> run;
       run.swap(p_->deferred_);
+      const auto held = std::chrono::steady_clock::now() - held_since_;
       p_->mu_.Unlock();
       for (std::function<void()>& f : run) f();
+      // Every report and the liveness tick wait while the lock is held: a
+      // long hold is the controller's own lag, and is named (issue 36).
+      if (held > kLongHold) p_->LogLongHold(who_, held);
     }
     PlaneLock(const PlaneLock&) = delete;
     PlaneLock& operator=(const PlaneLock&) = delete;
 
    private:
     Plane* const p_;
+    const char* const who_;
+    std::chrono::steady_clock::time_point held_since_;
   };
+  static constexpr Duration kLongHold = std::chrono::milliseconds(200);
+  void LogLongHold(const char* who, std::chrono::steady_clock::duration held) EXCLUDES(mu_);
   // The command a stream that last wrote desired command `*sent_desired`
   // should write next, if any (a one-shot first); updates *sent_desired.
   std::optional<wire::Command> NextForStreamLocked(Agent& a, const std::string& machine, std::string* sent_desired)
@@ -385,9 +397,12 @@ class Plane {
   // `addr` ("host:port"), "" when none or several did (the local backend
   // without namespaces puts every machine on 127.0.0.1: no one to blame).
   MachineId OwnerOfAddressLocked(const std::string& addr) const REQUIRES(mu_);
-  // Whether an agent heard after `silent`'s last report names `id`'s
-  // address among the peers whose connections closed (Tick).
-  bool PeersSawCloseLocked(const MachineId& id, const Agent& silent) const REQUIRES(mu_);
+  // Machine -> the latest time an agent (another, not lost) was heard that
+  // names the machine's address among the peers whose connections closed.
+  // Tick asks it of every silent machine: one pass over the agents, where
+  // asking each of them was O(N^2) (3-4 s under the lock at 12,500 agents
+  // after a restart, when every agent is silent for a while).
+  std::unordered_map<MachineId, Time> ClosedSeenLocked() const REQUIRES(mu_);
   void Log(const std::string& line) REQUIRES(mu_);
 
   PlaneOptions options_;

@@ -69,14 +69,28 @@ MachineId Plane::OwnerOfAddressLocked(const std::string& addr) const {
   return owner;
 }
 
-bool Plane::PeersSawCloseLocked(const MachineId& id, const Agent& silent) const {
+std::unordered_map<MachineId, Time> Plane::ClosedSeenLocked() const {
+  std::unordered_map<MachineId, Time> seen;
+  if (!controller_) return seen;
+  // Host -> the one placed machine that advertised it, "" when several did
+  // (OwnerOfAddressLocked's rule, for every host at once).
+  std::unordered_map<std::string, MachineId> owner;
+  for (const MachineId& m : controller_->state().placement.slots) {
+    auto it = agents_.find(m);
+    if (it == agents_.end() || it->second.shard_addr.empty()) continue;
+    auto [o, fresh] = owner.emplace(HostOf(it->second.shard_addr), m);
+    if (!fresh && o->second != m) o->second.clear();
+  }
   for (const auto& [other, a] : agents_) {
-    if (other == id || a.lost_reported || a.last_heard <= silent.last_heard) continue;
+    if (a.lost_reported) continue;
     for (const std::string& addr : a.peers_closed) {
-      if (OwnerOfAddressLocked(addr) == id) return true;
+      auto o = owner.find(HostOf(addr));
+      if (o == owner.end() || o->second.empty() || o->second == other) continue;
+      Time& t = seen[o->second];
+      t = std::max(t, a.last_heard);
     }
   }
-  return false;
+  return seen;
 }
 
 Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {

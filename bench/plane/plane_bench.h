@@ -1,0 +1,136 @@
+// The plane bench's parts (bench/plane): the simulated agents
+// (generator.cc: register, hold a command stream, report, answer commands as
+// an agent would) and the run that drives the controller through load,
+// faults and a restart (plane_bench.cc).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bulwark.grpc.pb.h"
+
+namespace plane_bench {
+using Clock = std::chrono::steady_clock;
+namespace w = bulwark::wire;
+
+inline double Secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+struct Options {
+  std::string bulwark = "build/bin/bulwark";
+  std::string dir = "/tmp/bulwark-plane-bench";
+  int agents = 100;
+  int seconds = 30;
+  int channels = 0;  // 0: one per 200 agents
+};
+
+
+// One Commands stream: lives until its Finish completes, whatever the
+// agent does meanwhile (a new stream gets a new one).
+struct Stream {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientAsyncReader<w::Command>> reader;
+  w::Command cmd;
+  grpc::Status status;
+};
+
+// One completion-queue tag: what finished.
+struct Op {
+  enum Kind { kRegister, kStreamStart, kStreamRead, kStreamFinish, kReport, kStacks };
+  Op(Kind k, int a) : kind(k), agent(a), start(Clock::now()) {}
+  Kind kind;
+  int agent = 0;
+  Clock::time_point start;
+  grpc::ClientContext ctx;
+  w::RegisterReply reg_reply;
+  w::ReportReply reply;
+  w::StacksReply stacks_reply;
+  grpc::Status status;
+  Stream* stream = nullptr;
+};
+
+struct Sim {
+  std::string id;
+  int64_t incarnation = 0;
+  int64_t seq = 0;
+  int64_t acked = 0;
+  int64_t generation = 0;
+  int rank = -1;  // its rank in `generation`, from START_RANKS; -1 none (a standby)
+  bool registered = false;
+  bool silent = false;
+  bool report_in_flight = false;
+  bool register_in_flight = false;  // as an agent, one Register at a time (a resend each second piled up 30 per agent)
+  bool stream_open = false;
+  int64_t last_ok_ms = 0;  // wall ms of the last accepted report
+  // Injected faults: its rank crashed (no rank runs until a START_RANKS),
+  // or its rank is the one stuck in a hang (its stack stands out).
+  bool crashed = false;
+  bool stuck = false;
+  // Events sent with every report until acknowledged, as an agent's are: a
+  // crash's RANK_EXITED, DIAGNOSTICS answers.
+  std::vector<w::AgentEvent> pending;
+  Stream* stream = nullptr;  // the open one, owned by its pending op
+};
+
+class Bench {
+ public:
+  explicit Bench(Options o) : o_(std::move(o)) {}
+
+  int Run();
+
+ private:
+  bool StartController(bool init);
+  void ConnectChannels();
+  w::AgentService::Stub& StubFor(int agent) { return *stubs_[agent % stubs_.size()]; }
+  void Prepare(grpc::ClientContext& ctx, int deadline_ms) {
+    ctx.AddMetadata("x-bulwark-token", token_);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
+  }
+  void SendRegister(int i);
+  void OpenStream(int i);
+  void SendReport(int i);
+  void Answer(int i, const w::Command& c);
+  // Injections after the silent machine (their decisions read from the
+  // controller's log after byte log_from_): fault -> decision, seconds.
+  double CrashARank();
+  struct Hang {
+    double detect_s = -1;  // the next step's due time -> hang suspected (the allowance, about 5 s)
+    double decide_s = -1;  // suspected -> the verdict's action (every rank's stacks gathered and read)
+  };
+  Hang StallARank();
+  // Waits until every placed agent runs the newest generation a START_RANKS named.
+  void WaitForOneGeneration(double timeout_s);
+  void PollLoop();
+  void ScheduleLoop();
+  std::vector<double> TakeLatencies() {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<double> v;
+    v.swap(latencies_ms_);
+    return v;
+  }
+
+  Options o_;
+  std::string token_, addr_;
+  pid_t controller_ = -1;
+  std::vector<std::unique_ptr<w::AgentService::Stub>> stubs_;
+  std::unique_ptr<w::ControlService::Stub> control_;
+  grpc::CompletionQueue cq_;
+  std::mutex mu_;
+  std::vector<Sim> sims_;
+  std::vector<double> latencies_ms_;
+  int64_t report_errors_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> reporting_{false};
+  // A hang: every rank's step stops at this one (0: none), as a stuck rank
+  // stops its peers in their next collective.
+  int64_t frozen_step_ = 0;
+  size_t log_from_ = 0;
+};
+
+}  // namespace plane_bench
