@@ -492,7 +492,7 @@ Status Run(const Args& a) {
     if (!mport.ok()) return mport.status();
     plane::ControllerOptions o{ClusterDir(a), a.Has("init"), *mport, a.Get("ladder-rungs"),
                                a.Get("ladder-tests"), a.Get("ladder-budget"), a.Get("failure-rate"),
-                               a.Get("ladder-align-every"), ProveReachable, nullptr, nullptr};
+                               a.Get("ladder-align-every"), ProveReachable, nullptr, nullptr, nullptr};
     if (!a.Has("etcd")) return plane::RunController(o);
     Result<int> lease = IntFlag(a, "etcd-lease", 3);
     if (!lease.ok()) return lease.status();

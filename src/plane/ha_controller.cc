@@ -1,16 +1,25 @@
 #include "plane/ha_controller.h"
 
+#include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
+#include <nlohmann/json.hpp>
 
+#include "bulwark.grpc.pb.h"
+#include "cluster/layout.h"
+#include "cluster/tls.h"
+#include "common/files.h"
 #include "common/log.h"
+#include "common/mutex.h"
 #include "plane/journal_etcd.h"
 #include "plane/leader.h"
 
 namespace bulwark::plane {
 namespace {
+
+using nlohmann::json;
 
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
@@ -19,6 +28,47 @@ std::string DefaultId() {
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   return std::string(host) + ":" + std::to_string(::getpid());
+}
+
+// What `bulwark status` shows of a controller that does not lead: its role,
+// who leads (read from etcd when asked) and the campaign's last word, so an
+// operator sees "following b" or "etcd unreachable" rather than a refused
+// connection. Every other call is UNIMPLEMENTED: only the leader acts.
+class FollowerControl final : public wire::ControlService::Service {
+ public:
+  explicit FollowerControl(std::function<json()> status) : status_(std::move(status)) {}
+  grpc::Status Status(grpc::ServerContext*, const wire::QueryRequest*, wire::JsonReply* r) override {
+    r->set_json(status_().dump());
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::function<json()> status_;
+};
+
+// Serves FollowerControl at the controller's address while this process
+// campaigns; null when the address is not known yet (never led: port 0) or
+// cannot be bound.
+std::unique_ptr<grpc::Server> ServeFollowerStatus(const std::string& dir, FollowerControl* service,
+                                                  const Logger& log) {
+  const cluster::Layout layout{dir};
+  Result<std::string> addr = ReadFile(layout.controller_addr());
+  if (!addr.ok()) return nullptr;
+  std::string address = *addr;
+  while (!address.empty() && (address.back() == '\n' || address.back() == ' ')) address.pop_back();
+  if (address.size() < 2 || address.compare(address.size() - 2, 2, ":0") == 0) return nullptr;
+  Result<std::shared_ptr<grpc::ServerCredentials>> creds = cluster::ServerCredentials(layout);
+  if (!creds.ok()) return nullptr;
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort(address, *creds, &bound);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound == 0) {
+    log.Warn("cannot serve the follower's status on " + address);
+    return nullptr;
+  }
+  return server;
 }
 
 }  // namespace
@@ -33,11 +83,30 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
   if (!connected.ok()) return connected.status();
   std::shared_ptr<const EtcdClient> etcd = std::move(*connected);
   const std::string id = ha.id.empty() ? DefaultId() : ha.id;
+  Mutex mu;
+  std::string last_word;  // the campaign's last log line
+  FollowerControl follower([&] {
+    Result<std::vector<EtcdKv>> held = etcd->Range(ha.prefix + "leader");
+    const std::string leader = held.ok() && !held->empty() ? (*held)[0].value : "";
+    MutexLock lock(&mu);
+    return json{{"error", "controller " + id + " does not lead: " + last_word},
+                {"leader", held.ok() ? json(leader) : json()},
+                {"ha", {{"role", "follower"}, {"id", id}, {"etcd", ha.endpoints}, {"why", last_word}}},
+                {"job", nullptr},
+                {"machines", json::array()}};
+  });
   while (!g_stop) {
     std::signal(SIGTERM, OnSignal);
     std::signal(SIGINT, OnSignal);
+    std::unique_ptr<grpc::Server> status_server = ServeFollowerStatus(options.dir, &follower, log);
     Result<std::unique_ptr<Leadership>> lead =
-        Leadership::Campaign(*etcd, ha.prefix, id, ha.lease_s, g_stop, [&](const std::string& l) { log.Info(l); });
+        Leadership::Campaign(*etcd, ha.prefix, id, ha.lease_s, g_stop, [&](const std::string& l) {
+          log.Info(l);
+          MutexLock lock(&mu);
+          last_word = l;
+        });
+    if (status_server) status_server->Shutdown(std::chrono::system_clock::now());
+    status_server.reset();
     if (!lead.ok()) break;  // stopped while following
     const Term term = (*lead)->term();
     const Leadership* held = lead->get();
@@ -47,10 +116,16 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
       return std::unique_ptr<JournalStore>(std::move(*j));
     };
     options.leading = [held] { return !held->lost(); };
+    options.ha_status = [id, term, endpoints = ha.endpoints] {
+      return json{{"leader", id}, {"ha", {{"role", "leader"}, {"id", id}, {"term", term.revision}, {"etcd", endpoints}}}}
+          .dump();
+    };
     Status st = RunController(options);
     if (st.ok()) return st;  // SIGTERM: the lease is revoked as `lead` goes
     if (!held->lost()) return st;  // a real error, not the end of the term
     log.Warn("stopped acting: " + held->why_lost() + "; campaigning again");
+    MutexLock lock(&mu);
+    last_word = "its term ended: " + held->why_lost();
   }
   return Status::OK();
 }

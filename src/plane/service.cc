@@ -302,9 +302,12 @@ class ControlServiceImpl final : public wire::ControlService::Service {
   }
   // Reads are open to anyone who can reach the controller: they change nothing.
   grpc::Status Status(grpc::ServerContext*, const wire::QueryRequest*, wire::JsonReply* r) override {
-    r->set_json(plane_->StatusJson(WallNow()).dump());
+    nlohmann::json j = plane_->StatusJson(WallNow());
+    if (ha_status) j.update(nlohmann::json::parse(ha_status()));
+    r->set_json(j.dump());
     return grpc::Status::OK;
   }
+  std::function<std::string()> ha_status;  // ControllerOptions::ha_status
   grpc::Status Incidents(grpc::ServerContext*, const wire::QueryRequest*, wire::JsonReply* r) override {
     r->set_json(plane_->IncidentsJson().dump());
     return grpc::Status::OK;
@@ -472,6 +475,7 @@ Status RunController(const ControllerOptions& options) {
 
   AgentServiceImpl agents(plane->get(), *token);
   ControlServiceImpl control(plane->get(), *token);
+  control.ha_status = options.ha_status;
   grpc::ServerBuilder builder;
   int bound = 0;
   Result<std::shared_ptr<grpc::ServerCredentials>> creds = cluster::ServerCredentials(layout);

@@ -39,6 +39,9 @@ struct ControllerOptions {
   // Unavailable. Null: it always leads.
   std::function<Result<std::unique_ptr<JournalStore>>(bool create)> open_journal;
   std::function<bool()> leading;
+  // A JSON object whose keys `bulwark status` adds to the plane's (the HA
+  // role and the leader's id); null: none.
+  std::function<std::string()> ha_status;
 };
 
 // Serves until SIGTERM or SIGINT. The address comes from <dir>/controller.addr

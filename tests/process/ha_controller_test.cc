@@ -1,0 +1,96 @@
+// Two `bulwark controller --etcd` processes over a real etcd member: one
+// leads and the other says whom it follows; SIGKILL the leader and the other
+// leads within the lease plus 2 s; etcd gone and the leader stops acting and
+// says so in status; etcd back and a controller leads again.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "support/etcd_server.h"
+#include "support/process.h"
+
+namespace bulwark::testing {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+class HaController : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    etcd_ = EtcdServer::Start(&why);
+    ASSERT_NE(etcd_, nullptr) << why;
+    const std::string token = "0123456789abcdef0123456789abcdef";
+    for (const char* id : {"a", "b"}) {
+      const std::string dir = MakeTempDir() + "/" + id;
+      ::mkdir(dir.c_str(), 0755);
+      std::ofstream(dir + "/token") << token << "\n";
+      ::chmod((dir + "/token").c_str(), 0600);
+      // A port of its own, known before it leads, so a follower can answer
+      // `status` there too.
+      std::ofstream(dir + "/controller.addr") << "127.0.0.1:" << FreePort() << "\n";
+      dirs_[id] = dir;
+    }
+  }
+  std::unique_ptr<Process> Start(const std::string& id) {
+    return std::make_unique<Process>(std::vector<std::string>{BinDir() + "/bulwark", "controller", "--init", "--etcd",
+                                                              etcd_->endpoint(), "--etcd-lease", "2", "--dir",
+                                                              dirs_[id], "--controller-id", id});
+  }
+  json Status(const std::string& id) {
+    ProcessResult r = testing::Run({BinDir() + "/bulwark", "status", "--json", "--dir", dirs_[id]}, {}, 10);
+    return r.exit_code == 0 ? json::parse(r.out, nullptr, false) : json();
+  }
+  // Polls `id`'s status until `cond` holds or `seconds` pass.
+  bool StatusWithin(const std::string& id, double seconds, const std::function<bool(const json&)>& cond) {
+    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < until) {
+      if (json s = Status(id); s.is_object() && cond(s)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+  static bool Leads(const json& s, const std::string& id) {
+    return s.value("leader", json()) == id && s["ha"].value("role", "") == "leader";
+  }
+
+  std::unique_ptr<EtcdServer> etcd_;
+  std::map<std::string, std::string> dirs_;
+};
+
+TEST_F(HaController, TheFollowerLeadsWithinTheLeasePlusTwoSecondsOfTheLeadersDeath) {
+  auto a = Start("a");
+  ASSERT_TRUE(StatusWithin("a", 15, [](const json& s) { return Leads(s, "a"); })) << Status("a").dump();
+  auto b = Start("b");
+  ASSERT_TRUE(StatusWithin("b", 15, [](const json& s) {
+    return s["ha"].value("role", "") == "follower" && s.value("leader", json()) == "a";
+  })) << Status("b").dump();
+  ::kill(a->pid(), SIGKILL);
+  const auto killed = Clock::now();
+  ASSERT_TRUE(StatusWithin("b", 2 + 2, [](const json& s) { return Leads(s, "b"); })) << Status("b").dump();
+  std::printf("[ ha] b led %.2f s after a was killed (2 s lease)\n",
+              std::chrono::duration<double>(Clock::now() - killed).count());
+}
+
+TEST_F(HaController, EtcdLostStopsTheLeaderWhichSaysSoAndLeadsAgainWhenEtcdReturns) {
+  auto a = Start("a");
+  ASSERT_TRUE(StatusWithin("a", 15, [](const json& s) { return Leads(s, "a"); })) << Status("a").dump();
+  etcd_->Freeze();
+  EXPECT_TRUE(StatusWithin("a", 6, [](const json& s) {
+    return s["ha"].value("role", "") == "follower" && s.value("error", "").find("does not lead") != std::string::npos;
+  })) << Status("a").dump();
+  etcd_->Thaw();
+  EXPECT_TRUE(StatusWithin("a", 10, [](const json& s) { return Leads(s, "a"); })) << Status("a").dump();
+}
+
+}  // namespace
+}  // namespace bulwark::testing
