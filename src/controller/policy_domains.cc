@@ -168,6 +168,15 @@ bool DomainEcho(RuleContext& ctx, const RankExited& x) {
     if (Incident* inc = s.incidents.Current(); inc != nullptr && inc->domain == name) {
       if (inc->notes.size() < 64) inc->notes.push_back("peer lost to switch " + name + ": " + Describe(Event{x}));
     }
+    // An exit of the generation that answered the loss (the plane passes
+    // no older one) means that generation did not form or failed: it is
+    // reattempted in place, still counting as no crash. Absorbed without a
+    // restart, it left a cluster's job waiting with no ranks (issue 38).
+    if (s.last_restart_at && x.observed > *s.last_restart_at && RanksAreLive(s.job) && self != nullptr &&
+        self->state == MachineState::kActive) {
+      s.restart_pending = true;
+      s.restart_reason = "peer lost to switch " + name + " after the restart: " + Describe(Event{x});
+    }
     return true;
   }
   return false;

@@ -126,6 +126,24 @@ TEST(Domains, PeersLostToTheSwitchCountTowardNoCrashLoopAndEvictNothing) {
   EXPECT_EQ(job.state().job, JobState::kRunning);
 }
 
+// The generation that answered the switch fails too (on a real cluster:
+// it did not form): its peer-lost exits are still no crash, but they are
+// reattempted in place. Absorbed with no restart, they left the job
+// waiting with no ranks until the switch came back.
+TEST(Domains, APeerLostExitOfTheGenerationAfterTheSwitchIsReattempted) {
+  PolicyConfig config;
+  config.max_crashes_without_progress = 2;
+  RackedJob job(config);
+  job.StartAndRun(10);
+  job.SwitchDown("r1", 101);
+  const int64_t gen = job.state().placement.generation;
+  std::vector<Action> acts = job.Do(PeerLost("m01", "m03", "connection_reset", S(125)));
+  EXPECT_TRUE(job.state().crashes.empty());
+  EXPECT_EQ(job.state().placement.generation, gen + 1) << ::testing::PrintToString(Briefs(acts));
+  EXPECT_EQ(job.Incidents(), 1);
+  for (const char* m : {"m01", "m02", "s01"}) EXPECT_NE(job.StateOf(m), MachineState::kEvicted) << m;
+}
+
 TEST(Domains, OneMachineLostInARackIsAMachineFault) {
   RackedJob job;
   job.StartAndRun(10);
