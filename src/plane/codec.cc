@@ -223,6 +223,15 @@ Status DecodeJournalFields(const json& r, JournalRow& row) {
   if (row.type == "create") {
     BULWARK_RETURN_IF_ERROR(Get(r, "standbys", &row.standbys));
     if (r.contains("domains")) BULWARK_RETURN_IF_ERROR(Get(r, "domains", &row.domains));
+  } else if (row.type == "events") {
+    json list;
+    BULWARK_RETURN_IF_ERROR(Get(r, "events", &list));
+    if (!list.is_array()) return Status::InvalidArgument("journal record field 'events': not an array");
+    for (const json& e : list) {
+      Result<Event> ev = DecodeEvent(e);
+      if (!ev.ok()) return ev.status();
+      row.events.push_back(std::move(*ev));
+    }
   } else if (row.type == "event") {
     json e;
     BULWARK_RETURN_IF_ERROR(Get(r, "event", &e));

@@ -36,6 +36,7 @@ struct JournalRow {
   std::vector<MachineId> standbys;    // create
   std::map<MachineId, std::string> domains;  // create: failure domains (absent in older journals)
   std::optional<Event> event;         // event
+  std::vector<Event> events;          // events: decided together (Controller::HandleAll)
   std::optional<JournalOrigin> origin;  // event (when an agent sent it), origin
   int64_t step = 0;                   // done
   std::optional<Release> release;     // release: what the release runs

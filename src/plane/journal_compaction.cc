@@ -79,6 +79,9 @@ Result<Controller> ReplayJournal(const JobSpec& spec, const PolicyConfig& policy
       c.emplace(std::move(*made));
     } else if (c && row->type == "reconcile") {
       BULWARK_RETURN_IF_ERROR(c->Reconcile(at).status());
+    } else if (c && row->type == "events") {
+      std::vector<std::pair<size_t, Status>> refused;
+      BULWARK_RETURN_IF_ERROR(c->HandleAll(row->events, at, &refused).status());
     } else if (c && row->type == "event") {
       BULWARK_RETURN_IF_ERROR(c->Handle(*row->event, at).status());
     }

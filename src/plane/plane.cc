@@ -283,6 +283,26 @@ Status Plane::HandleLocked(const Event& e, Time now, const json& origin) {
   return after;
 }
 
+void Plane::FeedAllLocked(const std::vector<Event>& events, Time now) {
+  if (events.size() == 1) return FeedLocked(events[0], now, nullptr);
+  if (events.empty() || !controller_ || !journal_error_.ok()) return;
+  std::vector<std::pair<size_t, Status>> refused;
+  Result<std::vector<Action>> actions = controller_->HandleAll(events, now, &refused);
+  if (!actions.ok()) {
+    Log("events refused by the policy: " + actions.status().ToString());
+    return;
+  }
+  json list = json::array();
+  for (const Event& e : events) list.push_back(EncodeEvent(e));
+  // Journal before acting; replay decides the same events together again.
+  if (!JournalLocked(json{{"type", "events"}, {"events", list}}, now).ok()) return;
+  for (const Event& e : events) Log("event " + Describe(e));
+  for (const auto& [i, st] : refused) Log("event refused by the policy: " + Describe(events[i]) + ": " + st.ToString());
+  Status after = AfterDecision(*actions, /*deliver=*/true, now);
+  if (after.ok()) after = SaveSnapshots(now);
+  if (!after.ok()) Log("after journaling " + std::to_string(events.size()) + " events: " + after.ToString());
+}
+
 void Plane::FeedLocked(const Event& e, Time now, const json& origin) {
   // Nobody waits on the answer, and HandleLocked has logged any failure; a
   // journal failure also stops all further deciding (journal_error_).
@@ -561,6 +581,23 @@ void Plane::Tick(Time now) {
   last_tick_ = now;
   AbsorbArrivalsLocked(now);
   if (!controller_ || done_step_) return;
+  // A switch takes its rack's machines at once, but their last reports
+  // differ by up to a report period, so their leases end a tick or two
+  // apart; decided one by one, the first would be replaced (a regroup that
+  // the next tick undoes) before the burst is seen as one incident
+  // (policy_domains.cc). A machine whose lease ended waits, kDomainSkew at
+  // most, for the silent machines of its domain whose leases are ending.
+  constexpr Duration kDomainSkew = std::chrono::milliseconds(1000);
+  auto waits_for_domain = [&](const std::string& id, const Agent& a, Duration past_lease) {
+    if (a.domain.empty() || past_lease > kDomainSkew) return false;
+    for (const auto& [other, b] : agents_) {
+      if (other == id || b.domain != a.domain || b.lost_reported) continue;
+      const Duration silent = now - b.last_heard;
+      if (silent <= options_.heartbeat_timeout && silent > options_.heartbeat_timeout - kDomainSkew) return true;
+    }
+    return false;
+  };
+  std::vector<Event> with_domain;  // losses of machines with a domain, decided together
   std::optional<std::unordered_map<MachineId, Time>> closed_seen;  // built once, when a silent machine needs it
   for (auto& [id, a] : agents_) {
     const Duration timeout = a.heard_since_start ? options_.heartbeat_timeout : options_.reconnect_grace;
@@ -576,6 +613,14 @@ void Plane::Tick(Time now) {
     }
     const MachineStatus* m = controller_->state().FindMachine(id);
     if (m == nullptr || m->state == MachineState::kEvicted) continue;
+    if (!closed && waits_for_domain(id, a, now - a.last_heard - timeout)) continue;
+    if (!closed && !a.domain.empty()) {
+      // Decided with the rest of its domain's, after the loop.
+      a.lost_reported = true;
+      if (!a.shards.empty()) RoutesChangedLocked();
+      with_domain.push_back(MachineHeartbeatLost{id, a.last_heard, now});
+      continue;
+    }
     if (closed) {
       Log("machine " + id + " silent for " + FormatDuration(now - a.last_heard) +
           " and its peers saw its connections close: down, not cut off; not waiting out the lease");
@@ -584,6 +629,7 @@ void Plane::Tick(Time now) {
     if (!a.shards.empty()) RoutesChangedLocked();  // its copies are no longer offered
     FeedLocked(MachineHeartbeatLost{id, a.last_heard, now}, now, nullptr);
   }
+  FeedAllLocked(with_domain, now);
   if (trace_ && now >= trace_->deadline) FinishTrace(now);
   // The ladder's rung in flight ran past its budget: the results so far decide.
   const LadderStatus& ladder = controller_->state().ladder;

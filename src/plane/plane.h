@@ -340,6 +340,9 @@ class Plane {
   Status HandleLocked(const Event& e, Time now, const nlohmann::json& origin) REQUIRES(mu_);
   // HandleLocked for events nobody waits on (an agent's report, the tick).
   void FeedLocked(const Event& e, Time now, const nlohmann::json& origin) REQUIRES(mu_);
+  // Events observed together, decided as one (Controller::HandleAll) and
+  // journaled as one row: a switch's machines lost in one tick.
+  void FeedAllLocked(const std::vector<Event>& events, Time now) REQUIRES(mu_);
   // Appends one row to the journal. A failure is sticky (journal_error_):
   // the policy's state may have moved past what the journal can replay, so
   // the plane decides nothing more until it is restarted.

@@ -174,6 +174,11 @@ void Plane::JoinIfNewLocked(const MachineId& machine, bool was_lost, Time now) {
       return;
     }
     FeedLocked(MachineJoined{machine, true, "agent reporting", now, AgentFor(machine).domain}, now, nullptr);
+  } else if (was_lost && m->state == MachineState::kEvicted && m->lost_with_domain) {
+    // Its switch is back (policy_domains.cc): its agent reporting again is
+    // the local backend's self-check, and the policy returns it as a standby.
+    FeedLocked(MachineJoined{machine, true, "agent reporting again: its switch is back", now, AgentFor(machine).domain},
+               now, nullptr);
   } else if (was_lost) {
     Log("machine " + machine + " is heard from again; it stays " + MachineStateName(m->state));
   }
@@ -228,7 +233,7 @@ void Plane::ProbeDone(const ReachProbe& probe, const Status& reached, Time now) 
   const std::string why = "peers cannot reach " + probe.machine + " at " + probe.addr + " (" + reached.message() +
                           "); it is not given ranks: check its firewall, routes and --address";
   Log(why);
-  FeedLocked(MachineJoined{probe.machine, false, why, now}, now, nullptr);
+  FeedLocked(MachineJoined{probe.machine, false, why, now, a.domain}, now, nullptr);
 }
 
 Status Plane::ApplyAgentEventLocked(const MachineId& machine, int64_t incarnation, const wire::AgentEvent& ev,

@@ -55,6 +55,9 @@ Status Plane::Rebuild(Time now) {
       return Status::Corrupt("journal of job " + row.id + " does not begin with its creation");
     } else if (type == "reconcile") {
       actions = controller_->Reconcile(at);
+    } else if (type == "events") {
+      std::vector<std::pair<size_t, Status>> refused;  // refused again as they were live
+      actions = controller_->HandleAll(rec->events, at, &refused);
     } else if (type == "event") {
       actions = controller_->Handle(*rec->event, at);
     } else if (type == "done") {
