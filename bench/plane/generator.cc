@@ -212,6 +212,12 @@ void Bench::ScheduleLoop() {
     std::this_thread::sleep_until(at);
     const int slot = static_cast<int>(tick % slots);
     std::lock_guard<std::mutex> l(mu_);
+    // The generator's own lag, which no controller could make up for: a
+    // slot's reports sent more than a second late (this host's other load
+    // starving this process) make those agents look silent.
+    const double lag = Secs(Clock::now() - at);
+    worst_lag_s_ = std::max(worst_lag_s_, lag);
+    lagged_ticks_ += lag > 1.0;
     for (int i = slot; i < static_cast<int>(sims_.size()); i += slots) {
       Sim& s = sims_[i];
       if (s.silent) continue;

@@ -250,6 +250,11 @@ int Bench::Run() {
     req.add_argv("infinity");
     req.set_durable_dir(o_.dir + "/durable");
     w::SubmitReply reply;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      worst_lag_s_ = 0;
+      lagged_ticks_ = 0;
+    }
     const auto t = Clock::now();
     grpc::Status st = control_->Submit(&ctx, req, &reply);
     submit_s = Secs(Clock::now() - t);
@@ -395,13 +400,23 @@ int Bench::Run() {
   // controller's own lag held against a healthy agent.
   const int lost_lines = CountLines(log_path, "] info: event machine ", " lost its heartbeat (silent");
   const int healthy_evicted = lost_lines - 1;
-  std::printf("healthy machines lost for silence: %d\n", healthy_evicted);
+  double lag;
+  int64_t lagged;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    lag = worst_lag_s_;
+    lagged = lagged_ticks_;
+  }
+  std::printf("healthy machines lost for silence: %d; the generator's worst lateness %.2f s (%ld of its 10 ms ticks "
+              "over 1 s late)\n", healthy_evicted, lag, lagged);
   std::printf("JSON {\"agents\": %d, \"jobs\": 1, \"healthy_evicted\": %d, \"decide_s\": %.2f, \"crash_decide_s\": %.2f, "
-              "\"hang_detect_s\": %.2f, \"hang_decide_s\": %.2f, \"generator_cpu_cores\": %.2f, \"load\": \"%s\",  \"controller_cpu_cores\": %.3f, \"controller_rss_mib\": %.0f, \"threads\": %d, "
+              "\"hang_detect_s\": %.2f, \"hang_decide_s\": %.2f, \"generator_cpu_cores\": %.2f, \"generator_lag_s\": %.2f, "
+              "\"load\": \"%s\", \"controller_cpu_cores\": %.3f, \"controller_rss_mib\": %.0f, \"threads\": %d, "
               "\"report_p50_ms\": %.2f, \"report_p99_ms\": %.2f, \"evict_after_s\": %.2f, \"evict_after_lease_s\": %.2f, "
               "\"journal_mib_per_hour\": %.1f, \"replay_s\": %.2f, \"status_s\": %.3f, \"submit_s\": %.2f}\n",
               o_.agents, healthy_evicted, crash_decide, crash_decide, hang.detect_s, hang.decide_s,
-              (cpu(self1) - cpu(self0)) / window, Trim(ReadAll("/proc/loadavg")).c_str(), (p1.cpu_s - p0.cpu_s) / window, peak.rss_mib, peak.threads, Percentile(lat, 0.5),
+              (cpu(self1) - cpu(self0)) / window, lag, Trim(ReadAll("/proc/loadavg")).c_str(), (p1.cpu_s - p0.cpu_s) / window,
+              peak.rss_mib, peak.threads, Percentile(lat, 0.5),
               Percentile(lat, 0.99), noticed, noticed < 0 ? -1.0 : noticed - 2.0,
               rows_per_s * row_bytes * 3600 / (1 << 20), reattached, status_worst, submit_s);
   std::fflush(stdout);

@@ -130,6 +130,10 @@ class Bench {
   // A hang: every rank's step stops at this one (0: none), as a stuck rank
   // stops its peers in their next collective.
   int64_t frozen_step_ = 0;
+  // The scheduler's worst lateness since the job's submit, and its 10 ms
+  // ticks more than 1 s late (ScheduleLoop).
+  double worst_lag_s_ = 0;
+  int64_t lagged_ticks_ = 0;
   size_t log_from_ = 0;
 };
 

@@ -375,68 +375,6 @@ void Plane::CheckMonitors(Time now) {
   }
 }
 
-Status Plane::UploadStacks(const wire::StacksRequest& req, Time now) {
-  PlaneLock lock(this);
-  now = Now(now);
-  if (!trace_ || req.trace() != trace_->id) {
-    Log("stacks from " + req.machine() + " for " + req.trace() + " arrived after their trace ended; kept out");
-    return Status::OK();
-  }
-  if (trace_->waiting.erase(req.machine()) == 0) return Status::OK();  // a resend
-  Log("stacks of " + std::to_string(req.stacks_size()) + " rank(s) from " + req.machine() + " for " + req.trace());
-  for (const wire::RankStack& r : req.stacks()) {
-    trace_->stacks.push_back({r.rank(), req.machine(), r.text(), r.error()});
-    if (!r.error().empty()) Log("no stack of rank " + std::to_string(r.rank()) + " on " + req.machine() + ": " + r.error());
-  }
-  if (trace_->waiting.empty()) FinishTrace(now);
-  return Status::OK();
-}
-
-void Plane::FinishTrace(Time now) {
-  Trace t = std::move(*trace_);
-  trace_.reset();
-  if (!controller_) return;
-  std::map<int, MachineId> machine_of;
-  for (int r = 0; r < t.placement.world_size(); ++r) machine_of[r] = t.placement.MachineOf(r);
-  Topology topo = controller_->state().spec.topology();
-  topo.world = t.placement.world_size();
-  const StackAnalysis an = AnalyzeStacks(t.stacks, topo, machine_of);
-
-  StacksAnalyzed e;
-  e.incident = t.incident;
-  e.generation = t.placement.generation;
-  for (const StackGroup& g : an.groups) {
-    e.groups.push_back({static_cast<int>(g.ranks.size()), SummarizeFrames(g.frames), g.ranks});
-  }
-  e.missing = an.missing;
-  e.group = an.group ? an.group->Name() : "";
-  e.suspects = an.suspects;
-  e.why = an.why;
-  if (!t.waiting.empty()) {
-    std::string silent;
-    for (const MachineId& m : t.waiting) silent += (silent.empty() ? "" : ", ") + m;
-    e.why += "; no answer from " + silent + " within " + FormatDuration(options_.policy.trace_deadline);
-  }
-  e.observed = now;
-
-  // The raw stacks, for people: DIR/stacks/incident-N/rank-R.txt.
-  const size_t slash = options_.db_path.find_last_of('/');
-  const std::string dir = (slash == std::string::npos ? std::string(".") : options_.db_path.substr(0, slash)) +
-                          "/stacks/incident-" + std::to_string(t.incident);
-  // For people only: the verdict goes to the policy whether they are written or not.
-  Status written = MakeDirs(dir);
-  for (const RankStack& s : t.stacks) {
-    if (!written.ok()) break;
-    written = WriteFileAtomic(dir + "/rank-" + std::to_string(s.rank) + ".txt",
-                              "# rank " + std::to_string(s.rank) + " on " + s.machine + "\n" +
-                                  (s.text.empty() ? "# no stack: " + s.error + "\n" : s.text));
-  }
-  if (written.ok()) written = WriteFileAtomic(dir + "/analysis.json", EncodeEvent(Event(e)).dump(2) + "\n");
-  if (!written.ok()) Log("raw stacks of incident " + std::to_string(t.incident) + " not kept: " + written.ToString());
-  Log("stacks of incident " + std::to_string(t.incident) + ": " + e.why + " (raw stacks in " + dir + ")");
-  FeedLocked(Event(e), now, nullptr);
-}
-
 int64_t Plane::OpenStream(const std::string& machine) {
   PlaneLock lock(this);
   const int64_t id = next_stream_++;

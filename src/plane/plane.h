@@ -36,6 +36,7 @@
 #include "common/mutex.h"
 #include "plane/address_check.h"
 #include "plane/core.h"
+#include "plane/status_view.h"
 #include "plane/store.h"
 #include "plane/throughput.h"
 
@@ -363,6 +364,9 @@ class Plane {
   // is verified to give the same state (journal_compaction.h).
   Status CompactJournal(Time now) REQUIRES(mu_);
   Status SaveSnapshots(Time now) REQUIRES(mu_);
+  // The job's part of the status view (status_view.h): copied under the
+  // lock, rendered after it.
+  StatusView::Job JobViewLocked(Time now) REQUIRES(mu_);
   nlohmann::json IncidentsLocked() REQUIRES(mu_);
   nlohmann::json LedgerLocked(Time now) REQUIRES(mu_);
   Agent& AgentFor(const std::string& machine) REQUIRES(mu_);

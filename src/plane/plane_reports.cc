@@ -8,6 +8,7 @@
 
 #include "plane/codec.h"
 #include "plane/plane.h"
+#include "plane/status_view.h"
 
 namespace bulwark::plane {
 namespace {
@@ -39,64 +40,10 @@ json CheckpointsJson(const Placement& p, const BackupPlan& plan, const std::vect
   return json{{"backup_peers", peers}, {"ranks", ranks}};
 }
 
-}  // namespace
-
-json Plane::StatusJson(Time now) {
-  PlaneLock lock(this);
-  now = Now(now);
-  json j{{"controller_up_s", ToMs(now - started_) / 1000.0}};
-  if (!journal_error_.ok()) j["error"] = journal_error_.ToString();
-  j["metrics"] = metrics_url_.empty() ? json(nullptr) : json(metrics_url_);
-  json machines = json::array();
-  for (const auto& [id, a] : agents_) {
-    json shards = json::array();
-    for (const ShardHolding& h : a.shards) {
-      shards.push_back({{"rank", h.rank}, {"step", h.step}, {"copy", h.backup ? "backup" : "primary"}});
-    }
-    json m{{"id", id}, {"dir", a.dir}, {"last_heard_s_ago", ToMs(now - a.last_heard) / 1000.0},
-           {"live_ranks", a.live_ranks}, {"generation", a.generation}, {"state", "registered"},
-           {"shard_addr", a.shard_addr}, {"shards", shards}};
-    if (!a.device_slowdown.empty()) m["device_slowdown"] = a.device_slowdown;
-    if (!a.domain.empty()) m["rack"] = a.domain;  // its failure domain (bulwark up --racks)
-    if (controller_) {
-      if (const MachineStatus* s = controller_->state().FindMachine(id)) {
-        m["state"] = MachineStateName(s->state);
-        m["reason"] = s->last_reason;
-        if (s->state == MachineState::kJoining && now - a.last_heard > options_.heartbeat_timeout) {
-          m["reason"] = "returned, but its agent is silent: it joins when the agent runs again";
-        }
-      }
-    }
-    machines.push_back(m);
-  }
-  j["machines"] = machines;
-  if (!controller_) {
-    j["job"] = nullptr;
-    return j;
-  }
-  const ClusterState& s = controller_->state();
-  j["job"] = json{{"id", launch_->spec.id},
-                  {"state", done_step_ ? "completed" : JobStateName(s.job)},
-                  {"policy_state", JobStateName(s.job)},
-                  {"world_size", launch_->spec.world_size},
-                  {"recovery", RecoveryName(launch_->spec.recovery)},
-                  // The ranks training now: below world_size while an elastic
-                  // job runs on fewer machines than it needs.
-                  {"training_world_size", s.placement.world_size()},
-                  {"command", launch_->spec.command},
-                  {"generation", s.placement.generation},
-                  {"placement", s.placement.slots},
-                  {"last_step", s.last_step},
-                  {"done_step", done_step_ ? json(*done_step_) : json(nullptr)},
-                  {"done_why", done_step_ ? json(done_why_) : json(nullptr)},
-                  {"incidents", controller_->incidents().size()},
-                  {"persist_every", launch_->persist_every},
-                  {"durable_dir", launch_->durable_dir}};
-  std::vector<ShardHolding> holdings;
-  for (const auto& [id, a] : agents_) holdings.insert(holdings.end(), a.shards.begin(), a.shards.end());
-  j["job"]["checkpoints"] = CheckpointsJson(s.placement, CurrentRoutesLocked().plan, holdings);
-  // The parallel layout and its groups, rank by rank (topology.h).
-  const Topology topo = launch_->spec.topology();
+// The parallel layout and its groups, rank by rank (topology.h), each with
+// the machines it spans: what an over-eviction of it removes.
+json TopologyJson(const JobSpec& spec, const Placement& p) {
+  const Topology topo = spec.topology();
   json groups = json::array();
   for (const GroupKind k : {GroupKind::kTP, GroupKind::kPP, GroupKind::kDP}) {
     const int size = k == GroupKind::kTP ? topo.tp : k == GroupKind::kPP ? topo.pp : topo.dp();
@@ -107,10 +54,8 @@ json Plane::StatusJson(Time now) {
       const Topology::Coord c = topo.Of(r);
       if ((k == GroupKind::kTP ? c.tp : k == GroupKind::kPP ? c.pp : c.dp) != 0) continue;
       ParallelGroup g = topo.GroupOf(k, r);
-      // The machines a group spans: what an over-eviction of it removes.
       std::vector<MachineId> machines;
       std::set<MachineId> spanned;
-      const Placement& p = s.placement;
       for (int q : g.ranks) {
         if (p.ranks_per_machine <= 0 || q / p.ranks_per_machine >= static_cast<int>(p.slots.size())) continue;
         const MachineId& m = p.MachineOf(q);
@@ -119,32 +64,154 @@ json Plane::StatusJson(Time now) {
       groups.push_back({{"kind", GroupKindName(k)}, {"ranks", g.ranks}, {"machines", machines}});
     }
   }
-  j["job"]["topology"] = {{"tp", topo.tp}, {"pp", topo.pp}, {"dp", topo.dp()}, {"groups", groups}};
-  // What the implicit-fault detectors see now.
-  j["job"]["detectors"] = {{"armed", monitors_.armed()},
-                           {"hang_allowance_s", ToMs(monitors_.hang_allowance()) / 1000.0},
-                           {"slow_round", monitors_.slow_round()},
-                           {"slow_max_unflagged_ratio", monitors_.slow_max_unflagged()},
-                           {"tracing", trace_ ? json(trace_->id) : json(nullptr)}};
-  j["job"]["notes"] = s.notes;
-  // The stop-time ladder (docs/ladder.md): where it stands.
-  {
-    const LadderStatus& l = s.ladder;
-    json ladder{{"state", LadderStateName(l.state)}};
-    if (l.state != LadderState::kIdle) {
-      const auto& rungs = controller_->config().ladder.rungs;
-      ladder["rung"] = l.rung >= 0 && l.rung < static_cast<int>(rungs.size()) ? rungs[l.rung]
-                       : l.periodic                                            ? "periodic check"
-                                                                               : "";
-      ladder["trigger"] = l.trigger;
-      ladder["incident"] = l.incident;
-      if (l.deadline) ladder["deadline_in_s"] = static_cast<double>(ToMs(*l.deadline - now)) / 1000.0;
-      ladder["answered"] = l.state == LadderState::kReplaying ? l.replay_results.size() : l.reports.size();
-    }
-    j["job"]["ladder"] = std::move(ladder);
+  return {{"tp", topo.tp}, {"pp", topo.pp}, {"dp", topo.dp()}, {"groups", groups}};
+}
+
+json MachineJson(const StatusView::Machine& a) {
+  json shards = json::array();
+  for (const ShardHolding& h : a.shards) {
+    shards.push_back({{"rank", h.rank}, {"step", h.step}, {"copy", h.backup ? "backup" : "primary"}});
   }
-  const StandbyReport r = controller_->standby();
-  j["standby"] = json{{"target", r.target}, {"available", r.available}, {"deficit", r.deficit()}};
+  json m{{"id", a.id}, {"dir", a.dir}, {"last_heard_s_ago", a.last_heard_s_ago},
+         {"live_ranks", a.live_ranks}, {"generation", a.generation}, {"state", a.state},
+         {"shard_addr", a.shard_addr}, {"shards", shards}};
+  if (!a.device_slowdown.empty()) m["device_slowdown"] = a.device_slowdown;
+  if (!a.domain.empty()) m["rack"] = a.domain;  // its failure domain (bulwark up --racks)
+  if (a.reason) m["reason"] = *a.reason;
+  return m;
+}
+
+json JobJson(const StatusView::Job& v) {
+  json j{{"id", v.spec.id},
+         {"state", v.state},
+         {"policy_state", v.policy_state},
+         {"world_size", v.spec.world_size},
+         {"recovery", RecoveryName(v.spec.recovery)},
+         // The ranks training now: below world_size while an elastic
+         // job runs on fewer machines than it needs.
+         {"training_world_size", v.placement.world_size()},
+         {"command", v.spec.command},
+         {"generation", v.placement.generation},
+         {"placement", v.placement.slots},
+         {"last_step", v.last_step},
+         {"done_step", v.done_step ? json(*v.done_step) : json(nullptr)},
+         {"done_why", v.done_step ? json(v.done_why) : json(nullptr)},
+         {"incidents", v.incidents},
+         {"persist_every", v.persist_every},
+         {"durable_dir", v.durable_dir}};
+  j["checkpoints"] = CheckpointsJson(v.placement, v.plan, v.holdings);
+  j["topology"] = TopologyJson(v.spec, v.placement);
+  // What the implicit-fault detectors see now.
+  j["detectors"] = {{"armed", v.armed},
+                    {"hang_allowance_s", v.hang_allowance_s},
+                    {"slow_round", v.slow_round},
+                    {"slow_max_unflagged_ratio", v.slow_max_unflagged},
+                    {"tracing", v.tracing ? json(*v.tracing) : json(nullptr)}};
+  j["notes"] = v.notes;
+  // The stop-time ladder (docs/ladder.md): where it stands.
+  json ladder{{"state", v.ladder.state}};
+  if (!v.ladder.idle) {
+    ladder["rung"] = v.ladder.rung;
+    ladder["trigger"] = v.ladder.trigger;
+    ladder["incident"] = v.ladder.incident;
+    if (v.ladder.deadline_in_s) ladder["deadline_in_s"] = *v.ladder.deadline_in_s;
+    ladder["answered"] = v.ladder.answered;
+  }
+  j["ladder"] = std::move(ladder);
+  return j;
+}
+
+}  // namespace
+
+json RenderStatus(const StatusView& v) {
+  json j{{"controller_up_s", v.up_s}};
+  if (!v.error.empty()) j["error"] = v.error;
+  j["metrics"] = v.metrics_url.empty() ? json(nullptr) : json(v.metrics_url);
+  json machines = json::array();
+  for (const StatusView::Machine& m : v.machines) machines.push_back(MachineJson(m));
+  j["machines"] = std::move(machines);
+  if (!v.job) {
+    j["job"] = nullptr;
+    return j;
+  }
+  j["job"] = JobJson(*v.job);
+  j["standby"] = json{{"target", v.job->standby.target}, {"available", v.job->standby.available},
+                      {"deficit", v.job->standby.deficit()}};
+  return j;
+}
+
+// Copies what the status shows under the lock; renders it after.
+json Plane::StatusJson(Time now) {
+  StatusView v;
+  {
+    PlaneLock lock(this);
+    now = Now(now);
+    v.up_s = ToMs(now - started_) / 1000.0;
+    if (!journal_error_.ok()) v.error = journal_error_.ToString();
+    v.metrics_url = metrics_url_;
+    v.machines.reserve(agents_.size());
+    for (const auto& [id, a] : agents_) {
+      StatusView::Machine m;
+      m.id = id;
+      m.dir = a.dir;
+      m.shard_addr = a.shard_addr;
+      m.device_slowdown = a.device_slowdown;
+      m.domain = a.domain;
+      m.last_heard_s_ago = ToMs(now - a.last_heard) / 1000.0;
+      m.live_ranks = a.live_ranks;
+      m.generation = a.generation;
+      m.shards = a.shards;
+      if (controller_) {
+        if (const MachineStatus* s = controller_->state().FindMachine(id)) {
+          m.state = MachineStateName(s->state);
+          m.reason = s->last_reason;
+          if (s->state == MachineState::kJoining && now - a.last_heard > options_.heartbeat_timeout) {
+            m.reason = "returned, but its agent is silent: it joins when the agent runs again";
+          }
+        }
+      }
+      v.machines.push_back(std::move(m));
+    }
+    if (controller_) v.job = JobViewLocked(now);
+  }
+  return RenderStatus(v);
+}
+
+StatusView::Job Plane::JobViewLocked(Time now) {
+  const ClusterState& s = controller_->state();
+  StatusView::Job j;
+  j.spec = launch_->spec;
+  j.persist_every = launch_->persist_every;
+  j.durable_dir = launch_->durable_dir;
+  j.state = done_step_ ? "completed" : JobStateName(s.job);
+  j.policy_state = JobStateName(s.job);
+  j.placement = s.placement;
+  j.last_step = s.last_step;
+  j.done_step = done_step_;
+  j.done_why = done_why_;
+  j.incidents = controller_->incidents().size();
+  j.plan = CurrentRoutesLocked().plan;
+  for (const auto& [id, a] : agents_) j.holdings.insert(j.holdings.end(), a.shards.begin(), a.shards.end());
+  j.armed = monitors_.armed();
+  j.hang_allowance_s = ToMs(monitors_.hang_allowance()) / 1000.0;
+  j.slow_round = monitors_.slow_round();
+  j.slow_max_unflagged = monitors_.slow_max_unflagged();
+  if (trace_) j.tracing = trace_->id;
+  j.notes = s.notes;
+  const LadderStatus& l = s.ladder;
+  j.ladder.state = LadderStateName(l.state);
+  j.ladder.idle = l.state == LadderState::kIdle;
+  if (!j.ladder.idle) {
+    const auto& rungs = controller_->config().ladder.rungs;
+    j.ladder.rung = l.rung >= 0 && l.rung < static_cast<int>(rungs.size()) ? rungs[l.rung]
+                    : l.periodic                                            ? "periodic check"
+                                                                            : "";
+    j.ladder.trigger = l.trigger;
+    j.ladder.incident = l.incident;
+    if (l.deadline) j.ladder.deadline_in_s = static_cast<double>(ToMs(*l.deadline - now)) / 1000.0;
+    j.ladder.answered = l.state == LadderState::kReplaying ? l.replay_results.size() : l.reports.size();
+  }
+  j.standby = controller_->standby();
   return j;
 }
 
