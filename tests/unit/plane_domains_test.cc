@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <string>
 
 #include "plane/plane.h"
@@ -27,6 +28,21 @@ wire::RegisterRequest RegIn(const std::string& m, const std::string& domain) {
   return r;
 }
 
+using Racked = std::vector<std::pair<std::string, std::string>>;  // machine, its rack
+
+// A plane whose machines registered with their racks at 1 s, and `job`
+// submitted then; null (a test failure) when any step is refused.
+std::unique_ptr<Plane> RackedPlane(const PlaneOptions& o, const Racked& machines, const JobLaunch& job) {
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  if (!p.ok()) return nullptr;
+  for (const auto& [m, d] : machines) {
+    if (!(*p)->Register(RegIn(m, d), TimeFromMs(1000)).ok()) return nullptr;
+  }
+  if (!(*p)->Submit(job, TimeFromMs(1000)).ok()) return nullptr;
+  return std::move(*p);
+}
+const Racked kTwoByTwo = {{"m01", "r0"}, {"m02", "r0"}, {"m03", "r1"}, {"m04", "r1"}};
+
 std::string StateOf(const json& status, const std::string& id) {
   for (const json& m : status["machines"]) {
     if (m["id"] == id) return m["state"];
@@ -42,14 +58,9 @@ std::string StateOf(const json& status, const std::string& id) {
 TEST(PlaneDomains, ASwitchsMachinesAreDecidedInOneTickAndReturnWhenHeardAgain) {
   PlaneOptions o;
   o.db_path = testing::MakeTempDir() + "/c.db";
-  auto p = Plane::Open(o, TimeFromMs(1000));
-  ASSERT_TRUE(p.ok());
-  Plane& plane = **p;
-  for (const auto& [m, d] : std::vector<std::pair<std::string, std::string>>{
-           {"m01", "r0"}, {"m02", "r0"}, {"m03", "r1"}, {"m04", "r1"}}) {
-    ASSERT_TRUE(plane.Register(RegIn(m, d), TimeFromMs(1000)).ok());
-  }
-  ASSERT_TRUE(plane.Submit(Launch(), TimeFromMs(1000)).ok());
+  std::unique_ptr<Plane> p = RackedPlane(o, kTwoByTwo, Launch());
+  ASSERT_TRUE(p);
+  Plane& plane = *p;
   json s = plane.StatusJson(TimeFromMs(1000));
   EXPECT_EQ(s["job"]["placement"], json({"m01", "m03"})) << s.dump();
   for (const json& m : s["machines"]) {
@@ -102,38 +113,34 @@ TEST(PlaneDomains, ASwitchsMachinesAreDecidedInOneTickAndReturnWhenHeardAgain) {
 TEST(PlaneDomains, AnElasticJobLosesARackInOneDecisionThatReplayRepeats) {
   PlaneOptions o;
   o.db_path = testing::MakeTempDir() + "/c.db";
-  auto p = Plane::Open(o, TimeFromMs(1000));
-  ASSERT_TRUE(p.ok());
-  for (const auto& [m, d] : std::vector<std::pair<std::string, std::string>>{
-           {"m01", "r0"}, {"m02", "r0"}, {"m03", "r1"}, {"m04", "r1"}, {"m05", "r0"}, {"m06", "r1"}}) {
-    ASSERT_TRUE((*p)->Register(RegIn(m, d), TimeFromMs(1000)).ok());
-  }
   plane::JobLaunch l = Launch();
   l.spec.world_size = 4;
   l.spec.recovery = controller::JobSpec::Recovery::kElastic;
-  ASSERT_TRUE((*p)->Submit(l, TimeFromMs(1000)).ok());
-  json s = (*p)->StatusJson(TimeFromMs(1000));
+  std::unique_ptr<Plane> p = RackedPlane(
+      o, {{"m01", "r0"}, {"m02", "r0"}, {"m03", "r1"}, {"m04", "r1"}, {"m05", "r0"}, {"m06", "r1"}}, l);
+  ASSERT_TRUE(p);
+  json s = p->StatusJson(TimeFromMs(1000));
   ASSERT_EQ(s["job"]["placement"], json({"m01", "m02", "m03", "m04"})) << s.dump();
   const int64_t gen = s["job"]["generation"];
   for (int64_t t = 1500; t <= 8000; t += 250) {
     if (t % 500 == 0) {
-      for (const char* m : {"m01", "m02", "m05"}) ASSERT_TRUE((*p)->Report(Report(m, {}), TimeFromMs(t)).ok());
-      if (t <= 2000) ASSERT_TRUE((*p)->Report(Report("m03", {}), TimeFromMs(t)).ok());
-      if (t <= 2500) ASSERT_TRUE((*p)->Report(Report("m04", {}), TimeFromMs(t)).ok());
-      if (t <= 2500) ASSERT_TRUE((*p)->Report(Report("m06", {}), TimeFromMs(t)).ok());
+      for (const char* m : {"m01", "m02", "m05"}) ASSERT_TRUE(p->Report(Report(m, {}), TimeFromMs(t)).ok());
+      if (t <= 2000) ASSERT_TRUE(p->Report(Report("m03", {}), TimeFromMs(t)).ok());
+      if (t <= 2500) ASSERT_TRUE(p->Report(Report("m04", {}), TimeFromMs(t)).ok());
+      if (t <= 2500) ASSERT_TRUE(p->Report(Report("m06", {}), TimeFromMs(t)).ok());
     }
-    (*p)->Tick(TimeFromMs(t));
+    p->Tick(TimeFromMs(t));
   }
-  s = (*p)->StatusJson(TimeFromMs(8000));
+  s = p->StatusJson(TimeFromMs(8000));
   EXPECT_EQ(s["job"]["generation"], gen + 1) << s.dump();
   const json placement = s["job"]["placement"];
   EXPECT_EQ(placement.size(), 3u) << placement.dump();
   for (const json& m : placement) EXPECT_TRUE(m == "m01" || m == "m02" || m == "m05") << placement.dump();
-  ASSERT_EQ((*p)->IncidentsJson().size(), 1u);
-  EXPECT_NE((*p)->IncidentsJson()[0].dump().find("switch r1: 3 machines lost"), std::string::npos)
-      << (*p)->IncidentsJson().dump();
+  ASSERT_EQ(p->IncidentsJson().size(), 1u);
+  EXPECT_NE(p->IncidentsJson()[0].dump().find("switch r1: 3 machines lost"), std::string::npos)
+      << p->IncidentsJson().dump();
 
-  p->reset();
+  p.reset();
   o.create = false;
   auto again = Plane::Open(o, TimeFromMs(9000));
   ASSERT_TRUE(again.ok()) << again.status().ToString();
@@ -148,14 +155,9 @@ TEST(PlaneDomains, AnElasticJobLosesARackInOneDecisionThatReplayRepeats) {
 TEST(PlaneDomains, ALoneLossInARackIsNotHeldBack) {
   PlaneOptions o;
   o.db_path = testing::MakeTempDir() + "/c.db";
-  auto p = Plane::Open(o, TimeFromMs(1000));
-  ASSERT_TRUE(p.ok());
-  Plane& plane = **p;
-  for (const auto& [m, d] : std::vector<std::pair<std::string, std::string>>{
-           {"m01", "r0"}, {"m02", "r0"}, {"m03", "r1"}, {"m04", "r1"}}) {
-    ASSERT_TRUE(plane.Register(RegIn(m, d), TimeFromMs(1000)).ok());
-  }
-  ASSERT_TRUE(plane.Submit(Launch(), TimeFromMs(1000)).ok());
+  std::unique_ptr<Plane> p = RackedPlane(o, kTwoByTwo, Launch());
+  ASSERT_TRUE(p);
+  Plane& plane = *p;
   const int64_t gen = plane.StatusJson(TimeFromMs(1000))["job"]["generation"];
   int64_t decided_at = -1;
   for (int64_t t = 1500; t <= 6000 && decided_at < 0; t += 250) {
