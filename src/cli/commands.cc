@@ -176,7 +176,7 @@ const std::vector<Command>& Commands() {
              {"metrics-port", "P", "Prometheus /metrics on 127.0.0.1:P"},
              {"etcd", "ENDPOINTS", "keep the journal in etcd (host:port,...) and lead by its lease (docs/control-plane.md)"},
              {"etcd-prefix", "KEY", "the cluster's keys in etcd [/bulwark/]"},
-             {"etcd-lease", "SECONDS", "the leader lease's TTL [3]"},
+             {"etcd-lease", "SECONDS", "the leader lease's TTL [5]"},
              {"controller-id", "ID", "this controller's name in the leader key [hostname:pid]"}},
             kLadder)},
       {"agent",

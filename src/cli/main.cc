@@ -494,7 +494,7 @@ Status Run(const Args& a) {
                                a.Get("ladder-tests"), a.Get("ladder-budget"), a.Get("failure-rate"),
                                a.Get("ladder-align-every"), ProveReachable, nullptr, nullptr, nullptr};
     if (!a.Has("etcd")) return plane::RunController(o);
-    Result<int> lease = IntFlag(a, "etcd-lease", 3);
+    Result<int> lease = IntFlag(a, "etcd-lease", plane::HaOptions{}.lease_s);
     if (!lease.ok()) return lease.status();
     plane::HaOptions ha{a.Get("etcd"), a.Has("etcd-prefix") ? a.Get("etcd-prefix") : "/bulwark/", a.Get("controller-id"),
                         *lease};

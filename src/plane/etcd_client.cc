@@ -16,6 +16,7 @@ struct EtcdClient::Member {
   std::unique_ptr<pb::KV::Stub> kv;
   std::unique_ptr<pb::Lease::Stub> lease;
   std::unique_ptr<pb::Watch::Stub> watch;
+  std::unique_ptr<pb::Maintenance::Stub> maintenance;
 };
 
 namespace {
@@ -82,6 +83,7 @@ Result<std::unique_ptr<EtcdClient>> EtcdClient::Connect(const std::string& endpo
     m->kv = pb::KV::NewStub(m->channel);
     m->lease = pb::Lease::NewStub(m->channel);
     m->watch = pb::Watch::NewStub(m->channel);
+    m->maintenance = pb::Maintenance::NewStub(m->channel);
     c->members_.push_back(std::move(m));
   }
   // One read proves a member answers; its key need not exist.
@@ -94,17 +96,22 @@ template <typename Call>
 Status EtcdClient::OnSomeMember(const std::string& what, Call call) const {
   grpc::Status last;
   const size_t n = members_.size();
-  const size_t first = current_.load();
-  for (size_t i = 0; i < n; ++i) {
-    const size_t k = (first + i) % n;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + deadline_);
-    last = call(*members_[k], ctx);
-    if (last.ok()) {
-      current_ = k;
-      return Status::OK();
+  const auto until = std::chrono::steady_clock::now() + retry_for_;
+  for (bool again = true; again; again = std::chrono::steady_clock::now() < until) {
+    const size_t first = current_.load();
+    for (size_t i = 0; i < n; ++i) {
+      const size_t k = (first + i) % n;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + deadline_);
+      last = call(*members_[k], ctx);
+      if (last.ok()) {
+        current_ = k;
+        return Status::OK();
+      }
+      if (!MemberUnreachable(last)) break;
     }
     if (!MemberUnreachable(last)) break;
+    if (retry_for_.count() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   const std::string why = "etcd " + what + " failed at " + endpoints_ + ": " + last.error_message();
   if (MemberUnreachable(last)) {
@@ -181,6 +188,23 @@ Status EtcdClient::Revoke(int64_t lease) const {
   return OnSomeMember("lease revoke", [&](Member& m, grpc::ClientContext& ctx) {
     return m.lease->LeaseRevoke(&ctx, req, &resp);
   });
+}
+
+Result<int> EtcdClient::RaftLeader() const {
+  std::vector<uint64_t> ids(members_.size(), 0);
+  uint64_t leader = 0;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline_);
+    pb::StatusResponse resp;
+    if (!members_[i]->maintenance->Status(&ctx, pb::StatusRequest(), &resp).ok()) continue;
+    ids[i] = resp.header().member_id();
+    if (resp.leader() != 0) leader = resp.leader();
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (leader != 0 && ids[i] == leader) return static_cast<int>(i);
+  }
+  return Status::NotFound("no member of " + endpoints_ + " names a raft leader that answers");
 }
 
 Result<int64_t> EtcdClient::WaitForChange(const std::string& prefix, int64_t from, std::chrono::milliseconds timeout,

@@ -63,6 +63,19 @@ class EtcdClient {
   Result<int64_t> WaitForChange(const std::string& prefix, int64_t from, std::chrono::milliseconds timeout,
                                 const std::atomic<bool>* stop = nullptr) const;
 
+  // Index (in the endpoints' order) of the member that leads etcd's raft,
+  // as the members say; NotFound when none answers with a leader.
+  Result<int> RaftLeader() const;
+
+  // How long a call keeps trying the members again while none answers
+  // (default 0: one pass). An etcd that lost its raft leader answers no
+  // write until it has elected another (1-2 s at etcd's default timing); a
+  // controller's journal write must wait that out, not fail the plane.
+  // Retrying is safe for every call bulwark makes: puts and deletes are
+  // idempotent, and a txn whose first try landed fails its compare on the
+  // second, which the journal reads as such (journal_etcd.cc).
+  void set_retry_for(std::chrono::milliseconds d) { retry_for_ = d; }
+
   const std::string& endpoints() const { return endpoints_; }
   std::chrono::milliseconds deadline() const { return deadline_; }
 
@@ -76,6 +89,7 @@ class EtcdClient {
 
   std::string endpoints_;
   std::chrono::milliseconds deadline_;
+  std::chrono::milliseconds retry_for_{0};
   std::vector<std::unique_ptr<Member>> members_;
   mutable std::atomic<size_t> current_{0};
 };

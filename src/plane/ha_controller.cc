@@ -81,12 +81,20 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
   }
   Result<std::unique_ptr<EtcdClient>> connected = EtcdClient::Connect(ha.endpoints, std::chrono::milliseconds(1000));
   if (!connected.ok()) return connected.status();
+  // `status` asks etcd who leads through a client that does not retry: an
+  // operator must hear "etcd unreachable" within a second, not a lease.
+  Result<std::unique_ptr<EtcdClient>> asker = EtcdClient::Connect(ha.endpoints, std::chrono::milliseconds(1000));
+  if (!asker.ok()) return asker.status();
+  std::shared_ptr<const EtcdClient> ask = std::move(*asker);
+  // A member lost, or etcd electing a new raft leader, must not fail a
+  // journal write: retry within the term (the fence refuses a deposed one).
+  (*connected)->set_retry_for(std::chrono::milliseconds(ha.lease_s * 1000));
   std::shared_ptr<const EtcdClient> etcd = std::move(*connected);
   const std::string id = ha.id.empty() ? DefaultId() : ha.id;
   Mutex mu;
   std::string last_word;  // the campaign's last log line
   FollowerControl follower([&] {
-    Result<std::vector<EtcdKv>> held = etcd->Range(ha.prefix + "leader");
+    Result<std::vector<EtcdKv>> held = ask->Range(ha.prefix + "leader");
     const std::string leader = held.ok() && !held->empty() ? (*held)[0].value : "";
     MutexLock lock(&mu);
     return json{{"error", "controller " + id + " does not lead: " + last_word},

@@ -19,7 +19,10 @@ struct HaOptions {
   std::string endpoints;             // --etcd host:port[,host:port...]
   std::string prefix = "/bulwark/";  // --etcd-prefix: one per cluster
   std::string id;                    // --controller-id; "" -> hostname:pid
-  int64_t lease_s = 3;               // --etcd-lease: the TTL in seconds
+  // --etcd-lease: the TTL in seconds. 5: etcd electing a new raft leader
+  // (its leader member lost) stalls writes and keep-alives 1-2.1 s here,
+  // past the 2 s renew deadline a 3 s lease would give.
+  int64_t lease_s = 5;
 };
 
 // Serves until SIGTERM or SIGINT. etcd unreachable at start is an

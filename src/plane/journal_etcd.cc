@@ -130,6 +130,11 @@ Status EtcdJournal::PutJob(const JobRow& job) {
   if (st.code() != Status::Code::kFailedPrecondition) return st;
   // Which compare failed: a job already there is the caller's mistake.
   Result<std::optional<JobRow>> existing = Job();
+  // A retried txn whose first try landed (etcd_client.h, set_retry_for).
+  if (existing.ok() && existing->has_value() && (*existing)->id == job.id && (*existing)->spec_json == job.spec_json &&
+      (*existing)->created_ms == job.created_ms) {
+    return Status::OK();
+  }
   if (existing.ok() && existing->has_value()) {
     return Status::FailedPrecondition("job " + (*existing)->id +
                                       " is already submitted to this cluster; one job per cluster: "

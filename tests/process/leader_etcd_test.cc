@@ -123,3 +123,60 @@ TEST_F(LeaderEtcd, EtcdLostEndsTheTermAndLeadingResumesWhenItReturns) {
 
 }  // namespace
 }  // namespace bulwark::plane
+
+namespace bulwark::plane {
+namespace {
+
+// Three members; one is killed while a controller leads and appends: the
+// other two keep the quorum, the client moves to them, the term holds and
+// every append lands. The victim is the member the client talks to first,
+// and either leads etcd's raft (its loss costs an election) or follows.
+class LeaderEtcdCluster : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Member, LeaderEtcdCluster, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "raft_leader" : "raft_follower"; });
+
+TEST_P(LeaderEtcdCluster, OneMemberKilledWhileLeadingChangesNothing) {
+  std::string why;
+  auto etcd = testing::EtcdServer::Start(&why, 3);
+  ASSERT_NE(etcd, nullptr) << why;
+  auto probe = EtcdClient::Connect(etcd->endpoint(), std::chrono::milliseconds(1000));
+  ASSERT_TRUE(probe.ok()) << probe.status().ToString();
+  Result<int> raft = (*probe)->RaftLeader();
+  ASSERT_TRUE(raft.ok()) << raft.status().ToString();
+  const int victim = GetParam() ? *raft : (*raft + 1) % 3;
+  // The client talks to the victim first, so it must move off it.
+  std::string endpoints = etcd->member_endpoint(victim);
+  for (int i = 0; i < 3; ++i) {
+    if (i != victim) endpoints += "," + etcd->member_endpoint(i);
+  }
+  auto c = EtcdClient::Connect(endpoints, std::chrono::milliseconds(1000));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  (*c)->set_retry_for(std::chrono::milliseconds(5000));  // as RunHaController sets it: the lease
+  std::shared_ptr<EtcdClient> client = std::move(*c);
+  const std::atomic<bool> never{false};
+  auto lead = Leadership::Campaign(*client, kPrefix, "a", 5, never, [](const std::string&) {});
+  ASSERT_TRUE(lead.ok()) << lead.status().ToString();
+  auto j = EtcdJournal::Open(client, kPrefix, (*lead)->term(), true);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  int appended = 0;
+  const auto start = Clock::now();
+  double slowest = 0;
+  while (SecondsSince(start) < 6) {
+    if (appended == 20) etcd->KillMember(victim);
+    const auto t = Clock::now();
+    Status st = (*j)->Append("demo", appended, "{}");
+    ASSERT_TRUE(st.ok()) << "append " << appended << ": " << st.ToString();
+    slowest = std::max(slowest, SecondsSince(t));
+    ++appended;
+    ASSERT_FALSE((*lead)->lost()) << (*lead)->why_lost();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto rows = (*j)->Journal("demo");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(static_cast<int>(rows->size()), appended);
+  std::printf("[ leader] %d appends over 6 s with member %d of 3 (%s) killed after 20; slowest %.3f s\n", appended,
+              victim, GetParam() ? "raft leader" : "raft follower", slowest);
+}
+
+}  // namespace
+}  // namespace bulwark::plane

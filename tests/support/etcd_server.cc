@@ -38,53 +38,92 @@ int FreePort() {
   return port;
 }
 
-std::unique_ptr<EtcdServer> EtcdServer::Start(std::string* why) {
+std::unique_ptr<EtcdServer> EtcdServer::Start(std::string* why, int members) {
   std::unique_ptr<EtcdServer> s(new EtcdServer());
-  s->dir_ = MakeTempDir();
-  s->endpoint_ = "127.0.0.1:" + std::to_string(FreePort());
-  s->peer_url_ = "http://127.0.0.1:" + std::to_string(FreePort());
-  if (!s->Launch(why)) return nullptr;
+  const std::string dir = MakeTempDir();
+  s->members_.resize(static_cast<size_t>(members));
+  for (int i = 0; i < members; ++i) {
+    Member& m = s->members_[static_cast<size_t>(i)];
+    m.name = "m" + std::to_string(i);
+    m.dir = dir + "/" + m.name;
+    m.client = "127.0.0.1:" + std::to_string(FreePort());
+    m.peer_url = "http://127.0.0.1:" + std::to_string(FreePort());
+    s->initial_cluster_ += (i ? "," : "") + m.name + "=" + m.peer_url;
+  }
+  for (Member& m : s->members_) s->Launch(m, /*existing=*/false);
+  for (const Member& m : s->members_) {
+    if (!s->WaitAnswers(m, why)) return nullptr;
+  }
   return s;
 }
 
 EtcdServer::~EtcdServer() { Thaw(); }
 
-bool EtcdServer::Launch(std::string* why) {
-  const std::string client_url = "http://" + endpoint_;
-  process_ = std::make_unique<Process>(std::vector<std::string>{
-      EtcdBinary(), "--name", "t", "--data-dir", dir_ + "/data", "--listen-client-urls", client_url,
-      "--advertise-client-urls", client_url, "--listen-peer-urls", peer_url_, "--initial-advertise-peer-urls",
-      peer_url_, "--initial-cluster", "t=" + peer_url_, "--log-level", "error"});
+std::string EtcdServer::endpoint() const {
+  std::string out;
+  for (const Member& m : members_) out += (out.empty() ? "" : ",") + m.client;
+  return out;
+}
+
+void EtcdServer::Launch(Member& m, bool existing) {
+  const std::string client_url = "http://" + m.client;
+  m.process = std::make_unique<Process>(std::vector<std::string>{
+      EtcdBinary(), "--name", m.name, "--data-dir", m.dir, "--listen-client-urls", client_url,
+      "--advertise-client-urls", client_url, "--listen-peer-urls", m.peer_url, "--initial-advertise-peer-urls",
+      m.peer_url, "--initial-cluster", initial_cluster_, "--initial-cluster-state", existing ? "existing" : "new",
+      "--log-level", "error"});
+}
+
+bool EtcdServer::WaitAnswers(const Member& m, std::string* why) const {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   Status last = Status::Unavailable("not tried");
   while (std::chrono::steady_clock::now() < until) {
-    Result<std::unique_ptr<plane::EtcdClient>> c =
-        plane::EtcdClient::Connect(endpoint_, std::chrono::milliseconds(500));
+    Result<std::unique_ptr<plane::EtcdClient>> c = plane::EtcdClient::Connect(m.client, std::chrono::milliseconds(500));
     if (c.ok()) return true;
     last = c.status();
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  *why = "etcd at " + endpoint_ + " did not answer within 20 s: " + last.message() +
+  *why = "etcd member " + m.name + " at " + m.client + " did not answer within 20 s: " + last.message() +
          " (is etcd-server installed? scripts/install-deps.sh)";
   return false;
 }
 
+void EtcdServer::KillMember(int i) {
+  Member& m = members_[static_cast<size_t>(i)];
+  if (m.process) ::kill(m.process->pid(), SIGKILL);
+  m.process.reset();
+}
+
 void EtcdServer::Kill() {
-  if (process_) ::kill(process_->pid(), SIGKILL);
-  process_.reset();
+  for (int i = 0; i < size(); ++i) KillMember(i);
+}
+
+bool EtcdServer::RestartMember(int i, std::string* why) {
+  KillMember(i);
+  Member& m = members_[static_cast<size_t>(i)];
+  Launch(m, /*existing=*/true);
+  return WaitAnswers(m, why);
 }
 
 bool EtcdServer::Restart(std::string* why) {
   Kill();
-  return Launch(why);
+  for (Member& m : members_) Launch(m, /*existing=*/true);
+  for (const Member& m : members_) {
+    if (!WaitAnswers(m, why)) return false;
+  }
+  return true;
 }
 
 void EtcdServer::Freeze() {
-  if (process_) ::kill(process_->pid(), SIGSTOP);
+  for (Member& m : members_) {
+    if (m.process) ::kill(m.process->pid(), SIGSTOP);
+  }
 }
 
 void EtcdServer::Thaw() {
-  if (process_) ::kill(process_->pid(), SIGCONT);
+  for (Member& m : members_) {
+    if (m.process) ::kill(m.process->pid(), SIGCONT);
+  }
 }
 
 }  // namespace bulwark::testing

@@ -1,12 +1,14 @@
 // A real etcd (Debian's etcd-server) for the controller's HA tests and
-// bench: one member in a fresh directory on ports the kernel picked free,
-// with the means to kill, restart, freeze and thaw it.
+// bench: one member or a cluster of several on this host, each in a fresh
+// directory on ports the kernel picked free, with the means to kill,
+// restart, freeze and thaw them.
 #pragma once
 
 #include <sys/types.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "support/process.h"
 
@@ -14,30 +16,40 @@ namespace bulwark::testing {
 
 class EtcdServer {
  public:
-  // Starts the member and waits (20 s at most) until it answers; on failure
-  // returns null and says why in `*why`.
-  static std::unique_ptr<EtcdServer> Start(std::string* why);
+  // Starts `members` members as one cluster and waits (20 s at most) until
+  // every one answers; on failure returns null and says why in `*why`.
+  static std::unique_ptr<EtcdServer> Start(std::string* why, int members = 1);
   ~EtcdServer();
 
-  // host:port for --etcd.
-  const std::string& endpoint() const { return endpoint_; }
-  // SIGKILL, as a lost machine; Restart brings it back on the same
-  // directory and ports, and waits until it answers.
+  // Every member's host:port, comma-separated, for --etcd.
+  std::string endpoint() const;
+  std::string member_endpoint(int i) const { return members_[i].client; }
+  int size() const { return static_cast<int>(members_.size()); }
+
+  // The whole cluster (every member) or member `i`: SIGKILL, as a lost
+  // machine; Restart brings it back on the same directory and ports and
+  // waits until it answers.
   void Kill();
+  void KillMember(int i);
+  bool RestartMember(int i, std::string* why);
   bool Restart(std::string* why);
-  // SIGSTOP / SIGCONT: a member that accepts connections and answers
-  // nothing, as one cut off by a partition.
+  // SIGSTOP / SIGCONT: members that accept connections and answer nothing,
+  // as ones cut off by a partition.
   void Freeze();
   void Thaw();
-  // Its pid, for the caller's pid files.
-  pid_t pid() const { return process_ ? process_->pid() : -1; }
+  pid_t pid(int i = 0) const { return members_[i].process ? members_[i].process->pid() : -1; }
 
  private:
+  struct Member {
+    std::string name, dir, client, peer_url;
+    std::unique_ptr<Process> process;
+  };
   EtcdServer() = default;
-  bool Launch(std::string* why);
+  void Launch(Member& m, bool existing);
+  bool WaitAnswers(const Member& m, std::string* why) const;
 
-  std::string dir_, endpoint_, peer_url_;
-  std::unique_ptr<Process> process_;
+  std::string initial_cluster_;
+  std::vector<Member> members_;
 };
 
 // A port that was free a moment ago (bound to 0 and released).
