@@ -1,5 +1,5 @@
-// The agent's parts: signature table, log follower, supervisor, rank
-// link, echo hold, inspector and timing.
+// The agent's parts: log follower, supervisor, rank link, echo hold,
+// inspector and timing (its signature table: signatures_test.cc).
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -15,7 +15,6 @@
 #include "agent/echo_hold.h"
 #include "agent/inspector.h"
 #include "agent/monitor.h"
-#include "agent/signatures.h"
 #include "agent/supervisor.h"
 #include "cluster/local/slow_injector.h"
 #include "agent/timing.h"
@@ -24,67 +23,6 @@
 
 namespace bulwark {
 namespace {
-
-agent::SignatureTable Shipped() {
-  auto t = agent::SignatureTable::Load(BULWARK_SIGNATURES_FILE);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return *t;
-}
-
-TEST(Signatures, TheBuiltInTableIsTheShippedFile) {
-  // The agent uses the compiled-in copy, so an installed or copied binary
-  // needs no source tree; it must say what config/signatures.tsv says.
-  auto builtin = agent::SignatureTable::Builtin();
-  ASSERT_TRUE(builtin.ok()) << builtin.status().ToString();
-  EXPECT_EQ(builtin->size(), Shipped().size());
-  EXPECT_EQ(builtin->Match({"NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."}), "xid");
-}
-
-TEST(Signatures, ShippedTableClassifiesCommonDeaths) {
-  const agent::SignatureTable t = Shipped();
-  EXPECT_EQ(t.Match({"RuntimeError: CUDA error: an illegal memory access was encountered"}), "cuda_error");
-  EXPECT_EQ(t.Match({"NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."}), "xid");
-  EXPECT_EQ(t.Match({"kernel: uncorrectable ECC error detected"}), "ecc");
-  EXPECT_EQ(t.Match({"torch.OutOfMemoryError: CUDA out of memory."}), "oom");
-  EXPECT_EQ(t.Match({"terminate called after throwing an instance of 'std::bad_alloc'"}), "oom");
-  EXPECT_EQ(t.Match({"[pair.cc:589] Read error: Connection reset by peer"}), "connection_reset");
-  EXPECT_EQ(t.Match({"Segmentation fault (core dumped)"}), "segfault");
-  // PyTorch 1.13's store on a MASTER_PORT another process holds, then its
-  // traceback: the port, not the program (issue 39's flake, verbatim).
-  EXPECT_EQ(t.Match({"W20261127 08:09:30.278566 21043 socket.cpp:426] [c10d] The server socket has failed to bind to "
-                     "[::]:29709 (errno: 98 - Address already in use).",
-                     "Traceback (most recent call last):",
-                     "RuntimeError: The server socket has failed to listen on any local network address."}),
-            "port_in_use");
-  // Newer PyTorch says it in one line.
-  EXPECT_EQ(t.Match({"torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
-                     "network address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE"}),
-            "port_in_use");
-  EXPECT_EQ(t.Match({"Traceback (most recent call last):", "ValueError: bad"}), "exception");
-  // The job's own code: the policy stops the job instead of evicting a machine.
-  EXPECT_EQ(t.Match({"Traceback (most recent call last):", "ModuleNotFoundError: No module named 'torch'"}), "import_error");
-  EXPECT_EQ(t.Match({"  File \"train.py\", line 3", "SyntaxError: invalid syntax"}), "syntax_error");
-  EXPECT_EQ(t.Match({"bash: line 1: bulwark-trian: command not found"}), "command_not_found");
-  EXPECT_EQ(t.Match({"{\"event\":\"step\",\"step\":3}", "all good"}), "");
-}
-
-TEST(Signatures, UserLinesComeBeforeShippedOnes) {
-  agent::SignatureTable t = Shipped();
-  auto user = agent::SignatureTable::Parse("# mine\nmy_flaky_fs\tStale file handle\nnccl_hardware\tConnection reset\n", "u.tsv");
-  ASSERT_TRUE(user.ok()) << user.status().ToString();
-  t.Prepend(*user);
-  EXPECT_EQ(t.Match({"open: Stale file handle"}), "my_flaky_fs");
-  EXPECT_EQ(t.Match({"Connection reset by peer"}), "nccl_hardware");
-}
-
-TEST(Signatures, MalformedLineNamesFileAndLine) {
-  auto t = agent::SignatureTable::Parse("ok\tfine\nno tab here\n", "sigs.tsv");
-  ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("sigs.tsv:2"), std::string::npos) << t.status().message();
-  auto bad = agent::SignatureTable::Parse("x\t(unclosed\n", "sigs.tsv");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("bad regex"), std::string::npos) << bad.status().message();
-}
 
 TEST(LogFollower, PicksStepsAndDoneAndKeepsTheTail) {
   const std::string path = testing::MakeTempDir() + "/rank-0.log";

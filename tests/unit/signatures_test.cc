@@ -1,4 +1,6 @@
-// The signature table's limits, found by fuzzing (fuzz/signatures_fuzz.cc):
+// The signature table: the shipped one and the copy compiled into the
+// agent, what it names, user extensions; and its limits, found by fuzzing
+// (fuzz/signatures_fuzz.cc):
 // libstdc++'s regex recursed along the line and along the pattern, so a long
 // log line or a deeply nested extension crashed the agent.
 #include <gtest/gtest.h>
@@ -9,6 +11,69 @@
 
 namespace bulwark::agent {
 namespace {
+
+// The shipped table, config/signatures.tsv, as the source tree has it.
+SignatureTable Shipped() {
+  auto t = SignatureTable::Load(BULWARK_SIGNATURES_FILE);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return *t;
+}
+
+TEST(Signatures, TheBuiltInTableIsTheShippedFile) {
+  // The agent uses the compiled-in copy, so an installed or copied binary
+  // needs no source tree; it must say what config/signatures.tsv says.
+  auto builtin = SignatureTable::Builtin();
+  ASSERT_TRUE(builtin.ok()) << builtin.status().ToString();
+  EXPECT_EQ(builtin->size(), Shipped().size());
+  EXPECT_EQ(builtin->Match({"NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."}), "xid");
+}
+
+TEST(Signatures, ShippedTableClassifiesCommonDeaths) {
+  const SignatureTable t = Shipped();
+  EXPECT_EQ(t.Match({"RuntimeError: CUDA error: an illegal memory access was encountered"}), "cuda_error");
+  EXPECT_EQ(t.Match({"NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."}), "xid");
+  EXPECT_EQ(t.Match({"kernel: uncorrectable ECC error detected"}), "ecc");
+  EXPECT_EQ(t.Match({"torch.OutOfMemoryError: CUDA out of memory."}), "oom");
+  EXPECT_EQ(t.Match({"terminate called after throwing an instance of 'std::bad_alloc'"}), "oom");
+  EXPECT_EQ(t.Match({"[pair.cc:589] Read error: Connection reset by peer"}), "connection_reset");
+  EXPECT_EQ(t.Match({"Segmentation fault (core dumped)"}), "segfault");
+  // PyTorch 1.13's store on a MASTER_PORT another process holds, then its
+  // traceback: the port, not the program (issue 39's flake, verbatim).
+  EXPECT_EQ(t.Match({"W20261127 08:09:30.278566 21043 socket.cpp:426] [c10d] The server socket has failed to bind to "
+                     "[::]:29709 (errno: 98 - Address already in use).",
+                     "Traceback (most recent call last):",
+                     "RuntimeError: The server socket has failed to listen on any local network address."}),
+            "port_in_use");
+  // Newer PyTorch says it in one line.
+  EXPECT_EQ(t.Match({"torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
+                     "network address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE"}),
+            "port_in_use");
+  EXPECT_EQ(t.Match({"Traceback (most recent call last):", "ValueError: bad"}), "exception");
+  // The job's own code: the policy stops the job instead of evicting a machine.
+  EXPECT_EQ(t.Match({"Traceback (most recent call last):", "ModuleNotFoundError: No module named 'torch'"}), "import_error");
+  EXPECT_EQ(t.Match({"  File \"train.py\", line 3", "SyntaxError: invalid syntax"}), "syntax_error");
+  EXPECT_EQ(t.Match({"bash: line 1: bulwark-trian: command not found"}), "command_not_found");
+  EXPECT_EQ(t.Match({"{\"event\":\"step\",\"step\":3}", "all good"}), "");
+}
+
+TEST(Signatures, UserLinesComeBeforeShippedOnes) {
+  SignatureTable t = Shipped();
+  auto user = SignatureTable::Parse("# mine\nmy_flaky_fs\tStale file handle\nnccl_hardware\tConnection reset\n", "u.tsv");
+  ASSERT_TRUE(user.ok()) << user.status().ToString();
+  t.Prepend(*user);
+  EXPECT_EQ(t.Match({"open: Stale file handle"}), "my_flaky_fs");
+  EXPECT_EQ(t.Match({"Connection reset by peer"}), "nccl_hardware");
+}
+
+TEST(Signatures, MalformedLineNamesFileAndLine) {
+  auto t = SignatureTable::Parse("ok\tfine\nno tab here\n", "sigs.tsv");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("sigs.tsv:2"), std::string::npos) << t.status().message();
+  auto bad = SignatureTable::Parse("x\t(unclosed\n", "sigs.tsv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad regex"), std::string::npos) << bad.status().message();
+}
+
 
 TEST(Signatures, AVeryLongLogLineIsMatchedWithoutOverflowingTheStack) {
   // The shipped nccl_network pattern; a rank that printed a 1 MB line before
