@@ -497,7 +497,7 @@ Status Run(const Args& a) {
     Result<int> lease = IntFlag(a, "etcd-lease", plane::HaOptions{}.lease_s);
     if (!lease.ok()) return lease.status();
     plane::HaOptions ha{a.Get("etcd"), a.Has("etcd-prefix") ? a.Get("etcd-prefix") : "/bulwark/", a.Get("controller-id"),
-                        *lease};
+                        *lease, a.Get("cluster-dir")};
     return plane::RunHaController(o, ha);
   }
   if (cmd == "agent") {

@@ -71,6 +71,26 @@ std::unique_ptr<grpc::Server> ServeFollowerStatus(const std::string& dir, Follow
   return server;
 }
 
+// This controller's address, made concrete: a port of 0 becomes one the
+// kernel picks now, written back, so it can be published before serving.
+Result<std::string> OwnAddress(const std::string& dir) {
+  const cluster::Layout layout{dir};
+  Result<std::string> addr = ReadFile(layout.controller_addr());
+  if (!addr.ok()) return addr.status().Annotate("controller address (written by 'bulwark up')");
+  std::string a = *addr;
+  while (!a.empty() && (a.back() == '\n' || a.back() == ' ')) a.pop_back();
+  if (a.size() < 2 || a.compare(a.size() - 2, 2, ":0") != 0) return a;
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort(a, grpc::InsecureServerCredentials(), &bound);
+  std::unique_ptr<grpc::Server> probe = builder.BuildAndStart();
+  if (!probe || bound == 0) return Status::Unavailable("controller: cannot listen on " + a);
+  probe->Shutdown(std::chrono::system_clock::now());
+  a = a.substr(0, a.size() - 1) + std::to_string(bound);
+  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_addr(), a + "\n"));
+  return a;
+}
+
 }  // namespace
 
 Status RunHaController(ControllerOptions options, const HaOptions& ha) {
@@ -116,6 +136,12 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
     if (status_server) status_server->Shutdown(std::chrono::system_clock::now());
     status_server.reset();
     if (!lead.ok()) break;  // stopped while following
+    if (!ha.cluster_dir.empty()) {
+      Result<std::string> own = OwnAddress(options.dir);
+      if (!own.ok()) return own.status();
+      BULWARK_RETURN_IF_ERROR(WriteFileAtomic(cluster::Layout{ha.cluster_dir}.controller_addr(), *own + "\n"));
+      log.Info("published " + *own + " to " + cluster::Layout{ha.cluster_dir}.controller_addr());
+    }
     const Term term = (*lead)->term();
     const Leadership* held = lead->get();
     options.open_journal = [etcd, prefix = ha.prefix, term](bool create) -> Result<std::unique_ptr<JournalStore>> {

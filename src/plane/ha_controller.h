@@ -23,6 +23,11 @@ struct HaOptions {
   // (its leader member lost) stalls writes and keep-alives 1-2.1 s here,
   // past the 2 s renew deadline a 3 s lease would give.
   int64_t lease_s = 5;
+  // --cluster-dir: the cluster directory agents and the CLI read
+  // controller.addr from; each new term writes this controller's address
+  // there, so they follow the leader (agents re-read it on every
+  // reconnect). "": publish nowhere.
+  std::string cluster_dir;
 };
 
 // Serves until SIGTERM or SIGINT. etcd unreachable at start is an

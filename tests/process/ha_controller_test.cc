@@ -1,7 +1,8 @@
 // Two `bulwark controller --etcd` processes over a real etcd member: one
 // leads and the other says whom it follows; SIGKILL the leader and the other
-// leads within the lease plus 2 s; etcd gone and the leader stops acting and
-// says so in status; etcd back and a controller leads again.
+// leads within the lease plus 2 s, and the cluster directory's address (what
+// agents and the CLI read) follows it; etcd gone and the leader stops acting
+// and says so in status; etcd back and a controller leads again.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -30,8 +31,9 @@ class HaController : public ::testing::Test {
     etcd_ = EtcdServer::Start(&why);
     ASSERT_NE(etcd_, nullptr) << why;
     const std::string token = "0123456789abcdef0123456789abcdef";
-    for (const char* id : {"a", "b"}) {
-      const std::string dir = MakeTempDir() + "/" + id;
+    const std::string root = MakeTempDir();
+    for (const char* id : {"a", "b", "cluster"}) {
+      const std::string dir = root + "/" + id;
       ::mkdir(dir.c_str(), 0755);
       std::ofstream(dir + "/token") << token << "\n";
       ::chmod((dir + "/token").c_str(), 0600);
@@ -44,7 +46,8 @@ class HaController : public ::testing::Test {
   std::unique_ptr<Process> Start(const std::string& id) {
     return std::make_unique<Process>(std::vector<std::string>{BinDir() + "/bulwark", "controller", "--init", "--etcd",
                                                               etcd_->endpoint(), "--etcd-lease", "2", "--dir",
-                                                              dirs_[id], "--controller-id", id});
+                                                              dirs_[id], "--controller-id", id, "--cluster-dir",
+                                                              dirs_["cluster"]});
   }
   json Status(const std::string& id) {
     ProcessResult r = testing::Run({BinDir() + "/bulwark", "status", "--json", "--dir", dirs_[id]}, {}, 10);
@@ -70,6 +73,7 @@ class HaController : public ::testing::Test {
 TEST_F(HaController, TheFollowerLeadsWithinTheLeasePlusTwoSecondsOfTheLeadersDeath) {
   auto a = Start("a");
   ASSERT_TRUE(StatusWithin("a", 15, [](const json& s) { return Leads(s, "a"); })) << Status("a").dump();
+  EXPECT_TRUE(Leads(Status("cluster"), "a")) << Status("cluster").dump();
   auto b = Start("b");
   ASSERT_TRUE(StatusWithin("b", 15, [](const json& s) {
     return s["ha"].value("role", "") == "follower" && s.value("leader", json()) == "a";
@@ -79,6 +83,8 @@ TEST_F(HaController, TheFollowerLeadsWithinTheLeasePlusTwoSecondsOfTheLeadersDea
   ASSERT_TRUE(StatusWithin("b", 2 + 2, [](const json& s) { return Leads(s, "b"); })) << Status("b").dump();
   std::printf("[ ha] b led %.2f s after a was killed (2 s lease)\n",
               std::chrono::duration<double>(Clock::now() - killed).count());
+  // The cluster's address, which agents and the CLI read, follows the leader.
+  EXPECT_TRUE(Leads(Status("cluster"), "b")) << Status("cluster").dump();
 }
 
 TEST_F(HaController, EtcdLostStopsTheLeaderWhichSaysSoAndLeadsAgainWhenEtcdReturns) {
