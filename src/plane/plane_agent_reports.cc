@@ -224,8 +224,10 @@ void Plane::ProbeDone(const ReachProbe& probe, const Status& reached, Time now) 
     return;
   }
   // A dead agent does not answer either; its lost heartbeat is the better
-  // account of it. Only a machine still reporting is unreachable.
-  if (a.last_heard <= a.probe_started) {
+  // account of it. Only a machine still reporting is unreachable: one
+  // silent for two report periods went silent during the probe (a switch
+  // that took its rack down: the domain's rule returns it, this would not).
+  if (a.last_heard <= a.probe_started || now - a.last_heard > std::chrono::milliseconds(1000)) {
     Log("machine " + probe.machine + " was not reached at " + probe.addr + ", but its agent is silent too: " +
         "not held against it");
     return;

@@ -172,5 +172,34 @@ TEST(PlaneDomains, ALoneLossInARackIsNotHeldBack) {
   EXPECT_EQ(plane.IncidentsJson()[0].dump().find("switch r1"), std::string::npos) << plane.IncidentsJson().dump();
 }
 
+// A standby's reach probe (due 5 s after its last) that its switch cut
+// short: the probe began while m04 reported (5.7 s), and failed 2 s later, by when m04 had been silent
+// for 2 s. It is not held against m04 (an unreachable address is a machine
+// that still reports), so the domain's rule, not the probe, decides it.
+TEST(PlaneDomains, AProbeCutShortBySilenceIsNotHeldAgainstTheMachine) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  o.probe_reachability = true;
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  for (const auto& [m, d] : kTwoByTwo) {
+    wire::RegisterRequest r = RegIn(m, d);
+    r.set_shard_addr("10.0.0." + m.substr(2) + ":7000");
+    ASSERT_TRUE((*p)->Register(r, TimeFromMs(1000)).ok());
+  }
+  ASSERT_TRUE((*p)->Submit(Launch(), TimeFromMs(1000)).ok());
+  for (const auto& [m, d] : kTwoByTwo) ASSERT_TRUE((*p)->Report(Report(m, {}), TimeFromMs(5500)).ok());
+  bool probed = false;
+  for (const Plane::ReachProbe& probe : (*p)->ProbesDue(TimeFromMs(5600))) {
+    if (probe.machine != "m04") continue;
+    probed = true;
+    ASSERT_TRUE((*p)->Report(Report("m04", {}), TimeFromMs(5700)).ok());
+    (*p)->ProbeDone(probe, Status::Unavailable("connecting to shard server 10.0.0.4:7000: timed out"),
+                    TimeFromMs(7700));
+  }
+  ASSERT_TRUE(probed) << "m04, a standby, is probed";
+  EXPECT_EQ(StateOf((*p)->StatusJson(TimeFromMs(7700)), "m04"), "standby");
+}
+
 }  // namespace
 }  // namespace bulwark::plane
