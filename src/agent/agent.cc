@@ -11,6 +11,45 @@
 
 namespace bulwark::agent {
 namespace detail {
+namespace {
+
+// The ring slots' ports: kRingSlots consecutive ports on `host`, above the
+// kernel's ephemeral range (32768-60999), so no outgoing connection takes
+// one while the slot's rank restarts; the controller's rendezvous ports
+// (launch.h) lie below it. They stay reserved for the agent's life: bound
+// here, never listened on, and marked SO_REUSEPORT only after the bind, so
+// another agent's probe (a plain bind) is refused while the slot's rank
+// (trainer/comm/ring.h, SO_REUSEPORT too) binds and listens. "" when none
+// are free.
+std::string ReserveRingSlots(const std::string& host, std::vector<int>* fds) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) return "";
+  const int span = (65500 - 61000) / Agent::kRingSlots;
+  for (int tries = 0, at = static_cast<int>(::getpid() % span); tries < span; ++tries, at = (at + 1) % span) {
+    const int base = 61000 + at * Agent::kRingSlots;
+    std::vector<int> held;
+    for (int port = base; port < base + Agent::kRingSlots; ++port) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      const int one = 1;
+      if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+          ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) {
+        if (fd >= 0) ::close(fd);
+        break;
+      }
+      held.push_back(fd);
+    }
+    if (static_cast<int>(held.size()) == Agent::kRingSlots) {
+      *fds = std::move(held);
+      return host + ":" + std::to_string(base);
+    }
+    for (int fd : held) ::close(fd);
+  }
+  return "";
+}
+
+}  // namespace
 
 Status Agent::Run() {
   std::thread commands([this] { CommandLoop(); });
@@ -101,6 +140,9 @@ bool Agent::Register() {
   req.set_incarnation(incarnation_);
   req.set_shard_addr(shards_->addr());
   req.set_domain(o_.domain);
+  // Fixed for the agent's life: the plans of a job's ranks name it.
+  if (ring_addr_.empty()) ring_addr_ = ReserveRingSlots(Address(), &ring_fds_);
+  req.set_ring_addr(ring_addr_);
   wire::RegisterReply reply;
   grpc::Status st = rpc->Register(&ctx, req, &reply);
   if (!st.ok()) {

@@ -113,6 +113,12 @@ void Agent::ApplyCommands() {
   }
 }
 
+std::string Agent::RingSlot(int local) const {
+  const size_t colon = ring_addr_.rfind(':');
+  if (colon == std::string::npos || local < 0 || local >= kRingSlots) return "";
+  return ring_addr_.substr(0, colon) + ":" + std::to_string(std::atoi(ring_addr_.c_str() + colon + 1) + local);
+}
+
 RankGroupSpec Agent::SpecFrom(const wire::Command& c) {
   RankGroupSpec spec;
   spec.generation = c.generation();
@@ -128,6 +134,14 @@ RankGroupSpec Agent::SpecFrom(const wire::Command& c) {
   spec.env[rank_client::kRankSocketEnv] = links_->path();
   if (c.spike_factor() > 0) spec.env[rank_client::kSpikeFactorEnv] = std::to_string(c.spike_factor());
   if (!c.spike_rule().empty()) spec.env[rank_client::kSpikeRuleEnv] = c.spike_rule();
+  // An elastic job's plans: each rank forms its ring from its own, at its
+  // slot's fixed address, with no store (common/ring_layout.h).
+  for (const auto& r : c.ranks()) {
+    const std::string slot = RingSlot(r.local_rank());
+    if (r.ring_plan().empty() || slot.empty()) continue;
+    spec.rank_env[r.rank()][rank_client::kRingPlanEnv] = r.ring_plan();
+    spec.rank_env[r.rank()][rank_client::kRingAddrEnv] = slot;
+  }
   // The machine's emulated matmul corruption, which the ranks read as they
   // compute (trainer/diag/sdc.h): a fault injected later reaches them too.
   spec.env["BULWARK_SDC_FILE"] = health_paths_.sdc;
@@ -432,6 +446,10 @@ void Agent::StartRanks(const RankGroupSpec& spec, const std::string& reason) {
     auto re = spec.rank_env.find(h.rank);
     if (re != spec.rank_env.end() && re->second.count(rank_client::kShardBackupOfEnv)) {
       a.backup_of = std::atoi(re->second.at(rank_client::kShardBackupOfEnv).c_str());
+    }
+    if (re != spec.rank_env.end() && re->second.count(rank_client::kRingPlanEnv)) {
+      a.ring_plan = re->second.at(rank_client::kRingPlanEnv);
+      a.ring_addr = re->second.at(rank_client::kRingAddrEnv);
     }
     a.log_path = supervisor_.LogPath(h.rank);
     if (Status st = links_->Send(h.pid, a.Format()); !st.ok()) {

@@ -105,8 +105,16 @@ class Agent {
   // protecting the job comes first.
   void ServeMetrics(int port);
   std::string Address() const { return o_.address.empty() ? "127.0.0.1" : o_.address; }
+  static constexpr int kRingSlots = 16;
+  // Local rank `local`'s fixed ring address, "" when the agent has none.
+  std::string RingSlot(int local) const;
 
  private:
+  // "host:port" of the ring slots (RegisterRequest.ring_addr): local rank i
+  // of an elastic job listens at port + i. Chosen at the first registration.
+  std::string ring_addr_;
+  std::vector<int> ring_fds_;  // the slots' ports, reserved (agent.cc); closed with the process
+
   // --- the controller connection ---------------------------------------
   std::shared_ptr<grpc::Channel> Channel();
 

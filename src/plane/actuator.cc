@@ -1,5 +1,9 @@
 #include "plane/actuator.h"
 
+#include <cstdlib>
+
+#include "common/ring_layout.h"
+
 namespace bulwark::plane {
 namespace {
 
@@ -23,6 +27,30 @@ wire::Command WarmStandby(const JobLaunch& launch, const Placement& placement, d
   // As a START_RANKS carries it: part of what the spare runs with.
   c.set_spike_factor(spike_factor);
   return c;
+}
+
+void AddRingPlans(std::vector<MachineCommand>& commands, const JobLaunch& launch, const Placement& placement,
+                  const std::map<MachineId, std::string>& ring_addrs) {
+  if (!launch.spec.elastic() || placement.ranks_per_machine > 16) return;
+  const int L = placement.ranks_per_machine, W = placement.world_size();
+  std::vector<std::pair<std::string, int>> slots;  // host, base port
+  for (const MachineId& m : placement.slots) {
+    auto it = ring_addrs.find(m);
+    const size_t colon = it == ring_addrs.end() ? std::string::npos : it->second.rfind(':');
+    if (colon == std::string::npos) return;
+    slots.emplace_back(it->second.substr(0, colon), std::atoi(it->second.c_str() + colon + 1));
+  }
+  const auto address = [&](int rank) {
+    const auto& [host, base] = slots[static_cast<size_t>(rank / L)];
+    return host + ":" + std::to_string(base + rank % L);
+  };
+  const uint64_t nonce = RingNonce(launch.spec.id, placement.generation);
+  for (MachineCommand& mc : commands) {
+    if (mc.command.kind() != wire::Command::START_RANKS) continue;
+    for (wire::RankLaunch& r : *mc.command.mutable_ranks()) {
+      r.set_ring_plan(EncodeRingPlan(PlanFor(r.rank(), W, /*group=*/0, nonce, address)));
+    }
+  }
 }
 
 int MasterPort(const JobLaunch& launch, int64_t generation) {

@@ -7,6 +7,7 @@
 // a no-op on the agent.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,15 @@ std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launc
 // that does not use it is idle, as with any STOP_RANKS. One id per job, so
 // that an agent re-applies it after any other command.
 wire::Command WarmStandby(const JobLaunch& launch, const Placement& placement, double spike_factor);
+
+// An elastic job's START_RANKS get each rank's ring plan (RankLaunch
+// ring_plan): its generation, cut by the auto layout, and the fixed ring
+// addresses of the ranks it links to, from `ring_addrs` (each machine's
+// RegisterRequest.ring_addr: local rank i listens at its port + i). With a
+// machine of the placement that offers none, no rank gets a plan and the
+// generation rendezvous through the store as before.
+void AddRingPlans(std::vector<MachineCommand>& commands, const JobLaunch& launch, const Placement& placement,
+                  const std::map<MachineId, std::string>& ring_addrs);
 
 // The port rank 0 listens on for `generation`: a fresh one per generation, so
 // a restart never waits for the previous run's socket to leave TIME_WAIT.

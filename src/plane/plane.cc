@@ -202,7 +202,15 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
     if (a.kind == ActionKind::kRestartAll && !a.placement.slots.empty()) {
       launch.master_addr = MasterAddrLocked(a.placement.slots[0]);
     }
-    for (MachineCommand& mc : Actuate(a, launch, controller_->state().placement, routes)) {
+    std::vector<MachineCommand> commands = Actuate(a, launch, controller_->state().placement, routes);
+    if (a.kind == ActionKind::kRestartAll) {
+      std::map<MachineId, std::string> ring_addrs;
+      for (const MachineId& m : a.placement.slots) {
+        if (auto it = agents_.find(m); it != agents_.end()) ring_addrs[m] = it->second.ring_addr;
+      }
+      AddRingPlans(commands, launch, a.placement, ring_addrs);
+    }
+    for (MachineCommand& mc : commands) {
       if (mc.command.kind() == wire::Command::START_RANKS) {
         mc.command.set_spike_factor(options_.policy.spike_factor);
         mc.command.set_spike_rule(options_.policy.spike_rule().Encode());
@@ -347,6 +355,7 @@ Status Plane::Register(const wire::RegisterRequest& req, Time now) {
   if (!a.shards.empty()) RoutesChangedLocked();
   a.shard_addr = req.shard_addr();
   a.domain = req.domain();
+  a.ring_addr = req.ring_addr();
   if (a.incarnation != req.incarnation()) {
     a.reached = false;
     a.incarnation = req.incarnation();

@@ -209,6 +209,9 @@ class Plane {
     // Its failure domain as its registration says ("" none): carried to the
     // policy in MachineJoined and the job's creation (policy_domains.cc).
     std::string domain;
+    // Its ring slots as its registration says (RegisterRequest.ring_addr),
+    // for an elastic job's ring plans (actuator.h: AddRingPlans); runtime.
+    std::string ring_addr;
     std::vector<ShardHolding> shards;
     std::string device_slowdown;  // the device's fail-slow hint, "" none (runtime, not journaled)
     // Its ranks of `generation` that exited 0 -> the last step each was seen

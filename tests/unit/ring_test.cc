@@ -276,6 +276,43 @@ TEST(Ring, AGenerationFormsFromTheControllersPlanWithNoStore) {
   }
 }
 
+// Under a plan a slot's address outlives its process: member 2 dies and a
+// new process listens at its address. Its neighbours' links to the old one
+// look kept; forming generation 2 finds them given up and makes them anew,
+// each side exchanging one HELLO per link (a second one, on a link that had
+// passed, was read as a stray frame by the collective that followed), and
+// a transfer to the new process dials it afresh instead of writing into the
+// dead one's link. Twice over, as a slot whose rank dies again.
+TEST(Ring, ASlotsNewProcessAtTheSameAddressRejoinsFromPlans) {
+  auto ms = Members(4);
+  std::vector<size_t> sizes;
+  PlannedGeneration(Ptrs(ms), 1, 1, &sizes, [&](int r) {
+    std::vector<torch::Tensor> v{torch::full({100}, r + 1, torch::kInt64)};
+    EXPECT_TRUE(ms[r].ring->AllReduce(v, false).ok());
+  });
+  for (uint64_t gen = 2; gen <= 3; ++gen) {
+    const std::string slot = ms[2].links->identity();
+    ms[2].ring.reset();
+    ms[2].links.reset();  // the process is gone, its sockets closed
+    auto again = RingLinks::ListenAt(slot, kTimeout);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    ms[2].links = std::move(*again);
+    std::vector<int64_t> sums(4);
+    std::vector<float> got(4);
+    PlannedGeneration(Ptrs(ms), gen, 1, &sizes, [&](int r) {
+      std::vector<torch::Tensor> v{torch::full({100}, r + 1, torch::kInt64)};
+      EXPECT_TRUE(ms[r].ring->AllReduce(v, false).ok());
+      sums[r] = v[0][99].item<int64_t>();
+      torch::Tensor t = torch::full({1000}, r == 1 ? 7.0f : 0.0f);
+      if (r == 1) EXPECT_TRUE(ms[r].ring->Send(t, 2, 5).ok() && ms[r].ring->WaitSends().ok());
+      if (r == 2) EXPECT_TRUE(ms[r].ring->Recv(t, 1, 5).ok());
+      got[r] = t[999].item<float>();
+    });
+    for (int64_t x : sums) EXPECT_EQ(x, 10) << "generation " << gen;
+    EXPECT_EQ(got[2], 7.0f) << "generation " << gen;
+  }
+}
+
 // Flat and in two levels (groups of at most 2: a failure crosses groups).
 TEST(Ring, ADeadMemberFailsEveryCollectiveAtOnceAndTheSurvivorsGoOn) {
   for (const int G : {1, 2}) {

@@ -164,8 +164,11 @@ Result<std::unique_ptr<RingLinks>> RingLinks::Bind(const std::string& where, dou
   l->listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (l->listen_fd_ < 0) return Status::Unavailable(Errno("ring listener socket"));
   LargeBuffers(l->listen_fd_);  // accepted links inherit them
+  // SO_REUSEPORT: the agent holds the slot's port reserved (bound, never
+  // listening: agent.cc), and this process listens on it beside.
   const int one = 1;
   ::setsockopt(l->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (timeout_s > 0) ::setsockopt(l->listen_fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
   sockaddr_in a = Parse(where);
   const double deadline = Now() + timeout_s;
   while (::bind(l->listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
@@ -374,9 +377,14 @@ Status Ring::Link() {
     if (k.second == kRingChannel && peers.count(k.first) == 0) stale.push_back(k);
   }
   for (const auto& k : stale) links_.Close(k);
+  // The second attempt is only for the links the first found given up (a
+  // kept link whose peer process is gone: under a plan, its slot's new
+  // process has the same address). A link that passed has had its one
+  // HELLO each way; a second would reach the peer as a stray frame.
+  std::vector<std::string> todo(peers.begin(), peers.end());
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::vector<std::string> redo;
-    for (const std::string& p : peers) {
+    for (const std::string& p : todo) {
       if (Fd(p, kRingChannel) >= 0) continue;
       if (links_.identity() < p) {
         auto fd = DialNeighbour(p);
@@ -384,17 +392,17 @@ Status Ring::Link() {
         links_.Add({p, kRingChannel}, *fd);
       }
     }
-    for (const std::string& p : peers) BULWARK_RETURN_IF_ERROR(AcceptUntil({p, kRingChannel}));
+    for (const std::string& p : todo) BULWARK_RETURN_IF_ERROR(AcceptUntil({p, kRingChannel}));
     Frame hello;
     hello.kind = kHello;
     hello.nonce = nonce_;
-    for (const std::string& p : peers) {
+    for (const std::string& p : todo) {
       size_t done = 0;
       if (!WriteAll(Fd(p, kRingChannel), reinterpret_cast<char*>(&hello), sizeof(hello), Deadline(), &done).ok()) {
         redo.push_back(p);
       }
     }
-    for (const std::string& p : peers) {
+    for (const std::string& p : todo) {
       if (std::find(redo.begin(), redo.end(), p) != redo.end()) continue;
       bool eof = false;
       Status st = ReadFrame(Fd(p, kRingChannel), /*tag=*/-1, nullptr, 0, &eof);
@@ -402,11 +410,18 @@ Status Ring::Link() {
       if (!st.ok()) redo.push_back(p);
     }
     if (redo.empty()) {
-      for (const std::string& p : peers) links_.kept_ += links_.fresh_.count(Fd(p, kRingChannel)) == 0;
+      for (const std::string& p : peers) {
+        const bool fresh = links_.fresh_.count(Fd(p, kRingChannel)) != 0;
+        links_.kept_ += !fresh;
+        // Both ends made this link now, so both drop what they kept to the
+        // peer point to point: it may lead to a process that is gone.
+        if (fresh) links_.Close({p, kPointChannel});
+      }
       return Status::OK();
     }
     // A kept link the peer had given up: it dials or accepts anew.
     for (const std::string& p : redo) links_.Close({p, kRingChannel});
+    todo = redo;
   }
   return Fail(Status::Unavailable("ring links to " + pred_ + ", " + succ_ + " and " + std::to_string(peers_.size() - 2) +
                                   " more could not be formed"));
