@@ -58,6 +58,7 @@ const std::vector<Command>& Commands() {
              {"grow", "G", "slurm: G more nodes as jobs of their own"},
              {"listen", "HOST", "slurm: the address the nodes reach the controller at"},
              {"tls", "", "mutual TLS between the controller, agents and this CLI (a fresh CA)"},
+             {"ha", "", "3 etcd members and 2 controllers; the leader serves (docs/control-plane.md)"},
              {"metrics-port", "P", "the controller's Prometheus /metrics on 127.0.0.1:P [any free port]"},
              {"signatures", "FILE", "the agents' log signature table instead of the built-in one"},
              {"nics", "A,B,..", "local: each machine's network interface, watched through the kernel [emulated links]"},

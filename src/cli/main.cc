@@ -43,6 +43,7 @@
 #include "control_client/control_client.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/ha_up.h"
 #include "cli/inject_commands.h"
 #include "cli/job_file.h"
 #include "cli/run_commands.h"
@@ -351,13 +352,17 @@ Status Up(const Args& a) {
   if (!places.ok()) return places.status();
   BULWARK_RETURN_IF_ERROR(FreshClusterState(a, layout, places->listen));
   // Fencing: on by default where a machine can be cut off (namespaces).
-  const std::string fence = a.Has("fence-timeout") ? a.Get("fence-timeout") : places->netns ? "3" : "0";
+  // Under --ha a failover (the 5 s lease, then a catch-up) must not fence
+  // every machine: the fence outlasts it.
+  const std::string fence =
+      a.Has("fence-timeout") ? a.Get("fence-timeout") : places->netns ? (a.Has("ha") ? "10" : "3") : "0";
   std::remove(layout.fence_timeout().c_str());
   if (fence != "0") BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.fence_timeout(), fence + "\n"));
   if (Result<std::chrono::milliseconds> f = cluster::ReadFenceTimeout(layout); !f.ok()) {
     return Status::InvalidArgument("up: --fence-timeout '" + fence + "' is not seconds; e.g. --fence-timeout 3");
   }
-  Result<ControlClient> client = StartController(a, layout, self);
+  Result<ControlClient> client =
+      a.Has("ha") ? StartHa(a, layout, self, places->listen) : StartController(a, layout, self);
   if (!client.ok()) return client.status();
   BULWARK_RETURN_IF_ERROR(StartAgents(a, layout, self, *places, *client));
   std::cout << "cluster up in " << up->dir << ": controller at " << client->address() << ", " << places->ids.size()
@@ -416,6 +421,11 @@ Status Down(const Args& a) {
   if (Result<pid_t> pid = cluster::LivePid(layout.controller_pid()); pid.ok()) {
     terminate({*pid});
     ++stopped;
+  }
+  // `up --ha`: the controllers, then the etcd members they journal to.
+  for (const std::vector<pid_t>& ha : {HaControllerPids(layout), HaEtcdPids(layout)}) {
+    terminate(ha);
+    stopped += ha.size();
   }
   std::cout << "stopped " << stopped << " processes in " << layout.dir << "\n";
   // The machines' namespaces go last: nothing runs in them any more.

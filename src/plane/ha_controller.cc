@@ -1,6 +1,8 @@
 #include "plane/ha_controller.h"
 
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -80,13 +82,20 @@ Result<std::string> OwnAddress(const std::string& dir) {
   std::string a = *addr;
   while (!a.empty() && (a.back() == '\n' || a.back() == ' ')) a.pop_back();
   if (a.size() < 2 || a.compare(a.size() - 2, 2, ":0") != 0) return a;
-  grpc::ServerBuilder builder;
-  int bound = 0;
-  builder.AddListeningPort(a, grpc::InsecureServerCredentials(), &bound);
-  std::unique_ptr<grpc::Server> probe = builder.BuildAndStart();
-  if (!probe || bound == 0) return Status::Unavailable("controller: cannot listen on " + a);
-  probe->Shutdown(std::chrono::system_clock::now());
-  a = a.substr(0, a.size() - 1) + std::to_string(bound);
+  // A port free on every interface a moment ago; the controller binds it
+  // within milliseconds.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  socklen_t len = sizeof any;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&any), sizeof any) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&any), &len) == 0) {
+    port = ntohs(any.sin_port);
+  }
+  ::close(fd);
+  if (port == 0) return Status::Unavailable("controller: no free port for " + a);
+  a = a.substr(0, a.size() - 1) + std::to_string(port);
   BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_addr(), a + "\n"));
   return a;
 }

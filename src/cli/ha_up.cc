@@ -1,0 +1,147 @@
+#include "cli/ha_up.h"
+
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "cluster/local/local_cluster.h"
+#include "common/files.h"
+#include "plane/etcd_client.h"
+
+namespace bulwark::cli {
+namespace {
+
+constexpr int kMembers = 3;
+const char* const kControllers[] = {"c1", "c2"};
+
+std::string EtcdDir(const cluster::Layout& l, int n) { return l.dir + "/etcd/" + std::to_string(n); }
+std::string ControllerDir(const cluster::Layout& l, const std::string& id) { return l.dir + "/controllers/" + id; }
+
+int FreeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+bool Poll(double seconds, const std::function<bool()>& ready) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < until) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return ready();
+}
+
+std::string Quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Three fresh members on loopback ports; their endpoints.
+Result<std::string> StartEtcd(const cluster::Layout& layout) {
+  std::vector<std::string> clients, peers;
+  std::string initial;
+  for (int n = 0; n < kMembers; ++n) {
+    clients.push_back("127.0.0.1:" + std::to_string(FreeLoopbackPort()));
+    peers.push_back("http://127.0.0.1:" + std::to_string(FreeLoopbackPort()));
+    initial += (n ? "," : "") + std::string("e") + std::to_string(n) + "=" + peers.back();
+  }
+  for (int n = 0; n < kMembers; ++n) {
+    const std::string dir = EtcdDir(layout, n);
+    std::error_code ec;
+    std::filesystem::remove_all(dir + "/data", ec);  // a fresh cluster starts from nothing
+    BULWARK_RETURN_IF_ERROR(MakeDirs(dir));
+    // The shell writes the member's own pid, then becomes etcd.
+    const std::string cmd =
+        "echo $$ > " + Quoted(dir + "/etcd.pid") + "; exec etcd --name e" + std::to_string(n) + " --data-dir " +
+        Quoted(dir + "/data") + " --listen-client-urls http://" + clients[n] + " --advertise-client-urls http://" +
+        clients[n] + " --listen-peer-urls " + peers[n] + " --initial-advertise-peer-urls " + peers[n] +
+        " --initial-cluster " + initial + " --initial-cluster-state new --log-level error";
+    BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached({"/bin/sh", "-c", cmd}, dir + "/etcd.log"));
+  }
+  for (int n = 0; n < kMembers; ++n) {
+    if (!Poll(20, [&] { return plane::EtcdClient::Connect(clients[n], std::chrono::milliseconds(500)).ok(); })) {
+      return Status::Unavailable("etcd member " + std::to_string(n) + " did not answer within 20 s at " + clients[n] +
+                                 "; see " + EtcdDir(layout, n) + "/etcd.log (is etcd-server installed? "
+                                 "scripts/install-deps.sh)");
+    }
+  }
+  std::string endpoints;
+  for (const std::string& c : clients) endpoints += (endpoints.empty() ? "" : ",") + c;
+  return endpoints;
+}
+
+}  // namespace
+
+Result<ControlClient> StartHa(const Args& a, const cluster::Layout& layout, const std::string& self,
+                              const std::string& listen) {
+  if (a.Has("tls")) return Status::InvalidArgument("up: --ha with --tls is not supported yet; leave out one of them");
+  Result<std::string> endpoints = StartEtcd(layout);
+  if (!endpoints.ok()) return endpoints.status();
+  Result<std::string> token = ReadFile(layout.token());
+  if (!token.ok()) return token.status();
+  // One prefix per `up`: a controller of an earlier cluster cannot lead this one.
+  const std::string prefix = "/bulwark/" + token->substr(0, 8) + "/";
+  for (const char* id : kControllers) {
+    const cluster::Layout own{ControllerDir(layout, id)};
+    BULWARK_RETURN_IF_ERROR(MakeDirs(own.dir));
+    BULWARK_RETURN_IF_ERROR(WriteFileAtomic(own.token(), *token));
+    ::chmod(own.token().c_str(), 0600);
+    BULWARK_RETURN_IF_ERROR(WriteFileAtomic(own.controller_addr(), listen + ":0\n"));
+    std::remove(own.controller_pid().c_str());
+    std::vector<std::string> argv = {self,          "controller", "--init",        "--dir",       own.dir,
+                                     "--etcd",      *endpoints,   "--etcd-prefix", prefix,        "--controller-id",
+                                     id,            "--cluster-dir", layout.dir};
+    for (const char* f : {"ladder-rungs", "ladder-tests", "ladder-budget", "failure-rate", "ladder-align-every"}) {
+      if (a.Has(f)) argv.insert(argv.end(), {std::string("--") + f, a.Get(f)});
+    }
+    BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(argv, own.controller_log()));
+    if (id != kControllers[0]) break;
+    // The first leads: it publishes its address, then answers.
+    auto leads = [&] {
+      Result<ControlClient> c = ControlClient::Connect(layout.dir);
+      Result<nlohmann::json> s = c.ok() ? c->Status() : Result<nlohmann::json>(c.status());
+      return s.ok() && s->value("leader", nlohmann::json()) == id;
+    };
+    if (!Poll(20, leads)) {
+      return Status::Unavailable(std::string("controller ") + id + " did not lead within 20 s; see " +
+                                 own.controller_log());
+    }
+  }
+  return ControlClient::Connect(layout.dir);
+}
+
+std::vector<pid_t> HaControllerPids(const cluster::Layout& layout) {
+  std::vector<pid_t> out;
+  for (const std::string& id : ListDir(layout.dir + "/controllers")) {
+    if (Result<pid_t> p = cluster::LivePid(cluster::Layout{ControllerDir(layout, id)}.controller_pid()); p.ok()) {
+      out.push_back(*p);
+    }
+  }
+  return out;
+}
+
+std::vector<pid_t> HaEtcdPids(const cluster::Layout& layout) {
+  std::vector<pid_t> out;
+  for (const std::string& n : ListDir(layout.dir + "/etcd")) {
+    if (Result<pid_t> p = cluster::LivePid(layout.dir + "/etcd/" + n + "/etcd.pid"); p.ok()) out.push_back(*p);
+  }
+  return out;
+}
+
+}  // namespace bulwark::cli

@@ -1,0 +1,33 @@
+// `bulwark up --ha` (issue 37): the local cluster's control plane as three
+// etcd members and two controllers on this host, each controller with a
+// directory of its own (DIR/controllers/ID: its pid, log, address and a
+// copy of the token) and each member likewise (DIR/etcd/N: etcd.pid,
+// etcd.log, its data). The leader writes its address to DIR/controller.addr,
+// which agents and the CLI read (plane/ha_controller.h).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cluster/layout.h"
+#include "control_client/control_client.h"
+
+namespace bulwark::cli {
+
+using control_client::ControlClient;
+
+// Starts the members, waits until each answers, then the controllers (the
+// first leads), and returns a client of the leader. `listen`: the host the
+// controllers listen on.
+Result<ControlClient> StartHa(const Args& a, const cluster::Layout& layout, const std::string& self,
+                              const std::string& listen);
+
+// What `bulwark down` stops once the agents are gone: the controllers, then
+// the etcd members (live pids only).
+std::vector<pid_t> HaControllerPids(const cluster::Layout& layout);
+std::vector<pid_t> HaEtcdPids(const cluster::Layout& layout);
+
+}  // namespace bulwark::cli
