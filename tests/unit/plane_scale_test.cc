@@ -150,6 +150,32 @@ TEST(PlaneScale, ASilentMachineNamedClosedByAPeerIsLostBeforeTheLease) {
   EXPECT_NE(StateOf(*p, "m00002", 3500), "evicted") << "nobody saw its connections close: it may run cut off";
 }
 
+// A job waiting for machines is stopped again at every further loss; a
+// machine already stopped keeps its command, so its stream writes nothing
+// (at 12,500 machines each such loss wrote 12,499 STOP_RANKS).
+TEST(PlaneScale, AStoppedMachineKeepsItsStopWhileTheJobWaitsAndLosesMore) {
+  plane::PlaneOptions o;
+  o.db_path = bulwark::testing::MakeTempDir() + "/c.db";
+  o.tick_period = std::chrono::milliseconds(100000);
+  std::unique_ptr<plane::Plane> p = FleetWithAJob(5, o);  // m00001-4 placed, m00005 standby
+  // Each step: the machines in `alive` report every 500 ms for 3 s; the rest fall silent.
+  int64_t t = 1000;
+  auto run = [&](std::vector<std::string> alive) {
+    for (int k = 0; k < 6; ++k) {
+      t += 500;
+      for (const std::string& m : alive) ASSERT_TRUE(p->Report(bulwark::testing::Report(m, {}), TimeFromMs(t)).ok());
+      p->Tick(TimeFromMs(t));
+    }
+  };
+  run({"m00002", "m00003", "m00004", "m00005"});  // m00001 lost: the standby takes its place
+  run({"m00003", "m00004", "m00005"});            // m00002 lost: no standby, the job waits
+  const wire::Command first = bulwark::testing::Desired(*p, "m00004", t);
+  ASSERT_EQ(first.kind(), wire::Command::STOP_RANKS);
+  run({"m00004", "m00005"});  // m00003 lost too, while waiting
+  EXPECT_EQ(StateOf(*p, "m00003", t), "evicted");
+  EXPECT_EQ(bulwark::testing::Desired(*p, "m00004", t).id(), first.id()) << "stopped already: nothing new to write";
+}
+
 // After a restart every agent is silent until it reconnects; the tick asks
 // of each whether a peer saw it close. Asking once per machine was O(N^2):
 // 3-4 s under the lock at 12,500 agents.
