@@ -113,10 +113,13 @@ void Agent::ApplyCommands() {
   }
 }
 
-std::string Agent::RingSlot(int local) const {
+std::string Agent::RingSlot(int local, bool pipeline) const {
   const size_t colon = ring_addr_.rfind(':');
-  if (colon == std::string::npos || local < 0 || local >= kRingSlots) return "";
-  return ring_addr_.substr(0, colon) + ":" + std::to_string(std::atoi(ring_addr_.c_str() + colon + 1) + local);
+  if (colon == std::string::npos || local < 0 || local >= (pipeline ? kRingSlots / 2 : kRingSlots)) return "";
+  const std::string host = ring_addr_.substr(0, colon);
+  const int base = std::atoi(ring_addr_.c_str() + colon + 1);
+  const std::string world = host + ":" + std::to_string(base + local);
+  return pipeline ? world + "|" + host + ":" + std::to_string(base + kRingSlots / 2 + local) : world;
 }
 
 RankGroupSpec Agent::SpecFrom(const wire::Command& c) {
@@ -137,7 +140,7 @@ RankGroupSpec Agent::SpecFrom(const wire::Command& c) {
   // An elastic job's plans: each rank forms its ring from its own, at its
   // slot's fixed address, with no store (common/ring_layout.h).
   for (const auto& r : c.ranks()) {
-    const std::string slot = RingSlot(r.local_rank());
+    const std::string slot = RingSlot(r.local_rank(), r.ring_plan().find('|') != std::string::npos);
     if (r.ring_plan().empty() || slot.empty()) continue;
     spec.rank_env[r.rank()][rank_client::kRingPlanEnv] = r.ring_plan();
     spec.rank_env[r.rank()][rank_client::kRingAddrEnv] = slot;

@@ -106,8 +106,10 @@ class Agent {
   void ServeMetrics(int port);
   std::string Address() const { return o_.address.empty() ? "127.0.0.1" : o_.address; }
   static constexpr int kRingSlots = 16;
-  // Local rank `local`'s fixed ring address, "" when the agent has none.
-  std::string RingSlot(int local) const;
+  // Local rank `local`'s fixed ring address, "" when the agent has none;
+  // for a pipeline's ("world|stage"), its world ring's and, 8 ports above,
+  // its stage ring's.
+  std::string RingSlot(int local, bool pipeline) const;
 
  private:
   // "host:port" of the ring slots (RegisterRequest.ring_addr): local rank i

@@ -1,5 +1,6 @@
 #include "plane/actuator.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "common/ring_layout.h"
@@ -31,8 +32,10 @@ wire::Command WarmStandby(const JobLaunch& launch, const Placement& placement, d
 
 void AddRingPlans(std::vector<MachineCommand>& commands, const JobLaunch& launch, const Placement& placement,
                   const std::map<MachineId, std::string>& ring_addrs) {
-  if (!launch.spec.elastic() || placement.ranks_per_machine > 16) return;
-  const int L = placement.ranks_per_machine, W = placement.world_size();
+  const int L = placement.ranks_per_machine, W = placement.world_size(), pp = std::max(1, launch.spec.pp);
+  // A pipeline's rank listens for its stage ring 8 ports above its world
+  // ring's (the agent reserves 16: agent.cc).
+  if (!launch.spec.elastic() || L > (pp > 1 ? 8 : 16) || W % pp != 0) return;
   std::vector<std::pair<std::string, int>> slots;  // host, base port
   for (const MachineId& m : placement.slots) {
     auto it = ring_addrs.find(m);
@@ -40,15 +43,29 @@ void AddRingPlans(std::vector<MachineCommand>& commands, const JobLaunch& launch
     if (colon == std::string::npos) return;
     slots.emplace_back(it->second.substr(0, colon), std::atoi(it->second.c_str() + colon + 1));
   }
-  const auto address = [&](int rank) {
+  const auto address = [&](int rank, int ring) {
     const auto& [host, base] = slots[static_cast<size_t>(rank / L)];
-    return host + ":" + std::to_string(base + rank % L);
+    return host + ":" + std::to_string(base + 8 * ring + rank % L);
   };
   const uint64_t nonce = RingNonce(launch.spec.id, placement.generation);
+  const int D = W / pp;  // replicas: stage s holds ranks [s D, (s + 1) D) (trainer/step/pipeline_plan.h)
   for (MachineCommand& mc : commands) {
     if (mc.command.kind() != wire::Command::START_RANKS) continue;
     for (wire::RankLaunch& r : *mc.command.mutable_ranks()) {
-      r.set_ring_plan(EncodeRingPlan(PlanFor(r.rank(), W, /*group=*/0, nonce, address)));
+      const int rank = r.rank();
+      RingPlan world = PlanFor(rank, W, /*group=*/0, nonce, [&](int x) { return address(x, 0); });
+      if (pp == 1) {
+        r.set_ring_plan(EncodeRingPlan(world));
+        continue;
+      }
+      // Its pipeline neighbours (the previous and next stage of its
+      // replica) send it activations and gradients over the world ring.
+      for (int x : {rank - D, rank + D}) {
+        if (x >= 0 && x < W) world.identities[x] = address(x, 0);
+      }
+      const int stage = rank / D;
+      const RingPlan ring = PlanFor(rank % D, D, /*group=*/0, nonce, [&](int d) { return address(stage * D + d, 1); });
+      r.set_ring_plan(EncodeRingPlan(world) + "|" + EncodeRingPlan(ring));
     }
   }
 }

@@ -40,22 +40,35 @@ std::vector<int> FixedPorts(int n) {
 class ElasticPlan : public Trainer {
  protected:
   // `world` ranks started at once, each with only its plan; the store's
-  // port is one no one listens on.
-  std::vector<ProcessResult> LaunchPlanned(int world, int group, const std::vector<std::string>& flags) {
-    const std::vector<int> ports = FixedPorts(world);
-    EXPECT_EQ(static_cast<int>(ports.size()), world);
-    auto addr = [&](int r) { return "127.0.0.1:" + std::to_string(ports[r]); };
+  // port is one no one listens on. With `pp` > 1, each rank also gets its
+  // stage ring's plan and address, and its world plan names its pipeline
+  // neighbours, as the controller cuts them (plane/actuator.cc).
+  std::vector<ProcessResult> LaunchPlanned(int world, int group, const std::vector<std::string>& flags, int pp = 1) {
+    const std::vector<int> ports = FixedPorts(2 * world);
+    EXPECT_EQ(static_cast<int>(ports.size()), 2 * world);
+    auto addr = [&](int r, int ring) { return "127.0.0.1:" + std::to_string(ports[ring * world + r]); };
+    const int D = world / pp;
     std::vector<std::unique_ptr<testing::Process>> procs;
     for (int r = 0; r < world; ++r) {
-      const RingPlan plan = PlanFor(r, world, group, RingNonce("plan-test", 1), addr);
+      RingPlan plan = PlanFor(r, world, group, RingNonce("plan-test", 1), [&](int x) { return addr(x, 0); });
+      std::string text = EncodeRingPlan(plan), where = addr(r, 0);
+      if (pp > 1) {
+        for (int x : {r - D, r + D}) {
+          if (x >= 0 && x < world) plan.identities[x] = addr(x, 0);
+        }
+        const RingPlan stage = PlanFor(r % D, D, group, RingNonce("plan-test", 1),
+                                       [&](int d) { return addr(r / D * D + d, 1); });
+        text = EncodeRingPlan(plan) + "|" + EncodeRingPlan(stage);
+        where += "|" + addr(r, 1);
+      }
       procs.push_back(std::make_unique<testing::Process>(
           Args(flags), std::map<std::string, std::string>{{"RANK", std::to_string(r)},
                                                          {"LOCAL_RANK", std::to_string(r)},
                                                          {"WORLD_SIZE", std::to_string(world)},
                                                          {"MASTER_ADDR", "127.0.0.1"},
                                                          {"MASTER_PORT", "9"},
-                                                         {"BULWARK_RING_ADDR", addr(r)},
-                                                         {"BULWARK_RING_PLAN", EncodeRingPlan(plan)}}));
+                                                         {"BULWARK_RING_ADDR", where},
+                                                         {"BULWARK_RING_PLAN", text}}));
     }
     std::vector<ProcessResult> out;
     for (auto& p : procs) out.push_back(p->Wait());
@@ -78,6 +91,20 @@ TEST_F(ElasticPlan, ARingFormedFromPlansAloneComputesTheSameBits) {
     ASSERT_FALSE(start.empty()) << run[0].out << run[0].err;
     EXPECT_EQ(start[0].value("rendezvous", ""), "plan") << start[0].dump();
   }
+}
+
+// Replicas that are pipelines: 3 replicas of 2 stages form the world ring
+// and each stage's ring from plans alone and end on the bits of one
+// pipeline computing all 3 replicas' micro-batches.
+TEST_F(ElasticPlan, PipelineReplicasFormBothRingsFromPlansAlone) {
+  const std::vector<std::string> flags = {"--steps", "3", "--batch-size", "4", "--elastic-replicas", "3", "--pp", "2",
+                                          "--micro-batches", "2", "--precision", "fp32", "--memory-ckpt", "off"};
+  const std::string want = Checksum(Launch(2, flags), 3);
+  auto run = LaunchPlanned(6, 0, flags, /*pp=*/2);
+  EXPECT_EQ(Checksum(run, 3), want);
+  auto start = testing::Events(run[0], "start");
+  ASSERT_FALSE(start.empty()) << run[0].out << run[0].err;
+  EXPECT_EQ(start[0].value("rendezvous", ""), "plan") << start[0].dump();
 }
 
 // A plan the rank cannot read is a one-line error that names the variable

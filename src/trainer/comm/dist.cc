@@ -169,7 +169,7 @@ Result<std::unique_ptr<Comm>> Comm::Join(const DistEnv& env, const RingPlan& pla
 Comm::~Comm() = default;
 
 Result<std::unique_ptr<Comm>> Comm::Subgroup(const std::string& name, const std::vector<int>& ranks,
-                                             double timeout_s, RingLinks* links) {
+                                             double timeout_s, RingLinks* links, const RingPlan* plan) {
   std::unique_ptr<Comm> c(new Comm());
   auto it = std::find(ranks.begin(), ranks.end(), env_.rank);
   if (it == ranks.end()) return Status::Internal("rank " + std::to_string(env_.rank) + " is not in group " + name);
@@ -177,8 +177,14 @@ Result<std::unique_ptr<Comm>> Comm::Subgroup(const std::string& name, const std:
   c->env_.rank = static_cast<int>(it - ranks.begin());
   c->env_.world_size = static_cast<int>(ranks.size());
   if (ring_ && !store_ && ranks.size() > 1) {
-    return Status::FailedPrecondition("group " + name + ": a generation joined from a plan (no store) has no "
-                                      "subgroups; its plan would have to name the group's ring");
+    if (plan == nullptr || links == nullptr) {
+      return Status::FailedPrecondition("group " + name + ": a generation joined from a plan (no store) forms "
+                                        "a subgroup only from a plan of the group's ring");
+    }
+    auto r = Ring::Form(*plan, c->env_.rank, c->env_.world_size, timeout_s, *links);
+    if (!r.ok()) return r.status();
+    c->ring_ = std::move(*r);
+    return c;
   }
   if (ranks.size() == 1 || !store_) return c;
   if (ring_ && links == nullptr) return Status::Internal("a ring's subgroup needs links of its own (group " + name + ")");

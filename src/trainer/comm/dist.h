@@ -89,8 +89,10 @@ class Comm {
   // world ranks in group order and must contain this rank. On a ring, the
   // group is a ring of its own over `links` (a listener other than the
   // world's: ring.h), which the caller keeps between generations.
+  // A generation joined from a plan (no store) forms the group's ring from
+  // `plan`, cut for the group's own ranks (0..size-1).
   Result<std::unique_ptr<Comm>> Subgroup(const std::string& name, const std::vector<int>& ranks, double timeout_s,
-                                         RingLinks* links = nullptr);
+                                         RingLinks* links = nullptr, const RingPlan* plan = nullptr);
 
   // Point-to-point, for pipeline stages. Send starts sending `t` (kept alive
   // until WaitSends) to world rank `dst`; Recv fills `t` from `src` and

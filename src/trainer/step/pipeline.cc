@@ -179,7 +179,8 @@ Result<PipelinePlace> PlaceInPipeline(TrainProcess& p, Comm& world) {
   }
   std::vector<int> ranks;
   for (int d = 0; d < c->dp_size; ++d) ranks.push_back(RankOf(d, c->pp, c->dp_size));
-  auto dp = world.Subgroup("dp-stage-" + std::to_string(c->pp), ranks, cfg.dist_timeout_s, p.stage_ring.get());
+  auto dp = world.Subgroup("dp-stage-" + std::to_string(c->pp), ranks, cfg.dist_timeout_s, p.stage_ring.get(),
+                           p.stage_plan ? &*p.stage_plan : nullptr);
   if (!dp.ok()) return dp.status();
   place.dp = std::move(*dp);
   return place;

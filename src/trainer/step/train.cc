@@ -164,49 +164,79 @@ Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
   return Status::OK();
 }
 
-// The controller's plan for this generation: with it, an elastic
-// data-parallel ring forms with no store at all, listening at the slot's
-// fixed address that the plans of its neighbours name (docs/recovery.md).
-// A pipeline's stages also form rings of their own, which a plan does not
-// name yet: they rendezvous through the store.
-Result<std::optional<RingPlan>> PlanFromEnv(const TrainConfig& cfg) {
+// The controller's plans for this generation (BULWARK_RING_PLAN) and the
+// slot's fixed addresses (BULWARK_RING_ADDR): with them an elastic ring job
+// forms with no store at all, listening where its neighbours' plans say
+// (docs/recovery.md). A pipeline's replicas have two rings, the world's and
+// their stage's, so each variable then holds two, "world|stage".
+struct Plans {
+  std::string addr, stage_addr;
+  RingPlan world;
+  std::optional<RingPlan> stage;
+};
+Result<std::optional<Plans>> PlansFromEnv(const TrainConfig& cfg) {
   const char* plan = std::getenv(rank_client::kRingPlanEnv);
   const char* addr = std::getenv(rank_client::kRingAddrEnv);
-  if (plan == nullptr || addr == nullptr || *plan == '\0' || *addr == '\0') return std::optional<RingPlan>();
-  if (cfg.elastic_replicas == 0 || cfg.elastic_comm != "ring" || UsesPipeline(cfg)) return std::optional<RingPlan>();
-  auto decoded = DecodeRingPlan(plan);
-  if (!decoded.ok()) return decoded.status().Annotate(rank_client::kRingPlanEnv);
-  return std::optional<RingPlan>(std::move(*decoded));
+  if (plan == nullptr || addr == nullptr || *plan == '\0' || *addr == '\0') return std::optional<Plans>();
+  if (cfg.elastic_replicas == 0 || cfg.elastic_comm != "ring") return std::optional<Plans>();
+  const std::string p = plan, a = addr;
+  const size_t bar = p.find('|'), abar = a.find('|');
+  if ((bar == std::string::npos) != !UsesPipeline(cfg) || (abar == std::string::npos) != (bar == std::string::npos)) {
+    return Status::InvalidArgument(std::string(rank_client::kRingPlanEnv) + " and " + rank_client::kRingAddrEnv +
+                                   " must hold two plans and addresses, world|stage, for a pipeline, one otherwise");
+  }
+  Plans out;
+  out.addr = a.substr(0, abar);
+  auto world = DecodeRingPlan(p.substr(0, bar));
+  if (!world.ok()) return world.status().Annotate(rank_client::kRingPlanEnv);
+  out.world = std::move(*world);
+  if (bar != std::string::npos) {
+    out.stage_addr = a.substr(abar + 1);
+    auto stage = DecodeRingPlan(p.substr(bar + 1));
+    if (!stage.ok()) return stage.status().Annotate(rank_client::kRingPlanEnv);
+    out.stage = std::move(*stage);
+  }
+  return std::optional<Plans>(std::move(out));
 }
 
-// This generation's communicator: from the plan, or through the store.
+// Links listening at `addr`, kept while the slot is the same.
+Status ListenAt(std::unique_ptr<RingLinks>& links, const std::string& addr, double timeout_s) {
+  if (links && links->identity() == addr) return Status::OK();
+  auto fresh = RingLinks::ListenAt(addr, timeout_s);
+  if (!fresh.ok()) return fresh.status();
+  links = std::move(*fresh);
+  return Status::OK();
+}
+
+// This generation's communicator: from the plans, or through the store.
 Result<std::unique_ptr<Comm>> Rendezvous(TrainProcess& p, const DistEnv& env, GenerationStart& g) {
-  auto plan = PlanFromEnv(p.cfg);
-  if (!plan.ok()) return plan.status();
+  auto plans = PlansFromEnv(p.cfg);
+  if (!plans.ok()) return plans.status();
   const bool ring = p.cfg.elastic_replicas > 0 && p.cfg.elastic_comm == "ring" && env.world_size > 1;
-  g.rendezvous = *plan ? "plan" : "store";
-  if (*plan) {
-    const std::string addr = std::getenv(rank_client::kRingAddrEnv);
-    if (!p.ring || p.ring->identity() != addr) {  // a new slot: links to its address
-      auto links = RingLinks::ListenAt(addr, p.cfg.dist_timeout_s);
-      if (!links.ok()) return links.status();
-      p.ring = std::move(*links);
+  g.rendezvous = *plans ? "plan" : "store";
+  p.stage_plan.reset();
+  if (*plans) {
+    const Plans& pl = **plans;
+    BULWARK_RETURN_IF_ERROR(ListenAt(p.ring, pl.addr, p.cfg.dist_timeout_s));
+    if (pl.stage) {
+      BULWARK_RETURN_IF_ERROR(ListenAt(p.stage_ring, pl.stage_addr, p.cfg.dist_timeout_s));
+      p.stage_plan = pl.stage;
     }
-    return Comm::Join(env, **plan, p.cfg.dist_timeout_s, *p.ring);
+    return Comm::Join(env, pl.world, p.cfg.dist_timeout_s, *p.ring);
   }
   if (ring && !p.ring) {
     auto links = RingLinks::Listen(env.master_addr);
     if (!links.ok()) return links.status();
     p.ring = std::move(*links);
     p.ring->SetGroupSize(p.cfg.ring_group);
-    // An elastic pipeline's stage reduces over a ring of its own, whose
-    // links outlive a generation like the world ring's.
-    if (p.cfg.pp > 1) {
-      auto stage = RingLinks::Listen(env.master_addr);
-      if (!stage.ok()) return stage.status();
-      p.stage_ring = std::move(*stage);
-      p.stage_ring->SetGroupSize(p.cfg.ring_group);
-    }
+  }
+  // An elastic pipeline's stage reduces over a ring of its own, whose
+  // links outlive a generation like the world ring's.
+  if (ring && p.cfg.pp > 1 && !p.stage_ring) {
+    auto stage = RingLinks::Listen(env.master_addr);
+    if (!stage.ok()) return stage.status();
+    p.stage_ring = std::move(*stage);
+    p.stage_ring->SetGroupSize(p.cfg.ring_group);
   }
   return Comm::Connect(env, p.cfg.dist_timeout_s, p.ring.get());
 }

@@ -65,6 +65,8 @@ struct TrainProcess {
   std::unique_ptr<RingLinks> ring;
   // An elastic pipeline's second ring, among its stage's replicas.
   std::unique_ptr<RingLinks> stage_ring;
+  // This generation's plan of the stage ring, when it was joined from plans.
+  std::optional<RingPlan> stage_plan;
   // An elastic pipeline's stage (elastic_pipeline.h), which `store` holds;
   // -1 until the first generation.
   int stage = -1;
