@@ -1,7 +1,5 @@
 #include "cli/ha_up.h"
 
-#include <sys/socket.h>
-#include <netinet/in.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +10,7 @@
 #include "cluster/local/local_cluster.h"
 #include "common/files.h"
 #include "plane/etcd_client.h"
+#include "plane/ha_controller.h"
 
 namespace bulwark::cli {
 namespace {
@@ -21,21 +20,6 @@ const char* const kControllers[] = {"c1", "c2"};
 
 std::string EtcdDir(const cluster::Layout& l, int n) { return l.dir + "/etcd/" + std::to_string(n); }
 std::string ControllerDir(const cluster::Layout& l, const std::string& id) { return l.dir + "/controllers/" + id; }
-
-int FreeLoopbackPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 bool Poll(double seconds, const std::function<bool()>& ready) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
@@ -57,8 +41,8 @@ Result<std::string> StartEtcd(const cluster::Layout& layout) {
   std::vector<std::string> clients, peers;
   std::string initial;
   for (int n = 0; n < kMembers; ++n) {
-    clients.push_back("127.0.0.1:" + std::to_string(FreeLoopbackPort()));
-    peers.push_back("http://127.0.0.1:" + std::to_string(FreeLoopbackPort()));
+    clients.push_back("127.0.0.1:" + std::to_string(plane::FreeTcpPort()));
+    peers.push_back("http://127.0.0.1:" + std::to_string(plane::FreeTcpPort()));
     initial += (n ? "," : "") + std::string("e") + std::to_string(n) + "=" + peers.back();
   }
   for (int n = 0; n < kMembers; ++n) {

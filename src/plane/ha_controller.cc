@@ -82,25 +82,29 @@ Result<std::string> OwnAddress(const std::string& dir) {
   std::string a = *addr;
   while (!a.empty() && (a.back() == '\n' || a.back() == ' ')) a.pop_back();
   if (a.size() < 2 || a.compare(a.size() - 2, 2, ":0") != 0) return a;
-  // A port free on every interface a moment ago; the controller binds it
-  // within milliseconds.
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in any{};
-  any.sin_family = AF_INET;
-  socklen_t len = sizeof any;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&any), sizeof any) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&any), &len) == 0) {
-    port = ntohs(any.sin_port);
-  }
-  ::close(fd);
-  if (port == 0) return Status::Unavailable("controller: no free port for " + a);
+  // The controller binds it within milliseconds.
+  const int port = FreeTcpPort();
+  if (port <= 0) return Status::Unavailable("controller: no free port for " + a);
   a = a.substr(0, a.size() - 1) + std::to_string(port);
   BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_addr(), a + "\n"));
   return a;
 }
 
 }  // namespace
+
+int FreeTcpPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  socklen_t len = sizeof any;
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&any), sizeof any) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&any), &len) == 0) {
+    port = ntohs(any.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
 
 Status RunHaController(ControllerOptions options, const HaOptions& ha) {
   const Logger log("controller");

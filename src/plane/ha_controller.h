@@ -30,6 +30,11 @@ struct HaOptions {
   std::string cluster_dir;
 };
 
+// A TCP port that was free on every interface a moment ago (bound to 0 and
+// released): for etcd members and a controller whose address must be known
+// before it listens. -1 when none could be bound.
+int FreeTcpPort();
+
 // Serves until SIGTERM or SIGINT. etcd unreachable at start is an
 // Unavailable error of one line naming the endpoints.
 Status RunHaController(ControllerOptions options, const HaOptions& ha);

@@ -21,6 +21,7 @@ using testing::DeviceFailed;
 using testing::Launch;
 using testing::Reg;
 using testing::Report;
+using testing::RestoredEvent;
 using testing::Step;
 
 enum class Backend { kSqlite, kEtcd };
@@ -139,20 +140,6 @@ TEST_P(JournalBackends, DroppedRowsAreGoneAndTheRestKeepTheirOrder) {
 }
 
 // --- the plane: journal replay --------------------------------------------
-
-wire::AgentEvent RestoredEvent(int64_t seq, int64_t step, const std::string& source, int64_t newest, int64_t gen,
-                               int64_t at_ms) {
-  wire::AgentEvent e;
-  e.set_kind(wire::AgentEvent::RESTORED);
-  e.set_seq(seq);
-  e.set_step(step);
-  e.set_source(source);
-  e.set_newest_step(newest);
-  e.set_restore_ms(750.5);
-  e.set_generation(gen);
-  e.set_observed_ms(at_ms);
-  return e;
-}
 
 TEST_P(JournalBackends, RebuildFromJournalRestoresPlacementIncidentsAndDedup) {
   PlaneOptions o = Options();

@@ -45,4 +45,20 @@ inline wire::AgentEvent DeviceFailed(int64_t seq, int64_t at_ms) {
   return e;
 }
 
+// A rank's report that it restored `step` from `source` (a restart's
+// checkpoint restore), `newest` being the newest step any copy held.
+inline wire::AgentEvent RestoredEvent(int64_t seq, int64_t step, const std::string& source, int64_t newest,
+                                      int64_t gen, int64_t at_ms) {
+  wire::AgentEvent e;
+  e.set_kind(wire::AgentEvent::RESTORED);
+  e.set_seq(seq);
+  e.set_step(step);
+  e.set_source(source);
+  e.set_newest_step(newest);
+  e.set_restore_ms(750.5);
+  e.set_generation(gen);
+  e.set_observed_ms(at_ms);
+  return e;
+}
+
 }  // namespace bulwark::testing

@@ -1,8 +1,6 @@
 #include "support/etcd_server.h"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -10,6 +8,7 @@
 #include <thread>
 
 #include "plane/etcd_client.h"
+#include "plane/ha_controller.h"
 
 namespace bulwark::testing {
 
@@ -23,20 +22,7 @@ std::string EtcdBinary() {
 
 }  // namespace
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
+int FreePort() { return plane::FreeTcpPort(); }
 
 std::unique_ptr<EtcdServer> EtcdServer::Start(std::string* why, int members) {
   std::unique_ptr<EtcdServer> s(new EtcdServer());

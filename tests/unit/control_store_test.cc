@@ -24,6 +24,7 @@ using testing::Launch;
 using testing::DeviceFailed;
 using testing::Reg;
 using testing::Report;
+using testing::RestoredEvent;
 using testing::Step;
 
 TEST(Store, DatabaseWithoutShardAddressesIsMigrated) {
@@ -64,20 +65,6 @@ wire::RegisterRequest RegWithShards(const std::string& m) {
   wire::RegisterRequest r = Reg(m);
   r.set_shard_addr(m + ":7000");
   return r;
-}
-
-wire::AgentEvent RestoredEvent(int64_t seq, int64_t step, const std::string& source, int64_t newest,
-                               int64_t gen, int64_t at_ms) {
-  wire::AgentEvent e;
-  e.set_kind(wire::AgentEvent::RESTORED);
-  e.set_seq(seq);
-  e.set_step(step);
-  e.set_source(source);
-  e.set_newest_step(newest);
-  e.set_restore_ms(750.5);
-  e.set_generation(gen);
-  e.set_observed_ms(at_ms);
-  return e;
 }
 
 // A report carrying the agent's current shard holdings.
