@@ -18,13 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-// The embedded default journal (store.h).
-Result<std::unique_ptr<JournalStore>> OpenSqlite(const std::string& path, bool create) {
-  Result<std::unique_ptr<Store>> s = Store::Open(path, create);
-  if (!s.ok()) return s.status();
-  return std::unique_ptr<JournalStore>(std::move(*s));
-}
-
 // A STOP_RANKS that only stops: a warm standby's carries the job's command.
 bool IsPlainStop(const wire::Command& c) { return c.kind() == wire::Command::STOP_RANKS && c.argv_size() == 0; }
 
@@ -47,7 +40,7 @@ Time Plane::Now(Time now) {
 Result<std::unique_ptr<Plane>> Plane::Open(PlaneOptions options, Time now) {
   BULWARK_RETURN_IF_ERROR(options.policy.Validate());
   Result<std::unique_ptr<JournalStore>> store =
-      options.open_journal ? options.open_journal(options.create) : OpenSqlite(options.db_path, options.create);
+      options.open_journal ? options.open_journal(options.create) : OpenSqliteJournal(options.db_path, options.create);
   if (!store.ok()) return store.status();
   std::unique_ptr<Plane> p(new Plane(std::move(options)));
   {

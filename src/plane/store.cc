@@ -84,6 +84,12 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, bool create)
   return store;
 }
 
+Result<std::unique_ptr<JournalStore>> OpenSqliteJournal(const std::string& path, bool create) {
+  Result<std::unique_ptr<Store>> s = Store::Open(path, create);
+  if (!s.ok()) return s.status();
+  return std::unique_ptr<JournalStore>(std::move(*s));
+}
+
 Store::~Store() { sqlite3_close(db_); }
 
 Status Store::Exec(const std::string& sql) const {

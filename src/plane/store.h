@@ -68,4 +68,7 @@ class Store : public JournalStore {
   std::string path_;
 };
 
+// Store::Open as the JournalStore the plane holds (plane.h, PlaneOptions).
+Result<std::unique_ptr<JournalStore>> OpenSqliteJournal(const std::string& path, bool create);
+
 }  // namespace bulwark::plane
