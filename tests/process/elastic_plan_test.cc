@@ -107,6 +107,24 @@ TEST_F(ElasticPlan, PipelineReplicasFormBothRingsFromPlansAlone) {
   EXPECT_EQ(start[0].value("rendezvous", ""), "plan") << start[0].dump();
 }
 
+// Plans cut for another layout (the job file said no pipeline, the trainer
+// has --pp 2) are set aside with a line that says so, and the generation
+// rendezvous through the store as before: slower, not a failure.
+TEST_F(ElasticPlan, PlansForAnotherLayoutFallBackToTheStore) {
+  const std::vector<std::string> flags = {"--steps", "2", "--batch-size", "4", "--elastic-replicas", "1", "--pp", "2",
+                                          "--micro-batches", "2", "--precision", "fp32", "--memory-ckpt", "off"};
+  auto procs = testing::StartRanks(Args(flags), 2,
+                                   {{"BULWARK_RING_ADDR", "127.0.0.1:61999"}, {"BULWARK_RING_PLAN", "5;0;1=127.0.0.1:61998"}});
+  ASSERT_EQ(procs.size(), 2u);
+  std::vector<ProcessResult> run;
+  for (auto& p : procs) run.push_back(p->Wait());
+  Checksum(run, 2);
+  auto start = testing::Events(run[0], "start");
+  ASSERT_FALSE(start.empty()) << run[0].err;
+  EXPECT_EQ(start[0].value("rendezvous", ""), "store");
+  EXPECT_NE(run[0].err.find("give the job file parallel: {pp: 2}"), std::string::npos) << run[0].err;
+}
+
 // A plan the rank cannot read is a one-line error that names the variable
 // and the form it wants, before any training.
 TEST_F(ElasticPlan, AMalformedPlanIsAOneLineError) {

@@ -181,9 +181,18 @@ Result<std::optional<Plans>> PlansFromEnv(const TrainConfig& cfg) {
   if (cfg.elastic_replicas == 0 || cfg.elastic_comm != "ring") return std::optional<Plans>();
   const std::string p = plan, a = addr;
   const size_t bar = p.find('|'), abar = a.find('|');
-  if ((bar == std::string::npos) != !UsesPipeline(cfg) || (abar == std::string::npos) != (bar == std::string::npos)) {
+  if ((abar == std::string::npos) != (bar == std::string::npos)) {
     return Status::InvalidArgument(std::string(rank_client::kRingPlanEnv) + " and " + rank_client::kRingAddrEnv +
-                                   " must hold two plans and addresses, world|stage, for a pipeline, one otherwise");
+                                   " must both hold two parts, world|stage, or both one");
+  }
+  if ((bar == std::string::npos) == UsesPipeline(cfg)) {
+    // The controller cut the plans for another layout than this rank's
+    // (a job file's parallel.pp that is not the trainer's --pp): the store
+    // still serves, so it is a slower regroup, not a failure.
+    std::fprintf(stderr, "bulwark-train: the ring plans are for %s job and this rank is %s; rendezvous through the "
+                 "store (give the job file parallel: {pp: %d})\n", bar == std::string::npos ? "a data-parallel" : "a pipeline",
+                 UsesPipeline(cfg) ? "a pipeline stage" : "data parallel", cfg.pp);
+    return std::optional<Plans>();
   }
   Plans out;
   out.addr = a.substr(0, abar);
