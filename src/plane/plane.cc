@@ -519,6 +519,25 @@ void Plane::Requeue(const std::string& machine, wire::Command command) {
   WakeStreamLocked(machine, a);
 }
 
+std::vector<std::pair<MachineId, bool>> Plane::LostOfSilentLocked(std::vector<std::pair<MachineId, bool>> silent,
+                                                                 Time now) {
+  const size_t mass = std::max<size_t>(kMassSilence, agents_.size() / 100);
+  if (silent.size() > mass) {
+    Log(std::to_string(silent.size()) + " of " + std::to_string(agents_.size()) + " machines silent at once: more " +
+        "likely this controller's own lag than that many machines lost; each is lost only after " +
+        FormatDuration(options_.reconnect_grace) + " of silence");
+    silent.erase(std::remove_if(silent.begin(), silent.end(),
+                                [&](const auto& s) { return now - agents_[s.first].last_heard <= options_.reconnect_grace; }),
+                 silent.end());
+  }
+  // The longest silent first; the rest wait for the next tick, which counts
+  // the reports that arrived meanwhile.
+  std::sort(silent.begin(), silent.end(),
+            [&](const auto& x, const auto& y) { return agents_[x.first].last_heard < agents_[y.first].last_heard; });
+  if (silent.size() > kLostPerTick) silent.resize(kLostPerTick);
+  return silent;
+}
+
 void Plane::Tick(Time now) {
   PlaneLock lock(this, /*first=*/true);
   now = Now(now);
@@ -548,6 +567,7 @@ void Plane::Tick(Time now) {
     return false;
   };
   std::vector<Event> with_domain;  // losses of machines with a domain, decided together
+  std::vector<std::pair<MachineId, bool>> silent;  // the others past their lease (closed: peers saw them go)
   std::optional<std::unordered_map<MachineId, Time>> closed_seen;  // built once, when a silent machine needs it
   for (auto& [id, a] : agents_) {
     const Duration timeout = a.heard_since_start ? options_.heartbeat_timeout : options_.reconnect_grace;
@@ -571,6 +591,10 @@ void Plane::Tick(Time now) {
       with_domain.push_back(MachineHeartbeatLost{id, a.last_heard, now});
       continue;
     }
+    silent.push_back({id, closed});
+  }
+  for (const auto& [id, closed] : LostOfSilentLocked(silent, now)) {
+    Agent& a = agents_[id];
     if (closed) {
       Log("machine " + id + " silent for " + FormatDuration(now - a.last_heard) +
           " and its peers saw its connections close: down, not cut off; not waiting out the lease");

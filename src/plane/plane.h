@@ -171,6 +171,11 @@ class Plane {
   // Detects lost agents and runs the implicit-fault detectors; called a
   // few times a second.
   void Tick(Time now) EXCLUDES(mu_);
+  // At most this many machines are lost for silence in one tick; more than
+  // kMassSilence (or 1% of the fleet) silent at once get the reconnect
+  // grace (LostOfSilentLocked).
+  static constexpr size_t kLostPerTick = 4;
+  static constexpr size_t kMassSilence = 16;
 
   // --- reachability (issue 40; PlaneOptions::probe_reachability) ----------
   // One machine to reach at the address it advertised, as its incarnation.
@@ -316,6 +321,18 @@ class Plane {
   // The ranks' step signals and phases into the detectors, then a check.
   void ObserveSignalsLocked(const wire::ReportRequest& req, Time now) REQUIRES(mu_);
   Status Rebuild(Time now) REQUIRES(mu_);
+  // Of the machines past their lease in one tick (Tick's `silent`: id, and
+  // whether peers saw it close), those lost now. Each loss is a decision
+  // over every machine under the lock (15-50 ms at 12,500), and a tick that
+  // decided dozens held the lock for seconds, so more healthy agents' reports
+  // waited past the lease: a cascade that evicted 1,912 healthy machines on a
+  // loaded host (issue 36). So a tick loses at most kLostPerTick, the longest
+  // silent first; and when more than kMassSilence (or 1% of the fleet) fall
+  // silent at once, which says more about this controller or its network
+  // than about the machines, each is lost only after reconnect_grace.
+  // Machines with a failure domain are decided apart (policy_domains.cc).
+  std::vector<std::pair<MachineId, bool>> LostOfSilentLocked(std::vector<std::pair<MachineId, bool>> silent, Time now)
+      REQUIRES(mu_);
   // Counts the reports Heard since the last call as heard (Tick, Submit).
   void AbsorbArrivalsLocked(Time now) REQUIRES(mu_);
   // Analyzes what the trace gathered, keeps the raw stacks for people and

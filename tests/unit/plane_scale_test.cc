@@ -176,6 +176,54 @@ TEST(PlaneScale, AStoppedMachineKeepsItsStopWhileTheJobWaitsAndLosesMore) {
   EXPECT_EQ(bulwark::testing::Desired(*p, "m00004", t).id(), first.id()) << "stopped already: nothing new to write";
 }
 
+int Evicted(plane::Plane& p, int64_t at_ms) {
+  int n = 0;
+  const nlohmann::json status = p.StatusJson(TimeFromMs(at_ms));
+  for (const auto& m : status["machines"]) n += m["state"] == "evicted";
+  return n;
+}
+
+// Each loss is a decision over every machine under the lock: a tick loses
+// a few silent machines, the longest silent first, and the next tick the
+// rest, counting the reports that arrived meanwhile.
+TEST(PlaneScale, ATickLosesAFewSilentMachinesAtATime) {
+  plane::PlaneOptions o;
+  o.db_path = bulwark::testing::MakeTempDir() + "/c.db";
+  o.tick_period = std::chrono::milliseconds(100000);
+  std::unique_ptr<plane::Plane> p = FleetWithAJob(12, o);
+  // m00001-m00006 fall silent at 1 s; the others report on.
+  for (int i = 7; i <= 12; ++i) {
+    char id[16];
+    std::snprintf(id, sizeof id, "m%05d", i);
+    ASSERT_TRUE(p->Report(bulwark::testing::Report(id, {}), TimeFromMs(3500)).ok());
+  }
+  p->Tick(TimeFromMs(3500));
+  EXPECT_EQ(Evicted(*p, 3500), static_cast<int>(plane::Plane::kLostPerTick));
+  p->Tick(TimeFromMs(3750));
+  EXPECT_EQ(Evicted(*p, 3750), 6);
+}
+
+// Many machines silent at once say more about the controller (a stall, its
+// network) than about the machines: they get the reconnect grace.
+TEST(PlaneScale, ManyMachinesSilentAtOnceGetTheReconnectGrace) {
+  plane::PlaneOptions o;
+  o.db_path = bulwark::testing::MakeTempDir() + "/c.db";
+  o.tick_period = std::chrono::milliseconds(100000);
+  o.reconnect_grace = std::chrono::milliseconds(10000);
+  std::unique_ptr<plane::Plane> p = FleetWithAJob(40, o);
+  const int quiet = static_cast<int>(plane::Plane::kMassSilence) + 4;
+  for (int64_t t = 1500; t <= 12000; t += 500) {
+    for (int i = quiet + 1; i <= 40; ++i) {
+      char id[16];
+      std::snprintf(id, sizeof id, "m%05d", i);
+      ASSERT_TRUE(p->Report(bulwark::testing::Report(id, {}), TimeFromMs(t)).ok());
+    }
+    p->Tick(TimeFromMs(t));
+    if (t == 4000) EXPECT_EQ(Evicted(*p, t), 0) << "past the lease, within the grace";
+  }
+  EXPECT_GT(Evicted(*p, 12000), 0) << "past the grace";
+}
+
 // After a restart every agent is silent until it reconnects; the tick asks
 // of each whether a peer saw it close. Asking once per machine was O(N^2):
 // 3-4 s under the lock at 12,500 agents.
