@@ -140,7 +140,12 @@ double Bench::CrashARank() {
     s.crashed = true;
     if (!s.report_in_flight) SendReport(victim);
   }
-  const LogLine d = WaitForLine(o_.dir + "/controller.log", log_from_, IsDecision, 60);
+  // Its decision names the crashed rank's machine (other machines' actions,
+  // a healthy one lost for the controller's lag included, are not it).
+  const std::string on = " on " + sims_[victim].id;
+  const LogLine d = WaitForLine(
+      o_.dir + "/controller.log", log_from_,
+      [&](const std::string& l) { return IsDecision(l) && l.find(on) != std::string::npos; }, 60);
   log_from_ = std::max(log_from_, d.end);
   const double decide = d.ms < 0 ? -1 : (d.ms - crashed_ms) / 1000.0;
   std::printf("crashed rank on %s: decided %.2f s after the crash (%s)\n", sims_[victim].id.c_str(), decide,
@@ -171,7 +176,16 @@ Bench::Hang Bench::StallARank() {
   Hang h;
   const LogLine asked = WaitForLine(
       log, log_from_, [](const std::string& l) { return l.find("hang suspected") != std::string::npos; }, 90);
-  const LogLine verdict = asked.ms < 0 ? LogLine{} : WaitForLine(log, asked.end, IsDecision, 90);
+  // The verdict is the stacks' (an eviction by stack aggregation, or a reattempt).
+  const LogLine verdict =
+      asked.ms < 0 ? LogLine{}
+                   : WaitForLine(
+                         log, asked.end,
+                         [](const std::string& l) {
+                           return IsDecision(l) && (l.find("stack") != std::string::npos ||
+                                                    l.find("reattempt") != std::string::npos);
+                         },
+                         90);
   log_from_ = std::max({log_from_, asked.end, verdict.end});
   if (asked.ms >= 0) h.detect_s = (asked.ms - due_ms) / 1000.0;
   if (verdict.ms >= 0) h.decide_s = (verdict.ms - asked.ms) / 1000.0;
