@@ -328,66 +328,6 @@ std::shared_ptr<const ProgressPattern> Agent::ProgressFrom(const wire::Command& 
   return std::make_shared<const ProgressPattern>(std::move(*p));
 }
 
-void Agent::SignalProgress(int rank, const std::vector<LogFollower::Progress>& lines) {
-  for (const LogFollower::Progress& p : lines) {
-    rank_client::StepSignal s;
-    s.step = p.match.step;
-    s.loss = p.match.loss.value_or(0);
-    s.step_ms = std::chrono::duration<double, std::milli>(p.seen - last_progress_[rank]).count();
-    s.observed_ms = Ms(p.seen);
-    last_progress_[rank] = p.seen;
-    signals_.Add(rank, supervisor_.generation(), s.Format());
-  }
-}
-
-void Agent::ReadRankLinks() { ForwardRankLinks(/*progress=*/true); }
-
-void Agent::ForwardRankLinks(bool progress) {
-  for (RankLinkServer::Message& m : links_->Take()) {
-    const std::string word = m.text.substr(0, m.text.find(' '));
-    if (word == "INPLACE") {
-      gen_.in_place = true;
-      continue;
-    }
-    if (word == "LOST" || word == "WAIT" || word == "READY") {
-      // It waits for an ASSIGN (handoff.h). A lost peer is reported the way
-      // a peer-lost exit was: held for the culprit's report and the restart.
-      supervisor_.MarkWaiting(m.pid);
-      if (word == "LOST" && supervisor_.RankOf(m.pid) >= 0 && !yielding_) HoldPeerLost(m.rank);
-      continue;
-    }
-    if (m.text.compare(0, 5, "STEP ") == 0) gen_.saw_step = true;
-    if (progress && m.text.compare(0, 5, "STEP ") == 0) {
-      Result<rank_client::StepSignal> step = rank_client::StepSignal::Parse(m.text);
-      // A held-back step did not complete. The rank's own time of the step:
-      // the agent reads its links only every loop.
-      if (step.ok() && step->halted.empty()) {
-        int64_t& newest = gen_.link_steps[m.rank];
-        newest = std::max(newest, step->step);
-        if (m.rank == 0) ReportStep(step->step, step->observed_ms);
-      }
-    }
-    signals_.Add(m.rank, supervisor_.generation(), m.text);
-  }
-}
-
-void Agent::HoldPeerLost(int rank) {
-  wire::AgentEvent e;
-  e.set_kind(wire::AgentEvent::RANK_EXITED);
-  e.set_rank(rank);
-  e.set_exit_code(kExitPeerLost);
-  auto it = gen_.followers.find(rank);
-  if (it != gen_.followers.end()) {
-    it->second.Poll();
-    e.set_signature(sigs_.Match(it->second.tail()));
-    if (std::string closed = ClosedPeer(it->second.tail()); !closed.empty()) gen_.peers_closed.insert(std::move(closed));
-  }
-  const auto now = Now();
-  e.set_observed_ms(Ms(now));
-  Log("rank " + std::to_string(rank) + " lost a peer (" + e.signature() + ") and waits in place; holding the report");
-  echoes_.Hold(e, now);
-}
-
 void Agent::AwaitWaitingRanks(const RankGroupSpec& spec) {
   // Only ranks that said INPLACE ever wait: any other program's survivors
   // are stopped at once, as before.

@@ -1,6 +1,8 @@
-// Agent: the per-machine agent's state and loops, shared by agent.cc (the
-// main loop, the controller link, observation and inspection) and
-// agent_commands.cc (carrying out the controller's commands). Private to
+// Agent: the per-machine agent's state and loops, in three rooms: agent.cc
+// (the main loop, the controller link, fencing, metrics), agent_observe.cc
+// (what it sees of its ranks and its machine: exits, steps, the rank links,
+// inspections, sent up as events) and agent_commands.cc (carrying out the
+// controller's commands; agent_staging.cc for staged releases). Private to
 // src/agent; agent.h is the public entry point (RunAgent).
 #pragma once
 #include <grpcpp/grpcpp.h>
@@ -165,25 +167,7 @@ class Agent {
   // error here is a hand-made environment, logged and ignored.
   std::shared_ptr<const ProgressPattern> ProgressFrom(const wire::Command& c);
 
-  // Lines that matched the progress pattern become step signals, exactly
-  // what a rank speaking the rank link would send: the hang detector and
-  // the ledger cannot tell the difference. The step time is the gap between
-  // matched lines (the first one's includes the rank's start-up, which the
-  // hang detector's warm-up steps do not learn from). Compute and
-  // collective times are unknown: 0, so the fail-slow detector, which
-  // compares compute time, never flags such a job.
-  void SignalProgress(int rank, const std::vector<LogFollower::Progress>& lines);
-
-  void ReadRankLinks();
-
-  // Hands what the ranks said to the signal sum. With `progress`, rank 0's
-  // steps are also the job's progress: a job that speaks only the link (the
-  // Python client) prints no JSON step lines.
-  void ForwardRankLinks(bool progress);
-
   // --- handing ranks to running processes (handoff.h) ----------------------
-  // A rank that said LOST: the report its peer-lost exit used to be, held.
-  void HoldPeerLost(int rank);
   // Reads the rank links until every live rank of `spec`'s job waits for an
   // ASSIGN, or kRejoinWait passed.
   void AwaitWaitingRanks(const RankGroupSpec& spec);
@@ -204,6 +188,25 @@ class Agent {
   std::string ShardSocketPath() const { return layout_.machine(o_.machine) + "/shards.sock"; }
 
   // --- observation -------------------------------------------------------
+  // Lines that matched the progress pattern become step signals, exactly
+  // what a rank speaking the rank link would send: the hang detector and
+  // the ledger cannot tell the difference. The step time is the gap between
+  // matched lines (the first one's includes the rank's start-up, which the
+  // hang detector's warm-up steps do not learn from). Compute and
+  // collective times are unknown: 0, so the fail-slow detector, which
+  // compares compute time, never flags such a job.
+  void SignalProgress(int rank, const std::vector<LogFollower::Progress>& lines);
+
+  void ReadRankLinks();
+
+  // Hands what the ranks said to the signal sum. With `progress`, rank 0's
+  // steps are also the job's progress: a job that speaks only the link (the
+  // Python client) prints no JSON step lines.
+  void ForwardRankLinks(bool progress);
+
+  // A rank that said LOST: the report its peer-lost exit used to be, held.
+  void HoldPeerLost(int rank);
+
   // The generation this machine followed is over: what its ranks said last
   // goes to the signals (not to the job's progress), and gen_ starts empty.
   void EndGeneration();

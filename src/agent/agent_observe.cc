@@ -1,10 +1,10 @@
 // The agent's observation: what it sees of its ranks and its machine, sent
 // up as events (agent_impl.h): exits and their log signatures, steps from
-// the logs, peer-lost exits held for the culprit's report, the end of a
-// generation, and the machine's and the ranks' inspections. It decides
-// nothing and starts or stops nothing: carrying out the controller's
-// commands is agent_commands.cc's, the main loop and the controller link
-// agent.cc's.
+// the logs and the rank links, the ranks' signals, peer-lost exits held for
+// the culprit's report, the end of a generation, and the machine's and the
+// ranks' inspections. It decides nothing and starts or stops nothing:
+// carrying out the controller's commands is agent_commands.cc's, the main
+// loop and the controller link agent.cc's.
 #include "agent/agent_impl.h"
 
 namespace bulwark::agent {
@@ -94,6 +94,66 @@ void Agent::ReportStep(int64_t step, int64_t observed_ms) {
 void Agent::EndGeneration() {
   ForwardRankLinks(/*progress=*/false);
   gen_ = GenerationView{};
+}
+
+void Agent::SignalProgress(int rank, const std::vector<LogFollower::Progress>& lines) {
+  for (const LogFollower::Progress& p : lines) {
+    rank_client::StepSignal s;
+    s.step = p.match.step;
+    s.loss = p.match.loss.value_or(0);
+    s.step_ms = std::chrono::duration<double, std::milli>(p.seen - last_progress_[rank]).count();
+    s.observed_ms = Ms(p.seen);
+    last_progress_[rank] = p.seen;
+    signals_.Add(rank, supervisor_.generation(), s.Format());
+  }
+}
+
+void Agent::ReadRankLinks() { ForwardRankLinks(/*progress=*/true); }
+
+void Agent::ForwardRankLinks(bool progress) {
+  for (RankLinkServer::Message& m : links_->Take()) {
+    const std::string word = m.text.substr(0, m.text.find(' '));
+    if (word == "INPLACE") {
+      gen_.in_place = true;
+      continue;
+    }
+    if (word == "LOST" || word == "WAIT" || word == "READY") {
+      // It waits for an ASSIGN (handoff.h). A lost peer is reported the way
+      // a peer-lost exit was: held for the culprit's report and the restart.
+      supervisor_.MarkWaiting(m.pid);
+      if (word == "LOST" && supervisor_.RankOf(m.pid) >= 0 && !yielding_) HoldPeerLost(m.rank);
+      continue;
+    }
+    if (m.text.compare(0, 5, "STEP ") == 0) gen_.saw_step = true;
+    if (progress && m.text.compare(0, 5, "STEP ") == 0) {
+      Result<rank_client::StepSignal> step = rank_client::StepSignal::Parse(m.text);
+      // A held-back step did not complete. The rank's own time of the step:
+      // the agent reads its links only every loop.
+      if (step.ok() && step->halted.empty()) {
+        int64_t& newest = gen_.link_steps[m.rank];
+        newest = std::max(newest, step->step);
+        if (m.rank == 0) ReportStep(step->step, step->observed_ms);
+      }
+    }
+    signals_.Add(m.rank, supervisor_.generation(), m.text);
+  }
+}
+
+void Agent::HoldPeerLost(int rank) {
+  wire::AgentEvent e;
+  e.set_kind(wire::AgentEvent::RANK_EXITED);
+  e.set_rank(rank);
+  e.set_exit_code(kExitPeerLost);
+  auto it = gen_.followers.find(rank);
+  if (it != gen_.followers.end()) {
+    it->second.Poll();
+    e.set_signature(sigs_.Match(it->second.tail()));
+    if (std::string closed = ClosedPeer(it->second.tail()); !closed.empty()) gen_.peers_closed.insert(std::move(closed));
+  }
+  const auto now = Now();
+  e.set_observed_ms(Ms(now));
+  Log("rank " + std::to_string(rank) + " lost a peer (" + e.signature() + ") and waits in place; holding the report");
+  echoes_.Hold(e, now);
 }
 
 void Agent::ReleaseEchoes() {
