@@ -124,6 +124,10 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
   (*connected)->set_retry_for(std::chrono::milliseconds(ha.lease_s * 1000));
   std::shared_ptr<const EtcdClient> etcd = std::move(*connected);
   const std::string id = ha.id.empty() ? DefaultId() : ha.id;
+  // A follower is a controller too: `bulwark down` and operators find it by
+  // its pid file before it ever leads (RunController writes it again).
+  BULWARK_RETURN_IF_ERROR(
+      WriteFileAtomic(cluster::Layout{options.dir}.controller_pid(), std::to_string(::getpid()) + "\n"));
   Mutex mu;
   std::string last_word;  // the campaign's last log line
   FollowerControl follower([&] {
