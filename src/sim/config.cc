@@ -229,7 +229,7 @@ Result<SimConfig> ConfigFromJson(const json& j, SimConfig c) {
       const std::string r = v.is_string() ? v.get<std::string>() : v.dump();
       if (r == "store") c.costs.rendezvous = Costs::Rendezvous::kStore;
       else if (r == "neighbours") c.costs.rendezvous = Costs::Rendezvous::kNeighbours;
-      else return Bad("rendezvous", "'" + r + "' is not one of: store (as built), neighbours (not built)");
+      else return Bad("rendezvous", "'" + r + "' is not one of: neighbours (the default: built for elastic jobs), store");
     } else if (v.is_boolean() && (key == "oracle_standbys" || key == "provisioning" || key == "fit_first_step_allowance" ||
                                   key == "compare_whole_world")) {
       (key == "oracle_standbys"       ? c.oracle_standbys
@@ -360,7 +360,7 @@ json ToJson(const SimConfig& c) {
           {"recovery_asked", RecoveryName(c.recovery)},
           {"elastic", c.Elastic()},
           {"rendezvous", RendezvousName(c.costs.rendezvous)},
-          {"rendezvous_built", SimConfig::RendezvousBuilt(c.costs.rendezvous)},
+          {"rendezvous_built", SimConfig::RendezvousBuilt(c.costs.rendezvous, c.Elastic())},
           {"regroup_assumed", c.RegroupAssumed()},
           {"compare_whole_world", c.compare_whole_world},
           {"faults", faults},

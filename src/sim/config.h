@@ -178,12 +178,15 @@ struct Costs {
   // The rendezvous a new generation uses:
   //  * kStore, as built: every rank's operations queue at the one store,
   //    so they cost store_ops x ranks x (base + per_client x ranks);
-  //  * kNeighbours, issue 35 item 2, NOT BUILT: the controller sends each
-  //    rank's agent its generation, nonce and ring neighbours with its
+  //  * kNeighbours, as built for elastic ring jobs (issue 35 item 2,
+  //    plane/actuator.cc AddRingPlans): the controller sends each rank its
+  //    generation, nonce and ring neighbours' addresses with its
   //    START_RANKS; no store, nothing on a rank's path grows with W but
-  //    the fan-out and the ring's hops.
+  //    the fan-out and the ring's hops. A whole-world job's Gloo mesh still
+  //    rendezvous through the store, so the whole-world arm priced this way
+  //    is what it would cost with plans, not what it costs as built.
   enum class Rendezvous { kStore, kNeighbours };
-  Rendezvous rendezvous = Rendezvous::kStore;
+  Rendezvous rendezvous = Rendezvous::kNeighbours;
 
   // --- elastic data parallelism (SimConfig::recovery, docs/recovery.md) ---
   // A restart of an elastic job keeps the survivors' processes and state:
@@ -329,7 +332,10 @@ struct SimConfig {
     return recovery == Recovery::kElastic || (recovery == Recovery::kAuto && ElasticLayout());
   }
   bool RegroupAssumed() const { return costs.regroup >= 0; }
-  static bool RendezvousBuilt(Costs::Rendezvous r) { return r == Costs::Rendezvous::kStore; }
+  // The store is every job's fallback; plans are built for elastic jobs.
+  static bool RendezvousBuilt(Costs::Rendezvous r, bool elastic) {
+    return r == Costs::Rendezvous::kStore || elastic;
+  }
 
   // A restart's price, part by part (seconds), for the report.
   struct Price {

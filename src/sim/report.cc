@@ -31,7 +31,7 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
   o << "standby pool: " << f.initial_standbys << " at start (policy target P" << 100 * c.policy.standby_quantile
     << " of Binomial(" << c.machines() << ", " << c.policy.daily_failure_rate << ") = " << f.standby_target
     << "); provisioning " << Hours(c.costs.provision) << "\n";
-  const bool built = SimConfig::RendezvousBuilt(c.costs.rendezvous);
+  const bool built = SimConfig::RendezvousBuilt(c.costs.rendezvous, c.Elastic());
   if (c.Elastic()) {
     o << "recovery: elastic (survivors keep their processes and state; a lost machine costs its replica, " << c.pp
       << " machine(s), 1/" << c.dp()
@@ -41,8 +41,12 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
       << (c.recovery == SimConfig::Recovery::kAuto ? ": this layout cannot be elastic" : "") << "\n";
   }
   o << "rendezvous: " << RendezvousName(c.costs.rendezvous)
-    << (built ? " (as built: every rank's operations queue at one TCPStore on rank 0)"
-              : " (NOT BUILT: issue 35 item 2, the controller sends each rank its ring neighbours; no store)")
+    << (c.costs.rendezvous == Costs::Rendezvous::kStore
+            ? " (as built for a whole-world job: every rank's operations queue at one TCPStore on rank 0)"
+        : built ? " (as built for an elastic job: each rank's ring plan comes with its start command, no store; the "
+                  "whole-world arm is priced the same, which its Gloo rendezvous through the store is not)"
+                : " (NOT BUILT for a whole-world job: its Gloo mesh rendezvous through the store; --rendezvous store "
+                  "prices it as built)")
     << "\n";
   auto parts = [&](const SimConfig::Price& p) {
     std::string s = Hours(p.Total()) + " = ";
@@ -197,7 +201,7 @@ json ToJson(const SimConfig& c, const SimResult& r, bool timing) {
   };
   out["restart_price"] = {
       {"rendezvous", RendezvousName(c.costs.rendezvous)},
-      {"rendezvous_built", SimConfig::RendezvousBuilt(c.costs.rendezvous)},
+      {"rendezvous_built", SimConfig::RendezvousBuilt(c.costs.rendezvous, c.Elastic())},
       {"regroup_source", c.RegroupAssumed() ? "assumed (--regroup / costs.regroup)" : "priced from the coefficients"},
       {"whole_world", price(c.WorldRestart(c.machines()))}};
   if (c.Elastic()) out["restart_price"]["elastic"] = price(c.ElasticRestart(c.machines(), false));

@@ -299,6 +299,7 @@ TEST(Sim, TheStoreRegroupGrowsWithTheWorldAndTheNeighboursOneDoesNot) {
   SimConfig store;
   store.gpus = 100000;
   store.pp = 10;
+  store.costs.rendezvous = Costs::Rendezvous::kStore;
   SimConfig neighbours = store;
   neighbours.costs.rendezvous = Costs::Rendezvous::kNeighbours;
   double last_store = 0;
@@ -333,8 +334,9 @@ TEST(Sim, AnAssumedRegroupIsFlagged) {
   ASSERT_TRUE(priced.ok());
   EXPECT_EQ(FormatText(c, *priced).find("GIVEN BY --regroup"), std::string::npos);
   EXPECT_EQ(ToJson(c, *priced, false)["restart_price"]["regroup_source"], "priced from the coefficients");
-  EXPECT_EQ(ToJson(c, *priced, false)["config"]["rendezvous"], "store");
-  EXPECT_EQ(ToJson(c, *priced, false)["config"]["rendezvous_built"], true);
+  // The default is what an elastic job uses as built: plans, no store.
+  EXPECT_EQ(ToJson(c, *priced, false)["config"]["rendezvous"], "neighbours");
+  EXPECT_EQ(ToJson(c, *priced, false)["config"]["rendezvous_built"], c.Elastic());
 
   Result<SimConfig> given = ConfigFromJson({{"costs", {{"regroup", 10}}}, {"rendezvous", "neighbours"}}, Small());
   ASSERT_TRUE(given.ok()) << given.status().ToString();
@@ -343,10 +345,19 @@ TEST(Sim, AnAssumedRegroupIsFlagged) {
   ASSERT_TRUE(r.ok());
   const std::string text = FormatText(*given, *r);
   EXPECT_NE(text.find("regroup 10.0 s GIVEN BY --regroup (an assumption, not priced)"), std::string::npos) << text;
-  EXPECT_NE(text.find("NOT BUILT"), std::string::npos) << text;
+  EXPECT_NE(text.find("as built for an elastic job"), std::string::npos) << text;
   const nlohmann::json j = ToJson(*given, *r, false);
   EXPECT_EQ(j["config"]["regroup_assumed"], true);
-  EXPECT_EQ(j["config"]["rendezvous_built"], false);
+  EXPECT_EQ(j["config"]["rendezvous_built"], true);
+  // A whole-world job's Gloo mesh has no plans: priced with them, the report
+  // says they are not built for it.
+  SimConfig whole = Small();
+  whole.days = 2;
+  whole.recovery = SimConfig::Recovery::kWholeWorld;
+  Result<SimResult> w = Simulate(whole);
+  ASSERT_TRUE(w.ok());
+  EXPECT_NE(FormatText(whole, *w).find("NOT BUILT for a whole-world job"), std::string::npos) << FormatText(whole, *w);
+  EXPECT_EQ(ToJson(whole, *w, false)["config"]["rendezvous_built"], false);
   EXPECT_EQ(j["restart_price"]["elastic"]["assumed_regroup_s"], 10.0);
   EXPECT_NE(j["restart_price"]["regroup_source"].get<std::string>().find("assumed"), std::string::npos);
 }
