@@ -527,13 +527,17 @@ std::vector<std::pair<MachineId, bool>> Plane::LostOfSilentLocked(std::vector<st
         "likely this controller's own lag than that many machines lost; each is lost only after " +
         FormatDuration(options_.reconnect_grace) + " of silence");
     silent.erase(std::remove_if(silent.begin(), silent.end(),
-                                [&](const auto& s) { return now - agents_[s.first].last_heard <= options_.reconnect_grace; }),
+                                [&](const auto& s) REQUIRES(mu_) {
+                                  return now - agents_[s.first].last_heard <= options_.reconnect_grace;
+                                }),
                  silent.end());
   }
   // The longest silent first; the rest wait for the next tick, which counts
   // the reports that arrived meanwhile.
   std::sort(silent.begin(), silent.end(),
-            [&](const auto& x, const auto& y) { return agents_[x.first].last_heard < agents_[y.first].last_heard; });
+            [&](const auto& x, const auto& y) REQUIRES(mu_) {
+              return agents_[x.first].last_heard < agents_[y.first].last_heard;
+            });
   if (silent.size() > kLostPerTick) silent.resize(kLostPerTick);
   return silent;
 }
@@ -557,7 +561,7 @@ void Plane::Tick(Time now) {
   // (policy_domains.cc). A machine whose lease ended waits, kDomainSkew at
   // most, for the silent machines of its domain whose leases are ending.
   constexpr Duration kDomainSkew = std::chrono::milliseconds(1000);
-  auto waits_for_domain = [&](const std::string& id, const Agent& a, Duration past_lease) {
+  auto waits_for_domain = [&](const std::string& id, const Agent& a, Duration past_lease) REQUIRES(mu_) {
     if (a.domain.empty() || past_lease > kDomainSkew) return false;
     for (const auto& [other, b] : agents_) {
       if (other == id || b.domain != a.domain || b.lost_reported) continue;
