@@ -491,25 +491,6 @@ void Plane::WakeStreamsLocked() {
   for (auto& [id, a] : agents_) WakeStreamLocked(id, a);
 }
 
-void Plane::AbsorbArrivalsLocked(Time now) {
-  // Reports that arrived since, processed or not yet.
-  std::unordered_map<std::string, std::pair<int64_t, Time>> arrived;
-  {
-    MutexLock heard(&heard_mu_);
-    arrived.swap(heard_);
-  }
-  for (const auto& [id, at] : arrived) {
-    auto it = agents_.find(id);
-    if (it == agents_.end() || it->second.lost_reported || it->second.incarnation != at.first) continue;
-    it->second.last_heard = std::max(it->second.last_heard, std::min(at.second, now));
-  }
-}
-
-void Plane::Heard(const std::string& machine, int64_t incarnation, Time now) {
-  MutexLock lock(&heard_mu_);
-  auto& at = heard_[machine];
-  if (at.first != incarnation || at.second < now) at = {incarnation, now};
-}
 
 void Plane::Requeue(const std::string& machine, wire::Command command) {
   PlaneLock lock(this);
@@ -517,108 +498,6 @@ void Plane::Requeue(const std::string& machine, wire::Command command) {
   a.oneshots.push_front(std::move(command));
   changed_.NotifyAll();
   WakeStreamLocked(machine, a);
-}
-
-std::vector<std::pair<MachineId, bool>> Plane::LostOfSilentLocked(std::vector<std::pair<MachineId, bool>> silent,
-                                                                 Time now) {
-  const size_t mass = std::max<size_t>(kMassSilence, agents_.size() / 100);
-  if (silent.size() > mass) {
-    Log(std::to_string(silent.size()) + " of " + std::to_string(agents_.size()) + " machines silent at once: more " +
-        "likely this controller's own lag than that many machines lost; each is lost only after " +
-        FormatDuration(options_.reconnect_grace) + " of silence");
-    silent.erase(std::remove_if(silent.begin(), silent.end(),
-                                [&](const auto& s) REQUIRES(mu_) {
-                                  return now - agents_[s.first].last_heard <= options_.reconnect_grace;
-                                }),
-                 silent.end());
-  }
-  // The longest silent first; the rest wait for the next tick, which counts
-  // the reports that arrived meanwhile.
-  std::sort(silent.begin(), silent.end(),
-            [&](const auto& x, const auto& y) REQUIRES(mu_) {
-              return agents_[x.first].last_heard < agents_[y.first].last_heard;
-            });
-  if (silent.size() > kLostPerTick) silent.resize(kLostPerTick);
-  return silent;
-}
-
-void Plane::Tick(Time now) {
-  PlaneLock lock(this, /*first=*/true);
-  now = Now(now);
-  if (last_tick_ && now - *last_tick_ > 4 * options_.tick_period) {
-    const Duration stall = now - *last_tick_ - options_.tick_period;
-    for (auto& [id, a] : agents_) a.last_heard = std::min(now, a.last_heard + stall);
-    Log("no tick for " + FormatDuration(now - *last_tick_) + " (this process stalled); agents' silence in that "
-        "time is not counted against them");
-  }
-  last_tick_ = now;
-  AbsorbArrivalsLocked(now);
-  if (!controller_ || done_step_) return;
-  // A switch takes its rack's machines at once, but their last reports
-  // differ by up to a report period, so their leases end a tick or two
-  // apart; decided one by one, the first would be replaced (a regroup that
-  // the next tick undoes) before the burst is seen as one incident
-  // (policy_domains.cc). A machine whose lease ended waits, kDomainSkew at
-  // most, for the silent machines of its domain whose leases are ending.
-  constexpr Duration kDomainSkew = std::chrono::milliseconds(1000);
-  auto waits_for_domain = [&](const std::string& id, const Agent& a, Duration past_lease) REQUIRES(mu_) {
-    if (a.domain.empty() || past_lease > kDomainSkew) return false;
-    for (const auto& [other, b] : agents_) {
-      if (other == id || b.domain != a.domain || b.lost_reported) continue;
-      const Duration silent = now - b.last_heard;
-      if (silent <= options_.heartbeat_timeout && silent > options_.heartbeat_timeout - kDomainSkew) return true;
-    }
-    return false;
-  };
-  std::vector<Event> with_domain;  // losses of machines with a domain, decided together
-  std::vector<std::pair<MachineId, bool>> silent;  // the others past their lease (closed: peers saw them go)
-  std::optional<std::unordered_map<MachineId, Time>> closed_seen;  // built once, when a silent machine needs it
-  for (auto& [id, a] : agents_) {
-    const Duration timeout = a.heard_since_start ? options_.heartbeat_timeout : options_.reconnect_grace;
-    if (a.lost_reported || now - a.last_heard <= std::min(timeout, options_.closed_peer_timeout)) continue;
-    // Within the lease only a machine whose peers saw its connections close
-    // since it last spoke: it is down, not cut off, so nothing of it can
-    // still run, and its slot need not wait for it to fence itself.
-    const bool closed = now - a.last_heard <= timeout;
-    if (closed) {
-      if (!closed_seen) closed_seen = ClosedSeenLocked();
-      auto seen = closed_seen->find(id);
-      if (seen == closed_seen->end() || seen->second <= a.last_heard) continue;
-    }
-    const MachineStatus* m = controller_->state().FindMachine(id);
-    if (m == nullptr || m->state == MachineState::kEvicted) continue;
-    if (!closed && waits_for_domain(id, a, now - a.last_heard - timeout)) continue;
-    if (!closed && !a.domain.empty()) {
-      // Decided with the rest of its domain's, after the loop.
-      a.lost_reported = true;
-      if (!a.shards.empty()) RoutesChangedLocked();
-      with_domain.push_back(MachineHeartbeatLost{id, a.last_heard, now});
-      continue;
-    }
-    silent.push_back({id, closed});
-  }
-  for (const auto& [id, closed] : LostOfSilentLocked(silent, now)) {
-    Agent& a = agents_[id];
-    if (closed) {
-      Log("machine " + id + " silent for " + FormatDuration(now - a.last_heard) +
-          " and its peers saw its connections close: down, not cut off; not waiting out the lease");
-    }
-    a.lost_reported = true;
-    if (!a.shards.empty()) RoutesChangedLocked();  // its copies are no longer offered
-    FeedLocked(MachineHeartbeatLost{id, a.last_heard, now}, now, nullptr);
-  }
-  FeedAllLocked(with_domain, now);
-  if (trace_ && now >= trace_->deadline) FinishTrace(now);
-  // The ladder's rung in flight ran past its budget: the results so far decide.
-  const LadderStatus& ladder = controller_->state().ladder;
-  if (ladder.deadline && now >= *ladder.deadline && journal_error_.ok()) {
-    FeedLocked(LadderDeadline{ladder.incident, now}, now, nullptr);
-  }
-  if (journal_error_.ok() && AlignmentCheckIsDue(controller_->state(), options_.policy.ladder, now)) {
-    FeedLocked(AlignmentCheckDue{now}, now, nullptr);
-  }
-  ReleaseAndRequeueTimers(now);
-  CheckMonitors(now);
 }
 
 }  // namespace bulwark::plane
