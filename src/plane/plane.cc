@@ -23,14 +23,14 @@ bool IsPlainStop(const wire::Command& c) { return c.kind() == wire::Command::STO
 
 }  // namespace
 
-void Plane::Log(const std::string& line) { log_.Info(line); }
+void Plane::LogLocked(const std::string& line) { log_.Info(line); }
 
 void Plane::LogLongHold(const char* who, std::chrono::steady_clock::duration held) {
   log_.Info(std::string("plane lock held ") + FormatDuration(std::chrono::duration_cast<Duration>(held)) + " by " +
             who + ": reports and the tick waited");
 }
 
-Time Plane::Now(Time now) {
+Time Plane::NowLocked(Time now) {
   // The policy refuses time going backwards; the wall clock may step back.
   if (now < last_now_) now = last_now_;
   last_now_ = now;
@@ -49,13 +49,13 @@ Result<std::unique_ptr<Plane>> Plane::Open(PlaneOptions options, Time now) {
     MutexLock lock(&p->mu_);
     p->store_ = std::move(*store);
     p->started_ = now;
-    BULWARK_RETURN_IF_ERROR(p->Rebuild(now));
-    p->ReconcileBackend();
+    BULWARK_RETURN_IF_ERROR(p->RebuildLocked(now));
+    p->ReconcileBackendLocked();
   }
   return p;
 }
 
-Plane::Agent& Plane::AgentFor(const std::string& machine) { return agents_[machine]; }
+Plane::Agent& Plane::AgentForLocked(const std::string& machine) { return agents_[machine]; }
 
 BackupPlan Plane::PlanLocked(const Placement& placement) const {
   std::map<MachineId, std::string> addrs;
@@ -91,7 +91,7 @@ std::string Plane::MasterAddrLocked(const MachineId& machine) const {
   return host;
 }
 
-void Plane::SendDiagnose(const Action& a) {
+void Plane::SendDiagnoseLocked(const Action& a) {
   // The tests themselves are a one-shot; the ranks' stop is desired
   // state (the actuator's). A replay group or a network link
   // rendezvouses at its first machine on a port of its own, clear of the
@@ -127,15 +127,15 @@ void Plane::SendDiagnose(const Action& a) {
     c.set_budget_ms(a.budget_ms);
     for (const std::string& t : a.tests) c.add_tests(t);
     c.set_reason(a.reason);
-    AgentFor(m).oneshots.push_back(std::move(c));
+    AgentForLocked(m).oneshots.push_back(std::move(c));
   }
 }
 
-void Plane::SendStageRelease(const Action& a) {
-  if (logged_actions_.insert(a.id).second) Log("action " + a.ToString());
+void Plane::SendStageReleaseLocked(const Action& a) {
+  if (logged_actions_.insert(a.id).second) LogLocked("action " + a.ToString());
   // What a START_RANKS of the release will carry, so that the agent's
   // processes match it (agent/handoff.h: JobIdentity).
-  const JobLaunch launch = LaunchFor(a.release);
+  const JobLaunch launch = LaunchForLocked(a.release);
   for (const MachineId& m : a.placement.slots) {
     wire::Command c;
     c.set_kind(wire::Command::STAGE_RELEASE);
@@ -150,11 +150,11 @@ void Plane::SendStageRelease(const Action& a) {
     c.set_spike_factor(options_.policy.spike_factor);
     c.set_spike_rule(options_.policy.spike_rule().Encode());
     c.set_reason(a.reason);
-    AgentFor(m).oneshots.push_back(std::move(c));
+    AgentForLocked(m).oneshots.push_back(std::move(c));
   }
 }
 
-Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Time now) {
+Status Plane::AfterDecisionLocked(const std::vector<Action>& actions, bool deliver, Time now) {
   if (!actions.empty()) RoutesChangedLocked();
   monitors_.AfterActions(actions, now, controller_ ? controller_->state().spec.topology() : Topology{});
   for (const Action& a : actions) {
@@ -173,28 +173,28 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
         c.set_id(a.id);
         c.set_generation(a.placement.generation);
         c.set_reason(a.reason);
-        AgentFor(m).oneshots.push_back(std::move(c));
+        AgentForLocked(m).oneshots.push_back(std::move(c));
       }
       trace_ = std::move(t);
       continue;
     }
     if (a.kind == ActionKind::kRunDiagnostics) {
       diagnose_decided_ = a;
-      if (deliver) SendDiagnose(a);
+      if (deliver) SendDiagnoseLocked(a);
     }
     if (a.kind == ActionKind::kStageRelease) {
       // A replayed staging is history: the restart it led to is journaled.
-      if (deliver) SendStageRelease(a);
+      if (deliver) SendStageReleaseLocked(a);
       continue;
     }
     // A repeated decision (same id) is a no-op everywhere; log it once.
-    if (deliver && logged_actions_.insert(a.id).second) Log("action " + a.ToString());
-    if (deliver) ActuateBackend(a);
+    if (deliver && logged_actions_.insert(a.id).second) LogLocked("action " + a.ToString());
+    if (deliver) ActuateBackendLocked(a);
     // Routes come from the holdings reported now. On replay nothing has been
     // reported yet, so a replayed restart carries peers but no sources; the
     // agents already carry it out and ignore the resent id anyway.
     const BackupPlan routes = a.kind == ActionKind::kRestartAll ? PlanLocked(a.placement) : BackupPlan{};
-    JobLaunch launch = a.kind == ActionKind::kRestartAll ? LaunchFor(a.release) : *launch_;
+    JobLaunch launch = a.kind == ActionKind::kRestartAll ? LaunchForLocked(a.release) : *launch_;
     if (a.kind == ActionKind::kRestartAll && !a.placement.slots.empty()) {
       launch.master_addr = MasterAddrLocked(a.placement.slots[0]);
     }
@@ -216,7 +216,7 @@ Status Plane::AfterDecision(const std::vector<Action>& actions, bool deliver, Ti
         mc.command.set_spike_factor(options_.policy.spike_factor);
         mc.command.set_spike_rule(options_.policy.spike_rule().Encode());
       }
-      Agent& target = AgentFor(mc.machine);
+      Agent& target = AgentForLocked(mc.machine);
       if (restop && target.desired && IsPlainStop(*target.desired) && IsPlainStop(mc.command)) continue;
       target.desired = std::move(mc.command);
     }
@@ -237,7 +237,7 @@ void Plane::WarmStandbysLocked() {
     // No job to be warm for (it completed, stopped or waits for machines):
     // the spares go.
     for (const MachineId& m : s.standbys) {
-      Agent& a = AgentFor(m);
+      Agent& a = AgentForLocked(m);
       if (!a.desired || a.desired->kind() != wire::Command::STOP_RANKS || a.desired->argv_size() == 0) continue;
       wire::Command idle;
       idle.set_kind(wire::Command::STOP_RANKS);
@@ -248,7 +248,7 @@ void Plane::WarmStandbysLocked() {
     return;
   }
   for (const MachineId& m : s.standbys) {
-    Agent& a = AgentFor(m);
+    Agent& a = AgentForLocked(m);
     // Only an idle standby: nothing asked of it yet, or a stop; or ranks
     // of a generation it has left (a pipeline that lost a machine gives
     // its other machines back: cluster_state.cc), which this stops.
@@ -258,7 +258,7 @@ void Plane::WarmStandbysLocked() {
     }
     // Warm for the release the ranks run (a hot update changes it, and
     // with it the command's id, so that the agent takes it anew).
-    wire::Command warm = WarmStandby(LaunchFor(s.releases.applied), s.placement, options_.policy.spike_factor);
+    wire::Command warm = WarmStandby(LaunchForLocked(s.releases.applied), s.placement, options_.policy.spike_factor);
     warm.set_id(warm.id() + "/r" + std::to_string(s.releases.applied));
     warm.set_spike_rule(options_.policy.spike_rule().Encode());
     if (a.desired && a.desired->id() == warm.id()) continue;
@@ -271,7 +271,7 @@ Status Plane::HandleLocked(const Event& e, Time now, const json& origin) {
   if (!journal_error_.ok()) return journal_error_;
   Result<std::vector<Action>> actions = controller_->Handle(e, now);
   if (!actions.ok()) {
-    Log("event refused by the policy: " + Describe(e) + ": " + actions.status().ToString());
+    LogLocked("event refused by the policy: " + Describe(e) + ": " + actions.status().ToString());
     if (!origin.is_null()) {
       // Still remember it was seen, so that a restart does not apply it later.
       json record = origin;
@@ -284,13 +284,13 @@ Status Plane::HandleLocked(const Event& e, Time now, const json& origin) {
   if (!origin.is_null()) record["origin"] = origin;
   // Journal before acting: a decision that was acted on is always replayed.
   BULWARK_RETURN_IF_ERROR(JournalLocked(record, now));
-  if (KindOf(e) != EventKind::kStepCompleted) Log("event " + Describe(e));
+  if (KindOf(e) != EventKind::kStepCompleted) LogLocked("event " + Describe(e));
   KillPointJournaled(EventKindName(KindOf(e)));
   Status after = Status::OK();
-  if (++appended_since_compaction_ >= kCompactEvery) after = CompactJournal(now);
-  if (after.ok()) after = AfterDecision(*actions, /*deliver=*/true, now);
-  if (after.ok() && (KindOf(e) != EventKind::kStepCompleted || !actions->empty())) after = SaveSnapshots(now);
-  if (!after.ok()) Log("after journaling " + Describe(e) + ": " + after.ToString());
+  if (++appended_since_compaction_ >= kCompactEvery) after = CompactJournalLocked(now);
+  if (after.ok()) after = AfterDecisionLocked(*actions, /*deliver=*/true, now);
+  if (after.ok() && (KindOf(e) != EventKind::kStepCompleted || !actions->empty())) after = SaveSnapshotsLocked(now);
+  if (!after.ok()) LogLocked("after journaling " + Describe(e) + ": " + after.ToString());
   return after;
 }
 
@@ -300,18 +300,18 @@ void Plane::FeedAllLocked(const std::vector<Event>& events, Time now) {
   std::vector<std::pair<size_t, Status>> refused;
   Result<std::vector<Action>> actions = controller_->HandleAll(events, now, &refused);
   if (!actions.ok()) {
-    Log("events refused by the policy: " + actions.status().ToString());
+    LogLocked("events refused by the policy: " + actions.status().ToString());
     return;
   }
   json list = json::array();
   for (const Event& e : events) list.push_back(EncodeEvent(e));
   // Journal before acting; replay decides the same events together again.
   if (!JournalLocked(json{{"type", "events"}, {"events", list}}, now).ok()) return;
-  for (const Event& e : events) Log("event " + Describe(e));
-  for (const auto& [i, st] : refused) Log("event refused by the policy: " + Describe(events[i]) + ": " + st.ToString());
-  Status after = AfterDecision(*actions, /*deliver=*/true, now);
-  if (after.ok()) after = SaveSnapshots(now);
-  if (!after.ok()) Log("after journaling " + std::to_string(events.size()) + " events: " + after.ToString());
+  for (const Event& e : events) LogLocked("event " + Describe(e));
+  for (const auto& [i, st] : refused) LogLocked("event refused by the policy: " + Describe(events[i]) + ": " + st.ToString());
+  Status after = AfterDecisionLocked(*actions, /*deliver=*/true, now);
+  if (after.ok()) after = SaveSnapshotsLocked(now);
+  if (!after.ok()) LogLocked("after journaling " + std::to_string(events.size()) + " events: " + after.ToString());
 }
 
 void Plane::FeedLocked(const Event& e, Time now, const json& origin) {
@@ -327,21 +327,21 @@ Status Plane::JournalLocked(const json& record, Time now) {
   // acting now could never be replayed. Keep the first error and decide
   // nothing more (LevelDB's sticky background error).
   journal_error_ = st.Annotate("controller stopped deciding (journal not written)");
-  Log(journal_error_.ToString() + "; fix the disk, then restart the controller: it replays the journal");
+  LogLocked(journal_error_.ToString() + "; fix the disk, then restart the controller: it replays the journal");
   return journal_error_;
 }
 
 Status Plane::Register(const wire::RegisterRequest& req, Time now) {
   PlaneLock lock(this);
-  now = Now(now);
+  now = NowLocked(now);
   if (req.machine().empty()) return Status::InvalidArgument("register: machine id is empty");
   // Refused before anything is recorded: a machine its peers cannot reach
   // must never become a standby (issue 40).
   if (Status st = CheckAdvertisedAddress(options_.addresses, req.machine(), req.shard_addr()); !st.ok()) {
-    Log(st.message());
+    LogLocked(st.message());
     return st;
   }
-  Agent& a = AgentFor(req.machine());
+  Agent& a = AgentForLocked(req.machine());
   // An agent registering again where it was (after a controller restart,
   // every agent does) changes nothing a restart reads: no write, and no
   // fsync under the lock (12,500 of them took 15 s).
@@ -368,11 +368,11 @@ Status Plane::Register(const wire::RegisterRequest& req, Time now) {
   a.last_heard = now;
   a.heard_since_start = true;
   a.lost_reported = false;
-  Log("machine " + req.machine() + " registered (incarnation " + std::to_string(req.incarnation()) + ")");
+  LogLocked("machine " + req.machine() + " registered (incarnation " + std::to_string(req.incarnation()) + ")");
   return Status::OK();
 }
 
-void Plane::CheckMonitors(Time now) {
+void Plane::CheckMonitorsLocked(Time now) {
   if (!controller_ || done_step_ || !journal_error_.ok()) return;
   for (Event& e : monitors_.Check(now)) {
     // A slow machine whose device says why (NVML: thermal, power brake):
@@ -390,7 +390,7 @@ void Plane::CheckMonitors(Time now) {
 int64_t Plane::OpenStream(const std::string& machine) {
   PlaneLock lock(this);
   const int64_t id = next_stream_++;
-  Agent& a = AgentFor(machine);
+  Agent& a = AgentForLocked(machine);
   // The older stream ends: parked, it is told so now; else its turn's
   // holder finds it superseded at its next TakeCommand.
   if (a.parked) {
@@ -442,7 +442,7 @@ std::optional<wire::Command> Plane::NextCommand(const std::string& machine, int6
   *superseded = false;
   const auto deadline = std::chrono::system_clock::time_point(std::chrono::milliseconds(ToMs(until)));
   for (;;) {
-    Agent& a = AgentFor(machine);
+    Agent& a = AgentForLocked(machine);
     if (a.stream != stream) {
       *superseded = true;
       return std::nullopt;
@@ -455,7 +455,7 @@ std::optional<wire::Command> Plane::NextCommand(const std::string& machine, int6
 Plane::Turn Plane::TakeCommand(const std::string& machine, int64_t stream, std::string* sent_desired,
                                CommandSink* sink, wire::Command* out) {
   PlaneLock lock(this);
-  Agent& a = AgentFor(machine);
+  Agent& a = AgentForLocked(machine);
   if (a.stream != stream) return Turn::kSuperseded;
   if (a.stream_closed) return Turn::kClosed;
   if (std::optional<wire::Command> c = NextForStreamLocked(a, machine, sent_desired)) {
@@ -494,7 +494,7 @@ void Plane::WakeStreamsLocked() {
 
 void Plane::Requeue(const std::string& machine, wire::Command command) {
   PlaneLock lock(this);
-  Agent& a = AgentFor(machine);
+  Agent& a = AgentForLocked(machine);
   a.oneshots.push_front(std::move(command));
   changed_.NotifyAll();
   WakeStreamLocked(machine, a);

@@ -320,7 +320,7 @@ class Plane {
   Status ApplyAgentEventLocked(const MachineId& machine, int64_t incarnation, const wire::AgentEvent& ev, Time now) REQUIRES(mu_);
   // The ranks' step signals and phases into the detectors, then a check.
   void ObserveSignalsLocked(const wire::ReportRequest& req, Time now) REQUIRES(mu_);
-  Status Rebuild(Time now) REQUIRES(mu_);
+  Status RebuildLocked(Time now) REQUIRES(mu_);
   // Of the machines past their lease in one tick (Tick's `silent`: id, and
   // whether peers saw it close), those lost now. Each loss is a decision
   // over every machine under the lock (15-50 ms at 12,500), and a tick that
@@ -337,9 +337,9 @@ class Plane {
   void AbsorbArrivalsLocked(Time now) REQUIRES(mu_);
   // Analyzes what the trace gathered, keeps the raw stacks for people and
   // hands the verdict to the policy.
-  void FinishTrace(Time now) REQUIRES(mu_);
+  void FinishTraceLocked(Time now) REQUIRES(mu_);
   // Runs the detectors and handles what they found.
-  void CheckMonitors(Time now) REQUIRES(mu_);
+  void CheckMonitorsLocked(Time now) REQUIRES(mu_);
   // A job ends when its program does, whatever it printed: once every rank
   // of the current placement has exited 0 (as its machine's agent last
   // reported), the job is complete at the last step seen, the highest of
@@ -354,7 +354,7 @@ class Plane {
   // protecting it: its ranks' exits and its machines' faults are no longer
   // incidents.
   Status CompleteLocked(int64_t step, const std::string& why, const nlohmann::json& origin, Time now) REQUIRES(mu_);
-  Time Now(Time now) REQUIRES(mu_);
+  Time NowLocked(Time now) REQUIRES(mu_);
   // Journals, hands to the policy and actuates; the only path for events.
   // Logs every failure itself (a refusal, the journal, what follows the
   // journaled decision), so a caller that has no one to tell may use Feed.
@@ -368,7 +368,7 @@ class Plane {
   // the policy's state may have moved past what the journal can replay, so
   // the plane decides nothing more until it is restarted.
   Status JournalLocked(const nlohmann::json& record, Time now) REQUIRES(mu_);
-  Status AfterDecision(const std::vector<Action>& actions, bool deliver, Time now) REQUIRES(mu_);
+  Status AfterDecisionLocked(const std::vector<Action>& actions, bool deliver, Time now) REQUIRES(mu_);
   // While the job runs, every idle standby's desired state is a STOP_RANKS
   // that carries the job's command (actuator.h: WarmStandby): its agent
   // keeps a spare of the job set up, so that a swap to it costs a
@@ -376,29 +376,29 @@ class Plane {
   void WarmStandbysLocked() REQUIRES(mu_);
   // Queues a RunDiagnostics action's DIAGNOSE one-shot for each of its
   // machines (with their replay groups or network links).
-  void SendDiagnose(const Action& a) REQUIRES(mu_);
+  void SendDiagnoseLocked(const Action& a) REQUIRES(mu_);
   // Queues a StageRelease action's STAGE_RELEASE one-shot for each of its
   // machines, with the release's command as its restart will carry it.
-  void SendStageRelease(const Action& a) REQUIRES(mu_);
+  void SendStageReleaseLocked(const Action& a) REQUIRES(mu_);
   // Drops the step rows replay can do without, once replaying what is left
   // is verified to give the same state (journal_compaction.h).
-  Status CompactJournal(Time now) REQUIRES(mu_);
-  Status SaveSnapshots(Time now) REQUIRES(mu_);
+  Status CompactJournalLocked(Time now) REQUIRES(mu_);
+  Status SaveSnapshotsLocked(Time now) REQUIRES(mu_);
   // The job's part of the status view (status_view.h): copied under the
   // lock, rendered after it.
   StatusView::Job JobViewLocked(Time now) REQUIRES(mu_);
   nlohmann::json IncidentsLocked() REQUIRES(mu_);
   nlohmann::json LedgerLocked(Time now) REQUIRES(mu_);
-  Agent& AgentFor(const std::string& machine) REQUIRES(mu_);
+  Agent& AgentForLocked(const std::string& machine) REQUIRES(mu_);
   // The job's launch with release `number`'s command and environment.
-  JobLaunch LaunchFor(int number) const REQUIRES(mu_);
+  JobLaunch LaunchForLocked(int number) const REQUIRES(mu_);
   // Sends ReleaseDue and RequeueDue when their times come (from Tick).
-  void ReleaseAndRequeueTimers(Time now) REQUIRES(mu_);
+  void ReleaseAndRequeueTimersLocked(Time now) REQUIRES(mu_);
   // Tells the cluster manager about a delivered decision (plane_backend.cc).
-  void ActuateBackend(const Action& a) REQUIRES(mu_);
+  void ActuateBackendLocked(const Action& a) REQUIRES(mu_);
   // After a restart: every evicted machine is drained, in case the drain
   // was still pending when the previous controller died.
-  void ReconcileBackend() REQUIRES(mu_);
+  void ReconcileBackendLocked() REQUIRES(mu_);
   // Backup peers and restore sources for `placement` from what the agents
   // last reported; a lost agent's holdings are not offered as sources.
   BackupPlan PlanLocked(const Placement& placement) const REQUIRES(mu_);
@@ -430,7 +430,7 @@ class Plane {
   // asking each of them was O(N^2) (3-4 s under the lock at 12,500 agents
   // after a restart, when every agent is silent for a while).
   std::unordered_map<MachineId, Time> ClosedSeenLocked() const REQUIRES(mu_);
-  void Log(const std::string& line) REQUIRES(mu_);
+  void LogLocked(const std::string& line) REQUIRES(mu_);
 
   PlaneOptions options_;
   Monitors monitors_ GUARDED_BY(mu_);

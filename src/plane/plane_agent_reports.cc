@@ -95,7 +95,7 @@ std::unordered_map<MachineId, Time> Plane::ClosedSeenLocked() const {
 
 Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
   PlaneLock lock(this);
-  now = Now(now);
+  now = NowLocked(now);
   // Unacknowledged events stay with the agent until a restarted controller can journal them.
   if (!journal_error_.ok()) return journal_error_;
   Result<Agent*> a = ReportingAgentLocked(req);
@@ -136,7 +136,7 @@ bool Plane::NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now)
   a.live_ranks.assign(req.live_ranks().begin(), req.live_ranks().end());
   a.generation = req.generation();
   if (req.device_slowdown() != a.device_slowdown) {
-    if (!req.device_slowdown().empty()) Log(req.machine() + " reports a device slowdown: " + req.device_slowdown());
+    if (!req.device_slowdown().empty()) LogLocked(req.machine() + " reports a device slowdown: " + req.device_slowdown());
     a.device_slowdown = req.device_slowdown();
   }
   // The agent's current holdings, not a delta: copies it dropped are gone.
@@ -165,7 +165,7 @@ void Plane::JoinIfNewLocked(const MachineId& machine, bool was_lost, Time now) {
     // Where the server proves machines reachable (issue 40), a machine
     // joins once it was reached at the address its ranks will listen on
     // (ProbeDone joins it then), never on its word alone.
-    Agent& a = AgentFor(machine);
+    Agent& a = AgentForLocked(machine);
     if (options_.probe_reachability && !a.shard_addr.empty()) {
       if (!a.reached) return;
       a.reached = false;  // one proof, one join: a returned machine proves itself again
@@ -173,20 +173,20 @@ void Plane::JoinIfNewLocked(const MachineId& machine, bool was_lost, Time now) {
                  nullptr);
       return;
     }
-    FeedLocked(MachineJoined{machine, true, "agent reporting", now, AgentFor(machine).domain}, now, nullptr);
+    FeedLocked(MachineJoined{machine, true, "agent reporting", now, AgentForLocked(machine).domain}, now, nullptr);
   } else if (was_lost && m->state == MachineState::kEvicted && m->lost_with_domain) {
     // Its switch is back (policy_domains.cc): its agent reporting again is
     // the local backend's self-check, and the policy returns it as a standby.
-    FeedLocked(MachineJoined{machine, true, "agent reporting again: its switch is back", now, AgentFor(machine).domain},
+    FeedLocked(MachineJoined{machine, true, "agent reporting again: its switch is back", now, AgentForLocked(machine).domain},
                now, nullptr);
   } else if (was_lost) {
-    Log("machine " + machine + " is heard from again; it stays " + MachineStateName(m->state));
+    LogLocked("machine " + machine + " is heard from again; it stays " + MachineStateName(m->state));
   }
 }
 
 std::vector<Plane::ReachProbe> Plane::ProbesDue(Time now) {
   PlaneLock lock(this);
-  now = Now(now);
+  now = NowLocked(now);
   std::vector<ReachProbe> due;
   if (!options_.probe_reachability || !controller_ || done_step_) return due;
   for (auto& [id, a] : agents_) {
@@ -205,7 +205,7 @@ std::vector<Plane::ReachProbe> Plane::ProbesDue(Time now) {
 
 void Plane::ProbeDone(const ReachProbe& probe, const Status& reached, Time now) {
   PlaneLock lock(this);
-  now = Now(now);
+  now = NowLocked(now);
   auto it = agents_.find(probe.machine);
   if (it == agents_.end()) return;
   Agent& a = it->second;
@@ -228,13 +228,13 @@ void Plane::ProbeDone(const ReachProbe& probe, const Status& reached, Time now) 
   // silent for two report periods went silent during the probe (a switch
   // that took its rack down: the domain's rule returns it, this would not).
   if (a.last_heard <= a.probe_started || now - a.last_heard > std::chrono::milliseconds(1000)) {
-    Log("machine " + probe.machine + " was not reached at " + probe.addr + ", but its agent is silent too: " +
+    LogLocked("machine " + probe.machine + " was not reached at " + probe.addr + ", but its agent is silent too: " +
         "not held against it");
     return;
   }
   const std::string why = "peers cannot reach " + probe.machine + " at " + probe.addr + " (" + reached.message() +
                           "); it is not given ranks: check its firewall, routes and --address";
-  Log(why);
+  LogLocked(why);
   FeedLocked(MachineJoined{probe.machine, false, why, now, a.domain}, now, nullptr);
 }
 
@@ -262,13 +262,13 @@ Status Plane::ApplyAgentEventLocked(const MachineId& machine, int64_t incarnatio
   if (ev.kind() == wire::AgentEvent::RANK_EXITED &&
       ClassifyExit({ev.generation(), TimeFromMs(ev.observed_ms()), /*peer_lost=*/false}, {generation, {}}, now,
                    Duration(0)) == ExitVerdict::kEcho) {
-    Log("rank " + std::to_string(ev.rank()) + " on " + machine + " of generation " + std::to_string(ev.generation()) +
+    LogLocked("rank " + std::to_string(ev.rank()) + " on " + machine + " of generation " + std::to_string(ev.generation()) +
         " exited after the restart to generation " + std::to_string(generation) + ": part of the episode it answers");
     return Status::OK();
   }
   Result<Event> e = EventFromAgent(machine, ev);
   if (!e.ok()) {
-    Log(e.status().ToString());
+    LogLocked(e.status().ToString());
     return Status::OK();
   }
   // Resolved here, once, and journaled with the event: a replay must blame
@@ -302,7 +302,7 @@ void Plane::ObserveSignalsLocked(const wire::ReportRequest& req, Time now) {
     // Rank 0 counts the job's tokens; a held-back step processed none.
     if (r.rank() == 0 && r.halted().empty()) throughput_.Add(r.tokens(), r.step_ms());
   }
-  if (!req.signals().empty()) CheckMonitors(now);
+  if (!req.signals().empty()) CheckMonitorsLocked(now);
 }
 
 Status Plane::CompleteIfEveryRankExitedLocked(Time now) {
@@ -334,10 +334,10 @@ Status Plane::CompleteLocked(int64_t step, const std::string& why, const json& o
   record["why"] = why;
   // A failed append is the sticky journal error, as for every decision.
   BULWARK_RETURN_IF_ERROR(JournalLocked(record, now));
-  Log("job " + launch_->spec.id + " finished at step " + std::to_string(step) + ": " + why);
+  LogLocked("job " + launch_->spec.id + " finished at step " + std::to_string(step) + ": " + why);
   monitors_.Stop();
   // The done row is journaled: a restart replays it, snapshot or not.
-  if (Status st = SaveSnapshots(now); !st.ok()) Log("after the job finished: " + st.ToString());
+  if (Status st = SaveSnapshotsLocked(now); !st.ok()) LogLocked("after the job finished: " + st.ToString());
   return Status::OK();
 }
 

@@ -7,7 +7,7 @@
 
 namespace bulwark::plane {
 
-void Plane::ActuateBackend(const Action& a) {
+void Plane::ActuateBackendLocked(const Action& a) {
   if (!options_.backend || !backend_done_.insert(a.id).second) return;
   switch (a.kind) {
     case ActionKind::kEvict:
@@ -34,7 +34,7 @@ void Plane::ActuateBackend(const Action& a) {
   }
 }
 
-void Plane::ReconcileBackend() {
+void Plane::ReconcileBackendLocked() {
   if (!options_.backend || !controller_) return;
   const ClusterState& s = controller_->state();
   for (const auto& [id, m] : s.machines) {

@@ -9,7 +9,7 @@ namespace bulwark::plane {
 
 using nlohmann::json;
 
-Status Plane::Rebuild(Time now) {
+Status Plane::RebuildLocked(Time now) {
   Result<std::vector<MachineRow>> machines = store_->Machines();
   if (!machines.ok()) return machines.status();
   for (const MachineRow& m : *machines) {
@@ -40,7 +40,7 @@ Status Plane::Rebuild(Time now) {
   if (!journal.ok()) return journal.status();
   size_t replayed = 0;
   for (const JournalEntry& entry : *journal) {
-    const Time at = Now(TimeFromMs(entry.now_ms));
+    const Time at = NowLocked(TimeFromMs(entry.now_ms));
     Result<JournalRow> rec = DecodeJournalRow(entry.json);
     if (!rec.ok()) {
       return rec.status().Annotate("journal entry " + std::to_string(entry.seq) + " of job " + row.id);
@@ -76,10 +76,10 @@ Status Plane::Rebuild(Time now) {
     // Replay must take the same path the live controller took; a refusal
     // here means the journal and the policy disagree.
     if (!actions.ok()) return actions.status().Annotate("replaying journal entry " + std::to_string(entry.seq));
-    BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, /*deliver=*/false, at));
+    BULWARK_RETURN_IF_ERROR(AfterDecisionLocked(*actions, /*deliver=*/false, at));
     ++replayed;
   }
-  Log("rebuilt job " + row.id + " from " + std::to_string(replayed) + " journal entries");
+  LogLocked("rebuilt job " + row.id + " from " + std::to_string(replayed) + " journal entries");
   // The ladder waits for diagnostics this controller's predecessor asked
   // for; the one-shots may have died with it before every agent got one.
   // Sent again under the same id, they run only where they never ran.
@@ -87,12 +87,12 @@ Status Plane::Rebuild(Time now) {
     const LadderStatus& l = controller_->state().ladder;
     const bool waiting = l.state == LadderState::kDiagnosing || l.state == LadderState::kReplaying;
     if (waiting && diagnose_decided_->incident == l.incident) {
-      Log("re-sending " + diagnose_decided_->id + " to the job's " +
+      LogLocked("re-sending " + diagnose_decided_->id + " to the job's " +
           std::to_string(diagnose_decided_->placement.slots.size()) + " machine(s): the ladder was waiting for it");
-      SendDiagnose(*diagnose_decided_);
+      SendDiagnoseLocked(*diagnose_decided_);
     }
   }
-  BULWARK_RETURN_IF_ERROR(CompactJournal(now));
+  BULWARK_RETURN_IF_ERROR(CompactJournalLocked(now));
   // The detectors learned nothing from the journal (signals are not kept):
   // a live job's ranks get the first step's allowance again.
   monitors_.Stop();
@@ -107,7 +107,7 @@ Status Plane::Rebuild(Time now) {
   return Status::OK();
 }
 
-Status Plane::CompactJournal(Time now) {
+Status Plane::CompactJournalLocked(Time now) {
   appended_since_compaction_ = 0;
   if (!launch_) return Status::OK();
   Result<std::vector<JournalEntry>> journal = store_->Journal(launch_->spec.id);
@@ -117,21 +117,21 @@ Status Plane::CompactJournal(Time now) {
   Result<Controller> full = ReplayJournal(launch_->spec, options_.policy, *journal, {});
   Result<Controller> compacted = ReplayJournal(launch_->spec, options_.policy, *journal, drop);
   if (!full.ok() || !compacted.ok()) {
-    Log("journal compaction skipped: replay failed: " + (full.ok() ? compacted.status() : full.status()).ToString());
+    LogLocked("journal compaction skipped: replay failed: " + (full.ok() ? compacted.status() : full.status()).ToString());
     return Status::OK();
   }
   if (ReplayFingerprint(*full, now) != ReplayFingerprint(*compacted, now)) {
-    Log("journal compaction skipped: replaying without " + std::to_string(drop.size()) +
+    LogLocked("journal compaction skipped: replaying without " + std::to_string(drop.size()) +
         " step rows would not rebuild the same state (kept everything)");
     return Status::OK();
   }
   BULWARK_RETURN_IF_ERROR(store_->DropJournalRows(launch_->spec.id, drop));
-  Log("compacted the journal: dropped " + std::to_string(drop.size()) + " of " + std::to_string(journal->size()) +
+  LogLocked("compacted the journal: dropped " + std::to_string(drop.size()) + " of " + std::to_string(journal->size()) +
       " rows (step reports replay does not need)");
   return Status::OK();
 }
 
-Status Plane::SaveSnapshots(Time now) {
+Status Plane::SaveSnapshotsLocked(Time now) {
   BULWARK_RETURN_IF_ERROR(store_->PutSnapshot("incidents", IncidentsLocked().dump()));
   BULWARK_RETURN_IF_ERROR(store_->PutSnapshot("ledger", LedgerLocked(now).dump()));
   json p{{"generation", controller_->state().placement.generation},

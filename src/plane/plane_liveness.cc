@@ -32,7 +32,7 @@ std::vector<std::pair<MachineId, bool>> Plane::LostOfSilentLocked(std::vector<st
                                                                  Time now) {
   const size_t mass = std::max<size_t>(kMassSilence, agents_.size() / 100);
   if (silent.size() > mass) {
-    Log(std::to_string(silent.size()) + " of " + std::to_string(agents_.size()) + " machines silent at once: more " +
+    LogLocked(std::to_string(silent.size()) + " of " + std::to_string(agents_.size()) + " machines silent at once: more " +
         "likely this controller's own lag than that many machines lost; each is lost only after " +
         FormatDuration(options_.reconnect_grace) + " of silence");
     silent.erase(std::remove_if(silent.begin(), silent.end(),
@@ -53,11 +53,11 @@ std::vector<std::pair<MachineId, bool>> Plane::LostOfSilentLocked(std::vector<st
 
 void Plane::Tick(Time now) {
   PlaneLock lock(this, /*first=*/true);
-  now = Now(now);
+  now = NowLocked(now);
   if (last_tick_ && now - *last_tick_ > 4 * options_.tick_period) {
     const Duration stall = now - *last_tick_ - options_.tick_period;
     for (auto& [id, a] : agents_) a.last_heard = std::min(now, a.last_heard + stall);
-    Log("no tick for " + FormatDuration(now - *last_tick_) + " (this process stalled); agents' silence in that "
+    LogLocked("no tick for " + FormatDuration(now - *last_tick_) + " (this process stalled); agents' silence in that "
         "time is not counted against them");
   }
   last_tick_ = now;
@@ -109,7 +109,7 @@ void Plane::Tick(Time now) {
   for (const auto& [id, closed] : LostOfSilentLocked(silent, now)) {
     Agent& a = agents_[id];
     if (closed) {
-      Log("machine " + id + " silent for " + FormatDuration(now - a.last_heard) +
+      LogLocked("machine " + id + " silent for " + FormatDuration(now - a.last_heard) +
           " and its peers saw its connections close: down, not cut off; not waiting out the lease");
     }
     a.lost_reported = true;
@@ -117,7 +117,7 @@ void Plane::Tick(Time now) {
     FeedLocked(MachineHeartbeatLost{id, a.last_heard, now}, now, nullptr);
   }
   FeedAllLocked(with_domain, now);
-  if (trace_ && now >= trace_->deadline) FinishTrace(now);
+  if (trace_ && now >= trace_->deadline) FinishTraceLocked(now);
   // The ladder's rung in flight ran past its budget: the results so far decide.
   const LadderStatus& ladder = controller_->state().ladder;
   if (ladder.deadline && now >= *ladder.deadline && journal_error_.ok()) {
@@ -126,8 +126,8 @@ void Plane::Tick(Time now) {
   if (journal_error_.ok() && AlignmentCheckIsDue(controller_->state(), options_.policy.ladder, now)) {
     FeedLocked(AlignmentCheckDue{now}, now, nullptr);
   }
-  ReleaseAndRequeueTimers(now);
-  CheckMonitors(now);
+  ReleaseAndRequeueTimersLocked(now);
+  CheckMonitorsLocked(now);
 }
 
 }  // namespace bulwark::plane

@@ -88,7 +88,7 @@ void Plane::set_metrics_url(std::string url) {
 
 std::string Plane::Metrics(Time now) {
   PlaneLock lock(this);
-  now = Now(now);
+  now = NowLocked(now);
   MetricsText m;
   m.Family("bulwark_controller_uptime_seconds", "gauge", "Seconds since this controller process started.");
   m.Sample("bulwark_controller_uptime_seconds", {}, Seconds(now - started_));

@@ -12,7 +12,7 @@ using nlohmann::json;
 
 Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
   PlaneLock lock(this);
-  now = Now(now);
+  now = NowLocked(now);
   BULWARK_RETURN_IF_ERROR(launch.spec.Validate());
   if (launch.persist_every < 0) {
     return Status::InvalidArgument("job " + launch.spec.id + ": persist_every is " +
@@ -61,9 +61,9 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
   Result<std::vector<Action>> actions = controller_->Reconcile(now);
   if (!actions.ok()) return actions.status();
   BULWARK_RETURN_IF_ERROR(store_->Append(launch_->spec.id, ToMs(now), json{{"type", "reconcile"}}.dump()));
-  BULWARK_RETURN_IF_ERROR(AfterDecision(*actions, true, now));
-  BULWARK_RETURN_IF_ERROR(SaveSnapshots(now));
-  Log("job " + launch_->spec.id + " submitted: " + launch_->spec.command);
+  BULWARK_RETURN_IF_ERROR(AfterDecisionLocked(*actions, true, now));
+  BULWARK_RETURN_IF_ERROR(SaveSnapshotsLocked(now));
+  LogLocked("job " + launch_->spec.id + " submitted: " + launch_->spec.command);
   return launch_->spec.id;
 }
 
@@ -111,7 +111,7 @@ Status Plane::Inject(const wire::InjectRequest& req) {
                                         "cluster 'bulwark up' made emulates it)");
     }
     BULWARK_RETURN_IF_ERROR(options_.emulator->Inject(machine, fault, req.factor(), where));
-    Log("injected " + fault + " into " + machine + "'s emulated hardware");
+    LogLocked("injected " + fault + " into " + machine + "'s emulated hardware");
     return Status::OK();
   }
   const int rank = req.rank();
@@ -126,19 +126,19 @@ Status Plane::Inject(const wire::InjectRequest& req) {
   a.oneshots.push_back(std::move(c));
   changed_.NotifyAll();
   WakeStreamLocked(machine, a);
-  Log("injecting " + fault + " on " + machine);
+  LogLocked("injecting " + fault + " on " + machine);
   return Status::OK();
 }
 
 Result<std::string> Plane::ReturnMachine(const std::string& machine, Time now) {
   PlaneLock lock(this);
-  now = Now(now);
+  now = NowLocked(now);
   if (agents_.count(machine) == 0) return Status::NotFound("machine " + machine + " has never registered");
   BULWARK_RETURN_IF_ERROR(HandleLocked(OperatorReturned{machine, now}, now, nullptr));
   // The operator mended the machine: its emulated parts are whole again
   // before its agent is told to look afresh.
   if (options_.emulator) {
-    if (Status st = options_.emulator->Repair(machine); !st.ok()) Log("repairing " + machine + ": " + st.ToString());
+    if (Status st = options_.emulator->Repair(machine); !st.ok()) LogLocked("repairing " + machine + ": " + st.ToString());
   }
   wire::Command c;
   c.set_kind(wire::Command::RESET_HEALTH);

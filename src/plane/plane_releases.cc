@@ -8,7 +8,7 @@ namespace bulwark::plane {
 
 using nlohmann::json;
 
-JobLaunch Plane::LaunchFor(int number) const {
+JobLaunch Plane::LaunchForLocked(int number) const {
   JobLaunch l = *launch_;
   auto it = releases_.find(number);
   if (it != releases_.end()) {
@@ -20,7 +20,7 @@ JobLaunch Plane::LaunchFor(int number) const {
 
 Result<int> Plane::Update(Release release, const JobSpec& spec, Time now) {
   PlaneLock lock(this);
-  now = Now(now);
+  now = NowLocked(now);
   if (!controller_) return Status::FailedPrecondition("no job is running on this cluster; submit one first");
   const JobSpec& running = controller_->state().spec;
   if (spec.id != running.id) {
@@ -57,7 +57,7 @@ Result<int> Plane::Update(Release release, const JobSpec& spec, Time now) {
 
 Status Plane::Rollback(int to, const std::string& why, Time now) {
   PlaneLock lock(this);
-  now = Now(now);
+  now = NowLocked(now);
   if (!controller_) return Status::FailedPrecondition("no job is running on this cluster; submit one first");
   if (done_step_) return Status::FailedPrecondition("job " + launch_->spec.id + " has finished; nothing to roll back");
   return HandleLocked(RollbackRequested{to, why, now}, now, nullptr);
@@ -93,7 +93,7 @@ json Plane::ReleasesJson() {
   return out;
 }
 
-void Plane::ReleaseAndRequeueTimers(Time now) {
+void Plane::ReleaseAndRequeueTimersLocked(Time now) {
   if (!journal_error_.ok()) return;
   const ClusterState& s = controller_->state();
   // The same conditions the rules check, so that a tick sends an event only

@@ -145,7 +145,7 @@ json Plane::StatusJson(Time now) {
   StatusView v;
   {
     PlaneLock lock(this);
-    now = Now(now);
+    now = NowLocked(now);
     v.up_s = ToMs(now - started_) / 1000.0;
     if (!journal_error_.ok()) v.error = journal_error_.ToString();
     v.metrics_url = metrics_url_;
@@ -229,7 +229,7 @@ json Plane::IncidentsLocked() {
 
 json Plane::LedgerJson(Time now) {
   PlaneLock lock(this);
-  return LedgerLocked(Now(now));
+  return LedgerLocked(NowLocked(now));
 }
 
 json Plane::LedgerLocked(Time now) {

@@ -27,22 +27,22 @@ Status WriteRawStacks(const std::string& dir, const std::vector<RankStack>& stac
 
 Status Plane::UploadStacks(const wire::StacksRequest& req, Time now) {
   PlaneLock lock(this);
-  now = Now(now);
+  now = NowLocked(now);
   if (!trace_ || req.trace() != trace_->id) {
-    Log("stacks from " + req.machine() + " for " + req.trace() + " arrived after their trace ended; kept out");
+    LogLocked("stacks from " + req.machine() + " for " + req.trace() + " arrived after their trace ended; kept out");
     return Status::OK();
   }
   if (trace_->waiting.erase(req.machine()) == 0) return Status::OK();  // a resend
-  Log("stacks of " + std::to_string(req.stacks_size()) + " rank(s) from " + req.machine() + " for " + req.trace());
+  LogLocked("stacks of " + std::to_string(req.stacks_size()) + " rank(s) from " + req.machine() + " for " + req.trace());
   for (const wire::RankStack& r : req.stacks()) {
     trace_->stacks.push_back({r.rank(), req.machine(), r.text(), r.error()});
-    if (!r.error().empty()) Log("no stack of rank " + std::to_string(r.rank()) + " on " + req.machine() + ": " + r.error());
+    if (!r.error().empty()) LogLocked("no stack of rank " + std::to_string(r.rank()) + " on " + req.machine() + ": " + r.error());
   }
-  if (trace_->waiting.empty()) FinishTrace(now);
+  if (trace_->waiting.empty()) FinishTraceLocked(now);
   return Status::OK();
 }
 
-void Plane::FinishTrace(Time now) {
+void Plane::FinishTraceLocked(Time now) {
   Trace t = std::move(*trace_);
   trace_.reset();
   if (!controller_) return;
@@ -81,7 +81,7 @@ void Plane::FinishTrace(Time now) {
     Status written = WriteRawStacks(dir, stacks, analysis);
     if (!written.ok()) log_.Info("raw stacks of incident " + std::to_string(incident) + " not kept: " + written.ToString());
   });
-  Log("stacks of incident " + std::to_string(t.incident) + ": " + e.why + " (raw stacks in " + dir + ")");
+  LogLocked("stacks of incident " + std::to_string(t.incident) + ": " + e.why + " (raw stacks in " + dir + ")");
   FeedLocked(Event(e), now, nullptr);
 }
 
