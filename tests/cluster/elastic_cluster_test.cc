@@ -86,6 +86,11 @@ class Elastic : public Cluster {
     return before < 0 || first < 0 ? -1 : (first - before) / 1000.0;
   }
   // The newest restore event of rank 0 (the trainer's "restore" line).
+  // Rank 0's last start event (null when there is none).
+  json LastStart() {
+    std::vector<json> starts = Events(RankLog("m01", "rank-0.log"), "start");
+    return starts.empty() ? json() : starts.back();
+  }
   json LastRestore() {
     std::vector<json> r = Events(RankLog("m01", "rank-0.log"), "restore");
     return r.empty() ? json() : r.back();
@@ -131,6 +136,9 @@ TEST_F(Elastic, SurvivorsTrainOnFewerReplicasAndTheRunEndsBitwise) {
   EXPECT_EQ(restore.value("source", "").rfind("live peer ", 0), 0u) << restore.dump();
   EXPECT_NE(ReadAll(RankLog("m03", "rank-2.log")).find("from live rank "), std::string::npos)
       << ReadAll(RankLog("m03", "rank-2.log"));
+  // The generation formed from the controller's ring plans, no store
+  // (rank 0 prints the start event).
+  EXPECT_EQ(LastStart().value("rendezvous", ""), "plan") << LastStart().dump();
 
   // 2. m03 goes down with no standby: the job goes on with m01 and m02,
   // two ranks taking the six micro-batches of every step, three each. The
@@ -296,6 +304,8 @@ TEST_F(Elastic, APipelineReplicaLosesAMachineAndComesBackOnAStandby) {
               StallAfter(down_ms));
   // Stage 0's ranks both held the newest step: no checkpoint, no transfer.
   EXPECT_EQ(LastRestore().value("source", ""), "live") << LastRestore().dump();
+  // Both rings of every stage formed from the controller's plans.
+  EXPECT_EQ(LastStart().value("rendezvous", ""), "plan") << LastStart().dump();
   // m05's spare took rank 3 (stage 1 of replica 1) and its state from
   // rank 2 (stage 1 of replica 0), while the survivors kept their processes.
   const std::string agent = ReadAll(dir_ + "/machines/m05/agent.log");
