@@ -382,7 +382,12 @@ Status Ring::Link() {
   // process has the same address). A link that passed has had its one
   // HELLO each way; a second would reach the peer as a stray frame.
   std::vector<std::string> todo(peers.begin(), peers.end());
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  // Under a plan a neighbour's slot may change hands while this rank dials
+  // it: a link made to the process the agent is still ending breaks at its
+  // death, and the next attempt reaches its successor. So a planned ring
+  // tries a few times, each only on the links that broke.
+  const int attempts = store_ == nullptr ? 6 : 2;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
     std::vector<std::string> redo;
     for (const std::string& p : todo) {
       if (Fd(p, kRingChannel) >= 0) continue;
