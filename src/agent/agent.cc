@@ -1,6 +1,7 @@
 #include "agent/agent_impl.h"
 
 #include "cluster/fence.h"
+#include "common/ring_layout.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -13,7 +14,7 @@ namespace bulwark::agent {
 namespace detail {
 namespace {
 
-// The ring slots' ports: kRingSlots consecutive ports on `host`, above the
+// The ring slots' ports: kRingSlotPorts consecutive ports on `host`, above the
 // kernel's ephemeral range (32768-60999), so no outgoing connection takes
 // one while the slot's rank restarts; the controller's rendezvous ports
 // (launch.h) lie below it. They stay reserved for the agent's life: bound
@@ -25,11 +26,11 @@ std::string ReserveRingSlots(const std::string& host, std::vector<int>* fds) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) return "";
-  const int span = (65500 - 61000) / Agent::kRingSlots;
+  const int span = (65500 - 61000) / kRingSlotPorts;
   for (int tries = 0, at = static_cast<int>(::getpid() % span); tries < span; ++tries, at = (at + 1) % span) {
-    const int base = 61000 + at * Agent::kRingSlots;
+    const int base = 61000 + at * kRingSlotPorts;
     std::vector<int> held;
-    for (int port = base; port < base + Agent::kRingSlots; ++port) {
+    for (int port = base; port < base + kRingSlotPorts; ++port) {
       const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
       a.sin_port = htons(static_cast<uint16_t>(port));
       const int one = 1;
@@ -40,7 +41,7 @@ std::string ReserveRingSlots(const std::string& host, std::vector<int>* fds) {
       }
       held.push_back(fd);
     }
-    if (static_cast<int>(held.size()) == Agent::kRingSlots) {
+    if (static_cast<int>(held.size()) == kRingSlotPorts) {
       *fds = std::move(held);
       return host + ":" + std::to_string(base);
     }

@@ -3,6 +3,8 @@
 // ladder's diagnostics, and forwarding the ranks' progress.
 #include "agent/agent_impl.h"
 
+#include "common/ring_layout.h"
+
 namespace bulwark::agent::detail {
 
 void Agent::ApplyCommands() {
@@ -114,12 +116,10 @@ void Agent::ApplyCommands() {
 }
 
 std::string Agent::RingSlot(int local, bool pipeline) const {
-  const size_t colon = ring_addr_.rfind(':');
-  if (colon == std::string::npos || local < 0 || local >= (pipeline ? kRingSlots / 2 : kRingSlots)) return "";
-  const std::string host = ring_addr_.substr(0, colon);
-  const int base = std::atoi(ring_addr_.c_str() + colon + 1);
-  const std::string world = host + ":" + std::to_string(base + local);
-  return pipeline ? world + "|" + host + ":" + std::to_string(base + kRingSlots / 2 + local) : world;
+  const std::string world = RingSlotAddress(ring_addr_, local, 0);
+  if (!pipeline || world.empty()) return world;
+  const std::string stage = RingSlotAddress(ring_addr_, local, 1);
+  return stage.empty() ? "" : world + "|" + stage;
 }
 
 RankGroupSpec Agent::SpecFrom(const wire::Command& c) {

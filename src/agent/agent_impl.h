@@ -107,7 +107,6 @@ class Agent {
   // protecting the job comes first.
   void ServeMetrics(int port);
   std::string Address() const { return o_.address.empty() ? "127.0.0.1" : o_.address; }
-  static constexpr int kRingSlots = 16;
   // Local rank `local`'s fixed ring address, "" when the agent has none;
   // for a pipeline's ("world|stage"), its world ring's and, 8 ports above,
   // its stage ring's.

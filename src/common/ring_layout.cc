@@ -113,6 +113,15 @@ Result<RingPlan> DecodeRingPlan(const std::string& text) {
   return plan;
 }
 
+std::string RingSlotAddress(const std::string& ring_addr, int local, int ring) {
+  const size_t colon = ring_addr.rfind(':');
+  const int per_ring = ring == 0 ? kRingSlotPorts : kRingSlotPorts / 2;  // a pipeline's rank uses two
+  if (colon == std::string::npos || colon == 0 || local < 0 || local >= per_ring || ring < 0 || ring > 1) return "";
+  const int base = std::atoi(ring_addr.c_str() + colon + 1);
+  if (base <= 0) return "";
+  return ring_addr.substr(0, colon) + ":" + std::to_string(base + ring * kRingSlotPorts / 2 + local);
+}
+
 uint64_t RingNonce(const std::string& job, int64_t generation) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a of the job's id
   for (unsigned char c : job) h = (h ^ c) * 1099511628211ull;

@@ -74,6 +74,15 @@ struct RingPlan {
 // listener (its machine's address and its slot's port).
 RingPlan PlanFor(int rank, int world, int group, uint64_t nonce, const std::function<std::string(int)>& address);
 
+// A machine's ring slots: its agent reserves kRingSlotPorts ports from
+// `ring_addr`'s ("host:port", RegisterRequest.ring_addr), and local rank
+// `local` listens for ring `ring` (0 the world's, 1 a pipeline stage's) at
+// port + ring x kRingSlotPorts / 2 + local. The agent and the controller's
+// plans both address slots by this one rule. "" when `ring_addr` is not
+// host:port or the slot is out of range.
+constexpr int kRingSlotPorts = 16;
+std::string RingSlotAddress(const std::string& ring_addr, int local, int ring);
+
 // "nonce;group;rank=addr:port,rank=addr:port": one word, no spaces, so it
 // travels in an environment variable and in a rank link's ASSIGN line.
 std::string EncodeRingPlan(const RingPlan& plan);

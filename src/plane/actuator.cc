@@ -33,20 +33,15 @@ wire::Command WarmStandby(const JobLaunch& launch, const Placement& placement, d
 void AddRingPlans(std::vector<MachineCommand>& commands, const JobLaunch& launch, const Placement& placement,
                   const std::map<MachineId, std::string>& ring_addrs) {
   const int L = placement.ranks_per_machine, W = placement.world_size(), pp = std::max(1, launch.spec.pp);
-  // A pipeline's rank listens for its stage ring 8 ports above its world
-  // ring's (the agent reserves 16: agent.cc).
-  if (!launch.spec.elastic() || L > (pp > 1 ? 8 : 16) || W % pp != 0) return;
-  std::vector<std::pair<std::string, int>> slots;  // host, base port
+  // A pipeline's rank has two slots, so a machine then holds half as many.
+  if (!launch.spec.elastic() || L > (pp > 1 ? kRingSlotPorts / 2 : kRingSlotPorts) || W % pp != 0) return;
+  std::vector<std::string> slots;  // each slot's machine's ring_addr
   for (const MachineId& m : placement.slots) {
     auto it = ring_addrs.find(m);
-    const size_t colon = it == ring_addrs.end() ? std::string::npos : it->second.rfind(':');
-    if (colon == std::string::npos) return;
-    slots.emplace_back(it->second.substr(0, colon), std::atoi(it->second.c_str() + colon + 1));
+    if (it == ring_addrs.end() || RingSlotAddress(it->second, 0, 0).empty()) return;
+    slots.push_back(it->second);
   }
-  const auto address = [&](int rank, int ring) {
-    const auto& [host, base] = slots[static_cast<size_t>(rank / L)];
-    return host + ":" + std::to_string(base + 8 * ring + rank % L);
-  };
+  const auto address = [&](int rank, int ring) { return RingSlotAddress(slots[rank / L], rank % L, ring); };
   const uint64_t nonce = RingNonce(launch.spec.id, placement.generation);
   const int D = W / pp;  // replicas: stage s holds ranks [s D, (s + 1) D) (trainer/step/pipeline_plan.h)
   for (MachineCommand& mc : commands) {

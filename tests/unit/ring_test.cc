@@ -313,6 +313,17 @@ TEST(Ring, ASlotsNewProcessAtTheSameAddressRejoinsFromPlans) {
   }
 }
 
+// The one rule the agent and the controller's plans address slots by.
+TEST(Ring, SlotAddressesFollowOneRule) {
+  EXPECT_EQ(RingSlotAddress("10.0.0.3:61040", 0, 0), "10.0.0.3:61040");
+  EXPECT_EQ(RingSlotAddress("10.0.0.3:61040", 15, 0), "10.0.0.3:61055");
+  EXPECT_EQ(RingSlotAddress("10.0.0.3:61040", 2, 1), "10.0.0.3:61050");  // a stage ring, 8 above
+  EXPECT_EQ(RingSlotAddress("10.0.0.3:61040", 8, 1), "");                  // a pipeline machine holds 8
+  EXPECT_EQ(RingSlotAddress("10.0.0.3:61040", 16, 0), "");
+  EXPECT_EQ(RingSlotAddress("", 0, 0), "");
+  EXPECT_EQ(RingSlotAddress("nohost", 0, 0), "");
+}
+
 // Flat and in two levels (groups of at most 2: a failure crosses groups).
 TEST(Ring, ADeadMemberFailsEveryCollectiveAtOnceAndTheSurvivorsGoOn) {
   for (const int G : {1, 2}) {
