@@ -1,5 +1,6 @@
 #include "agent/agent_impl.h"
 
+#include "cluster/controllers.h"
 #include "cluster/fence.h"
 #include "common/ring_layout.h"
 
@@ -97,11 +98,12 @@ Status Agent::Run() {
   return refused_;
 }
 
-std::shared_ptr<grpc::Channel> Agent::Channel() {
+std::shared_ptr<grpc::Channel> Agent::Channel(std::string* addr) {
   MutexLock lock(&channel_mu_);
-  Result<std::string> addr = ReadFile(layout_.controller_addr());
-  std::string a = addr.ok() ? *addr : "";
-  while (!a.empty() && (a.back() == '\n' || a.back() == ' ')) a.pop_back();
+  // Re-read each time: a lone controller restarted rewrites its address.
+  const std::vector<std::string> list = cluster::ControllerAddresses(layout_, o_.controllers);
+  const std::string a = !target_.empty() && list.size() > 1 ? target_ : list.empty() ? "" : list.front();
+  if (addr != nullptr) *addr = a;
   if (!channel_ || a != channel_addr_) {
     // gRPC's default reconnect backoff grows to minutes; a restarted
     // controller must hear from its agents within its reconnect grace.
@@ -126,13 +128,32 @@ std::shared_ptr<grpc::Channel> Agent::Channel() {
   return channel_;
 }
 
+void Agent::MaybeMoveOn(const std::string& addr, const grpc::Status& st, const grpc::ClientContext& ctx) {
+  // A leader's own answers (refused, past a deadline under load) are not
+  // reasons to leave it; only a controller that is not there or not leading.
+  if (st.error_code() != grpc::StatusCode::UNAVAILABLE && st.error_code() != grpc::StatusCode::UNIMPLEMENTED) return;
+  const auto& trailers = ctx.GetServerTrailingMetadata();
+  auto hint = trailers.find(cluster::kLeaderMetadataKey);
+  const std::string leader = hint == trailers.end() ? "" : std::string(hint->second.data(), hint->second.size());
+  MutexLock lock(&channel_mu_);
+  if (addr != channel_addr_) return;
+  const std::vector<std::string> list = cluster::ControllerAddresses(layout_, o_.controllers);
+  if (list.size() < 2) return;
+  const std::string next = cluster::NextController(list, addr, leader);
+  if (next == addr) return;
+  Log("controller at " + addr + " does not serve (" + st.error_message() + "); trying " + next +
+      (leader.empty() ? "" : ", which it names as the leader"));
+  target_ = next;
+}
+
 void Agent::Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds deadline) {
   ctx->AddMetadata(kTokenMetadataKey, token_);
   ctx->set_deadline(std::chrono::system_clock::now() + deadline);  // gRPC deadlines are real time
 }
 
 bool Agent::Register() {
-  auto rpc = wire::AgentService::NewStub(Channel());
+  std::string at;
+  auto rpc = wire::AgentService::NewStub(Channel(&at));
   grpc::ClientContext ctx;
   Prepare(&ctx, kCallDeadline);
   wire::RegisterRequest req;
@@ -147,6 +168,7 @@ bool Agent::Register() {
   wire::RegisterReply reply;
   grpc::Status st = rpc->Register(&ctx, req, &reply);
   if (!st.ok()) {
+    MaybeMoveOn(at, st, ctx);
     if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) LogWarn("controller refused registration: " + st.error_message());
     // Refused for what it is, not for a passing fault: retrying cannot help,
     // and an agent left running would look like a machine (issue 40).
@@ -157,13 +179,15 @@ bool Agent::Register() {
     }
     return false;
   }
-  Log("registered " + o_.machine + " with the controller");
+  Log("registered " + o_.machine + " with the controller at " + at);
+  registered_at_ = at;
   return true;
 }
 
 void Agent::CommandLoop() {
   while (!g_stop) {
-    auto rpc = wire::AgentService::NewStub(Channel());
+    std::string at;
+    auto rpc = wire::AgentService::NewStub(Channel(&at));
     grpc::ClientContext ctx;
     Prepare(&ctx, std::chrono::duration_cast<std::chrono::milliseconds>(kStreamDeadline));
     {
@@ -182,7 +206,7 @@ void Agent::CommandLoop() {
       }
       queue_cv_.NotifyOne();
     }
-    reader->Finish();
+    MaybeMoveOn(at, reader->Finish(), ctx);
     {
       MutexLock lock(&stream_mu_);
       stream_ctx_ = nullptr;
@@ -192,11 +216,15 @@ void Agent::CommandLoop() {
 }
 
 void Agent::Report() {
-  if (!registered_) {
+  std::string at;
+  std::shared_ptr<grpc::Channel> channel = Channel(&at);
+  // A controller newly led to (a failover) hears the registration first.
+  if (!registered_ || at != registered_at_) {
     registered_ = Register();
     if (!registered_) return;
+    channel = Channel(&at);
   }
-  auto rpc = wire::AgentService::NewStub(Channel());
+  auto rpc = wire::AgentService::NewStub(channel);
   grpc::ClientContext ctx;
   // A report waiting on an unreachable controller must not hold the loop
   // past the fence (MaybeFence runs after it).
@@ -240,6 +268,7 @@ void Agent::Report() {
   }
   // The controller forgot us (restarted without our registration): register again.
   if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION) registered_ = false;
+  MaybeMoveOn(at, st, ctx);
   // Otherwise the events stay queued and go with the next report.
 }
 
@@ -383,12 +412,11 @@ namespace {
 // and loopback only when the controller itself is on loopback (a local
 // cluster without namespaces). 127.0.0.1 when the controller's address is
 // not known yet.
-std::string AddressTowardsController(const cluster::Layout& layout) {
+std::string AddressTowardsController(const cluster::Layout& layout, const std::string& flag) {
   const std::string fallback = "127.0.0.1";
-  Result<std::string> addr = ReadFile(layout.controller_addr());
-  if (!addr.ok()) return fallback;
-  std::string a = *addr;
-  while (!a.empty() && (a.back() == '\n' || a.back() == ' ')) a.pop_back();
+  const std::vector<std::string> controllers = cluster::ControllerAddresses(layout, flag);
+  if (controllers.empty()) return fallback;
+  const std::string& a = controllers.front();
   const size_t colon = a.rfind(':');
   const std::string host = colon == std::string::npos ? a : a.substr(0, colon);
   addrinfo hints{}, *found = nullptr;
@@ -449,7 +477,7 @@ Status RunAgent(const AgentOptions& options) {
     if (!fence.ok()) return fence.status();
     o.fence_timeout = *fence;
   }
-  const std::string address = options.address.empty() ? AddressTowardsController(layout) : options.address;
+  const std::string address = options.address.empty() ? AddressTowardsController(layout, options.controllers) : options.address;
   o.address = address;
   Log("advertising " + address + (options.address.empty() ? " (the interface towards the controller)" : ""));
   if (!options.address.empty() && !options.nic.empty()) {

@@ -14,6 +14,9 @@ namespace bulwark::agent {
 
 struct AgentOptions {
   std::string dir;      // the cluster directory (cluster/layout.h)
+  // Every controller's address, "a,b" (--controller); "": the cluster
+  // directory's list (cluster/controllers.h).
+  std::string controllers;
   std::string machine;  // this machine's id
   // A signature table to use instead of the built-in one ("": built in).
   std::string builtin_signatures;

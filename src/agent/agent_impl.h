@@ -119,7 +119,16 @@ class Agent {
   std::vector<int> ring_fds_;  // the slots' ports, reserved (agent.cc); closed with the process
 
   // --- the controller connection ---------------------------------------
-  std::shared_ptr<grpc::Channel> Channel();
+  // The channel to the controller this agent talks to now, and its address
+  // in `*addr` when given: the one a follower named, or the first listed
+  // (cluster/controllers.h).
+  std::shared_ptr<grpc::Channel> Channel(std::string* addr = nullptr) EXCLUDES(channel_mu_);
+  // A call to `addr` ended in `st`: when that controller did not serve
+  // (unreachable, or a follower refusing), the next calls go where its
+  // refusal pointed, else to the next controller listed. A no-op when
+  // another thread moved on from `addr` already.
+  void MaybeMoveOn(const std::string& addr, const grpc::Status& st, const grpc::ClientContext& ctx)
+      EXCLUDES(channel_mu_);
 
   void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds deadline);
 
@@ -261,6 +270,9 @@ class Agent {
   Mutex channel_mu_;
   std::shared_ptr<grpc::Channel> channel_ GUARDED_BY(channel_mu_);
   std::string channel_addr_ GUARDED_BY(channel_mu_);
+  // Where a follower's refusal or a dead address sent this agent; "": the
+  // first controller listed.
+  std::string target_ GUARDED_BY(channel_mu_);
   Mutex stream_mu_;
   grpc::ClientContext* stream_ctx_ GUARDED_BY(stream_mu_) = nullptr;
   Mutex queue_mu_;
@@ -269,6 +281,7 @@ class Agent {
 
   // Main thread only.
   bool registered_ = false;
+  std::string registered_at_;  // the controller that took the registration
   // The controller refused this agent for good (an address its peers cannot
   // reach): the agent stops, and Run returns why.
   Status refused_;

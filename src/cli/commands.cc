@@ -189,7 +189,8 @@ const std::vector<Command>& Commands() {
         {"signatures", "FILE", "log signature table instead of the built-in one"},
         {"nic", "IFACE", "this machine's network interface, watched through the kernel [an emulated link]"},
         {"address", "IP", "this machine's own address: shards, metrics and rendezvous listen there [127.0.0.1]"},
-        {"domain", "NAME", "this machine's failure domain, the rack whose switch it hangs under (e.g. r1) [none]"}}},
+        {"domain", "NAME", "this machine's failure domain, the rack whose switch it hangs under (e.g. r1) [none]"},
+        {"controller", "A,B,..", "every controller's host:port; the agent finds the leader [DIR/controllers.addr, else DIR/controller.addr]"}}},
   };
   return commands;
 }

@@ -81,12 +81,24 @@ Result<ControlClient> StartHa(const Args& a, const cluster::Layout& layout, cons
   if (!token.ok()) return token.status();
   // One prefix per `up`: a controller of an earlier cluster cannot lead this one.
   const std::string prefix = "/bulwark/" + token->substr(0, 8) + "/";
+  // Each controller's port is fixed before it starts, so a follower answers
+  // there too (pointing at the leader), and agents and the CLI are given
+  // them all (cluster/controllers.h): they find the leader themselves, and a
+  // failover needs no file rewritten.
+  std::string all;
   for (const char* id : kControllers) {
     const cluster::Layout own{ControllerDir(layout, id)};
     BULWARK_RETURN_IF_ERROR(MakeDirs(own.dir));
+    const int port = plane::FreeTcpPort();
+    if (port <= 0) return Status::Unavailable(std::string("up --ha: no free port for controller ") + id);
+    BULWARK_RETURN_IF_ERROR(WriteFileAtomic(own.controller_addr(), listen + ":" + std::to_string(port) + "\n"));
+    all += listen + ":" + std::to_string(port) + "\n";
+  }
+  BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controllers_addr(), all));
+  for (const char* id : kControllers) {
+    const cluster::Layout own{ControllerDir(layout, id)};
     BULWARK_RETURN_IF_ERROR(WriteFileAtomic(own.token(), *token));
     ::chmod(own.token().c_str(), 0600);
-    BULWARK_RETURN_IF_ERROR(WriteFileAtomic(own.controller_addr(), listen + ":0\n"));
     std::remove(own.controller_pid().c_str());
     std::vector<std::string> argv = {self,          "controller", "--init",        "--dir",       own.dir,
                                      "--etcd",      *endpoints,   "--etcd-prefix", prefix,        "--controller-id",
@@ -98,7 +110,7 @@ Result<ControlClient> StartHa(const Args& a, const cluster::Layout& layout, cons
     if (id != kControllers[0]) break;
     // The first leads: it publishes its address, then answers.
     auto leads = [&] {
-      Result<ControlClient> c = ControlClient::Connect(layout.dir);
+      Result<ControlClient> c = ControlClient::Connect(own.dir);  // c1 alone: c2 is not up yet
       Result<nlohmann::json> s = c.ok() ? c->Status() : Result<nlohmann::json>(c.status());
       return s.ok() && s->value("leader", nlohmann::json()) == id;
     };

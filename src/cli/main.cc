@@ -271,6 +271,7 @@ Status FreshClusterState(const Args& a, const cluster::Layout& layout, const std
   // once it listens, so no port is guessed free and taken by another
   // process before the controller binds it. Restarts reuse the written one.
   BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_addr(), listen + ":0\n"));
+  std::remove(layout.controllers_addr().c_str());  // an earlier up --ha's list (up --ha writes its own)
   std::remove(layout.controller_pid().c_str());
   // A fresh cluster starts from a fresh database.
   for (const char* suffix : {"", "-wal", "-shm"}) std::remove((layout.controller_db() + suffix).c_str());
@@ -514,6 +515,7 @@ Status Run(const Args& a) {
     agent::AgentOptions o;
     o.dir = ClusterDir(a);
     o.machine = a.Get("machine");
+    o.controllers = a.Get("controller");
     o.builtin_signatures = a.Get("signatures");  // "": the table built into the binary
     o.nic = a.Get("nic");
     o.address = a.Get("address");

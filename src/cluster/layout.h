@@ -3,6 +3,7 @@
 //
 //   DIR/token                 cluster token (0600)
 //   DIR/controller.addr       host:port the controller serves on
+//   DIR/controllers.addr      every controller's host:port, one a line (up --ha; cluster/controllers.h)
 //   DIR/controller.db         SQLite state
 //   DIR/controller.{pid,log}
 //   DIR/controller.metrics    URL of the controller's Prometheus endpoint
@@ -36,6 +37,7 @@ struct Layout {
 
   std::string token() const { return dir + "/token"; }
   std::string controller_addr() const { return dir + "/controller.addr"; }
+  std::string controllers_addr() const { return dir + "/controllers.addr"; }
   std::string controller_db() const { return dir + "/controller.db"; }
   std::string controller_pid() const { return dir + "/controller.pid"; }
   std::string controller_log() const { return dir + "/controller.log"; }

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "cluster/controllers.h"
 #include "cluster/layout.h"
 #include "cluster/tls.h"
 #include "common/files.h"
@@ -44,14 +45,32 @@ Result<nlohmann::json> ParseReply(const wire::JsonReply& r) {
 
 Result<ControlClient> ControlClient::Connect(const std::string& dir) {
   const cluster::Layout layout{dir};
-  Result<std::string> addr = ReadFile(layout.controller_addr());
-  if (!addr.ok()) {
+  const std::vector<std::string> list = cluster::ControllerAddresses(layout, "");
+  if (list.empty()) {
     return bulwark::Status::NotFound("no cluster in " + dir + " (" + layout.controller_addr() +
                                      " is missing); start one with 'bulwark up --dir " + dir + "'");
   }
+  if (list.size() == 1) return Open(layout, list.front());
+  // Several controllers (up --ha): ask each in turn, going where a follower
+  // points, until one leads. A dead address costs its retries (about 1 s).
+  std::string at = list.front();
+  for (size_t hop = 0; hop < 2 * list.size(); ++hop) {
+    Result<ControlClient> c = Open(layout, at);
+    if (!c.ok()) return c.status();
+    Result<nlohmann::json> s = c->Status();
+    const bool follows = s.ok() && s->contains("ha") && (*s)["ha"].is_object() &&
+                         (*s)["ha"].value("role", "") == "follower";
+    if (s.ok() && !follows) return c;
+    const std::string hint = follows && (*s)["leader_address"].is_string() ? (*s)["leader_address"].get<std::string>() : "";
+    at = cluster::NextController(list, at, hint);
+  }
+  // None leads now: calls go to the first, whose answer says why.
+  return Open(layout, list.front());
+}
+
+Result<ControlClient> ControlClient::Open(const cluster::Layout& layout, const std::string& address) {
   ControlClient c;
-  c.address_ = *addr;
-  while (!c.address_.empty() && (c.address_.back() == '\n' || c.address_.back() == ' ')) c.address_.pop_back();
+  c.address_ = address;
   Result<std::string> token = ReadToken(layout.token());
   if (token.ok()) c.token_ = *token;
   // Short reconnect backoff: `up` polls a controller that is still starting,

@@ -9,14 +9,17 @@
 #include <nlohmann/json.hpp>
 
 #include "bulwark.grpc.pb.h"
+#include "cluster/layout.h"
 #include "common/status.h"
 
 namespace bulwark::control_client {
 
 class ControlClient {
  public:
-  // Reads DIR/controller.addr and DIR/token (the token only matters to
-  // mutating calls; reads work without it).
+  // Reads DIR/token (the token only matters to mutating calls; reads work
+  // without it) and the controllers' addresses (cluster/controllers.h):
+  // with several, connects to the one that leads, following a follower's
+  // pointer to it and skipping one that does not answer.
   static Result<ControlClient> Connect(const std::string& dir);
 
   Result<std::string> Submit(const wire::SubmitRequest& req);
@@ -38,6 +41,7 @@ class ControlClient {
                                                                  wire::JsonReply*);
   // The read-only queries: one call, a JSON reply.
   Result<nlohmann::json> Query(QueryRpc rpc, const char* what);
+  static Result<ControlClient> Open(const cluster::Layout& layout, const std::string& address);
   void Prepare(grpc::ClientContext* ctx) const;
   // Prepare for a call that must not happen twice (submit, inject, update,
   // rollback): first waits up to a few seconds for the channel to connect,

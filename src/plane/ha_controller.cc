@@ -15,6 +15,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/mutex.h"
+#include "plane/ha_follower.h"
 #include "plane/journal_etcd.h"
 #include "plane/leader.h"
 
@@ -30,47 +31,6 @@ std::string DefaultId() {
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   return std::string(host) + ":" + std::to_string(::getpid());
-}
-
-// What `bulwark status` shows of a controller that does not lead: its role,
-// who leads (read from etcd when asked) and the campaign's last word, so an
-// operator sees "following b" or "etcd unreachable" rather than a refused
-// connection. Every other call is UNIMPLEMENTED: only the leader acts.
-class FollowerControl final : public wire::ControlService::Service {
- public:
-  explicit FollowerControl(std::function<json()> status) : status_(std::move(status)) {}
-  grpc::Status Status(grpc::ServerContext*, const wire::QueryRequest*, wire::JsonReply* r) override {
-    r->set_json(status_().dump());
-    return grpc::Status::OK;
-  }
-
- private:
-  std::function<json()> status_;
-};
-
-// Serves FollowerControl at the controller's address while this process
-// campaigns; null when the address is not known yet (never led: port 0) or
-// cannot be bound.
-std::unique_ptr<grpc::Server> ServeFollowerStatus(const std::string& dir, FollowerControl* service,
-                                                  const Logger& log) {
-  const cluster::Layout layout{dir};
-  Result<std::string> addr = ReadFile(layout.controller_addr());
-  if (!addr.ok()) return nullptr;
-  std::string address = *addr;
-  while (!address.empty() && (address.back() == '\n' || address.back() == ' ')) address.pop_back();
-  if (address.size() < 2 || address.compare(address.size() - 2, 2, ":0") == 0) return nullptr;
-  Result<std::shared_ptr<grpc::ServerCredentials>> creds = cluster::ServerCredentials(layout);
-  if (!creds.ok()) return nullptr;
-  grpc::ServerBuilder builder;
-  int bound = 0;
-  builder.AddListeningPort(address, *creds, &bound);
-  builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || bound == 0) {
-    log.Warn("cannot serve the follower's status on " + address);
-    return nullptr;
-  }
-  return server;
 }
 
 // This controller's address, made concrete: a port of 0 becomes one the
@@ -124,13 +84,21 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
   (*connected)->set_retry_for(std::chrono::milliseconds(ha.lease_s * 1000));
   std::shared_ptr<const EtcdClient> etcd = std::move(*connected);
   const std::string id = ha.id.empty() ? DefaultId() : ha.id;
+  // Known before it leads, so a follower answers there (pointing at the
+  // leader) and its peers can point callers here once it leads.
+  Result<std::string> own = OwnAddress(options.dir);
+  if (!own.ok()) return own.status();
+  if (Status st = PublishAddress(*etcd, ha.prefix, id, *own); !st.ok()) {
+    log.Warn(st.message() + ": followers cannot point callers here");
+  }
+  LeaderPointer pointer(ask, ha.prefix);
   // A follower is a controller too: `bulwark down` and operators find it by
   // its pid file before it ever leads (RunController writes it again).
   BULWARK_RETURN_IF_ERROR(
       WriteFileAtomic(cluster::Layout{options.dir}.controller_pid(), std::to_string(::getpid()) + "\n"));
   Mutex mu;
   std::string last_word;  // the campaign's last log line
-  FollowerControl follower([&] {
+  auto follower_status = [&] {
     Result<std::vector<EtcdKv>> held = ask->Range(ha.prefix + "leader");
     const std::string leader = held.ok() && !held->empty() ? (*held)[0].value : "";
     MutexLock lock(&mu);
@@ -139,23 +107,20 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
                 {"ha", {{"role", "follower"}, {"id", id}, {"etcd", ha.endpoints}, {"why", last_word}}},
                 {"job", nullptr},
                 {"machines", json::array()}};
-  });
+  };
   while (!g_stop) {
     std::signal(SIGTERM, OnSignal);
     std::signal(SIGINT, OnSignal);
-    std::unique_ptr<grpc::Server> status_server = ServeFollowerStatus(options.dir, &follower, log);
+    std::unique_ptr<FollowerEndpoint> follower = FollowerEndpoint::Serve(options.dir, *own, follower_status, &pointer);
     Result<std::unique_ptr<Leadership>> lead =
         Leadership::Campaign(*etcd, ha.prefix, id, ha.lease_s, g_stop, [&](const std::string& l) {
           log.Info(l);
           MutexLock lock(&mu);
           last_word = l;
         });
-    if (status_server) status_server->Shutdown(std::chrono::system_clock::now());
-    status_server.reset();
+    follower.reset();
     if (!lead.ok()) break;  // stopped while following
     if (!ha.cluster_dir.empty()) {
-      Result<std::string> own = OwnAddress(options.dir);
-      if (!own.ok()) return own.status();
       BULWARK_RETURN_IF_ERROR(WriteFileAtomic(cluster::Layout{ha.cluster_dir}.controller_addr(), *own + "\n"));
       log.Info("published " + *own + " to " + cluster::Layout{ha.cluster_dir}.controller_addr());
     }

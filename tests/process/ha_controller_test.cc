@@ -1,8 +1,10 @@
 // Two `bulwark controller --etcd` processes over a real etcd member: one
 // leads and the other says whom it follows; SIGKILL the leader and the other
-// leads within the lease plus 2 s, and the cluster directory's address (what
-// agents and the CLI read) follows it; etcd gone and the leader stops acting
-// and says so in status; etcd back and a controller leads again.
+// leads within the lease plus 2 s, and the cluster directory's address
+// follows it. An agent and the CLI given both addresses, the follower's
+// first, find the leader, and its successor after a SIGKILL. etcd gone and
+// the leader stops acting and says so in status; etcd back and a controller
+// leads again.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -32,7 +34,7 @@ class HaController : public ::testing::Test {
     ASSERT_NE(etcd_, nullptr) << why;
     const std::string token = "0123456789abcdef0123456789abcdef";
     const std::string root = MakeTempDir();
-    for (const char* id : {"a", "b", "cluster"}) {
+    for (const char* id : {"a", "b", "cluster", "fleet"}) {
       const std::string dir = root + "/" + id;
       ::mkdir(dir.c_str(), 0755);
       std::ofstream(dir + "/token") << token << "\n";
@@ -42,6 +44,23 @@ class HaController : public ::testing::Test {
       std::ofstream(dir + "/controller.addr") << "127.0.0.1:" << FreePort() << "\n";
       dirs_[id] = dir;
     }
+    // The fleet's agents and CLI know every controller, the follower first,
+    // and no single address: nothing rewrites it when the leader changes.
+    ::remove((dirs_["fleet"] + "/controller.addr").c_str());
+    std::ofstream(dirs_["fleet"] + "/controllers.addr") << Addr("b") << "\n" << Addr("a") << "\n";
+  }
+  std::string Addr(const std::string& id) {
+    std::string a;
+    std::ifstream(dirs_[id] + "/controller.addr") >> a;
+    return a;
+  }
+  // Whether `s` is `leader`'s status with machine `m` heard within a second.
+  static bool ServesFresh(const json& s, const std::string& leader, const std::string& m) {
+    if (!Leads(s, leader)) return false;
+    for (const json& x : s["machines"]) {
+      if (x.value("id", "") == m && x.value("last_heard_s_ago", 99.0) < 1.0) return true;
+    }
+    return false;
   }
   std::unique_ptr<Process> Start(const std::string& id) {
     return std::make_unique<Process>(std::vector<std::string>{BinDir() + "/bulwark", "controller", "--init", "--etcd",
@@ -85,6 +104,26 @@ TEST_F(HaController, TheFollowerLeadsWithinTheLeasePlusTwoSecondsOfTheLeadersDea
               std::chrono::duration<double>(Clock::now() - killed).count());
   // The cluster's address, which agents and the CLI read, follows the leader.
   EXPECT_TRUE(Leads(Status("cluster"), "b")) << Status("cluster").dump();
+}
+
+TEST_F(HaController, AnAgentGivenEveryAddressFindsTheLeaderAndFollowsItAcrossAFailover) {
+  auto a = Start("a");
+  ASSERT_TRUE(StatusWithin("a", 15, [](const json& s) { return Leads(s, "a"); })) << Status("a").dump();
+  auto b = Start("b");
+  ASSERT_TRUE(StatusWithin("b", 15, [&](const json& s) {
+    return s["ha"].value("role", "") == "follower" && s.value("leader_address", json()) == Addr("a");
+  })) << "a follower names the leader and its address: " << Status("b").dump();
+  Process agent({BinDir() + "/bulwark", "agent", "--machine", "m1", "--dir", dirs_["fleet"]});
+  // The agent tries b first, is pointed at a, and reports there; the CLI,
+  // given the same list, shows a's status.
+  ASSERT_TRUE(StatusWithin("fleet", 20, [](const json& s) { return ServesFresh(s, "a", "m1"); }))
+      << Status("fleet").dump();
+  ::kill(a->pid(), SIGKILL);
+  const auto killed = Clock::now();
+  ASSERT_TRUE(StatusWithin("fleet", 2 + 8, [](const json& s) { return ServesFresh(s, "b", "m1"); }))
+      << Status("fleet").dump();
+  std::printf("[ ha] m1 reported to b %.2f s after a was killed (2 s lease)\n",
+              std::chrono::duration<double>(Clock::now() - killed).count());
 }
 
 TEST_F(HaController, EtcdLostStopsTheLeaderWhichSaysSoAndLeadsAgainWhenEtcdReturns) {
