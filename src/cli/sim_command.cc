@@ -112,6 +112,8 @@ Status SimCmd(const std::map<std::string, std::string>& flags) {
     }
   }
   if (has("placement")) overrides["domains"]["placement"] = flags.at("placement");
+  // What is over-evicted on suspicion is checked and comes back (issue 38).
+  if (has("checkup")) overrides["policy"]["checkup_evicted"] = 1;
   // A pipeline depth the user did not ask for follows the GPU count.
   if (!overrides.contains("pp") && overrides.contains("gpus") && overrides["gpus"].is_number()) {
     base.gpus = static_cast<int>(overrides["gpus"].get<double>());

@@ -14,6 +14,7 @@ const char* ActionKindName(ActionKind k) {
     case ActionKind::kRunDiagnostics: return "run_diagnostics";
     case ActionKind::kRequeue: return "requeue";
     case ActionKind::kStageRelease: return "stage_release";
+    case ActionKind::kCheckup: return "checkup";
   }
   return "unknown";
 }
@@ -67,6 +68,17 @@ Action StageReleaseAction(const Placement& placement, int release, std::string r
   a.id = "stage/r" + std::to_string(release) + "/g" + std::to_string(placement.generation);
   a.placement = placement;
   a.release = release;
+  a.reason = std::move(reason);
+  return a;
+}
+
+Action CheckupAction(const MachineId& machine, int64_t incident, std::vector<std::string> tests, std::string reason) {
+  Action a;
+  a.kind = ActionKind::kCheckup;
+  a.id = "checkup/" + machine + "/i" + std::to_string(incident);
+  a.machine = machine;
+  a.incident = incident;
+  a.tests = std::move(tests);
   a.reason = std::move(reason);
   return a;
 }

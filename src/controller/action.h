@@ -29,6 +29,7 @@ enum class ActionKind {
   kRunDiagnostics,    // every machine of `placement` stops its ranks and runs `tests` within `budget_ms`
   kRequeue,           // requeue mode: stop every rank of `placement`, give the machines back until `until`
   kStageRelease,      // every machine of `placement` sets up processes of `release` beside its ranks
+  kCheckup,           // evicted `machine` runs `tests` off the job's path and answers (policy_checkup.cc)
 };
 
 const char* ActionKindName(ActionKind k);
@@ -54,7 +55,7 @@ struct Action {
   int count = 0;                // kWaitForMachines, kReplenishStandby
   int64_t incident = 0;         // the incident it belongs to, 0 for none
   std::string reason;
-  // kRunDiagnostics: the tests ("compute", "device", "alignment", or
+  // kRunDiagnostics and kCheckup: the tests ("compute", "device", "alignment", or
   // "replay" with `groups`: each replay group's slots' machines, horizontal
   // groups first as "h<i>", then vertical as "v<j>", named in `group_names`).
   std::vector<std::string> tests;
@@ -80,6 +81,8 @@ Action CaptureStacksAction(int64_t incident, Placement placement, std::string re
 // `rung` tells two rungs of one incident apart in the id.
 Action RunDiagnosticsAction(int64_t incident, int rung, Placement placement, std::vector<std::string> tests,
                             Duration budget, std::string reason);
+// One checkup per machine and incident: a repeated decision is one checkup.
+Action CheckupAction(const MachineId& machine, int64_t incident, std::vector<std::string> tests, std::string reason);
 
 // The actions of `kind` in `actions`, in order: for tests and the simulator.
 std::vector<Action> OfKind(const std::vector<Action>& actions, ActionKind kind);

@@ -176,6 +176,8 @@ Status Apply(ClusterState& state, const Action& action, Time now) {
       return Status::OK();  // the ladder's state says it is in flight; results come back as events
     case ActionKind::kStageRelease:
       return Status::OK();  // the machines answer with ReleaseStaged
+    case ActionKind::kCheckup:
+      return Status::OK();  // MachineStatus::checkup says it is in flight; the answer is an event
     case ActionKind::kRequeue:
       state.requeue_until = action.until;
       state.requeue_granted = false;

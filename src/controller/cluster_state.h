@@ -144,6 +144,9 @@ struct ClusterState {
     int episodes = 0;
   };
   std::map<std::string, DomainStatus> domains;
+  // Checkups of over-evicted machines answered (policy_checkup.cc).
+  int64_t checkups_passed = 0;
+  int64_t checkups_failed = 0;
 
   IncidentLog incidents;
   Ledger ledger;

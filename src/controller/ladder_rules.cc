@@ -275,6 +275,9 @@ bool LinkCheckIsDue(const ClusterState& s, const PolicyConfig& config) {
 
 Status OnDiagnosticsReported(RuleContext& ctx, const Event& e) {
   const auto& x = std::get<DiagnosticsReported>(e);
+  // An over-evicted machine's checkup answers off the job's path, not to the ladder.
+  Result<bool> checkup = CheckupAnswered(ctx, x);
+  if (!checkup.ok() || *checkup) return checkup.status();
   LadderStatus& l = ctx.state.ladder;
   Incident* inc = LadderIncident(ctx, x.incident);
   // Late answers for a rung already decided (its budget ran out) are kept out.

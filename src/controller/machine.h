@@ -23,8 +23,11 @@ using MachineId = std::string;
 // kDiagnosing is entered from kStandby or kActive for stop-time checks and
 // leaves to kActive, kStandby or kEvicted by their verdict.
 // There is no terminal state: an evicted machine waits for an operator, and
-// only OperatorReturned followed by a passed self-check brings it back. The
-// controller never un-evicts on its own, so a flaky machine cannot oscillate
+// only OperatorReturned followed by a passed self-check brings it back, with
+// two exceptions that did nothing wrong themselves: a machine lost with its
+// switch (policy_domains.cc) and one over-evicted on suspicion that passes
+// its checkup (policy_checkup.cc). A machine evicted for a fault of its own
+// never comes back without an operator, so a flaky machine cannot oscillate
 // in and out of the job.
 enum class MachineState { kJoining, kStandby, kActive, kDiagnosing, kEvicted };
 constexpr int kNumMachineStates = 5;
@@ -55,6 +58,11 @@ struct MachineStatus {
   // comes back, without an operator, when it registers again with a passed
   // self-check (policy_domains.cc).
   bool lost_with_domain = false;
+  // Over-evicted on suspicion (a hang's, a slow machine's or an anomaly's
+  // group) and checked off the job's path: the incident whose checkup is in
+  // flight, 0 for none. A passed checkup returns it to the pool
+  // (policy_checkup.cc), a failed one leaves it to an operator.
+  int64_t checkup = 0;
 
   // Moves to `to` through CheckMachineTransition; on refusal nothing changes
   // and the Status names the machine.

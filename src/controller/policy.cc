@@ -212,6 +212,7 @@ Status OnOperatorReturned(RuleContext& ctx, const Event& e) {
   m->network_alerts.clear();
   m->crashes.clear();
   m->lost_with_domain = false;
+  m->checkup = 0;
   // The operator's return of a flapping switch's machine ends its domain's loss.
   if (auto d = ctx.state.domains.find(m->domain); d != ctx.state.domains.end() && d->second.down) {
     d->second.lost.erase(m->id);
@@ -357,7 +358,8 @@ Result<Incident*> OpenIncident(RuleContext& ctx, IncidentClass cls, const std::s
 // Over-evicts `machines` (those still active in the job) for the current
 // implicit incident: ByteRobust's trade of a few healthy machines for
 // minutes of the whole fleet's time. Reconcile swaps in standbys.
-Status OverEvict(RuleContext& ctx, Incident& inc, const std::vector<MachineId>& machines, const std::string& why) {
+Status OverEvict(RuleContext& ctx, Incident& inc, const std::vector<MachineId>& machines, const std::string& why,
+                 bool on_suspicion) {
   inc.resolution = Resolution::kEvictedAndReplaced;
   inc.why = why;
   for (const MachineId& m : machines) {
@@ -365,6 +367,9 @@ Status OverEvict(RuleContext& ctx, Incident& inc, const std::vector<MachineId>& 
     if (ms == nullptr || ms->state != MachineState::kActive) continue;
     inc.evicted.push_back(m);
     BULWARK_RETURN_IF_ERROR(Emit(ctx, EvictAction(m, inc.id, why)));
+    if (on_suspicion && ctx.config.checkup_evicted) {
+      BULWARK_RETURN_IF_ERROR(CheckUp(ctx, *ctx.state.FindMachine(m), inc.id));
+    }
   }
   return Status::OK();
 }
@@ -428,6 +433,7 @@ Status Emit(RuleContext& ctx, Action action) {
     case ActionKind::kCaptureStacks:
     case ActionKind::kRunDiagnostics:
     case ActionKind::kStageRelease:
+    case ActionKind::kCheckup:
       break;
   }
   BULWARK_RETURN_IF_ERROR(Apply(s, action, ctx.now));

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/spike_rule.h"
 #include "common/status.h"
@@ -100,6 +101,16 @@ struct PolicyConfig {
   // wait (its worst hour 47%); if the narrowed choice was wrong, the fault
   // comes back and the next verdict names the machine that stands out then.
   bool narrow_to_pool = true;
+
+  // What is over-evicted on suspicion comes back (issue 38 item 5): each
+  // machine of a hang's, a slow machine's or an anomaly's group is checked
+  // off the job's path (a Checkup action: the ladder's tests on that one
+  // machine) and, when every test passes, returns to the pool as a standby.
+  // A failed test leaves it evicted, for an operator. Off by default: the
+  // plane does not carry Checkup to agents yet, so only the simulator turns
+  // it on (`bulwark sim --checkup`).
+  bool checkup_evicted = false;
+  std::vector<std::string> checkup_tests = {"compute", "device", "alignment"};
 
   // --- implicit faults: the detectors (hang_detector.h, fail_slow_detector.h,
   // anomaly_detector.h) and what follows them ---

@@ -193,6 +193,7 @@ Result<bool> DomainReturn(RuleContext& ctx, MachineStatus& m, const MachineJoine
     return true;
   }
   m.lost_with_domain = false;
+  m.checkup = 0;
   m.network_alerts.clear();
   m.crashes.clear();
   std::string domain = m.domain;

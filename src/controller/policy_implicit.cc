@@ -169,7 +169,8 @@ Status OnStacksAnalyzed(RuleContext& ctx, const Event& e) {
     RecordImplicit(ctx.state, "hang", step, outliers.empty() ? evict : outliers);
     return OverEvict(ctx, *inc, evict,
                      "evicted " + who + (x.group.empty() || !whole ? "" : " (" + x.group + ")") +
-                         " by stack aggregation: " + x.why);
+                         " by stack aggregation: " + x.why,
+                     /*on_suspicion=*/true);
   }
   inc->resolution = Resolution::kReattempt;
   inc->why = "reattempt in place: " + x.why;
@@ -210,7 +211,8 @@ Status OnFailSlowSuspected(RuleContext& ctx, const Event& e) {
   if (machines.size() == 1) group.clear();
   RecordImplicit(s, "slow", 0, {x.machine});
   return OverEvict(ctx, **inc, machines,
-                   "evicted " + (group.empty() ? x.machine : group + " (holding " + x.machine + ")") + ": " + x.detail);
+                   "evicted " + (group.empty() ? x.machine : group + " (holding " + x.machine + ")") + ": " + x.detail,
+                   /*on_suspicion=*/true);
 }
 
 // A culprit named by its local values: evict its group. None: the job's own
@@ -247,7 +249,8 @@ Status OnTrainingAnomaly(RuleContext& ctx, const Event& e) {
     return OverEvict(ctx, **inc, machines,
                      "evicted " + (group.empty() ? who : group + " (holding " + who + ")") + ": its ranks' own " +
                          (x.kind == "nan" ? "gradients were non-finite" : "gradients spiked") + " at step " +
-                         std::to_string(x.step) + " while the others' were not");
+                         std::to_string(x.step) + " while the others' were not",
+                     /*on_suspicion=*/true);
   }
   if (s.ladder.state == LadderState::kWatching) {
     return EnterLadder(ctx, **inc, x.kind + " at step " + std::to_string(x.step) + " with no culprit, again",

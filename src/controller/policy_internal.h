@@ -56,7 +56,16 @@ Status OnFailSlowSuspected(RuleContext& ctx, const Event& e);
 Status OnTrainingAnomaly(RuleContext& ctx, const Event& e);
 
 // Over-evicts `machines` (those still active) for `inc`, recording `why`.
-Status OverEvict(RuleContext& ctx, Incident& inc, const std::vector<MachineId>& machines, const std::string& why);
+// `on_suspicion`: no test has failed them yet, so each gets a checkup off
+// the job's path (PolicyConfig::checkup_evicted).
+Status OverEvict(RuleContext& ctx, Incident& inc, const std::vector<MachineId>& machines, const std::string& why,
+                 bool on_suspicion = false);
+
+// Checkups (policy_checkup.cc). CheckUp: asks evicted `machine` to run the
+// checkup tests for `incident`. CheckupAnswered: true when `x` answers a
+// checkup in flight (and is handled: back to the pool, or kept out).
+Status CheckUp(RuleContext& ctx, MachineStatus& machine, int64_t incident);
+Result<bool> CheckupAnswered(RuleContext& ctx, const DiagnosticsReported& x);
 
 // The stop-time ladder's rules (ladder_rules.cc). EnterLadder: a fault with
 // no culprit starts the ladder, or climbs it while it watches a restart.

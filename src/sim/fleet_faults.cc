@@ -164,6 +164,7 @@ void FleetSim::SwitchUp(int rack) {
     // it at once (a job waiting for machines), in this very Deliver.
     MachineSim& back = machines_[m];
     back.down = false;
+    if (back.evicted) BackInService(back);
     back.evicted = false;
     back.broken = false;
     if (!(back.slot >= 0 && back.slot < static_cast<int>(slots_.size()) && slots_[back.slot] == m)) back.slot = -1;
@@ -217,6 +218,75 @@ void FleetSim::InfantHazard(int machine) {
   own.Next();
   const double t = own.Exponential(extra);
   if (t < d.infant_days * 86400.0) Schedule(now_ + Secs(t), Kind::kInfant, 0, machine);
+}
+
+// The checkup of a machine over-evicted on suspicion, answered after the
+// ladder's diagnose time. A machine with a fault fails it (its device or
+// compute test), except one that corrupts silently: its compute and device
+// tests pass, and the alignment test finds it with probability sdc_found,
+// drawn for the machine and the incident, so both arms see the same.
+// A healthy machine passes. Unreachable (its switch is down): no answer,
+// it stays out.
+void FleetSim::CheckupDue(int m) {
+  MachineSim& ms = machines_[m];
+  if (!ms.evicted || ms.down || ms.checkup == 0) return;
+  const int64_t incident = ms.checkup;
+  ms.checkup = 0;
+  ++r_.fleet.checkups;
+  const bool sdc = ms.broken && ms.fault == FaultClass::kSdc;
+  Rng own(c_.seed * 0x2545f4914f6cdd1dULL ^ static_cast<uint64_t>(m) * 0x9e3779b97f4a7c15ULL ^
+          static_cast<uint64_t>(incident));
+  own.Next();
+  const bool sdc_found = sdc && own.Uniform() < c_.costs.sdc_found;
+  DiagnosticsReported r{incident, IdOf(m), {}, "", now_};
+  for (const std::string& t : c_.policy.checkup_tests) {
+    const bool pass = !ms.broken || (sdc && (t != "alignment" || !sdc_found));
+    r.results.push_back({t, pass, pass ? "" : sdc ? "result differs from the reference" : "fault found", 0});
+  }
+  // Back in the fleet unless the controller keeps it out: it may place it
+  // at once (a job waiting for machines), in this very Deliver. Its place
+  // in the rack is taken back if no new machine has taken it meanwhile.
+  const MachineSim before = ms;
+  ms.evicted = false;
+  ms.slot = -1;
+  auto hole = std::find(holes_.begin() + static_cast<std::ptrdiff_t>(holes_next_), holes_.end(), ms.rack);
+  const bool refilled = ms.rack >= 0 && hole != holes_.end();
+  if (refilled) holes_.erase(hole);
+  Deliver(std::move(r));  // may provision machines: machines_ may move
+  const MachineStatus* st = ctl_->state().FindMachine(IdOf(m));
+  MachineSim& after = machines_[m];
+  if (st != nullptr && st->state != MachineState::kEvicted) {
+    ++r_.fleet.checkup_returned;
+    if (before.broken) ++r_.fleet.checkup_returned_broken;
+    const double out = Seconds(now_ - before.evicted_at);
+    r_.fleet.checkup_return_mean_s += out;  // a sum until CountOutOfService
+    r_.fleet.checkup_return_max_s = std::max(r_.fleet.checkup_return_max_s, out);
+    BackInService(after);
+    if (st->state == MachineState::kStandby) AnnounceSpares(m);
+    return;
+  }
+  after = before;
+  after.checkup = 0;
+  ++r_.fleet.checkup_kept;
+  if (refilled) holes_.push_back(before.rack);
+}
+
+void FleetSim::BackInService(MachineSim& m) {
+  if (m.healthy_out) r_.fleet.healthy_out_days += Seconds(now_ - m.evicted_at) / 86400.0;
+  m.healthy_out = false;
+}
+
+// At the end: the healthy machines still out count to the end, and the
+// machines in service are those the controller holds active or standing by.
+void FleetSim::CountOutOfService() {
+  FleetStats& f = r_.fleet;
+  if (f.checkup_returned > 0) f.checkup_return_mean_s /= static_cast<double>(f.checkup_returned);
+  for (MachineSim& m : machines_) {
+    if (m.evicted) BackInService(m);
+  }
+  const ClusterState& s = ctl_->state();
+  f.in_service_end = s.CountIn(MachineState::kActive) + s.CountIn(MachineState::kStandby) +
+                     s.CountIn(MachineState::kDiagnosing);
 }
 
 }  // namespace fleet

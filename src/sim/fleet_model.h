@@ -36,7 +36,7 @@ class FleetSim {
 
  private:
   // ---------------------------------------------------------------- the queue
-  enum class Kind { kFault, kDeliver, kDeliverAll, kFirstStep, kCatchUp, kMonitor, kSlowRound, kSpike, kBug, kArrive, kReturn, kScript, kEnd, kRackUp, kInfant };
+  enum class Kind { kFault, kDeliver, kDeliverAll, kFirstStep, kCatchUp, kMonitor, kSlowRound, kSpike, kBug, kArrive, kReturn, kScript, kEnd, kRackUp, kInfant, kCheckup };
   struct Due {
     Time at;
     int64_t seq;
@@ -64,6 +64,9 @@ class FleetSim {
     int slot = -1;  // the slot the latest restart gave it
     int rack = -1;      // its switch (SimConfig::domains), -1: no racks
     bool down = false;  // its switch is down: unreachable until the repair
+    int64_t checkup = 0;    // the incident whose checkup it is running (0: none)
+    Time evicted_at{};
+    bool healthy_out = false;  // evicted with no fault of its own, not back yet
   };
   int NewMachine();
   static std::string IdOf(int index);
@@ -96,6 +99,11 @@ class FleetSim {
   }
   // A machine new to the fleet may fail early (infant mortality).
   void InfantHazard(int machine);
+  // Checkups of over-evicted machines (policy_checkup.cc): the answer after
+  // the ladder's diagnose time; BackInService counts a machine's time out.
+  void CheckupDue(int machine);
+  void BackInService(MachineSim& m);
+  void CountOutOfService();
 
   // ---------------------------------------------------------------- the signals (signals.h)
   // The ranks' step reports of steps fed_+1..upto, thinned: a run of steps

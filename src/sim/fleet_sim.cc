@@ -119,6 +119,8 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
         if (m.slot >= 0 && slots_[m.slot] == IndexOf(a.machine)) stalled_ = true;
         ++s.evicted;
         if (!m.broken) ++s.healthy_evicted;
+        m.evicted_at = now_;
+        m.healthy_out = !m.broken;
         const bool returned = std::find(c_.returned_classes.begin(), c_.returned_classes.end(), m.fault) !=
                               c_.returned_classes.end();
         if (m.broken && returned) Schedule(now_ + Secs(c_.return_after), Kind::kReturn, 0, IndexOf(a.machine));
@@ -163,6 +165,10 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
       }
       case ActionKind::kRunDiagnostics:
         ReportDiagnostics(a);
+        break;
+      case ActionKind::kCheckup:
+        machines_[IndexOf(a.machine)].checkup = a.incident;
+        Schedule(now_ + Secs(c_.costs.diagnose), Kind::kCheckup, 0, IndexOf(a.machine));
         break;
     }
   }
@@ -471,6 +477,9 @@ Status FleetSim::Run() {
       case Kind::kRackUp:
         SwitchUp(static_cast<int>(d.arg));
         break;
+      case Kind::kCheckup:
+        CheckupDue(static_cast<int>(d.arg));
+        break;
       case Kind::kInfant: {
         // A new machine's early failure: a GPU fault if it is placed; a
         // standby's agent finds the device gone (an inspection).
@@ -558,6 +567,7 @@ void FleetSim::Finish() {
     }
   }
   r_.fleet.incident_count = static_cast<int64_t>(ctl_->incidents().size());
+  CountOutOfService();
   if (closed > 0) {
     r_.fleet.mean_detect = detect / closed;
     r_.fleet.mean_recover = recover / closed;

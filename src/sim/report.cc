@@ -81,7 +81,9 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
   if (!r.whole_world.empty()) {
     const FleetStats& w = r.whole_world[0];
     o << "  whole-world arm: " << w.restarts << " restarts, " << w.incident_count << " incidents, " << w.evicted
-      << " evicted; fault trace " << (w.trace_digest == f.trace_digest && w.trace_faults == f.trace_faults
+      << " evicted (" << w.healthy_evicted << " healthy"
+      << (c.policy.checkup_evicted ? ", " + std::to_string(w.checkup_returned) + " back after a checkup" : "")
+      << "), " << w.standbys_requested << " standbys requested; fault trace " << (w.trace_digest == f.trace_digest && w.trace_faults == f.trace_faults
                                           ? "identical to the elastic arm's"
                                           : "DIFFERENT from the elastic arm's")
       << " (" << w.trace_faults << " faults drawn)\n";
@@ -124,6 +126,15 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
       << f.switch_returned << " machines back after repair (" << Hours(c.domains.switch_repair) << "), "
       << f.switch_kept_out << " kept out (the rack's only live machine, a machine fault to the controller, or a flapping switch's); infant failures " << f.infant_faults << "\n";
   }
+  if (c.policy.checkup_evicted) {
+    o << "checkups: " << f.checkups << " over-evicted machines checked off the job's path, " << f.checkup_returned
+      << " back in the pool (" << f.checkup_returned_broken << " with a fault the checkup missed) after "
+      << Hours(f.checkup_return_mean_s) << " on average (max " << Hours(f.checkup_return_max_s) << "), "
+      << f.checkup_kept << " kept out\n";
+  }
+  o << Fmt("capacity: healthy machines out of service %.0f machine-days; %.0f machines in service at the end, "
+           "of %.0f at the start (placed and standing by)\n",
+           f.healthy_out_days, f.in_service_end, f.machines + f.initial_standbys);
   o << "slow machines: " << f.faults_by_class[static_cast<int>(FaultClass::kFailSlow)] << " (" << f.slow_undetected
     << " never flagged by the fail-slow detector: they slow every step until another fault takes them out)\n";
   if (f.stopped) o << "STOPPED by the policy: " << f.stop_reason << "\n";
@@ -190,7 +201,17 @@ json ToJson(const SimConfig& c, const SimResult& r, bool timing) {
                {"switch_returned", f.switch_returned},
                {"switch_kept_out", f.switch_kept_out},
                {"domain_incidents", f.domain_incidents},
-               {"infant_faults", f.infant_faults}}}}}};
+               {"infant_faults", f.infant_faults}}},
+             {"checkups",
+              {{"on", c.policy.checkup_evicted},
+               {"checked", f.checkups},
+               {"returned", f.checkup_returned},
+               {"returned_with_fault", f.checkup_returned_broken},
+               {"kept_out", f.checkup_kept},
+               {"return_mean_s", f.checkup_return_mean_s},
+               {"return_max_s", f.checkup_return_max_s}}},
+             {"healthy_out_days", f.healthy_out_days},
+             {"in_service_end", f.in_service_end}}}};
   auto price = [](const SimConfig::Price& p) {
     json j{{"total_s", p.Total()}, {"regroup_s", p.Regroup()}, {"fanout_s", p.fanout}, {"store_s", p.store},
            {"links_s", p.links}, {"handshake_s", p.handshake}, {"abort_s", p.abort},
@@ -218,6 +239,12 @@ json ToJson(const SimConfig& c, const SimResult& r, bool timing) {
                                 {"domain_incidents", w.domain_incidents},
                                 {"switch_replicas_hit", w.switch_replicas_hit},
                                 {"infant_faults", w.infant_faults},
+                                {"healthy_evicted", w.healthy_evicted},
+                                {"standbys_requested", w.standbys_requested},
+                                {"checkups", w.checkups},
+                                {"checkup_returned", w.checkup_returned},
+                                {"checkup_kept_out", w.checkup_kept},
+                                {"healthy_out_days", w.healthy_out_days},
                                 {"same_trace", w.trace_digest == f.trace_digest && w.trace_faults == f.trace_faults}};
   }
   if (timing) {

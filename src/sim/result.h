@@ -67,6 +67,18 @@ struct FleetStats {
   int64_t switch_kept_out = 0;
   int64_t domain_incidents = 0;
   int64_t infant_faults = 0;
+  // Checkups of machines over-evicted on suspicion (PolicyConfig::
+  // checkup_evicted): asked, back in the pool (of them, with a fault the
+  // checkup missed), kept out (of them, healthy: none in the model), and
+  // the time from eviction to return. healthy_out_days: machine-days that
+  // healthy evicted machines spent out of service, returned or not by the end.
+  int64_t checkups = 0;
+  int64_t checkup_returned = 0;
+  int64_t checkup_returned_broken = 0;
+  int64_t checkup_kept = 0;
+  double checkup_return_mean_s = 0, checkup_return_max_s = 0;
+  double healthy_out_days = 0;
+  int in_service_end = 0;          // machines active or standby at the end
   bool stopped = false;
   std::string stop_reason;
   // class -> resolution -> count, from the controller's incidents.

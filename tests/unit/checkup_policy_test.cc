@@ -1,0 +1,111 @@
+// What is evicted on suspicion comes back (issue 38 item 5,
+// policy_checkup.cc): a fail-slow pipeline's machines each get a checkup
+// off the job's path; a passed one returns to the pool, a failed or
+// partial one stays out for an operator; a machine evicted for a fault of
+// its own gets none. Pure: Controller::Handle, no sockets, no sleeps.
+#include <gtest/gtest.h>
+
+#include "controller/controller.h"
+#include "support/controller_fixture.h"
+
+namespace bulwark::controller {
+namespace {
+
+using testing::Briefs;
+using testing::Lines;
+using testing::S;
+
+// A pipeline job (pp 2) on m01..m04, standbys s01, s02, checkups on:
+// pipelines {0,2} on m01,m03 and {1,3} on m02,m04.
+struct Job {
+  explicit Job(bool checkup = true) {
+    JobSpec spec;
+    spec.id = "j";
+    spec.world_size = 4;
+    spec.pp = 2;
+    spec.command = "bulwark-train";
+    PolicyConfig policy;
+    policy.checkup_evicted = checkup;
+    auto c = Controller::Create(spec, policy, {"m01", "m02", "m03", "m04", "s01", "s02"}, S(0));
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    controller.emplace(std::move(*c));
+    EXPECT_TRUE(controller->Reconcile(S(0)).ok());
+    for (int k = 1; k <= 10; ++k) Do(StepCompleted{k, S(k)});
+  }
+  Lines Do(const Event& e) {
+    auto r = controller->Handle(e, ObservedAt(e));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? Briefs(*r) : Lines{};
+  }
+  // m04 computes slowly: its pipeline, m02 and m04, is over-evicted.
+  Lines SlowM04() {
+    return Do(FailSlowSuspected{"m04", 5, 2.1, "m04 computes 2.10x the others' time per step (5/5 rounds)", S(60)});
+  }
+  const MachineStatus& Machine(const MachineId& m) const { return *controller->state().FindMachine(m); }
+  std::optional<Controller> controller;
+};
+
+DiagnosticsReported Answer(const MachineId& m, int64_t incident, bool device_passed, double at) {
+  DiagnosticsReported r{incident, m, {}, "", S(at)};
+  r.results = {{"compute", true, "", 900}, {"device", device_passed, device_passed ? "" : "HBM ECC errors", 40},
+               {"alignment", true, "", 300}};
+  return r;
+}
+
+TEST(Checkup, EachMachineOverEvictedOnSuspicionIsCheckedOffTheJobsPath) {
+  Job j;
+  EXPECT_EQ(j.SlowM04(), (Lines{"evict m02", "checkup m02 i1", "evict m04", "checkup m04 i1", "activate s01",
+                                "activate s02", "restart_all g2 m01,s01,m03,s02 ckpt 0", "replenish 1"}));
+  EXPECT_EQ(j.Machine("m02").checkup, 1);
+  EXPECT_EQ(j.Machine("m04").checkup, 1);
+}
+
+TEST(Checkup, APassedCheckupReturnsTheMachineToThePoolAndAFailedOneKeepsItOut) {
+  Job j;
+  j.SlowM04();
+  // Off the job's path: the job goes on training, and no restart follows.
+  EXPECT_EQ(j.Do(Answer("m02", 1, /*device_passed=*/true, 180)), (Lines{}));
+  EXPECT_EQ(j.Machine("m02").state, MachineState::kStandby);
+  EXPECT_NE(j.Machine("m02").last_reason.find("checkup passed"), std::string::npos) << j.Machine("m02").last_reason;
+  EXPECT_EQ(j.Do(Answer("m04", 1, /*device_passed=*/false, 181)), (Lines{}));
+  EXPECT_EQ(j.Machine("m04").state, MachineState::kEvicted);
+  EXPECT_NE(j.Machine("m04").last_reason.find("HBM ECC errors"), std::string::npos) << j.Machine("m04").last_reason;
+  EXPECT_EQ(j.controller->state().checkups_passed, 1);
+  EXPECT_EQ(j.controller->state().checkups_failed, 1);
+  // A repeated answer changes nothing: the checkup is over.
+  EXPECT_EQ(j.Do(Answer("m04", 1, true, 182)), (Lines{}));
+  EXPECT_EQ(j.Machine("m04").state, MachineState::kEvicted);
+}
+
+TEST(Checkup, AReturnedMachineServesTheJobAtTheNextFault) {
+  Job j;
+  j.SlowM04();
+  j.Do(Answer("m02", 1, true, 180));
+  j.Do(Answer("m04", 1, true, 180));
+  // The pool is m02, m04 again; m01's GPU fails and one of them takes its slot.
+  const Lines acts = j.Do(InspectionFailed{"m01", InspectionKind::kDevice, "GPU fell off the bus", S(300)});
+  ASSERT_GE(acts.size(), 3u);
+  EXPECT_EQ(acts[0], "evict m01") << "a machine evicted for its own fault gets no checkup";
+  EXPECT_EQ(acts[1], "activate m02");
+  EXPECT_EQ(j.Machine("m01").checkup, 0);
+}
+
+TEST(Checkup, ATestMissingFromTheAnswerKeepsTheMachineOut) {
+  Job j;
+  j.SlowM04();
+  DiagnosticsReported partial{1, "m02", {{"compute", true, "", 900}}, "", S(180)};
+  j.Do(partial);
+  EXPECT_EQ(j.Machine("m02").state, MachineState::kEvicted);
+  EXPECT_NE(j.Machine("m02").last_reason.find("device: no answer"), std::string::npos) << j.Machine("m02").last_reason;
+}
+
+TEST(Checkup, OffByDefaultNoMachineIsCheckedAndNoneReturns) {
+  Job j(/*checkup=*/false);
+  EXPECT_EQ(j.SlowM04(), (Lines{"evict m02", "evict m04", "activate s01", "activate s02",
+                                "restart_all g2 m01,s01,m03,s02 ckpt 0", "replenish 1"}));
+  j.Do(Answer("m02", 1, true, 180));
+  EXPECT_EQ(j.Machine("m02").state, MachineState::kEvicted);
+}
+
+}  // namespace
+}  // namespace bulwark::controller
