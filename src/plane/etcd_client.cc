@@ -121,7 +121,8 @@ Status EtcdClient::OnSomeMember(const std::string& what, Call call) const {
   return Status::IOError(why);
 }
 
-Result<std::vector<EtcdKv>> EtcdClient::Range(const std::string& key, const std::string& range_end) const {
+Result<std::vector<EtcdKv>> EtcdClient::Range(const std::string& key, const std::string& range_end,
+                                              int64_t* revision) const {
   pb::RangeRequest req;
   req.set_key(key);
   req.set_range_end(range_end);
@@ -132,6 +133,7 @@ Result<std::vector<EtcdKv>> EtcdClient::Range(const std::string& key, const std:
   std::vector<EtcdKv> out;
   out.reserve(resp.kvs_size());
   for (const pb::KeyValue& kv : resp.kvs()) out.push_back(FromPb(kv));
+  if (revision != nullptr) *revision = resp.header().revision();
   return out;
 }
 
@@ -239,6 +241,59 @@ Result<int64_t> EtcdClient::WaitForChange(const std::string& prefix, int64_t fro
         seen = resp.events(resp.events_size() - 1).kv().mod_revision();
         break;
       }
+    }
+  }
+  done = true;
+  ctx.TryCancel();
+  canceller.join();
+  stream->Finish().ok();
+  return seen;
+}
+
+constexpr int64_t kWatchSilenceMs = 10000;
+
+int64_t EtcdClient::Watch(const std::string& prefix, int64_t from,
+                          const std::function<void(const std::vector<EtcdEvent>&)>& apply,
+                          const std::atomic<bool>& stop) const {
+  Member& m = *members_[current_.load() % members_.size()];
+  grpc::ClientContext ctx;
+  auto stream = m.watch->Watch(&ctx);
+  pb::WatchRequest req;
+  pb::WatchCreateRequest* c = req.mutable_create_request();
+  c->set_key(prefix);
+  c->set_range_end(PrefixEnd(prefix));
+  c->set_start_revision(from);
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> heard_ms{0};
+  auto now_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  heard_ms = now_ms();
+  std::thread canceller([&] {
+    // A member cut off leaves the stream open and silent: after 10 s with
+    // nothing heard the caller opens a fresh one (on a quiet prefix too,
+    // which costs it one read).
+    while (!done) {
+      if (stop || now_ms() - heard_ms > kWatchSilenceMs) {
+        ctx.TryCancel();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  int64_t seen = from - 1;
+  if (stream->Write(req)) {
+    pb::WatchResponse resp;
+    while (!stop && stream->Read(&resp)) {
+      heard_ms = now_ms();
+      if (resp.canceled() || resp.compact_revision() > 0) break;
+      if (resp.events_size() == 0) continue;
+      std::vector<EtcdEvent> batch;
+      batch.reserve(resp.events_size());
+      for (const pb::Event& e : resp.events()) batch.push_back({FromPb(e.kv()), e.type() == pb::Event::DELETE});
+      apply(batch);
+      seen = batch.back().kv.mod_revision;
     }
   }
   done = true;

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +35,11 @@ struct EtcdKv {
   int64_t lease = 0;
 };
 
+struct EtcdEvent {
+  EtcdKv kv;
+  bool deleted = false;
+};
+
 // The end of the range holding every key that begins with `prefix`.
 std::string PrefixEnd(const std::string& prefix);
 
@@ -45,8 +51,10 @@ class EtcdClient {
                                                      std::chrono::milliseconds deadline);
   ~EtcdClient();
 
-  // Keys in [key, range_end) ("" range_end: the key alone), by key.
-  Result<std::vector<EtcdKv>> Range(const std::string& key, const std::string& range_end = "") const;
+  // Keys in [key, range_end) ("" range_end: the key alone), by key; with
+  // `revision`, the store's revision the answer reflects.
+  Result<std::vector<EtcdKv>> Range(const std::string& key, const std::string& range_end = "",
+                                    int64_t* revision = nullptr) const;
   // The last key of the prefix's range, if any (one key, sorted descending).
   Result<std::optional<EtcdKv>> LastWithPrefix(const std::string& prefix) const;
   Status Txn(const etcdserverpb::TxnRequest& req, etcdserverpb::TxnResponse* out) const;
@@ -62,6 +70,16 @@ class EtcdClient {
   // (from - 1 when nothing changed). One watch stream per call.
   Result<int64_t> WaitForChange(const std::string& prefix, int64_t from, std::chrono::milliseconds timeout,
                                 const std::atomic<bool>* stop = nullptr) const;
+
+  // Streams every change to a key in [prefix, PrefixEnd(prefix)) from
+  // revision `from` on, in order, to `apply`: one call per etcd reply, which
+  // holds whole revisions (a transaction's changes together). A delete has
+  // an empty value and the delete's revision as mod_revision. Runs until the
+  // stream breaks or `stop` is set; returns the last revision applied
+  // (from - 1 when none). One stream on the current member; the caller
+  // resumes after a break.
+  int64_t Watch(const std::string& prefix, int64_t from,
+                const std::function<void(const std::vector<EtcdEvent>&)>& apply, const std::atomic<bool>& stop) const;
 
   // Index (in the endpoints' order) of the member that leads etcd's raft,
   // as the members say; NotFound when none answers with a leader.

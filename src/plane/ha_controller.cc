@@ -17,6 +17,7 @@
 #include "common/mutex.h"
 #include "plane/ha_follower.h"
 #include "plane/journal_etcd.h"
+#include "plane/journal_etcd_mirror.h"
 #include "plane/leader.h"
 
 namespace bulwark::plane {
@@ -92,6 +93,14 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
     log.Warn(st.message() + ": followers cannot point callers here");
   }
   LeaderPointer pointer(ask, ha.prefix);
+  // A standby keeps the journal in memory as it is written: taking over
+  // then reads nothing from etcd (journal_etcd_mirror.h).
+  std::shared_ptr<const EtcdMirror> mirror;
+  if (Result<std::unique_ptr<EtcdMirror>> m = EtcdMirror::Start(etcd, ha.prefix); m.ok()) {
+    mirror = std::move(*m);
+  } else {
+    log.Warn(m.status().message() + ": a takeover reads the journal from etcd");
+  }
   // A follower is a controller too: `bulwark down` and operators find it by
   // its pid file before it ever leads (RunController writes it again).
   BULWARK_RETURN_IF_ERROR(
@@ -126,8 +135,9 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
     }
     const Term term = (*lead)->term();
     const Leadership* held = lead->get();
-    options.open_journal = [etcd, prefix = ha.prefix, term](bool create) -> Result<std::unique_ptr<JournalStore>> {
-      Result<std::unique_ptr<EtcdJournal>> j = EtcdJournal::Open(etcd, prefix, term, create);
+    options.open_journal = [etcd, prefix = ha.prefix, term,
+                            mirror](bool create) -> Result<std::unique_ptr<JournalStore>> {
+      Result<std::unique_ptr<EtcdJournal>> j = EtcdJournal::Open(etcd, prefix, term, create, mirror);
       if (!j.ok()) return j.status();
       return std::unique_ptr<JournalStore>(std::move(*j));
     };

@@ -42,12 +42,30 @@ Status Deposed(const Term& term, const std::string& what) {
                                     "nothing more and must campaign again");
 }
 
-// Runs a fenced transaction; a failed compare is Deposed.
-Status Commit(const EtcdClient& etcd, const Term& term, const pb::TxnRequest& txn, const std::string& what) {
+}  // namespace
+
+// Runs a fenced transaction; a failed compare is Deposed. Its revision is
+// what later reads through the mirror wait for.
+Status EtcdJournal::Commit(const pb::TxnRequest& txn, const std::string& what) const {
   pb::TxnResponse resp;
-  BULWARK_RETURN_IF_ERROR(etcd.Txn(txn, &resp).Annotate(what));
-  return resp.succeeded() ? Status::OK() : Deposed(term, what);
+  BULWARK_RETURN_IF_ERROR(etcd_->Txn(txn, &resp).Annotate(what));
+  if (!resp.succeeded()) return Deposed(term_, what);
+  int64_t seen = written_.load();
+  while (seen < resp.header().revision() && !written_.compare_exchange_weak(seen, resp.header().revision())) {
+  }
+  return Status::OK();
 }
+
+Result<std::vector<EtcdKv>> EtcdJournal::Read(const std::string& key, const std::string& end) const {
+  // The mirror holds the predecessor's writes once it shows this term's
+  // revision, and this term's own once it shows the last one's.
+  if (mirror_ && mirror_->WaitFor(std::max(term_.revision, written_.load()), kMirrorWait)) {
+    return mirror_->Range(key, end);
+  }
+  return etcd_->Range(key, end);
+}
+
+namespace {
 
 template <typename T>
 Result<T> Parse(const EtcdKv& kv, const std::string& path, const std::function<T(const json&)>& read) {
@@ -60,16 +78,20 @@ Result<T> Parse(const EtcdKv& kv, const std::string& path, const std::function<T
 
 }  // namespace
 
-EtcdJournal::EtcdJournal(std::shared_ptr<const EtcdClient> etcd, std::string prefix, Term term)
+EtcdJournal::EtcdJournal(std::shared_ptr<const EtcdClient> etcd, std::string prefix, Term term,
+                         std::shared_ptr<const EtcdMirror> mirror)
     : etcd_(std::move(etcd)),
+      mirror_(std::move(mirror)),
       prefix_(std::move(prefix)),
       term_(std::move(term)),
       path_("etcd://" + etcd_->endpoints() + prefix_) {}
 
 Result<std::unique_ptr<EtcdJournal>> EtcdJournal::Open(std::shared_ptr<const EtcdClient> etcd, std::string prefix,
-                                                       Term term, bool create) {
-  std::unique_ptr<EtcdJournal> j(new EtcdJournal(std::move(etcd), std::move(prefix), std::move(term)));
-  Result<std::vector<EtcdKv>> format = j->etcd_->Range(j->prefix_ + "format");
+                                                       Term term, bool create,
+                                                       std::shared_ptr<const EtcdMirror> mirror) {
+  std::unique_ptr<EtcdJournal> j(
+      new EtcdJournal(std::move(etcd), std::move(prefix), std::move(term), std::move(mirror)));
+  Result<std::vector<EtcdKv>> format = j->Read(j->prefix_ + "format");
   if (!format.ok()) return format.status();
   if (format->empty()) {
     if (!create) {
@@ -79,7 +101,7 @@ Result<std::unique_ptr<EtcdJournal>> EtcdJournal::Open(std::shared_ptr<const Etc
     }
     pb::TxnRequest txn = Fenced(j->term_);
     AddPut(&txn, j->prefix_ + "format", kFormat);
-    BULWARK_RETURN_IF_ERROR(Commit(*j->etcd_, j->term_, txn, "creating " + j->path_));
+    BULWARK_RETURN_IF_ERROR(j->Commit(txn, "creating " + j->path_));
   } else if ((*format)[0].value != kFormat) {
     return Status::Corrupt(j->path_ + " holds format '" + (*format)[0].value + "', not " + kFormat +
                            ": it was not written by this version of bulwark");
@@ -99,12 +121,12 @@ Status EtcdJournal::PutMachine(const MachineRow& m) {
   pb::TxnRequest txn = Fenced(term_);
   AddPut(&txn, prefix_ + "machines/" + m.id,
          json{{"dir", m.dir}, {"registered_ms", m.registered_ms}, {"shard_addr", m.shard_addr}}.dump());
-  return Commit(*etcd_, term_, txn, "recording machine " + m.id);
+  return Commit(txn, "recording machine " + m.id);
 }
 
 Result<std::vector<MachineRow>> EtcdJournal::Machines() const {
   const std::string dir = prefix_ + "machines/";
-  Result<std::vector<EtcdKv>> kvs = etcd_->Range(dir, PrefixEnd(dir));
+  Result<std::vector<EtcdKv>> kvs = Read(dir, PrefixEnd(dir));
   if (!kvs.ok()) return kvs.status().Annotate("listing machines");
   std::vector<MachineRow> out;
   for (const EtcdKv& kv : *kvs) {
@@ -126,10 +148,11 @@ Status EtcdJournal::PutJob(const JobRow& job) {
   none->set_result(pb::Compare::EQUAL);
   none->set_create_revision(0);
   AddPut(&txn, prefix_ + "job", json{{"id", job.id}, {"spec", job.spec_json}, {"created_ms", job.created_ms}}.dump());
-  Status st = Commit(*etcd_, term_, txn, "recording job " + job.id);
+  Status st = Commit(txn, "recording job " + job.id);
   if (st.code() != Status::Code::kFailedPrecondition) return st;
   // Which compare failed: a job already there is the caller's mistake.
-  Result<std::optional<JobRow>> existing = Job();
+  // From etcd itself: the write that failed may have landed unseen.
+  Result<std::optional<JobRow>> existing = ReadJob(/*from_etcd=*/true);
   // A retried txn whose first try landed (etcd_client.h, set_retry_for).
   if (existing.ok() && existing->has_value() && (*existing)->id == job.id && (*existing)->spec_json == job.spec_json &&
       (*existing)->created_ms == job.created_ms) {
@@ -143,8 +166,10 @@ Status EtcdJournal::PutJob(const JobRow& job) {
   return st;
 }
 
-Result<std::optional<JobRow>> EtcdJournal::Job() const {
-  Result<std::vector<EtcdKv>> kvs = etcd_->Range(prefix_ + "job");
+Result<std::optional<JobRow>> EtcdJournal::Job() const { return ReadJob(/*from_etcd=*/false); }
+
+Result<std::optional<JobRow>> EtcdJournal::ReadJob(bool from_etcd) const {
+  Result<std::vector<EtcdKv>> kvs = from_etcd ? etcd_->Range(prefix_ + "job") : Read(prefix_ + "job");
   if (!kvs.ok()) return kvs.status().Annotate("reading the job");
   if (kvs->empty()) return std::optional<JobRow>();
   Result<JobRow> row = Parse<JobRow>((*kvs)[0], path_, [](const json& j) {
@@ -174,7 +199,7 @@ Status EtcdJournal::Append(const std::string& job, int64_t now_ms, const std::st
   if (!seq.ok()) return seq.status().Annotate("appending to the journal of job " + job);
   pb::TxnRequest txn = Fenced(term_);
   AddPut(&txn, JournalKey(job, *seq), json{{"now_ms", now_ms}, {"record", record}}.dump());
-  Status st = Commit(*etcd_, term_, txn, "appending to the journal of job " + job);
+  Status st = Commit(txn, "appending to the journal of job " + job);
   if (!st.ok()) {
     // Unknown whether it landed (a timeout may still commit): read the last
     // seq again before the next append rather than leave a gap or reuse one.
@@ -186,7 +211,7 @@ Status EtcdJournal::Append(const std::string& job, int64_t now_ms, const std::st
 
 Result<std::vector<JournalEntry>> EtcdJournal::Journal(const std::string& job) const {
   const std::string dir = JournalPrefix(job);
-  Result<std::vector<EtcdKv>> kvs = etcd_->Range(dir, PrefixEnd(dir));
+  Result<std::vector<EtcdKv>> kvs = Read(dir, PrefixEnd(dir));
   if (!kvs.ok()) return kvs.status().Annotate("reading the journal of job " + job);
   std::vector<JournalEntry> out;
   out.reserve(kvs->size());
@@ -219,7 +244,7 @@ Status EtcdJournal::DropJournalRows(const std::string& job, const std::vector<in
       del->set_key(JournalKey(job, runs[k].first));
       del->set_range_end(JournalKey(job, runs[k].second + 1));
     }
-    BULWARK_RETURN_IF_ERROR(Commit(*etcd_, term_, txn, "compacting the journal of job " + job));
+    BULWARK_RETURN_IF_ERROR(Commit(txn, "compacting the journal of job " + job));
   }
   return Status::OK();
 }
@@ -227,11 +252,11 @@ Status EtcdJournal::DropJournalRows(const std::string& job, const std::vector<in
 Status EtcdJournal::PutSnapshot(const std::string& name, const std::string& json_text) {
   pb::TxnRequest txn = Fenced(term_);
   AddPut(&txn, prefix_ + "snapshots/" + name, json_text);
-  return Commit(*etcd_, term_, txn, "writing snapshot " + name);
+  return Commit(txn, "writing snapshot " + name);
 }
 
 Result<std::optional<std::string>> EtcdJournal::Snapshot(const std::string& name) const {
-  Result<std::vector<EtcdKv>> kvs = etcd_->Range(prefix_ + "snapshots/" + name);
+  Result<std::vector<EtcdKv>> kvs = Read(prefix_ + "snapshots/" + name);
   if (!kvs.ok()) return kvs.status().Annotate("reading snapshot " + name);
   if (kvs->empty()) return std::optional<std::string>();
   return std::optional<std::string>((*kvs)[0].value);

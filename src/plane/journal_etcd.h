@@ -17,12 +17,15 @@
 // default linearizable reads.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "common/mutex.h"
 #include "plane/etcd_client.h"
+#include "plane/journal_etcd_mirror.h"
 #include "plane/journal_store.h"
 #include "plane/leader.h"
 
@@ -34,8 +37,12 @@ class EtcdJournal : public JournalStore {
   // empty prefix gets its format key; without it an empty prefix is
   // NotFound (a restarted controller pointed at the wrong etcd or prefix
   // must not start from nothing).
+  // With `mirror` (a standby's copy of the prefix, journal_etcd_mirror.h)
+  // reads come from memory once it shows the revisions they must see, and
+  // from etcd when it cannot show them within kMirrorWait.
   static Result<std::unique_ptr<EtcdJournal>> Open(std::shared_ptr<const EtcdClient> etcd, std::string prefix,
-                                                   Term term, bool create);
+                                                   Term term, bool create,
+                                                   std::shared_ptr<const EtcdMirror> mirror = nullptr);
 
   Status PutMachine(const MachineRow& m) override;
   Result<std::vector<MachineRow>> Machines() const override;
@@ -54,20 +61,29 @@ class EtcdJournal : public JournalStore {
   const std::string& path() const override { return path_; }
 
   static constexpr size_t kRangesPerTxn = 100;
+  static constexpr std::chrono::milliseconds kMirrorWait{500};
 
  private:
-  EtcdJournal(std::shared_ptr<const EtcdClient> etcd, std::string prefix, Term term);
+  EtcdJournal(std::shared_ptr<const EtcdClient> etcd, std::string prefix, Term term,
+              std::shared_ptr<const EtcdMirror> mirror);
+  Status Commit(const etcdserverpb::TxnRequest& txn, const std::string& what) const;
+  Result<std::vector<EtcdKv>> Read(const std::string& key, const std::string& end = "") const;
+  Result<std::optional<JobRow>> ReadJob(bool from_etcd) const;
   std::string JournalPrefix(const std::string& job) const;
   std::string JournalKey(const std::string& job, int64_t seq) const;
   Result<int64_t> NextSeq(const std::string& job) EXCLUDES(mu_);
 
   std::shared_ptr<const EtcdClient> etcd_;
+  std::shared_ptr<const EtcdMirror> mirror_;  // null: every read from etcd
   const std::string prefix_;
   const Term term_;
   const std::string path_;
   Mutex mu_;
   // The next seq per job: this term is the only writer, so it is read once.
   std::map<std::string, int64_t> next_seq_ GUARDED_BY(mu_);
+  // The revision of this term's last write: reads through the mirror wait
+  // for it (read your own writes).
+  mutable std::atomic<int64_t> written_{0};
 };
 
 }  // namespace bulwark::plane

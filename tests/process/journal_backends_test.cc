@@ -24,7 +24,10 @@ using testing::Report;
 using testing::RestoredEvent;
 using testing::Step;
 
-enum class Backend { kSqlite, kEtcd };
+// kEtcdMirror: etcd, with every read from a standby's mirror of the prefix
+// (journal_etcd_mirror.h): the same specification holds when reads come
+// from the watch's copy, including reads right after this term's writes.
+enum class Backend { kSqlite, kEtcd, kEtcdMirror };
 
 class JournalBackends : public ::testing::TestWithParam<Backend> {
  protected:
@@ -41,6 +44,10 @@ class JournalBackends : public ::testing::TestWithParam<Backend> {
     auto l = Leadership::Campaign(*client_, kPrefix, "c1", 5, never, [](const std::string&) {});
     ASSERT_TRUE(l.ok()) << l.status().ToString();
     leader_ = std::move(*l);
+    if (GetParam() != Backend::kEtcdMirror) return;
+    auto m = EtcdMirror::Start(client_, kPrefix);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    mirror_ = std::move(*m);
   }
 
   Result<std::unique_ptr<JournalStore>> Open(bool create) {
@@ -49,7 +56,7 @@ class JournalBackends : public ::testing::TestWithParam<Backend> {
       if (!s.ok()) return s.status();
       return std::unique_ptr<JournalStore>(std::move(*s));
     }
-    auto j = EtcdJournal::Open(client_, kPrefix, leader_->term(), create);
+    auto j = EtcdJournal::Open(client_, kPrefix, leader_->term(), create, mirror_);
     if (!j.ok()) return j.status();
     return std::unique_ptr<JournalStore>(std::move(*j));
   }
@@ -57,7 +64,7 @@ class JournalBackends : public ::testing::TestWithParam<Backend> {
   PlaneOptions Options() {
     PlaneOptions o;
     o.db_path = path_;
-    if (GetParam() == Backend::kEtcd) o.open_journal = [this](bool create) { return Open(create); };
+    if (GetParam() != Backend::kSqlite) o.open_journal = [this](bool create) { return Open(create); };
     return o;
   }
 
@@ -66,10 +73,16 @@ class JournalBackends : public ::testing::TestWithParam<Backend> {
   std::unique_ptr<testing::EtcdServer> etcd_;
   std::shared_ptr<EtcdClient> client_;
   std::unique_ptr<Leadership> leader_;
+  std::shared_ptr<const EtcdMirror> mirror_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Both, JournalBackends, ::testing::Values(Backend::kSqlite, Backend::kEtcd),
-                         [](const auto& info) { return info.param == Backend::kSqlite ? "sqlite" : "etcd"; });
+INSTANTIATE_TEST_SUITE_P(All, JournalBackends,
+                         ::testing::Values(Backend::kSqlite, Backend::kEtcd, Backend::kEtcdMirror),
+                         [](const auto& info) {
+                           return info.param == Backend::kSqlite ? "sqlite"
+                                  : info.param == Backend::kEtcd ? "etcd"
+                                                                 : "etcd_mirror";
+                         });
 
 TEST_P(JournalBackends, ReopenAfterCloseKeepsEverything) {
   {
