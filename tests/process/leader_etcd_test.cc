@@ -78,6 +78,38 @@ TEST_F(LeaderEtcd, DeposedLeaderCannotWriteEvenBeforeItNotices) {
   EXPECT_EQ((*rows)[1].json, "{\"by\":\"b\"}");
 }
 
+// A standby's mirror, started before the leader wrote anything, shows every
+// row the leader got through by the new term's revision, and then the new
+// leader's own writes, without a read from etcd (the watch alone fills it).
+TEST_F(LeaderEtcd, AStandbysMirrorHoldsTheDeposedLeadersRowsAtTheNewTermAndThenItsOwn) {
+  auto mirror = EtcdMirror::Start(client_, kPrefix);
+  ASSERT_TRUE(mirror.ok()) << mirror.status().ToString();
+  std::unique_ptr<Leadership> a = Lead("a", 2);
+  ASSERT_NE(a, nullptr);
+  auto ja = EtcdJournal::Open(client_, kPrefix, a->term(), /*create=*/true);
+  ASSERT_TRUE(ja.ok()) << ja.status().ToString();
+  for (int i = 1; i <= 50; ++i) ASSERT_TRUE((*ja)->Append("demo", i, "{\"n\":" + std::to_string(i) + "}").ok());
+  ASSERT_TRUE((*ja)->DropJournalRows("demo", {1, 2, 3}).ok());
+  a->Abandon();
+  std::unique_ptr<Leadership> b = Lead("b", 2);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE((*mirror)->WaitFor(b->term().revision, std::chrono::milliseconds(2000)));
+  const std::string dir = std::string(kPrefix) + "journal/demo/";
+  std::vector<EtcdKv> rows = (*mirror)->Range(dir, PrefixEnd(dir));
+  ASSERT_EQ(rows.size(), 47u);
+  EXPECT_EQ(rows.front().key, dir + "0000000000000004");
+  EXPECT_EQ(rows.back().key, dir + "0000000000000050");
+  EXPECT_GE((*mirror)->applied(), 50 + 3) << "the rows came through the watch, not a read";
+  std::shared_ptr<const EtcdMirror> shared = std::move(*mirror);
+  auto jb = EtcdJournal::Open(client_, kPrefix, b->term(), /*create=*/false, shared);
+  ASSERT_TRUE(jb.ok()) << jb.status().ToString();
+  ASSERT_TRUE((*jb)->Append("demo", 51, "{\"by\":\"b\"}").ok());
+  auto journal = (*jb)->Journal("demo");
+  ASSERT_TRUE(journal.ok()) << journal.status().ToString();
+  ASSERT_EQ(journal->size(), 48u);
+  EXPECT_EQ(journal->back().json, "{\"by\":\"b\"}") << "b reads its own write at once";
+}
+
 TEST_F(LeaderEtcd, FollowerTakesOverAtOnceWhenTheLeaderResigns) {
   std::unique_ptr<Leadership> a = Lead("a", 5);
   ASSERT_NE(a, nullptr);
