@@ -80,7 +80,8 @@ const std::vector<Command>& Commands() {
       {"submit",
        "run a job",
        {{"JOB.yaml", "fields: name, world_size, ranks_per_machine, command, args, env, checkpoint, parallel"}},
-       {}},
+       {{"job", "NAME", "one job of several on the fleet, named NAME: it takes only the machines it needs, "
+                        "and replacements from the fleet's one pool (docs/control-plane.md)"}}},
       {"update",
        "the running job's next release, at its next restart or --now (docs/recovery.md)",
        {{"JOB.yaml", "the job file of the new release"}},

@@ -447,8 +447,11 @@ Status Submit(const Args& a) {
   if (!job.ok()) return job.status();
   Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
   if (!client.ok()) return client.status();
+  // --job: one job of several on the fleet, under that name (plane/fleet.h).
+  if (a.Has("job")) job->name = a.Get("job");
   wire::SubmitRequest req;
   req.set_name(job->name);
+  req.set_named(a.Has("job"));
   req.set_world_size(job->world_size);
   req.set_ranks_per_machine(job->ranks_per_machine);
   for (const std::string& s : job->argv) req.add_argv(s);

@@ -23,7 +23,7 @@ bool IsPlainStop(const wire::Command& c) { return c.kind() == wire::Command::STO
 
 }  // namespace
 
-void Plane::LogLocked(const std::string& line) { log_.Info(line); }
+void Plane::LogLocked(const std::string& line) { log_.Info(options_.log_prefix + line); }
 
 void Plane::LogLongHold(const char* who, std::chrono::steady_clock::duration held) {
   log_.Info(std::string("plane lock held ") + FormatDuration(std::chrono::duration_cast<Duration>(held)) + " by " +
@@ -158,6 +158,10 @@ Status Plane::AfterDecisionLocked(const std::vector<Action>& actions, bool deliv
   if (!actions.empty()) RoutesChangedLocked();
   monitors_.AfterActions(actions, now, controller_ ? controller_->state().spec.topology() : Topology{});
   for (const Action& a : actions) {
+    // One job of a fleet asks the fleet's pool (fleet.h), off the lock.
+    if (deliver && a.kind == ActionKind::kWaitForMachines && options_.wants_machines && a.count > 0) {
+      deferred_.push_back([want = options_.wants_machines, n = a.count, now] { want(n, now); });
+    }
     if (a.kind == ActionKind::kCaptureStacks) {
       // A replayed trace is history: its verdict is in the journal.
       if (!deliver) continue;
@@ -455,7 +459,10 @@ std::optional<wire::Command> Plane::NextCommand(const std::string& machine, int6
 Plane::Turn Plane::TakeCommand(const std::string& machine, int64_t stream, std::string* sent_desired,
                                CommandSink* sink, wire::Command* out) {
   PlaneLock lock(this);
-  Agent& a = AgentForLocked(machine);
+  // Gone: forgotten for another job's plane (Forget), whose stream is newer.
+  auto it = agents_.find(machine);
+  if (it == agents_.end()) return Turn::kSuperseded;
+  Agent& a = it->second;
   if (a.stream != stream) return Turn::kSuperseded;
   if (a.stream_closed) return Turn::kClosed;
   if (std::optional<wire::Command> c = NextForStreamLocked(a, machine, sent_desired)) {
@@ -491,6 +498,59 @@ void Plane::WakeStreamsLocked() {
   for (auto& [id, a] : agents_) WakeStreamLocked(id, a);
 }
 
+
+std::optional<wire::RegisterRequest> Plane::Forget(const std::string& machine) {
+  PlaneLock lock(this);
+  auto it = agents_.find(machine);
+  if (it == agents_.end()) return std::nullopt;
+  const Agent& a = it->second;
+  wire::RegisterRequest req;
+  req.set_machine(machine);
+  req.set_machine_dir(a.dir);
+  req.set_incarnation(a.incarnation);
+  req.set_shard_addr(a.shard_addr);
+  req.set_domain(a.domain);
+  req.set_ring_addr(a.ring_addr);
+  // Its stream ends now: parked, it is told so; else its turn's holder
+  // finds the machine gone at its next TakeCommand.
+  if (a.parked) {
+    CommandSink* old = a.parked->sink;
+    deferred_.push_back([old] { old->Superseded(); });
+  }
+  agents_.erase(it);
+  RoutesChangedLocked();
+  changed_.NotifyAll();
+  LogLocked("machine " + machine + " released to another job of the fleet");
+  return req;
+}
+
+std::vector<MachineId> Plane::LiveMachines(Time now) {
+  PlaneLock lock(this);
+  now = NowLocked(now);
+  AbsorbArrivalsLocked(now);
+  std::vector<MachineId> out;
+  for (const auto& [id, a] : agents_) {
+    if (!a.lost_reported && now - a.last_heard <= options_.heartbeat_timeout) out.push_back(id);
+  }
+  return out;
+}
+
+std::vector<MachineId> Plane::Machines() {
+  PlaneLock lock(this);
+  std::vector<MachineId> out;
+  for (const auto& [id, a] : agents_) out.push_back(id);
+  return out;
+}
+
+bool Plane::HasJob() {
+  PlaneLock lock(this);
+  return controller_.has_value();
+}
+
+bool Plane::InJob(const MachineId& machine) {
+  PlaneLock lock(this);
+  return controller_ && controller_->state().FindMachine(machine) != nullptr;
+}
 
 void Plane::Requeue(const std::string& machine, wire::Command command) {
   PlaneLock lock(this);

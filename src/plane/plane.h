@@ -90,6 +90,14 @@ struct PlaneOptions {
   // plane's own tests): a reporting machine joins at once.
   bool probe_reachability = false;
   Duration reprobe_standby_every = std::chrono::seconds(5);
+  // One job of several on a fleet (fleet.h): the job waits for `count`
+  // machines (a WaitForMachines it decided), and the fleet grants them from
+  // its one pool. Called once the plane's lock is released. Null: the only
+  // job, whose standbys are its own.
+  std::function<void(int count, Time now)> wants_machines;
+  // Begins each of its log lines ("job NAME: " for a fleet's job), so that
+  // several jobs' lines in one log say whose they are.
+  std::string log_prefix;
 };
 
 class Plane {
@@ -194,6 +202,21 @@ class Plane {
   // ranks. A silent agent's failed probe is not held against it: losing
   // its heartbeat says more.
   void ProbeDone(const ReachProbe& probe, const Status& reached, Time now) EXCLUDES(mu_);
+
+  // --- one job of several on a fleet (fleet.h) ----------------------------
+  // The machine leaves this plane for another job's: forgotten here (its
+  // row stays in this store; Fleet::Open settles whose it is), and its
+  // command stream ended, so that its agent opens the next one where the
+  // fleet now routes it. Returns its registration, to be made again on the
+  // plane it joins; nullopt when this plane does not know it.
+  std::optional<wire::RegisterRequest> Forget(const std::string& machine) EXCLUDES(mu_);
+  // The machines heard from within the heartbeat lease, in id order.
+  std::vector<MachineId> LiveMachines(Time now) EXCLUDES(mu_);
+  // Every machine this plane knows, registered or replayed from its store.
+  std::vector<MachineId> Machines() EXCLUDES(mu_);
+  bool HasJob() EXCLUDES(mu_);
+  // Whether the job's policy knows `machine` (a granted machine has joined).
+  bool InJob(const MachineId& machine) EXCLUDES(mu_);
 
  private:
   struct Agent {

@@ -24,6 +24,7 @@
 #include "common/files.h"
 #include "common/token.h"
 #include "plane/codec.h"
+#include "plane/fleet.h"
 #include "plane/kill_point.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
@@ -211,7 +212,7 @@ class CommandStream final : public grpc::ServerWriteReactor<wire::Command>, publ
 // for the plane's lock holds a thread.
 class AgentServiceImpl final : public wire::AgentService::CallbackService {
  public:
-  AgentServiceImpl(Plane* plane, std::string token) : plane_(plane), token_(std::move(token)) {}
+  AgentServiceImpl(Fleet* fleet, std::string token) : fleet_(fleet), token_(std::move(token)) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const wire::RegisterRequest* req,
                                      wire::RegisterReply*) override {
@@ -220,7 +221,7 @@ class AgentServiceImpl final : public wire::AgentService::CallbackService {
       r->Finish(st);
       return r;
     }
-    calls_.Post([this, r, req] { r->Finish(ToGrpc(plane_->Register(*req, WallNow()))); });
+    calls_.Post([this, r, req] { r->Finish(ToGrpc(fleet_->For(req->machine())->Register(*req, WallNow()))); });
     return r;
   }
 
@@ -231,15 +232,17 @@ class AgentServiceImpl final : public wire::AgentService::CallbackService {
       r->Finish(st);
       return r;
     }
-    plane_->Heard(req->machine(), req->incarnation(), WallNow());
+    Plane* plane = fleet_->For(req->machine());
+    plane->Heard(req->machine(), req->incarnation(), WallNow());
     calls_.Post([this, r, req, reply] {
-      Result<int64_t> acked = plane_->Report(*req, WallNow());
+      Plane* plane = fleet_->For(req->machine());
+      Result<int64_t> acked = plane->Report(*req, WallNow());
       if (acked.ok()) reply->set_acked_seq(*acked);
       // An agent sends its next report only once this one is answered, so
       // its silence starts here, not at the arrival: a reply held back by
       // the controller's own backlog is not the agent's (issue 36: at
       // 12,500 agents replies 2 s late evicted healthy machines).
-      plane_->Heard(req->machine(), req->incarnation(), WallNow());
+      plane->Heard(req->machine(), req->incarnation(), WallNow());
       r->Finish(ToGrpc(acked.status()));
     });
     return r;
@@ -252,18 +255,18 @@ class AgentServiceImpl final : public wire::AgentService::CallbackService {
       r->Finish(st);
       return r;
     }
-    calls_.Post([this, r, req] { r->Finish(ToGrpc(plane_->UploadStacks(*req, WallNow()))); });
+    calls_.Post([this, r, req] { r->Finish(ToGrpc(fleet_->For(req->machine())->UploadStacks(*req, WallNow()))); });
     return r;
   }
 
   grpc::ServerWriteReactor<wire::Command>* Commands(grpc::CallbackServerContext* ctx,
                                                     const wire::CommandStreamRequest* req) override {
     if (auto st = CheckToken(ctx, token_, "Commands"); !st.ok()) return new RefusedStream(std::move(st));
-    return new CommandStream(plane_, &streams_, req->machine());
+    return new CommandStream(fleet_->For(req->machine()), &streams_, req->machine());
   }
 
  private:
-  Plane* plane_;
+  Fleet* fleet_;
   std::string token_;
   // Declared last, destroyed first: they drain what is queued before the
   // plane pointer and token go (the server, destroyed before this service,
@@ -274,7 +277,7 @@ class AgentServiceImpl final : public wire::AgentService::CallbackService {
 
 class ControlServiceImpl final : public wire::ControlService::Service {
  public:
-  ControlServiceImpl(Plane* plane, std::string token) : plane_(plane), token_(std::move(token)) {}
+  ControlServiceImpl(Fleet* fleet, std::string token) : fleet_(fleet), token_(std::move(token)) {}
 
   grpc::Status Submit(grpc::ServerContext* ctx, const wire::SubmitRequest* req, wire::SubmitReply* reply) override {
     if (auto st = CheckToken(ctx, token_, "Submit"); !st.ok()) return st;
@@ -295,35 +298,41 @@ class ControlServiceImpl final : public wire::ControlService::Service {
       l.spec.recovery = *r;
     }
     if (req->provisioning_delay_ms() >= 0) l.spec.provisioning_delay = Duration(req->provisioning_delay_ms());
-    Result<std::string> id = plane_->Submit(std::move(l), WallNow());
+    Result<std::string> id = fleet_->Submit(std::move(l), req->named(), WallNow());
     if (!id.ok()) return ToGrpc(id.status());
     reply->set_job(*id);
     return grpc::Status::OK;
   }
   // Reads are open to anyone who can reach the controller: they change nothing.
   grpc::Status Status(grpc::ServerContext*, const wire::QueryRequest*, wire::JsonReply* r) override {
-    nlohmann::json j = plane_->StatusJson(WallNow());
+    nlohmann::json j = fleet_->StatusJson(WallNow());
     if (ha_status) j.update(nlohmann::json::parse(ha_status()));
     r->set_json(j.dump());
     return grpc::Status::OK;
   }
   std::function<std::string()> ha_status;  // ControllerOptions::ha_status
-  grpc::Status Incidents(grpc::ServerContext*, const wire::QueryRequest*, wire::JsonReply* r) override {
-    r->set_json(plane_->IncidentsJson().dump());
+  grpc::Status Incidents(grpc::ServerContext*, const wire::QueryRequest* q, wire::JsonReply* r) override {
+    Result<Plane*> plane = fleet_->Job(q->job());
+    if (!plane.ok()) return ToGrpc(plane.status());
+    r->set_json((*plane)->IncidentsJson().dump());
     return grpc::Status::OK;
   }
-  grpc::Status Ledger(grpc::ServerContext*, const wire::QueryRequest*, wire::JsonReply* r) override {
-    r->set_json(plane_->LedgerJson(WallNow()).dump());
+  grpc::Status Ledger(grpc::ServerContext*, const wire::QueryRequest* q, wire::JsonReply* r) override {
+    Result<Plane*> plane = fleet_->Job(q->job());
+    if (!plane.ok()) return ToGrpc(plane.status());
+    r->set_json((*plane)->LedgerJson(WallNow()).dump());
     return grpc::Status::OK;
   }
   grpc::Status Inject(grpc::ServerContext* ctx, const wire::InjectRequest* req, wire::InjectReply*) override {
     if (auto st = CheckToken(ctx, token_, "Inject"); !st.ok()) return st;
-    return ToGrpc(plane_->Inject(*req));
+    // A machine's fault is its job's; one without a machine, the first job's.
+    Plane* plane = req->machine().empty() ? fleet_->Job("").value() : fleet_->For(req->machine());
+    return ToGrpc(plane->Inject(*req));
   }
   grpc::Status ReturnMachine(grpc::ServerContext* ctx, const wire::ReturnMachineRequest* req,
                              wire::ReturnMachineReply* reply) override {
     if (auto st = CheckToken(ctx, token_, "ReturnMachine"); !st.ok()) return st;
-    Result<std::string> note = plane_->ReturnMachine(req->machine(), WallNow());
+    Result<std::string> note = fleet_->For(req->machine())->ReturnMachine(req->machine(), WallNow());
     if (!note.ok()) return ToGrpc(note.status());
     reply->set_note(*note);
     return grpc::Status::OK;
@@ -343,22 +352,28 @@ class ControlServiceImpl final : public wire::ControlService::Service {
     r.why = req->why();
     r.who = req->who();
     r.binary_hash = req->binary_hash();
-    Result<int> n = plane_->Update(std::move(r), spec, WallNow());
+    Result<Plane*> plane = fleet_->Job(req->job());
+    if (!plane.ok()) return ToGrpc(plane.status());
+    Result<int> n = (*plane)->Update(std::move(r), spec, WallNow());
     if (!n.ok()) return ToGrpc(n.status());
     reply->set_release(*n);
     return grpc::Status::OK;
   }
   grpc::Status Rollback(grpc::ServerContext* ctx, const wire::RollbackRequest* req, wire::RollbackReply*) override {
     if (auto st = CheckToken(ctx, token_, "Rollback"); !st.ok()) return st;
-    return ToGrpc(plane_->Rollback(req->to(), req->why(), WallNow()));
+    Result<Plane*> plane = fleet_->Job(req->job());
+    if (!plane.ok()) return ToGrpc(plane.status());
+    return ToGrpc((*plane)->Rollback(req->to(), req->why(), WallNow()));
   }
-  grpc::Status Releases(grpc::ServerContext*, const wire::QueryRequest*, wire::JsonReply* r) override {
-    r->set_json(plane_->ReleasesJson().dump());
+  grpc::Status Releases(grpc::ServerContext*, const wire::QueryRequest* q, wire::JsonReply* r) override {
+    Result<Plane*> plane = fleet_->Job(q->job());
+    if (!plane.ok()) return ToGrpc(plane.status());
+    r->set_json((*plane)->ReleasesJson().dump());
     return grpc::Status::OK;
   }
 
  private:
-  Plane* plane_;
+  Fleet* fleet_;
   std::string token_;
 };
 
@@ -470,11 +485,11 @@ Status RunController(const ControllerOptions& options) {
   }
   po.addresses = AddressRulesFor(layout, address);
   po.probe_reachability = static_cast<bool>(options.reach_probe);
-  Result<std::unique_ptr<Plane>> plane = Plane::Open(po, WallNow());
-  if (!plane.ok()) return plane.status();
+  Result<std::unique_ptr<Fleet>> fleet = Fleet::Open(po, layout.dir + "/jobs", WallNow());
+  if (!fleet.ok()) return fleet.status();
 
-  AgentServiceImpl agents(plane->get(), *token);
-  ControlServiceImpl control(plane->get(), *token);
+  AgentServiceImpl agents(fleet->get(), *token);
+  ControlServiceImpl control(fleet->get(), *token);
   control.ha_status = options.ha_status;
   grpc::ServerBuilder builder;
   int bound = 0;
@@ -502,7 +517,7 @@ Status RunController(const ControllerOptions& options) {
   BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_pid(), std::to_string(::getpid()) + "\n"));
   ControllerLog().Info("serving on " + address +
                        (cluster::TlsEnabled(layout) ? " (mutual TLS: clients need the cluster's certificate)" : ""));
-  std::unique_ptr<MetricsServer> metrics = ServeMetrics(layout, options.metrics_port, plane->get());
+  std::unique_ptr<MetricsServer> metrics = ServeMetrics(layout, options.metrics_port, (*fleet)->main());
   std::fflush(stderr);
 
   std::signal(SIGTERM, OnSignal);
@@ -515,8 +530,8 @@ Status RunController(const ControllerOptions& options) {
     prober = std::thread([&] {
       while (!g_stop) {
         std::this_thread::sleep_for(std::chrono::milliseconds(250));
-        for (const Plane::ReachProbe& p : (*plane)->ProbesDue(WallNow())) {
-          (*plane)->ProbeDone(p, options.reach_probe(p.addr, *token), WallNow());
+        for (const Plane::ReachProbe& p : (*fleet)->ProbesDue(WallNow())) {
+          (*fleet)->ProbeDone(p, options.reach_probe(p.addr, *token), WallNow());
         }
       }
     });
@@ -526,7 +541,7 @@ Status RunController(const ControllerOptions& options) {
   const auto leading = [&] { return !options.leading || options.leading(); };
   while (!g_stop && leading()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    if (leading()) (*plane)->Tick(WallNow());
+    if (leading()) (*fleet)->Tick(WallNow());
   }
   const bool deposed = !g_stop && !leading();
   g_stop = true;  // ends the prober

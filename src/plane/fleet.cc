@@ -1,0 +1,226 @@
+#include "plane/fleet.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+namespace bulwark::plane {
+namespace {
+
+using nlohmann::json;
+
+// A job's name is its journal's file name: nothing that walks out of the
+// jobs directory.
+Status CheckJobName(const std::string& name) {
+  const bool ok = !name.empty() && name.size() <= 64 && name[0] != '.' &&
+                  std::all_of(name.begin(), name.end(), [](char c) {
+                    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+                  });
+  if (ok) return Status::OK();
+  return Status::InvalidArgument("job name '" + name + "': use letters, digits, '-', '_' or '.' (64 at most)");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Fleet>> Fleet::Open(PlaneOptions options, std::string jobs_dir, Time now) {
+  std::unique_ptr<Fleet> f(new Fleet(options, std::move(jobs_dir)));
+  Result<std::unique_ptr<Plane>> main = Plane::Open(std::move(options), now);
+  if (!main.ok()) return main.status();
+  f->main_ = std::move(*main);
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(f->jobs_dir_, ec)) {
+    if (entry.path().extension() == ".db") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    Result<std::unique_ptr<Plane>> job = Plane::Open(f->JobOptions(name, /*create=*/false), now);
+    if (!job.ok()) return job.status().Annotate("job " + name + " of the fleet");
+    Plane* p = job->get();
+    // The machines it knows are its own (a machine leaves the pool for a
+    // job and never goes back), whatever the main plane's store still says.
+    for (const MachineId& m : p->Machines()) {
+      f->main_->Forget(m);
+      MutexLock lock(&f->route_mu_);
+      f->owner_[m] = p;
+    }
+    MutexLock lock(&f->route_mu_);
+    f->jobs_[name] = std::move(*job);
+  }
+  return f;
+}
+
+PlaneOptions Fleet::JobOptions(const std::string& name, bool create) {
+  PlaneOptions o = options_;
+  o.db_path = jobs_dir_ + "/" + name + ".db";
+  o.create = create;
+  o.open_journal = nullptr;  // the fleet's jobs keep SQLite journals (not etcd yet)
+  o.wants_machines = [this, name](int count, Time now) { Grant(name, count, now); };
+  o.log_prefix = "job " + name + ": ";
+  return o;
+}
+
+Plane* Fleet::For(const std::string& machine) {
+  MutexLock lock(&route_mu_);
+  if (owner_.empty()) return main_.get();
+  auto it = owner_.find(machine);
+  return it == owner_.end() ? main_.get() : it->second;
+}
+
+std::vector<std::pair<std::string, Plane*>> Fleet::Jobs() {
+  MutexLock lock(&route_mu_);
+  std::vector<std::pair<std::string, Plane*>> out;
+  for (const auto& [name, p] : jobs_) out.push_back({name, p.get()});
+  return out;
+}
+
+Result<Plane*> Fleet::Job(const std::string& name) {
+  MutexLock lock(&route_mu_);
+  if (name.empty()) return jobs_.empty() ? main_.get() : jobs_.begin()->second.get();
+  auto it = jobs_.find(name);
+  if (it != jobs_.end()) return it->second.get();
+  std::string known;
+  for (const auto& [n, p] : jobs_) known += (known.empty() ? "" : ", ") + n;
+  return Status::NotFound("no job '" + name + "' on this fleet" + (known.empty() ? "" : "; its jobs: " + known));
+}
+
+bool Fleet::MoveLocked(const std::string& machine, const std::string& job, Plane* to, Time now) {
+  std::optional<wire::RegisterRequest> reg = main_->Forget(machine);
+  if (!reg) return false;
+  {
+    MutexLock lock(&route_mu_);
+    owner_[machine] = to;
+  }
+  // Registered where it now belongs, as it last registered; its next report
+  // and its next command stream go there.
+  if (Status st = to->Register(*reg, now); !st.ok()) {
+    log_.Warn("machine " + machine + " to job " + job + ": " + st.ToString());
+  }
+  granted_[job].push_back({machine, now});
+  return true;
+}
+
+Result<std::string> Fleet::Submit(JobLaunch launch, bool named, Time now) {
+  if (!named) {
+    if (!Jobs().empty()) {
+      return Status::FailedPrecondition("this fleet runs named jobs; submit with --job NAME");
+    }
+    return main_->Submit(std::move(launch), now);
+  }
+  const std::string name = launch.spec.id;
+  BULWARK_RETURN_IF_ERROR(CheckJobName(name));
+  BULWARK_RETURN_IF_ERROR(launch.spec.Validate());
+  if (main_->HasJob()) {
+    return Status::FailedPrecondition("a job submitted without --job holds this whole fleet; named jobs need "
+                                      "'bulwark down' and 'bulwark up' first");
+  }
+  if (Job(name).ok()) return Status::FailedPrecondition("job " + name + " already runs on this fleet");
+  std::error_code ec;
+  std::filesystem::create_directories(jobs_dir_, ec);
+  if (ec) return Status::IOError("jobs directory " + jobs_dir_ + ": " + ec.message());
+  Result<std::unique_ptr<Plane>> job = Plane::Open(JobOptions(name, /*create=*/true), now);
+  if (!job.ok()) return job.status();
+  Plane* p = job->get();
+  std::vector<MachineId> moved;
+  {
+    MutexLock ops(&ops_mu_);
+    const std::vector<MachineId> free = main_->LiveMachines(now);
+    const size_t need = static_cast<size_t>(launch.spec.MachinesNeeded());
+    if (free.size() < need) {
+      std::filesystem::remove(jobs_dir_ + "/" + name + ".db", ec);
+      return Status::FailedPrecondition("job " + name + " needs " + std::to_string(need) + " machines but the "
+                                        "fleet's pool has " + std::to_string(free.size()) + " up");
+    }
+    {
+      MutexLock lock(&route_mu_);
+      jobs_[name] = std::move(*job);
+    }
+    for (const MachineId& m : free) {
+      if (moved.size() == need) break;
+      if (MoveLocked(m, name, p, now)) moved.push_back(m);
+    }
+  }
+  // Off ops_mu_: the job's first decisions may already ask the pool (Grant).
+  Result<std::string> id = p->Submit(std::move(launch), now);
+  if (id.ok()) {
+    std::string list;
+    for (const MachineId& m : moved) list += " " + m;
+    log_.Info("job " + name + " of the fleet on" + list);
+  }
+  return id;
+}
+
+void Fleet::Grant(const std::string& job, int count, Time now) {
+  Result<Plane*> to = Job(job);
+  if (!to.ok()) return;
+  MutexLock ops(&ops_mu_);
+  // A policy repeats its WaitForMachines with every decision while it
+  // waits: machines already on their way count against it.
+  std::vector<std::pair<std::string, Time>>& mine = granted_[job];
+  mine.erase(std::remove_if(mine.begin(), mine.end(),
+                            [&](const auto& g) { return now - g.second > kGrantInFlight || (*to)->InJob(g.first); }),
+             mine.end());
+  int want = count - static_cast<int>(mine.size());
+  if (want <= 0) return;
+  for (const MachineId& m : main_->LiveMachines(now)) {
+    if (want == 0) break;
+    if (!MoveLocked(m, job, *to, now)) continue;
+    --want;
+    log_.Info("machine " + m + " from the fleet's pool to job " + job + " (it waits for machines)");
+  }
+  if (want > 0) log_.Info("job " + job + " waits for " + std::to_string(want) + " machine(s); the fleet's pool is empty");
+}
+
+json Fleet::StatusJson(Time now) {
+  json j = main_->StatusJson(now);
+  const std::vector<std::pair<std::string, Plane*>> jobs = Jobs();
+  if (jobs.empty()) {
+    j["jobs"] = j["job"].is_null() ? json::array() : json::array({j["job"]});
+    if (!j["job"].is_null()) j["jobs"][0]["name"] = j["job"]["id"];
+    return j;
+  }
+  // The pool's machines are the fleet's standbys.
+  json machines = json::array();
+  for (json& m : j["machines"]) {
+    m["state"] = "standby";
+    m["pool"] = true;
+    machines.push_back(std::move(m));
+  }
+  json list = json::array();
+  for (const auto& [name, p] : jobs) {
+    json s = p->StatusJson(now);
+    for (json& m : s["machines"]) {
+      m["job"] = name;
+      machines.push_back(std::move(m));
+    }
+    if (s["job"].is_null()) continue;  // opened, not yet submitted
+    s["job"]["name"] = name;
+    s["job"]["standby"] = s["standby"];
+    list.push_back(std::move(s["job"]));
+  }
+  std::sort(machines.begin(), machines.end(), [](const json& a, const json& b) { return a["id"] < b["id"]; });
+  j["machines"] = std::move(machines);
+  j["job"] = list.empty() ? json(nullptr) : list[0];
+  j["jobs"] = std::move(list);
+  return j;
+}
+
+void Fleet::Tick(Time now) {
+  main_->Tick(now);
+  for (const auto& [name, p] : Jobs()) p->Tick(now);
+}
+
+std::vector<Plane::ReachProbe> Fleet::ProbesDue(Time now) {
+  std::vector<Plane::ReachProbe> out = main_->ProbesDue(now);
+  for (const auto& [name, p] : Jobs()) {
+    std::vector<Plane::ReachProbe> more = p->ProbesDue(now);
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  return out;
+}
+
+void Fleet::ProbeDone(const Plane::ReachProbe& probe, const Status& reached, Time now) {
+  For(probe.machine)->ProbeDone(probe, reached, now);
+}
+
+}  // namespace bulwark::plane

@@ -1,0 +1,90 @@
+// Fleet: several jobs on one fleet of machines, behind one controller
+// process (issue 36 item 3). Each job is a Plane of its own, with its own
+// journal (DIR/jobs/NAME.db), policy core, generation, incidents and ledger;
+// the fleet's main plane (DIR/controller.db) holds the machines no job
+// holds: the one standby pool. The gRPC service asks the fleet which plane
+// an agent's call goes to, by machine.
+//
+// A job submitted by name (`bulwark submit --job NAME`) takes the machines
+// it needs from the pool and no standbys of its own. When it loses one, its
+// policy decides WaitForMachines, and the fleet grants it machines from the
+// pool in the order such decisions arrive, so the first job to need one gets
+// the first. A granted machine joins the job as its agent reports there,
+// exactly as a returned machine joins. A fault in one job reaches only that
+// job's plane: its events come from its own machines, and no other job
+// holds ranks on them.
+//
+// A job submitted without a name is the single job of today: it runs on the
+// main plane, holds every machine and its standbys are its own. The two
+// kinds do not mix on one fleet.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/mutex.h"
+#include "plane/plane.h"
+
+namespace bulwark::plane {
+
+class Fleet {
+ public:
+  // Opens the main plane with `options` and every job plane found in
+  // `jobs_dir` (NAME.db each), so a controller SIGKILLed with several jobs
+  // replays all of them. A job's machines leave the main plane.
+  static Result<std::unique_ptr<Fleet>> Open(PlaneOptions options, std::string jobs_dir, Time now);
+
+  // The plane that serves `machine`'s agent: its job's, else the main one.
+  Plane* For(const std::string& machine) EXCLUDES(route_mu_);
+  Plane* main() const { return main_.get(); }
+
+  // `named`: one job of several (above); else the single job, on main.
+  Result<std::string> Submit(JobLaunch launch, bool named, Time now) EXCLUDES(ops_mu_, route_mu_);
+  // The plane of job `name`; "" the first named job, or main when none.
+  Result<Plane*> Job(const std::string& name) EXCLUDES(route_mu_);
+
+  // The main plane's status with `jobs`: every job's entry, each with its
+  // `name`; `job` stays the first job's (the key scripts read today), and
+  // every machine says which job holds it (`job`, absent for the pool's).
+  nlohmann::json StatusJson(Time now) EXCLUDES(route_mu_);
+  void Tick(Time now) EXCLUDES(route_mu_);
+  std::vector<Plane::ReachProbe> ProbesDue(Time now) EXCLUDES(route_mu_);
+  void ProbeDone(const Plane::ReachProbe& probe, const Status& reached, Time now) EXCLUDES(route_mu_);
+
+  // A granted machine that has not joined its job within this long may be
+  // granted again (its agent died on the way).
+  static constexpr Duration kGrantInFlight = std::chrono::seconds(5);
+
+ private:
+  Fleet(PlaneOptions options, std::string jobs_dir) : options_(std::move(options)), jobs_dir_(std::move(jobs_dir)) {}
+  // Options for job `name`'s plane: its own journal, and its wants to Grant.
+  PlaneOptions JobOptions(const std::string& name, bool create);
+  // Moves `machine` from the pool to `job`'s plane; false when the pool no
+  // longer has it.
+  bool MoveLocked(const std::string& machine, const std::string& job, Plane* to, Time now) REQUIRES(ops_mu_);
+  // Job `job` waits for `count` machines: the pool's first ones, less those
+  // already on their way to it.
+  void Grant(const std::string& job, int count, Time now) EXCLUDES(ops_mu_);
+  std::vector<std::pair<std::string, Plane*>> Jobs() EXCLUDES(route_mu_);
+
+  const PlaneOptions options_;
+  const std::string jobs_dir_;
+  std::unique_ptr<Plane> main_;
+  Logger log_{"controller"};
+  // Moves between the pool and the jobs, one at a time (Submit, Grant). Never
+  // held by a plane's deferred call's caller: Grant runs from one.
+  Mutex ops_mu_;
+  // Grants not yet joined: job -> (machine, when).
+  std::map<std::string, std::vector<std::pair<std::string, Time>>> granted_ GUARDED_BY(ops_mu_);
+  // Who holds what; held briefly, never while calling into a plane.
+  Mutex route_mu_;
+  std::map<std::string, std::unique_ptr<Plane>> jobs_ GUARDED_BY(route_mu_);
+  std::map<std::string, Plane*> owner_ GUARDED_BY(route_mu_);  // machine -> its job's plane
+};
+
+}  // namespace bulwark::plane

@@ -1,0 +1,144 @@
+// Several jobs on one fleet (plane/fleet.h): each job takes only the
+// machines it needs, a fault in one never reaches the other, the one pool's
+// machine goes to the job that asked first, and a reopened fleet replays
+// every job.
+#include <gtest/gtest.h>
+
+#include "plane/fleet.h"
+#include "support/agent_messages.h"
+#include "support/plane_commands.h"
+#include "support/process.h"
+
+namespace bulwark::plane {
+namespace {
+
+using nlohmann::json;
+using testing::Reg;
+
+Time At(int64_t ms) { return TimeFromMs(ms); }
+
+class FleetTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::MakeTempDir(); }
+
+  std::unique_ptr<Fleet> Open(int64_t at_ms) {
+    PlaneOptions o;
+    o.db_path = dir_ + "/controller.db";
+    auto f = Fleet::Open(o, dir_ + "/jobs", At(at_ms));
+    EXPECT_TRUE(f.ok()) << f.status().ToString();
+    return f.ok() ? std::move(*f) : nullptr;
+  }
+  // Every machine reports (heard) at `at_ms`, each to the plane that serves it.
+  static void ReportAll(Fleet& f, const std::vector<std::string>& machines, int64_t at_ms) {
+    for (const std::string& m : machines) {
+      EXPECT_TRUE(f.For(m)->Report(testing::Report(m, {}), At(at_ms)).ok()) << m;
+    }
+  }
+  static Status SubmitJob(Fleet& f, const std::string& name, int64_t at_ms) {
+    JobLaunch l = testing::Launch();
+    l.spec.id = name;
+    Result<std::string> id = f.Submit(l, /*named=*/true, At(at_ms));
+    return id.status();
+  }
+  // job name -> its status entry.
+  static std::map<std::string, json> Jobs(Fleet& f, int64_t at_ms) {
+    std::map<std::string, json> out;
+    const json s = f.StatusJson(At(at_ms));
+    for (const json& j : s["jobs"]) out[j["name"].get<std::string>()] = j;
+    return out;
+  }
+
+  std::string dir_;
+  const std::vector<std::string> all_ = {"m01", "m02", "m03", "m04", "m05"};
+};
+
+TEST_F(FleetTest, EachJobTakesOnlyWhatItNeedsAndThePoolKeepsTheRest) {
+  auto f = Open(1000);
+  ASSERT_TRUE(f);
+  for (const std::string& m : all_) ASSERT_TRUE(f->For(m)->Register(Reg(m), At(1000)).ok());
+  ASSERT_TRUE(SubmitJob(*f, "a", 1000).ok());
+  ASSERT_TRUE(SubmitJob(*f, "b", 1000).ok());
+  auto jobs = Jobs(*f, 1000);
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs["a"]["placement"], json({"m01", "m02"}));
+  EXPECT_EQ(jobs["b"]["placement"], json({"m03", "m04"}));
+  EXPECT_EQ(jobs["a"]["generation"], 1);
+  json s = f->StatusJson(At(1000));
+  EXPECT_EQ(s["job"]["name"], "a") << "the key scripts read stays the first job's";
+  for (const json& m : s["machines"]) {
+    if (m["id"] == "m05") EXPECT_EQ(m.value("pool", false), true) << m.dump();
+  }
+  // A job too big for what is left is refused, and takes nothing.
+  JobLaunch big = testing::Launch();
+  big.spec.id = "c";
+  big.spec.world_size = 3;
+  EXPECT_FALSE(f->Submit(big, true, At(1000)).ok());
+  EXPECT_EQ(f->For("m05"), f->main());
+  // The single-job kind does not mix with named jobs.
+  EXPECT_FALSE(f->Submit(testing::Launch(), false, At(1000)).ok());
+}
+
+TEST_F(FleetTest, AFaultInOneJobLeavesTheOtherAloneAndThePoolGoesToTheFirstToAsk) {
+  auto f = Open(1000);
+  ASSERT_TRUE(f);
+  for (const std::string& m : all_) ASSERT_TRUE(f->For(m)->Register(Reg(m), At(1000)).ok());
+  ASSERT_TRUE(SubmitJob(*f, "a", 1000).ok());
+  ASSERT_TRUE(SubmitJob(*f, "b", 1000).ok());
+  // Job a's rank crashes: a restarts, b does not hear of it.
+  wire::AgentEvent exit;
+  exit.set_kind(wire::AgentEvent::RANK_EXITED);
+  exit.set_seq(1);
+  exit.set_rank(0);
+  exit.set_exit_code(1);
+  exit.set_generation(1);
+  exit.set_observed_ms(1500);
+  ASSERT_TRUE(f->For("m01")->Report(testing::Report("m01", {exit}), At(1500)).ok());
+  auto jobs = Jobs(*f, 1500);
+  EXPECT_EQ(jobs["a"]["generation"], 2) << jobs["a"].dump();
+  EXPECT_EQ(jobs["a"]["incidents"], 1);
+  EXPECT_EQ(jobs["b"]["generation"], 1) << jobs["b"].dump();
+  EXPECT_EQ(jobs["b"]["incidents"], 0);
+  // m03 (job b) falls silent first, m02 (job a) later: b asks the pool
+  // first and gets m05; a waits.
+  ReportAll(*f, {"m01", "m02", "m04", "m05"}, 3000);
+  // The tick runs every 250 ms (a longer gap is the controller's own stall).
+  for (int64_t t = 3000; t <= 4500; t += 250) f->Tick(At(t));  // m03's lease (2 s) ran out; the others' did not
+  EXPECT_EQ(f->For("m05"), f->Job("b").value()) << "granted to b";
+  // It joins b as its agent reports there, as a returned machine does.
+  ReportAll(*f, {"m01", "m02", "m04", "m05"}, 4500);
+  jobs = Jobs(*f, 4500);
+  EXPECT_EQ(jobs["b"]["placement"], json({"m05", "m04"})) << jobs["b"].dump();
+  for (int64_t t = 4750; t < 6000; t += 250) f->Tick(At(t));
+  ReportAll(*f, {"m01", "m04", "m05"}, 6000);
+  for (int64_t t = 6000; t <= 6750; t += 250) f->Tick(At(t));  // m02's lease ran out
+  jobs = Jobs(*f, 6750);
+  EXPECT_EQ(jobs["a"]["state"], "waiting for machines") << jobs["a"].dump();
+  EXPECT_EQ(jobs["b"]["generation"], 2) << "b was not touched by a's loss: " << jobs["b"].dump();
+}
+
+TEST_F(FleetTest, AReopenedFleetReplaysEveryJobAndRoutesTheirMachines) {
+  {
+    auto f = Open(1000);
+    ASSERT_TRUE(f);
+    for (const std::string& m : all_) ASSERT_TRUE(f->For(m)->Register(Reg(m), At(1000)).ok());
+    ASSERT_TRUE(SubmitJob(*f, "a", 1000).ok());
+    ASSERT_TRUE(SubmitJob(*f, "b", 1000).ok());
+  }
+  auto f = Open(2000);
+  ASSERT_TRUE(f);
+  auto jobs = Jobs(*f, 2000);
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs["a"]["placement"], json({"m01", "m02"}));
+  EXPECT_EQ(jobs["b"]["placement"], json({"m03", "m04"}));
+  EXPECT_EQ(f->For("m03"), f->Job("b").value());
+  EXPECT_EQ(f->For("m05"), f->main());
+  // The pool's machine is the pool's alone: no job plane lists it.
+  const json s = f->StatusJson(At(2000));
+  for (const json& m : s["machines"]) {
+    if (m["id"] == "m01") EXPECT_EQ(m["job"], "a");
+  }
+  EXPECT_EQ(f->main()->Machines(), std::vector<MachineId>({"m05"}));
+}
+
+}  // namespace
+}  // namespace bulwark::plane
