@@ -25,7 +25,8 @@ namespace {
 enum class Expect {
   kRecovers,   // an incident, then training resumes on its own
   kTolerated,  // no incident: training goes on
-  kWaits,      // an incident and the job waits: no standby left
+  kNarrows,    // an incident, no standby left: the survivors train on
+               // fewer replicas until a repaired machine is handed back
 };
 struct Planned {
   const char* fault;
@@ -41,8 +42,9 @@ struct Planned {
 
 // Every explicit class; the second NIC flap on the same machine within the
 // policy's window evicts it. With 2 standbys, machine-down and device-fail
-// use them up, so the flap eviction leaves the job waiting until the demo
-// returns the repaired device-fail machine.
+// use them up, so after the flap eviction the elastic job trains on one
+// replica fewer until the demo returns the repaired device-fail machine,
+// and then grows back to full width.
 const Planned kSchedule[] = {
     {"crash", 0, Expect::kRecovers, "rank throws: reattempt in place from the last checkpoint"},
     {"kill", 1, Expect::kRecovers, "rank SIGKILLed: reattempt in place"},
@@ -54,7 +56,7 @@ const Planned kSchedule[] = {
     {"machine-down", 2, Expect::kRecovers, "agent and ranks gone: evict on heartbeat loss, swap in a standby"},
     {"device-fail", 3, Expect::kRecovers, "Xid/ECC error: evict, swap in a standby"},
     {"nic-flap", 1, Expect::kTolerated, "one link flap: tolerated"},
-    {"nic-flap", 1, Expect::kWaits, "second flap within 5 min: evict; no standby left, so the job waits"},
+    {"nic-flap", 1, Expect::kNarrows, "second flap within 5 min: evict; no standby left, so the job trains on fewer replicas"},
 };
 
 // The status line, rewritten in place on a terminal and printed every 5 s
@@ -112,7 +114,6 @@ constexpr double kDetectS = 30, kRecoverS = 150;
 
 struct Run {
   json schedule = json::array();
-  std::string returned;  // the machine handed back after the wait
 };
 
 int64_t Step(const json& s) { return s["job"].value("last_step", int64_t{0}); }
@@ -124,6 +125,39 @@ Result<json> AwaitSteps(Session& s, LiveLine& live, int64_t target, double s_per
   return s.WaitFor("training to step " + std::to_string(target), limit,
                    [&](const json& st) { return Step(st) >= target || st["job"]["state"] == "completed"; },
                    [&](const json& st) { live.Update(st); });
+}
+
+int64_t Width(const json& s) { return s["job"].value("training_world_size", int64_t{0}); }
+int64_t FullWidth(const json& s) { return s["job"].value("world_size", int64_t{0}); }
+
+// The elastic answer to running out of standbys: the survivors train on,
+// narrower, for `gap_steps`; then the repaired machine is handed back and
+// the job grows back to full width. `st` ends at the regrown status.
+Status TrainNarrowerThenGrow(Session& s, const DemoOptions& o, LiveLine& live, double s_per_step,
+                             const std::string& repaired, Run& run, Result<json>& st) {
+  auto tick = [&](const json& st) { live.Update(st); };
+  st = s.WaitFor("the job to train on fewer replicas", kRecoverS, [](const json& st) {
+    return Width(st) > 0 && Width(st) < FullWidth(st) && st["job"]["state"] == "running";
+  }, tick);
+  if (!st.ok()) return st.status();
+  live.Say("no standby left: the job trains on " + std::to_string(Width(*st)) + " of " +
+           std::to_string(FullWidth(*st)) + " replicas, the same global batch a step");
+  live.Phase("training narrower");
+  st = AwaitSteps(s, live, Step(*st) + o.gap_steps, s_per_step);
+  if (!st.ok()) return st.status();
+  if (repaired.empty()) return Status::Internal("no repaired machine to return");
+  BULWARK_RETURN_IF_ERROR(s.Return(repaired));
+  run.schedule.push_back({{"at_ms", WallMs()}, {"fault", "machine return"}, {"machine", repaired},
+                          {"step", Step(*st)}, {"incident", nullptr},
+                          {"note", "repaired machine handed back; the job grows back onto it"}});
+  live.Say("returned " + repaired + " (repaired) to the fleet; the job grows back onto it");
+  live.Phase("growing back on " + repaired);
+  st = s.WaitFor("the job to grow back to full width", kRecoverS, [](const json& st) {
+    return Width(st) == FullWidth(st) && st["job"]["state"] == "running";
+  }, tick);
+  if (!st.ok()) return st.status();
+  live.Say("back to " + std::to_string(Width(*st)) + " replicas");
+  return Status::OK();
 }
 
 Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
@@ -181,25 +215,8 @@ Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
     live.Say("detected in " + std::to_string(((*inc)["detected_ms"].get<int64_t>() - entry["at_ms"].get<int64_t>()) / 1000.0).substr(0, 4) +
              " s: " + (*inc)["cause"].get<std::string>());
 
-    if (p.expect == Expect::kWaits) {
-      st = s.WaitFor("the job to wait for a machine", kDetectS,
-                     [](const json& st) { return st["job"]["state"] == "waiting for machines"; }, tick);
-      if (!st.ok()) return st.status();
-      live.Say("no standby left: the job waits for a machine (" + victim + " evicted)");
-      live.Phase("waiting for a machine");
-      // Long enough to see in the timeline, as an operator's repair would be.
-      const auto wait_until = std::chrono::steady_clock::now() + std::chrono::seconds(6);
-      // Only a pause for the timeline: a cluster that stopped answering is
-      // reported by the wait that follows.
-      s.WaitFor("a pause", 10, [&](const json&) { return std::chrono::steady_clock::now() > wait_until; }, tick)
-          .IgnoreError();
-      if (device_failed.empty()) return Status::Internal("no repaired machine to return");
-      BULWARK_RETURN_IF_ERROR(s.Return(device_failed));
-      run.returned = device_failed;
-      run.schedule.push_back({{"at_ms", WallMs()}, {"fault", "machine return"}, {"machine", device_failed},
-                              {"step", Step(*st)}, {"incident", nullptr}, {"note", "repaired machine handed back; the job resumes on it"}});
-      live.Say("returned " + device_failed + " (repaired) to the fleet; the job resumes on it");
-      live.Phase("resuming on " + device_failed);
+    if (p.expect == Expect::kNarrows) {
+      BULWARK_RETURN_IF_ERROR(TrainNarrowerThenGrow(s, o, live, s_per_step, device_failed, run, st));
     }
     Result<json> closed = s.AwaitClosed((*inc)["id"].get<int64_t>(), kRecoverS, tick);
     if (!closed.ok()) return Status::Unavailable(std::string("the job did not recover from ") + p.fault + " on " + victim + ": " + closed.status().message());
@@ -256,8 +273,9 @@ Status RunDemo(const DemoOptions& o) {
       "demo", o.machines,
       {"--config", o.config, "--data", o.data, "--steps", std::to_string(o.steps), "--batch-size", std::to_string(o.batch),
        "--log-format", "json", "--ckpt-dir", ckpt,
-       "--ckpt-every", std::to_string(o.ckpt_every), "--resume", "--threads", std::to_string(o.threads), "--dist-timeout", "10"},
-      {{"OMP_NUM_THREADS", std::to_string(o.threads)}}));
+       "--ckpt-every", std::to_string(o.ckpt_every), "--resume", "--threads", std::to_string(o.threads), "--dist-timeout", "10",
+       "--elastic-replicas", std::to_string(o.machines)},
+      {{"OMP_NUM_THREADS", std::to_string(o.threads)}}, 50, "elastic"));
 
   LiveLine live(&session, o.steps);
   Run run;

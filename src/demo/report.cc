@@ -26,6 +26,7 @@ const Category kCategories[] = {
     {"recovery", "#f2c12e", "restart decided to first step"},
     {"recomputation", "#8e44ad", "steps redone, partial steps lost"},
     {"waiting", "#3b6fd1", "no standby: waiting for a machine"},
+    {"degraded", "#8fd3a8", "training on fewer replicas: the missing ones' share"},
     {"manual", "#555555", "operator restart"},
 };
 
@@ -76,6 +77,19 @@ std::string Opt(const json& j, const char* key, const char* fmt) {
   return j.contains(key) && j[key].is_number() ? Fmt(fmt, j[key].get<double>()) : "–";
 }
 
+// The resolution, and for an elastic job that trained on narrower, on how
+// many replicas and for how long.
+std::string Resolution(const json& inc) {
+  std::string r = inc.value("resolution", "");
+  if (inc.contains("trained_on")) {
+    // The controller names the eviction; nothing replaced the machine.
+    if (r == "evicted_and_replaced") r = "evicted";
+    r += ", then " + inc["trained_on"].dump() + " replicas" +
+         (inc.contains("degraded_s") ? " for " + Opt(inc, "degraded_s", "%.1f s") : " to the end");
+  }
+  return r;
+}
+
 // Detection as the demo measures it: from the injection to the controller's
 // incident. The incident's own detect_s starts at the fault time the agent
 // reported, which for a repeated NIC flap is the first flap.
@@ -111,7 +125,7 @@ std::string Svg(const json& run, const json& tl, double t0, double t1) {
   const double row_h = 24, ledger_y = 56, rows_y = 112;
   const double ettr_y = rows_y + row_h * schedule.size() + 24, ettr_h = 90;  // labels sit left of the plot
   const double axis_y = ettr_y + ettr_h + 6, legend_y = axis_y + 34;
-  const double height = legend_y + 22 * 4 + 10;
+  const double height = legend_y + 22 * 5 + 10;
   // Operator actions (a machine handed back) share the rows but are not faults.
   const auto faults = std::count_if(schedule.begin(), schedule.end(), [](const json& e) { return e["fault"] != "machine return"; });
   std::ostringstream o;
@@ -155,6 +169,8 @@ std::string Svg(const json& run, const json& tl, double t0, double t1) {
       // The ledger's own segments from the injection until the lost steps
       // are redone: the same colours as the bar above, clipped to this fault.
       double end = inc->value("recovered_ms", (*inc)["detected_ms"].get<double>());
+      // An elastic job that trained on narrower shows that interval too.
+      if (inc->contains("trained_on")) end = inc->value("rejoined_ms", t1);
       for (const json& s : tl) {
         if (s["start_ms"].get<double>() <= end + 1 && s["end_ms"].get<double>() > end && s["category"] == "recomputation") {
           end = s["end_ms"].get<double>();
@@ -167,7 +183,7 @@ std::string Svg(const json& run, const json& tl, double t0, double t1) {
         Rect(o, f.X(a), y + 2, f.X(b) - f.X(a), 16, ColourOf(cat), cat + " " + Fmt("%.1f s", (b - a) / 1000));
       }
       note_x = f.X(end) + 8;
-      note = "#" + std::to_string((*inc)["id"].get<int64_t>()) + " " + (*inc)["resolution"].get<std::string>() +
+      note = "#" + std::to_string((*inc)["id"].get<int64_t>()) + " " + Resolution(*inc) +
              ": detect " + DetectS(e, *inc, "%.2f s") + ", recover " + Opt(*inc, "recover_s", "%.1f s") +
              ", lost " + (inc->contains("lost_steps") ? (*inc)["lost_steps"].dump() : "?") + " steps";
       if (!inc->value("restore_source", "").empty()) note += " (" + (*inc)["restore_source"].get<std::string>() + ")";
@@ -300,7 +316,7 @@ std::string IncidentTable(const json& incidents, const json& schedule) {
     } else {
       std::snprintf(line, sizeof line, "  %-3zu %-14s %-5s %-4lld %-21s %8s %9s  %-14s %s\n", r + 1,
                     e["fault"].get<std::string>().c_str(), e["machine"].get<std::string>().c_str(),
-                    static_cast<long long>((*inc)["id"].get<int64_t>()), (*inc)["resolution"].get<std::string>().c_str(),
+                    static_cast<long long>((*inc)["id"].get<int64_t>()), Resolution(*inc).c_str(),
                     DetectS(e, *inc, "%.2f s").c_str(), Opt(*inc, "recover_s", "%.1f s").c_str(), LostCell(*inc).c_str(),
                     (*inc)["cause"].get<std::string>().substr(0, 90).c_str());
     }
@@ -342,7 +358,7 @@ Result<Report> RenderReport(const json& run) {
     if (inc == nullptr) {
       md << "– | " << Cell(e.value("note", std::string("tolerated, no incident"))) << " | | | | |\n";
     } else {
-      md << "#" << (*inc)["id"] << " | " << (*inc)["resolution"].get<std::string>() << " | " << DetectS(e, *inc, "%.2f s")
+      md << "#" << (*inc)["id"] << " | " << Resolution(*inc) << " | " << DetectS(e, *inc, "%.2f s")
          << " | " << Opt(*inc, "recover_s", "%.1f s") << " | " << LostCell(*inc)
          << " | " << Cell((*inc)["cause"].get<std::string>()) << " |\n";
     }
@@ -394,7 +410,7 @@ Result<Report> RenderReport(const json& run) {
   for (const json& i : run["incidents"]) {
     json entry = json::object();  // the injection that opened it, if any
     for (const json& e : run["schedule"]) if (e.value("incident", json()) == i["id"]) entry = e;
-    h << "<tr><td>" << i["id"] << "</td><td>" << Escape(i.value("class", "")) << "</td><td>" << Escape(i.value("resolution", ""))
+    h << "<tr><td>" << i["id"] << "</td><td>" << Escape(i.value("class", "")) << "</td><td>" << Escape(Resolution(i))
       << "</td><td>" << DetectS(entry, i, "%.2f") << "</td><td>" << Opt(i, "recover_s", "%.1f") << "</td><td>"
       << Escape(LostCell(i)) << "</td><td>" << Escape(i.value("cause", ""))
       << "</td><td>" << Escape(i.value("why", "")) << "</td></tr>\n";

@@ -109,6 +109,25 @@ TEST(DemoReport, AnIncidentThatClimbedTheLadderShowsARowPerRung) {
   EXPECT_EQ(RenderReport(SampleRun())->markdown.find("stop-time ladder"), std::string::npos) << "no ladder, no section";
 }
 
+TEST(DemoReport, AnElasticJobsNarrowerIntervalIsShownInItsFaultsRow) {
+  json run = SampleRun();
+  json& inc = run["incidents"][0];
+  inc["trained_on"] = 3;
+  inc["rejoined_ms"] = 1'025'000;
+  inc["degraded_s"] = 10.0;
+  run["ledger"]["timeline"][3] = Segment(1'015'000, 1'025'000, "degraded");
+  run["ledger"]["timeline"].push_back(Segment(1'025'000, 1'040'000, "productive"));
+  run["ledger"]["cumulative"]["seconds"]["degraded"] = 10.0;
+  Result<Report> r = RenderReport(run);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // The row's own band (its title has no "at +"), beside the ledger's bar.
+  EXPECT_NE(r->svg.find("<title>degraded 10.0 s</title>"), std::string::npos) << r->svg;
+  EXPECT_NE(r->svg.find("<title>degraded 10.0 s at +15.0 s</title>"), std::string::npos);
+  EXPECT_NE(r->svg.find("then 3 replicas for 10.0 s"), std::string::npos);
+  EXPECT_NE(r->markdown.find("reattempt, then 3 replicas for 10.0 s"), std::string::npos) << r->markdown;
+  EXPECT_NE(r->svg.find("training on fewer replicas"), std::string::npos) << "the legend names it";
+}
+
 TEST(DemoReport, TextFromTheClusterIsEscaped) {
   Result<Report> r = RenderReport(SampleRun());
   ASSERT_TRUE(r.ok());
