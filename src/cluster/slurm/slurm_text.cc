@@ -35,7 +35,7 @@ bool ShellSafe(const std::string& s) { return s.find('\'') == std::string::npos 
 std::string EncodeSlurmRecord(const SlurmRecord& r) {
   return json{{"kind", "slurm"},         {"job", r.job},   {"batch_host", r.batch_host},
               {"allocation", r.allocation}, {"agents", r.agents}, {"grow", r.grow},
-              {"bulwark", r.bulwark},    {"dir", r.dir}}
+              {"bulwark", r.bulwark},    {"dir", r.dir},       {"domains", r.domains}}
              .dump(2) +
          "\n";
 }
@@ -54,6 +54,8 @@ Result<SlurmRecord> DecodeSlurmRecord(const std::string& text) {
     r.grow = j.at("grow").get<int>();
     r.bulwark = j.at("bulwark").get<std::string>();
     r.dir = j.at("dir").get<std::string>();
+    // Records written before domains existed have none.
+    if (j.contains("domains")) r.domains = j.at("domains").get<std::map<std::string, std::string>>();
   } catch (const std::exception& e) {
     return Status::Corrupt(std::string("backend record: ") + e.what() + "; run 'bulwark up --backend slurm' again");
   }
@@ -135,9 +137,11 @@ bool DrainedByBulwark(const SlurmNode& node) {
 }
 
 std::vector<std::string> AgentStepArgv(const SlurmRecord& r, const std::string& node) {
-  return {"srun",   "--jobid=" + r.job, "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=" + node,
-          "--job-name=" + std::string(kAgentStepName), "--kill-on-bad-exit=0", r.bulwark, "agent",
-          "--dir",  r.dir,              "--machine", node};
+  std::vector<std::string> argv = {"srun",   "--jobid=" + r.job, "--overlap", "--nodes=1", "--ntasks=1",
+                                   "--nodelist=" + node, "--job-name=" + std::string(kAgentStepName),
+                                   "--kill-on-bad-exit=0", r.bulwark, "agent", "--dir", r.dir, "--machine", node};
+  if (auto d = r.domains.find(node); d != r.domains.end()) argv.insert(argv.end(), {"--domain", d->second});
+  return argv;
 }
 
 std::vector<std::string> AgentJobArgv(const SlurmRecord& r, const std::string& log, const std::string& node) {
@@ -145,7 +149,11 @@ std::vector<std::string> AgentJobArgv(const SlurmRecord& r, const std::string& l
                                    "--job-name=" + std::string(kAgentStepName), "--output=" + log};
   if (!node.empty()) argv.push_back("--nodelist=" + node);
   // The record's paths carry no single quote (DecodeSlurmRecord checks).
-  argv.push_back("--wrap=exec '" + r.bulwark + "' agent --dir '" + r.dir + "' --machine \"$SLURMD_NODENAME\"");
+  // A node Slurm picks is not known here: its agent registers no domain.
+  auto d = node.empty() ? r.domains.end() : r.domains.find(node);
+  const bool named = d != r.domains.end() && ShellSafe(d->second) && d->second.find('"') == std::string::npos;
+  argv.push_back("--wrap=exec '" + r.bulwark + "' agent --dir '" + r.dir + "' --machine \"$SLURMD_NODENAME\"" +
+                 (named ? " --domain '" + d->second + "'" : ""));
   return argv;
 }
 

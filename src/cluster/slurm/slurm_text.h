@@ -4,6 +4,7 @@
 // the text real Slurm 22.05 printed.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ struct SlurmRecord {
   int grow = 0;                         // at most this many more nodes from new Slurm jobs
   std::string bulwark;                  // absolute path of the bulwark binary (same on every node)
   std::string dir;                      // absolute cluster directory (on a file system every node shares)
+  // node -> its leaf switch (slurm_topology.h), for the allocation's nodes
+  // that Slurm's topology places; each agent registers it as its domain.
+  // Empty: the cluster has no tree topology (topology/flat), no domains.
+  std::map<std::string, std::string> domains;
 };
 
 std::string EncodeSlurmRecord(const SlurmRecord& r);
@@ -59,7 +64,8 @@ inline constexpr const char* kAgentStepName = "bulwark-agent";
 
 // srun that starts `node`'s agent as a step of the allocation. --overlap:
 // agents share their node with the batch script and with each other's
-// restarts instead of waiting for its CPUs.
+// restarts instead of waiting for its CPUs. --domain: its leaf switch,
+// when the record knows it (also for AgentJobArgv's named node).
 std::vector<std::string> AgentStepArgv(const SlurmRecord& r, const std::string& node);
 // sbatch for a new one-node job whose batch script is an agent: on `node`
 // when not empty, else wherever Slurm has room. The agent names its machine

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "cluster/local/local_cluster.h"
+#include "cluster/slurm/slurm_topology.h"
 #include "common/files.h"
 
 namespace bulwark::cluster {
@@ -15,6 +16,22 @@ namespace {
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? "" : v;
+}
+
+// The allocation's nodes' leaf switches (issue 38), as the tree topology
+// plugin knows them. None when scontrol prints no topology (topology/flat,
+// the default) or cannot be read: the agents then register no domain, and
+// each machine's loss is its own fault, as before.
+std::map<std::string, std::string> AllocationDomains(CommandRunner& run, const std::vector<std::string>& nodes) {
+  CommandResult c = run.Run({"scontrol", "show", "topology"}, 30);
+  if (!c.ok()) return {};
+  Result<std::map<std::string, std::string>> leaf = LeafSwitches(c.out);
+  if (!leaf.ok()) return {};
+  std::map<std::string, std::string> out;
+  for (const std::string& n : nodes) {
+    if (auto it = leaf->find(n); it != leaf->end()) out[n] = it->second;
+  }
+  return out;
 }
 
 }  // namespace
@@ -45,6 +62,7 @@ Result<SlurmRecord> PlanSlurmUp(CommandRunner& run, const SlurmUpRequest& req) {
                                    "); allocate more nodes (sbatch -N) or ask for fewer");
   }
   r.agents.assign(r.allocation.begin(), r.allocation.begin() + machines + req.standby);
+  r.domains = AllocationDomains(run, r.allocation);
   r.grow = req.grow;
   r.bulwark = req.bulwark;
   r.dir = req.dir;
