@@ -74,6 +74,7 @@ void Bench::SendReport(int i) {
     }
   }
   s.report_in_flight = true;
+  s.sends.push_back({now, 0});
   auto rpc = StubFor(i).AsyncReport(&op->ctx, req, &cq_);
   rpc->Finish(&op->reply, &op->status, op);
 }
@@ -180,6 +181,7 @@ void Bench::PollLoop() {
         break;
       case Op::kReport: {
         s.report_in_flight = false;
+        if (!s.sends.empty() && s.sends.back().answered_ms == 0) s.sends.back().answered_ms = WallMs();
         if (op->status.ok()) {
           s.acked = op->reply.acked_seq();
           s.pending.erase(std::remove_if(s.pending.begin(), s.pending.end(),

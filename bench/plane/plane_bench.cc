@@ -30,6 +30,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -199,6 +200,31 @@ Bench::Hang Bench::StallARank() {
   }
   std::fflush(stdout);
   return h;
+}
+
+std::vector<int> Bench::BlameLosses(const std::string& log_path, const std::string& victim) {
+  std::vector<int> counts(3, 0);
+  const std::string log = ReadAll(log_path);
+  const std::string a = "event machine ", b = " lost its heartbeat (silent for ";
+  for (size_t at = log.find(a); at != std::string::npos; at = log.find(a, at + 1)) {
+    const size_t eol = log.find('\n', at), id_end = log.find(' ', at + a.size());
+    const size_t sil = log.find(b, at);
+    if (id_end == std::string::npos || sil == std::string::npos || sil > eol || sil != id_end) continue;
+    const std::string id = log.substr(at + a.size(), id_end - at - a.size());
+    const int i = std::atoi(id.c_str() + 1) - 1;
+    if (id == victim || i < 0 || i >= static_cast<int>(sims_.size())) continue;
+    const size_t bol = log.rfind('\n', at);
+    const int64_t lost_ms = StampMs(log.c_str() + (bol == std::string::npos ? 0 : bol + 1));
+    const int64_t silent_ms = static_cast<int64_t>(std::strtod(log.c_str() + sil + b.size(), nullptr) * 1000);
+    Blame blame;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      blame = BlameFor(sims_[i].sends, lost_ms, silent_ms);
+    }
+    ++counts[static_cast<int>(blame)];
+    std::printf("  lost %s (silent %.3f s): %s\n", id.c_str(), silent_ms / 1000.0, BlameName(blame));
+  }
+  return counts;
 }
 
 int Bench::Run() {
@@ -433,16 +459,21 @@ int Bench::Run() {
   }
   std::printf("healthy machines lost for silence: %d; the generator's worst lateness %.2f s (%ld of its 10 ms ticks "
               "over 1 s late)\n", healthy_evicted, lag, lagged);
+  const std::vector<int> blame = BlameLosses(log_path, sims_[victim].id);
+  std::printf("of them: %d after the generator itself was late for the agent (it really was silent), %d with a report "
+              "sent and not heard, %d with the controller's answer too late for the next report\n",
+              blame[0], blame[1], blame[2]);
   std::printf("JSON {\"agents\": %d, \"jobs\": 1, \"healthy_evicted\": %d, \"decide_s\": %.2f, \"crash_decide_s\": %.2f, "
               "\"hang_detect_s\": %.2f, \"hang_decide_s\": %.2f, \"generator_cpu_cores\": %.2f, \"generator_lag_s\": %.2f, "
               "\"load\": \"%s\", \"controller_cpu_cores\": %.3f, \"controller_rss_mib\": %.0f, \"threads\": %d, "
               "\"report_p50_ms\": %.2f, \"report_p99_ms\": %.2f, \"evict_after_s\": %.2f, \"evict_after_lease_s\": %.2f, "
-              "\"journal_mib_per_hour\": %.1f, \"replay_s\": %.2f, \"status_s\": %.3f, \"submit_s\": %.2f}\n",
+              "\"journal_mib_per_hour\": %.1f, \"replay_s\": %.2f, \"status_s\": %.3f, \"submit_s\": %.2f, "
+              "\"evicted_generator_late\": %d, \"evicted_unheard\": %d, \"evicted_answer_late\": %d}\n",
               o_.agents, healthy_evicted, crash_decide, crash_decide, hang.detect_s, hang.decide_s,
               (cpu(self1) - cpu(self0)) / window, lag, Trim(ReadAll("/proc/loadavg")).c_str(), (p1.cpu_s - p0.cpu_s) / window,
               peak.rss_mib, peak.threads, Percentile(lat, 0.5),
               Percentile(lat, 0.99), noticed, noticed < 0 ? -1.0 : noticed - 2.0,
-              rows_per_s * row_bytes * 3600 / (1 << 20), reattached, status_worst, submit_s);
+              rows_per_s * row_bytes * 3600 / (1 << 20), reattached, status_worst, submit_s, blame[0], blame[1], blame[2]);
   std::fflush(stdout);
 
   // The generator's streams and calls die with the process.

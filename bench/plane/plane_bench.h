@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bulwark.grpc.pb.h"
+#include "eviction_blame.h"
 
 namespace plane_bench {
 using Clock = std::chrono::steady_clock;
@@ -76,6 +77,9 @@ struct Sim {
   // crash's RANK_EXITED, DIAGNOSTICS answers.
   std::vector<w::AgentEvent> pending;
   Stream* stream = nullptr;  // the open one, owned by its pending op
+  // Its reports, when sent and answered (wall ms): whose lateness its loss
+  // for silence was, if the controller loses it (eviction_blame.h).
+  std::vector<Send> sends;
 };
 
 class Bench {
@@ -104,6 +108,10 @@ class Bench {
     double decide_s = -1;  // suspected -> the verdict's action (every rank's stacks gathered and read)
   };
   Hang StallARank();
+  // Every machine but `victim` that the controller's log says was lost for
+  // silence, counted by whose lateness it was (eviction_blame.h), each
+  // printed with its silence.
+  std::vector<int> BlameLosses(const std::string& log_path, const std::string& victim);
   // Waits until every placed agent runs the newest generation a START_RANKS named.
   void WaitForOneGeneration(double timeout_s);
   void PollLoop();
