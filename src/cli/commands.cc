@@ -92,8 +92,10 @@ const std::vector<Command>& Commands() {
        {{"to", "N", "release number [the one before the running one]"}, {"why", "TEXT", "the reason"}}},
       {"releases", "the job's releases: who made them, when and why", {}, {kJson}},
       {"status", "the job and every machine", {}, {kJson}},
-      {"incidents", "every incident: detection, localization, recovery, ladder", {}, {kJson}},
-      {"ledger", "the job's ETTR ledger: where the wall time went", {}, {kJson}},
+      {"incidents", "every incident: detection, localization, recovery, ladder", {},
+       {{"job", "NAME", "the job of the fleet [the first]"}, kJson}},
+      {"ledger", "the job's ETTR ledger: where the wall time went", {},
+       {{"job", "NAME", "the job of the fleet [the first]"}, kJson}},
       {"inject",
        "inject a fault into the running job or a machine (drills, tests)",
        {{"KIND", "crash, kill, machine-down, device-fail, nic-flap, corrupt-shard, nan, loss-spike, hang, slow, "

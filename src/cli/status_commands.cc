@@ -24,6 +24,7 @@ void Print(const json& j, bool as_json, const std::function<void(const json&)>& 
 Status Show(const Args& a, Result<json> (ControlClient::*query)(), const std::function<void(const json&)>& human) {
   Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
   if (!client.ok()) return client.status();
+  client->set_job(a.Get("job"));  // "" (no --job): the first job
   Result<json> r = ((*client).*query)();
   if (!r.ok()) return r.status();
   Print(*r, a.Has("json"), human);

@@ -126,7 +126,9 @@ Result<nlohmann::json> ControlClient::Query(QueryRpc rpc, const char* what) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   wire::JsonReply r;
-  BULWARK_RETURN_IF_ERROR(FromGrpc(((*rpc_).*rpc)(&ctx, wire::QueryRequest(), &r), what, address_));
+  wire::QueryRequest q;
+  q.set_job(job_);
+  BULWARK_RETURN_IF_ERROR(FromGrpc(((*rpc_).*rpc)(&ctx, q, &r), what, address_));
   return ParseReply(r);
 }
 

@@ -35,6 +35,8 @@ class ControlClient {
   bulwark::Status Rollback(int to, const std::string& why);
   Result<nlohmann::json> Releases();
   const std::string& address() const { return address_; }
+  // Which job of the fleet the queries ask about ("" the first; plane/fleet.h).
+  void set_job(std::string job) { job_ = std::move(job); }
 
  private:
   using QueryRpc = grpc::Status (wire::ControlService::Stub::*)(grpc::ClientContext*, const wire::QueryRequest&,
@@ -49,6 +51,7 @@ class ControlClient {
   // call; the call itself is sent once.
   void PrepareWrite(grpc::ClientContext* ctx) const;
   std::string address_;
+  std::string job_;
   std::string token_;
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<wire::ControlService::Stub> rpc_;

@@ -1,0 +1,137 @@
+// Two jobs on one fleet (plane/fleet.h, issue 36 item 3): 4 machines and 1
+// standby of one local cluster, `bulwark submit --job a` and `--job b`, two
+// machines each. A kill in job a restarts a alone: b's ranks keep their
+// processes and keep stepping. A machine-down in job b gives b the pool's
+// standby: a is not touched. The controller SIGKILLed in the middle replays
+// both. Both runs end bitwise on the fault-free run.
+#include <signal.h>
+
+#include <fstream>
+
+#include "support/cluster_fixture.h"
+
+namespace bulwark {
+namespace {
+
+class Fleet : public Cluster {
+ protected:
+  std::vector<std::string> TrainerArgs() const {
+    return {"--config", "tiny", "--data", *data_, "--steps", std::to_string(kSteps), "--log-format", "json",
+            "--threads", "1", "--dist-timeout", "10", "--eval-every", "0"};
+  }
+  void WriteJobFile(const std::string& name) {
+    std::ofstream job(root_ + "/" + name + ".yaml");
+    job << "name: " << name << "\nworld_size: 2\ncheckpoint: {persist_every: 10}\nargs: [";
+    for (const std::string& a : TrainerArgs()) job << "'" << a << "', ";
+    job << "--memory-ckpt, 'on', --step-checksum]\nenv: {OMP_NUM_THREADS: '1'}\n";
+  }
+  // Job `name`'s entry of status --json.
+  static json JobOf(const json& s, const std::string& name) {
+    for (const json& j : s.value("jobs", json::array())) {
+      if (j.value("name", "") == name) return j;
+    }
+    return json();
+  }
+  // Every process that took a rank on `machine` ("adopt" lines of its rank logs).
+  std::vector<int64_t> Adopted(const std::string& machine) {
+    std::vector<int64_t> pids;
+    for (const char* r : {"rank-0.log", "rank-1.log"}) {
+      for (const json& e : Events(RankLog(machine, r), "adopt")) pids.push_back(e["pid"]);
+    }
+    return pids;
+  }
+  static bool Alive(int64_t pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0; }
+  // The checksum a rank on one of `machines` printed at `step`.
+  std::string ChecksumOn(const std::vector<std::string>& machines, int64_t step) {
+    for (const std::string& m : machines) {
+      for (const char* r : {"rank-0.log", "rank-1.log"}) {
+        for (const char* kind : {"step", "checksum"}) {
+          for (const json& e : Events(RankLog(m, r), kind)) {
+            if (e.value("step", int64_t{-1}) == step && e.contains("checksum")) return e["checksum"];
+          }
+        }
+      }
+    }
+    return "";
+  }
+  static constexpr int kSteps = 400;
+};
+
+TEST_F(Fleet, TwoJobsShareOnePoolAndNeitherFeelsTheOthersFaults) {
+  auto up = Bulwark({"up", "--machines", "4", "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  WriteJobFile("a");
+  WriteJobFile("b");
+  auto sub = Bulwark({"submit", "--job", "a", root_ + "/a.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  sub = Bulwark({"submit", "--job", "b", root_ + "/b.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("both jobs stepping", 90, [](const json& j) {
+    return JobOf(j, "a").value("last_step", 0) >= 20 && JobOf(j, "b").value("last_step", 0) >= 20;
+  });
+  ASSERT_EQ(JobOf(s, "a")["placement"], json({"m01", "m02"})) << s.dump();
+  ASSERT_EQ(JobOf(s, "b")["placement"], json({"m03", "m04"})) << s.dump();
+  EXPECT_EQ(s["job"]["name"], "a") << "the `job` key scripts read stays the first job's";
+
+  // A rank of job a killed: a restarts in place; b's processes go on.
+  const std::vector<int64_t> b_pids = Adopted("m03"), b_pids4 = Adopted("m04");
+  ASSERT_EQ(b_pids.size(), 1u);
+  ASSERT_EQ(b_pids4.size(), 1u);
+  Inject("kill", "m01");
+  s = WaitFor("job a's reattempt", 60, [](const json& j) {
+    const json a = JobOf(j, "a");
+    return a["generation"] == 2 && a["state"] == "running" && a["incidents"] == 1;
+  });
+  const int64_t b_step = JobOf(s, "b")["last_step"];
+  s = WaitFor("job b stepping on", 60, [&](const json& j) { return JobOf(j, "b")["last_step"] >= b_step + 20; });
+  EXPECT_EQ(JobOf(s, "b")["generation"], 1) << s.dump();
+  EXPECT_EQ(JobOf(s, "b")["incidents"], 0) << s.dump();
+  EXPECT_EQ(Adopted("m03"), b_pids) << "b's rank on m03 kept its process";
+  EXPECT_EQ(Adopted("m04"), b_pids4) << "b's rank on m04 kept its process";
+  EXPECT_TRUE(Alive(b_pids[0]) && Alive(b_pids4[0]));
+
+  // A machine of job b lost: the fleet's pool gives b its standby; a goes on.
+  const std::vector<int64_t> a_pids = Adopted("m02");
+  Inject("machine-down", "m03");
+  s = WaitFor("job b on the pool's machine", 60, [](const json& j) {
+    const json b = JobOf(j, "b");
+    return b["placement"] == json({"m05", "m04"}) && b["state"] == "running" && b["incidents"] == 1;
+  });
+  EXPECT_EQ(JobOf(s, "a")["generation"], 2) << s.dump();
+  EXPECT_EQ(JobOf(s, "a")["incidents"], 1) << s.dump();
+  EXPECT_EQ(Adopted("m02"), a_pids) << "a's rank on m02 kept its process";
+
+  // The controller SIGKILLed: it replays both jobs.
+  pid_t controller = 0;
+  std::ifstream(dir_ + "/controller.pid") >> controller;
+  ASSERT_GT(controller, 0);
+  ::kill(controller, SIGKILL);
+  ASSERT_TRUE(Dead(controller, 10));
+  StartController("");
+  s = WaitFor("both jobs replayed", 30, [](const json& j) {
+    return JobOf(j, "a")["generation"] == 2 && JobOf(j, "b")["generation"] == 2;
+  });
+  EXPECT_EQ(JobOf(s, "a")["incidents"], 1) << s.dump();
+  EXPECT_EQ(JobOf(s, "b")["incidents"], 1) << s.dump();
+  // Each job's one incident, its own.
+  for (const char* job : {"a", "b"}) {
+    testing::ProcessResult r = Bulwark({"incidents", "--job", job, "--json"}, 10);
+    const json inc = json::parse(r.out, nullptr, false);
+    ASSERT_TRUE(inc.is_array() && inc.size() == 1u) << job << ": " << r.out << r.err;
+    std::printf("[ timing ] job %s: %s: detect %.3f s, recover %.3f s\n", job,
+                inc[0]["summary"].get<std::string>().c_str(), inc[0].value("detect_s", -1.0),
+                inc[0].value("recover_s", -1.0));
+  }
+
+  WaitFor("both ends", 400, [](const json& j) {
+    return JobOf(j, "a").value("done_step", json()) == kSteps && JobOf(j, "b").value("done_step", json()) == kSteps;
+  });
+  std::vector<std::string> args = TrainerArgs();
+  const std::string reference = ReferenceChecksum(args, 2);
+  ASSERT_FALSE(reference.empty());
+  EXPECT_EQ(ChecksumOn({"m01", "m02"}, kSteps), reference) << "job a";
+  EXPECT_EQ(ChecksumOn({"m05", "m04"}, kSteps), reference) << "job b";
+}
+
+}  // namespace
+}  // namespace bulwark
