@@ -75,7 +75,7 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
   }
   Result<std::unique_ptr<EtcdClient>> connected = EtcdClient::Connect(ha.endpoints, std::chrono::milliseconds(1000));
   if (!connected.ok()) return connected.status();
-  // `status` asks etcd who leads through a client that does not retry: an
+  // Who leads is read through a client that does not retry (LeaderPointer): an
   // operator must hear "etcd unreachable" within a second, not a lease.
   Result<std::unique_ptr<EtcdClient>> asker = EtcdClient::Connect(ha.endpoints, std::chrono::milliseconds(1000));
   if (!asker.ok()) return asker.status();
@@ -108,11 +108,10 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
   Mutex mu;
   std::string last_word;  // the campaign's last log line
   auto follower_status = [&] {
-    Result<std::vector<EtcdKv>> held = ask->Range(ha.prefix + "leader");
-    const std::string leader = held.ok() && !held->empty() ? (*held)[0].value : "";
+    Result<LeaderPointer::Leader> held = pointer.Get();
     MutexLock lock(&mu);
     return json{{"error", "controller " + id + " does not lead: " + last_word},
-                {"leader", held.ok() ? json(leader) : json()},
+                {"leader", held.ok() ? json(held->id) : json()},
                 {"ha", {{"role", "follower"}, {"id", id}, {"etcd", ha.endpoints}, {"why", last_word}}},
                 {"job", nullptr},
                 {"machines", json::array()}};

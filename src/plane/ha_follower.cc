@@ -89,10 +89,22 @@ Status PublishAddress(const EtcdClient& etcd, const std::string& prefix, const s
   return etcd.Txn(txn, &resp).Annotate("publishing " + id + "'s address");
 }
 
-Result<LeaderPointer::Leader> LeaderPointer::Get() {
-  MutexLock lock(&mu_);
-  const auto now = std::chrono::steady_clock::now();
-  if (last_.ok() && now - read_at_ < std::chrono::milliseconds(250)) return last_;
+LeaderPointer::LeaderPointer(std::shared_ptr<const EtcdClient> etcd, std::string prefix)
+    : etcd_(std::move(etcd)), prefix_(std::move(prefix)) {
+  reader_ = std::thread([this] {
+    while (!stop_) {
+      Refresh();
+      for (int i = 0; i < 5 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+}
+
+LeaderPointer::~LeaderPointer() {
+  stop_ = true;
+  reader_.join();
+}
+
+void LeaderPointer::Refresh() {
   Leader l;
   Result<std::vector<EtcdKv>> held = etcd_->Range(prefix_ + "leader");
   if (held.ok() && !held->empty()) {
@@ -100,8 +112,12 @@ Result<LeaderPointer::Leader> LeaderPointer::Get() {
     Result<std::vector<EtcdKv>> at = etcd_->Range(prefix_ + "members/" + l.id);
     if (at.ok() && !at->empty()) l.address = (*at)[0].value;
   }
+  MutexLock lock(&mu_);
   last_ = held.ok() ? Result<Leader>(l) : Result<Leader>(held.status());
-  read_at_ = now;
+}
+
+Result<LeaderPointer::Leader> LeaderPointer::Get() const {
+  MutexLock lock(&mu_);
   return last_;
 }
 

@@ -6,10 +6,12 @@
 // not act.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -28,24 +30,29 @@ namespace bulwark::plane {
 Status PublishAddress(const EtcdClient& etcd, const std::string& prefix, const std::string& id,
                       const std::string& address);
 
-// Who leads the prefix and where it serves, as etcd says; read at most
-// every 250 ms however many refused callers ask.
+// Who leads the prefix and where it serves, as etcd last said: a thread
+// reads it every 250 ms, so a follower's answers never wait on etcd (cut
+// off from it, a call would wait out the client's deadline).
 class LeaderPointer {
  public:
   struct Leader {
     std::string id;       // "" when none leads
     std::string address;  // "" when it published none
   };
-  LeaderPointer(std::shared_ptr<const EtcdClient> etcd, std::string prefix)
-      : etcd_(std::move(etcd)), prefix_(std::move(prefix)) {}
-  Result<Leader> Get() EXCLUDES(mu_);
+  LeaderPointer(std::shared_ptr<const EtcdClient> etcd, std::string prefix);
+  ~LeaderPointer();
+  // The last reading; Unavailable while etcd does not answer.
+  Result<Leader> Get() const EXCLUDES(mu_);
 
  private:
+  void Refresh();
+
   const std::shared_ptr<const EtcdClient> etcd_;
   const std::string prefix_;
-  Mutex mu_;
-  std::chrono::steady_clock::time_point read_at_ GUARDED_BY(mu_);
-  Result<Leader> last_ GUARDED_BY(mu_) = Status::Unavailable("not read yet");
+  mutable Mutex mu_;
+  Result<Leader> last_ GUARDED_BY(mu_) = Status::Unavailable("etcd not asked yet");
+  std::atomic<bool> stop_{false};
+  std::thread reader_;
 };
 
 // The follower's answers, served at a controller's address while this

@@ -24,7 +24,7 @@ std::string EtcdBinary() {
 
 int FreePort() { return plane::FreeTcpPort(); }
 
-std::unique_ptr<EtcdServer> EtcdServer::Start(std::string* why, int members) {
+std::unique_ptr<EtcdServer> EtcdServer::Start(std::string* why, int members, const std::string& host) {
   std::unique_ptr<EtcdServer> s(new EtcdServer());
   const std::string dir = MakeTempDir();
   s->members_.resize(static_cast<size_t>(members));
@@ -32,8 +32,8 @@ std::unique_ptr<EtcdServer> EtcdServer::Start(std::string* why, int members) {
     Member& m = s->members_[static_cast<size_t>(i)];
     m.name = "m" + std::to_string(i);
     m.dir = dir + "/" + m.name;
-    m.client = "127.0.0.1:" + std::to_string(FreePort());
-    m.peer_url = "http://127.0.0.1:" + std::to_string(FreePort());
+    m.client = host + ":" + std::to_string(FreePort());
+    m.peer_url = "http://" + host + ":" + std::to_string(FreePort());
     s->initial_cluster_ += (i ? "," : "") + m.name + "=" + m.peer_url;
   }
   for (Member& m : s->members_) s->Launch(m, /*existing=*/false);

@@ -18,7 +18,9 @@ class EtcdServer {
  public:
   // Starts `members` members as one cluster and waits (20 s at most) until
   // every one answers; on failure returns null and says why in `*why`.
-  static std::unique_ptr<EtcdServer> Start(std::string* why, int members = 1);
+  // `host`: the address members listen on (a bridge's, for controllers in
+  // network namespaces).
+  static std::unique_ptr<EtcdServer> Start(std::string* why, int members = 1, const std::string& host = "127.0.0.1");
   ~EtcdServer();
 
   // Every member's host:port, comma-separated, for --etcd.
