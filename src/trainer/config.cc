@@ -289,9 +289,9 @@ Status TrainConfig::Validate() const {
   if (elastic_comm != "ring" && elastic_comm != "gloo") {
     return Status::InvalidArgument("--elastic-comm '" + elastic_comm + "' is not ring or gloo");
   }
-  if (elastic_replicas > 0 && shard_optimizer) {
-    return Status::InvalidArgument("--elastic-replicas needs every replica to hold the whole optimizer state; drop "
-                                   "--shard-optimizer");
+  if (elastic_replicas > 0 && shard_optimizer && pp > 1) {
+    return Status::InvalidArgument("--shard-optimizer is built for elastic data parallelism, not elastic pipelines; "
+                                   "drop --shard-optimizer or --pp");
   }
   if (ckpt_keep < 1) return Status::InvalidArgument("--ckpt-keep must be at least 1");
   if (eval_every > 0 && eval_batches < 1) return Status::InvalidArgument("--eval-batches must be at least 1");

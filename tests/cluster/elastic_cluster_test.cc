@@ -4,7 +4,8 @@
 // replicas with the same global batch (the controller SIGKILLed during that
 // change), a returned machine grows the job back, and the run ends bitwise
 // where a fault-free run at full width ends.
-// Replicas that are pipelines across machines recover the same way.
+// Replicas that are pipelines across machines recover the same way, and
+// ZeRO-1 replicas re-cut their optimizer state for the new width.
 // Every wait polls status or a log; no fixed sleeps.
 #include <gtest/gtest.h>
 
@@ -354,6 +355,51 @@ TEST_F(Elastic, APipelineReplicaLosesAMachineAndComesBackOnAStandby) {
   const std::string reference = ReferenceChecksum(args, 4);
   ASSERT_FALSE(reference.empty());
   EXPECT_EQ(done.back()["param_checksum"], reference) << "the elastic pipeline diverged from the fault-free run";
+}
+
+// ZeRO-1 replicas (elastic_zero.h): each rank holds a third of the moments
+// and a copy of its ring predecessor's. A kill takes rank 2's part, which
+// rank 0, its backup peer, gives back to the new process; then m03 goes
+// down with no standby and the three parts are re-cut for two ranks. The
+// run ends bitwise where the fault-free ZeRO-1 run ends.
+TEST_F(Elastic, AZeroOneJobThroughAKillAndAMachineDownEndsBitwise) {
+  constexpr int kZeroSteps = 500;
+  std::vector<std::string> args = TrainerArgs(kZeroSteps);
+  args.push_back("--shard-optimizer");
+  ASSERT_EQ(Bulwark({"up", "--machines", std::to_string(kReplicas)}).exit_code, 0);
+  {
+    std::ofstream job(root_ + "/job.yaml");
+    job << "name: elastic\nworld_size: " << kReplicas << "\nrecovery: {mode: elastic}\nargs: [";
+    for (const std::string& a : args) job << "'" << a << "', ";
+    job << "--memory-ckpt, 'on']\nenv: {OMP_NUM_THREADS: '1'}\n";
+  }
+  ASSERT_EQ(Bulwark({"submit", root_ + "/job.yaml"}).exit_code, 0);
+  json s = WaitFor("first steps", 90, [](const json& x) { return x["job"]["last_step"] >= 20; });
+  WaitFor("m03's spare", 120, [&](const json&) { return !Events(RankLog("m03", "spare.log"), "spare_ready").empty(); });
+
+  int64_t gen = s["job"]["generation"], before = s["job"]["last_step"];
+  Inject("kill", "m03");
+  s = Progressed("kill recovered", gen, before, 90, [](const json&) { return true; });
+  const std::string rank0 = ReadAll(RankLog("m01", "rank-0.log"));
+  EXPECT_NE(rank0.find("ZeRO-1: re-cut the optimizer state of step"), std::string::npos) << rank0;
+
+  gen = s["job"]["generation"];
+  before = s["job"]["last_step"];
+  Inject("machine-down", "m03");
+  s = Progressed("narrower after machine-down", gen, before + 10, 90, [](const json& x) {
+    return x["job"]["placement"] == json({"m01", "m02"});
+  });
+  EXPECT_EQ(s["job"]["training_world_size"], 2);
+  EXPECT_NE(ReadAll(RankLog("m01", "rank-0.log")).find("for 2 ranks"), std::string::npos)
+      << "the parts of three ranks re-cut for two";
+
+  s = WaitFor("job completed", 300, [](const json& x) { return x["job"]["state"] == "completed"; });
+  std::vector<json> done = Events(RankLog("m01", "rank-0.log"), "done");
+  ASSERT_FALSE(done.empty());
+  EXPECT_EQ(done.back()["step"], kZeroSteps);
+  const std::string reference = ReferenceChecksum(args, kReplicas);
+  ASSERT_FALSE(reference.empty());
+  EXPECT_EQ(done.back()["param_checksum"], reference) << "the ZeRO-1 elastic run diverged from the fault-free one";
 }
 
 }  // namespace

@@ -307,6 +307,18 @@ TEST_F(Trainer, ElasticRunsBeyondTwelveReplicasComputeTheSameBits) {
   }
 }
 
+// ZeRO-1 elastic replicas (elastic_zero.h): each rank updates its part of
+// the buffer, cut unevenly at widths 3 and 2, and the parameters are those
+// of the replicas that each update the whole buffer.
+TEST_F(Trainer, ElasticZeroOneComputesTheUnshardedBitsAtEveryWidth) {
+  const std::vector<std::string> flags = {"--steps", "6", "--batch-size", "2", "--elastic-replicas", "4",
+                                          "--precision", "fp32", "--memory-ckpt", "off"};
+  auto sharded = flags;
+  sharded.push_back("--shard-optimizer");
+  const std::string want = Checksum(Launch(4, flags), 6);
+  for (int width : {4, 3, 2}) EXPECT_EQ(Checksum(Launch(width, sharded), 6), want) << "ZeRO-1 at width " << width;
+}
+
 // Replicas that are whole pipelines (elastic_pipeline.h): 3 replicas of 2
 // stages at full width, and 2 or 1 of them on fewer ranks, compute the
 // same bits, step by step, and the same validation loss, over the rings
@@ -372,8 +384,8 @@ TEST_F(Trainer, ElasticAtFullWidthFollowsPlainDataParallelism) {
 
 TEST_F(Trainer, ElasticShapesThatCannotWorkAreOneLineErrors) {
   testing::ExpectUsageError(testing::Run(Args({"--elastic-replicas", "-1"})), "--elastic-replicas must be in [0, 1048576]");
-  testing::ExpectUsageError(testing::Run(Args({"--elastic-replicas", "2", "--shard-optimizer"})),
-                            "drop --shard-optimizer");
+  testing::ExpectUsageError(testing::Run(Args({"--elastic-replicas", "2", "--pp", "2", "--shard-optimizer"})),
+                            "drop --shard-optimizer or --pp");
   auto wide = Launch(3, {"--steps", "2", "--elastic-replicas", "2"});
   EXPECT_NE(wide[0].exit_code, 0);
   EXPECT_NE(wide[0].err.find("WORLD_SIZE 3 exceeds --elastic-replicas 2"), std::string::npos) << wide[0].err;

@@ -202,11 +202,14 @@ class ElasticStep final : public StepLayout {
     BULWARK_RETURN_IF_ERROR(share_.Reduce(comm_, store_.GradsView(), store_.LossSlot().item<double>(),
                                           store_.GradsView(), loss));
     *grad_norm = store_.GradsView().norm().item<double>();
+    if (p_.cfg.shard_optimizer) p_.zero.Hold(store_, *p_.opt);
     return Status::OK();
   }
 
-  // No ZeRO-1 (config.cc).
+  // ZeRO-1: the backup exchange and the parameters' all-gather, or the
+  // step rolled back (elastic_zero.h).
   Status AfterUpdate() override {
+    if (p_.cfg.shard_optimizer) BULWARK_RETURN_IF_ERROR(p_.zero.AfterUpdate(comm_, store_, *p_.opt));
     share_.AfterStep(comm_.rank(), comm_.world_size());
     return Status::OK();
   }
@@ -251,7 +254,9 @@ class ElasticStep final : public StepLayout {
 // buffers (POET's W0 changes at merges), the generator, and the counters,
 // in this order, each with its own tag.
 std::vector<torch::Tensor> StateTensors(TrainProcess& p, const TrainState& st, uint64_t timeline) {
-  std::vector<torch::Tensor> out = {p.store->params(), p.opt->m(), p.opt->v()};
+  // ZeRO-1 moments are re-cut from their parts instead (elastic_zero.h).
+  std::vector<torch::Tensor> out = {p.store->params()};
+  if (!p.cfg.shard_optimizer) out.insert(out.end(), {p.opt->m(), p.opt->v()});
   for (auto& b : p.model->named_buffers()) out.push_back(b.value());
   out.push_back(at::detail::getDefaultCPUGenerator().get_state());
   out.push_back(torch::tensor({st.step, static_cast<int64_t>(st.data_cursor), static_cast<int64_t>(timeline)},

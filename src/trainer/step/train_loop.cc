@@ -188,6 +188,21 @@ class DataParallelStep final : public StepLayout {
 // generation for it stops it when it does not yield: its live state, the
 // only in-memory copy of use at another width, went with it. The agent's
 // abort ends the collective instead, and the rank rejoins in place.
+// Elastic ZeRO-1: this generation's part of the moments of `step`, re-cut
+// from the parts the ranks hold (elastic_zero.h). `own`: this process's
+// optimizer of its last generation, or null.
+Status RecutMoments(TrainProcess& p, Comm& comm, const AdamW* own, int64_t step, StepDriver& driver) {
+  const TrainConfig& cfg = p.cfg;
+  const bool merged = cfg.model.poet.enabled && step > 0 && step % cfg.model.poet.merge_every == 0;
+  auto cut = p.zero.RecutFor(comm, *p.store, own, p.live ? p.live->step : -1, step, merged, *p.opt);
+  if (!cut.ok()) return cut.status();
+  if (cut->moved && comm.rank() == 0) {
+    driver.Note("ZeRO-1: re-cut the optimizer state of step " + std::to_string(step) + " for " +
+                std::to_string(comm.world_size()) + " ranks in " + std::to_string(cut->ms).substr(0, 5) + " ms");
+  }
+  return Status::OK();
+}
+
 void HearAgentInCollectives(TrainProcess& p) {
   if (!p.link) return;
   rank_client::RankLink* link = p.link.get();
@@ -229,18 +244,20 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   if (elastic == 0 && store.params().numel() % group.world_size() != 0) {
     return Status::FailedPrecondition("this process was set up for another world size than " + std::to_string(W));
   }
-  // A new rank needs a new ZeRO-1 shard, its part of the group's store; a
-  // whole optimizer serves any rank (and an elastic survivor keeps its
-  // moments).
-  if (!p.opt || (cfg.shard_optimizer && p.opt_rank != group.rank())) {
-    int64_t opt_begin = 0, opt_end = store.num_params();
-    if (cfg.shard_optimizer) {
-      const Span mine = ChunkOf(store.params().numel(), group.world_size(), group.rank());
-      opt_begin = std::min(store.num_params(), mine.begin);
-      opt_end = std::min(store.num_params(), mine.end);
-    }
-    p.opt = std::make_unique<AdamW>(store, opt_begin, opt_end, AdamWOptions{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
+  // A new rank or width needs a new ZeRO-1 shard, its part of the group's
+  // store; a whole optimizer serves any rank (and an elastic survivor keeps
+  // its moments). An elastic ZeRO-1 survivor's old part goes into the
+  // re-cut (elastic_zero.h).
+  const bool zero = elastic > 0 && cfg.shard_optimizer;
+  std::unique_ptr<AdamW> last_opt;
+  const AdamW* own_part = zero ? p.opt.get() : nullptr;
+  if (!p.opt || (cfg.shard_optimizer && (p.opt_rank != group.rank() || p.opt_width != group.world_size()))) {
+    Span mine{0, store.num_params()};
+    if (cfg.shard_optimizer) mine = ZeroRangeOf(store, group.world_size(), group.rank());
+    if (zero) last_opt = std::move(p.opt);
+    p.opt = std::make_unique<AdamW>(store, mine.begin, mine.end, AdamWOptions{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
     p.opt_rank = group.rank();
+    p.opt_width = group.world_size();
   }
 
   const auto t_init = Clock::now();
@@ -254,6 +271,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   TrainState st;
   Result<bool> restored = false;
   std::vector<int> healing;  // elastic: ranks (pipelines: replicas) that took a live peer's state
+  Status lost_part;          // elastic ZeRO-1: a part of the moments no live rank held
   if (elastic > 0) {
     // Live ranks keep their state; one behind takes it from a live peer.
     auto sync = place ? SyncPipelineLiveState(comm, *place, p, driver.mem, &st) : SyncLiveState(comm, p, driver.mem, &st);
@@ -270,9 +288,23 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
       healing = sync->healing;
       restored = true;
     }
+    if (zero && sync->synced) {
+      lost_part = RecutMoments(p, comm, own_part, sync->step, driver);
+      if (!lost_part.ok()) {
+        if (lost_part.code() != Status::Code::kFailedPrecondition) return lost_part;
+        driver.Note(lost_part.message() + "; restoring from the newest checkpoint instead");
+        restored = false;
+        healing.clear();
+      }
+    }
   }
   if (!*restored) restored = driver.Restore(&st);
   if (!restored.ok()) return restored.status();
+  if (!lost_part.ok() && !*restored) {
+    return Status::FailedPrecondition(lost_part.message() + ", and no checkpoint holds the job's state; restart the "
+                                      "job from a disk checkpoint (--ckpt-dir with --resume)");
+  }
+  if (zero) p.zero.Begin(st.step, comm.rank(), W);
   if (g.path == "rejoin" && !*restored) {
     // This process's parameters are those of the failed generation, and no
     // copy says what they should be: only a new process starts clean.

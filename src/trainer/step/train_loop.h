@@ -28,6 +28,7 @@
 #include "trainer/data/sampler.h"
 #include "trainer/diag/sdc.h"
 #include "trainer/data/tokens.h"
+#include "trainer/step/elastic_zero.h"
 
 namespace bulwark::trainer {
 
@@ -47,7 +48,11 @@ struct TrainProcess {
   // keeps; the agent hands a process only a world of the size it had).
   std::unique_ptr<ParamStore> store;
   std::unique_ptr<AdamW> opt;
-  int opt_rank = -1;  // the rank `opt` was built for (its ZeRO-1 shard)
+  int opt_rank = -1;  // the rank and width `opt` was built for (its ZeRO-1 shard)
+  int opt_width = 0;
+  // An elastic ZeRO-1 job's backup of its ring predecessor's part of the
+  // moments, kept across generations (elastic_zero.h).
+  ElasticZero zero;
   std::unique_ptr<rank_client::RankLink> link;  // nullptr: no agent
   // The emulated bad machine's corruption (sdc.h): it stays with the
   // process, and follows the machine's emulated hardware (sdc_file).
