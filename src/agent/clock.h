@@ -10,7 +10,8 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
+
+#include "common/mutex.h"
 
 namespace bulwark::agent {
 
@@ -35,17 +36,17 @@ class ManualClock final : public AgentClock {
  public:
   explicit ManualClock(time_point start) : now_(start) {}
   time_point Now() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return now_;
   }
   void Advance(duration d) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     now_ += d;
   }
 
  private:
-  mutable std::mutex mu_;
-  time_point now_;
+  mutable Mutex mu_;
+  time_point now_ GUARDED_BY(mu_);
 };
 
 }  // namespace bulwark::agent

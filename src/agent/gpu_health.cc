@@ -89,7 +89,7 @@ void GpuHealth::Rebaseline() {
     unsigned long long n = 0;
     if (nvml_->UncorrectedEcc(i, &n) == kNvmlSuccess) counts[i] = n;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ecc_baseline_ = std::move(counts);
   xid_.clear();
 }
@@ -98,7 +98,7 @@ GpuVerdict GpuHealth::Read() {
   std::vector<std::string> failures, slow;
   std::map<unsigned, unsigned long long> baseline, xids;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     baseline = ecc_baseline_;
     xids = xid_;
   }
@@ -118,7 +118,7 @@ GpuVerdict GpuHealth::Read() {
       if (b == baseline.end()) {
         // No count at start (ECC was off, the read failed): this first
         // count is the baseline, not a rise from 0.
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         ecc_baseline_.emplace(i, ecc);
         b = baseline.emplace(i, ecc).first;
       }
@@ -177,7 +177,7 @@ void GpuHealth::WaitForXids() {
       continue;
     }
     log_(Gpu(e.gpu) + ": Xid " + std::to_string(e.xid) + " (" + name + ")");
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     xid_.emplace(e.gpu, e.xid);  // the first one stays: it is the cause
   }
 }

@@ -18,11 +18,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "agent/nvml.h"
+#include "common/mutex.h"
 
 namespace bulwark::agent {
 
@@ -67,9 +67,9 @@ class GpuHealth {
 
   std::unique_ptr<Nvml> nvml_;
   Logger log_;
-  std::mutex mu_;
-  std::map<unsigned, unsigned long long> ecc_baseline_;  // by GPU; guarded by mu_
-  std::map<unsigned, unsigned long long> xid_;           // the first critical Xid by GPU; guarded by mu_
+  Mutex mu_;
+  std::map<unsigned, unsigned long long> ecc_baseline_ GUARDED_BY(mu_);  // by GPU
+  std::map<unsigned, unsigned long long> xid_ GUARDED_BY(mu_);           // the first critical Xid by GPU
   std::atomic<bool> stop_{false};
   std::thread xid_thread_;
 };

@@ -33,14 +33,14 @@ void RankLinkServer::Loop() {
   while (!stop_) {
     std::vector<pollfd> fds{{listen_, POLLIN, 0}};
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (const auto& [fd, c] : conns_) fds.push_back({fd, POLLIN, 0});
     }
     if (::poll(fds.data(), fds.size(), 100) <= 0) continue;
     if (fds[0].revents & POLLIN) {
       int c = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
       if (c >= 0) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         conns_[c] = Conn{};
       }
     }
@@ -48,7 +48,7 @@ void RankLinkServer::Loop() {
       if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
       char buf[512];
       ssize_t n = ::recv(fds[i].fd, buf, sizeof buf - 1, MSG_DONTWAIT);
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (n <= 0) {
         if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
           ::close(fds[i].fd);
@@ -79,14 +79,14 @@ void RankLinkServer::Loop() {
 }
 
 std::vector<RankLinkServer::Message> RankLinkServer::Take() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<Message> out;
   out.swap(inbox_);
   return out;
 }
 
 Status RankLinkServer::Send(pid_t pid, const std::string& text) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto it = conns_.rbegin(); it != conns_.rend(); ++it) {
     if (it->second.pid != pid) continue;
     if (::send(it->first, text.data(), text.size(), MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {

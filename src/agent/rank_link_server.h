@@ -13,13 +13,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bulwark.pb.h"
 #include "rank_client/rank_link.h"
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace bulwark::agent {
@@ -51,14 +51,14 @@ class RankLinkServer {
   std::function<void(const std::string&)> log_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  std::mutex mu_;
+  Mutex mu_;
   struct Conn {
     bool hello = false;
     int rank = -1;  // -1: a spare (pre-spawned) process
     pid_t pid = 0;
   };
-  std::map<int, Conn> conns_;  // by socket
-  std::vector<Message> inbox_;
+  std::map<int, Conn> conns_ GUARDED_BY(mu_);  // by socket
+  std::vector<Message> inbox_ GUARDED_BY(mu_);
 };
 
 class SignalSum {

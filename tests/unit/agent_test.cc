@@ -1,5 +1,6 @@
 // The agent's parts: log follower, supervisor, rank link, echo hold,
-// inspector and timing (its signature table: signatures_test.cc).
+// inspector, timing and its worker threads (its signature table:
+// signatures_test.cc).
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -7,9 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include "agent/clock.h"
 #include "agent/echo_hold.h"
@@ -18,6 +22,7 @@
 #include "agent/supervisor.h"
 #include "cluster/local/slow_injector.h"
 #include "agent/timing.h"
+#include "agent/workers.h"
 #include "rank_client/rank_link.h"
 #include "support/process.h"
 
@@ -129,6 +134,31 @@ TEST(AgentTiming, ARestartWithinTheGraceMakesTheHeldExitItsEcho) {
   EXPECT_EQ(hold.DropEchoes(clock.Now()), 1u) << "the restart answers it";
   clock.Advance(agent::kPeerLostGrace);
   EXPECT_TRUE(hold.Due(clock.Now(), true).empty()) << "an echo is never reported";
+}
+
+// A trace or a diagnosis ends long before the agent: its thread is joined
+// at the next Reap, so a month of traces holds no finished threads.
+TEST(Workers, AFinishedThreadIsJoinedAtTheNextReapWhileARunningOneStays) {
+  agent::Workers workers;
+  std::atomic<bool> release{false}, quick_done{false};
+  workers.Start([&] { quick_done = true; });
+  workers.Start([&] {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  ASSERT_EQ(workers.running(), 2u);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (workers.running() != 1 && std::chrono::steady_clock::now() < deadline) {
+    workers.Reap();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(quick_done);
+  EXPECT_EQ(workers.running(), 1u) << "the finished one joined, the running one kept";
+  release = true;
+  while (workers.running() != 0 && std::chrono::steady_clock::now() < deadline) {
+    workers.Reap();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(workers.running(), 0u);
 }
 
 TEST(Supervisor, TorchrunEnvIsComplete) {
