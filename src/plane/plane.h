@@ -352,7 +352,9 @@ class Plane {
   // loaded host (issue 36). So a tick loses at most kLostPerTick, the longest
   // silent first; and when more than kMassSilence (or 1% of the fleet) fall
   // silent at once, which says more about this controller or its network
-  // than about the machines, each is lost only after reconnect_grace.
+  // than about the machines, each is lost only after reconnect_grace, and so
+  // is a machine silent since before the latest mass silence while it is
+  // recent (its stragglers: fewer, still of it).
   // Machines with a failure domain are decided apart (policy_domains.cc).
   std::vector<std::pair<MachineId, bool>> LostOfSilentLocked(std::vector<std::pair<MachineId, bool>> silent, Time now)
       REQUIRES(mu_);
@@ -482,6 +484,8 @@ class Plane {
   Time last_now_ GUARDED_BY(mu_){};
   Time started_ GUARDED_BY(mu_){};
   std::optional<Time> last_tick_ GUARDED_BY(mu_);
+  // The latest tick that found a mass silence (LostOfSilentLocked).
+  std::optional<Time> mass_silence_at_ GUARDED_BY(mu_);
   std::optional<int64_t> done_step_ GUARDED_BY(mu_);
   std::string done_why_ GUARDED_BY(mu_);  // how it ended, for status (journaled with the done row)
   // The highest step any rank signalled (the job's progress is rank 0's; a

@@ -35,9 +35,21 @@ std::vector<std::pair<MachineId, bool>> Plane::LostOfSilentLocked(std::vector<st
     LogLocked(std::to_string(silent.size()) + " of " + std::to_string(agents_.size()) + " machines silent at once: more " +
         "likely this controller's own lag than that many machines lost; each is lost only after " +
         FormatDuration(options_.reconnect_grace) + " of silence");
+    mass_silence_at_ = now;
+  }
+  // A mass silence ends a few machines at a time as their reports get
+  // through; its last stragglers, fewer than `mass`, are still of it, not
+  // machines lost (issue 36: at 4,000 agents on a host at load 20, the
+  // four that a mass silence left behind were evicted at the plain lease,
+  // each with a report sent that the starved controller had not yet heard).
+  // So a machine silent since before the latest mass silence keeps its
+  // grace while that silence is recent.
+  if (mass_silence_at_ && now - *mass_silence_at_ <= options_.reconnect_grace) {
+    const Time since = *mass_silence_at_;
     silent.erase(std::remove_if(silent.begin(), silent.end(),
                                 [&](const auto& s) REQUIRES(mu_) {
-                                  return now - agents_[s.first].last_heard <= options_.reconnect_grace;
+                                  const Time heard = agents_[s.first].last_heard;
+                                  return heard <= since && now - heard <= options_.reconnect_grace;
                                 }),
                  silent.end());
   }

@@ -224,6 +224,32 @@ TEST(PlaneScale, ManyMachinesSilentAtOnceGetTheReconnectGrace) {
   EXPECT_GT(Evicted(*p, 12000), 0) << "past the grace";
 }
 
+// A mass silence ends a few machines at a time; its last stragglers, too
+// few to count as a mass silence themselves, still get its grace (at 4,000
+// agents on a loaded host four were evicted at the plain lease, each with a
+// report sent that the starved controller had not heard yet).
+TEST(PlaneScale, TheStragglersOfAMassSilenceKeepItsGrace) {
+  plane::PlaneOptions o;
+  o.db_path = bulwark::testing::MakeTempDir() + "/c.db";
+  o.tick_period = std::chrono::milliseconds(100000);
+  o.reconnect_grace = std::chrono::milliseconds(10000);
+  std::unique_ptr<plane::Plane> p = FleetWithAJob(40, o);
+  const int quiet = static_cast<int>(plane::Plane::kMassSilence) + 4;
+  const int stragglers = 3;
+  for (int64_t t = 1500; t <= 12000; t += 500) {
+    // The quiet ones are back from 4 s on, but for the stragglers.
+    const int first = t < 4000 ? quiet + 1 : stragglers + 1;
+    for (int i = first; i <= 40; ++i) {
+      char id[16];
+      std::snprintf(id, sizeof id, "m%05d", i);
+      ASSERT_TRUE(p->Report(bulwark::testing::Report(id, {}), TimeFromMs(t)).ok());
+    }
+    p->Tick(TimeFromMs(t));
+    if (t == 6000) EXPECT_EQ(Evicted(*p, t), 0) << "stragglers past the lease, within the mass silence's grace";
+  }
+  EXPECT_EQ(Evicted(*p, 12000), stragglers) << "past the grace";
+}
+
 // After a restart every agent is silent until it reconnects; the tick asks
 // of each whether a peer saw it close. Asking once per machine was O(N^2):
 // 3-4 s under the lock at 12,500 agents.
