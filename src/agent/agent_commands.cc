@@ -337,15 +337,27 @@ void Agent::AwaitWaitingRanks(const RankGroupSpec& spec) {
   // and keep their state. A peer lost meanwhile is this request's doing,
   // not a fault to report.
   yielding_ = spec.elastic;
+  // A generation narrower than the running one lost members (a machine, a
+  // switch's rack): a rank inside a collective with them cannot finish it,
+  // and one between steps takes an abort as a yield. So the abort goes at
+  // once, not after half the wait for a yield that cannot come (it was 0.5 s
+  // of a switch-down's recovery, issue 38). A grow still asks for a yield:
+  // its ranks finish the step they are in.
+  const bool lost_members = yielding_ && spare_spec_ && spec.world_size < spare_spec_->world_size;
   if (yielding_) {
+    const std::string word = lost_members ? "INJECT abort" : "INJECT yield";
     for (const auto& [rank, pid] : supervisor_.Pids()) {
-      if (Status st = links_->Send(pid, "INJECT yield"); !st.ok()) Log("rank " + std::to_string(rank) + ": cannot ask it to yield: " + st.ToString());
+      if (Status st = links_->Send(pid, word); !st.ok()) Log("rank " + std::to_string(rank) + ": cannot ask it to yield: " + st.ToString());
+    }
+    if (lost_members) {
+      Log("generation " + std::to_string(spec.generation) + " is narrower (" + std::to_string(spec.world_size) + " of " +
+          std::to_string(spare_spec_->world_size) + " ranks): asked the ranks to abort their collective at once");
     }
   }
   // A wait on real processes, in real time (not the agent's clock, which
   // a test may hold still).
   const auto start = std::chrono::steady_clock::now(), end = start + kRejoinWait;
-  bool aborted = false;
+  bool aborted = lost_members;
   while (supervisor_.AnyLiveNotWaiting(spec) && std::chrono::steady_clock::now() < end) {
     // A rank that has not yielded by half time is stuck in a collective
     // whose peer hangs (a frozen machine sends neither data nor EOF): it is

@@ -217,6 +217,9 @@ void Plane::ProbeDone(const ReachProbe& probe, const Status& reached, Time now) 
   const MachineStatus* m = controller_->state().FindMachine(probe.machine);
   const bool joining = m == nullptr || m->state == MachineState::kJoining;
   if (m != nullptr && !joining && m->state != MachineState::kStandby) return;  // taken or evicted meanwhile
+  // Lost and back meanwhile (its switch went down and up during the probe):
+  // the probe tested the machine's earlier life, and the next one tests this.
+  if (m != nullptr && m->state_since > a.probe_started) return;
   if (reached.ok()) {
     if (!joining) return;
     a.reached = true;

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "plane/plane.h"
@@ -176,29 +177,64 @@ TEST(PlaneDomains, ALoneLossInARackIsNotHeldBack) {
 // short: the probe began while m04 reported (5.7 s), and failed 2 s later, by when m04 had been silent
 // for 2 s. It is not held against m04 (an unreachable address is a machine
 // that still reports), so the domain's rule, not the probe, decides it.
-TEST(PlaneDomains, AProbeCutShortBySilenceIsNotHeldAgainstTheMachine) {
+// The two-by-two racks with reach probes, every machine reporting at 5.5 s.
+std::unique_ptr<Plane> ProbedPlane() {
   PlaneOptions o;
   o.db_path = testing::MakeTempDir() + "/c.db";
   o.probe_reachability = true;
   auto p = Plane::Open(o, TimeFromMs(1000));
-  ASSERT_TRUE(p.ok());
+  if (!p.ok()) return nullptr;
   for (const auto& [m, d] : kTwoByTwo) {
     wire::RegisterRequest r = RegIn(m, d);
     r.set_shard_addr("10.0.0." + m.substr(2) + ":7000");
-    ASSERT_TRUE((*p)->Register(r, TimeFromMs(1000)).ok());
+    if (!(*p)->Register(r, TimeFromMs(1000)).ok()) return nullptr;
   }
-  ASSERT_TRUE((*p)->Submit(Launch(), TimeFromMs(1000)).ok());
-  for (const auto& [m, d] : kTwoByTwo) ASSERT_TRUE((*p)->Report(Report(m, {}), TimeFromMs(5500)).ok());
+  if (!(*p)->Submit(Launch(), TimeFromMs(1000)).ok()) return nullptr;
+  for (const auto& [m, d] : kTwoByTwo) {
+    if (!(*p)->Report(Report(m, {}), TimeFromMs(5500)).ok()) return nullptr;
+  }
+  return std::move(*p);
+}
+
+TEST(PlaneDomains, AProbeCutShortBySilenceIsNotHeldAgainstTheMachine) {
+  std::unique_ptr<Plane> p = ProbedPlane();
+  ASSERT_TRUE(p);
   bool probed = false;
-  for (const Plane::ReachProbe& probe : (*p)->ProbesDue(TimeFromMs(5600))) {
+  for (const Plane::ReachProbe& probe : p->ProbesDue(TimeFromMs(5600))) {
     if (probe.machine != "m04") continue;
     probed = true;
-    ASSERT_TRUE((*p)->Report(Report("m04", {}), TimeFromMs(5700)).ok());
-    (*p)->ProbeDone(probe, Status::Unavailable("connecting to shard server 10.0.0.4:7000: timed out"),
-                    TimeFromMs(7700));
+    ASSERT_TRUE(p->Report(Report("m04", {}), TimeFromMs(5700)).ok());
+    p->ProbeDone(probe, Status::Unavailable("connecting to shard server 10.0.0.4:7000: timed out"), TimeFromMs(7700));
   }
   ASSERT_TRUE(probed) << "m04, a standby, is probed";
-  EXPECT_EQ(StateOf((*p)->StatusJson(TimeFromMs(7700)), "m04"), "standby");
+  EXPECT_EQ(StateOf(p->StatusJson(TimeFromMs(7700)), "m04"), "standby");
+}
+
+// The racks cluster test's m06 again, when the switch comes back within
+// the probe: the probe began while m04 reported (5.6 s), the switch took
+// r1 down, the lease evicted it, the switch came back and m04 registered
+// again (10 s) as a standby, and only then did the probe fail (10.1 s). It
+// tested the machine before its loss: m04 stays a standby.
+TEST(PlaneDomains, AProbeOfAMachineLostAndBackMeanwhileIsNotHeldAgainstIt) {
+  std::unique_ptr<Plane> p = ProbedPlane();
+  ASSERT_TRUE(p);
+  std::optional<Plane::ReachProbe> probe;
+  for (const Plane::ReachProbe& due : p->ProbesDue(TimeFromMs(5600))) {
+    if (due.machine == "m04") probe = due;
+  }
+  ASSERT_TRUE(probe) << "m04, a standby, is probed";
+  for (int64_t t = 5750; t <= 9750; t += 250) {
+    if (t % 500 == 0) {
+      for (const char* m : {"m01", "m02"}) ASSERT_TRUE(p->Report(Report(m, {}), TimeFromMs(t)).ok());
+    }
+    p->Tick(TimeFromMs(t));
+  }
+  ASSERT_EQ(StateOf(p->StatusJson(TimeFromMs(9750)), "m04"), "evicted") << "lost with its switch";
+  for (const char* m : {"m01", "m02", "m03", "m04"}) ASSERT_TRUE(p->Report(Report(m, {}), TimeFromMs(10000)).ok());
+  p->Tick(TimeFromMs(10000));
+  ASSERT_EQ(StateOf(p->StatusJson(TimeFromMs(10000)), "m04"), "standby") << "back with its switch";
+  p->ProbeDone(*probe, Status::Unavailable("connecting to 10.0.0.4:7000: no answer within 2 s"), TimeFromMs(10100));
+  EXPECT_EQ(StateOf(p->StatusJson(TimeFromMs(10100)), "m04"), "standby");
 }
 
 }  // namespace
