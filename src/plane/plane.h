@@ -36,6 +36,7 @@
 #include "common/mutex.h"
 #include "plane/address_check.h"
 #include "plane/core.h"
+#include "plane/report_gaps.h"
 #include "plane/status_view.h"
 #include "plane/store.h"
 #include "plane/throughput.h"
@@ -360,6 +361,12 @@ class Plane {
       REQUIRES(mu_);
   // Counts the reports Heard since the last call as heard (Tick, Submit).
   void AbsorbArrivalsLocked(Time now) REQUIRES(mu_);
+  // The lease a reporting machine's silence is held to: heartbeat_timeout,
+  // or twice the 99th percentile of the gaps between agents' reports heard
+  // over the last seconds when that is longer (report_gaps.h), at most
+  // reconnect_grace. Logged when it moves by half a second or more.
+  Duration LeaseLocked(Time now) REQUIRES(mu_);
+  static constexpr int64_t kMinGapSamples = 50;  // fewer: too few to learn from
   // Analyzes what the trace gathered, keeps the raw stacks for people and
   // hands the verdict to the policy.
   void FinishTraceLocked(Time now) REQUIRES(mu_);
@@ -486,6 +493,8 @@ class Plane {
   std::optional<Time> last_tick_ GUARDED_BY(mu_);
   // The latest tick that found a mass silence (LostOfSilentLocked).
   std::optional<Time> mass_silence_at_ GUARDED_BY(mu_);
+  ReportGaps gaps_ GUARDED_BY(mu_);  // between agents' reports as heard (LeaseLocked)
+  Duration lease_logged_ GUARDED_BY(mu_){0};
   std::optional<int64_t> done_step_ GUARDED_BY(mu_);
   std::string done_why_ GUARDED_BY(mu_);  // how it ended, for status (journaled with the done row)
   // The highest step any rank signalled (the job's progress is rank 0's; a

@@ -18,8 +18,24 @@ void Plane::AbsorbArrivalsLocked(Time now) {
   for (const auto& [id, at] : arrived) {
     auto it = agents_.find(id);
     if (it == agents_.end() || it->second.lost_reported || it->second.incarnation != at.first) continue;
-    it->second.last_heard = std::max(it->second.last_heard, std::min(at.second, now));
+    Agent& a = it->second;
+    const Time heard = std::min(at.second, now);
+    if (a.heard_since_start && heard > a.last_heard) gaps_.Add(now, heard - a.last_heard);
+    a.last_heard = std::max(a.last_heard, heard);
   }
+}
+
+Duration Plane::LeaseLocked(Time now) {
+  const Duration p99 = gaps_.Quantile(now, 0.99, kMinGapSamples);
+  const Duration lease = std::clamp<Duration>(2 * p99, options_.heartbeat_timeout,
+                                              std::max(options_.heartbeat_timeout, options_.reconnect_grace));
+  const Duration moved = lease > lease_logged_ ? lease - lease_logged_ : lease_logged_ - lease;
+  if (moved >= std::chrono::milliseconds(500)) {
+    LogLocked("lease " + FormatDuration(lease) + ": the agents' reports were heard up to " + FormatDuration(p99) +
+              " apart (99th percentile, last 5 s; configured " + FormatDuration(options_.heartbeat_timeout) + ")");
+    lease_logged_ = lease;
+  }
+  return lease;
 }
 
 void Plane::Heard(const std::string& machine, int64_t incarnation, Time now) {
@@ -75,6 +91,7 @@ void Plane::Tick(Time now) {
   last_tick_ = now;
   AbsorbArrivalsLocked(now);
   if (!controller_ || done_step_) return;
+  const Duration lease = LeaseLocked(now);
   // A switch takes its rack's machines at once, but their last reports
   // differ by up to a report period, so their leases end a tick or two
   // apart; decided one by one, the first would be replaced (a regroup that
@@ -87,7 +104,7 @@ void Plane::Tick(Time now) {
     for (const auto& [other, b] : agents_) {
       if (other == id || b.domain != a.domain || b.lost_reported) continue;
       const Duration silent = now - b.last_heard;
-      if (silent <= options_.heartbeat_timeout && silent > options_.heartbeat_timeout - kDomainSkew) return true;
+      if (silent <= lease && silent > lease - kDomainSkew) return true;
     }
     return false;
   };
@@ -95,7 +112,7 @@ void Plane::Tick(Time now) {
   std::vector<std::pair<MachineId, bool>> silent;  // the others past their lease (closed: peers saw them go)
   std::optional<std::unordered_map<MachineId, Time>> closed_seen;  // built once, when a silent machine needs it
   for (auto& [id, a] : agents_) {
-    const Duration timeout = a.heard_since_start ? options_.heartbeat_timeout : options_.reconnect_grace;
+    const Duration timeout = a.heard_since_start ? lease : options_.reconnect_grace;
     if (a.lost_reported || now - a.last_heard <= std::min(timeout, options_.closed_peer_timeout)) continue;
     // Within the lease only a machine whose peers saw its connections close
     // since it last spoke: it is down, not cut off, so nothing of it can

@@ -250,6 +250,28 @@ TEST(PlaneScale, TheStragglersOfAMassSilenceKeepItsGrace) {
   EXPECT_EQ(Evicted(*p, 12000), stragglers) << "past the grace";
 }
 
+// When every agent's reports are heard further apart (the controller's own
+// intake lagging), the lease widens with them: twice the gaps' 99th
+// percentile, here 2 x 1.6 s (the top of the 1.5 s gaps' bucket).
+TEST(PlaneScale, TheLeaseIsLearnedFromTheGapsBetweenReports) {
+  plane::PlaneOptions o;
+  o.db_path = bulwark::testing::MakeTempDir() + "/c.db";
+  o.tick_period = std::chrono::milliseconds(100000);
+  o.reconnect_grace = std::chrono::milliseconds(10000);
+  std::unique_ptr<plane::Plane> p = FleetWithAJob(40, o);
+  // Every machine heard every 1.5 s; m00001 last at 6 s.
+  for (int64_t t = 1500; t <= 12000; t += 250) {
+    for (int i = 1; t % 1500 == 0 && i <= 40; ++i) {
+      char id[16];
+      std::snprintf(id, sizeof id, "m%05d", i);
+      if (i > 1 || t <= 6000) p->Heard(id, 7, TimeFromMs(t));
+    }
+    p->Tick(TimeFromMs(t));
+    if (t == 9000) EXPECT_NE(StateOf(*p, "m00001", t), "evicted") << "silent 3 s: past 2 s, within the learned 3.2 s";
+  }
+  EXPECT_EQ(StateOf(*p, "m00001", 12000), "evicted");
+}
+
 // After a restart every agent is silent until it reconnects; the tick asks
 // of each whether a peer saw it close. Asking once per machine was O(N^2):
 // 3-4 s under the lock at 12,500 agents.
