@@ -16,7 +16,9 @@
 //   return  when the switch is back, each machine's agent registers again
 //           (MachineJoined with a passed self-check: the check) and the
 //           machine returns to the pool as a standby, without an
-//           operator (the return): it did nothing wrong.
+//           operator (the return): it did nothing wrong. With checkups
+//           on (PolicyConfig::checkup_evicted), a rack whose loss was an
+//           incident runs the checkup first and returns when it passes.
 //   probation  a second loss of the domain within domain_probation (1 h)
 //           of its return is a flapping switch: its machines are evicted
 //           for good (not returned on registering), and an operator
@@ -197,6 +199,7 @@ Result<bool> DomainReturn(RuleContext& ctx, MachineStatus& m, const MachineJoine
   m.network_alerts.clear();
   m.crashes.clear();
   std::string domain = m.domain;
+  int64_t incident = 0;
   if (it != s.domains.end()) {
     ClusterState::DomainStatus& d = it->second;
     if (d.down) {
@@ -205,6 +208,16 @@ Result<bool> DomainReturn(RuleContext& ctx, MachineStatus& m, const MachineJoine
       d.recent.clear();
     }
     d.lost.erase(m.id);
+    incident = d.incident;
+  }
+  // With checkups on, a rack whose loss was an incident (it held the job's
+  // machines) is checked off the job's path before it serves again, as an
+  // over-evicted machine is (policy_checkup.cc); a rack of standbys only
+  // returns on its self-check.
+  if (ctx.config.checkup_evicted && incident != 0) {
+    m.last_reason = "switch " + domain + " back: registered again; checked before it serves";
+    BULWARK_RETURN_IF_ERROR(CheckUp(ctx, m, incident));
+    return true;
   }
   BULWARK_RETURN_IF_ERROR(SetMachineState(s, m.id, MachineState::kJoining, ctx.now,
                                           "switch " + domain + " back: registered again"));

@@ -176,6 +176,11 @@ void FleetSim::SwitchUp(int rack) {
     if (st != nullptr && st->state != MachineState::kEvicted) {
       ++r_.fleet.switch_returned;
       if (st->state == MachineState::kStandby) AnnounceSpares(m);
+    } else if (st != nullptr && st->checkup != 0) {
+      // Back, and checked before it serves (its Checkup is on its way): out
+      // until it answers (CheckupDue), its place in the rack kept.
+      ++r_.fleet.switch_returned;
+      machines_[m].evicted = true;
     } else {
       MachineSim& out = machines_[m];
       out = before;

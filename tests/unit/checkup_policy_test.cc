@@ -5,6 +5,8 @@
 // its own gets none. Pure: Controller::Handle, no sockets, no sleeps.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "controller/controller.h"
 #include "support/controller_fixture.h"
 
@@ -105,6 +107,43 @@ TEST(Checkup, OffByDefaultNoMachineIsCheckedAndNoneReturns) {
                                 "restart_all g2 m01,s01,m03,s02 ckpt 0", "replenish 1"}));
   j.Do(Answer("m02", 1, true, 180));
   EXPECT_EQ(j.Machine("m02").state, MachineState::kEvicted);
+}
+
+// A rack's machines after its switch returns are checked too (issue 38
+// item 5), when the rack's loss was an incident: the switch r1 takes m03
+// (placed, pp 1 job of two ranks on m01 and m03) and s02 (a standby).
+TEST(Checkup, ARacksMachinesAreCheckedBeforeTheyServeAgain) {
+  JobSpec spec;
+  spec.id = "j";
+  spec.world_size = 2;
+  spec.command = "bulwark-train";
+  PolicyConfig policy;
+  policy.checkup_evicted = true;
+  const std::vector<MachineId> ids = {"m01", "m03", "s01", "s02"};
+  const std::map<MachineId, std::string> racks = {{"m01", "r0"}, {"s01", "r0"}, {"m03", "r1"}, {"s02", "r1"}};
+  auto c = Controller::Create(spec, policy, ids, S(0), racks);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(c->Reconcile(S(0)).ok());
+  ASSERT_EQ(c->state().placement.slots, (std::vector<MachineId>{"m01", "m03"}));
+  std::vector<std::pair<size_t, Status>> refused;
+  ASSERT_TRUE(c->HandleAll({MachineHeartbeatLost{"m03", S(100), S(110)}, MachineHeartbeatLost{"s02", S(100), S(110)}},
+                           S(110), &refused)
+                  .ok());
+  ASSERT_TRUE(refused.empty());
+  ASSERT_EQ(c->incidents().back().domain, "r1");
+  const int64_t incident = c->incidents().back().id;
+  for (const MachineId m : {"m03", "s02"}) {
+    MachineJoined back{m, true, "switch repaired", S(7300)};
+    back.domain = "r1";
+    Result<std::vector<Action>> acts = c->Handle(back, S(7300));
+    ASSERT_TRUE(acts.ok()) << acts.status().ToString();
+    EXPECT_EQ(Briefs(*acts), (Lines{"checkup " + m + " i" + std::to_string(incident)}));
+    EXPECT_EQ(c->state().FindMachine(m)->state, MachineState::kEvicted) << "not before its checkup";
+  }
+  DiagnosticsReported ok{incident, "m03", {{"compute", true, "", 1}, {"device", true, "", 1}, {"alignment", true, "", 1}},
+                         "", S(7420)};
+  ASSERT_TRUE(c->Handle(ok, S(7420)).ok());
+  EXPECT_EQ(c->state().FindMachine("m03")->state, MachineState::kStandby);
 }
 
 }  // namespace
