@@ -211,50 +211,30 @@ Result<int> EtcdClient::RaftLeader() const {
 
 Result<int64_t> EtcdClient::WaitForChange(const std::string& prefix, int64_t from, std::chrono::milliseconds timeout,
                                           const std::atomic<bool>* stop) const {
-  Member& m = *members_[current_.load() % members_.size()];
-  grpc::ClientContext ctx;
-  const auto until = std::chrono::system_clock::now() + timeout;
-  ctx.set_deadline(until);
-  auto stream = m.watch->Watch(&ctx);
-  pb::WatchRequest req;
-  pb::WatchCreateRequest* c = req.mutable_create_request();
-  c->set_key(prefix);
-  c->set_range_end(PrefixEnd(prefix));
-  c->set_start_revision(from);
-  // The reader blocks; a stop request or the deadline cancels the call.
-  std::atomic<bool> done{false};
-  std::thread canceller([&] {
-    while (!done && std::chrono::system_clock::now() < until) {
-      if (stop && *stop) {
-        ctx.TryCancel();
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  });
-  int64_t seen = from - 1;
-  if (stream->Write(req)) {
-    pb::WatchResponse resp;
-    while (stream->Read(&resp)) {
-      if (resp.canceled()) break;
-      if (resp.events_size() > 0) {
-        seen = resp.events(resp.events_size() - 1).kv().mod_revision();
-        break;
-      }
-    }
-  }
-  done = true;
-  ctx.TryCancel();
-  canceller.join();
-  stream->Finish().ok();
-  return seen;
+  const std::atomic<bool> never{false};
+  // The first reply with changes ends it: the caller only wants to wake.
+  return Stream(prefix, from, timeout, [](const std::vector<EtcdEvent>&) { return false; }, stop ? *stop : never);
 }
-
-constexpr int64_t kWatchSilenceMs = 10000;
 
 int64_t EtcdClient::Watch(const std::string& prefix, int64_t from,
                           const std::function<void(const std::vector<EtcdEvent>&)>& apply,
                           const std::atomic<bool>& stop) const {
+  // A member cut off leaves the stream open and silent: after 10 s with
+  // nothing heard the caller opens a fresh one (on a quiet prefix too,
+  // which costs it one read).
+  constexpr std::chrono::milliseconds kSilence{10000};
+  return Stream(
+      prefix, from, kSilence,
+      [&](const std::vector<EtcdEvent>& batch) {
+        apply(batch);
+        return true;
+      },
+      stop);
+}
+
+int64_t EtcdClient::Stream(const std::string& prefix, int64_t from, std::chrono::milliseconds silence,
+                           const std::function<bool(const std::vector<EtcdEvent>&)>& apply,
+                           const std::atomic<bool>& stop) const {
   Member& m = *members_[current_.load() % members_.size()];
   grpc::ClientContext ctx;
   auto stream = m.watch->Watch(&ctx);
@@ -263,19 +243,14 @@ int64_t EtcdClient::Watch(const std::string& prefix, int64_t from,
   c->set_key(prefix);
   c->set_range_end(PrefixEnd(prefix));
   c->set_start_revision(from);
+  using Clock = std::chrono::steady_clock;
   std::atomic<bool> done{false};
-  std::atomic<int64_t> heard_ms{0};
-  auto now_ms = [] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  };
-  heard_ms = now_ms();
+  std::atomic<Clock::rep> heard{Clock::now().time_since_epoch().count()};
+  // The reader blocks; a stop request or `silence` with nothing heard
+  // cancels the call.
   std::thread canceller([&] {
-    // A member cut off leaves the stream open and silent: after 10 s with
-    // nothing heard the caller opens a fresh one (on a quiet prefix too,
-    // which costs it one read).
     while (!done) {
-      if (stop || now_ms() - heard_ms > kWatchSilenceMs) {
+      if (stop || Clock::now() - Clock::time_point(Clock::duration(heard.load())) > silence) {
         ctx.TryCancel();
         return;
       }
@@ -285,15 +260,16 @@ int64_t EtcdClient::Watch(const std::string& prefix, int64_t from,
   int64_t seen = from - 1;
   if (stream->Write(req)) {
     pb::WatchResponse resp;
-    while (!stop && stream->Read(&resp)) {
-      heard_ms = now_ms();
+    bool more = true;
+    while (more && !stop && stream->Read(&resp)) {
+      heard = Clock::now().time_since_epoch().count();
       if (resp.canceled() || resp.compact_revision() > 0) break;
       if (resp.events_size() == 0) continue;
       std::vector<EtcdEvent> batch;
       batch.reserve(resp.events_size());
       for (const pb::Event& e : resp.events()) batch.push_back({FromPb(e.kv()), e.type() == pb::Event::DELETE});
-      apply(batch);
       seen = batch.back().kv.mod_revision;
+      more = apply(batch);
     }
   }
   done = true;

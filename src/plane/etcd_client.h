@@ -100,6 +100,11 @@ class EtcdClient {
  private:
   struct Member;
   EtcdClient(std::string endpoints, std::chrono::milliseconds deadline);
+  // One watch stream: each reply with changes goes to `apply`, which says
+  // whether to read on; ends at a break, `stop`, or `silence` with nothing
+  // heard. The last revision seen (from - 1 when none).
+  int64_t Stream(const std::string& prefix, int64_t from, std::chrono::milliseconds silence,
+                 const std::function<bool(const std::vector<EtcdEvent>&)>& apply, const std::atomic<bool>& stop) const;
   // Runs `call` against each member from the current one on, until one
   // answers with anything but UNAVAILABLE or DEADLINE_EXCEEDED.
   template <typename Call>

@@ -50,16 +50,14 @@ Status EtcdJournal::Commit(const pb::TxnRequest& txn, const std::string& what) c
   pb::TxnResponse resp;
   BULWARK_RETURN_IF_ERROR(etcd_->Txn(txn, &resp).Annotate(what));
   if (!resp.succeeded()) return Deposed(term_, what);
-  int64_t seen = written_.load();
-  while (seen < resp.header().revision() && !written_.compare_exchange_weak(seen, resp.header().revision())) {
-  }
+  if (mirror_) mirror_->NoteWritten(resp.header().revision());
   return Status::OK();
 }
 
 Result<std::vector<EtcdKv>> EtcdJournal::Read(const std::string& key, const std::string& end) const {
   // The mirror holds the predecessor's writes once it shows this term's
   // revision, and this term's own once it shows the last one's.
-  if (mirror_ && mirror_->WaitFor(std::max(term_.revision, written_.load()), kMirrorWait)) {
+  if (mirror_ && mirror_->WaitFor(std::max(term_.revision, mirror_->written()), kMirrorWait)) {
     return mirror_->Range(key, end);
   }
   return etcd_->Range(key, end);

@@ -81,9 +81,6 @@ class EtcdJournal : public JournalStore {
   Mutex mu_;
   // The next seq per job: this term is the only writer, so it is read once.
   std::map<std::string, int64_t> next_seq_ GUARDED_BY(mu_);
-  // The revision of this term's last write: reads through the mirror wait
-  // for it (read your own writes).
-  mutable std::atomic<int64_t> written_{0};
 };
 
 }  // namespace bulwark::plane

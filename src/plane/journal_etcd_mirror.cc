@@ -77,6 +77,12 @@ std::vector<EtcdKv> EtcdMirror::Range(const std::string& key, const std::string&
   return out;
 }
 
+void EtcdMirror::NoteWritten(int64_t revision) const {
+  int64_t seen = written_.load();
+  while (seen < revision && !written_.compare_exchange_weak(seen, revision)) {
+  }
+}
+
 int64_t EtcdMirror::revision() const {
   MutexLock lock(&mu_);
   return revision_;

@@ -8,7 +8,7 @@
 // accepted precedes it (each was fenced on the old term). So once the mirror
 // has applied the term's revision it holds everything the predecessor
 // wrote; after that the new leader's reads wait for its own last write
-// (EtcdJournal tracks it). A mirror that cannot show a revision in time
+// (NoteWritten). A mirror that cannot show a revision in time
 // says so, and the journal reads etcd instead.
 #pragma once
 
@@ -39,6 +39,11 @@ class EtcdMirror {
   // The keys in [key, end) ("": the key alone), by key, as last applied.
   std::vector<EtcdKv> Range(const std::string& key, const std::string& end = "") const EXCLUDES(mu_);
   int64_t revision() const EXCLUDES(mu_);
+  // A journal of this process wrote under the prefix at `revision`: reads
+  // through the mirror wait for it from then on, whichever journal
+  // instance reads (one reopened in the same term included).
+  void NoteWritten(int64_t revision) const;
+  int64_t written() const { return written_; }
   // How many changes the watch has applied since the start (for the bench).
   int64_t applied() const { return applied_; }
 
@@ -56,6 +61,8 @@ class EtcdMirror {
   std::map<std::string, EtcdKv> kvs_ GUARDED_BY(mu_);
   int64_t revision_ GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> applied_{0};
+  // A note about etcd, not the mirror's state: set through const handles.
+  mutable std::atomic<int64_t> written_{0};
   std::atomic<bool> stop_{false};
   std::thread follower_;
 };
