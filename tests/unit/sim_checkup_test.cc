@@ -58,33 +58,5 @@ TEST(SimCheckup, ReturnsSaveOrdersAndCapacityOnTheSameTrace) {
   EXPECT_LT(on->fleet.healthy_out_days, off->fleet.healthy_out_days / 10);
 }
 
-// Racks of 8, only switch faults (as sim_domains_test's): with checkups, a
-// rack that held the job's machines is checked after its repair and every
-// machine passes (a switch fault leaves them healthy) and serves again.
-TEST(SimCheckup, ARacksMachinesAreCheckedAfterTheRepairAndServeAgain) {
-  SimConfig c;
-  c.gpus = 512;
-  c.pp = 8;
-  c.days = 30;
-  c.rates.per_machine_day.fill(0);
-  c.rates.manual_per_day = 0;
-  c.rates.benign_spikes_per_day = 0;
-  c.domains.rack_machines = 8;
-  c.domains.switch_per_rack_day = 0.05;
-  c.domains.infant_factor = 1;
-  c.policy.checkup_evicted = true;
-  Result<SimResult> r = Simulate(c);
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  const FleetStats& f = r->fleet;
-  EXPECT_EQ(f.refused, 0) << f.first_refusal;
-  EXPECT_FALSE(f.stopped) << f.stop_reason;
-  ASSERT_GT(f.switch_placed_lost, 0);
-  EXPECT_GT(f.checkups, 0);
-  EXPECT_EQ(f.checkup_returned, f.checkups) << "a switch fault leaves its machines healthy";
-  EXPECT_EQ(f.checkup_kept, 0);
-  EXPECT_EQ(f.switch_returned + f.switch_kept_out, f.switch_machines_lost);
-  EXPECT_GT(r->arms[0].ettr, 0.9);
-}
-
 }  // namespace
 }  // namespace bulwark::sim

@@ -131,5 +131,24 @@ TEST(SimDomains, RacksFromJsonMoveLlamasSwitchFaultsOutOfTheNetworkClass) {
   EXPECT_FALSE(off->domains.on());
 }
 
+// With checkups (PolicyConfig::checkup_evicted, issue 38 item 5), a rack
+// that held the job's machines is checked after its repair; a switch fault
+// leaves its machines healthy, so every one passes and serves again.
+TEST(SimDomains, WithCheckupsARacksMachinesAreCheckedAfterTheRepairAndServeAgain) {
+  SimConfig c = Racked();
+  c.policy.checkup_evicted = true;
+  Result<SimResult> r = Simulate(c);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const FleetStats& f = r->fleet;
+  EXPECT_EQ(f.refused, 0) << f.first_refusal;
+  EXPECT_FALSE(f.stopped) << f.stop_reason;
+  ASSERT_GT(f.switch_placed_lost, 0);
+  EXPECT_GT(f.checkups, 0);
+  EXPECT_EQ(f.checkup_returned, f.checkups);
+  EXPECT_EQ(f.checkup_kept, 0);
+  EXPECT_EQ(f.switch_returned + f.switch_kept_out, f.switch_machines_lost);
+  EXPECT_GT(r->arms[0].ettr, 0.9);
+}
+
 }  // namespace
 }  // namespace bulwark::sim
