@@ -34,6 +34,15 @@ class FleetTest : public ::testing::Test {
       EXPECT_TRUE(f.For(m)->Report(testing::Report(m, {}), At(at_ms)).ok()) << m;
     }
   }
+  // A fleet of m01-m05 running jobs a and b, opened at `at_ms`.
+  std::unique_ptr<Fleet> TwoJobs(int64_t at_ms) {
+    auto f = Open(at_ms);
+    if (!f) return nullptr;
+    for (const std::string& m : all_) EXPECT_TRUE(f->For(m)->Register(Reg(m), At(at_ms)).ok());
+    EXPECT_TRUE(SubmitJob(*f, "a", at_ms).ok());
+    EXPECT_TRUE(SubmitJob(*f, "b", at_ms).ok());
+    return f;
+  }
   static Status SubmitJob(Fleet& f, const std::string& name, int64_t at_ms) {
     JobLaunch l = testing::Launch();
     l.spec.id = name;
@@ -53,11 +62,8 @@ class FleetTest : public ::testing::Test {
 };
 
 TEST_F(FleetTest, EachJobTakesOnlyWhatItNeedsAndThePoolKeepsTheRest) {
-  auto f = Open(1000);
+  auto f = TwoJobs(1000);
   ASSERT_TRUE(f);
-  for (const std::string& m : all_) ASSERT_TRUE(f->For(m)->Register(Reg(m), At(1000)).ok());
-  ASSERT_TRUE(SubmitJob(*f, "a", 1000).ok());
-  ASSERT_TRUE(SubmitJob(*f, "b", 1000).ok());
   auto jobs = Jobs(*f, 1000);
   ASSERT_EQ(jobs.size(), 2u);
   EXPECT_EQ(jobs["a"]["placement"], json({"m01", "m02"}));
@@ -79,11 +85,8 @@ TEST_F(FleetTest, EachJobTakesOnlyWhatItNeedsAndThePoolKeepsTheRest) {
 }
 
 TEST_F(FleetTest, AFaultInOneJobLeavesTheOtherAloneAndThePoolGoesToTheFirstToAsk) {
-  auto f = Open(1000);
+  auto f = TwoJobs(1000);
   ASSERT_TRUE(f);
-  for (const std::string& m : all_) ASSERT_TRUE(f->For(m)->Register(Reg(m), At(1000)).ok());
-  ASSERT_TRUE(SubmitJob(*f, "a", 1000).ok());
-  ASSERT_TRUE(SubmitJob(*f, "b", 1000).ok());
   // Job a's rank crashes: a restarts, b does not hear of it.
   wire::AgentEvent exit;
   exit.set_kind(wire::AgentEvent::RANK_EXITED);
@@ -118,11 +121,8 @@ TEST_F(FleetTest, AFaultInOneJobLeavesTheOtherAloneAndThePoolGoesToTheFirstToAsk
 
 TEST_F(FleetTest, AReopenedFleetReplaysEveryJobAndRoutesTheirMachines) {
   {
-    auto f = Open(1000);
+    auto f = TwoJobs(1000);
     ASSERT_TRUE(f);
-    for (const std::string& m : all_) ASSERT_TRUE(f->For(m)->Register(Reg(m), At(1000)).ok());
-    ASSERT_TRUE(SubmitJob(*f, "a", 1000).ok());
-    ASSERT_TRUE(SubmitJob(*f, "b", 1000).ok());
   }
   auto f = Open(2000);
   ASSERT_TRUE(f);

@@ -203,14 +203,20 @@ TEST(PlaneScale, ATickLosesAFewSilentMachinesAtATime) {
   EXPECT_EQ(Evicted(*p, 3750), 6);
 }
 
-// Many machines silent at once say more about the controller (a stall, its
-// network) than about the machines: they get the reconnect grace.
-TEST(PlaneScale, ManyMachinesSilentAtOnceGetTheReconnectGrace) {
+// Ticks called by the test alone (no stall seen between them), and a 10 s
+// reconnect grace.
+plane::PlaneOptions QuietTickOptions() {
   plane::PlaneOptions o;
   o.db_path = bulwark::testing::MakeTempDir() + "/c.db";
   o.tick_period = std::chrono::milliseconds(100000);
   o.reconnect_grace = std::chrono::milliseconds(10000);
-  std::unique_ptr<plane::Plane> p = FleetWithAJob(40, o);
+  return o;
+}
+
+// Many machines silent at once say more about the controller (a stall, its
+// network) than about the machines: they get the reconnect grace.
+TEST(PlaneScale, ManyMachinesSilentAtOnceGetTheReconnectGrace) {
+  std::unique_ptr<plane::Plane> p = FleetWithAJob(40, QuietTickOptions());
   const int quiet = static_cast<int>(plane::Plane::kMassSilence) + 4;
   for (int64_t t = 1500; t <= 12000; t += 500) {
     for (int i = quiet + 1; i <= 40; ++i) {
@@ -229,11 +235,7 @@ TEST(PlaneScale, ManyMachinesSilentAtOnceGetTheReconnectGrace) {
 // agents on a loaded host four were evicted at the plain lease, each with a
 // report sent that the starved controller had not heard yet).
 TEST(PlaneScale, TheStragglersOfAMassSilenceKeepItsGrace) {
-  plane::PlaneOptions o;
-  o.db_path = bulwark::testing::MakeTempDir() + "/c.db";
-  o.tick_period = std::chrono::milliseconds(100000);
-  o.reconnect_grace = std::chrono::milliseconds(10000);
-  std::unique_ptr<plane::Plane> p = FleetWithAJob(40, o);
+  std::unique_ptr<plane::Plane> p = FleetWithAJob(40, QuietTickOptions());
   const int quiet = static_cast<int>(plane::Plane::kMassSilence) + 4;
   const int stragglers = 3;
   for (int64_t t = 1500; t <= 12000; t += 500) {
@@ -254,11 +256,7 @@ TEST(PlaneScale, TheStragglersOfAMassSilenceKeepItsGrace) {
 // intake lagging), the lease widens with them: twice the gaps' 99th
 // percentile, here 2 x 1.6 s (the top of the 1.5 s gaps' bucket).
 TEST(PlaneScale, TheLeaseIsLearnedFromTheGapsBetweenReports) {
-  plane::PlaneOptions o;
-  o.db_path = bulwark::testing::MakeTempDir() + "/c.db";
-  o.tick_period = std::chrono::milliseconds(100000);
-  o.reconnect_grace = std::chrono::milliseconds(10000);
-  std::unique_ptr<plane::Plane> p = FleetWithAJob(40, o);
+  std::unique_ptr<plane::Plane> p = FleetWithAJob(40, QuietTickOptions());
   // Every machine heard every 1.5 s; m00001 last at 6 s.
   for (int64_t t = 1500; t <= 12000; t += 250) {
     for (int i = 1; t % 1500 == 0 && i <= 40; ++i) {
