@@ -44,6 +44,7 @@ class ParamStore {
 
   int64_t num_params() const { return num_params_; }
   torch::Tensor& params() { return params_; }  // (padded length)
+  const torch::Tensor& params() const { return params_; }
   torch::Tensor& grads() { return grads_; }    // (num_params + 1)
   torch::Tensor ParamsView() { return params_.narrow(0, 0, num_params_); }
   torch::Tensor GradsView() { return grads_.narrow(0, 0, num_params_); }

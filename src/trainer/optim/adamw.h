@@ -34,6 +34,8 @@ class AdamW {
   int64_t end() const { return end_; }
   torch::Tensor& m() { return m_; }  // (end - begin)
   torch::Tensor& v() { return v_; }
+  const torch::Tensor& m() const { return m_; }
+  const torch::Tensor& v() const { return v_; }
 
  private:
   // True on a device with libtorch's fused AdamW (2.x): Step runs it there.

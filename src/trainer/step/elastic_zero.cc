@@ -13,7 +13,7 @@ constexpr int kBackupTag = 1 << 21;
 }  // namespace
 
 Span ZeroRangeOf(const ParamStore& store, int width, int rank) {
-  const Span s = ChunkOf(const_cast<ParamStore&>(store).params().numel(), width, rank);
+  const Span s = ChunkOf(store.params().numel(), width, rank);
   return {std::min(store.num_params(), s.begin), std::min(store.num_params(), s.end)};
 }
 
@@ -45,19 +45,18 @@ void ElasticZero::Hold(ParamStore& store, const AdamW& opt) {
     into.copy_(from);
   };
   keep(params_before_, store.params());
-  keep(m_before_, const_cast<AdamW&>(opt).m());
-  keep(v_before_, const_cast<AdamW&>(opt).v());
+  keep(m_before_, opt.m());
+  keep(v_before_, opt.v());
 }
 
 Status ElasticZero::Exchange(Comm& comm, const ParamStore& store, const AdamW& opt) {
   if (width_ == 1) return Status::OK();
   const int pred = (rank_ + width_ - 1) % width_, succ = (rank_ + 1) % width_;
-  AdamW& o = const_cast<AdamW&>(opt);
   const int64_t n = ZeroRangeOf(store, width_, pred).size();
-  Part theirs{pred, width_, step_ + 1, torch::empty({n}, o.m().options()), torch::empty({n}, o.v().options())};
+  Part theirs{pred, width_, step_ + 1, torch::empty({n}, opt.m().options()), torch::empty({n}, opt.v().options())};
   auto send = [&] {
-    BULWARK_RETURN_IF_ERROR(comm.Send(o.m(), succ, kBackupTag));
-    return comm.Send(o.v(), succ, kBackupTag + 1);
+    BULWARK_RETURN_IF_ERROR(comm.Send(opt.m(), succ, kBackupTag));
+    return comm.Send(opt.v(), succ, kBackupTag + 1);
   };
   auto receive = [&] {
     BULWARK_RETURN_IF_ERROR(comm.Recv(theirs.m, pred, kBackupTag));
@@ -100,8 +99,7 @@ Result<ElasticZero::Recut> ElasticZero::RecutFor(Comm& comm, ParamStore& store, 
   // What this rank offers of `step`: its own part, kept copies.
   std::vector<Part> offers;
   if (own != nullptr && own_step == step) {
-    AdamW& o = const_cast<AdamW&>(*own);
-    offers.push_back({rank_, width_, step, o.m(), o.v()});
+    offers.push_back({rank_, width_, step, own->m(), own->v()});
   }
   for (const Part& c : copies_) {
     if (c.step == step) offers.push_back(c);
