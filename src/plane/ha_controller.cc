@@ -105,14 +105,19 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
   // its pid file before it ever leads (RunController writes it again).
   BULWARK_RETURN_IF_ERROR(
       WriteFileAtomic(cluster::Layout{options.dir}.controller_pid(), std::to_string(::getpid()) + "\n"));
+  // A write etcd never answered outlives its term here, until etcd says
+  // what it did with it (journal_etcd.h).
+  auto unsettled = std::make_shared<UnsettledWrites>();
   Mutex mu;
   std::string last_word;  // the campaign's last log line
+  json settled = json::array();  // what etcd did with this controller's unanswered writes, newest last
   auto follower_status = [&] {
     Result<LeaderPointer::Leader> held = pointer.Get();
     MutexLock lock(&mu);
     return json{{"error", "controller " + id + " does not lead: " + last_word},
                 {"leader", held.ok() ? json(held->id) : json()},
-                {"ha", {{"role", "follower"}, {"id", id}, {"etcd", ha.endpoints}, {"why", last_word}}},
+                {"ha",
+                 {{"role", "follower"}, {"id", id}, {"etcd", ha.endpoints}, {"why", last_word}, {"settled", settled}}},
                 {"job", nullptr},
                 {"machines", json::array()}};
   };
@@ -120,6 +125,13 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
     std::signal(SIGTERM, OnSignal);
     std::signal(SIGINT, OnSignal);
     std::unique_ptr<FollowerEndpoint> follower = FollowerEndpoint::Serve(options.dir, *own, follower_status, &pointer);
+    // Before campaigning, which needs etcd as much: a deposed term's last
+    // write is refused here, by etcd, not only left unsent.
+    for (const UnsettledWrites::Outcome& o : unsettled->Settle(*etcd, g_stop)) {
+      log.Warn(o.detail);
+      MutexLock lock(&mu);
+      settled.push_back({{"write", o.what}, {"term", o.term}, {"refused", o.refused}, {"detail", o.detail}});
+    }
     Result<std::unique_ptr<Leadership>> lead =
         Leadership::Campaign(*etcd, ha.prefix, id, ha.lease_s, g_stop, [&](const std::string& l) {
           log.Info(l);
@@ -134,9 +146,9 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
     }
     const Term term = (*lead)->term();
     const Leadership* held = lead->get();
-    options.open_journal = [etcd, prefix = ha.prefix, term,
-                            mirror](bool create) -> Result<std::unique_ptr<JournalStore>> {
-      Result<std::unique_ptr<EtcdJournal>> j = EtcdJournal::Open(etcd, prefix, term, create, mirror);
+    options.open_journal = [etcd, prefix = ha.prefix, term, mirror,
+                            unsettled](bool create) -> Result<std::unique_ptr<JournalStore>> {
+      Result<std::unique_ptr<EtcdJournal>> j = EtcdJournal::Open(etcd, prefix, term, create, mirror, unsettled);
       if (!j.ok()) return j.status();
       return std::unique_ptr<JournalStore>(std::move(*j));
     };

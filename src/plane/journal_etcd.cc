@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <functional>
 #include <cstdio>
+#include <thread>
 
 #include "etcd/rpc.pb.h"
 
@@ -48,10 +49,60 @@ Status Deposed(const Term& term, const std::string& what) {
 // what later reads through the mirror wait for.
 Status EtcdJournal::Commit(const pb::TxnRequest& txn, const std::string& what) const {
   pb::TxnResponse resp;
-  BULWARK_RETURN_IF_ERROR(etcd_->Txn(txn, &resp).Annotate(what));
+  Status st = etcd_->Txn(txn, &resp);
+  if (st.code() == Status::Code::kUnavailable && unsettled_) unsettled_->Keep(txn, what, term_);
+  BULWARK_RETURN_IF_ERROR(st.Annotate(what));
   if (!resp.succeeded()) return Deposed(term_, what);
+  if (unsettled_) unsettled_->Clear();
   if (mirror_) mirror_->NoteWritten(resp.header().revision());
   return Status::OK();
+}
+
+void UnsettledWrites::Keep(const pb::TxnRequest& txn, const std::string& what, const Term& term) {
+  MutexLock lock(&mu_);
+  kept_.push_back({txn.SerializeAsString(), what, term});
+}
+
+void UnsettledWrites::Clear() {
+  MutexLock lock(&mu_);
+  kept_.clear();
+}
+
+std::vector<UnsettledWrites::Outcome> UnsettledWrites::Settle(const EtcdClient& etcd, const std::atomic<bool>& stop) {
+  std::vector<Kept> kept;
+  {
+    MutexLock lock(&mu_);
+    kept.swap(kept_);
+  }
+  std::vector<Outcome> out;
+  for (const Kept& k : kept) {
+    pb::TxnRequest txn;
+    txn.ParseFromString(k.txn);
+    // Refused, it says who holds the term's key now.
+    txn.add_failure()->mutable_request_range()->set_key(k.term.key);
+    pb::TxnResponse resp;
+    Status st = etcd.Txn(txn, &resp);
+    while (!stop && st.code() == Status::Code::kUnavailable) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      st = etcd.Txn(txn, &resp);
+    }
+    if (!st.ok()) break;  // stopped, or an error of etcd's own: nothing is known
+    Outcome o{k.what, k.term.revision, !resp.succeeded(), ""};
+    if (!o.refused) {
+      o.detail = k.what + " (term " + std::to_string(k.term.revision) + "), sent again once etcd answered: applied, "
+                 "the term still held";
+    } else {
+      std::string holder = "no controller";
+      if (resp.responses_size() > 0 && resp.responses(0).response_range().kvs_size() > 0) {
+        const auto& kv = resp.responses(0).response_range().kvs(0);
+        holder = kv.value() + " (term " + std::to_string(kv.create_revision()) + ")";
+      }
+      o.detail = k.what + " (term " + std::to_string(k.term.revision) + "), sent again once etcd answered: refused by "
+                 "etcd's compare on " + k.term.key + ", which " + holder + " holds now";
+    }
+    out.push_back(std::move(o));
+  }
+  return out;
 }
 
 Result<std::vector<EtcdKv>> EtcdJournal::Read(const std::string& key, const std::string& end) const {
@@ -77,18 +128,20 @@ Result<T> Parse(const EtcdKv& kv, const std::string& path, const std::function<T
 }  // namespace
 
 EtcdJournal::EtcdJournal(std::shared_ptr<const EtcdClient> etcd, std::string prefix, Term term,
-                         std::shared_ptr<const EtcdMirror> mirror)
+                         std::shared_ptr<const EtcdMirror> mirror, std::shared_ptr<UnsettledWrites> unsettled)
     : etcd_(std::move(etcd)),
       mirror_(std::move(mirror)),
+      unsettled_(std::move(unsettled)),
       prefix_(std::move(prefix)),
       term_(std::move(term)),
       path_("etcd://" + etcd_->endpoints() + prefix_) {}
 
 Result<std::unique_ptr<EtcdJournal>> EtcdJournal::Open(std::shared_ptr<const EtcdClient> etcd, std::string prefix,
                                                        Term term, bool create,
-                                                       std::shared_ptr<const EtcdMirror> mirror) {
-  std::unique_ptr<EtcdJournal> j(
-      new EtcdJournal(std::move(etcd), std::move(prefix), std::move(term), std::move(mirror)));
+                                                       std::shared_ptr<const EtcdMirror> mirror,
+                                                       std::shared_ptr<UnsettledWrites> unsettled) {
+  std::unique_ptr<EtcdJournal> j(new EtcdJournal(std::move(etcd), std::move(prefix), std::move(term),
+                                                 std::move(mirror), std::move(unsettled)));
   Result<std::vector<EtcdKv>> format = j->Read(j->prefix_ + "format");
   if (!format.ok()) return format.status();
   if (format->empty()) {

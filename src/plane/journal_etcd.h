@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/mutex.h"
 #include "plane/etcd_client.h"
@@ -30,6 +31,39 @@
 #include "plane/leader.h"
 
 namespace bulwark::plane {
+
+// Writes etcd never answered (no member did before the retries ran out):
+// each may or may not have landed. A controller cut off from etcd has one
+// when its term ends mid-write. It keeps them past its term and, once etcd
+// answers again, sends each again as it was (Settle): etcd refuses it by
+// the term compare when another controller has led since (the term's key
+// was replaced, and a replaced create revision never comes back), or
+// applies it when the term still holds (the same keys and values again).
+// A later write of the same term that lands clears them: sent after it,
+// an older write would land out of order.
+class UnsettledWrites {
+ public:
+  struct Outcome {
+    std::string what;  // "appending to the journal of job ha"
+    int64_t term = 0;  // the term it was written in
+    bool refused = false;
+    std::string detail;  // one line: what etcd did with it, and who leads
+  };
+  void Keep(const etcdserverpb::TxnRequest& txn, const std::string& what, const Term& term) EXCLUDES(mu_);
+  void Clear() EXCLUDES(mu_);
+  // Sends every kept write again, in order, each until etcd answers or
+  // `stop` is set; what etcd did with each. The kept ones are gone after.
+  std::vector<Outcome> Settle(const EtcdClient& etcd, const std::atomic<bool>& stop) EXCLUDES(mu_);
+
+ private:
+  struct Kept {
+    std::string txn;  // the serialized TxnRequest
+    std::string what;
+    Term term;
+  };
+  Mutex mu_;
+  std::vector<Kept> kept_ GUARDED_BY(mu_);
+};
 
 class EtcdJournal : public JournalStore {
  public:
@@ -40,9 +74,11 @@ class EtcdJournal : public JournalStore {
   // With `mirror` (a standby's copy of the prefix, journal_etcd_mirror.h)
   // reads come from memory once it shows the revisions they must see, and
   // from etcd when it cannot show them within kMirrorWait.
+  // With `unsettled`, a write etcd never answered is kept there.
   static Result<std::unique_ptr<EtcdJournal>> Open(std::shared_ptr<const EtcdClient> etcd, std::string prefix,
                                                    Term term, bool create,
-                                                   std::shared_ptr<const EtcdMirror> mirror = nullptr);
+                                                   std::shared_ptr<const EtcdMirror> mirror = nullptr,
+                                                   std::shared_ptr<UnsettledWrites> unsettled = nullptr);
 
   Status PutMachine(const MachineRow& m) override;
   Result<std::vector<MachineRow>> Machines() const override;
@@ -65,7 +101,7 @@ class EtcdJournal : public JournalStore {
 
  private:
   EtcdJournal(std::shared_ptr<const EtcdClient> etcd, std::string prefix, Term term,
-              std::shared_ptr<const EtcdMirror> mirror);
+              std::shared_ptr<const EtcdMirror> mirror, std::shared_ptr<UnsettledWrites> unsettled);
   Status Commit(const etcdserverpb::TxnRequest& txn, const std::string& what) const;
   Result<std::vector<EtcdKv>> Read(const std::string& key, const std::string& end = "") const;
   Result<std::optional<JobRow>> ReadJob(bool from_etcd) const;
@@ -75,6 +111,7 @@ class EtcdJournal : public JournalStore {
 
   std::shared_ptr<const EtcdClient> etcd_;
   std::shared_ptr<const EtcdMirror> mirror_;  // null: every read from etcd
+  std::shared_ptr<UnsettledWrites> unsettled_;  // null: an unanswered write is only an error
   const std::string prefix_;
   const Term term_;
   const std::string path_;
