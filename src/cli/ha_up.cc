@@ -36,12 +36,12 @@ std::string Quoted(const std::string& s) {
   return out + "'";
 }
 
-// Three fresh members on loopback ports; their endpoints.
-Result<std::string> StartEtcd(const cluster::Layout& layout) {
+// Three fresh members, their clients' ports on `host`; their endpoints.
+Result<std::string> StartEtcd(const cluster::Layout& layout, const std::string& host) {
   std::vector<std::string> clients, peers;
   std::string initial;
   for (int n = 0; n < kMembers; ++n) {
-    clients.push_back("127.0.0.1:" + std::to_string(plane::FreeTcpPort()));
+    clients.push_back(host + ":" + std::to_string(plane::FreeTcpPort()));
     peers.push_back("http://127.0.0.1:" + std::to_string(plane::FreeTcpPort()));
     initial += (n ? "," : "") + std::string("e") + std::to_string(n) + "=" + peers.back();
   }
@@ -72,10 +72,14 @@ Result<std::string> StartEtcd(const cluster::Layout& layout) {
 
 }  // namespace
 
+std::vector<std::string> HaControllerIds() { return {std::begin(kControllers), std::end(kControllers)}; }
+
 Result<ControlClient> StartHa(const Args& a, const cluster::Layout& layout, const std::string& self,
-                              const std::string& listen) {
+                              const std::string& listen, const cluster::NetnsPlan* netns) {
   if (a.Has("tls")) return Status::InvalidArgument("up: --ha with --tls is not supported yet; leave out one of them");
-  Result<std::string> endpoints = StartEtcd(layout);
+  // With namespaces the members listen on the host's end of the bridge,
+  // where the controllers' and the machines' namespaces reach them.
+  Result<std::string> endpoints = StartEtcd(layout, netns ? listen : "127.0.0.1");
   if (!endpoints.ok()) return endpoints.status();
   Result<std::string> token = ReadFile(layout.token());
   if (!token.ok()) return token.status();
@@ -86,19 +90,27 @@ Result<ControlClient> StartHa(const Args& a, const cluster::Layout& layout, cons
   // them all (cluster/controllers.h): they find the leader themselves, and a
   // failover needs no file rewritten.
   std::string all;
+  auto ns_of = [&](const std::string& id) { return netns ? netns->Find(id) : nullptr; };
   for (const char* id : kControllers) {
     const cluster::Layout own{ControllerDir(layout, id)};
     BULWARK_RETURN_IF_ERROR(MakeDirs(own.dir));
     const int port = plane::FreeTcpPort();
     if (port <= 0) return Status::Unavailable(std::string("up --ha: no free port for controller ") + id);
-    BULWARK_RETURN_IF_ERROR(WriteFileAtomic(own.controller_addr(), listen + ":" + std::to_string(port) + "\n"));
-    all += listen + ":" + std::to_string(port) + "\n";
+    const std::string host = ns_of(id) ? ns_of(id)->address : listen;
+    BULWARK_RETURN_IF_ERROR(WriteFileAtomic(own.controller_addr(), host + ":" + std::to_string(port) + "\n"));
+    all += host + ":" + std::to_string(port) + "\n";
   }
   BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controllers_addr(), all));
   for (const char* id : kControllers) {
     const cluster::Layout own{ControllerDir(layout, id)};
     BULWARK_RETURN_IF_ERROR(WriteFileAtomic(own.token(), *token));
     ::chmod(own.token().c_str(), 0600);
+    // The agents' fence: the controller reads it from its own directory,
+    // and must not count a silent machine lost before its ranks stopped.
+    std::remove(own.fence_timeout().c_str());
+    if (Result<std::string> fence = ReadFile(layout.fence_timeout()); fence.ok()) {
+      BULWARK_RETURN_IF_ERROR(WriteFileAtomic(own.fence_timeout(), *fence));
+    }
     std::remove(own.controller_pid().c_str());
     std::vector<std::string> argv = {self,          "controller", "--init",        "--dir",       own.dir,
                                      "--etcd",      *endpoints,   "--etcd-prefix", prefix,        "--controller-id",
@@ -106,6 +118,7 @@ Result<ControlClient> StartHa(const Args& a, const cluster::Layout& layout, cons
     for (const char* f : {"ladder-rungs", "ladder-tests", "ladder-budget", "failure-rate", "ladder-align-every"}) {
       if (a.Has(f)) argv.insert(argv.end(), {std::string("--") + f, a.Get(f)});
     }
+    if (const cluster::NetnsMachine* m = ns_of(id)) argv = cluster::InNetns(*m, argv);
     BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(argv, own.controller_log()));
     if (id != kControllers[0]) break;
     // The first leads: it publishes its address, then answers.

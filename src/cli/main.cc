@@ -240,8 +240,14 @@ Result<AgentPlaces> PlaceAgents(const Args& a, const UpRequest& up, const cluste
   if (!can.ok()) places.shared_why = "namespaces need root and a working 'ip netns': " + can.message();
   if (!can.ok() && up.racks > 0) return Status::FailedPrecondition("up: --racks needs namespaces: " + can.message());
   if (up.netns && can.ok()) {
+    // Under --ha each controller gets a namespace too, after the machines'
+    // (not with racks, whose plan places every namespace under a rack).
+    std::vector<std::string> ns_ids = places.ids;
+    if (a.Has("ha") && up.racks == 0) {
+      for (const std::string& id : HaControllerIds()) ns_ids.push_back(id);
+    }
     Result<cluster::NetnsPlan> plan =
-        cluster::CreateNetns(runner, layout, places.ids, cluster::RacksOf(up.machines, up.standby, up.racks));
+        cluster::CreateNetns(runner, layout, ns_ids, cluster::RacksOf(up.machines, up.standby, up.racks));
     if (!plan.ok()) return plan.status();
     places.netns = *plan;
     places.listen = plan->gateway;  // the host's end of the bridge
@@ -363,7 +369,8 @@ Status Up(const Args& a) {
     return Status::InvalidArgument("up: --fence-timeout '" + fence + "' is not seconds; e.g. --fence-timeout 3");
   }
   Result<ControlClient> client =
-      a.Has("ha") ? StartHa(a, layout, self, places->listen) : StartController(a, layout, self);
+      a.Has("ha") ? StartHa(a, layout, self, places->listen, places->netns ? &*places->netns : nullptr)
+                  : StartController(a, layout, self);
   if (!client.ok()) return client.status();
   BULWARK_RETURN_IF_ERROR(StartAgents(a, layout, self, *places, *client));
   std::cout << "cluster up in " << up->dir << ": controller at " << client->address() << ", " << places->ids.size()
