@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -135,6 +136,20 @@ TEST_F(HaController, EtcdLostStopsTheLeaderWhichSaysSoAndLeadsAgainWhenEtcdRetur
   })) << Status("a").dump();
   etcd_->Thaw();
   EXPECT_TRUE(StatusWithin("a", 10, [](const json& s) { return Leads(s, "a"); })) << Status("a").dump();
+  // Its log said so too.
+  ::kill(a->pid(), SIGTERM);
+  ProcessResult r = a->Wait(20);
+  EXPECT_NE(r.err.find("stopped acting: no lease renewal"), std::string::npos) << r.err;
+}
+
+TEST_F(HaController, EtcdUnreachableAtStartIsOneLineNamingTheEndpoints) {
+  const std::string nowhere = "127.0.0.1:" + std::to_string(FreePort());
+  ProcessResult r = testing::Run({BinDir() + "/bulwark", "controller", "--init", "--etcd", nowhere, "--dir",
+                                  dirs_["a"], "--controller-id", "a"},
+                                 {}, 20);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find(nowhere), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
 }  // namespace
