@@ -205,6 +205,11 @@ json Fleet::StatusJson(Time now) {
   return j;
 }
 
+void Fleet::Serving(Time now) {
+  main_->Serving(now);
+  for (const auto& [name, p] : Jobs()) p->Serving(now);
+}
+
 void Fleet::Tick(Time now) {
   main_->Tick(now);
   for (const auto& [name, p] : Jobs()) p->Tick(now);

@@ -53,6 +53,8 @@ class Fleet {
   // every machine says which job holds it (`job`, absent for the pool's).
   nlohmann::json StatusJson(Time now) EXCLUDES(route_mu_);
   void Tick(Time now) EXCLUDES(route_mu_);
+  // Every plane's Serving: the port is open.
+  void Serving(Time now) EXCLUDES(route_mu_);
   std::vector<Plane::ReachProbe> ProbesDue(Time now) EXCLUDES(route_mu_);
   void ProbeDone(const Plane::ReachProbe& probe, const Status& reached, Time now) EXCLUDES(route_mu_);
 

@@ -369,8 +369,7 @@ Status Plane::Register(const wire::RegisterRequest& req, Time now) {
     a.acked_seq = 0;
     a.shards.clear();  // a new agent run tells what it holds in its first report
   }
-  a.last_heard = now;
-  a.heard_since_start = true;
+  BackLocked(a, now);
   a.lost_reported = false;
   LogLocked("machine " + req.machine() + " registered (incarnation " + std::to_string(req.incarnation()) + ")");
   return Status::OK();

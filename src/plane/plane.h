@@ -180,6 +180,10 @@ class Plane {
   // Detects lost agents and runs the implicit-fault detectors; called a
   // few times a second.
   void Tick(Time now) EXCLUDES(mu_);
+  // The controller serves again (its port is open): a restarted one's
+  // agents get their chance to re-attach from now, not from when its
+  // replay began (ReattachingLocked).
+  void Serving(Time now) EXCLUDES(mu_);
   // At most this many machines are lost for silence in one tick; more than
   // kMassSilence (or 1% of the fleet) silent at once get the reconnect
   // grace (LostOfSilentLocked).
@@ -361,6 +365,16 @@ class Plane {
       REQUIRES(mu_);
   // Counts the reports Heard since the last call as heard (Tick, Submit).
   void AbsorbArrivalsLocked(Time now) REQUIRES(mu_);
+  // After a restart, until every agent it knows has re-attached or none has
+  // for reconnect_grace: then the controller, working through thousands of
+  // registrations at once, is what is slow (issue 36: at 12,500 agents the
+  // last ones registered 28 s after it served, and the first ones, held to
+  // the 2 s lease while it did, were evicted 2.1 s after registering). So an
+  // agent not yet back counts as heard when the latest one came back, and
+  // one back is held to the reconnect grace, not the lease, meanwhile.
+  bool ReattachingLocked(Time now) REQUIRES(mu_);
+  // The first word from an agent since this controller started.
+  void BackLocked(Agent& a, Time now) REQUIRES(mu_);
   // The lease a reporting machine's silence is held to: heartbeat_timeout,
   // or twice the 99th percentile of the gaps between agents' reports heard
   // over the last seconds when that is longer (report_gaps.h), at most
@@ -493,6 +507,10 @@ class Plane {
   std::optional<Time> last_tick_ GUARDED_BY(mu_);
   // The latest tick that found a mass silence (LostOfSilentLocked).
   std::optional<Time> mass_silence_at_ GUARDED_BY(mu_);
+  // While a restarted controller's agents re-attach: when it began serving,
+  // and when the latest agent came back (ReattachingLocked).
+  std::optional<Time> serving_at_ GUARDED_BY(mu_);
+  std::optional<Time> reattach_at_ GUARDED_BY(mu_);
   ReportGaps gaps_ GUARDED_BY(mu_);  // between agents' reports as heard (LeaseLocked)
   Duration lease_logged_ GUARDED_BY(mu_){0};
   std::optional<int64_t> done_step_ GUARDED_BY(mu_);

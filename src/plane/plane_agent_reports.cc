@@ -131,8 +131,7 @@ Result<Plane::Agent*> Plane::ReportingAgentLocked(const wire::ReportRequest& req
 }
 
 bool Plane::NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now) {
-  a.last_heard = now;
-  a.heard_since_start = true;
+  BackLocked(a, now);
   a.live_ranks.assign(req.live_ranks().begin(), req.live_ranks().end());
   a.generation = req.generation();
   if (req.device_slowdown() != a.device_slowdown) {

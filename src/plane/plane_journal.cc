@@ -19,8 +19,10 @@ Status Plane::RebuildLocked(Time now) {
     a.shard_addr = m.shard_addr;
     RoutesChangedLocked();
     // A restarted controller has heard from nobody yet: give every agent a
-    // full timeout to reconnect before calling it lost.
+    // full timeout to reconnect before calling it lost, counted again from
+    // when it serves (Serving) and while others re-attach (ReattachingLocked).
     a.last_heard = now;
+    reattach_at_ = now;
   }
   Result<std::optional<JobRow>> job = store_->Job();
   if (!job.ok()) return job.status();

@@ -38,6 +38,37 @@ Duration Plane::LeaseLocked(Time now) {
   return lease;
 }
 
+void Plane::Serving(Time now) {
+  PlaneLock lock(this);
+  now = NowLocked(now);
+  serving_at_ = now;
+  if (reattach_at_) reattach_at_ = std::max(*reattach_at_, now);
+}
+
+void Plane::BackLocked(Agent& a, Time now) {
+  if (!a.heard_since_start && reattach_at_) reattach_at_ = std::max(*reattach_at_, now);
+  a.last_heard = now;
+  a.heard_since_start = true;
+}
+
+bool Plane::ReattachingLocked(Time now) {
+  if (!reattach_at_) return false;
+  size_t waiting = 0;
+  for (auto& [id, a] : agents_) {
+    if (a.heard_since_start || a.lost_reported) continue;
+    const MachineStatus* m = controller_->state().FindMachine(id);
+    if (m == nullptr || m->state == MachineState::kEvicted) continue;  // nothing to lose
+    ++waiting;
+    a.last_heard = std::max(a.last_heard, *reattach_at_);
+  }
+  if (waiting > 0) return now - *reattach_at_ <= options_.reconnect_grace;
+  LogLocked("re-attach over: the last agent came back " +
+            FormatDuration(*reattach_at_ - serving_at_.value_or(*reattach_at_)) +
+            " after this controller began serving; silence is held to the lease again");
+  reattach_at_.reset();
+  return false;
+}
+
 void Plane::Heard(const std::string& machine, int64_t incarnation, Time now) {
   MutexLock lock(&heard_mu_);
   auto& at = heard_[machine];
@@ -92,6 +123,7 @@ void Plane::Tick(Time now) {
   AbsorbArrivalsLocked(now);
   if (!controller_ || done_step_) return;
   const Duration lease = LeaseLocked(now);
+  const bool reattaching = ReattachingLocked(now);
   // A switch takes its rack's machines at once, but their last reports
   // differ by up to a report period, so their leases end a tick or two
   // apart; decided one by one, the first would be replaced (a regroup that
@@ -112,7 +144,7 @@ void Plane::Tick(Time now) {
   std::vector<std::pair<MachineId, bool>> silent;  // the others past their lease (closed: peers saw them go)
   std::optional<std::unordered_map<MachineId, Time>> closed_seen;  // built once, when a silent machine needs it
   for (auto& [id, a] : agents_) {
-    const Duration timeout = a.heard_since_start ? lease : options_.reconnect_grace;
+    const Duration timeout = a.heard_since_start && !reattaching ? lease : options_.reconnect_grace;
     if (a.lost_reported || now - a.last_heard <= std::min(timeout, options_.closed_peer_timeout)) continue;
     // Within the lease only a machine whose peers saw its connections close
     // since it last spoke: it is down, not cut off, so nothing of it can

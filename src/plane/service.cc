@@ -508,6 +508,8 @@ Status RunController(const ControllerOptions& options) {
     return Status::Unavailable("controller: cannot listen on " + address + " (in use?); stop what holds it "
                                "or run 'bulwark down' first");
   }
+  // A replay can take seconds: the agents' reconnect grace counts from now.
+  (*fleet)->Serving(WallNow());
   // Asked for port 0 (`bulwark up`): the kernel picked one; agents and the
   // CLI read it from here, and a restarted controller binds it again.
   if (address.size() > 2 && address.compare(address.size() - 2, 2, ":0") == 0) {
