@@ -180,6 +180,10 @@ Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
 
   std::string device_failed;  // alive after eviction: the one to hand back
   for (const Planned& p : kSchedule) {
+    if ((*st)["job"]["state"] == "completed") {
+      return Status::FailedPrecondition(std::string("the job completed at step ") + std::to_string(Step(*st)) +
+                                        " before the " + p.fault + " fault; run with more --steps");
+    }
     const std::string victim = Session::SlotMachine(*st, p.slot);
     if (victim.empty()) return Status::Internal("no machine in slot " + std::to_string(p.slot) + " to inject " + p.fault);
     const int64_t before = (*st)["job"].value("incidents", int64_t{0});

@@ -19,13 +19,17 @@ struct DemoOptions {
   std::string out = "runs/demo";    // report files, checkpoints and the cluster dir
   std::string data = "data/kjv";    // a prepared corpus (bulwark-train prepare)
   std::string config = "small";
-  int steps = 450;                  // the job's total; must outlast the schedule
+  // The job's total; it must outlast the schedule, and steps past it only
+  // wait for the end. With a gap of 10 the schedule ends near step 150 at
+  // 2.2 s a step (a loaded host) and near 190 at 0.5 s (a quiet one, where
+  // the slow machine's 50 s of judging trains ~50 steps).
+  int steps = 260;
   int batch = 4;                    // sequences per rank per step: 4 ranks share 2 cores
   int ckpt_every = 10;              // lost work per fault is at most this many steps
   int threads = 1;                  // per rank: 4 ranks share 2 cores
   int machines = 4;                 // one rank each
   int standby = 2;
-  int gap_steps = 15;               // training between faults, so each shows in the timeline
+  int gap_steps = 10;               // training between faults, so each shows in the timeline
   bool json = false;                // the run record on stdout; progress on stderr
 };
 
