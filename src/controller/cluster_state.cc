@@ -30,6 +30,16 @@ bool ClusterState::IsActive(const MachineId& id) const {
   return m != nullptr && m->state == MachineState::kActive;
 }
 
+void SetDomainDown(ClusterState& state, ClusterState::DomainStatus& d, bool down) {
+  if (d.down != down) state.domains_down += down ? 1 : -1;
+  d.down = down;
+}
+
+void SetCheckup(ClusterState& state, MachineStatus& m, int64_t incident) {
+  state.checkups_in_flight += (incident != 0 ? 1 : 0) - (m.checkup != 0 ? 1 : 0);
+  m.checkup = incident;
+}
+
 Result<MachineStatus*> AddMachine(ClusterState& state, const MachineId& id, Time at) {
   if (id.empty()) return Status::InvalidArgument("a machine needs a non-empty id");
   if (state.FindMachine(id) != nullptr) {

@@ -144,6 +144,13 @@ struct ClusterState {
     int episodes = 0;
   };
   std::map<std::string, DomainStatus> domains;
+  // How many of `domains` are down: Reconcile asks on every decision, and a
+  // year at 100k GPUs has 6,000 racks to scan (SetDomainDown keeps it).
+  int domains_down = 0;
+  // Machines whose checkup is in flight (MachineStatus::checkup set, kept by
+  // SetCheckup): while none is, a diagnostics answer is the ladder's
+  // without looking its machine up.
+  int checkups_in_flight = 0;
   // Checkups of over-evicted machines answered (policy_checkup.cc).
   int64_t checkups_passed = 0;
   int64_t checkups_failed = 0;
@@ -168,6 +175,10 @@ Status SetMachineState(ClusterState& state, const MachineId& id, MachineState to
                        std::string reason);
 // The only way the job's state changes (see CheckJobTransition).
 Status SetJobState(ClusterState& state, JobState to, Time at);
+// Marks `d`, one of state.domains, down or back, counting state.domains_down.
+void SetDomainDown(ClusterState& state, ClusterState::DomainStatus& d, bool down);
+// Sets m.checkup (0: none in flight), counting state.checkups_in_flight.
+void SetCheckup(ClusterState& state, MachineStatus& m, int64_t incident);
 
 // Applies a decided action to the state: what the actuator is about to make
 // true. Applying the action that matches the current state again (a repeat

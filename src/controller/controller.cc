@@ -65,13 +65,17 @@ Result<std::vector<Action>> Controller::Handle(const Event& event, Time now) {
 
 Result<std::vector<Action>> Controller::HandleAll(const std::vector<Event>& events, Time now,
                                                    std::vector<std::pair<size_t, Status>>* refused) {
+  std::vector<Event> clamped = events;
+  return HandleAllInPlace(clamped, now, refused);
+}
+
+Result<std::vector<Action>> Controller::HandleAllInPlace(std::vector<Event>& events, Time now,
+                                                          std::vector<std::pair<size_t, Status>>* refused) {
   BULWARK_RETURN_IF_ERROR(Advance(now));
-  std::vector<Event> clamped;
-  clamped.reserve(events.size());
-  for (const Event& e : events) clamped.push_back(ClampToNow(e, now));
+  for (Event& e : events) e = ClampToNow(std::move(e), now);
   std::vector<Action> actions;
   RuleContext ctx{state_, config_, now, actions};
-  BULWARK_RETURN_IF_ERROR(DecideAll(ctx, clamped, refused));
+  BULWARK_RETURN_IF_ERROR(DecideAll(ctx, events, refused));
   return actions;
 }
 

@@ -48,6 +48,11 @@ class Controller {
   // is listed in `refused` with why; the others apply.
   Result<std::vector<Action>> HandleAll(const std::vector<Event>& events, Time now,
                                         std::vector<std::pair<size_t, Status>>* refused);
+  // The same, with `events` clamped to `now` in place rather than copied
+  // (a round's 12,500 answers, each with its results, were a twentieth of
+  // a simulated year's time).
+  Result<std::vector<Action>> HandleAllInPlace(std::vector<Event>& events, Time now,
+                                               std::vector<std::pair<size_t, Status>>* refused);
 
   // Compares desired with actual and acts on the difference; returns no
   // actions when the world already matches.

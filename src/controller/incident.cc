@@ -46,9 +46,12 @@ std::optional<Duration> Incident::StallDuration() const {
 }
 
 void IncidentLog::Rejoined(Time t) {
-  for (Incident& i : incidents_) {
+  for (size_t k = rejoin_from_; k < incidents_.size(); ++k) {
+    Incident& i = incidents_[k];
     if (i.trained_on && !i.rejoined) i.rejoined = t;
   }
+  // The newest may still be open, and narrow the job later.
+  if (!incidents_.empty()) rejoin_from_ = incidents_.size() - 1;
 }
 
 std::optional<int64_t> Incident::LostSteps() const {

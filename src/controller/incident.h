@@ -124,6 +124,10 @@ class IncidentLog {
 
  private:
   std::vector<Incident> incidents_;
+  // Incidents before this one are rejoined or never narrowed the job: only
+  // the open incident (the newest) is given trained_on, so each rejoin
+  // looks at the incidents since the last, not at a year's 19,000.
+  size_t rejoin_from_ = 0;
 };
 
 }  // namespace bulwark::controller

@@ -289,6 +289,19 @@ DiagnosticsVerdict JudgeDiagnostics(const std::vector<MachineId>& machines,
                                     const std::map<MachineId, MachineDiagnostics>& reports,
                                     const LadderConfig& config, const std::string& budget_note,
                                     const NetworkLinkMap& links) {
+  // Each machine's answer, found once: the fleet is 12,500 machines.
+  std::vector<const MachineDiagnostics*> answers(machines.size(), nullptr);
+  for (size_t i = 0; i < machines.size(); ++i) {
+    auto it = reports.find(machines[i]);
+    if (it != reports.end()) answers[i] = &it->second;
+  }
+  return JudgeAnswers(machines, answers, reports, config, budget_note, links);
+}
+
+DiagnosticsVerdict JudgeAnswers(const std::vector<MachineId>& machines,
+                                const std::vector<const MachineDiagnostics*>& answers,
+                                const std::map<MachineId, MachineDiagnostics>& reports, const LadderConfig& config,
+                                const std::string& budget_note, const NetworkLinkMap& links) {
   DiagnosticsVerdict v;
   auto fail = [&](const MachineId& m, const std::string& why) {
     std::string& w = v.failed[m];
@@ -297,12 +310,6 @@ DiagnosticsVerdict JudgeDiagnostics(const std::vector<MachineId>& machines,
   JudgeLinks(machines, reports, config, links, fail);
   // The fleet's median compute time: a slow machine is judged against its
   // peers on this host, not against a number measured elsewhere.
-  // Each machine's answer, found once: the fleet is 12,500 machines.
-  std::vector<const MachineDiagnostics*> answers(machines.size(), nullptr);
-  for (size_t i = 0; i < machines.size(); ++i) {
-    auto it = reports.find(machines[i]);
-    if (it != reports.end()) answers[i] = &it->second;
-  }
   std::vector<double> compute_ms;
   std::map<std::string, int> hashes;
   for (const MachineDiagnostics* d : answers) {

@@ -177,6 +177,13 @@ DiagnosticsVerdict JudgeDiagnostics(const std::vector<MachineId>& machines,
                                     const std::map<MachineId, MachineDiagnostics>& reports,
                                     const LadderConfig& config, const std::string& budget_note,
                                     const NetworkLinkMap& links = {});
+// The same with each machine's answer found already (answers[i] is
+// machines[i]'s, null for none), as the ladder keeps them, by position;
+// `reports` (every answer, by machine) is read only to judge `links`.
+DiagnosticsVerdict JudgeAnswers(const std::vector<MachineId>& machines,
+                                const std::vector<const MachineDiagnostics*>& answers,
+                                const std::map<MachineId, MachineDiagnostics>& reports, const LadderConfig& config,
+                                const std::string& budget_note, const NetworkLinkMap& links);
 
 // ---------------------------------------------------------------------------
 // Dual-phase replay (ByteRobust Algorithm 1)
@@ -215,8 +222,29 @@ struct LadderStatus {
   int64_t incident = 0;           // the incident of the rung in flight
   std::optional<Time> deadline;   // kDiagnosing, kReplaying
   std::vector<MachineId> machines;                      // asked to run diagnostics
-  std::map<MachineId, MachineDiagnostics> reports;      // answered so far
+  // Their answers so far, by position in machines (answered[i]: answers[i]
+  // is machines[i]'s): kept in a map by id, a round's 12,500 answers were
+  // a fifth of a simulated year's time.
+  std::vector<MachineDiagnostics> answers;
+  std::vector<char> answered;
+  size_t answers_in = 0;                                // how many machines answered
   size_t answered_prefix = 0;  // machines[0..this) answered or left the job
+  // Each asked machine's status, by position (ladder_rules.cc): a round of
+  // 12,500 answers looks at the next machine once per answer, and a hash
+  // lookup each was a tenth of a simulated year's time. Pointers into
+  // ClusterState::machines, whose nodes never move or go; a copy starts
+  // empty and is found again at its first use, as MachineIndex is.
+  struct StatusRefs {
+    StatusRefs() = default;
+    StatusRefs(const StatusRefs&) {}
+    StatusRefs& operator=(const StatusRefs&) {
+      of.clear();
+      return *this;
+    }
+    StatusRefs(StatusRefs&&) = default;
+    StatusRefs& operator=(StatusRefs&&) = default;
+    std::vector<const MachineStatus*> of;
+  } status;
   std::map<std::string, bool> replay_results;           // "h0" / "v1" -> passed
   NetworkLinkMap links;           // the network test's links, when it runs
   bool reattempted = false;       // the reattempt rung is spent (or came before the ladder)

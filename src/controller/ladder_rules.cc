@@ -36,7 +36,10 @@ Status StartDiagnose(RuleContext& ctx, Incident& inc, int rung, const std::vecto
   BULWARK_RETURN_IF_ERROR(l.Move(LadderInput::kDiagnose));
   l.machines = s.placement.slots;
   l.answered_prefix = 0;
-  l.reports.clear();
+  l.answers.assign(l.machines.size(), MachineDiagnostics{});
+  l.answered.assign(l.machines.size(), 0);
+  l.answers_in = 0;
+  l.status.of.clear();
   l.links.clear();
   l.deadline = ctx.now + ctx.config.ladder.diagnose_budget;
   inc.rungs.push_back({"diagnose", ctx.now, std::nullopt, ""});
@@ -135,13 +138,33 @@ Incident* LadderIncident(RuleContext& ctx, int64_t id) {
   return inc != nullptr && inc->id == id ? inc : nullptr;
 }
 
+// Whether the machine at `pos` of the round (l.machines) is active, through
+// LadderStatus::status, found for the whole round at its first use.
+bool AskedIsActive(const ClusterState& state, LadderStatus& l, size_t pos) {
+  if (l.status.of.size() != l.machines.size()) {
+    l.status.of.clear();
+    for (const MachineId& m : l.machines) l.status.of.push_back(state.FindMachine(m));
+  }
+  const MachineStatus* m = l.status.of[pos];
+  return m != nullptr && m->state == MachineState::kActive;
+}
+
 Status FinishDiagnose(RuleContext& ctx, Incident& inc, const std::string& budget_note) {
   LadderStatus& l = ctx.state.ladder;
   std::vector<MachineId> still;  // a machine evicted meanwhile is judged no more
-  for (const MachineId& m : l.machines) {
-    if (ctx.state.IsActive(m)) still.push_back(m);
+  std::vector<const MachineDiagnostics*> answers;
+  for (size_t i = 0; i < l.machines.size(); ++i) {
+    if (!AskedIsActive(ctx.state, l, i)) continue;
+    still.push_back(l.machines[i]);
+    answers.push_back(l.answered[i] ? &l.answers[i] : nullptr);
   }
-  const DiagnosticsVerdict v = JudgeDiagnostics(still, l.reports, ctx.config.ladder, budget_note, l.links);
+  // The links are judged on every answer by machine, those of machines
+  // evicted meanwhile too; only a network test has links.
+  std::map<MachineId, MachineDiagnostics> reports;
+  for (size_t i = 0; i < l.machines.size() && !l.links.empty(); ++i) {
+    if (l.answered[i]) reports.emplace(l.machines[i], l.answers[i]);
+  }
+  const DiagnosticsVerdict v = JudgeAnswers(still, answers, reports, ctx.config.ladder, budget_note, l.links);
   l.deadline.reset();
   EndRung(inc, ctx.now, v.why);
   if (l.periodic && (v.failed.empty() || v.inconclusive)) {
@@ -283,30 +306,35 @@ Status OnDiagnosticsReported(RuleContext& ctx, const Event& e) {
   // Late answers for a rung already decided (its budget ran out) are kept out.
   if (inc == nullptr || l.incident != x.incident) return Status::OK();
   if (l.state == LadderState::kDiagnosing) {
-    // l.machines is the placement's slots: a machine's own slot finds it
-    // without a scan (12,500 answers each scanning 12,500 slots took minutes
-    // of a simulated year).
-    const MachineStatus* ms = ctx.state.FindMachine(x.machine);
-    const bool asked = ms != nullptr && ms->slot >= 0 && ms->slot < static_cast<int>(l.machines.size()) &&
-                               l.machines[ms->slot] == x.machine
-                           ? true
-                           : std::find(l.machines.begin(), l.machines.end(), x.machine) != l.machines.end();
-    if (!asked) return Status::OK();
-    MachineDiagnostics answer{x.results, x.alignment_hash};
-    if (l.reports.empty() || l.reports.rbegin()->first < x.machine) {
-      // Answers that come in id order (a fleet placed in order) append.
-      l.reports.emplace_hint(l.reports.end(), x.machine, std::move(answer));
+    // Where the answer's machine is in l.machines (the placement's slots):
+    // answers in slot order are the cursor's machine, found with no lookup;
+    // else a machine's own slot finds it without a scan (12,500 answers each
+    // scanning 12,500 slots took minutes of a simulated year).
+    size_t pos = l.machines.size();
+    if (l.answered_prefix < l.machines.size() && l.machines[l.answered_prefix] == x.machine) {
+      pos = l.answered_prefix;
+    } else if (const MachineStatus* ms = ctx.state.FindMachine(x.machine);
+               ms != nullptr && ms->slot >= 0 && ms->slot < static_cast<int>(l.machines.size()) &&
+               l.machines[ms->slot] == x.machine) {
+      pos = static_cast<size_t>(ms->slot);
     } else {
-      l.reports.insert_or_assign(x.machine, std::move(answer));
+      pos = static_cast<size_t>(std::find(l.machines.begin(), l.machines.end(), x.machine) - l.machines.begin());
     }
+    if (pos == l.machines.size()) return Status::OK();  // not asked
+    if (l.answered.size() != l.machines.size()) {
+      l.answered.assign(l.machines.size(), 0);
+      l.answers.assign(l.machines.size(), MachineDiagnostics{});
+    }
+    l.answers_in += l.answered[pos] ? 0 : 1;
+    l.answered[pos] = 1;
+    l.answers[pos] = MachineDiagnostics{x.results, x.alignment_hash};  // a repeat replaces
     // Machines before the cursor answered (or left the job): each is looked
     // at once per round of diagnostics, not once per answer.
     for (; l.answered_prefix < l.machines.size(); ++l.answered_prefix) {
-      const MachineId& m = l.machines[l.answered_prefix];
-      if (m == x.machine) continue;  // this answer: no lookup
-      // The answer first: nearly every machine has one, and the map of
-      // answers is smaller than the fleet's.
-      if (l.reports.count(m) == 0 && ctx.state.IsActive(m)) return Status::OK();  // more to come
+      if (l.answered_prefix == pos) continue;  // this answer: no lookup
+      if (!l.answered[l.answered_prefix] && AskedIsActive(ctx.state, l, l.answered_prefix)) {
+        return Status::OK();  // more to come
+      }
     }
     return FinishDiagnose(ctx, *inc, "");
   }

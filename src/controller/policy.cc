@@ -212,12 +212,12 @@ Status OnOperatorReturned(RuleContext& ctx, const Event& e) {
   m->network_alerts.clear();
   m->crashes.clear();
   m->lost_with_domain = false;
-  m->checkup = 0;
+  SetCheckup(ctx.state, *m, 0);
   // The operator's return of a flapping switch's machine ends its domain's loss.
   if (auto d = ctx.state.domains.find(m->domain); d != ctx.state.domains.end() && d->second.down) {
     d->second.lost.erase(m->id);
     if (d->second.lost.empty()) {
-      d->second.down = false;
+      SetDomainDown(ctx.state, d->second, false);
       d->second.returned_at = ctx.now;
       d->second.recent.clear();
     }

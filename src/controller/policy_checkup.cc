@@ -24,7 +24,7 @@
 namespace bulwark::controller::internal {
 
 Status CheckUp(RuleContext& ctx, MachineStatus& machine, int64_t incident) {
-  machine.checkup = incident;
+  SetCheckup(ctx.state, machine, incident);
   std::string tests;
   for (const std::string& t : ctx.config.checkup_tests) tests += (tests.empty() ? "" : ", ") + t;
   return Emit(ctx, CheckupAction(machine.id, incident, ctx.config.checkup_tests,
@@ -49,9 +49,10 @@ std::string FailedTests(const std::vector<std::string>& tests, const Diagnostics
 }  // namespace
 
 Result<bool> CheckupAnswered(RuleContext& ctx, const DiagnosticsReported& x) {
+  if (ctx.state.checkups_in_flight == 0) return false;  // no lookup for a round's 12,500 answers
   MachineStatus* m = ctx.state.FindMachine(x.machine);
   if (m == nullptr || m->checkup == 0 || m->checkup != x.incident) return false;
-  m->checkup = 0;
+  SetCheckup(ctx.state, *m, 0);
   if (m->state != MachineState::kEvicted) return true;  // an operator or its switch brought it back first
   const std::string incident = "incident " + std::to_string(x.incident);
   if (const std::string failed = FailedTests(ctx.config.checkup_tests, x); !failed.empty()) {

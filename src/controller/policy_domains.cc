@@ -108,7 +108,7 @@ Result<bool> DomainMachineLost(RuleContext& ctx, const MachineHeartbeatLost& x, 
   if (!d.down && static_cast<int>(d.recent.size()) >= ctx.config.domain_burst_machines) {
     // The burst: the domain is down. The losses before it were evicted
     // one by one as machine faults; they join the domain's incident.
-    d.down = true;
+    SetDomainDown(ctx.state, d, true);
     d.down_at = d.recent.front().first;
     d.lost.clear();
     d.incident = 0;
@@ -195,7 +195,7 @@ Result<bool> DomainReturn(RuleContext& ctx, MachineStatus& m, const MachineJoine
     return true;
   }
   m.lost_with_domain = false;
-  m.checkup = 0;
+  SetCheckup(s, m, 0);
   m.network_alerts.clear();
   m.crashes.clear();
   std::string domain = m.domain;
@@ -203,7 +203,7 @@ Result<bool> DomainReturn(RuleContext& ctx, MachineStatus& m, const MachineJoine
   if (it != s.domains.end()) {
     ClusterState::DomainStatus& d = it->second;
     if (d.down) {
-      d.down = false;
+      SetDomainDown(s, d, false);
       d.returned_at = ctx.now;
       d.recent.clear();
     }

@@ -124,12 +124,7 @@ bool TrainsNarrower(const ClusterState& state) {
 // Standbys under a switch that is down (policy_domains.cc) are taken by
 // nothing: their heartbeats are about to stop too. With no domain down
 // (always, without domains) the pool is every standby, in id order.
-bool AnyDomainDown(const ClusterState& state) {
-  for (const auto& [name, d] : state.domains) {
-    if (d.down) return true;
-  }
-  return false;
-}
+bool AnyDomainDown(const ClusterState& state) { return state.domains_down > 0; }
 bool InDownDomain(const ClusterState& state, const MachineId& m) {
   const MachineStatus* status = state.FindMachine(m);
   if (status == nullptr || status->domain.empty()) return false;

@@ -209,7 +209,7 @@ StatusView::Job Plane::JobViewLocked(Time now) {
     j.ladder.trigger = l.trigger;
     j.ladder.incident = l.incident;
     if (l.deadline) j.ladder.deadline_in_s = static_cast<double>(ToMs(*l.deadline - now)) / 1000.0;
-    j.ladder.answered = l.state == LadderState::kReplaying ? l.replay_results.size() : l.reports.size();
+    j.ladder.answered = l.state == LadderState::kReplaying ? l.replay_results.size() : l.answers_in;
   }
   j.standby = controller_->standby();
   return j;

@@ -96,7 +96,9 @@ void FleetSim::DeliverAll(std::vector<Event> events) {
     for (const Event& e : events) r_.fleet.event_log.push_back(FormatTime(now_) + " " + Describe(e));
   }
   std::vector<std::pair<size_t, Status>> refused;
-  Result<std::vector<Action>> acts = ctl_->HandleAll(events, now_, &refused);
+  // Not copied (clamping changes none of these: each is delivered at or
+  // after its time).
+  Result<std::vector<Action>> acts = ctl_->HandleAllInPlace(events, now_, &refused);
   for (const auto& [i, why] : refused) {
     if (r_.fleet.refused++ == 0) r_.fleet.first_refusal = Describe(events[i]) + ": " + why.message();
   }
