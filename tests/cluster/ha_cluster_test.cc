@@ -56,10 +56,20 @@ class HaCluster : public Cluster {
     std::ifstream(dir_ + "/" + file) >> pid;
     return pid;
   }
-  // The argv a process was started with, to start it again the same way.
-  static std::vector<std::string> Argv(pid_t pid) {
+  // Controller `id`'s network namespace ("" when it shares the host's).
+  std::string NamespaceOf(const std::string& id) {
+    for (const json& m : json::parse(std::ifstream(dir_ + "/netns.json"), nullptr, false).value("machines", json())) {
+      if (m.value("id", "") == id) return m.value("ns", "");
+    }
+    return "";
+  }
+  // The argv controller `id` (process `pid`) was started with, to start it
+  // again the same way: `ip netns exec` became the controller, so its
+  // namespace is added back.
+  std::vector<std::string> Argv(pid_t pid, const std::string& id) {
     std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
     std::vector<std::string> out;
+    if (const std::string ns = NamespaceOf(id); !ns.empty()) out = {"/usr/sbin/ip", "netns", "exec", ns};
     std::string arg;
     while (std::getline(in, arg, '\0')) out.push_back(arg);
     return out;
@@ -78,7 +88,7 @@ TEST_F(HaCluster, MemberLossLeaderLossAndBothControllersLostTheRunEndsBitwise) {
   const pid_t c1 = Pid("controllers/c1/controller.pid"), c2 = Pid("controllers/c2/controller.pid");
   ASSERT_GT(c1, 0);
   ASSERT_GT(c2, 0);
-  const std::vector<std::string> argv1 = Argv(c1), argv2 = Argv(c2);
+  const std::vector<std::string> argv1 = Argv(c1, "c1"), argv2 = Argv(c2, "c2");
 
   // One etcd member of three lost: nothing changes.
   ASSERT_GT(Pid("etcd/2/etcd.pid"), 0);
@@ -130,10 +140,7 @@ TEST_F(HaCluster, MemberLossLeaderLossAndBothControllersLostTheRunEndsBitwise) {
 TEST_F(HaCluster, TheLeaderCutOffAnotherLeadsTheJobTrainsAndTheDeposedLeadersWriteIsRefused) {
   auto up = Bulwark({"up", "--ha", "--machines", "4", "--standby", "1"});
   ASSERT_EQ(up.exit_code, 0) << up.err;
-  std::string c1_ns;
-  for (const json& m : json::parse(std::ifstream(dir_ + "/netns.json"), nullptr, false).value("machines", json())) {
-    if (m.value("id", "") == "c1") c1_ns = m.value("ns", "");
-  }
+  const std::string c1_ns = NamespaceOf("c1");
   if (c1_ns.empty()) GTEST_SKIP() << "the controllers share the host's network (namespaces need root)";
   const std::vector<std::string> args = SubmitJob(4, 500);
   SubmitJob(4, 700, "update.yaml");  // what the cut-off leader is asked to run
