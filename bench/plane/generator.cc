@@ -47,7 +47,8 @@ void Bench::SendReport(int i) {
   req.set_generation(s.generation);
   const int64_t now = WallMs();
   // One step a second, the same on every machine, until a hang freezes it.
-  const int64_t step = frozen_step_ > 0 ? frozen_step_ : now / 1000;
+  const bool frozen = frozen_step_ > 0 && (frozen_job_ < 0 || frozen_job_ == s.job);
+  const int64_t step = frozen ? frozen_step_ : now / 1000;
   for (const w::AgentEvent& e : s.pending) *req.add_events() = e;
   if (s.generation > 0 && s.rank >= 0 && !s.crashed) {
     req.add_live_ranks(s.rank);

@@ -9,10 +9,13 @@
 // and its stream is cancelled, a machine-down) and times until the
 // controller logs it lost, then SIGKILLs the controller, starts it again on
 // the same journal and times until it answers and until every agent has had
-// a report accepted again. It prints figures; it judges nothing.
+// a report accepted again. It prints figures; it judges nothing. With
+// --jobs J the fleet runs J named jobs (plane/fleet.h, jobs.cc) and each
+// fault lands in the job of the machine it strikes; --json prints the
+// figures' JSON object alone on stdout.
 //
-//   cmake --build build --target bulwark bulwark-plane-bench
-//   build/bin/bulwark-plane-bench --agents 1000 [--seconds 30] [--dir /tmp/plane-bench]
+//   bulwark bench-plane --agents 1000 [--jobs J] [--seconds 30] [--out /tmp/plane-bench] [--json]
+//   (runs build/bin/bulwark-plane-bench --agents 1000 [--dir DIR] ...)
 //
 // The generator runs in this process (one completion-queue thread and one
 // scheduling thread, all calls asynchronous); the controller's CPU comes
@@ -95,8 +98,11 @@ void Bench::ConnectChannels() {
 }
 
 // A decision: an action line of the controller's, other than topping up the pool.
+// A job's lines on a fleet begin "job NAME: " (plane/fleet.h).
 bool IsDecision(const std::string& line) {
-  return line.find("] info: action ") != std::string::npos && line.find("action replenish_standby") == std::string::npos;
+  const bool action = line.find("] info: action ") != std::string::npos ||
+                      (line.find("] info: job ") != std::string::npos && line.find(": action ") != std::string::npos);
+  return action && line.find("action replenish_standby") == std::string::npos;
 }
 
 void Bench::WaitForOneGeneration(double timeout_s) {
@@ -104,10 +110,10 @@ void Bench::WaitForOneGeneration(double timeout_s) {
   while (Secs(Clock::now() - t0) < timeout_s) {
     {
       std::lock_guard<std::mutex> l(mu_);
-      int64_t newest = 0;
-      for (const Sim& s : sims_) newest = std::max(newest, s.generation);
+      std::map<int, int64_t> newest;  // each job's
+      for (const Sim& s : sims_) newest[s.job] = std::max(newest[s.job], s.generation);
       const bool behind = std::any_of(sims_.begin(), sims_.end(), [&](const Sim& s) {
-        return !s.silent && s.rank >= 0 && s.generation != newest;
+        return !s.silent && s.rank >= 0 && s.generation != newest[s.job];
       });
       if (!behind) return;
     }
@@ -170,6 +176,7 @@ Bench::Hang Bench::StallARank() {
   {
     std::lock_guard<std::mutex> l(mu_);
     frozen_step_ = WallMs() / 1000;
+    frozen_job_ = o_.jobs > 1 ? sims_[victim].job : -1;
     due_ms = (frozen_step_ + 1) * 1000;  // when the next step was due
     sims_[victim].stuck = true;
   }
@@ -276,61 +283,53 @@ int Bench::Run() {
   std::printf("every agent heard within 1.5 s after %.1f s more\n", Secs(Clock::now() - fresh0));
   std::fflush(stdout);
 
-  // The job: every machine but one (a standby), one rank each.
-  // The controller refuses a job while fewer agents than it needs were
-  // heard within its heartbeat timeout; the bench's job needs all but one,
-  // so a second late agent refuses it: submitted again, as a user would,
-  // up to 10 times a second apart (each try printed).
-  double submit_s = -1;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    worst_lag_s_ = 0;
-    lagged_ticks_ = 0;
-  }
-  for (int attempt = 1;; ++attempt) {
-    grpc::ClientContext ctx;
-    ctx.AddMetadata("x-bulwark-token", token_);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    w::SubmitRequest req;
-    req.set_name("plane-bench");
-    req.set_world_size(o_.agents - 1);
-    req.set_ranks_per_machine(1);
-    req.add_argv("/bin/sleep");
-    req.add_argv("infinity");
-    req.set_durable_dir(o_.dir + "/durable");
-    w::SubmitReply reply;
-    const auto t = Clock::now();
-    grpc::Status st = control_->Submit(&ctx, req, &reply);
-    submit_s = Secs(Clock::now() - t);
-    std::printf("submit (try %d): %s in %.2f s\n", attempt, st.ok() ? "ok" : st.error_message().c_str(), submit_s);
-    std::fflush(stdout);
-    if (st.ok()) break;
-    if (attempt == 10 || st.error_message().find("agents are up") == std::string::npos) {
-      kill(controller_, SIGKILL);
-      std::_Exit(1);
-    }
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+  const double submit_s = SubmitJobs();
+  if (submit_s < 0 || !LearnJobs()) {
+    kill(controller_, SIGKILL);
+    std::_Exit(1);
   }
   auto started = [&] {
     std::lock_guard<std::mutex> l(mu_);
     return std::count_if(sims_.begin(), sims_.end(), [](const Sim& s) { return s.generation > 0; });
   };
   const auto sub0 = Clock::now();
-  while (started() < o_.agents - 1 && Secs(Clock::now() - sub0) < 120) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  std::printf("START_RANKS reached %ld of %d placed machines after %.1f s\n", started(), o_.agents - 1,
+  const int placed = PerJob() * o_.jobs;
+  while (started() < placed && Secs(Clock::now() - sub0) < 120) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::printf("START_RANKS reached %ld of %d placed machines after %.1f s\n", started(), placed,
               Secs(Clock::now() - sub0));
   std::this_thread::sleep_for(std::chrono::seconds(5));  // settle
 
   // --- steady load -------------------------------------------------------
   const std::string db = o_.dir + "/controller.db";
-  auto journal_bytes = [&] { return FileSize(db) + FileSize(db + "-wal"); };
+  // The fleet's database and, with named jobs, each job's (jobs/NAME.db).
+  auto dbs = [&] {
+    std::vector<std::string> v = {db};
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(o_.dir + "/jobs", ec)) {
+      if (e.path().extension() == ".db") v.push_back(e.path().string());
+    }
+    return v;
+  };
+  auto journal_bytes = [&] {
+    int64_t n = 0;
+    for (const std::string& d : dbs()) n += FileSize(d) + FileSize(d + "-wal");
+    return n;
+  };
+  auto journal_rows = [&] {
+    std::pair<int64_t, int64_t> sum{0, 0};
+    for (const std::string& d : dbs()) {
+      const auto r = JournalRows(d);
+      sum = {sum.first + r.first, sum.second + r.second};
+    }
+    return sum;
+  };
   TakeLatencies();
   reporting_ = true;
   const Proc p0 = ReadProc(controller_);
   rusage self0;
   getrusage(RUSAGE_SELF, &self0);
   const int64_t j0 = journal_bytes();
-  const auto rows0 = JournalRows(db);
+  const auto rows0 = journal_rows();
   const auto w0 = Clock::now();
   Proc peak;
   double status_worst = 0;
@@ -345,7 +344,7 @@ int Bench::Run() {
   rusage self1;
   getrusage(RUSAGE_SELF, &self1);
   const int64_t j1 = journal_bytes();
-  const auto rows1 = JournalRows(db);
+  const auto rows1 = journal_rows();
   reporting_ = false;
   std::vector<double> lat = TakeLatencies();
   // bulwark status, over the same API the CLI uses
@@ -448,7 +447,7 @@ int Bench::Run() {
   // Every machine but the silenced one (and the stuck rank's, which the
   // hang's decision may evict) kept reporting: any other lost is the
   // controller's own lag held against a healthy agent.
-  const int lost_lines = CountLines(log_path, "] info: event machine ", " lost its heartbeat (silent");
+  const int lost_lines = CountLines(log_path, "event machine ", " lost its heartbeat (silent");
   const int healthy_evicted = lost_lines - 1;
   double lag;
   int64_t lagged;
@@ -463,17 +462,18 @@ int Bench::Run() {
   std::printf("of them: %d after the generator itself was late for the agent (it really was silent), %d with a report "
               "sent and not heard, %d with the controller's answer too late for the next report\n",
               blame[0], blame[1], blame[2]);
-  std::printf("JSON {\"agents\": %d, \"jobs\": 1, \"healthy_evicted\": %d, \"decide_s\": %.2f, \"crash_decide_s\": %.2f, "
+  std::fprintf(o_.json_out, "%s{\"agents\": %d, \"jobs\": %d, \"healthy_evicted\": %d, \"decide_s\": %.2f, \"crash_decide_s\": %.2f, "
               "\"hang_detect_s\": %.2f, \"hang_decide_s\": %.2f, \"generator_cpu_cores\": %.2f, \"generator_lag_s\": %.2f, "
               "\"load\": \"%s\", \"controller_cpu_cores\": %.3f, \"controller_rss_mib\": %.0f, \"threads\": %d, "
               "\"report_p50_ms\": %.2f, \"report_p99_ms\": %.2f, \"evict_after_s\": %.2f, \"evict_after_lease_s\": %.2f, "
               "\"journal_mib_per_hour\": %.1f, \"replay_s\": %.2f, \"status_s\": %.3f, \"submit_s\": %.2f, "
               "\"evicted_generator_late\": %d, \"evicted_unheard\": %d, \"evicted_answer_late\": %d}\n",
-              o_.agents, healthy_evicted, crash_decide, crash_decide, hang.detect_s, hang.decide_s,
+              o_.json ? "" : "JSON ", o_.agents, o_.jobs, healthy_evicted, crash_decide, crash_decide, hang.detect_s, hang.decide_s,
               (cpu(self1) - cpu(self0)) / window, lag, Trim(ReadAll("/proc/loadavg")).c_str(), (p1.cpu_s - p0.cpu_s) / window,
               peak.rss_mib, peak.threads, Percentile(lat, 0.5),
               Percentile(lat, 0.99), noticed, noticed < 0 ? -1.0 : noticed - 2.0,
               rows_per_s * row_bytes * 3600 / (1 << 20), reattached, status_worst, submit_s, blame[0], blame[1], blame[2]);
+  std::fflush(o_.json_out);
   std::fflush(stdout);
 
   // The generator's streams and calls die with the process.
@@ -488,17 +488,34 @@ int Bench::Run() {
 
 int main(int argc, char** argv) {
   plane_bench::Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    if (k == "--json") {
+      o.json = true;
+      continue;
+    }
+    const std::string v = i + 1 < argc ? argv[++i] : "";
+    if (v.empty()) k.clear();
     if (k == "--agents") o.agents = std::stoi(v);
     else if (k == "--seconds") o.seconds = std::stoi(v);
     else if (k == "--dir") o.dir = v;
     else if (k == "--bulwark") o.bulwark = v;
     else if (k == "--channels") o.channels = std::stoi(v);
+    else if (k == "--jobs") o.jobs = std::stoi(v);
     else {
-      std::fprintf(stderr, "usage: bulwark-plane-bench [--agents N] [--seconds S] [--dir DIR] [--bulwark PATH] [--channels C]\n");
+      std::fprintf(stderr, "usage: bulwark-plane-bench [--agents N] [--jobs J] [--seconds S] [--dir DIR] [--bulwark PATH] "
+                   "[--channels C] [--json]\n");
       return 2;
     }
+  }
+  if (o.jobs < 1 || o.agents < o.jobs + 1) {
+    std::fprintf(stderr, "bulwark-plane-bench: --jobs J needs 1 <= J and at least J + 1 agents (one for the pool)\n");
+    return 2;
+  }
+  if (o.json) {
+    // The figures alone on stdout, for scripts; the running commentary on stderr.
+    o.json_out = fdopen(dup(1), "w");
+    dup2(2, 1);
   }
   signal(SIGPIPE, SIG_IGN);
   return plane_bench::Bench(o).Run();

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +30,12 @@ struct Options {
   int agents = 100;
   int seconds = 30;
   int channels = 0;  // 0: one per 200 agents
+  // Jobs on the fleet: 1, the single job of every machine but one; J > 1,
+  // J named jobs of (agents - 1) / J machines each, the rest the fleet's
+  // pool (plane/fleet.h).
+  int jobs = 1;
+  bool json = false;  // stdout: the figures' JSON object alone; the rest to stderr
+  FILE* json_out = stdout;
 };
 
 
@@ -63,6 +70,7 @@ struct Sim {
   int64_t acked = 0;
   int64_t generation = 0;
   int rank = -1;  // its rank in `generation`, from START_RANKS; -1 none (a standby)
+  int job = 0;    // the job holding it, as the controller's status says; -1 the pool
   bool registered = false;
   bool silent = false;
   bool report_in_flight = false;
@@ -114,6 +122,12 @@ class Bench {
   std::vector<int> BlameLosses(const std::string& log_path, const std::string& victim);
   // Waits until every placed agent runs the newest generation a START_RANKS named.
   void WaitForOneGeneration(double timeout_s);
+  // Submits the job or jobs (jobs.cc), each retried as a user would while
+  // too few agents were heard; the slowest submit's seconds, -1 refused.
+  double SubmitJobs();
+  int PerJob() const { return (o_.agents - 1) / o_.jobs; }
+  // Which job holds each machine, read from the controller's status.
+  bool LearnJobs();
   void PollLoop();
   void ScheduleLoop();
   std::vector<double> TakeLatencies() {
@@ -138,6 +152,7 @@ class Bench {
   // A hang: every rank's step stops at this one (0: none), as a stuck rank
   // stops its peers in their next collective.
   int64_t frozen_step_ = 0;
+  int frozen_job_ = -1;  // the job whose ranks the hang stops; -1 every job
   // The scheduler's worst lateness since the job's submit, and its 10 ms
   // ticks more than 1 s late (ScheduleLoop).
   double worst_lag_s_ = 0;

@@ -13,6 +13,7 @@
 //   bulwark bench-recovery [--repeat 3] [--config tiny]  recovery figures per fault class
 //   bulwark bench-checkpoint [--rounds 2] [--config small] in-memory checkpoint cost and restores
 //   bulwark bench-compare [--repeat 2] [--provisioning-delay 600]  recovery vs the requeue baseline
+//   bulwark bench-plane [--agents N] [--jobs J] [--json]  the controller under N simulated agents (bench/plane)
 //   bulwark controller [--init] [--metrics-port P] [--dir D]   (started by up)
 //   bulwark agent --machine ID [--dir D] [--metrics-port P]  (started by up)
 //
@@ -508,6 +509,7 @@ Status Run(const Args& a) {
   if (cmd == "bench-compare") return BenchCompareCmd(a);
   if (cmd == "bench-implicit") return BenchImplicitCmd(a);
   if (cmd == "bench-ladder") return BenchLadderCmd(a);
+  if (cmd == "bench-plane") return BenchPlaneCmd(a);
   if (cmd == "controller") {
     Result<int> mport = IntFlag(a, "metrics-port", -1);
     if (!mport.ok()) return mport.status();

@@ -1,5 +1,12 @@
 #include "cli/run_commands.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
 #include "demo/demo.h"
 
 namespace bulwark::cli {
@@ -72,6 +79,28 @@ Status BenchCheckpointCmd(const Args& a) {
                                               {"threads", &o.threads}, {"persist-every", &o.persist_every}}));
   if (o.steps <= o.warmup) return Status::InvalidArgument("bench-checkpoint: --steps must exceed --warmup");
   return demo::RunCheckpointBench(o);
+}
+
+// The generator stays a process of its own (it spawns `bulwark controller`
+// as another), so the controller's CPU, read from its /proc/PID/stat, never
+// includes the generator's.
+Status BenchPlaneCmd(const Args& a) {
+  const std::string bench = ExeDir() + "/bulwark-plane-bench";
+  std::vector<std::string> args = {bench, "--bulwark", ExeDir() + "/bulwark", "--dir",
+                                   a.Get("out", "/tmp/bulwark-plane-bench")};
+  for (const char* k : {"agents", "jobs", "seconds", "channels"}) {
+    if (!a.Has(k)) continue;
+    Result<int> v = IntFlag(a, k, 0);
+    if (!v.ok()) return v.status();
+    args.insert(args.end(), {std::string("--") + k, std::to_string(*v)});
+  }
+  if (a.Has("json")) args.push_back("--json");
+  std::vector<char*> argv;
+  for (std::string& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  ::execv(bench.c_str(), argv.data());
+  return Status::NotFound("bench-plane: cannot run " + bench + ": " + std::strerror(errno) +
+                          "; build it with 'cmake --build build --target bulwark-plane-bench'");
 }
 
 }  // namespace bulwark::cli

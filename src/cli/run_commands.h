@@ -13,5 +13,7 @@ Status BenchCompareCmd(const Args& a);
 Status BenchLadderCmd(const Args& a);
 Status BenchImplicitCmd(const Args& a);
 Status BenchCheckpointCmd(const Args& a);
+// bulwark-plane-bench beside this binary (bench/plane), run in its place.
+Status BenchPlaneCmd(const Args& a);
 
 }  // namespace bulwark::cli
