@@ -106,9 +106,10 @@ struct PolicyConfig {
   // machine of a hang's, a slow machine's or an anomaly's group is checked
   // off the job's path (a Checkup action: the ladder's tests on that one
   // machine) and, when every test passes, returns to the pool as a standby.
-  // A failed test leaves it evicted, for an operator. Off by default: the
-  // plane does not carry Checkup to agents yet, so only the simulator turns
-  // it on (`bulwark sim --checkup`).
+  // A failed test leaves it evicted, for an operator. The plane sends the
+  // tests as a DIAGNOSE one-shot to that machine (Plane::SendCheckupLocked).
+  // Off by default until a cluster test runs with it and the simulator's
+  // default figures may change (`bulwark sim --checkup` turns it on).
   bool checkup_evicted = false;
   std::vector<std::string> checkup_tests = {"compute", "device", "alignment"};
 

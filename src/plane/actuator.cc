@@ -137,7 +137,7 @@ std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launc
     case ActionKind::kReplenishStandby:
     case ActionKind::kCaptureStacks:  // a one-shot request the plane sends itself
     case ActionKind::kStageRelease:   // likewise, beside the running ranks
-    case ActionKind::kCheckup:        // not carried to agents yet: PolicyConfig::checkup_evicted is off here
+    case ActionKind::kCheckup:        // a one-shot to the evicted machine (Plane::SendCheckupLocked)
       break;
   }
   return out;

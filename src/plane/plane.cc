@@ -131,6 +131,18 @@ void Plane::SendDiagnoseLocked(const Action& a) {
   }
 }
 
+void Plane::SendCheckupLocked(const Action& a) {
+  if (logged_actions_.insert(a.id).second) LogLocked("action " + a.ToString());
+  wire::Command c;
+  c.set_kind(wire::Command::DIAGNOSE);
+  c.set_id(a.id);
+  c.set_incident(a.incident);
+  c.set_budget_ms(ToMs(options_.policy.ladder.diagnose_budget));
+  for (const std::string& t : a.tests) c.add_tests(t);
+  c.set_reason(a.reason);
+  AgentForLocked(a.machine).oneshots.push_back(std::move(c));
+}
+
 void Plane::SendStageReleaseLocked(const Action& a) {
   if (logged_actions_.insert(a.id).second) LogLocked("action " + a.ToString());
   // What a START_RANKS of the release will carry, so that the agent's
@@ -185,6 +197,14 @@ Status Plane::AfterDecisionLocked(const std::vector<Action>& actions, bool deliv
     if (a.kind == ActionKind::kRunDiagnostics) {
       diagnose_decided_ = a;
       if (deliver) SendDiagnoseLocked(a);
+    }
+    if (a.kind == ActionKind::kCheckup) {
+      // An over-evicted machine's checkup (policy_checkup.cc): the ladder's
+      // tests as a DIAGNOSE one-shot to its agent alone, off the job's path;
+      // its answer returns it to the pool or keeps it out. A replayed one
+      // is not sent again: the machine waits for an operator.
+      if (deliver) SendCheckupLocked(a);
+      continue;
     }
     if (a.kind == ActionKind::kStageRelease) {
       // A replayed staging is history: the restart it led to is journaled.
