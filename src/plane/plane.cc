@@ -547,9 +547,10 @@ std::vector<MachineId> Plane::LiveMachines(Time now) {
   PlaneLock lock(this);
   now = NowLocked(now);
   AbsorbArrivalsLocked(now);
+  const Duration lease = LeaseLocked(now);  // as Submit's
   std::vector<MachineId> out;
   for (const auto& [id, a] : agents_) {
-    if (!a.lost_reported && now - a.last_heard <= options_.heartbeat_timeout) out.push_back(id);
+    if (!a.lost_reported && now - a.last_heard <= lease) out.push_back(id);
   }
   return out;
 }

@@ -24,12 +24,14 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
                                       "run 'bulwark down' and 'bulwark up' for a new one");
   }
   // Every machine whose agent is up serves the job or waits on standby:
-  // heard from within the timeout, its report processed or still queued.
+  // heard from within the lease the tick holds it to (a machine it would
+  // not call lost is up), its report processed or still queued.
   AbsorbArrivalsLocked(now);
+  const Duration lease = LeaseLocked(now);
   std::vector<MachineId> machines;
   std::map<MachineId, std::string> domains;  // failure domains, as registrations said
   for (const auto& [id, a] : agents_) {
-    if (now - a.last_heard > options_.heartbeat_timeout) continue;
+    if (now - a.last_heard > lease) continue;
     machines.push_back(id);
     if (!a.domain.empty()) domains[id] = a.domain;
   }
