@@ -309,6 +309,28 @@ TEST(Policy, ExitNamingNoKnownMachineIsAnOrdinaryPeerLoss) {
   EXPECT_EQ(job.StateOf("m03"), MachineState::kActive);
 }
 
+// Issue 41's GPU run in the policy: 2 machines + 1 standby, a kill of m01,
+// then, before the slow (CUDA, disk-restoring) restart completed a step,
+// m02 down. m01's peer-lost exits, before and after m02's eviction, are
+// echoes: with them counted, kill + 2 exits made "3 crashes without a
+// completed step" and the ladder stopped the job as deterministic.
+TEST(Policy, AKillThenAMachineDownBeforeTheRestartsFirstStepDoNotStopTheJob) {
+  // Exit code 3 (kExitPeerLost) and no log signature: counted, such a
+  // crash climbs the ladder, which finds no machine and stops the job.
+  auto peer_lost = [](double at) { return RankExited{"m01", 0, 3, 0, "", S(at)}; };
+  Job job(2, 1);
+  job.StartAndRun(10);
+  EXPECT_EQ(Briefs(job.Do(RankExited{"m01", 0, 0, 9, "", S(105)})), (Lines{"restart_all g2 m01,m02 ckpt 10"}));
+  EXPECT_EQ(Briefs(job.Do(peer_lost(117.5))), (Lines{"restart_all g3 m01,m02 ckpt 10"}));
+  EXPECT_EQ(Briefs(job.Do(HeartbeatLost("m02", S(117), S(119)))),
+            (Lines{"evict m02", "activate s01", "restart_all g4 m01,s01 ckpt 10"}));
+  EXPECT_EQ(Briefs(job.Do(peer_lost(131))), (Lines{"restart_all g5 m01,s01 ckpt 10"}));
+  EXPECT_EQ(job.state().ladder.state, LadderState::kIdle);
+  job.RunSteps(11, 12, S(150));
+  EXPECT_EQ(job.state().job, JobState::kRunning);
+  for (const Incident& inc : job.controller->incidents()) EXPECT_NE(inc.resolution, Resolution::kStopped) << inc.why;
+}
+
 TEST(Policy, ACrashThatIsNotPeerLostBlamesNoPeer) {
   Job job;
   job.StartAndRun(10);
