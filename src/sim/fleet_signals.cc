@@ -154,13 +154,17 @@ void FleetSim::ReportDiagnostics(const Action& a) {
   // simulated year's events and time).
   const Time at = now_ + Secs(k.diagnose);
   const bool align = std::find(a.tests.begin(), a.tests.end(), "alignment") != a.tests.end();
+  // Every machine's results are the same passes: built once, copied (grown
+  // test by test for each of 12,500 machines, they were a twentieth of a
+  // year's time).
+  std::vector<DiagnosticResult> passed;
+  for (const std::string& t : a.tests) {
+    if (t != "alignment") passed.push_back({t, true, "", 0});
+  }
   std::vector<Event> answers;
   answers.reserve(a.placement.slots.size());
   for (const MachineId& id : a.placement.slots) {
-    DiagnosticsReported r{a.incident, id, {}, "", at};
-    for (const std::string& t : a.tests) {
-      if (t != "alignment") r.results.push_back({t, true, "", 0});
-    }
+    DiagnosticsReported r{a.incident, id, passed, "", at};
     if (align) r.alignment_hash = corrupts(id) && noise_.Uniform() < k.sdc_found ? "corrupt" : "good";
     answers.push_back(std::move(r));
   }
