@@ -142,12 +142,36 @@ Result<std::string> Fleet::Submit(JobLaunch launch, bool named, Time now) {
   }
   // Off ops_mu_: the job's first decisions may already ask the pool (Grant).
   Result<std::string> id = p->Submit(std::move(launch), now);
-  if (id.ok()) {
-    std::string list;
-    for (const MachineId& m : moved) list += " " + m;
-    log_.Info("job " + name + " of the fleet on" + list);
+  if (!id.ok()) {
+    MutexLock ops(&ops_mu_);
+    UndoSubmitLocked(name, p, moved, now);
+    return id.status();
   }
+  std::string list;
+  for (const MachineId& m : moved) list += " " + m;
+  log_.Info("job " + name + " of the fleet on" + list);
   return id;
+}
+
+void Fleet::UndoSubmitLocked(const std::string& name, Plane* p, const std::vector<MachineId>& moved, Time now) {
+  for (const MachineId& m : moved) {
+    std::optional<wire::RegisterRequest> reg = p->Forget(m);
+    {
+      MutexLock lock(&route_mu_);
+      owner_.erase(m);
+    }
+    if (reg) main_->Register(*reg, now).IgnoreError();
+  }
+  granted_.erase(name);
+  {
+    MutexLock lock(&route_mu_);
+    retired_.push_back(std::move(jobs_[name]));
+    jobs_.erase(name);
+  }
+  std::error_code ec;
+  for (const char* ext : {"", "-wal", "-shm"}) std::filesystem::remove(jobs_dir_ + "/" + name + ".db" + ext, ec);
+  log_.Info("job " + name + " refused by its own plane; its " + std::to_string(moved.size()) +
+            " machine(s) back in the pool");
 }
 
 void Fleet::Grant(const std::string& job, int count, Time now) {

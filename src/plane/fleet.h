@@ -69,6 +69,10 @@ class Fleet {
   // Moves `machine` from the pool to `job`'s plane; false when the pool no
   // longer has it.
   bool MoveLocked(const std::string& machine, const std::string& job, Plane* to, Time now) REQUIRES(ops_mu_);
+  // Job `name`'s own plane refused its submit: its machines go back to the
+  // pool, its journal is removed, and the name is free to submit again.
+  void UndoSubmitLocked(const std::string& name, Plane* p, const std::vector<MachineId>& moved, Time now)
+      REQUIRES(ops_mu_);
   // Job `job` waits for `count` machines: the pool's first ones, less those
   // already on their way to it.
   void Grant(const std::string& job, int count, Time now) EXCLUDES(ops_mu_);
@@ -87,6 +91,9 @@ class Fleet {
   Mutex route_mu_;
   std::map<std::string, std::unique_ptr<Plane>> jobs_ GUARDED_BY(route_mu_);
   std::map<std::string, Plane*> owner_ GUARDED_BY(route_mu_);  // machine -> its job's plane
+  // Planes of undone submits: kept, since a call routed to one just before
+  // may still be in it (For hands out raw pointers).
+  std::vector<std::unique_ptr<Plane>> retired_ GUARDED_BY(route_mu_);
 };
 
 }  // namespace bulwark::plane

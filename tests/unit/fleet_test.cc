@@ -61,6 +61,24 @@ class FleetTest : public ::testing::Test {
   const std::vector<std::string> all_ = {"m01", "m02", "m03", "m04", "m05"};
 };
 
+// A submit the job's own plane refuses (here a negative persist interval;
+// at 12,500 agents, machines moved to it but not heard there in time) leaves
+// nothing behind: the machines are the pool's again and the name is free
+// (before, every retry said the job "already runs").
+TEST_F(FleetTest, ASubmitItsJobRefusesLeavesThePoolAsItWas) {
+  auto f = Open(1000);
+  ASSERT_TRUE(f);
+  for (const std::string& m : all_) ASSERT_TRUE(f->For(m)->Register(Reg(m), At(1000)).ok());
+  JobLaunch bad = testing::Launch();
+  bad.spec.id = "a";
+  bad.persist_every = -1;
+  EXPECT_FALSE(f->Submit(bad, /*named=*/true, At(1000)).ok());
+  EXPECT_TRUE(Jobs(*f, 1000).empty());
+  for (const std::string& m : all_) EXPECT_EQ(f->For(m), f->main()) << m << " is the pool's again";
+  ASSERT_TRUE(SubmitJob(*f, "a", 1000).ok()) << "the name is free";
+  EXPECT_EQ(Jobs(*f, 1000)["a"]["placement"], json({"m01", "m02"}));
+}
+
 TEST_F(FleetTest, EachJobTakesOnlyWhatItNeedsAndThePoolKeepsTheRest) {
   auto f = TwoJobs(1000);
   ASSERT_TRUE(f);
