@@ -14,7 +14,8 @@
 # its first after), and the narrowing's incident: the survivors' stall and
 # how long the job trained narrower. Figures only, never an assertion.
 # Usage: bench/elastic/stall.sh [R ...]   (BULWARK_UP_FLAGS goes to `bulwark up`;
-# BULWARK_ELASTIC_COMM=gloo reduces over Gloo's mesh instead of the ring)
+# BULWARK_ELASTIC_COMM=gloo reduces over Gloo's mesh instead of the ring;
+# BULWARK_SPLICE=0 grows by a yield of every rank instead of a splice)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WIDTHS=("${@:-2 4 8}")
@@ -41,7 +42,7 @@ recovery: {mode: elastic}
 args: [--config, tiny, --data, $DATA, --steps, '100000000', --log-format, json, --eval-every, '0',
        --threads, '1', --dist-timeout, '10', --precision, fp32, --elastic-replicas, '$R', --micro-batches, '2', --memory-ckpt, 'on',
        --elastic-comm, $COMM]
-env: {OMP_NUM_THREADS: '1'}
+env: {OMP_NUM_THREADS: '1', BULWARK_SPLICE: '${BULWARK_SPLICE:-1}'}
 YAML
   build/bin/bulwark up --machines "$R" ${BULWARK_UP_FLAGS:-} >/dev/null
   build/bin/bulwark submit "$OUT/r$R/job.yaml" >/dev/null
@@ -139,10 +140,15 @@ def last_step_before(k):
     return [e for e in ev[:k] if e.get("event") == "step"][-1]
 narrow, grow = restores[-2], restores[-1]
 agent = open(f"{machines}/{last}/agent.log").read()
+adopted = [e for e in ev[:grow] if e.get("event") == "adopt"]
+how = "spliced" if adopted and adopted[-1].get("path") == "splice" else "yielded"
 print(f"R={R}: device-fail -> {R-1} of {R}: stall {(first_step_after(narrow)['wall_ms'] - fail_ms) / 1000.0:.3f} s; "
       f"return -> {R} of {R}: {(first_step_after(grow)['wall_ms'] - ret_ms) / 1000.0:.3f} s, "
       f"rank 0 stood still {(first_step_after(grow)['wall_ms'] - last_step_before(grow)['wall_ms']) / 1000.0:.3f} s "
-      f"(its state: {ev[grow].get('source')}); the returned machine's rank from a "
+      f"between steps, of which the first step after took {first_step_after(grow)['step_ms'] / 1000.0:.3f} s and the "
+      f"last before {last_step_before(grow)['step_ms'] / 1000.0:.3f} s "
+      f"({how}; "
+      f"its state: {ev[grow].get('source')}); the returned machine's rank from a "
       f"{'spare' if ':prespawned' in agent.split('warm: ')[-1] else 'cold start'}")
 PY
   build/bin/bulwark down >/dev/null

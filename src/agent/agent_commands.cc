@@ -344,6 +344,18 @@ void Agent::AwaitWaitingRanks(const RankGroupSpec& spec) {
   // of a switch-down's recovery, issue 38). A grow still asks for a yield:
   // its ranks finish the step they are in.
   const bool lost_members = yielding_ && spare_spec_ && spec.world_size < spare_spec_->world_size;
+  if (yielding_ && CanSplice(spec)) {
+    // A grow spliced in between steps: the ranks train on and get the new
+    // generation as they do (StartRanks hands them over as waiting ones);
+    // they move to it together, after one step's vote, and only the
+    // joiner's ring neighbours link anew (docs/recovery.md).
+    for (const auto& [rank, pid] : supervisor_.Pids()) supervisor_.MarkWaiting(pid);
+    splicing_ = true;
+    yielding_ = false;
+    Log("generation " + std::to_string(spec.generation) + " grows to " + std::to_string(spec.world_size) +
+        " ranks: spliced in while the ranks here train");
+    return;
+  }
   if (yielding_) {
     const std::string word = lost_members ? "INJECT abort" : "INJECT yield";
     for (const auto& [rank, pid] : supervisor_.Pids()) {
@@ -373,6 +385,20 @@ void Agent::AwaitWaitingRanks(const RankGroupSpec& spec) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   yielding_ = false;
+}
+
+bool Agent::CanSplice(const RankGroupSpec& spec) const {
+  if (!spare_spec_ || spec.world_size <= spare_spec_->world_size) return false;  // a grow only
+  const std::map<int, pid_t>& live = supervisor_.Pids();
+  if (live.empty() || live.size() != spec.ranks.size()) return false;
+  for (const auto& [rank, pid] : live) {
+    if (gen_.spliceable.count(rank) == 0) return false;
+  }
+  for (const auto& [rank, local] : spec.ranks) {
+    auto env = spec.rank_env.find(rank);
+    if (env == spec.rank_env.end() || env->second.count(rank_client::kRingPlanEnv) == 0) return false;
+  }
+  return true;
 }
 
 void Agent::StartRanks(const RankGroupSpec& spec, const std::string& reason) {
@@ -407,11 +433,13 @@ void Agent::StartRanks(const RankGroupSpec& spec, const std::string& reason) {
       a.ring_addr = re->second.at(rank_client::kRingAddrEnv);
     }
     a.log_path = supervisor_.LogPath(h.rank);
-    if (Status st = links_->Send(h.pid, a.Format()); !st.ok()) {
+    const bool splice = splicing_ && h.path == HandoffPath::kRejoin;
+    if (Status st = links_->Send(h.pid, a.Format(splice ? "SPLICE" : "ASSIGN")); !st.ok()) {
       Log("rank " + std::to_string(h.rank) + ": cannot hand it to pid " + std::to_string(h.pid) + ": " + st.ToString());
       retry_cold = true;
     }
   }
+  splicing_ = false;
   if (retry_cold) {
     // A process that cannot hear its ASSIGN is no use: all cold.
     started = supervisor_.Start(spec, /*reuse=*/false);

@@ -179,6 +179,9 @@ class Agent {
   // Reads the rank links until every live rank of `spec`'s job waits for an
   // ASSIGN, or kRejoinWait passed.
   void AwaitWaitingRanks(const RankGroupSpec& spec);
+  // A grow whose running ranks here all said SPLICE and each hold a ring
+  // plan in `spec`: they get the generation while they train (StartRanks).
+  bool CanSplice(const RankGroupSpec& spec) const;
   // Starts `spec`'s ranks and sends the reused processes their ASSIGN.
   void StartRanks(const RankGroupSpec& spec, const std::string& reason);
   // Keeps a spare per local rank of the running job once it trains.
@@ -310,6 +313,7 @@ class Agent {
     std::map<int, int64_t> link_steps;  // by rank: the newest step it sent over its rank link
     bool saw_step = false;              // a rank reported a step
     bool in_place = false;              // a rank said INPLACE
+    std::set<int> spliceable;           // ranks that said SPLICE (rank_link.h)
     // Peers whose end of a rank's connection closed (signatures.h:
     // ClosedPeer), sent with every report (bulwark.proto: peers_closed).
     std::set<std::string> peers_closed;
@@ -318,6 +322,7 @@ class Agent {
   GenerationView gen_;
   std::optional<RankGroupSpec> spare_spec_;  // the running job's, for spares
   bool yielding_ = false;                    // asked an elastic job's ranks to yield (AwaitWaitingRanks)
+  bool splicing_ = false;                    // StartRanks sends the running ranks SPLICE, not ASSIGN
   bool warm_unanswered_ = false;             // a warm standby that has not said STANDBY_READY
   struct Staging {
     std::string id;  // the command's: a resent one is not staged twice

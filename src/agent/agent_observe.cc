@@ -117,6 +117,10 @@ void Agent::ForwardRankLinks(bool progress) {
       gen_.in_place = true;
       continue;
     }
+    if (word == "SPLICE") {
+      gen_.spliceable.insert(m.rank);
+      continue;
+    }
     if (word == "LOST" || word == "WAIT" || word == "READY") {
       // It waits for an ASSIGN (handoff.h). A lost peer is reported the way
       // a peer-lost exit was: held for the culprit's report and the restart.

@@ -67,8 +67,8 @@ Result<StepSignal> StepSignal::Parse(const std::string& line) {
   return s;
 }
 
-std::string RankAssignment::Format() const {
-  return "ASSIGN " + std::to_string(generation) + " " + std::to_string(rank) + " " + std::to_string(local_rank) + " " +
+std::string RankAssignment::Format(const std::string& verb) const {
+  return verb + " " + std::to_string(generation) + " " + std::to_string(rank) + " " + std::to_string(local_rank) + " " +
          std::to_string(world_size) + " " + std::to_string(local_world_size) + " " + master_addr + " " +
          std::to_string(master_port) + " " + std::to_string(backup_of) + " " + log_path +
          (ring_addr.empty() && ring_plan.empty()
@@ -78,7 +78,7 @@ std::string RankAssignment::Format() const {
 
 Result<RankAssignment> RankAssignment::Parse(const std::string& line) {
   std::vector<std::string> w = SplitWords(line);
-  if ((w.size() != 10 && w.size() != 12) || w[0] != "ASSIGN") {
+  if ((w.size() != 10 && w.size() != 12) || (w[0] != "ASSIGN" && w[0] != "SPLICE")) {
     return Status::InvalidArgument("rank link: malformed assignment '" + line.substr(0, 80) + "'");
   }
   RankAssignment a;
@@ -131,19 +131,32 @@ void RankLink::Phase(const std::string& what, double expected_ms, int64_t after_
   ::send(sock_, buf, std::strlen(buf), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-namespace {
-
-// One injection the agent sent, without waiting: its word, or nullopt.
-std::optional<std::string> ReadInject(int sock) {
-  char buf[256];
-  ssize_t n = ::recv(sock, buf, sizeof buf - 1, MSG_DONTWAIT);
-  if (n <= 0) return std::nullopt;
-  std::vector<std::string> w = SplitWords(std::string(buf, n));
-  if (w.size() == 2 && w[0] == "INJECT") return w[1];
-  return std::nullopt;
+std::optional<std::string> RankLink::ReadInject() {
+  // An assignment is longer than an injection: a log path and a ring plan.
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::recv(sock_, buf, sizeof buf - 1, MSG_DONTWAIT);
+    if (n <= 0) return std::nullopt;
+    const std::string text(buf, static_cast<size_t>(n));
+    if (text.rfind("SPLICE ", 0) == 0) {
+      // The next generation while this one trains: held until every rank
+      // holds it (the step driver's vote), or this generation fails.
+      Result<RankAssignment> a = RankAssignment::Parse(text);
+      if (a.ok()) {
+        splice_ = *a;
+      } else {
+        std::fprintf(stderr, "%s\n", a.status().message().c_str());
+      }
+      continue;
+    }
+    std::vector<std::string> w = SplitWords(text);
+    if (w.size() != 2 || w[0] != "INJECT") return std::nullopt;
+    // A yield or an abort is the agent's word for a later generation than
+    // any SPLICE before it (a grow sends neither): that one's ASSIGN follows.
+    if (w[1] == "yield" || w[1] == "abort") splice_.reset();
+    return w[1];
+  }
 }
-
-}  // namespace
 
 std::optional<std::string> RankLink::PollInject() {
   if (!held_.empty()) {
@@ -151,11 +164,11 @@ std::optional<std::string> RankLink::PollInject() {
     held_.pop_front();
     return w;
   }
-  return ReadInject(sock_);
+  return ReadInject();
 }
 
 bool RankLink::TakeAbort() {
-  while (std::optional<std::string> w = ReadInject(sock_)) {
+  while (std::optional<std::string> w = ReadInject()) {
     if (*w == "abort") return true;
     held_.push_back(*w);
   }
@@ -168,6 +181,14 @@ void RankLink::Hello(int rank) {
 }
 
 void RankLink::OfferInPlace() { ::send(sock_, "INPLACE", 7, MSG_NOSIGNAL); }
+
+void RankLink::OfferSplice() { ::send(sock_, "SPLICE", 6, MSG_NOSIGNAL); }
+
+std::optional<RankAssignment> RankLink::TakeSplice() {
+  std::optional<RankAssignment> a;
+  a.swap(splice_);
+  return a;
+}
 
 std::optional<RankAssignment> RankLink::AwaitAssignment(const std::string& why, int64_t step, int timeout_ms) {
   const std::string text = why == "READY" ? why : why + " " + std::to_string(step);
@@ -184,7 +205,8 @@ std::optional<RankAssignment> RankLink::AwaitAssignment(const std::string& why, 
     }
     Result<std::string> m = RecvShardMessage(sock_, nullptr, wait);
     if (!m.ok()) return std::nullopt;  // closed, or no answer in time
-    if (m->rfind("ASSIGN ", 0) != 0) continue;  // an injection for the failed generation
+    // A SPLICE that came too late to be voted on serves as the ASSIGN.
+    if (m->rfind("ASSIGN ", 0) != 0 && m->rfind("SPLICE ", 0) != 0) continue;  // an injection for the failed generation
     Result<RankAssignment> a = RankAssignment::Parse(*m);
     if (!a.ok()) {
       std::fprintf(stderr, "%s\n", a.status().message().c_str());

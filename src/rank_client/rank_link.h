@@ -15,6 +15,8 @@
 //   READY           a pre-spawned process, set up and waiting (HELLO -1)
 //   INPLACE         this program can wait for an ASSIGN (LOST/WAIT/READY);
 //                   the agent pre-spawns spares only for such a job
+//   SPLICE          this generation can grow between  SPLICE <as ASSIGN> (the next generation,
+//                   steps (an elastic ring from plans)         sent while this one trains)
 //
 // LOST, WAIT and READY say the process waits for an ASSIGN: the next
 // generation's rank and rendezvous, which it joins in place (no new process,
@@ -81,7 +83,9 @@ struct RankAssignment {
   std::string log_path;
   std::string ring_addr, ring_plan;  // "": none
 
-  std::string Format() const;
+  // "ASSIGN ...", or with `verb` "SPLICE" the same words sent while the
+  // process trains (a grow spliced in between steps, docs/recovery.md).
+  std::string Format(const std::string& verb = "ASSIGN") const;
   static Result<RankAssignment> Parse(const std::string& line);
 };
 
@@ -117,6 +121,13 @@ class RankLink {
   void Hello(int rank);
   // Says INPLACE (see the top of this file).
   void OfferInPlace();
+  // Says SPLICE: an elastic data-parallel rank whose generation formed from
+  // the controller's plans can take a grow between steps, without yielding.
+  void OfferSplice();
+  // The next generation the agent sent while this one trains (SPLICE, read
+  // by PollInject and TakeAbort), if any; taking it clears it.
+  const std::optional<RankAssignment>& splice() const { return splice_; }
+  std::optional<RankAssignment> TakeSplice();
   // "LOST", "WAIT" or "READY" (see the top of this file), then waits up to
   // `timeout_ms` (-1: forever) for the agent's ASSIGN. nullopt when the time
   // ran out or the agent closed the link.
@@ -127,8 +138,12 @@ class RankLink {
 
  private:
   RankLink() = default;
+  // One injection the agent sent, without waiting; a SPLICE read on the way
+  // goes to splice_.
+  std::optional<std::string> ReadInject();
   int sock_ = -1;
   std::deque<std::string> held_;  // injections TakeAbort read, for PollInject
+  std::optional<RankAssignment> splice_;
 };
 
 }  // namespace bulwark::rank_client

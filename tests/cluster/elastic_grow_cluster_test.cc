@@ -96,6 +96,34 @@ class ElasticGrow : public Cluster, public ::testing::WithParamInterface<Case> {
     auto r = Bulwark({"inject", "freeze", "--machine", "m01", "--for", "6"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
+  // The grow was spliced in between steps (docs/recovery.md): m01's rank
+  // took generation `grown` while it trained, with no yield and no wait for
+  // its agent. Prints how long rank 0 stood between two steps across it.
+  void ExpectSpliced(int64_t grown) {
+    const std::string log = RankLog("m01", "rank-0.log");
+    json adopt;
+    WaitFor("m01's rank to take the grown generation", 60, [&](const json&) {
+      for (const json& e : Events(log, "adopt")) {
+        if (e["generation"] == grown) adopt = e;
+      }
+      return !adopt.is_null();
+    });
+    EXPECT_EQ(adopt.value("path", ""), "splice") << adopt.dump();
+    WaitFor("a step after the splice", 60, [&](const json&) {
+      const std::vector<json> steps = Events(log, "step");
+      return !steps.empty() && steps.back()["wall_ms"] > adopt["wall_ms"];
+    });
+    json before, after;
+    for (const json& e : Events(log, "step")) {
+      if (e["wall_ms"] <= adopt["wall_ms"]) before = e;
+      if (e["wall_ms"] > adopt["wall_ms"] && after.is_null()) after = e;
+    }
+    std::printf("[ timing ] spliced: rank 0's steps %lld -> %lld %.3f s apart; the first after the splice took "
+                "%.3f s, the last before it %.3f s\n",
+                static_cast<long long>(before["step"]), static_cast<long long>(after["step"]),
+                (after["wall_ms"].get<int64_t>() - before["wall_ms"].get<int64_t>()) / 1000.0,
+                after["step_ms"].get<double>() / 1000.0, before["step_ms"].get<double>() / 1000.0);
+  }
   // The incident the fault opened, once it records its restore.
   json FaultIncident() {
     json found;
@@ -135,6 +163,7 @@ TEST_P(ElasticGrow, AFaultRightAfterAMembershipChangeRestoresFromLiveState) {
     auto ret = Bulwark({"machine", "return", "--machine", "m03"});
     ASSERT_EQ(ret.exit_code, 0) << ret.err;
     s = Reached("grown back", gen, at, json({"m01", "m02", "m03"}));
+    ExpectSpliced(s["job"]["generation"]);
   }
   const int64_t changed_ms = NowMs();
 

@@ -318,12 +318,21 @@ Result<int> ring_wire::Dial(const std::string& self, const std::string& peer, in
 
 Status Ring::AcceptUntil(const RingLinks::Key& want, bool watch_ring) {
   const double deadline = Deadline();
+  // Forming, a rank hears its agent (a survivor of a spliced grow waits here
+  // for a joiner that may have died: the agent's next generation ends it).
+  bool hear_agent = !watch_ring && links_.interrupt_fd_ >= 0;
   while (links_.fds_.count(want) == 0) {
     // A receive waits on the ring's ABORTs too (AwaitPoint); forming the
     // ring does not, since its neighbours' links are what it is making.
     if (watch_ring) BULWARK_RETURN_IF_ERROR(AwaitPoint(links_.listen_fd_));
-    pollfd pfd{links_.listen_fd_, POLLIN, 0};
-    if (::poll(&pfd, 1, watch_ring ? 0 : MsLeft(deadline)) != 1) {
+    pollfd ps[2] = {{links_.listen_fd_, POLLIN, 0}, {links_.interrupt_fd_, POLLIN, 0}};
+    const int ready = ::poll(ps, hear_agent ? 2 : 1, watch_ring ? 0 : MsLeft(deadline));
+    if (ready < 0 && errno == EINTR) continue;
+    if (hear_agent && ps[1].revents != 0 && AgentEnded(ps[1].revents, &hear_agent)) {
+      return Status::Unavailable("the agent ended this generation while the ring waited for " + want.first);
+    }
+    if (ready > 0 && ps[0].revents == 0) continue;  // the agent spoke of something else
+    if (ready <= 0) {
       return Status::Unavailable("no link from ring peer " + want.first + " within " + std::to_string(timeout_s_) + " s");
     }
     const int fd = ::accept4(links_.listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);

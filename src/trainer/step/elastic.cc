@@ -50,11 +50,20 @@ std::vector<int> MicroBatchesOf(int replicas, int rank, int world) {
 }
 
 Status ExactMeanOfMicroBatches(Comm& comm, const std::vector<torch::Tensor>& grads, const std::vector<int>& index,
-                               const std::vector<double>& losses, int units, torch::Tensor out, double* loss) {
-  auto max_abs = torch::tensor({LocalMaxAbs(grads)}, torch::kFloat64);
+                               const std::vector<double>& losses, int units, torch::Tensor out, double* loss,
+                               TrainProcess::SpliceVote* vote) {
+  // The vote's lowest as a maximum of negatives; generations are far below
+  // 2^53, so a double holds them exactly.
+  auto max_abs = vote ? torch::tensor({LocalMaxAbs(grads), -static_cast<double>(vote->mine),
+                                       static_cast<double>(vote->mine)}, torch::kFloat64)
+                      : torch::tensor({LocalMaxAbs(grads)}, torch::kFloat64);
   std::vector<torch::Tensor> mx{max_abs};
   BULWARK_RETURN_IF_ERROR(comm.AllReduceMax(mx));
-  const double global_max = max_abs.item<double>();
+  const double global_max = max_abs[0].item<double>();
+  if (vote) {
+    vote->low = static_cast<int64_t>(-max_abs[1].item<double>());
+    vote->high = static_cast<int64_t>(max_abs[2].item<double>());
+  }
   if (!std::isfinite(global_max)) {
     // Every rank takes this branch: the guard holds the step back.
     out.fill_(std::nanf(""));
@@ -123,14 +132,14 @@ void MicroBatchShare::Computed(size_t i, const torch::Tensor& grads, double loss
 
 // Read in place: the sum is written back only after every input is read.
 Status MicroBatchShare::Reduce(Comm& comm, const torch::Tensor& last, std::optional<double> last_loss,
-                               torch::Tensor out, double* loss) {
+                               torch::Tensor out, double* loss, TrainProcess::SpliceVote* vote) {
   std::vector<torch::Tensor> grads = aside_;
   std::vector<double> losses = losses_;
   if (!mine_.empty()) {
     grads.push_back(last);
     if (last_loss) losses.back() = *last_loss;
   }
-  return ExactMeanOfMicroBatches(comm, grads, mine_, losses, units_, out, loss);
+  return ExactMeanOfMicroBatches(comm, grads, mine_, losses, units_, out, loss, vote);
 }
 
 bool MicroBatchShare::AfterStep(int who, int width) {
@@ -200,7 +209,7 @@ class ElasticStep final : public StepLayout {
     BULWARK_RETURN_IF_ERROR(comm_.WaitSends());
     // The store's micro-batch as the hooks left it (a NaN, a spike, SDC).
     BULWARK_RETURN_IF_ERROR(share_.Reduce(comm_, store_.GradsView(), store_.LossSlot().item<double>(),
-                                          store_.GradsView(), loss));
+                                          store_.GradsView(), loss, &p_.vote));
     *grad_norm = store_.GradsView().norm().item<double>();
     if (p_.cfg.shard_optimizer) p_.zero.Hold(store_, *p_.opt);
     return Status::OK();

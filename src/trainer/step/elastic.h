@@ -55,8 +55,11 @@ std::vector<int> MicroBatchesOf(int replicas, int rank, int world);
 // result is bitwise the same whichever rank computed which micro-batch.
 // A non-finite gradient anywhere makes `out` and the loss NaN on every rank.
 // `out` may be one of `grads`: it is written after every input is read.
+// `vote` (may be null, the same on every rank): the splice vote rides on
+// the reduction's first all-reduce (train_loop.h: SpliceVote).
 Status ExactMeanOfMicroBatches(Comm& comm, const std::vector<torch::Tensor>& grads, const std::vector<int>& index,
-                               const std::vector<double>& losses, int units, torch::Tensor out, double* loss);
+                               const std::vector<double>& losses, int units, torch::Tensor out, double* loss,
+                               TrainProcess::SpliceVote* vote = nullptr);
 
 // One rank's (or one pipeline replica's) share of an elastic step's
 // micro-batches, and what it keeps of them until the reduction: every
@@ -77,7 +80,7 @@ class MicroBatchShare {
   // into `out`: those set aside, and `last` for the last one, whose loss is
   // `last_loss` where the caller has one (a pipeline's last stage).
   Status Reduce(Comm& comm, const torch::Tensor& last, std::optional<double> last_loss, torch::Tensor out,
-                double* loss);
+                double* loss, TrainProcess::SpliceVote* vote = nullptr);
   // The generation's first step is applied: a share that healed anyone is
   // recut for every member. True when mine() changed.
   bool AfterStep(int who, int width);

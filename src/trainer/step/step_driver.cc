@@ -174,6 +174,8 @@ Result<GenerationEnd> StepDriver::Run(StepLayout& layout, TrainState& st, Clock:
     std::string inject;
     if (sdc_file) sdc_file->Poll(sdc);  // the machine's emulated hardware (sdc.h)
     if (link) inject = link->PollInject().value_or("");
+    // This step's reduction carries the splice this rank holds (train_loop.h).
+    if (vote != nullptr && link) vote->mine = link->splice() ? link->splice()->generation : 0;
     if (inject.rfind("sdc-", 0) == 0) sdc = Sdc::Parse(inject.substr(4));
     if (inject == "yield" || inject == "abort") {
       // A new generation comes while this one trains (an elastic job grows
@@ -311,6 +313,12 @@ Result<GenerationEnd> StepDriver::Run(StepLayout& layout, TrainState& st, Clock:
       last_ckpt_ms = Ms(t_ckpt, Clock::now());
     }
     if (cfg.stop_at > 0 && st.step >= cfg.stop_at) break;  // as if preempted
+    // Every rank held the same next generation at this step's reduction, so
+    // every rank leaves here, after the same whole step (train_loop.h).
+    if (vote != nullptr && vote->Agreed() && st.step < cfg.steps) {
+      if (mem != nullptr) BULWARK_RETURN_IF_ERROR(mem->WaitCopied());
+      return GenerationEnd::kSpliced;
+    }
   }
 
   if (cfg.eval_every > 0 && st.step == cfg.steps) {

@@ -91,6 +91,9 @@ struct StepDriver {
   std::optional<Sdc>& sdc;     // the emulated bad machine's corruption (sdc.h)
   int pp_size = 1;             // stages a disk checkpoint is split into
   SdcFile* sdc_file = nullptr; // the machine's emulated hardware, polled each step (sdc.h)
+  // An elastic data-parallel generation's splice vote (train_loop.h), which
+  // its layout's reduction carries; null where a grow yields instead.
+  TrainProcess::SpliceVote* vote = nullptr;
 
   // Notes from every rank: rank 0's on its progress line, the others' on
   // stderr (a corrupt copy on rank 3 matters as much as one on rank 0).
@@ -99,7 +102,8 @@ struct StepDriver {
   // disk. True when a copy or a checkpoint was loaded.
   Result<bool> Restore(TrainState* st);
   // Trains from `st` to --steps (or --stop-at); kHalted when a step was held
-  // back for the controller.
+  // back for the controller, kSpliced when every rank holds the next
+  // generation (after a whole step).
   // `began`: when the process or generation began, for the final line.
   Result<GenerationEnd> Run(StepLayout& layout, TrainState& st, TrainClock::time_point began);
 };

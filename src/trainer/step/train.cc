@@ -80,7 +80,7 @@ Status Adopt(const rank_client::RankAssignment& a) {
 // rank of which generation, and how.
 void Announce(const rank_client::RankAssignment& a, const std::string& path) {
   Progress::Emit({{"event", "adopt"}, {"path", path}, {"rank", a.rank}, {"generation", a.generation},
-                  {"pid", static_cast<int64_t>(::getpid())}});
+                  {"pid", static_cast<int64_t>(::getpid())}, {"wall_ms", WallMs()}});
 }
 
 // --device against this build and machine; a CUDA choice also checks that
@@ -325,13 +325,20 @@ Status Train(const TrainConfig& cfg_in) {
     // its sockets close, so peers still inside a collective fail at once.
     const int rank = (*comm)->rank();
     comm->reset();
+    // The next generation, when the agent sent it while this one trained (a
+    // grow, train_loop.h: SpliceVote): taken at once when every rank voted
+    // for it, or when this generation failed anyway; dropped when a step was
+    // held back (the controller decides again).
+    std::optional<rank_client::RankAssignment> a = p.link->TakeSplice();
+    if (halted && *end != GenerationEnd::kSpliced) a.reset();
+    const bool spliced = a.has_value();
     if (!halted) {
-      std::fprintf(stderr, "\nbulwark-train: rank %d: %s; waiting for the next generation\n", rank,
-                   end.status().message().c_str());
+      std::fprintf(stderr, "\nbulwark-train: rank %d: %s; %s\n", rank, end.status().message().c_str(),
+                   spliced ? "going on in the generation the agent sent" : "waiting for the next generation");
       std::fflush(stderr);
     }
     const auto lost = TrainClock::now();
-    std::optional<rank_client::RankAssignment> a = p.link->AwaitAssignment(halted ? "WAIT" : "LOST", 0, kAssignWaitMs);
+    if (!a) a = p.link->AwaitAssignment(halted ? "WAIT" : "LOST", 0, kAssignWaitMs);
     if (!a) {
       if (halted && *end == GenerationEnd::kYielded) return Status::FailedPrecondition("asked to yield and no generation came");
       return halted ? Status::FailedPrecondition("a step was held back and no decision came")
@@ -340,8 +347,9 @@ Status Train(const TrainConfig& cfg_in) {
     BULWARK_RETURN_IF_ERROR(Adopt(*a));
     p.link->Hello(a->rank);
     p.link->OfferInPlace();
-    Announce(*a, "rejoin");
+    Announce(*a, spliced ? "splice" : "rejoin");
     g.path = "rejoin";
+    g.spliced = spliced;
     g.began = TrainClock::now();
     g.assign_wait_ms = std::chrono::duration<double, std::milli>(g.began - lost).count();
   }

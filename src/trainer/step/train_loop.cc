@@ -264,6 +264,15 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   StepDriver driver{cfg, comm, p.model, store, *p.opt, nullptr, p.link.get(), progress, p.sdc};
   if (p.sdc_file) driver.sdc_file = &*p.sdc_file;
   if (place) driver.pp_size = place->c.pp_size;
+  // A data-parallel ring formed from the controller's plans can take a grow
+  // between steps: the joiner's neighbours link to it, everyone else keeps
+  // its links (docs/recovery.md). A pipeline, or a store generation, yields.
+  p.vote = {};
+  const char* splice = std::getenv("BULWARK_SPLICE");  // "0": grow by a yield, as before (to compare)
+  if (elastic > 0 && !place && g.rendezvous == "plan" && p.link && !(splice && std::string(splice) == "0")) {
+    driver.vote = &p.vote;
+    p.link->OfferSplice();
+  }
   auto memory = MemoryCheckpoint::Open(cfg, comm, p.model, store, *p.opt, [&](const std::string& s) { driver.Note(s); },
                                        place ? place->dp.get() : nullptr);
   if (!memory.ok()) return memory.status();
@@ -317,7 +326,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   // the time from spawn to main() is the supervisor's to measure.
   nlohmann::json info = {{"data_ms", Ms(g.began, g.data_ready)}, {"rendezvous_ms", Ms(g.data_ready, g.rendezvous_done)},
                           {"init_ms", Ms(g.rendezvous_done, t_init)}, {"checkpoint_load_ms", Ms(t_init, t_ready)},
-                          {"path", g.path}, {"assign_wait_ms", g.assign_wait_ms}, {"rendezvous", g.rendezvous}, {"pid", static_cast<int64_t>(::getpid())},
+                          {"path", g.path}, {"assign_wait_ms", g.assign_wait_ms}, {"rendezvous", g.rendezvous}, {"spliced", g.spliced}, {"pid", static_cast<int64_t>(::getpid())},
                           {"params", store.num_params()}, {"world_size", W}, {"optimizer", cfg.optimizer},
                           {"poet_params", store.poet_group().end - store.poet_group().begin}, {"steps", cfg.steps},
                           {"start_step", st.step}, {"threads", p.threads}, {"shape", cfg.model.ShapeString()},

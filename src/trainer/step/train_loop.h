@@ -75,6 +75,16 @@ struct TrainProcess {
   // An elastic pipeline's stage (elastic_pipeline.h), which `store` holds;
   // -1 until the first generation.
   int stage = -1;
+  // A grow spliced in between steps (docs/recovery.md): each elastic step's
+  // reduction also carries the generation of the SPLICE this rank holds
+  // (0: none), and gives back the lowest and highest any rank holds. When
+  // every rank holds the same one, all of them move to it after the same
+  // step: no yield, no wait for the agent, and no rank stops for a joiner
+  // that is not ready (its ring neighbours' links say when it is).
+  struct SpliceVote {
+    int64_t mine = 0, low = 0, high = 0;
+    bool Agreed() const { return low > 0 && low == high; }
+  } vote;
 };
 
 // How a generation began, for its `start` event (the recovery breakdown).
@@ -83,6 +93,7 @@ struct GenerationStart {
   TrainClock::time_point began, data_ready, rendezvous_done;
   double assign_wait_ms = 0;  // rejoin: from reporting the loss to the ASSIGN
   std::string rendezvous = "store";  // "plan": formed from the controller's ring plan, no store
+  bool spliced = false;  // rejoin: the generation came while the last one trained (SpliceVote)
 };
 
 // How a generation ended when it did not fail outright.
@@ -90,6 +101,7 @@ enum class GenerationEnd {
   kFinished,  // trained to --steps, or --stop-at
   kHalted,    // a step held back for the controller (anomaly guard): wait for an ASSIGN
   kYielded,   // the agent asked for the ranks between steps (an elastic job grows): wait for an ASSIGN
+  kSpliced,   // every rank holds the next generation (a grow, SpliceVote): it goes on there at once
 };
 
 // Fills idx and targets (B, T) with the samples at global positions
