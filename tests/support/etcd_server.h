@@ -51,6 +51,7 @@ class EtcdServer {
   bool WaitAnswers(const Member& m, std::string* why) const;
 
   std::string initial_cluster_;
+  std::string root_;  // the members' data directories, removed with the server
   std::vector<Member> members_;
 };
 
