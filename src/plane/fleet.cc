@@ -93,7 +93,7 @@ bool Fleet::MoveLocked(const std::string& machine, const std::string& job, Plane
   }
   // Registered where it now belongs, as it last registered; its next report
   // and its next command stream go there.
-  if (Status st = to->Register(*reg, now); !st.ok()) {
+  if (Status st = to->Handover(*reg, now); !st.ok()) {
     log_.Warn("machine " + machine + " to job " + job + ": " + st.ToString());
   }
   granted_[job].push_back({machine, now});

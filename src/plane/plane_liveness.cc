@@ -45,6 +45,15 @@ void Plane::Serving(Time now) {
   if (reattach_at_) reattach_at_ = std::max(*reattach_at_, now);
 }
 
+Status Plane::Handover(const wire::RegisterRequest& req, Time now) {
+  BULWARK_RETURN_IF_ERROR(Register(req, now));
+  PlaneLock lock(this);
+  now = NowLocked(now);
+  agents_[req.machine()].heard_since_start = false;
+  reattach_at_ = std::max(reattach_at_.value_or(now), now);
+  return Status::OK();
+}
+
 void Plane::BackLocked(Agent& a, Time now) {
   if (!a.heard_since_start && reattach_at_) reattach_at_ = std::max(*reattach_at_, now);
   a.last_heard = now;

@@ -79,6 +79,24 @@ TEST_F(FleetTest, ASubmitItsJobRefusesLeavesThePoolAsItWas) {
   EXPECT_EQ(Jobs(*f, 1000)["a"]["placement"], json({"m01", "m02"}));
 }
 
+// A job's machines are held to the reconnect grace until their first
+// report reaches its plane, not to its unlearned 2 s lease from the moment
+// it is submitted; once heard there, to the lease.
+TEST_F(FleetTest, ANewJobsMachinesGetTheGraceUntilTheyReportToIt) {
+  auto f = TwoJobs(1000);
+  ASSERT_TRUE(f);
+  for (int64_t t = 1250; t <= 4500; t += 250) f->Tick(At(t));
+  auto jobs = Jobs(*f, 4500);
+  EXPECT_EQ(jobs["a"]["generation"], 1) << "nothing lost 3.5 s after the submit, none heard since";
+  EXPECT_EQ(jobs["b"]["generation"], 1);
+  ReportAll(*f, all_, 5000);
+  for (int64_t t = 5250; t <= 13000; t += 250) {
+    ReportAll(*f, {"m01", "m03", "m04", "m05"}, t);
+    f->Tick(At(t));
+  }
+  EXPECT_GT(Jobs(*f, 13000)["a"]["generation"], 1) << "m02, heard at 5 s, then silent past the lease";
+}
+
 TEST_F(FleetTest, EachJobTakesOnlyWhatItNeedsAndThePoolKeepsTheRest) {
   auto f = TwoJobs(1000);
   ASSERT_TRUE(f);
@@ -105,6 +123,7 @@ TEST_F(FleetTest, EachJobTakesOnlyWhatItNeedsAndThePoolKeepsTheRest) {
 TEST_F(FleetTest, AFaultInOneJobLeavesTheOtherAloneAndThePoolGoesToTheFirstToAsk) {
   auto f = TwoJobs(1000);
   ASSERT_TRUE(f);
+  ReportAll(*f, all_, 1000);  // each heard by its job: held to the lease from now
   // Job a's rank crashes: a restarts, b does not hear of it.
   wire::AgentEvent exit;
   exit.set_kind(wire::AgentEvent::RANK_EXITED);
