@@ -25,13 +25,14 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
   }
   // Every machine whose agent is up serves the job or waits on standby:
   // heard from within the lease the tick holds it to (a machine it would
-  // not call lost is up), its report processed or still queued.
+  // not call lost is up; one handed over and not yet heard here, within
+  // the grace), its report processed or still queued.
   AbsorbArrivalsLocked(now);
   const Duration lease = LeaseLocked(now);
   std::vector<MachineId> machines;
   std::map<MachineId, std::string> domains;  // failure domains, as registrations said
   for (const auto& [id, a] : agents_) {
-    if (now - a.last_heard > lease) continue;
+    if (now - a.last_heard > (a.heard_since_start ? lease : options_.reconnect_grace)) continue;
     machines.push_back(id);
     if (!a.domain.empty()) domains[id] = a.domain;
   }
