@@ -71,9 +71,15 @@ bool Plane::ReattachingLocked(Time now) {
     a.last_heard = std::max(a.last_heard, *reattach_at_);
   }
   if (waiting > 0) return now - *reattach_at_ <= options_.reconnect_grace;
-  LogLocked("re-attach over: the last agent came back " +
-            FormatDuration(*reattach_at_ - serving_at_.value_or(*reattach_at_)) +
-            " after this controller began serving; silence is held to the lease again");
+  // Every lease starts afresh when the last agent came back: those back
+  // first, whose next reports may still queue behind the last ones'
+  // registrations, are not held to 2 s of a silence the re-attach caused
+  // (at 12,500 agents in 100 jobs, 33 were lost 2.0-2.2 s silent at the
+  // ends of their jobs' re-attaches).
+  for (auto& [id, a] : agents_) a.last_heard = std::max(a.last_heard, *reattach_at_);
+  LogLocked(serving_at_ ? "re-attach over: the last agent came back " +
+                              FormatDuration(*reattach_at_ - *serving_at_) + " after this controller began serving"
+                        : std::string("every machine handed to this plane has reported"));
   reattach_at_.reset();
   return false;
 }

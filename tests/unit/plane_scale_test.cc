@@ -311,6 +311,30 @@ TEST(PlaneScale, ARestartedControllersAgentsGetAFairChanceToReattach) {
   EXPECT_EQ(StateOf(**p, "m00001", 40000), "evicted");
 }
 
+// When the last agent is back, every lease starts afresh: the first ones
+// back, whose next reports queue behind the last ones' registrations, are
+// not lost for that silence.
+TEST(PlaneScale, TheLeasesStartAfreshWhenTheReattachEnds) {
+  const plane::PlaneOptions o = QuietTickOptions();
+  FleetWithAJob(40, o);
+  auto p = plane::Plane::Open(o, TimeFromMs(2000));
+  ASSERT_TRUE(p.ok());
+  (*p)->Serving(TimeFromMs(15000));
+  // m00001-m00010 back at 15 s, m00011-m00039 at 16.5 s, m00040 at 17.5 s;
+  // then every one reports each second from 18 s.
+  for (int64_t t = 15000; t <= 21000; t += 250) {
+    for (int i = 1; i <= 40; ++i) {
+      const int64_t back = i <= 10 ? 15000 : i < 40 ? 16500 : 17500;
+      if (t == back) ASSERT_TRUE((*p)->Register(RegOf(i), TimeFromMs(t)).ok());
+      if (t == back || (t >= 18000 && t % 1000 == 0)) {
+        ASSERT_TRUE((*p)->Report(bulwark::testing::Report(Id(i), {}), TimeFromMs(t)).ok());
+      }
+    }
+    (*p)->Tick(TimeFromMs(t));
+  }
+  EXPECT_EQ(Evicted(**p, 21000), 0) << "m00001-m00010 silent 2.5 s when the last came back";
+}
+
 // A machine the tick would not call lost is up for a submit: heard within
 // the learned lease, not the configured 2 s (at 12,500 agents on a host at
 // load 17 a job of 12,499 was refused ten times running, 6,557 to 12,490
