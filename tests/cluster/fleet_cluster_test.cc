@@ -7,6 +7,8 @@
 #include <signal.h>
 
 #include <fstream>
+#include <map>
+#include <thread>
 
 #include "support/cluster_fixture.h"
 
@@ -19,9 +21,9 @@ class Fleet : public Cluster {
     return {"--config", "tiny", "--data", *data_, "--steps", std::to_string(kSteps), "--log-format", "json",
             "--threads", "1", "--dist-timeout", "10", "--eval-every", "0"};
   }
-  void WriteJobFile(const std::string& name) {
+  void WriteJobFile(const std::string& name, int world_size = 2) {
     std::ofstream job(root_ + "/" + name + ".yaml");
-    job << "name: " << name << "\nworld_size: 2\ncheckpoint: {persist_every: 10}\nargs: [";
+    job << "name: " << name << "\nworld_size: " << world_size << "\ncheckpoint: {persist_every: 10}\nargs: [";
     for (const std::string& a : TrainerArgs()) job << "'" << a << "', ";
     job << "--memory-ckpt, 'on', --step-checksum]\nenv: {OMP_NUM_THREADS: '1'}\n";
   }
@@ -32,10 +34,11 @@ class Fleet : public Cluster {
     }
     return json();
   }
+  static constexpr const char* kRankLogs[] = {"rank-0.log", "rank-1.log", "rank-2.log"};
   // Every process that took a rank on `machine` ("adopt" lines of its rank logs).
   std::vector<int64_t> Adopted(const std::string& machine) {
     std::vector<int64_t> pids;
-    for (const char* r : {"rank-0.log", "rank-1.log"}) {
+    for (const char* r : kRankLogs) {
       for (const json& e : Events(RankLog(machine, r), "adopt")) pids.push_back(e["pid"]);
     }
     return pids;
@@ -44,7 +47,7 @@ class Fleet : public Cluster {
   // The checksum a rank on one of `machines` printed at `step`.
   std::string ChecksumOn(const std::vector<std::string>& machines, int64_t step) {
     for (const std::string& m : machines) {
-      for (const char* r : {"rank-0.log", "rank-1.log"}) {
+      for (const char* r : kRankLogs) {
         for (const char* kind : {"step", "checksum"}) {
           for (const json& e : Events(RankLog(m, r), kind)) {
             if (e.value("step", int64_t{-1}) == step && e.contains("checksum")) return e["checksum"];
@@ -131,6 +134,103 @@ TEST_F(Fleet, TwoJobsShareOnePoolAndNeitherFeelsTheOthersFaults) {
   ASSERT_FALSE(reference.empty());
   EXPECT_EQ(ChecksumOn({"m01", "m02"}, kSteps), reference) << "job a";
   EXPECT_EQ(ChecksumOn({"m05", "m04"}, kSteps), reference) << "job b";
+}
+
+// Issue 36's cluster test: 2 jobs of 3 machines on 6 machines + 2 standbys.
+// A kill in job a and a machine-down in job b at the same moment: each job
+// restarts once, for its own fault, and the pool's first standby goes to b,
+// the one that asked. Then a machine of a goes down and the controller is
+// SIGKILLed before it has decided: the restarted controller replays both
+// jobs and gives a the second standby, so the standbys went in incident
+// order, and b's ranks keep their processes. Both end bitwise.
+TEST_F(Fleet, FaultsInBothJobsAtOnceStayInTheirJobsAndTheStandbysGoInIncidentOrder) {
+  auto up = Bulwark({"up", "--machines", "6", "--standby", "2"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  WriteJobFile("a", 3);
+  WriteJobFile("b", 3);
+  for (const char* job : {"a", "b"}) {
+    auto sub = Bulwark({"submit", "--job", job, root_ + "/" + job + ".yaml"});
+    ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  }
+  json s = WaitFor("both jobs stepping", 120, [](const json& j) {
+    return JobOf(j, "a").value("last_step", 0) >= 20 && JobOf(j, "b").value("last_step", 0) >= 20;
+  });
+  ASSERT_EQ(JobOf(s, "a")["placement"], json({"m01", "m02", "m03"})) << s.dump();
+  ASSERT_EQ(JobOf(s, "b")["placement"], json({"m04", "m05", "m06"})) << s.dump();
+
+  // At once: a's rank on m01 killed, b's m05 down.
+  Inject("machine-down", "m05");
+  Inject("kill", "m01");
+  s = WaitFor("each job restarted for its own fault", 90, [](const json& j) {
+    const json a = JobOf(j, "a"), b = JobOf(j, "b");
+    return a["generation"] == 2 && a["state"] == "running" && b["generation"] == 2 && b["state"] == "running" &&
+           b["placement"] == json({"m04", "m07", "m06"});
+  });
+  EXPECT_EQ(JobOf(s, "a")["placement"], json({"m01", "m02", "m03"})) << "a kill restarts a in place";
+  // One process per generation on every machine: neither job restarted
+  // again for the other's fault (a's ranks are a's, b's are b's).
+  for (const char* m : {"m01", "m02", "m03", "m04", "m06"}) EXPECT_EQ(Adopted(m).size(), 2u) << m;
+  EXPECT_EQ(Adopted("m07").size(), 1u);
+  std::map<std::string, std::vector<int64_t>> pids;
+  for (const char* m : {"m01", "m02", "m03", "m04", "m06", "m07"}) pids[m] = Adopted(m);
+  const int64_t a_step = JobOf(s, "a")["last_step"], b_step = JobOf(s, "b")["last_step"];
+  s = WaitFor("both stepping on", 90, [&](const json& j) {
+    return JobOf(j, "a")["last_step"] >= a_step + 10 && JobOf(j, "b")["last_step"] >= b_step + 10;
+  });
+  for (const auto& [m, p] : pids) EXPECT_EQ(Adopted(m), p) << m << " restarted after both recovered";
+  EXPECT_EQ(JobOf(s, "a")["incidents"], 1) << s.dump();
+  EXPECT_EQ(JobOf(s, "b")["incidents"], 1) << s.dump();
+
+  // m02 (a) down; the controller SIGKILLed once its rank is gone, before
+  // the lease could call m02 lost.
+  const int64_t m02_rank = pids["m02"].back();
+  Inject("machine-down", "m02");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (Alive(m02_rank) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(Alive(m02_rank)) << "m02's rank outlived its machine";
+  pid_t controller = 0;
+  std::ifstream(dir_ + "/controller.pid") >> controller;
+  ASSERT_GT(controller, 0);
+  ::kill(controller, SIGKILL);
+  ASSERT_TRUE(Dead(controller, 10));
+  StartController("");
+  s = WaitFor("a on the second standby, b replayed as it was", 120, [](const json& j) {
+    const json a = JobOf(j, "a");
+    return a["placement"] == json({"m01", "m08", "m03"}) && a["state"] == "running" && a["incidents"] == 2 &&
+           JobOf(j, "b")["generation"] == 2;
+  });
+  EXPECT_EQ(JobOf(s, "b")["incidents"], 1) << s.dump();
+  EXPECT_EQ(JobOf(s, "b")["placement"], json({"m04", "m07", "m06"})) << s.dump();
+  for (const char* m : {"m04", "m06", "m07"}) {
+    EXPECT_EQ(Adopted(m), pids[m]) << "b's rank on " << m << " kept its process";
+    EXPECT_TRUE(Alive(pids[m].back())) << m;
+  }
+  // The standbys went in incident order: m07 to b, whose incident came
+  // first, m08 to a.
+  std::map<std::string, json> incidents;
+  for (const char* job : {"a", "b"}) {
+    testing::ProcessResult r = Bulwark({"incidents", "--job", job, "--json"}, 10);
+    incidents[job] = json::parse(r.out, nullptr, false);
+    ASSERT_TRUE(incidents[job].is_array()) << job << ": " << r.out << r.err;
+    for (const json& i : incidents[job]) {
+      std::printf("[ timing ] job %s: %s: detect at %lld ms, recover %.3f s\n", job,
+                  i["summary"].get<std::string>().c_str(), static_cast<long long>(i.value("detected_ms", int64_t{0})),
+                  i.value("recover_s", -1.0));
+    }
+  }
+  ASSERT_EQ(incidents["a"].size(), 2u);
+  ASSERT_EQ(incidents["b"].size(), 1u);
+  EXPECT_LT(incidents["b"][0]["detected_ms"].get<int64_t>(), incidents["a"][1]["detected_ms"].get<int64_t>());
+
+  WaitFor("both ends", 600, [](const json& j) {
+    return JobOf(j, "a").value("done_step", json()) == kSteps && JobOf(j, "b").value("done_step", json()) == kSteps;
+  });
+  const std::string reference = ReferenceChecksum(TrainerArgs(), 3);
+  ASSERT_FALSE(reference.empty());
+  EXPECT_EQ(ChecksumOn({"m01", "m08", "m03"}, kSteps), reference) << "job a";
+  EXPECT_EQ(ChecksumOn({"m04", "m07", "m06"}, kSteps), reference) << "job b";
 }
 
 }  // namespace
