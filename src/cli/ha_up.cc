@@ -36,14 +36,19 @@ std::string Quoted(const std::string& s) {
   return out + "'";
 }
 
-// Three fresh members, their clients' ports on `host`; their endpoints.
-Result<std::string> StartEtcd(const cluster::Layout& layout, const std::string& host) {
+// Three fresh members; their endpoints. A member the plan names runs in its
+// namespace at the standard ports of its own address (nothing else listens
+// there); without one, all three share `host` at ports picked free.
+Result<std::string> StartEtcd(const cluster::Layout& layout, const std::string& host,
+                              const cluster::NetnsPlan* netns) {
   std::vector<std::string> clients, peers;
   std::string initial;
+  auto ns_of = [&](int n) { return netns ? netns->Find(HaEtcdIds()[n]) : nullptr; };
   for (int n = 0; n < kMembers; ++n) {
-    clients.push_back(host + ":" + std::to_string(plane::FreeTcpPort()));
-    peers.push_back("http://127.0.0.1:" + std::to_string(plane::FreeTcpPort()));
-    initial += (n ? "," : "") + std::string("e") + std::to_string(n) + "=" + peers.back();
+    const cluster::NetnsMachine* m = ns_of(n);
+    clients.push_back(m ? m->address + ":2379" : host + ":" + std::to_string(plane::FreeTcpPort()));
+    peers.push_back(m ? "http://" + m->address + ":2380" : "http://127.0.0.1:" + std::to_string(plane::FreeTcpPort()));
+    initial += (n ? "," : "") + HaEtcdIds()[n] + "=" + peers.back();
   }
   for (int n = 0; n < kMembers; ++n) {
     const std::string dir = EtcdDir(layout, n);
@@ -52,11 +57,13 @@ Result<std::string> StartEtcd(const cluster::Layout& layout, const std::string& 
     BULWARK_RETURN_IF_ERROR(MakeDirs(dir));
     // The shell writes the member's own pid, then becomes etcd.
     const std::string cmd =
-        "echo $$ > " + Quoted(dir + "/etcd.pid") + "; exec etcd --name e" + std::to_string(n) + " --data-dir " +
+        "echo $$ > " + Quoted(dir + "/etcd.pid") + "; exec etcd --name " + HaEtcdIds()[n] + " --data-dir " +
         Quoted(dir + "/data") + " --listen-client-urls http://" + clients[n] + " --advertise-client-urls http://" +
         clients[n] + " --listen-peer-urls " + peers[n] + " --initial-advertise-peer-urls " + peers[n] +
         " --initial-cluster " + initial + " --initial-cluster-state new --log-level error";
-    BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached({"/bin/sh", "-c", cmd}, dir + "/etcd.log"));
+    std::vector<std::string> argv = {"/bin/sh", "-c", cmd};
+    if (const cluster::NetnsMachine* m = ns_of(n)) argv = cluster::InNetns(*m, argv);
+    BULWARK_RETURN_IF_ERROR(cluster::SpawnDetached(argv, dir + "/etcd.log"));
   }
   for (int n = 0; n < kMembers; ++n) {
     if (!Poll(20, [&] { return plane::EtcdClient::Connect(clients[n], std::chrono::milliseconds(500)).ok(); })) {
@@ -73,13 +80,15 @@ Result<std::string> StartEtcd(const cluster::Layout& layout, const std::string& 
 }  // namespace
 
 std::vector<std::string> HaControllerIds() { return {std::begin(kControllers), std::end(kControllers)}; }
+std::vector<std::string> HaEtcdIds() { return {"e0", "e1", "e2"}; }
 
 Result<ControlClient> StartHa(const Args& a, const cluster::Layout& layout, const std::string& self,
                               const std::string& listen, const cluster::NetnsPlan* netns) {
   if (a.Has("tls")) return Status::InvalidArgument("up: --ha with --tls is not supported yet; leave out one of them");
-  // With namespaces the members listen on the host's end of the bridge,
-  // where the controllers' and the machines' namespaces reach them.
-  Result<std::string> endpoints = StartEtcd(layout, netns ? listen : "127.0.0.1");
+  // Without namespaces of their own the members listen on `listen` (with
+  // namespaces, the host's end of the bridge, where every namespace
+  // reaches them); with them, each at its own address on the bridge.
+  Result<std::string> endpoints = StartEtcd(layout, netns ? listen : "127.0.0.1", netns);
   if (!endpoints.ok()) return endpoints.status();
   Result<std::string> token = ReadFile(layout.token());
   if (!token.ok()) return token.status();

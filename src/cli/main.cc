@@ -241,11 +241,13 @@ Result<AgentPlaces> PlaceAgents(const Args& a, const UpRequest& up, const cluste
   if (!can.ok()) places.shared_why = "namespaces need root and a working 'ip netns': " + can.message();
   if (!can.ok() && up.racks > 0) return Status::FailedPrecondition("up: --racks needs namespaces: " + can.message());
   if (up.netns && can.ok()) {
-    // Under --ha each controller gets a namespace too, after the machines'
-    // (not with racks, whose plan places every namespace under a rack).
+    // Under --ha each controller and each etcd member gets a namespace too,
+    // after the machines' (not with racks, whose plan places every
+    // namespace under a rack).
     std::vector<std::string> ns_ids = places.ids;
     if (a.Has("ha") && up.racks == 0) {
       for (const std::string& id : HaControllerIds()) ns_ids.push_back(id);
+      for (const std::string& id : HaEtcdIds()) ns_ids.push_back(id);
     }
     Result<cluster::NetnsPlan> plan =
         cluster::CreateNetns(runner, layout, ns_ids, cluster::RacksOf(up.machines, up.standby, up.racks));

@@ -5,9 +5,12 @@
 // Both controllers SIGKILLed and restarted: they replay the journal from
 // etcd with nothing lost. The run ends bitwise the fault-free run.
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -56,7 +59,12 @@ class HaCluster : public Cluster {
     std::ifstream(dir_ + "/" + file) >> pid;
     return pid;
   }
-  // Controller `id`'s network namespace ("" when it shares the host's).
+  // The network namespace process `pid` runs in, as the kernel names it.
+  static std::string NetOf(pid_t pid) {
+    std::error_code ec;
+    return std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/ns/net", ec).string();
+  }
+  // Controller or etcd member `id`'s network namespace ("" when it shares the host's).
   std::string NamespaceOf(const std::string& id) {
     // No netns.json where the cluster shares the host's network.
     const json netns = json::parse(std::ifstream(dir_ + "/netns.json"), nullptr, false);
@@ -131,8 +139,8 @@ TEST_F(HaCluster, MemberLossLeaderLossAndBothControllersLostTheRunEndsBitwise) {
   EXPECT_EQ(ChecksumAt(600), ReferenceChecksum(args, 2));
 }
 
-// The cluster test: each controller in a network namespace of its
-// own on the machines' bridge, etcd on the host's end of it, 4 machines
+// The cluster test: each etcd member and each controller in a
+// network namespace of its own on the machines' bridge, 4 machines
 // training. The leader's port taken off the bridge: the other leads within
 // the lease + 2 s and the job trains on in its generation; a rank killed
 // right after is the new leader's incident. An operator on the cut-off
@@ -146,6 +154,16 @@ TEST_F(HaCluster, TheLeaderCutOffAnotherLeadsTheJobTrainsAndTheDeposedLeadersWri
   ASSERT_EQ(up.exit_code, 0) << up.err;
   const std::string c1_ns = NamespaceOf("c1");
   if (c1_ns.empty()) GTEST_SKIP() << "the controllers share the host's network (namespaces need root)";
+  // Five namespaces of their own: three etcd members, two controllers, each
+  // process in the one its plan names, none in the host's.
+  std::set<std::string> nets = {NetOf(::getpid())};
+  for (const std::string id : {"e0", "e1", "e2", "c1", "c2"}) {
+    const std::string pid_file =
+        id[0] == 'e' ? "etcd/" + id.substr(1) + "/etcd.pid" : "controllers/" + id + "/controller.pid";
+    ASSERT_FALSE(NamespaceOf(id).empty()) << id;
+    ASSERT_GT(Pid(pid_file), 0) << pid_file;
+    EXPECT_TRUE(nets.insert(NetOf(Pid(pid_file))).second) << id << " shares its namespace: " << NetOf(Pid(pid_file));
+  }
   const std::vector<std::string> args = SubmitJob(4, 500);
   SubmitJob(4, 700, "update.yaml");  // what the cut-off leader is asked to run
   auto sub = Bulwark({"submit", root_ + "/job.yaml"});
