@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "host_probe.h"
 
@@ -53,15 +54,36 @@ inline LogLine WaitForLine(const std::string& path, size_t from, const std::func
   return {};
 }
 
-// Lines of `path` that contain `a` and, after it, `b`.
-inline int CountLines(const std::string& path, const std::string& a, const std::string& b) {
-  const std::string log = ReadAll(path);
+// A decision: an action line of the controller's, other than topping up the pool.
+// A job's lines on a fleet begin "job NAME: " (plane/fleet.h).
+inline bool IsDecision(const std::string& line) {
+  const bool action = line.find("] info: action ") != std::string::npos ||
+                      (line.find("] info: job ") != std::string::npos && line.find(": action ") != std::string::npos);
+  return action && line.find("action replenish_standby") == std::string::npos;
+}
+
+// "[a, b, ...]" with two decimals: a JSON list of seconds.
+inline std::string JsonList(const std::vector<double>& v) {
+  std::string s = "[";
+  char buf[32];
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s%.2f", i ? ", " : "", v[i]);
+    s += buf;
+  }
+  return s + "]";
+}
+
+// Lines of `log` that contain `a` and, after it, `b`.
+inline int CountIn(const std::string& log, const std::string& a, const std::string& b) {
   int n = 0;
   for (size_t at = log.find(a); at != std::string::npos; at = log.find(a, at + 1)) {
     const size_t eol = log.find('\n', at);
     n += log.substr(at, eol == std::string::npos ? std::string::npos : eol - at).find(b) != std::string::npos;
   }
   return n;
+}
+inline int CountLines(const std::string& path, const std::string& a, const std::string& b) {
+  return CountIn(ReadAll(path), a, b);
 }
 
 }  // namespace plane_bench

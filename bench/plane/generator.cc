@@ -198,6 +198,10 @@ void Bench::PollLoop() {
             s.registered = false;  // "register first"
           }
         }
+        if (s.news && s.registered && !s.silent) {
+          s.news = false;
+          SendReport(op->agent);
+        }
         delete op;
         break;
       }

@@ -1,6 +1,6 @@
 // The plane bench's jobs: the one job of every machine but a standby, or J
 // named jobs that share the fleet's pool (plane/fleet.h), submitted over the
-// API the CLI uses.
+// API the CLI uses; and faults in several of them at once.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <map>
 #include <thread>
 
+#include "controller_log.h"
 #include "plane_bench.h"
 
 namespace plane_bench {
@@ -89,6 +90,81 @@ bool Bench::LearnJobs() {
   }
   std::printf("%d jobs of %d machines; %d machines in the pool\n", o_.jobs, PerJob(), pool);
   return true;
+}
+
+// Each named job's lines in the controller's log begin "job NAME: ".
+static std::string JobPrefix(int job) { return "] info: job plane-bench-" + std::to_string(job) + ": "; }
+
+std::vector<double> Bench::CrashInJobs(int count) {
+  // After the silent machine's replacement has started everywhere, as for
+  // the single crash (CrashARank).
+  WaitForOneGeneration(60);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const std::string log = o_.dir + "/controller.log";
+  log_from_ = ReadAll(log).size();
+  // One placed machine in each of `count` jobs spread over the fleet.
+  std::vector<int> victims, jobs;
+  int64_t crashed_ms;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (int k = 0; k < count; ++k) {
+      const int job = k * o_.jobs / count;
+      for (int i = 0; i < static_cast<int>(sims_.size()); ++i) {
+        const Sim& s = sims_[i];
+        if (s.job == job && s.rank >= 0 && !s.silent && !s.crashed) {
+          victims.push_back(i);
+          jobs.push_back(job);
+          break;
+        }
+      }
+    }
+    // The same moment for all: each agent reports its rank's exit at once.
+    crashed_ms = WallMs();
+    for (int i : victims) {
+      Sim& s = sims_[i];
+      w::AgentEvent e;
+      e.set_kind(w::AgentEvent::RANK_EXITED);
+      e.set_seq(++s.seq);
+      e.set_rank(s.rank);
+      e.set_exit_code(1);
+      e.set_observed_ms(crashed_ms);
+      e.set_generation(s.generation);
+      s.pending.push_back(std::move(e));
+      s.crashed = true;
+      if (!s.report_in_flight) SendReport(i);
+      else s.news = true;
+    }
+  }
+  // Each job's decision is its own: logged by its plane, naming its machine.
+  std::vector<double> decide;
+  size_t last = log_from_;
+  for (size_t k = 0; k < victims.size(); ++k) {
+    const std::string prefix = JobPrefix(jobs[k]), on = " on " + sims_[victims[k]].id;
+    const LogLine d = WaitForLine(
+        log, log_from_,
+        [&](const std::string& l) { return IsDecision(l) && l.find(prefix) != std::string::npos && l.find(on) != std::string::npos; },
+        60);
+    decide.push_back(d.ms < 0 ? -1 : (d.ms - crashed_ms) / 1000.0);
+    last = std::max(last, d.end);
+    std::printf("crash in job %d on %s: decided %.2f s after the crash (%s)\n", jobs[k], sims_[victims[k]].id.c_str(),
+                decide.back(), d.text.substr(0, std::min<size_t>(d.text.size(), 140)).c_str());
+  }
+  // Until the last of them: no job but the crashed ones decided anything.
+  const std::string window = ReadAll(log).substr(log_from_, last - log_from_);
+  std::map<int, int> others;
+  for (int j = 0; j < o_.jobs; ++j) {
+    if (std::find(jobs.begin(), jobs.end(), j) != jobs.end()) continue;
+    const int n = CountIn(window, JobPrefix(j), ": action ");
+    if (n > 0) others[j] = n;
+  }
+  std::printf("crashes in %zu jobs at once: %zu decided; decisions in the other %d jobs meanwhile: %zu jobs\n",
+              victims.size(), std::count_if(decide.begin(), decide.end(), [](double d) { return d >= 0; }),
+              o_.jobs - static_cast<int>(victims.size()), others.size());
+  for (const auto& [j, n] : others) std::printf("  job %d: %d action(s)\n", j, n);
+  std::fflush(stdout);
+  log_from_ = std::max(log_from_, last);
+  other_job_decisions_ = static_cast<int>(others.size());
+  return decide;
 }
 
 }  // namespace plane_bench

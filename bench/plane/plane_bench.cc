@@ -97,14 +97,6 @@ void Bench::ConnectChannels() {
   control_ = w::ControlService::NewStub(grpc::CreateCustomChannel(addr_, grpc::InsecureChannelCredentials(), control_args));
 }
 
-// A decision: an action line of the controller's, other than topping up the pool.
-// A job's lines on a fleet begin "job NAME: " (plane/fleet.h).
-bool IsDecision(const std::string& line) {
-  const bool action = line.find("] info: action ") != std::string::npos ||
-                      (line.find("] info: job ") != std::string::npos && line.find(": action ") != std::string::npos);
-  return action && line.find("action replenish_standby") == std::string::npos;
-}
-
 void Bench::WaitForOneGeneration(double timeout_s) {
   const auto t0 = Clock::now();
   while (Secs(Clock::now() - t0) < timeout_s) {
@@ -146,6 +138,7 @@ double Bench::CrashARank() {
     s.pending.push_back(std::move(e));
     s.crashed = true;
     if (!s.report_in_flight) SendReport(victim);
+    else s.news = true;
   }
   // Its decision names the crashed rank's machine (other machines' actions,
   // a healthy one lost for the controller's lag included, are not it).
@@ -401,7 +394,11 @@ int Bench::Run() {
               sims_[victim].id.c_str(), noticed);
   std::fflush(stdout);
   log_from_ = lost.end;
-  const double crash_decide = CrashARank();
+  // One crash, or with named jobs one in each of up to 10 jobs at once:
+  // the worst of them (-1 if any went undecided).
+  std::vector<double> crashes = o_.jobs > 1 ? CrashInJobs(std::min(10, o_.jobs)) : std::vector<double>{CrashARank()};
+  double crash_decide = *std::max_element(crashes.begin(), crashes.end());
+  if (std::count(crashes.begin(), crashes.end(), -1.0) > 0) crash_decide = -1;
   const Hang hang = StallARank();
 
   // --- SIGKILL and replay ---------------------------------------------------
@@ -467,12 +464,14 @@ int Bench::Run() {
               "\"load\": \"%s\", \"controller_cpu_cores\": %.3f, \"controller_rss_mib\": %.0f, \"threads\": %d, "
               "\"report_p50_ms\": %.2f, \"report_p99_ms\": %.2f, \"evict_after_s\": %.2f, \"evict_after_lease_s\": %.2f, "
               "\"journal_mib_per_hour\": %.1f, \"replay_s\": %.2f, \"status_s\": %.3f, \"submit_s\": %.2f, "
-              "\"evicted_generator_late\": %d, \"evicted_unheard\": %d, \"evicted_answer_late\": %d}\n",
+              "\"evicted_generator_late\": %d, \"evicted_unheard\": %d, \"evicted_answer_late\": %d, "
+              "\"crashed_jobs\": %zu, \"crash_decide_each_s\": %s, \"other_jobs_deciding\": %d}\n",
               o_.json ? "" : "JSON ", o_.agents, o_.jobs, healthy_evicted, crash_decide, crash_decide, hang.detect_s, hang.decide_s,
               (cpu(self1) - cpu(self0)) / window, lag, Trim(ReadAll("/proc/loadavg")).c_str(), (p1.cpu_s - p0.cpu_s) / window,
               peak.rss_mib, peak.threads, Percentile(lat, 0.5),
               Percentile(lat, 0.99), noticed, noticed < 0 ? -1.0 : noticed - 2.0,
-              rows_per_s * row_bytes * 3600 / (1 << 20), reattached, status_worst, submit_s, blame[0], blame[1], blame[2]);
+              rows_per_s * row_bytes * 3600 / (1 << 20), reattached, status_worst, submit_s, blame[0], blame[1], blame[2],
+              crashes.size(), JsonList(crashes).c_str(), other_job_decisions_);
   std::fflush(o_.json_out);
   std::fflush(stdout);
 

@@ -84,6 +84,9 @@ struct Sim {
   // Events sent with every report until acknowledged, as an agent's are: a
   // crash's RANK_EXITED, DIAGNOSTICS answers.
   std::vector<w::AgentEvent> pending;
+  // News (a crash) came while a report was in flight: the next goes as soon
+  // as that one is answered, as an agent's does, not at the next second.
+  bool news = false;
   Stream* stream = nullptr;  // the open one, owned by its pending op
   // Its reports, when sent and answered (wall ms): whose lateness its loss
   // for silence was, if the controller loses it (eviction_blame.h).
@@ -111,6 +114,9 @@ class Bench {
   // Injections after the silent machine (their decisions read from the
   // controller's log after byte log_from_): fault -> decision, seconds.
   double CrashARank();
+  // With named jobs: a rank crashes in each of `count` jobs at the same
+  // moment; each job's fault -> its own decision, seconds (-1 none in time).
+  std::vector<double> CrashInJobs(int count);
   struct Hang {
     double detect_s = -1;  // the next step's due time -> hang suspected (the allowance, about 5 s)
     double decide_s = -1;  // suspected -> the verdict's action (every rank's stacks gathered and read)
@@ -158,6 +164,7 @@ class Bench {
   double worst_lag_s_ = 0;
   int64_t lagged_ticks_ = 0;
   size_t log_from_ = 0;
+  int other_job_decisions_ = 0;  // jobs not crashed that decided during CrashInJobs
 };
 
 }  // namespace plane_bench
