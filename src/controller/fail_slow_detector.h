@@ -4,10 +4,10 @@
 // machine waits longer in the all-reduce, so the step time alone cannot say
 // who is slow; each machine's own compute time can. Every slow_round the
 // detector compares each machine's mean compute time per step with the
-// median of the others', flags the most outlying one if it is slow_ratio
-// slower, and reports it once the same machine was flagged slow_rounds
-// rounds running. Flagging a different machine, or none, starts the count
-// again. A job whose every machine slowed down together (a slower data
+// median of the others' and reports the most outlying one once it was the
+// most outlying slow_rounds rounds running and the median of its ratios
+// over those rounds is slow_ratio or more. Another machine standing out
+// most starts the count again; a round under the threshold does not. A job whose every machine slowed down together (a slower data
 // shard, a noisy host) has no outlier: it is reported once as job-wide and
 // evicts nothing. A job whose steps slowed while every machine computes
 // as fast as before is waiting on its network: that is reported for the
@@ -19,6 +19,7 @@
 // no one to be compared with and is never flagged.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -45,7 +46,7 @@ class FailSlowDetector {
   // slow_rounds running, or a job-wide slowdown (machine empty), else nothing.
   std::optional<FailSlowSuspected> Check(Time now);
 
-  // The last round's verdict, for status: "m03 2.1x slower (3/5 rounds)".
+  // The last round's verdict, for status: "m03 computes 2.10x the others' time per step, 2.08x over 3/5 rounds".
   const std::string& last_round() const { return last_round_; }
   // The largest worst-machine ratio of any round that flagged nobody: how
   // close a fault-free job came to the threshold.
@@ -66,8 +67,8 @@ class FailSlowDetector {
   Topology layout_;
   Time round_start_{};
   std::map<Key, Sums> round_;
-  MachineId flagged_;
-  int flagged_rounds_ = 0;
+  MachineId flagged_;           // the most outlying machine, rounds running
+  std::deque<double> ratios_;   // its ratios in those rounds, the last slow_rounds
   std::optional<double> best_median_;  // the job's fastest round so far
   bool jobwide_reported_ = false;
   std::optional<double> best_step_median_;  // the job's fastest steps, for CheckLinks

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "controller/controller.h"
+#include "controller/signals.h"
 
 namespace bulwark::controller::testing {
 
@@ -19,6 +20,22 @@ namespace bulwark::controller::testing {
 inline Time S(double seconds) { return TimeFromMs(std::llround(seconds * 1000.0)); }
 inline Duration Secs(double seconds) { return Duration(std::llround(seconds * 1000.0)); }
 inline Time M(double minutes) { return S(minutes * 60.0); }
+
+// One rank's step report, as an agent sends it.
+inline RankSignal Sig(const MachineId& m, int rank, int64_t step, Time at, double step_ms = 100, double compute_ms = 80,
+               double loss = 3.0, double grad_norm = 1.0) {
+  RankSignal s;
+  s.machine = m;
+  s.rank = rank;
+  s.step = step;
+  s.loss = loss;
+  s.grad_norm = grad_norm;
+  s.local_grad_norm = grad_norm;
+  s.step_ms = step_ms;
+  s.compute_ms = compute_ms;
+  s.observed = at;
+  return s;
+}
 
 inline Event Crash(const MachineId& m, const std::string& signature, Time at, int rank = 0) {
   return RankExited{m, rank, 1, 0, signature, at};

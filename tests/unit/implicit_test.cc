@@ -7,7 +7,6 @@
 #include <sstream>
 
 #include "controller/anomaly_detector.h"
-#include "controller/fail_slow_detector.h"
 #include "controller/hang_detector.h"
 #include "controller/monitors.h"
 #include "controller/stack_analyzer.h"
@@ -20,6 +19,7 @@ namespace {
 using testing::Briefs;
 using testing::Lines;
 using testing::S;
+using testing::Sig;
 using testing::Secs;
 
 std::string Fixture(const std::string& name) {
@@ -273,21 +273,6 @@ TEST(StackAnalyzer, TiesEmptinessAndUniformityEvictNobody) {
 // ---------------------------------------------------------------------------
 // Detectors
 
-RankSignal Sig(const MachineId& m, int rank, int64_t step, Time at, double step_ms = 100, double compute_ms = 80,
-               double loss = 3.0, double grad_norm = 1.0) {
-  RankSignal s;
-  s.machine = m;
-  s.rank = rank;
-  s.step = step;
-  s.loss = loss;
-  s.grad_norm = grad_norm;
-  s.local_grad_norm = grad_norm;
-  s.step_ms = step_ms;
-  s.compute_ms = compute_ms;
-  s.observed = at;
-  return s;
-}
-
 TEST(HangDetector, LearnsTheStepTimeAndFiresOncePastTheAllowance) {
   PolicyConfig c;
   HangDetector h(c);
@@ -353,156 +338,6 @@ TEST(HangDetector, WarmUpStepsAfterARestartAreNotLearnedFrom) {
   EXPECT_FALSE(h.Check(S(12 + 5)).has_value());
   for (int k = 5; k <= 30; ++k) h.Observe(Sig("m01", 0, k, S(12 + 0.1 * k)));
   EXPECT_EQ(h.Allowance(), Secs(2)) << "the slow warm-up steps did not raise the learned time";
-}
-
-// Rounds of 10 s, 4 machines, 10 steps each; `slow` computes `factor` x.
-void Round(FailSlowDetector& d, int round, const std::string& slow, double factor, double base = 80) {
-  for (int m = 1; m <= 4; ++m) {
-    const std::string id = "m0" + std::to_string(m);
-    for (int k = 0; k < 10; ++k) {
-      d.Observe(Sig(id, m - 1, round * 10 + k, S(round * 10 + k), 100, id == slow ? base * factor : base));
-    }
-  }
-}
-
-TEST(FailSlowDetector, EvictsAMachineFlaggedFiveRoundsRunning) {
-  PolicyConfig c;
-  FailSlowDetector d(c);
-  d.Started(S(0));
-  for (int r = 0; r < 4; ++r) {
-    Round(d, r, "m03", 2.0);
-    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "round " << r;
-  }
-  EXPECT_NE(d.last_round().find("4/5"), std::string::npos) << d.last_round();
-  Round(d, 4, "m03", 2.0);
-  auto f = d.Check(S(50));
-  ASSERT_TRUE(f.has_value());
-  EXPECT_EQ(f->machine, "m03");
-  EXPECT_EQ(f->rounds, 5);
-  EXPECT_NEAR(f->ratio, 2.0, 1e-9);
-}
-
-TEST(FailSlowDetector, AnInterruptedStreakOrNoiseEvictsNothing) {
-  PolicyConfig c;
-  FailSlowDetector d(c);
-  d.Started(S(0));
-  const char* slow[] = {"m03", "m03", "m01", "m03", "m03", "m03", "m03"};  // the m01 round breaks the streak
-  for (int r = 0; r < 7; ++r) {
-    Round(d, r, slow[r], 2.0);
-    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "round " << r;
-  }
-  // Under-threshold noise (1.2x) is never flagged.
-  for (int r = 7; r < 20; ++r) {
-    Round(d, r, "m02", 1.2);
-    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value());
-  }
-  EXPECT_NEAR(d.max_unflagged_ratio(), 1.2, 1e-9) << "the noise rounds flagged nobody; the 2x ones did";
-}
-
-TEST(FailSlowDetector, AJobWideSlowdownIsReportedOnceAndNamesNoMachine) {
-  PolicyConfig c;
-  FailSlowDetector d(c);
-  d.Started(S(0));
-  Round(d, 0, "", 1, 80);
-  EXPECT_FALSE(d.Check(S(10)).has_value());
-  Round(d, 1, "", 1, 200);  // every machine 2.5x slower
-  auto f = d.Check(S(20));
-  ASSERT_TRUE(f.has_value());
-  EXPECT_TRUE(f->machine.empty());
-  EXPECT_NE(f->detail.find("job-wide"), std::string::npos) << f->detail;
-  Round(d, 2, "", 1, 200);
-  EXPECT_FALSE(d.Check(S(30)).has_value()) << "reported once";
-  Round(d, 3, "", 1, 110);  // 1.38x: under the threshold, not yet near its best
-  EXPECT_FALSE(d.Check(S(40)).has_value());
-  Round(d, 4, "", 1, 200);
-  EXPECT_FALSE(d.Check(S(50)).has_value()) << "hovering around the threshold is one slowdown";
-  Round(d, 5, "", 1, 85);  // back near its best: the next slowdown is news
-  EXPECT_FALSE(d.Check(S(60)).has_value());
-  Round(d, 6, "", 1, 200);
-  EXPECT_TRUE(d.Check(S(70)).has_value());
-}
-
-// Every machine's steps take `step_ms` and its compute `compute_ms`.
-void Steps(FailSlowDetector& d, int round, double step_ms, double compute_ms) {
-  for (int m = 1; m <= 4; ++m) {
-    for (int k = 0; k < 10; ++k) {
-      d.Observe(Sig("m0" + std::to_string(m), m - 1, round * 10 + k, S(round * 10 + k), step_ms, compute_ms));
-    }
-  }
-}
-
-// A slowed link: steps 3x slower, compute as before, no machine stands
-// out. Reported for the links to be measured after slow_rounds rounds,
-// once; steps that slow with their compute (a loaded host: 90 of the 300
-// added ms) are not.
-TEST(FailSlowDetector, StepsSlowerWithComputeHoldingAskForTheLinksOnce) {
-  PolicyConfig c;
-  FailSlowDetector d(c);
-  d.Started(S(0));
-  Steps(d, 0, 100, 80);
-  EXPECT_FALSE(d.Check(S(10)).has_value());
-  std::optional<FailSlowSuspected> f;
-  int rounds = 0;
-  for (int r = 1; r <= 8 && !f; ++r, ++rounds) {
-    Steps(d, r, 400, 80);
-    f = d.Check(S(10 * (r + 1)));
-  }
-  ASSERT_TRUE(f.has_value());
-  EXPECT_EQ(rounds, c.slow_rounds);
-  EXPECT_TRUE(f->network);
-  EXPECT_TRUE(f->machine.empty());
-  EXPECT_NEAR(f->ratio, 4.0, 1e-9);
-  EXPECT_NE(f->detail.find("the network is slower"), std::string::npos) << f->detail;
-  for (int r = 9; r < 16; ++r) {
-    Steps(d, r, 400, 80);
-    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "reported once, round " << r;
-  }
-
-  FailSlowDetector loaded(c);
-  loaded.Started(S(0));
-  Steps(loaded, 0, 100, 80);
-  EXPECT_FALSE(loaded.Check(S(10)).has_value());
-  for (int r = 1; r <= 8; ++r) {
-    Steps(loaded, r, 400, 170);  // 90 of the 300 added ms in compute: the host, not the network
-    std::optional<FailSlowSuspected> g = loaded.Check(S(10 * (r + 1)));
-    EXPECT_TRUE(!g.has_value() || !g->network) << "round " << r << ": " << g->detail;
-  }
-  c.slow_link_ratio = 0;  // off
-  FailSlowDetector off(c);
-  off.Started(S(0));
-  for (int r = 0; r <= 8; ++r) {
-    Steps(off, r, r == 0 ? 100 : 400, 80);
-    EXPECT_FALSE(off.Check(S(10 * (r + 1))).has_value());
-  }
-}
-
-// DP 2 x PP 2, one rank per machine: m01, m02 run stage 0 (ranks 0, 1),
-// m03, m04 stage 1 (ranks 2, 3). The last stage computes the head and the
-// loss: 1.6x the first's time in this test, as a balanced split can.
-TEST(FailSlowDetector, PipelineStagesAreComparedOnlyWithThemselves) {
-  PolicyConfig c;
-  FailSlowDetector d(c);
-  d.Started(S(0), Topology{4, 1, 2});
-  auto round = [&](int r, const std::string& slow) {
-    for (int m = 1; m <= 4; ++m) {
-      const std::string id = "m0" + std::to_string(m);
-      const double base = m >= 3 ? 128 : 80;
-      for (int k = 0; k < 10; ++k) d.Observe(Sig(id, m - 1, r * 10 + k, S(r * 10 + k), 100, id == slow ? 2 * base : base));
-    }
-  };
-  for (int r = 0; r < 8; ++r) {
-    round(r, "");
-    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "round " << r << ": " << d.last_round();
-  }
-  EXPECT_NEAR(d.max_unflagged_ratio(), 1.0, 1e-9) << "stage 1's longer compute is no outlier";
-  std::optional<FailSlowSuspected> f;
-  for (int r = 8; r < 13 && !f; ++r) {
-    round(r, "m04");
-    f = d.Check(S(10 * (r + 1)));
-  }
-  ASSERT_TRUE(f.has_value());
-  EXPECT_EQ(f->machine, "m04");
-  EXPECT_NEAR(f->ratio, 2.0, 1e-9);
 }
 
 TEST(AnomalyDetector, ALocalNanNamesItsMachineAsSoonAsEveryRankReported) {

@@ -1,0 +1,196 @@
+// The fail-slow detector, pure: a machine that drags every step is flagged
+// from its compute times, a job-wide slowdown names nobody, a slowed link
+// asks for the links to be measured, pipeline stages are compared only with
+// themselves. No processes, no sockets, no sleeps.
+#include <gtest/gtest.h>
+
+#include "controller/fail_slow_detector.h"
+#include "support/controller_fixture.h"
+
+namespace bulwark::controller {
+namespace {
+
+using testing::S;
+using testing::Sig;
+
+// Rounds of 10 s, 4 machines, 10 steps each; `slow` computes `factor` x.
+void Round(FailSlowDetector& d, int round, const std::string& slow, double factor, double base = 80) {
+  for (int m = 1; m <= 4; ++m) {
+    const std::string id = "m0" + std::to_string(m);
+    for (int k = 0; k < 10; ++k) {
+      d.Observe(Sig(id, m - 1, round * 10 + k, S(round * 10 + k), 100, id == slow ? base * factor : base));
+    }
+  }
+}
+
+TEST(FailSlowDetector, EvictsAMachineFlaggedFiveRoundsRunning) {
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0));
+  for (int r = 0; r < 4; ++r) {
+    Round(d, r, "m03", 2.0);
+    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "round " << r;
+  }
+  EXPECT_NE(d.last_round().find("4/5"), std::string::npos) << d.last_round();
+  Round(d, 4, "m03", 2.0);
+  auto f = d.Check(S(50));
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->machine, "m03");
+  EXPECT_EQ(f->rounds, 5);
+  EXPECT_NEAR(f->ratio, 2.0, 1e-9);
+}
+
+TEST(FailSlowDetector, AnInterruptedStreakOrNoiseEvictsNothing) {
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0));
+  const char* slow[] = {"m03", "m03", "m01", "m03", "m03", "m03", "m03"};  // the m01 round breaks the streak
+  for (int r = 0; r < 7; ++r) {
+    Round(d, r, slow[r], 2.0);
+    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "round " << r;
+  }
+  // Under-threshold noise (1.2x) is never flagged.
+  for (int r = 7; r < 20; ++r) {
+    Round(d, r, "m02", 1.2);
+    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value());
+  }
+  EXPECT_NEAR(d.max_unflagged_ratio(), 1.2, 1e-9) << "the noise rounds flagged nobody; the 2x ones did";
+}
+
+// A machine 1.32x slow whose rounds read 4% either side of that, as a
+// few steps' noise makes them, dips under slow_ratio every other round: a
+// streak of rounds each over the threshold never ends, the median of the
+// rounds does. A healthy machine over the threshold in two of five rounds
+// is not flagged.
+TEST(FailSlowDetector, AMachineAtTheThresholdWithNoisyRoundsIsFlaggedByItsMedian) {
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0));
+  std::optional<FailSlowSuspected> f;
+  int r = 0;
+  for (; r < 8 && !f; ++r) {
+    Round(d, r, "m03", r % 2 ? 1.32 * 0.96 : 1.32 * 1.04);
+    f = d.Check(S(10 * (r + 1)));
+  }
+  ASSERT_TRUE(f.has_value()) << d.last_round();
+  EXPECT_EQ(r, c.slow_rounds);
+  EXPECT_EQ(f->machine, "m03");
+  EXPECT_NEAR(f->ratio, 1.32 * 1.04, 1e-9);
+
+  FailSlowDetector healthy(c);
+  healthy.Started(S(0));
+  const double odd[] = {1.35, 1.1, 1.1, 1.35, 1.1};
+  for (int k = 0; k < 20; ++k) {
+    Round(healthy, k, "m02", odd[k % 5]);
+    EXPECT_FALSE(healthy.Check(S(10 * (k + 1))).has_value()) << "round " << k << ": " << healthy.last_round();
+  }
+}
+
+TEST(FailSlowDetector, AJobWideSlowdownIsReportedOnceAndNamesNoMachine) {
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0));
+  Round(d, 0, "", 1, 80);
+  EXPECT_FALSE(d.Check(S(10)).has_value());
+  Round(d, 1, "", 1, 200);  // every machine 2.5x slower
+  auto f = d.Check(S(20));
+  ASSERT_TRUE(f.has_value());
+  EXPECT_TRUE(f->machine.empty());
+  EXPECT_NE(f->detail.find("job-wide"), std::string::npos) << f->detail;
+  Round(d, 2, "", 1, 200);
+  EXPECT_FALSE(d.Check(S(30)).has_value()) << "reported once";
+  Round(d, 3, "", 1, 110);  // 1.38x: under the threshold, not yet near its best
+  EXPECT_FALSE(d.Check(S(40)).has_value());
+  Round(d, 4, "", 1, 200);
+  EXPECT_FALSE(d.Check(S(50)).has_value()) << "hovering around the threshold is one slowdown";
+  Round(d, 5, "", 1, 85);  // back near its best: the next slowdown is news
+  EXPECT_FALSE(d.Check(S(60)).has_value());
+  Round(d, 6, "", 1, 200);
+  EXPECT_TRUE(d.Check(S(70)).has_value());
+}
+
+// Every machine's steps take `step_ms` and its compute `compute_ms`.
+void Steps(FailSlowDetector& d, int round, double step_ms, double compute_ms) {
+  for (int m = 1; m <= 4; ++m) {
+    for (int k = 0; k < 10; ++k) {
+      d.Observe(Sig("m0" + std::to_string(m), m - 1, round * 10 + k, S(round * 10 + k), step_ms, compute_ms));
+    }
+  }
+}
+
+// A slowed link: steps 3x slower, compute as before, no machine stands
+// out. Reported for the links to be measured after slow_rounds rounds,
+// once; steps that slow with their compute (a loaded host: 90 of the 300
+// added ms) are not.
+TEST(FailSlowDetector, StepsSlowerWithComputeHoldingAskForTheLinksOnce) {
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0));
+  Steps(d, 0, 100, 80);
+  EXPECT_FALSE(d.Check(S(10)).has_value());
+  std::optional<FailSlowSuspected> f;
+  int rounds = 0;
+  for (int r = 1; r <= 8 && !f; ++r, ++rounds) {
+    Steps(d, r, 400, 80);
+    f = d.Check(S(10 * (r + 1)));
+  }
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(rounds, c.slow_rounds);
+  EXPECT_TRUE(f->network);
+  EXPECT_TRUE(f->machine.empty());
+  EXPECT_NEAR(f->ratio, 4.0, 1e-9);
+  EXPECT_NE(f->detail.find("the network is slower"), std::string::npos) << f->detail;
+  for (int r = 9; r < 16; ++r) {
+    Steps(d, r, 400, 80);
+    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "reported once, round " << r;
+  }
+
+  FailSlowDetector loaded(c);
+  loaded.Started(S(0));
+  Steps(loaded, 0, 100, 80);
+  EXPECT_FALSE(loaded.Check(S(10)).has_value());
+  for (int r = 1; r <= 8; ++r) {
+    Steps(loaded, r, 400, 170);  // 90 of the 300 added ms in compute: the host, not the network
+    std::optional<FailSlowSuspected> g = loaded.Check(S(10 * (r + 1)));
+    EXPECT_TRUE(!g.has_value() || !g->network) << "round " << r << ": " << g->detail;
+  }
+  c.slow_link_ratio = 0;  // off
+  FailSlowDetector off(c);
+  off.Started(S(0));
+  for (int r = 0; r <= 8; ++r) {
+    Steps(off, r, r == 0 ? 100 : 400, 80);
+    EXPECT_FALSE(off.Check(S(10 * (r + 1))).has_value());
+  }
+}
+
+// DP 2 x PP 2, one rank per machine: m01, m02 run stage 0 (ranks 0, 1),
+// m03, m04 stage 1 (ranks 2, 3). The last stage computes the head and the
+// loss: 1.6x the first's time in this test, as a balanced split can.
+TEST(FailSlowDetector, PipelineStagesAreComparedOnlyWithThemselves) {
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0), Topology{4, 1, 2});
+  auto round = [&](int r, const std::string& slow) {
+    for (int m = 1; m <= 4; ++m) {
+      const std::string id = "m0" + std::to_string(m);
+      const double base = m >= 3 ? 128 : 80;
+      for (int k = 0; k < 10; ++k) d.Observe(Sig(id, m - 1, r * 10 + k, S(r * 10 + k), 100, id == slow ? 2 * base : base));
+    }
+  };
+  for (int r = 0; r < 8; ++r) {
+    round(r, "");
+    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "round " << r << ": " << d.last_round();
+  }
+  EXPECT_NEAR(d.max_unflagged_ratio(), 1.0, 1e-9) << "stage 1's longer compute is no outlier";
+  std::optional<FailSlowSuspected> f;
+  for (int r = 8; r < 13 && !f; ++r) {
+    round(r, "m04");
+    f = d.Check(S(10 * (r + 1)));
+  }
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->machine, "m04");
+  EXPECT_NEAR(f->ratio, 2.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace bulwark::controller
