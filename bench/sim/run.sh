@@ -17,8 +17,8 @@ for run in "10000 90 1" "100000 365 2"; do
 done
 echo
 echo "== 100,000 GPUs x 365 days (docs/simulator.md): elastic pipeline replicas beside the whole-world restart,"
-echo "   the regroup priced through the store as built, then store-less (neighbours: not built)"
-for rendezvous in store neighbours; do
+echo "   the regroup priced store-less (neighbours: plans in the start command, the default), then through the store"
+for rendezvous in neighbours store; do
   for seed in 1 2 3 4 5; do
     /usr/bin/time -f "%e" -o /tmp/bulwark-sim-wall.$$ $SIM --gpus 100000 --days 365 --seed "$seed" --rendezvous "$rendezvous" --json |
       python3 -c "

@@ -88,8 +88,9 @@ Status SimCmd(const std::map<std::string, std::string>& flags) {
   if (has("elastic")) overrides["recovery"] = "elastic";
   if (has("no-elastic")) overrides["recovery"] = "standby";
   if (has("recovery")) overrides["recovery"] = flags.at("recovery");
-  // The regroup's rendezvous: the store as built, or the store-less path
-  // (not built) priced with the same coefficients.
+  // The regroup's rendezvous: the store-less path (plans in the start
+  // command, the default) or every rank through the store, priced with the
+  // same coefficients.
   if (has("rendezvous")) overrides["rendezvous"] = flags.at("rendezvous");
   // The elastic arm alone, without the whole-world run beside it.
   if (has("no-compare")) overrides["compare_whole_world"] = false;
@@ -113,7 +114,11 @@ Status SimCmd(const std::map<std::string, std::string>& flags) {
   }
   if (has("placement")) overrides["domains"]["placement"] = flags.at("placement");
   // What is over-evicted on suspicion is checked and comes back (issue 38).
+  if (has("checkup") && has("no-checkup")) {
+    return Status::InvalidArgument("sim: give --checkup or --no-checkup, not both");
+  }
   if (has("checkup")) overrides["policy"]["checkup_evicted"] = 1;
+  if (has("no-checkup")) overrides["policy"]["checkup_evicted"] = 0;
   // A pipeline depth the user did not ask for follows the GPU count.
   if (!overrides.contains("pp") && overrides.contains("gpus") && overrides["gpus"].is_number()) {
     base.gpus = static_cast<int>(overrides["gpus"].get<double>());
