@@ -167,12 +167,13 @@ Result<int64_t> EtcdClient::Grant(int64_t ttl_s) const {
   return resp.id();
 }
 
-Result<int64_t> EtcdClient::KeepAlive(int64_t lease) const {
+Result<int64_t> EtcdClient::KeepAlive(int64_t lease, std::chrono::steady_clock::time_point* sent) const {
   pb::LeaseKeepAliveRequest req;
   req.set_id(lease);
   pb::LeaseKeepAliveResponse resp;
   bool answered = false;
   BULWARK_RETURN_IF_ERROR(OnSomeMember("lease keep-alive", [&](Member& m, grpc::ClientContext& ctx) {
+    if (sent != nullptr) *sent = std::chrono::steady_clock::now();
     auto stream = m.lease->LeaseKeepAlive(&ctx);
     if (stream->Write(req)) answered = stream->Read(&resp);
     stream->WritesDone();

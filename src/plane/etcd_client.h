@@ -62,7 +62,9 @@ class EtcdClient {
   // A lease of `ttl_s` seconds; its ID.
   Result<int64_t> Grant(int64_t ttl_s) const;
   // One keep-alive; the lease's remaining TTL (<= 0: it has expired).
-  Result<int64_t> KeepAlive(int64_t lease) const;
+  // `sent`, if given: when the request that was answered went out (a call
+  // that tried several members, or tried them again, sent several).
+  Result<int64_t> KeepAlive(int64_t lease, std::chrono::steady_clock::time_point* sent = nullptr) const;
   Status Revoke(int64_t lease) const;
 
   // Blocks until a key in [prefix, PrefixEnd(prefix)) changes at a revision

@@ -107,13 +107,15 @@ void Leadership::Lose(const std::string& why) {
 }
 
 void Leadership::KeepAlive() {
-  const auto period = std::chrono::milliseconds(ttl_s_ * 1000 / 3);
+  const auto period = std::chrono::milliseconds(RenewPeriodMs());
   Clock::time_point next = Clock::now() + period;
   while (!stop_ && !lost_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (Clock::now() < next) continue;
-    const Clock::time_point sent = Clock::now();
-    Result<int64_t> ttl = etcd_.KeepAlive(lease_);
+    // When the renewal that etcd answered was sent: the call may have
+    // tried every member for a while before one answered.
+    Clock::time_point sent = Clock::now();
+    Result<int64_t> ttl = etcd_.KeepAlive(lease_, &sent);
     if (stop_) return;
     if (ttl.ok() && *ttl > 0) {
       last_renewal_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(sent.time_since_epoch()).count();

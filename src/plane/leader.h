@@ -7,10 +7,17 @@
 // and another created the key -- can no longer write anything, even before
 // it notices.
 //
-// Noticing is the keep-alive's job: renewed every ttl/3; when no renewal
+// Noticing is the keep-alive's job: renewed every ttl/10; when no renewal
 // has succeeded for 2/3 of the TTL the term counts as lost here, before
 // etcd expires the lease, so this process has stopped acting before a new
 // leader can start (Kubernetes' renew deadline below the lease duration).
+// The renewal period is short for the sake of etcd's own failover: a
+// renewal needs etcd's raft leader, and electing a new one after the old
+// is lost takes one to two election timeouts (1-2 s at etcd's defaults,
+// more on a loaded host). The time from the last renewal before that loss
+// to the renew deadline must cover it: at ttl/3 (1.67 s of a 5 s lease's
+// 3.33 s deadline) it did not, and one etcd member killed cost the term;
+// at ttl/10 it leaves 2.83 s (Kubernetes: 2 s retries, 10 s deadline).
 #pragma once
 
 #include <atomic>
@@ -60,6 +67,7 @@ class Leadership {
   void KeepAlive();
   void Lose(const std::string& why) EXCLUDES(mu_);
   int64_t RenewDeadlineMs() const { return ttl_s_ * 1000 * 2 / 3; }
+  int64_t RenewPeriodMs() const { return ttl_s_ * 1000 / 10; }
 
   const EtcdClient& etcd_;
   const int64_t lease_;
