@@ -10,7 +10,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -30,6 +29,7 @@
 #include "common/metrics_server.h"
 #include "common/mutex.h"
 #include "plane/plane.h"
+#include "plane/workers.h"
 
 namespace bulwark::plane {
 namespace {
@@ -72,55 +72,14 @@ grpc::Status CheckToken(grpc::ServerContextBase* ctx, const std::string& token, 
                                           "cluster was started with (bulwark up writes DIR/token)");
 }
 
-// A few threads that run the agents' calls into the plane. gRPC's callback
-// threads also move every connection's bytes: one that waited on the
-// plane's lock (a registration's fsync, a decision over every machine)
-// starved handshakes and replies (at 4,000 agents registrations timed out
-// waiting for HTTP/2 SETTINGS). So the reactions only queue work here, and
-// a call waiting for the plane waits in this queue, not in a thread of its
-// own. Tasks run in the order posted; with one thread, strictly so.
-class Workers {
- public:
-  explicit Workers(int n) {
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
+// A report with news: an event other than rank 0's STEP (a rank's exit, a
+// diagnosis, an answer to a request), run before the heartbeats queued.
+bool HasNews(const wire::ReportRequest& req) {
+  for (const wire::AgentEvent& e : req.events()) {
+    if (e.kind() != wire::AgentEvent::STEP) return true;
   }
-  ~Workers() {
-    {
-      MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    ready_.NotifyAll();
-    for (std::thread& t : threads_) t.join();
-  }
-  void Post(std::function<void()> task) {
-    {
-      MutexLock lock(&mu_);
-      queue_.push_back(std::move(task));
-    }
-    ready_.NotifyOne();
-  }
-
- private:
-  void Loop() {
-    for (;;) {
-      std::function<void()> task;
-      {
-        MutexLock lock(&mu_);
-        while (!stop_ && queue_.empty()) ready_.Wait(&mu_);
-        if (queue_.empty()) return;  // stopping, and everything posted has run
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      task();
-    }
-  }
-
-  Mutex mu_;
-  CondVar ready_;
-  std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);
-  bool stop_ GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
-};
+  return false;
+}
 
 // A call refused before it began (the token check).
 class RefusedStream final : public grpc::ServerWriteReactor<wire::Command> {
@@ -244,7 +203,7 @@ class AgentServiceImpl final : public wire::AgentService::CallbackService {
       // 12,500 agents replies 2 s late evicted healthy machines).
       plane->Heard(req->machine(), req->incarnation(), WallNow());
       r->Finish(ToGrpc(acked.status()));
-    });
+    }, HasNews(*req));
     return r;
   }
 
