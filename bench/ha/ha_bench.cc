@@ -1,10 +1,10 @@
-// The HA controller's figures (issue 37), on a real etcd member this bench
-// starts: journal appends per second through etcd and SQLite, the failover
+// The HA controller's figures (issue 37), on real etcd members this bench
+// starts (one unless --members N): journal appends per second through etcd and SQLite, the failover
 // time from a leader's loss to its successor's first decision, and the time
 // a successor needs to catch up (read and replay the journal).
 //
 //   cmake --build build --target bulwark-ha-bench
-//   build/bin/bulwark-ha-bench [--rows N] [--steps S] [--lease SECONDS] [--cold 1]
+//   build/bin/bulwark-ha-bench [--rows N] [--steps S] [--lease SECONDS] [--cold 1] [--members N]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -51,16 +51,18 @@ PlaneOptions EtcdOptions(std::shared_ptr<const EtcdClient> etcd, const std::stri
 }
 
 int Main(int argc, char** argv) {
-  int rows = 2000, steps = 2000, lease_s = 3, cold = 0;
+  int rows = 2000, steps = 2000, lease_s = 3, cold = 0, members = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--rows")) rows = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--lease")) lease_s = std::atoi(argv[i + 1]);
     // --cold 1: b takes over without its mirror, reading the journal from etcd.
     if (!std::strcmp(argv[i], "--cold")) cold = std::atoi(argv[i + 1]);
+    // --members 3: every write goes through etcd's raft to a quorum, as under up --ha.
+    if (!std::strcmp(argv[i], "--members")) members = std::atoi(argv[i + 1]);
   }
   std::string why;
-  auto server = testing::EtcdServer::Start(&why);
+  auto server = testing::EtcdServer::Start(&why, members);
   if (!server) return Fail("starting etcd", Status::Unavailable(why));
   auto connected = EtcdClient::Connect(server->endpoint(), std::chrono::milliseconds(2000));
   if (!connected.ok()) return Fail("connecting", connected.status());
@@ -79,8 +81,8 @@ int Main(int argc, char** argv) {
   Result<double> e_rate = AppendRate(**ej, rows);
   if (!s_rate.ok() || !e_rate.ok()) return Fail("appending", s_rate.ok() ? e_rate.status() : s_rate.status());
   std::printf("journal appends/s (%d rows, one at a time): sqlite %.0f (WAL, synchronous=FULL), etcd %.0f "
-              "(one member, fenced txn each)\n",
-              rows, *s_rate, *e_rate);
+              "(%d member%s, fenced txn each)\n",
+              rows, *s_rate, *e_rate, members, members == 1 ? "" : "s");
 
   // --- a leader trains a job, then is cut off ---
   const std::string prefix = "/bench/ha/";
@@ -125,7 +127,7 @@ int Main(int argc, char** argv) {
   std::printf("failover (lease %d s renewed every %d ms, %d steps trained): new leader %.0f ms after the old one "
               "stopped renewing; caught up (replayed %zu journal rows, read from %s) in %.0f ms; agents registered and first decision (evict m02) %.0f ms later; %.0f ms in "
               "all\n",
-              lease_s, lease_s * 1000 / 3, steps, Ms(lost, led), replayed,
+              lease_s, static_cast<int>((*a)->RenewPeriodMs()), steps, Ms(lost, led), replayed,
               cold ? "etcd (--cold)"
                    : ("b's mirror, " + std::to_string(mirror->applied()) + " changes applied as written").c_str(),
               Ms(led, caught_up), Ms(caught_up, decided), Ms(lost, decided));

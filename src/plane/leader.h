@@ -61,13 +61,14 @@ class Leadership {
   // Stops keeping the lease alive without revoking it, as a process cut off
   // from etcd would (tests and the failover bench).
   void Abandon();
+  // How often the lease is renewed (see above), in ms.
+  int64_t RenewPeriodMs() const { return ttl_s_ * 1000 / 10; }
 
  private:
   Leadership(const EtcdClient& etcd, int64_t lease, int64_t ttl_s, Term term);
   void KeepAlive();
   void Lose(const std::string& why) EXCLUDES(mu_);
   int64_t RenewDeadlineMs() const { return ttl_s_ * 1000 * 2 / 3; }
-  int64_t RenewPeriodMs() const { return ttl_s_ * 1000 / 10; }
 
   const EtcdClient& etcd_;
   const int64_t lease_;
