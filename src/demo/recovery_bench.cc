@@ -139,8 +139,9 @@ Status RunRecoveryBench(const BenchOptions& o) {
         x["first_step_s"] = first->value("step_ms", 0.0) / 1000.0;
         x["spawn_s"] = x["recover_s"].get<double>() - phases - x["first_step_s"].get<double>();
       }
-      std::printf("  %-12s #%d on %s: detect %.2f s, recover %.2f s (%s; ranks %s), lost %lld steps, restored from %s%s\n",
-                  fault, k + 1, victim.c_str(), x["detect_s"].get<double>(), x["recover_s"].get<double>(),
+      std::printf("  %-12s #%d on %s: detected %.2f s, decided +%.2f s, first step +%.2f s (%s; ranks %s), lost %lld steps, "
+                  "restored from %s%s\n",
+                  fault, k + 1, victim.c_str(), x["detect_s"].get<double>(), x["localize_s"].get<double>(), x["recover_s"].get<double>(),
                   x["resolution"].get<std::string>().c_str(), x["paths"].get<std::string>().c_str(), static_cast<long long>(x["lost_steps"].get<int64_t>()),
                   x["restore_source"].get<std::string>().empty() ? "?" : x["restore_source"].get<std::string>().c_str(),
                   resends > 0 ? " (the agent missed the first injection command; sent again)" : "");
