@@ -2,7 +2,7 @@
 # bench/elastic/stall.sh: what one lost replica costs the others in an
 # elastic data-parallel job (recovery elastic, trainer/step/elastic.h). For each
 # width R (default 2 4 8) a local cluster of R machines, one rank each,
-# trains the tiny model with --elastic-replicas R; rank R-1 is killed and
+# trains the tiny model with --elastic-replicas R; rank R-1 is SIGKILLed and
 # the survivors' stall is printed: from the kill to the first step rank 0
 # completes after it (that step's own compute included), with the
 # controller's detection and recovery split and how the killed rank came
@@ -53,8 +53,25 @@ YAML
     [[ "$step" -ge 50 && -s "$BULWARK_DIR/machines/$last/ranks/spare.log" ]] && break
     sleep 0.5
   done
-  kill_ms=$(python3 -c 'import time; print(int(time.time()*1000))')
-  build/bin/bulwark inject kill --machine "$last" >/dev/null
+  # The kill is a SIGKILL sent here to the rank's process (the pid of its
+  # newest adopt line), timed the instant before: `bulwark inject kill`
+  # would time its own start-up and RPCs (0.2-0.5 s on this host) as
+  # part of the survivors' stall, while they were still training.
+  kill_ms=$(python3 - "$BULWARK_DIR/machines/$last/ranks/rank-$((R - 1)).log" <<'PY'
+import json, os, signal, sys, time
+pid = None
+for line in open(sys.argv[1]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    if isinstance(j, dict) and j.get("event") == "adopt" and j.get("pid"):
+        pid = j["pid"]
+t = int(time.time() * 1000)
+os.kill(pid, signal.SIGKILL)
+print(t)
+PY
+)
   # Wait for 20 steps after the kill.
   for _ in $(seq 1 240); do
     n=$(python3 - "$BULWARK_DIR/machines/m01/ranks/rank-0.log" "$kill_ms" <<'PY'
@@ -97,7 +114,7 @@ inc = json.load(open(inc_path))[-1]
 stall = (first["wall_ms"] - kill_ms) / 1000.0
 restore = ev[i]
 print(f"R={R}: survivors' stall {stall:.3f} s (kill -> next completed step; step before {sorted(before)[len(before)//2]:.1f} ms), "
-      f"detect {(inc['detected_ms'] - kill_ms) / 1000.0:.3f} s, recover {inc.get('recover_s', -1):.3f} s, "
+      f"detect {(inc['detected_ms'] - kill_ms) / 1000.0:.3f} s (the agent's), recover {inc.get('recover_s', -1):.3f} s, "
       f"rank 0's state: {restore.get('source')}, sync {restore.get('ms', 0):.1f} ms; "
       f"rank {R-1} back from a {'live peer' if 'from live rank' in open(f'{machines}/{last}/ranks/rank-{R-1}.log').read() else 'restore'}")
 PY

@@ -80,11 +80,14 @@ Status Agent::Run() {
     MaybeReportStaged();
     PublishMetrics();
     // A command wakes the loop at once: a restart must not wait a period.
+    // So does a rank's exit: the controller decides on its report.
     workers_.Reap();
+    WatchExits();
     const auto wake = std::chrono::steady_clock::now() + kLoopPeriod;
     MutexLock lock(&queue_mu_);
-    while (queue_.empty() && !g_stop && queue_cv_.WaitUntil(&queue_mu_, wake)) {
+    while (queue_.empty() && !rank_ended_ && !g_stop && queue_cv_.WaitUntil(&queue_mu_, wake)) {
     }
+    rank_ended_ = false;
   }
   metrics_.reset();  // before the state its callback reads goes
   supervisor_.StopAll();

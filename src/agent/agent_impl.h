@@ -25,6 +25,7 @@
 #include "agent/clock.h"
 #include "agent/diagnostics.h"
 #include "agent/echo_hold.h"
+#include "agent/exit_watcher.h"
 #include "agent/inspector.h"
 #include "agent/monitor.h"
 #include "agent/rank_link_server.h"
@@ -242,6 +243,8 @@ class Agent {
 
   // Copies the loop's state for the metrics thread (agent_metrics.h).
   void PublishMetrics();
+  // Hands the live ranks' pids to exit_watcher_ (exit_watcher.h).
+  void WatchExits();
 
   AgentOptions o_;
   // Every timing rule of the agent reads this clock (agent/clock.h); only
@@ -281,6 +284,13 @@ class Agent {
   Mutex queue_mu_;
   CondVar queue_cv_;  // a command arrived: the main loop wakes
   std::deque<wire::Command> queue_ GUARDED_BY(queue_mu_);
+  bool rank_ended_ GUARDED_BY(queue_mu_) = false;  // a rank's process ended: the main loop wakes
+  // Declared after what its wake touches, so that it stops first.
+  ExitWatcher exit_watcher_{[this] {
+    MutexLock lock(&queue_mu_);
+    rank_ended_ = true;
+    queue_cv_.NotifyOne();
+  }};
 
   // Main thread only.
   bool registered_ = false;

@@ -10,6 +10,12 @@
 namespace bulwark::agent {
 namespace detail {
 
+void Agent::WatchExits() {
+  std::set<pid_t> pids;
+  for (const auto& [rank, pid] : supervisor_.Pids()) pids.insert(pid);
+  exit_watcher_.Watch(pids);
+}
+
 void Agent::WatchRanks() {
   for (auto& [rank, f] : gen_.followers) {
     f.Poll();

@@ -1,5 +1,5 @@
-// The agent's parts: log follower, supervisor, rank link, echo hold,
-// inspector, timing and its worker threads (its signature table:
+// The agent's parts: log follower, supervisor, exit watcher, rank link,
+// echo hold, inspector, timing and its worker threads (its signature table:
 // signatures_test.cc).
 #include <gtest/gtest.h>
 
@@ -17,6 +17,7 @@
 
 #include "agent/clock.h"
 #include "agent/echo_hold.h"
+#include "agent/exit_watcher.h"
 #include "agent/inspector.h"
 #include "agent/monitor.h"
 #include "agent/supervisor.h"
@@ -205,6 +206,43 @@ TEST(Supervisor, ReportsExitCodeAndSignalOfRealProcesses) {
   std::ifstream log(sup.LogPath(1));
   std::string all((std::istreambuf_iterator<char>(log)), {});
   EXPECT_NE(all.find("rank 1"), std::string::npos);
+}
+
+// A watched process's end wakes the loop at once, leaves the zombie for
+// the loop to reap (the exit status is the loop's to read), and a process
+// watched from a later set wakes it again.
+TEST(ExitWatcher, AWatchedProcessThatEndsWakesTheLoopAndStaysReapable) {
+  std::atomic<int> wakes{0};
+  agent::ExitWatcher w([&] { ++wakes; });
+  if (!w.active()) GTEST_SKIP() << "this kernel has no pidfd_open";
+  auto child = [] {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+    return pid;
+  };
+  auto wait_wakes = [&](int n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (wakes.load() < n && std::chrono::steady_clock::now() < deadline) usleep(1000);
+    return wakes.load();
+  };
+  const pid_t a = child();
+  ASSERT_GT(a, 0);
+  w.Watch({a});
+  ::kill(a, SIGKILL);
+  EXPECT_EQ(wait_wakes(1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(a, &status, 0), a) << "the watcher must not reap";
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+  const pid_t b = child();
+  ASSERT_GT(b, 0);
+  w.Watch({b});
+  ::kill(b, SIGTERM);
+  EXPECT_EQ(wait_wakes(2), 2);
+  EXPECT_EQ(::waitpid(b, &status, 0), b);
 }
 
 // The rank link's step line survives the trip, non-finite values included;
