@@ -247,13 +247,25 @@ void Agent::Trace(const std::string& id) {
         s->set_error(st.status().message());
       }
     }
-    auto rpc = wire::AgentService::NewStub(Channel());
-    grpc::ClientContext ctx;
-    Prepare(&ctx, kCallDeadline);
-    wire::StacksReply reply;
-    grpc::Status st = rpc->UploadStacks(&ctx, req, &reply);
+    // A controller that no longer leads (a failover while the stacks were
+    // captured) refuses them with UNAVAILABLE, naming the leader if it
+    // knows one: they go there, as reports do, for as long as a failover
+    // takes (up --ha: a 5 s lease and a catch-up). Any other answer ends it.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    grpc::Status st;
+    std::string at;
+    for (bool first = true; first || (std::chrono::steady_clock::now() < until && !g_stop); first = false) {
+      if (!first) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      auto rpc = wire::AgentService::NewStub(Channel(&at));
+      grpc::ClientContext ctx;
+      Prepare(&ctx, kCallDeadline);
+      wire::StacksReply reply;
+      st = rpc->UploadStacks(&ctx, req, &reply);
+      if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+      MaybeMoveOn(at, st, ctx);
+    }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-    Log((st.ok() ? "sent the stacks for " : "sending the stacks for ") + id + (st.ok() ? "" : " failed: " + st.error_message()) +
+    Log((st.ok() ? "sent the stacks for " : "sending the stacks for ") + id + (st.ok() ? " to " + at : " failed: " + st.error_message()) +
         " (" + std::to_string(static_cast<int>(ms)) + " ms after the request)");
   });
 }
