@@ -81,6 +81,21 @@ void Bench::SendReport(int i) {
 }
 
 // What an agent does with a command, as far as the controller can tell:
+void Bench::CrashLocked(int i, int64_t at_ms) {
+  Sim& s = sims_[i];
+  w::AgentEvent e;
+  e.set_kind(w::AgentEvent::RANK_EXITED);
+  e.set_seq(++s.seq);
+  e.set_rank(s.rank);
+  e.set_exit_code(1);
+  e.set_observed_ms(at_ms);
+  e.set_generation(s.generation);
+  s.pending.push_back(std::move(e));
+  s.crashed = true;
+  if (!s.report_in_flight) SendReport(i);
+  else s.news = true;
+}
+
 // START_RANKS starts its rank of the generation (a crash is over); STOP_RANKS
 // leaves it idle; TRACE is answered with its rank's stack, the stuck rank's
 // in compute while the others wait in the all-reduce; DIAGNOSE with every

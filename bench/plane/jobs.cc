@@ -120,20 +120,7 @@ std::vector<double> Bench::CrashInJobs(int count) {
     }
     // The same moment for all: each agent reports its rank's exit at once.
     crashed_ms = WallMs();
-    for (int i : victims) {
-      Sim& s = sims_[i];
-      w::AgentEvent e;
-      e.set_kind(w::AgentEvent::RANK_EXITED);
-      e.set_seq(++s.seq);
-      e.set_rank(s.rank);
-      e.set_exit_code(1);
-      e.set_observed_ms(crashed_ms);
-      e.set_generation(s.generation);
-      s.pending.push_back(std::move(e));
-      s.crashed = true;
-      if (!s.report_in_flight) SendReport(i);
-      else s.news = true;
-    }
+    for (int i : victims) CrashLocked(i, crashed_ms);
   }
   // Each job's decision is its own: logged by its plane, naming its machine.
   std::vector<double> decide;

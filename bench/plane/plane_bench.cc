@@ -126,19 +126,8 @@ double Bench::CrashARank() {
   int64_t crashed_ms;
   {
     std::lock_guard<std::mutex> l(mu_);
-    Sim& s = sims_[victim];
-    w::AgentEvent e;
-    e.set_kind(w::AgentEvent::RANK_EXITED);
-    e.set_seq(++s.seq);
-    e.set_rank(s.rank);
-    e.set_exit_code(1);
     crashed_ms = WallMs();
-    e.set_observed_ms(crashed_ms);
-    e.set_generation(s.generation);
-    s.pending.push_back(std::move(e));
-    s.crashed = true;
-    if (!s.report_in_flight) SendReport(victim);
-    else s.news = true;
+    CrashLocked(victim, crashed_ms);
   }
   // Its decision names the crashed rank's machine (other machines' actions,
   // a healthy one lost for the controller's lag included, are not it).

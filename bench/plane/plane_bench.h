@@ -114,6 +114,9 @@ class Bench {
   // Injections after the silent machine (their decisions read from the
   // controller's log after byte log_from_): fault -> decision, seconds.
   double CrashARank();
+  // Sim i's rank exits 1 at `at_ms`; its agent reports at once, as a real
+  // one does with news (under mu_).
+  void CrashLocked(int i, int64_t at_ms);
   // With named jobs: a rank crashes in each of `count` jobs at the same
   // moment; each job's fault -> its own decision, seconds (-1 none in time).
   std::vector<double> CrashInJobs(int count);

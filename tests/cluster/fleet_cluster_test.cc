@@ -44,6 +44,15 @@ class Fleet : public Cluster {
     return pids;
   }
   static bool Alive(int64_t pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0; }
+  // The controller SIGKILLed and started again on its journal.
+  void KillAndRestartController() {
+    pid_t controller = 0;
+    std::ifstream(dir_ + "/controller.pid") >> controller;
+    ASSERT_GT(controller, 0);
+    ::kill(controller, SIGKILL);
+    ASSERT_TRUE(Dead(controller, 10));
+    StartController("");
+  }
   // The checksum a rank on one of `machines` printed at `step`.
   std::string ChecksumOn(const std::vector<std::string>& machines, int64_t step) {
     for (const std::string& m : machines) {
@@ -105,12 +114,7 @@ TEST_F(Fleet, TwoJobsShareOnePoolAndNeitherFeelsTheOthersFaults) {
   EXPECT_EQ(Adopted("m02"), a_pids) << "a's rank on m02 kept its process";
 
   // The controller SIGKILLed: it replays both jobs.
-  pid_t controller = 0;
-  std::ifstream(dir_ + "/controller.pid") >> controller;
-  ASSERT_GT(controller, 0);
-  ::kill(controller, SIGKILL);
-  ASSERT_TRUE(Dead(controller, 10));
-  StartController("");
+  ASSERT_NO_FATAL_FAILURE(KillAndRestartController());
   s = WaitFor("both jobs replayed", 30, [](const json& j) {
     return JobOf(j, "a")["generation"] == 2 && JobOf(j, "b")["generation"] == 2;
   });
@@ -190,12 +194,7 @@ TEST_F(Fleet, FaultsInBothJobsAtOnceStayInTheirJobsAndTheStandbysGoInIncidentOrd
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_FALSE(Alive(m02_rank)) << "m02's rank outlived its machine";
-  pid_t controller = 0;
-  std::ifstream(dir_ + "/controller.pid") >> controller;
-  ASSERT_GT(controller, 0);
-  ::kill(controller, SIGKILL);
-  ASSERT_TRUE(Dead(controller, 10));
-  StartController("");
+  ASSERT_NO_FATAL_FAILURE(KillAndRestartController());
   s = WaitFor("a on the second standby, b replayed as it was", 120, [](const json& j) {
     const json a = JobOf(j, "a");
     return a["placement"] == json({"m01", "m08", "m03"}) && a["state"] == "running" && a["incidents"] == 2 &&
