@@ -141,9 +141,12 @@ std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
 // every machine computes as fast as ever, so no machine stands out and the
 // compute-time comparison above cannot see it. Steps slow_link_ratio times
 // the job's best, of which compute explains under a quarter of the added
-// time, slow_rounds rounds running, ask for the links to be measured. A
-// loaded host slows compute with the steps (its ranks wait for each
-// other's compute in the all-reduce): a larger share.
+// time, ask for the links to be measured. A loaded host slows compute with
+// the steps (its ranks wait for each other's compute in the all-reduce): a
+// larger share. Both are the medians of the last slow_rounds rounds, once
+// the steps have been slow that many rounds: on a loaded host a slowed
+// link's rounds cross the quarter now and then, and a streak that each
+// crossing restarted took 3 minutes instead of 50 s (netns_cluster_test).
 std::optional<FailSlowSuspected> FailSlowDetector::CheckLinks(Time now, const std::vector<double>& step_means,
                                                               double compute_median) {
   if (config_.slow_link_ratio <= 0 || step_means.empty() || !best_median_) return std::nullopt;
@@ -152,24 +155,35 @@ std::optional<FailSlowSuspected> FailSlowDetector::CheckLinks(Time now, const st
   if (!best_step_median_ || step_median < *best_step_median_) best_step_median_ = step_median;
   const double ratio = step_median / *best_step_median_;
   const double added_ms = step_median - *best_step_median_;
-  const double compute_share = added_ms > 0 ? (compute_median - *best_median_) / added_ms : 1;
-  if (ratio < config_.slow_link_ratio || compute_share >= 0.25) {
+  links_.push_back({ratio, added_ms > 0 ? (compute_median - *best_median_) / added_ms : 1});
+  if (static_cast<int>(links_.size()) > config_.slow_rounds) links_.pop_front();
+  // Rounds since the steps slowed; back near the best, the slowdown is over.
+  if (ratio < 1 + (config_.slow_link_ratio - 1) / 2) {
     link_rounds_ = 0;
-    if (ratio < 1 + (config_.slow_link_ratio - 1) / 2) link_reported_ = false;
-    return std::nullopt;
+    link_reported_ = false;
+  } else if (link_rounds_ > 0 || ratio >= config_.slow_link_ratio) {
+    ++link_rounds_;
   }
-  ++link_rounds_;
-  const std::string what = "steps at " + Ratio(ratio) + " the job's best, " +
-                           std::to_string(static_cast<int>(std::max(0.0, compute_share) * 100 + 0.5)) +
+  if (link_rounds_ == 0) return std::nullopt;
+  std::vector<double> ratios, shares;
+  for (const LinkRound& r : links_) {
+    ratios.push_back(r.ratio);
+    shares.push_back(r.compute_share);
+  }
+  const double typical = Median(ratios), share = Median(shares);
+  const std::string what = "steps at " + Ratio(typical) + " the job's best, " +
+                           std::to_string(static_cast<int>(std::max(0.0, share) * 100 + 0.5)) +
                            "% of the added time in compute";
   last_round_ += "; " + what + " (" + std::to_string(link_rounds_) + "/" + std::to_string(config_.slow_rounds) + " rounds)";
-  if (link_rounds_ < config_.slow_rounds || link_reported_) return std::nullopt;
+  if (link_rounds_ < config_.slow_rounds || typical < config_.slow_link_ratio || share >= 0.25 || link_reported_) {
+    return std::nullopt;
+  }
   link_reported_ = true;
   FailSlowSuspected f;
   f.rounds = link_rounds_;
-  f.ratio = ratio;
+  f.ratio = typical;
   f.network = true;
-  f.detail = what + ", " + std::to_string(link_rounds_) + " rounds: the network is slower";
+  f.detail = what + ", " + std::to_string(config_.slow_rounds) + " rounds: the network is slower";
   f.observed = now;
   return f;
 }

@@ -58,7 +58,8 @@ class FailSlowDetector {
     int steps = 0;
   };
   // A slowdown of the steps while compute holds: the network (a slowed
-  // link), reported with network set once it lasts slow_rounds rounds.
+  // link), reported with network set once it lasts slow_rounds rounds (the
+  // medians of the last slow_rounds rounds).
   std::optional<FailSlowSuspected> CheckLinks(Time now, const std::vector<double>& step_means, double compute_median);
   // A machine's ranks of one stage: (stage, machine).
   using Key = std::pair<int, MachineId>;
@@ -72,7 +73,11 @@ class FailSlowDetector {
   std::optional<double> best_median_;  // the job's fastest round so far
   bool jobwide_reported_ = false;
   std::optional<double> best_step_median_;  // the job's fastest steps, for CheckLinks
-  int link_rounds_ = 0;
+  struct LinkRound {
+    double ratio = 0, compute_share = 0;  // steps against the best; compute's share of the added time
+  };
+  std::deque<LinkRound> links_;  // the last slow_rounds rounds, for CheckLinks
+  int link_rounds_ = 0;          // rounds since the steps slowed
   bool link_reported_ = false;
   std::string last_round_;
   double max_unflagged_ = 0;

@@ -163,6 +163,33 @@ TEST(FailSlowDetector, StepsSlowerWithComputeHoldingAskForTheLinksOnce) {
   }
 }
 
+// A slowed link on a loaded host: compute's share of the added time crosses
+// the quarter every other round (the host's load, not the link). The
+// medians of the last slow_rounds rounds still ask for the links, after
+// slow_rounds slow rounds; a streak each crossing restarted never did.
+TEST(FailSlowDetector, ASlowedLinkWhoseRoundsAreNoisyIsStillFound) {
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0));
+  Steps(d, 0, 100, 80);
+  EXPECT_FALSE(d.Check(S(10)).has_value());
+  // The loaded rounds compute 2.3x the best: a job-wide slowdown, noted
+  // once on the way.
+  std::optional<FailSlowSuspected> f;
+  int r = 1, jobwide = 0;
+  for (; r <= 10 && !(f && f->network); ++r) {
+    Steps(d, r, 400, r % 2 ? 80 + 0.1 * 300 : 80 + 0.35 * 300);
+    f = d.Check(S(10 * (r + 1)));
+    jobwide += f && !f->network && f->machine.empty();
+  }
+  EXPECT_EQ(jobwide, 1);
+  ASSERT_TRUE(f.has_value()) << d.last_round();
+  EXPECT_EQ(r - 1, c.slow_rounds);
+  EXPECT_TRUE(f->network);
+  EXPECT_NEAR(f->ratio, 4.0, 1e-9);
+  EXPECT_NE(f->detail.find("10% of the added time in compute"), std::string::npos) << f->detail;
+}
+
 // DP 2 x PP 2, one rank per machine: m01, m02 run stage 0 (ranks 0, 1),
 // m03, m04 stage 1 (ranks 2, 3). The last stage computes the head and the
 // loss: 1.6x the first's time in this test, as a balanced split can.
