@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/ring_layout.h"
 #include "common/status.h"
 #include "controller/policy_config.h"
 
@@ -132,36 +133,45 @@ struct Costs {
   // The controller's fan-out: one message to each placed machine's agent
   // (START_RANKS), sent one after the other. 0.35 ms: the p50 of one
   // agent's call into the real controller process, bulwark-plane-bench
-  // --agents 100, this 2-core host (docs/control-plane.md, 2026-11-27).
-  // The same bench at 1,000 agents held the plane's mutex 48 s for the
-  // job's start (48 ms a machine): not what is priced here; see
-  // docs/simulator.md.
+  // --agents 100 at 0841833, this 2-core host. Since issue 36's fixes
+  // `bulwark bench-plane --agents 12500` submits a 12,500-machine job in
+  // 0.69 s, 55 us a machine (docs/control-plane.md): 0.35 ms is the
+  // upper of the two.
   double fanout_per_machine = 0.35e-3;
   // One link dialled and its HELLO: 24.0 ms, the ring's whole regroup at
-  // W = 4, in which a survivor dials one link (bench/elastic/regroup.sh,
-  // this 2-core host, docs/recovery.md): an upper bound, its 4 processes
-  // sharing 2 cores.
+  // W = 4 through the store, in which a survivor dials one link
+  // (bench/elastic/regroup.sh, this 2-core host, docs/recovery.md). From
+  // plans the same regroup connected in 1.6 ms (flat) and 0.4 ms (two
+  // levels) at W = 4, 10.0 / 11.8 ms at W = 64 (every process on the
+  // host's 2 cores): 24 ms is an upper bound.
   double link_dial = 0.024;
-  // Links a survivor dials at a regroup, in parallel with the others: at
-  // most 3 with the two-level ring (the trainer's default), 1 with the
-  // flat one (the lost member's two neighbours dial each other):
-  // bench/elastic/regroup.sh, W = 4 to 64, docs/recovery.md. A new process
-  // has no links: it makes both of its own.
-  double links_per_survivor = 3, links_per_new_rank = 2;
-  // One hop of the ring: a frame to a neighbour. 20 us: an all-reduce of
-  // 8 int64 over the flat ring at W = 4 (6 hops) took 0.12 ms
-  // (bench/elastic/regroup.sh, this 2-core host, docs/recovery.md): a
+  // Links a survivor makes at a regroup, in parallel with the others: at
+  // most 3 with the two-level ring (the trainer's default from 16 ranks)
+  // when the world narrows, 1 with the flat one (the lost member's two
+  // neighbours dial each other), 1 in either when a standby takes the
+  // lost rank: bench/elastic/regroup.sh, W = 4 to 64, this 2-core host,
+  // docs/recovery.md; priced at the narrowing's 3. A new process has no
+  // links: it makes all of its own, up to 8 in two levels (ring_layout.h
+  // LinkedRanks; the regroup bench's joiner made 5 at W = 16).
+  double links_per_survivor = 3, links_per_new_rank = 8;
+  // One hop of the ring: a frame to a neighbour. 30 us: an all-reduce of
+  // 8 int64 over the flat ring of W = 4's 3 survivors (4 hops) took 0.12
+  // ms (bench/elastic/regroup.sh, this 2-core host, docs/recovery.md): a
   // context switch on loopback, not a network's hop (~10 us in a
   // datacenter), which this host cannot measure.
-  double ring_hop = 20e-6;
-  // The ring's abort propagation: a failure travels round the ring hop by
-  // hop (trainer/comm/ring.h: ABORT to both neighbours, each passes it on), so
-  // it reaches every survivor within (W - 1) / 2 hops; priced at
-  // abort_hops_per_rank x (W - 1) hops = 2 x that, a bound.
+  double ring_hop = 30e-6;
+  // The ring's abort propagation: a failing rank sends ABORT to every ring
+  // neighbour, group and cross (trainer/comm/ring.cc Ring::Fail), each
+  // passes it on, so it reaches every rank within (W - 1) / 2 hops on the
+  // flat ring and about (G + K) / 2 in two levels of K groups of G
+  // (ring_layout.h TwoLevel, the trainer's default layout); priced at
+  // abort_hops_per_rank x twice that, a bound (AbortHops).
   double abort_hops_per_rank = 1;
   // The rendezvous store as built (trainer/comm/dist.cc, ring.cc): one TCPStore
   // on rank 0, served by a single-threaded daemon; a ring costs each rank 4
-  // operations (its address, the generation's nonce, its two neighbours'),
+  // operations (its address, the generation's nonce, its two neighbours';
+  // in two levels also its group's and cross rings' neighbours', up to 9:
+  // 4 is a lower bound; a whole-world Gloo mesh's W lookups a rank more),
   // and a pipeline job forms two rings per rank on it (the world's and its
   // stage's). One operation costs 41 us + 0.57 us per connected client:
   // bulwark-store-bench, this 2-core host (docs/recovery.md: 41 us at 0
@@ -380,10 +390,16 @@ struct SimConfig {
     p.store = StoreSeconds(ranks);
     p.links = costs.link_dial * costs.links_per_survivor;
     p.handshake = costs.ring_hop;
-    p.abort = costs.ring_hop * costs.abort_hops_per_rank * std::max(0, ranks - 1);
+    p.abort = costs.ring_hop * costs.abort_hops_per_rank * AbortHops(ranks);
     p.assumed_regroup = costs.regroup;
     p.step = joined ? std::max(costs.step, costs.restore_memory) : costs.step;
     return p;
+  }
+  // Twice the hops an ABORT takes to reach every one of `ranks` ranks in
+  // the trainer's default layout (Costs::abort_hops_per_rank).
+  static double AbortHops(int ranks) {
+    const TwoLevel L = TwoLevel::For(std::max(1, ranks), 0);
+    return L.flat() ? std::max(0, ranks - 1) : (L.G - 1) + (L.K - 1);
   }
   // Restart decided -> first step, with the configured restore.
   double RestartSeconds() const { return WorldRestart(machines()).Total(); }

@@ -293,8 +293,9 @@ TEST(Sim, APipelineReplicaLossCostsOneOverDpUntilAStandbyFillsIt) {
 // The regroup is priced from named coefficients: through the store as
 // built, every rank's operations queue at one server whose every operation
 // costs more per connected client, so the price grows with W squared; on
-// the store-less path (not built) nothing on a rank's path grows with W,
-// only the controller's fan-out and the ring's abort, linearly.
+// the store-less path (plans, built for elastic ring jobs) nothing on a
+// rank's path grows with W but the controller's fan-out (linearly) and the
+// ring's abort (with the two-level layout's G + K).
 TEST(Sim, TheStoreRegroupGrowsWithTheWorldAndTheNeighboursOneDoesNot) {
   SimConfig store;
   store.gpus = 100000;
