@@ -7,7 +7,9 @@
 # two neighbours dial each other), flat and in two levels (ring.h's
 # TwoLevel, groups of about sqrt(W)), and over Gloo's full mesh, one after
 # the other, then the same two rings formed from plans with no store
-# (ring.h's RingPlan: what the controller would send each survivor). All
+# (ring.h's RingPlan: what the controller would send each survivor), and
+# in two levels from plans with a standby's process taking the rank that
+# left (--replace: generation 2 has W ranks again). All
 # W run on this host, so it shows how the cost grows with W, not what a
 # network would add. Then what one operation on the rendezvous
 # store costs as it holds 0 to 2,000 clients (bulwark-store-bench): the
@@ -21,5 +23,6 @@ build/bin/bulwark-regroup-bench --comm ring --group 1 "$@"
 build/bin/bulwark-regroup-bench --comm ring --group 0 "$@"
 build/bin/bulwark-regroup-bench --comm ring --group 1 --plan "$@"
 build/bin/bulwark-regroup-bench --comm ring --group 0 --plan "$@"
+build/bin/bulwark-regroup-bench --comm ring --group 0 --plan --replace "$@"
 build/bin/bulwark-regroup-bench --comm gloo "$@"
 build/bin/bulwark-store-bench

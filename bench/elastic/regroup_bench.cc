@@ -22,7 +22,13 @@
 // would carry it; it prints how long writing them took per survivor and
 // how many addresses the largest held.
 //
-// Usage: bulwark-regroup-bench [--comm gloo|ring] [--group G] [--plan] [W ...]
+// --replace (with --plan): a standby's process takes the rank that left,
+// as when the pool has one (the common case at scale): it is up and
+// listening before the change, as a prespawned spare is, and generation 2
+// has W ranks again. The survivors' links and time are printed as above,
+// the joiner's links apart.
+//
+// Usage: bulwark-regroup-bench [--comm gloo|ring] [--group G] [--plan [--replace]] [W ...]
 //   (default ring; --group as bulwark-train's --ring-group: 1 flat, 0 auto; W 3 4 8 16 32)
 #include <spawn.h>
 #include <sys/wait.h>
@@ -71,7 +77,46 @@ Result<RingPlan> ReadPlan(const std::string& path) {
   return plan;
 }
 
-int Rank(int rank, int world, int port, bool ring, int group, bool planned, const std::string& go,
+// The standby's process that takes rank `lost` in generation 2 (--replace):
+// it listens, says where, and joins from its plan once told to go. Its
+// line's rank is kJoiner + lost, so the survivors' figures leave it out.
+constexpr int kJoiner = 1000;
+
+int Joiner(int lost, int world, int port, int group, const std::string& go, const std::string& ready) {
+  DistEnv env;
+  env.rank = lost;
+  env.world_size = world;
+  env.master_port = port + 1;
+  auto links = RingLinks::Listen(env.master_addr);
+  if (!links.ok()) return 1;
+  (*links)->SetGroupSize(group);
+  if (std::FILE* f = std::fopen(ready.c_str(), "a")) {
+    std::fprintf(f, "%d %s\n", kJoiner + lost, (*links)->identity().c_str());
+    std::fclose(f);
+  }
+  while (::access(go.c_str(), F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const double t0 = NowMs();
+  auto plan = ReadPlan(go + ".plan." + std::to_string(kJoiner + lost));
+  if (!plan.ok()) return 1;
+  plan->group = group;
+  auto comm = Comm::Join(env, *plan, 120, **links);
+  if (!comm.ok()) {
+    std::fprintf(stderr, "joiner: %s\n", comm.status().ToString().c_str());
+    return 1;
+  }
+  const double connected = NowMs();
+  std::vector<torch::Tensor> one{torch::ones({1})};
+  if (!(*comm)->AllReduceSum(one).ok()) return 1;
+  std::printf("%d %.3f %.3f 0 %d 0\n", kJoiner + lost, connected - t0, NowMs() - t0, (*links)->made());
+  // The survivors' timed all-reduces need every member to the end.
+  std::vector<torch::Tensor> grads{torch::ones({kGradients}, torch::kInt64)};
+  for (int i = 0; i < 21; ++i) if (!(*comm)->AllReduceSum(grads).ok()) return 1;
+  std::vector<torch::Tensor> tiny{torch::ones({8}, torch::kInt64)};
+  for (int i = 0; i < 41; ++i) if (!(*comm)->AllReduceSum(tiny).ok()) return 1;
+  return 0;
+}
+
+int Rank(int rank, int world, int port, bool ring, int group, bool planned, bool replace, const std::string& go,
          const std::string& ready) {
   DistEnv env;
   env.rank = rank;
@@ -101,8 +146,8 @@ int Rank(int rank, int world, int port, bool ring, int group, bool planned, cons
   first->reset();  // the survivors leave generation 1 (a ring keeps its links)
   const double t0 = NowMs();
   env.master_port = port + 1;
-  env.world_size = world - 1;
-  env.rank = rank < lost ? rank : rank - 1;
+  env.world_size = replace ? world : world - 1;
+  env.rank = replace || rank < lost ? rank : rank - 1;
   Result<std::unique_ptr<Comm>> second = Status::Internal("unset");
   if (planned) {
     auto plan = ReadPlan(go + ".plan." + std::to_string(rank));
@@ -142,14 +187,21 @@ int Rank(int rank, int world, int port, bool ring, int group, bool planned, cons
 
 // The controller's part of a membership change without a store: one plan
 // per survivor. Returns the largest plan's address count.
-size_t WritePlans(const std::string& go, int world, int group, const std::map<int, std::string>& identity) {
+size_t WritePlans(const std::string& go, int world, int group, bool replace,
+                  const std::map<int, std::string>& identity) {
   const int lost = world / 2;
-  std::vector<int> old;  // survivor's new rank -> its rank in generation 1
-  for (int r = 0; r < world; ++r) if (r != lost) old.push_back(r);
+  // A member's rank in generation 2 -> its rank in generation 1 (the
+  // joiner's line: kJoiner + lost).
+  std::vector<int> old;
+  for (int r = 0; r < world; ++r) {
+    if (r != lost) old.push_back(r);
+    else if (replace) old.push_back(kJoiner + lost);
+  }
+  const int members = static_cast<int>(old.size());
   size_t most = 0;
-  for (int r = 0; r < world - 1; ++r) {
+  for (int r = 0; r < members; ++r) {
     std::string text = std::to_string(2 + (static_cast<uint64_t>(world) << 32)) + "\n";
-    const std::set<int> linked = LinkedRanks(r, world - 1, group);
+    const std::set<int> linked = LinkedRanks(r, members, group);
     for (int peer : linked) text += std::to_string(peer) + " " + identity.at(old[peer]) + "\n";
     most = std::max(most, linked.size());
     const std::string path = go + ".plan." + std::to_string(old[r]);
@@ -161,9 +213,10 @@ size_t WritePlans(const std::string& go, int world, int group, const std::map<in
   return most;
 }
 
-int Run(const char* self, bool ring, int group, bool planned, const std::vector<int>& widths) {
-  std::printf("host: %u cores; W processes up, one leaves, the W - 1 others form generation 2 (%s)\n",
+int Run(const char* self, bool ring, int group, bool planned, bool replace, const std::vector<int>& widths) {
+  std::printf("host: %u cores; W processes up, one leaves, %s form generation 2 (%s)\n",
               std::thread::hardware_concurrency(),
+              replace ? "the W - 1 others and a standby's process in its place" : "the W - 1 others",
               !ring ? "TCPStore + Gloo full mesh"
               : planned ? (group == 1 ? "flat ring from plans, no store" : "ring in two levels from plans, no store")
               : group == 1 ? "flat ring, links kept" : "ring in two levels, links kept");
@@ -182,6 +235,7 @@ int Run(const char* self, bool ring, int group, bool planned, const std::vector<
                                        std::to_string(port), "--go", go, "--out", out, "--ready", ready,
                                        "--comm", ring ? "ring" : "gloo", "--group", std::to_string(group)};
       if (planned) args.push_back("--plan");
+      if (replace) args.push_back("--replace");
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -189,9 +243,21 @@ int Run(const char* self, bool ring, int group, bool planned, const std::vector<
       if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) return 1;
       kids.push_back(pid);
     }
-    // Generation 1 formed: every rank said so (their cold start is not timed).
+    if (replace) {
+      std::vector<std::string> args = {self, "--joiner", std::to_string(w / 2), "--world", std::to_string(w), "--port",
+                                       std::to_string(port), "--go", go, "--out", out, "--ready", ready, "--group",
+                                       std::to_string(group)};
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      pid_t pid = 0;
+      if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) return 1;
+      kids.push_back(pid);
+    }
+    // Generation 1 formed: every rank said so (their cold start is not
+    // timed), and the joiner listens.
     std::map<int, std::string> identity;
-    for (int said = 0; said < w;) {
+    for (int said = 0; said < w + (replace ? 1 : 0);) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       said = 0;
       if (std::FILE* f = std::fopen(ready.c_str(), "r")) {
@@ -212,8 +278,8 @@ int Run(const char* self, bool ring, int group, bool planned, const std::vector<
     size_t plan_most = 0;
     if (planned) {
       const double p0 = NowMs();
-      plan_most = WritePlans(go, w, group, identity);
-      plan_ms = (NowMs() - p0) / (w - 1);
+      plan_most = WritePlans(go, w, group, replace, identity);
+      plan_ms = (NowMs() - p0) / (replace ? w : w - 1);
     }
     std::FILE* g = std::fopen(go.c_str(), "w");
     if (g != nullptr) std::fclose(g);
@@ -224,11 +290,15 @@ int Run(const char* self, bool ring, int group, bool planned, const std::vector<
       ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
     }
     double connect = 0, total = 0, reduce = 0, tiny = 0;
-    int lines = 0, made = 0;
+    int lines = 0, made = 0, joiner_made = -1;
     if (std::FILE* f = std::fopen(out.c_str(), "r")) {
       int rank = 0, m = 0;
       double c = 0, t = 0, a = 0, h = 0;
       while (std::fscanf(f, "%d %lf %lf %lf %d %lf", &rank, &c, &t, &a, &m, &h) == 6) {
+        if (rank >= kJoiner) {
+          joiner_made = m;
+          continue;
+        }
         connect = std::max(connect, c);
         total = std::max(total, t);
         reduce = std::max(reduce, a);
@@ -240,15 +310,17 @@ int Run(const char* self, bool ring, int group, bool planned, const std::vector<
     }
     for (const std::string& f : {go, out, ready}) std::remove(f.c_str());
     for (int r = 0; r < w; ++r) std::remove((go + ".plan." + std::to_string(r)).c_str());
-    if (!ok || lines != w - 1) {
+    std::remove((go + ".plan." + std::to_string(kJoiner + w / 2)).c_str());
+    if (!ok || lines != w - 1 || (replace && joiner_made < 0)) {
       std::printf("%6d   failed (%d of %d survivors reported)\n", w, lines, w - 1);
       continue;
     }
-    const TwoLevel L = TwoLevel::For(w - 1, group);
+    const TwoLevel L = TwoLevel::For(replace ? w : w - 1, group);
     const std::string layout = !ring ? "mesh" : L.flat() ? "flat" : std::to_string(L.K) + "x" + std::to_string(L.G);
     std::printf("%6d %10s %13.1f ms %19.1f ms %18d %21.1f ms %17.2f ms", w, layout.c_str(), connect, total, made,
                 reduce, tiny);
     if (planned) std::printf("   plan: %zu addresses, written in %.3f ms per survivor; store operations: 0", plan_most, plan_ms);
+    if (replace) std::printf("; the joiner made %d links", joiner_made);
     std::printf("\n");
     std::fflush(stdout);
   }
@@ -259,8 +331,8 @@ int Run(const char* self, bool ring, int group, bool planned, const std::vector<
 }  // namespace bulwark::trainer
 
 int main(int argc, char** argv) {
-  int rank = -1, world = 0, port = 0, group = 0;
-  bool ring = true, planned = false;
+  int rank = -1, world = 0, port = 0, group = 0, joiner = -1;
+  bool ring = true, planned = false, replace = false;
   std::string go, out, ready;
   std::vector<int> widths;
   for (int i = 1; i < argc; ++i) {
@@ -273,6 +345,8 @@ int main(int argc, char** argv) {
     else if (a == "--ready" && i + 1 < argc) ready = argv[++i];
     else if (a == "--group" && i + 1 < argc) group = std::atoi(argv[++i]);
     else if (a == "--plan") planned = true;
+    else if (a == "--replace") replace = true;
+    else if (a == "--joiner" && i + 1 < argc) joiner = std::atoi(argv[++i]);
     else if (a == "--comm" && i + 1 < argc && (std::string(argv[i + 1]) == "ring" || std::string(argv[i + 1]) == "gloo"))
       ring = std::string(argv[++i]) == "ring";
     else if (std::atoi(a.c_str()) >= 3) widths.push_back(std::atoi(a.c_str()));
@@ -284,12 +358,20 @@ int main(int argc, char** argv) {
   if (rank >= 0) {
     // Each rank appends its line; lines of a few bytes are written whole.
     if (std::freopen(out.c_str(), "a", stdout) == nullptr) return 1;
-    return bulwark::trainer::Rank(rank, world, port, ring, group, planned, go, ready);
+    return bulwark::trainer::Rank(rank, world, port, ring, group, planned, replace, go, ready);
+  }
+  if (joiner >= 0) {
+    if (std::freopen(out.c_str(), "a", stdout) == nullptr) return 1;
+    return bulwark::trainer::Joiner(joiner, world, port, group, go, ready);
   }
   if (widths.empty()) widths = {3, 4, 8, 16, 32};
+  if (replace && !planned) {
+    std::fprintf(stderr, "bulwark-regroup-bench: --replace needs --plan (the joiner forms from its plan)\n");
+    return 2;
+  }
   if (planned && !ring) {
     std::fprintf(stderr, "bulwark-regroup-bench: --plan forms the ring without a store; drop --comm gloo\n");
     return 2;
   }
-  return bulwark::trainer::Run(argv[0], ring, group, planned, widths);
+  return bulwark::trainer::Run(argv[0], ring, group, planned, replace, widths);
 }
