@@ -108,9 +108,18 @@ struct PolicyConfig {
   // machine) and, when every test passes, returns to the pool as a standby.
   // A failed test leaves it evicted, for an operator. The plane sends the
   // tests as a DIAGNOSE one-shot to that machine (Plane::SendCheckupLocked).
-  // Off by default until a cluster test runs with it and the simulator's
-  // default figures may change (`bulwark sim --checkup` turns it on).
-  bool checkup_evicted = false;
+  // On by default: without it a fifth of a 100k fleet's machines a year
+  // left for good on suspicion alone (docs/failure-domains.md); `bulwark
+  // sim --no-checkup` or `checkup_evicted: 0` turns it off.
+  bool checkup_evicted = true;
+  // A rack's machines back after its switch, when their loss was an
+  // incident, get the same checkup before they serve (with checkup_evicted).
+  // Off by default: on the local cluster the DIAGNOSE sent at a returning
+  // agent's first report was never run (racks_cluster_test, 2026-11-27:
+  // m03 and m04 logged no diagnostics in 120 s), and a standby that never
+  // started ranks fails the alignment test (no trainer command known), so
+  // the rack never came back. Off, the rack returns on its self-check.
+  bool checkup_domain_return = false;
   std::vector<std::string> checkup_tests = {"compute", "device", "alignment"};
 
   // --- implicit faults: the detectors (hang_detector.h, fail_slow_detector.h,

@@ -16,8 +16,8 @@
 //   return  when the switch is back, each machine's agent registers again
 //           (MachineJoined with a passed self-check: the check) and the
 //           machine returns to the pool as a standby, without an
-//           operator (the return): it did nothing wrong. With checkups
-//           on (PolicyConfig::checkup_evicted), a rack whose loss was an
+//           operator (the return): it did nothing wrong. With
+//           PolicyConfig::checkup_domain_return, a rack whose loss was an
 //           incident runs the checkup first and returns when it passes.
 //   probation  a second loss of the domain within domain_probation (1 h)
 //           of its return is a flapping switch: its machines are evicted
@@ -65,6 +65,9 @@ Result<Incident*> DomainIncident(RuleContext& ctx, ClusterState::DomainStatus& d
 Status EvictWithDomain(RuleContext& ctx, ClusterState::DomainStatus& d, MachineStatus& m, const std::string& domain,
                        const std::string& cause, Time fault) {
   m.lost_with_domain = !d.flapping;
+  // A flapping switch's machine is an operator's now: a checkup it was
+  // running is void, so that no late answer returns it.
+  if (d.flapping && m.checkup != 0) SetCheckup(ctx.state, m, 0);
   if (m.state == MachineState::kEvicted) return Status::OK();
   const std::string why = d.flapping ? "switch " + domain + " down again within its probation (flapping): " + m.id +
                                            " stays out until an operator returns it"
@@ -91,8 +94,11 @@ Result<bool> DomainMachineLost(RuleContext& ctx, const MachineHeartbeatLost& x, 
   const std::string domain = m->domain;
   ClusterState::DomainStatus& d = s.domains[domain];
   const Time t = x.last_heartbeat;
-  // A machine evicted before the window (for a fault of its own) is no part of a burst.
-  if (m->state == MachineState::kEvicted && !d.lost.count(m->id) &&
+  // A machine evicted before the window (for a fault of its own) is no part
+  // of a burst. One out for its checkup is: it is still in its rack, and its
+  // heartbeat stopped with its rack-mates'. Left out, a rack of 2 with one
+  // under checkup lost its other machine alone, to a machine fault.
+  if (m->state == MachineState::kEvicted && m->checkup == 0 && !d.lost.count(m->id) &&
       m->state_since < t - ctx.config.domain_burst_window) {
     return true;
   }
@@ -195,6 +201,8 @@ Result<bool> DomainReturn(RuleContext& ctx, MachineStatus& m, const MachineJoine
     return true;
   }
   m.lost_with_domain = false;
+  // A checkup the switch cut short (its answer never came) runs again.
+  const int64_t cut_short = m.checkup;
   SetCheckup(s, m, 0);
   m.network_alerts.clear();
   m.crashes.clear();
@@ -210,13 +218,15 @@ Result<bool> DomainReturn(RuleContext& ctx, MachineStatus& m, const MachineJoine
     d.lost.erase(m.id);
     incident = d.incident;
   }
-  // With checkups on, a rack whose loss was an incident (it held the job's
-  // machines) is checked off the job's path before it serves again, as an
-  // over-evicted machine is (policy_checkup.cc); a rack of standbys only
-  // returns on its self-check.
-  if (ctx.config.checkup_evicted && incident != 0) {
+  // A machine whose own checkup the switch cut short is checked again
+  // before it serves. With checkup_domain_return, so is a rack whose loss
+  // was an incident (it held the job's machines), off the job's path as
+  // an over-evicted machine is (policy_checkup.cc); otherwise, and for a
+  // rack of standbys only, the rack returns on its self-check.
+  const bool check_rack = ctx.config.checkup_domain_return && incident != 0;
+  if (ctx.config.checkup_evicted && (check_rack || cut_short != 0)) {
     m.last_reason = "switch " + domain + " back: registered again; checked before it serves";
-    BULWARK_RETURN_IF_ERROR(CheckUp(ctx, m, incident));
+    BULWARK_RETURN_IF_ERROR(CheckUp(ctx, m, cut_short != 0 ? cut_short : incident));
     return true;
   }
   BULWARK_RETURN_IF_ERROR(SetMachineState(s, m.id, MachineState::kJoining, ctx.now,

@@ -171,7 +171,9 @@ void Plane::Tick(Time now) {
       if (seen == closed_seen->end() || seen->second <= a.last_heard) continue;
     }
     const MachineStatus* m = controller_->state().FindMachine(id);
-    if (m == nullptr || m->state == MachineState::kEvicted) continue;
+    // An evicted machine's silence says nothing, unless it is out for its
+    // checkup: still in its rack, its loss counts toward its switch's burst.
+    if (m == nullptr || (m->state == MachineState::kEvicted && m->checkup == 0)) continue;
     if (!closed && waits_for_domain(id, a, now - a.last_heard - timeout)) continue;
     if (!closed && !a.domain.empty()) {
       // Decided with the rest of its domain's, after the loop.

@@ -107,6 +107,7 @@ Status ReadPolicy(const json& j, controller::PolicyConfig& p) {
     else if (key == "domain_burst_window") p.domain_burst_window = Secs(*x);
     else if (key == "domain_probation") p.domain_probation = Secs(*x);
     else if (key == "checkup_evicted") p.checkup_evicted = *x != 0;
+    else if (key == "checkup_domain_return") p.checkup_domain_return = *x != 0;
     else return Bad(field, "unknown policy field; see src/controller/policy_config.h (times in seconds)");
   }
   return Status::OK();

@@ -135,12 +135,19 @@ void FleetSim::SwitchDown(int rack) {
   std::set<int> replicas;
   const int columns = std::max<int>(1, static_cast<int>(slots_.size()) / std::max(1, c_.pp));
   for (const int m : rack_members_[rack]) {
-    if (machines_[m].evicted || machines_[m].down) continue;  // gone already, or its switch is already down
+    if (machines_[m].down) continue;  // its switch is already down
+    // Evicted for good, it left the rack (its place is a hole). Out for its
+    // checkup, it is still in the rack and cut off with it: its checkup
+    // cannot answer, and its heartbeat stops with the others'.
+    if (machines_[m].evicted && machines_[m].checkup == 0) continue;
     machines_[m].down = true;
     ++r_.fleet.switch_machines_lost;
-    if (Placed(m)) {
-      machines_[m].broken = true;  // evicting it is no over-eviction: it is unreachable
+    if (machines_[m].evicted) ++r_.fleet.switch_checkups_cut;
+    if (!machines_[m].evicted) {
+      machines_[m].broken = true;  // evicting it, placed or standing by, is no over-eviction: it is unreachable
       machines_[m].fault = FaultClass::kHost;
+    }
+    if (Placed(m)) {
       ++r_.fleet.switch_placed_lost;
       replicas.insert(machines_[m].slot % columns);
       Stall(m, FaultClass::kHost);  // may deliver a step, and provision: no reference held across it
@@ -159,28 +166,44 @@ void FleetSim::SwitchDown(int rack) {
 void FleetSim::SwitchUp(int rack) {
   for (const int m : rack_members_[rack]) {
     if (!machines_[m].down) continue;
+    const MachineId id = IdOf(m);
+    // As on the plane (Plane::JoinIfNewLocked), an agent heard from again
+    // registers only where the controller holds its machine lost with its
+    // switch. One it evicted for good (lost alone, so a machine fault to it,
+    // or a flapping switch's) is logged there and stays out, for an operator.
+    if (const MachineStatus* st = ctl_->state().FindMachine(id);
+        st != nullptr && st->state == MachineState::kEvicted && !st->lost_with_domain) {
+      machines_[m].down = false;
+      machines_[m].evicted = true;
+      ++r_.fleet.switch_kept_out;
+      holes_.push_back(rack);
+      continue;
+    }
     const MachineSim before = machines_[m];
     // Back in the fleet unless the controller says otherwise: it may place
     // it at once (a job waiting for machines), in this very Deliver.
     MachineSim& back = machines_[m];
     back.down = false;
-    if (back.evicted) BackInService(back);
     back.evicted = false;
     back.broken = false;
     if (!(back.slot >= 0 && back.slot < static_cast<int>(slots_.size()) && slots_[back.slot] == m)) back.slot = -1;
-    const MachineId id = IdOf(m);
     MachineJoined j{id, true, "switch repaired", now_};
     j.domain = DomainOf(m);
     Deliver(j);  // may provision machines: machines_ may move
     const MachineStatus* st = ctl_->state().FindMachine(id);
     if (st != nullptr && st->state != MachineState::kEvicted) {
       ++r_.fleet.switch_returned;
+      if (before.evicted) BackInService(machines_[m]);
       if (st->state == MachineState::kStandby) AnnounceSpares(m);
     } else if (st != nullptr && st->checkup != 0) {
       // Back, and checked before it serves (its Checkup is on its way): out
-      // until it answers (CheckupDue), its place in the rack kept.
+      // until it answers (CheckupDue), its place in the rack kept; a
+      // machine over-evicted on suspicion stays out of service until then.
       ++r_.fleet.switch_returned;
       machines_[m].evicted = true;
+      machines_[m].healthy_out = before.healthy_out;
+      machines_[m].evicted_at = before.evicted_at;
+      machines_[m].suspected = before.suspected;
     } else {
       MachineSim& out = machines_[m];
       out = before;
@@ -266,6 +289,12 @@ void FleetSim::CheckupDue(int m) {
     const double out = Seconds(now_ - before.evicted_at);
     r_.fleet.checkup_return_mean_s += out;  // a sum until CountOutOfService
     r_.fleet.checkup_return_max_s = std::max(r_.fleet.checkup_return_max_s, out);
+    if (before.suspected) {  // over-evicted on suspicion, not a switch's
+      ++r_.fleet.suspect_returned;
+      r_.fleet.suspect_return_mean_s += out;
+      r_.fleet.suspect_return_max_s = std::max(r_.fleet.suspect_return_max_s, out);
+    }
+    after.suspected = false;
     BackInService(after);
     if (st->state == MachineState::kStandby) AnnounceSpares(m);
     return;
@@ -286,6 +315,7 @@ void FleetSim::BackInService(MachineSim& m) {
 void FleetSim::CountOutOfService() {
   FleetStats& f = r_.fleet;
   if (f.checkup_returned > 0) f.checkup_return_mean_s /= static_cast<double>(f.checkup_returned);
+  if (f.suspect_returned > 0) f.suspect_return_mean_s /= static_cast<double>(f.suspect_returned);
   for (MachineSim& m : machines_) {
     if (m.evicted) BackInService(m);
   }

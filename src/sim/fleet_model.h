@@ -65,6 +65,7 @@ class FleetSim {
     int rack = -1;      // its switch (SimConfig::domains), -1: no racks
     bool down = false;  // its switch is down: unreachable until the repair
     int64_t checkup = 0;    // the incident whose checkup it is running (0: none)
+    bool suspected = false;  // over-evicted on suspicion (checked at once), until back
     Time evicted_at{};
     bool healthy_out = false;  // evicted with no fault of its own, not back yet
   };

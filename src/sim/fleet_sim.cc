@@ -169,6 +169,11 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
         ReportDiagnostics(a);
         break;
       case ActionKind::kCheckup:
+        // Checked in the decision that evicted it: over-evicted on suspicion
+        // (a switch's machines are checked when they register again).
+        if (machines_[IndexOf(a.machine)].evicted_at == now_ && !machines_[IndexOf(a.machine)].down) {
+          machines_[IndexOf(a.machine)].suspected = true;
+        }
         machines_[IndexOf(a.machine)].checkup = a.incident;
         Schedule(now_ + Secs(c_.costs.diagnose), Kind::kCheckup, 0, IndexOf(a.machine));
         break;

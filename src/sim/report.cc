@@ -124,13 +124,15 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
       << f.switch_machines_lost << " machines (" << f.switch_placed_lost << " placed, in "
       << f.switch_replicas_hit << " replica-hits), " << f.domain_incidents << " incidents named a switch, "
       << f.switch_returned << " machines back after repair (" << Hours(c.domains.switch_repair) << "), "
-      << f.switch_kept_out << " kept out (the rack's only live machine, a machine fault to the controller, or a flapping switch's); infant failures " << f.infant_faults << "\n";
+      << f.switch_kept_out << " kept out (the rack's only live machine, a machine fault to the controller, or a flapping switch's); "
+      << f.switch_checkups_cut << " cut off during their checkup; infant failures " << f.infant_faults << "\n";
   }
   if (c.policy.checkup_evicted) {
     o << "checkups: " << f.checkups << " over-evicted machines checked off the job's path, " << f.checkup_returned
       << " back in the pool (" << f.checkup_returned_broken << " with a fault the checkup missed) after "
       << Hours(f.checkup_return_mean_s) << " on average (max " << Hours(f.checkup_return_max_s) << "), "
-      << f.checkup_kept << " kept out\n";
+      << f.checkup_kept << " kept out; of those back, " << f.suspect_returned << " over-evicted on suspicion, after "
+      << Hours(f.suspect_return_mean_s) << " on average (max " << Hours(f.suspect_return_max_s) << ")\n";
   }
   o << Fmt("capacity: healthy machines out of service %.0f machine-days; %.0f machines in service at the end, "
            "of %.0f at the start (placed and standing by)\n",
@@ -200,6 +202,7 @@ json ToJson(const SimConfig& c, const SimResult& r, bool timing) {
                {"switch_replicas_hit", f.switch_replicas_hit},
                {"switch_returned", f.switch_returned},
                {"switch_kept_out", f.switch_kept_out},
+               {"switch_checkups_cut", f.switch_checkups_cut},
                {"domain_incidents", f.domain_incidents},
                {"infant_faults", f.infant_faults}}},
              {"checkups",
@@ -209,7 +212,10 @@ json ToJson(const SimConfig& c, const SimResult& r, bool timing) {
                {"returned_with_fault", f.checkup_returned_broken},
                {"kept_out", f.checkup_kept},
                {"return_mean_s", f.checkup_return_mean_s},
-               {"return_max_s", f.checkup_return_max_s}}},
+               {"return_max_s", f.checkup_return_max_s},
+               {"suspect_returned", f.suspect_returned},
+               {"suspect_return_mean_s", f.suspect_return_mean_s},
+               {"suspect_return_max_s", f.suspect_return_max_s}}},
              {"healthy_out_days", f.healthy_out_days},
              {"in_service_end", f.in_service_end}}}};
   auto price = [](const SimConfig::Price& p) {

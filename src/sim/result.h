@@ -65,6 +65,7 @@ struct FleetStats {
   int64_t switch_replicas_hit = 0;
   int64_t switch_returned = 0;
   int64_t switch_kept_out = 0;
+  int64_t switch_checkups_cut = 0;  // of switch_machines_lost: out for a checkup then
   int64_t domain_incidents = 0;
   int64_t infant_faults = 0;
   // Checkups of machines over-evicted on suspicion (PolicyConfig::
@@ -77,6 +78,10 @@ struct FleetStats {
   int64_t checkup_returned_broken = 0;
   int64_t checkup_kept = 0;
   double checkup_return_mean_s = 0, checkup_return_max_s = 0;
+  // Of checkup_returned, the machines over-evicted on suspicion (not a
+  // switch's, checked after its repair), and their time out.
+  int64_t suspect_returned = 0;
+  double suspect_return_mean_s = 0, suspect_return_max_s = 0;
   double healthy_out_days = 0;
   int in_service_end = 0;          // machines active or standby at the end
   bool stopped = false;

@@ -52,7 +52,7 @@ TEST(ImplicitPolicy, AHangCapturesStacksThenOverEvictsTheOutliers) {
   a.suspects = {"m03"};
   a.why = "outlier rank(s) {2}";
   a.observed = S(12.4);
-  EXPECT_EQ(j.Do(a), (Lines{"evict m03", "activate s01", "restart_all g2 m01,m02,s01,m04 ckpt 0"}));
+  EXPECT_EQ(j.Do(a), (Lines{"evict m03", "checkup m03 i1", "activate s01", "restart_all g2 m01,m02,s01,m04 ckpt 0"}));
   const Incident& inc = j.Last();
   EXPECT_EQ(inc.resolution, Resolution::kEvictedAndReplaced);
   EXPECT_EQ(inc.localized, S(12.4));
@@ -110,7 +110,7 @@ TEST(ImplicitPolicy, NanCulpritIsEvictedNoCulpritReattemptsAndARepeatClimbsTheLa
   nan.culprit_ranks = {1};
   nan.at = S(11);
   nan.observed = S(11.2);
-  EXPECT_EQ(j.Do(nan), (Lines{"evict m02", "activate s01", "restart_all g2 m01,s01,m03,m04 ckpt 0"}));
+  EXPECT_EQ(j.Do(nan), (Lines{"evict m02", "checkup m02 i1", "activate s01", "restart_all g2 m01,s01,m03,m04 ckpt 0"}));
   EXPECT_EQ(j.Last().fault, S(11));
   j.Do(StepCompleted{11, S(15)});
 
@@ -140,8 +140,8 @@ TEST(ImplicitPolicy, FailSlowOverEvictsThePipelineAndAJobWideSlowdownNothing) {
   ASSERT_EQ(j.controller->state().notes.size(), 1u);
 
   FailSlowSuspected slow{"m04", 5, 2.1, "m04 computes 2.10x the others' time per step (5/5 rounds)", S(60)};
-  EXPECT_EQ(j.Do(slow), (Lines{"evict m02", "evict m04", "activate s01", "activate s02",
-                               "restart_all g2 m01,s01,m03,s02 ckpt 0", "replenish 1"}));
+  EXPECT_EQ(j.Do(slow), (Lines{"evict m02", "checkup m02 i1", "evict m04", "checkup m04 i1", "activate s01",
+                               "activate s02", "restart_all g2 m01,s01,m03,s02 ckpt 0", "replenish 1"}));
   EXPECT_NE(j.Last().why.find("pp group {1,3}"), std::string::npos) << j.Last().why;
 }
 
@@ -179,7 +179,7 @@ StacksAnalyzed HangOfRank2(int64_t incident, int64_t generation, const MachineId
 TEST(ImplicitPolicy, AHangThatFollowsTheRankToItsReplacementStopsTheJobAfterOneEviction) {
   Job j;
   EXPECT_EQ(j.Do(HangSuspected{10, S(10), Secs(2), false, S(12.1)}), (Lines{"trace i1"}));
-  EXPECT_EQ(j.Do(HangOfRank2(1, 1, "m03", 12.4)), (Lines{"evict m03", "activate s01",
+  EXPECT_EQ(j.Do(HangOfRank2(1, 1, "m03", 12.4)), (Lines{"evict m03", "checkup m03 i1", "activate s01",
                                                           "restart_all g2 m01,m02,s01,m04 ckpt 0"}));
   // The restart replays from the start (no checkpoint): steps 1..10 again,
   // then rank 2, now on s01, blocks at the very same step.
@@ -200,7 +200,7 @@ TEST(ImplicitPolicy, AHangAtAnotherStepOnTheReplacementIsANewFaultAndEvicts) {
   j.Do(HangOfRank2(1, 1, "m03", 12.4));
   for (int k = 1; k <= 15; ++k) j.Do(StepCompleted{k, S(20 + k)});  // step 11 completed this time
   j.Do(HangSuspected{15, S(35), Secs(2), false, S(37.1)});
-  EXPECT_EQ(j.Do(HangOfRank2(2, 2, "s01", 37.4)), (Lines{"evict s01", "activate s02",
+  EXPECT_EQ(j.Do(HangOfRank2(2, 2, "s01", 37.4)), (Lines{"evict s01", "checkup s01 i2", "activate s02",
                                                           "restart_all g3 m01,m02,s02,m04 ckpt 0", "replenish 1"}));
 }
 
@@ -218,7 +218,8 @@ TEST(ImplicitPolicy, AGroupLargerThanThePoolIsNarrowedToTheStuckRanksMachine) {
   a.suspects = {"m01", "m03"};
   a.why = "outlier rank(s) {0,2}";
   a.observed = S(12.4);
-  EXPECT_EQ(j.Do(a), (Lines{"evict m03", "activate s01", "restart_all g2 m01,m02,s01,m04 ckpt 0", "replenish 1"}));
+  EXPECT_EQ(j.Do(a), (Lines{"evict m03", "checkup m03 i1", "activate s01", "restart_all g2 m01,m02,s01,m04 ckpt 0",
+                            "replenish 1"}));
   const Incident& inc = j.Last();
   ASSERT_FALSE(inc.notes.empty());
   EXPECT_NE(inc.notes.back().find("under watch: m01"), std::string::npos) << inc.notes.back();

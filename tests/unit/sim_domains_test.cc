@@ -131,12 +131,14 @@ TEST(SimDomains, RacksFromJsonMoveLlamasSwitchFaultsOutOfTheNetworkClass) {
   EXPECT_FALSE(off->domains.on());
 }
 
-// With checkups (PolicyConfig::checkup_evicted, issue 38 item 5), a rack
-// that held the job's machines is checked after its repair; a switch fault
+// With checkups of returning racks (PolicyConfig::checkup_domain_return,
+// issue 38 item 5), a rack that held the job's machines is checked after
+// its repair; a switch fault
 // leaves its machines healthy, so every one passes and serves again.
 TEST(SimDomains, WithCheckupsARacksMachinesAreCheckedAfterTheRepairAndServeAgain) {
   SimConfig c = Racked();
   c.policy.checkup_evicted = true;
+  c.policy.checkup_domain_return = true;
   Result<SimResult> r = Simulate(c);
   ASSERT_TRUE(r.ok()) << r.status().message();
   const FleetStats& f = r->fleet;
@@ -148,6 +150,40 @@ TEST(SimDomains, WithCheckupsARacksMachinesAreCheckedAfterTheRepairAndServeAgain
   EXPECT_EQ(f.checkup_kept, 0);
   EXPECT_EQ(f.switch_returned + f.switch_kept_out, f.switch_machines_lost);
   EXPECT_GT(r->arms[0].ettr, 0.9);
+}
+
+// A machine out for its checkup is still in its rack (issue 38): a switch
+// fault during the checkup cuts it off with its rack-mates, its checkup
+// waits for the repair, and it returns with them; none of the rack is lost
+// alone, to a machine fault. Racks of 4 hold one pipeline (pp 4), which a
+// hang over-evicts whole; checkups take 4 h so that switch faults (2 h^-1
+// over 16 racks, repaired in 10 min) often land in one. Few hangs: each
+// culprit fails its checkup and leaves a hole in its rack, and a rack of
+// one live machine loses it alone (a machine fault to the controller).
+TEST(SimDomains, AMachineOutForItsCheckupIsCutOffWithItsRackAndReturnsWithIt) {
+  SimConfig c = Racked();
+  c.pp = 4;
+  c.domains.rack_machines = 4;
+  c.domains.switch_per_rack_day = 3;
+  c.domains.switch_repair = 600;
+  c.rates.per_machine_day[static_cast<int>(FaultClass::kHang)] = 0.01;
+  c.costs.diagnose = 4 * 3600;
+  c.initial_standbys = 16;
+  c.compare_whole_world = false;
+  c.policy.domain_probation = std::chrono::seconds(1);  // no flapping switch keeps a machine out
+  ASSERT_TRUE(c.policy.checkup_evicted);
+  Result<SimResult> r = Simulate(c);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const FleetStats& f = r->fleet;
+  EXPECT_EQ(f.refused, 0) << f.first_refusal;
+  EXPECT_FALSE(f.stopped) << f.stop_reason;
+  ASSERT_GT(f.switch_checkups_cut, 5);
+  std::printf("%lld switch faults, %lld machines lost, %lld of them out for a checkup\n",
+              static_cast<long long>(f.switch_faults), static_cast<long long>(f.switch_machines_lost),
+              static_cast<long long>(f.switch_checkups_cut));
+  EXPECT_EQ(f.switch_kept_out, 0) << "a machine of a rack lost alone, or one out for its checkup, was kept out";
+  EXPECT_LE(f.switch_machines_lost - f.switch_returned, 8) << "more than the racks still down at the end";
+  EXPECT_EQ(f.checkup_returned_broken, 0);
 }
 
 }  // namespace
