@@ -11,9 +11,19 @@ namespace bulwark::plane {
 void Plane::AbsorbArrivalsLocked(Time now) {
   // Reports that arrived since, processed or not yet.
   std::unordered_map<std::string, std::pair<int64_t, Time>> arrived;
+  std::vector<std::pair<std::string, int64_t>> waiting;  // a report of theirs is in our hands
   {
     MutexLock heard(&heard_mu_);
     arrived.swap(heard_);
+    for (const auto& [id, f] : in_flight_) {
+      if (now - f.since <= options_.reconnect_grace) waiting.push_back({id, f.incarnation});
+    }
+  }
+  // Heard now, with no gap sample: the wait is ours, not the agent's pace.
+  for (const auto& [id, incarnation] : waiting) {
+    auto it = agents_.find(id);
+    if (it == agents_.end() || it->second.lost_reported || it->second.incarnation != incarnation) continue;
+    it->second.last_heard = std::max(it->second.last_heard, now);
   }
   for (const auto& [id, at] : arrived) {
     auto it = agents_.find(id);
@@ -88,6 +98,22 @@ void Plane::Heard(const std::string& machine, int64_t incarnation, Time now) {
   MutexLock lock(&heard_mu_);
   auto& at = heard_[machine];
   if (at.first != incarnation || at.second < now) at = {incarnation, now};
+}
+
+void Plane::Arrived(const std::string& machine, int64_t incarnation, Time now) {
+  Heard(machine, incarnation, now);
+  MutexLock lock(&heard_mu_);
+  InFlight& f = in_flight_[machine];
+  if (f.incarnation != incarnation || f.count == 0) f = {incarnation, 0, now};
+  ++f.count;
+}
+
+void Plane::Answered(const std::string& machine, int64_t incarnation, Time now) {
+  Heard(machine, incarnation, now);
+  MutexLock lock(&heard_mu_);
+  auto it = in_flight_.find(machine);
+  if (it == in_flight_.end() || it->second.incarnation != incarnation) return;
+  if (--it->second.count <= 0) in_flight_.erase(it);
 }
 
 std::vector<std::pair<MachineId, bool>> Plane::LostOfSilentLocked(std::vector<std::pair<MachineId, bool>> silent,

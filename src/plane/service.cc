@@ -25,6 +25,7 @@
 #include "plane/codec.h"
 #include "plane/fleet.h"
 #include "plane/kill_point.h"
+#include "plane/news.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
 #include "common/mutex.h"
@@ -70,15 +71,6 @@ grpc::Status CheckToken(grpc::ServerContextBase* ctx, const std::string& token, 
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                       std::string(call) + ": missing or wrong cluster token; pass the --dir the "
                                           "cluster was started with (bulwark up writes DIR/token)");
-}
-
-// A report with news: an event other than rank 0's STEP (a rank's exit, a
-// diagnosis, an answer to a request), run before the heartbeats queued.
-bool HasNews(const wire::ReportRequest& req) {
-  for (const wire::AgentEvent& e : req.events()) {
-    if (e.kind() != wire::AgentEvent::STEP) return true;
-  }
-  return false;
 }
 
 // A call refused before it began (the token check).
@@ -191,17 +183,20 @@ class AgentServiceImpl final : public wire::AgentService::CallbackService {
       r->Finish(st);
       return r;
     }
-    Plane* plane = fleet_->For(req->machine());
-    plane->Heard(req->machine(), req->incarnation(), WallNow());
-    calls_.Post([this, r, req, reply] {
-      Plane* plane = fleet_->For(req->machine());
+    // In the controller's hands from now until answered (Plane::Arrived):
+    // the wait in the queue and for the lock is ours, not the agent's silence.
+    Plane* arrived_at = fleet_->For(req->machine());
+    arrived_at->Arrived(req->machine(), req->incarnation(), WallNow());
+    calls_.Post([this, r, req, reply, arrived_at] {
+      Plane* plane = fleet_->For(req->machine());  // it may have moved to a job meanwhile
       Result<int64_t> acked = plane->Report(*req, WallNow());
       if (acked.ok()) reply->set_acked_seq(*acked);
       // An agent sends its next report only once this one is answered, so
       // its silence starts here, not at the arrival: a reply held back by
       // the controller's own backlog is not the agent's (issue 36: at
       // 12,500 agents replies 2 s late evicted healthy machines).
-      plane->Heard(req->machine(), req->incarnation(), WallNow());
+      arrived_at->Answered(req->machine(), req->incarnation(), WallNow());
+      if (plane != arrived_at) plane->Heard(req->machine(), req->incarnation(), WallNow());
       r->Finish(ToGrpc(acked.status()));
     }, HasNews(*req));
     return r;
@@ -214,7 +209,8 @@ class AgentServiceImpl final : public wire::AgentService::CallbackService {
       r->Finish(st);
       return r;
     }
-    calls_.Post([this, r, req] { r->Finish(ToGrpc(fleet_->For(req->machine())->UploadStacks(*req, WallNow()))); });
+    calls_.Post([this, r, req] { r->Finish(ToGrpc(fleet_->For(req->machine())->UploadStacks(*req, WallNow()))); },
+                HasNews(*req));
     return r;
   }
 
