@@ -10,10 +10,19 @@ void HangDetector::Started(Time now) {
   reporting_ = false;
   fired_ = false;
   first_step_ = true;
+  resumed_ = false;
   steps_since_start_ = 0;
   phase_.reset();
   last_step_ = 0;
   last_progress_ = now;
+}
+
+void HangDetector::Resumed(Time now, int64_t last_step) {
+  Started(now);
+  reporting_ = true;
+  resumed_ = true;
+  steps_since_start_ = config_.hang_warmup_steps;
+  last_step_ = last_step;
 }
 
 void HangDetector::Observe(const RankSignal& s) {
@@ -66,7 +75,7 @@ std::optional<HangSuspected> HangDetector::Check(Time now) {
   h.last_step = last_step_;
   h.since = last_progress_;
   h.allowance = allowance;
-  h.first_step = first_step_;
+  h.first_step = first_step_ && !resumed_;
   h.observed = now;
   return h;
 }

@@ -10,7 +10,9 @@
 // run's ranks has said anything over the rank link (its agent sends a
 // "start" phase when it connects), a program that does not speak the link
 // (a plain PyTorch script, a pipeline loop without reports) is never called
-// hung for its silence. Pure: fed signals and `now`.
+// hung for its silence. A controller rebuilt from its journal judges a job
+// whose ranks had reported steps at once (Resumed). Pure: fed signals and
+// `now`.
 #pragma once
 
 #include <deque>
@@ -28,6 +30,15 @@ class HangDetector {
 
   // Ranks were (re)started at `now`: the next step gets hang_first_step.
   void Started(Time now);
+  // A controller rebuilt from its journal took over ranks that had reported
+  // steps up to `last_step` under its predecessor. They speak the rank link
+  // (and said "start" to the dead process), so silence counts from `now` at
+  // once: a rank hung before the restart never speaks again, and waiting
+  // for it to would never arm. The learned step time died with the
+  // predecessor (signals are not journaled): the next step gets
+  // hang_first_step, and the steps after it are learned at once (the ranks
+  // are warm).
+  void Resumed(Time now, int64_t last_step);
   // The job is not training (waiting, stopped, done): no deadline.
   void Stop() { armed_ = false; }
   void Observe(const RankSignal& s);
@@ -45,6 +56,7 @@ class HangDetector {
   bool reporting_ = false;  // a rank of this run said something
   bool fired_ = false;
   bool first_step_ = true;  // no step since the start yet
+  bool resumed_ = false;    // taken over from a predecessor: the ranks did step
   int steps_since_start_ = 0;
   int64_t last_step_ = 0;
   Time last_progress_{};

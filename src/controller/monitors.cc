@@ -9,6 +9,11 @@ void Monitors::Started(Time now, const Topology& layout) {
   anomaly_.Started(now, layout.world);
 }
 
+void Monitors::Resumed(Time now, const Topology& layout, int64_t last_step) {
+  Started(now, layout);
+  hang_.Resumed(now, last_step);
+}
+
 void Monitors::Stop() {
   armed_ = false;
   hang_.Stop();

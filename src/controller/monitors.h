@@ -27,6 +27,9 @@ class Monitors {
   // The ranks of `layout` (its world, TP and PP sizes) were (re)started at
   // `now`.
   void Started(Time now, const Topology& layout);
+  // As Started, for ranks a restarted controller took over that had
+  // reported steps up to `last_step` (HangDetector::Resumed).
+  void Resumed(Time now, const Topology& layout, int64_t last_step);
   void Stop();
   // Follows the policy's decisions: RestartAll arms (the placement's world
   // in `layout`'s TP x PP), StopJob and WaitForMachines disarm.

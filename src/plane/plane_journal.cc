@@ -96,14 +96,21 @@ Status Plane::RebuildLocked(Time now) {
   }
   BULWARK_RETURN_IF_ERROR(CompactJournalLocked(now));
   // The detectors learned nothing from the journal (signals are not kept):
-  // a live job's ranks get the first step's allowance again.
+  // a live job's ranks get the first step's allowance again. Ranks that had
+  // reported a step are judged from now on, silent or not: one hung before
+  // the restart never speaks to this controller (issue 37).
   monitors_.Stop();
   if (controller_ && !done_step_) {
     const JobState js = controller_->state().job;
     if (js == JobState::kRestarting || js == JobState::kRunning) {
       Topology layout = controller_->state().spec.topology();
       layout.world = controller_->state().placement.world_size();
-      monitors_.Started(now, layout);
+      const int64_t reported = controller_->state().last_step;
+      if (reported > 0) {
+        monitors_.Resumed(now, layout, reported);
+      } else {
+        monitors_.Started(now, layout);
+      }
     }
   }
   return Status::OK();

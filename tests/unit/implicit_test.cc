@@ -302,6 +302,43 @@ TEST(HangDetector, RanksThatNeverReportAreNeverCalledHung) {
   EXPECT_TRUE(h.Check(S(4000) + c.hang_first_step + Secs(1)).has_value());
 }
 
+// Issue 37: a controller rebuilt from its journal starts its detectors
+// afresh. Ranks that had reported steps, one of them hung just before the
+// SIGKILL, never speak again: started as after a restart of the ranks
+// (waiting for a rank to say something) it never fires; resumed, it fires
+// after the first step's allowance, the learned step time having died with
+// the old process.
+TEST(HangDetector, ARankHungAcrossAControllerRestartIsSuspected) {
+  PolicyConfig c;
+  HangDetector before(c);
+  before.Started(S(0));
+  for (int k = 1; k <= 20; ++k) before.Observe(Sig("m01", 0, k, S(0.1 * k)));
+  EXPECT_EQ(before.Allowance(), Secs(2)) << "the old controller had learned 100 ms steps";
+
+  HangDetector fresh(c);  // what the restarted controller rebuilt until now
+  fresh.Started(S(10));
+  EXPECT_FALSE(fresh.Check(S(10) + c.hang_first_step * 10).has_value()) << "never armed: nobody spoke";
+
+  HangDetector resumed(c);
+  resumed.Resumed(S(10), /*last_step=*/20);
+  EXPECT_EQ(resumed.Allowance(), c.hang_first_step);
+  EXPECT_FALSE(resumed.Check(S(10) + c.hang_first_step - Secs(1)).has_value());
+  auto hang = resumed.Check(S(10) + c.hang_first_step + Secs(1));
+  ASSERT_TRUE(hang.has_value());
+  EXPECT_EQ(hang->last_step, 20);
+  EXPECT_FALSE(hang->first_step) << "the ranks stepped, under the old controller";
+  EXPECT_EQ(hang->since, S(10));
+
+  // Ranks that were fine report their next step: warm already, so its time
+  // is learned at once and the next stall gets the 2 s floor, not 60 s.
+  HangDetector healthy(c);
+  healthy.Resumed(S(10), 20);
+  healthy.Observe(Sig("m01", 0, 21, S(10.1)));
+  EXPECT_EQ(healthy.Allowance(), Secs(2));
+  EXPECT_FALSE(healthy.Check(S(12)).has_value());
+  EXPECT_TRUE(healthy.Check(S(12.2)).has_value());
+}
+
 TEST(HangDetector, SlowStepsFirstStepsAndPhasesGetLongerAllowances) {
   PolicyConfig c;
   HangDetector h(c);

@@ -1,0 +1,124 @@
+// A hang across a controller restart (issue 37): a rank hung just before
+// the controller's SIGKILL never reports again, so the controller rebuilt
+// from the journal must judge the job's silence without waiting for a rank
+// to speak. Virtual time, a real SQLite journal, no sockets, no sleeps.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plane/plane.h"
+#include "support/agent_messages.h"
+#include "support/plane_commands.h"
+#include "support/process.h"
+
+namespace bulwark::plane {
+namespace {
+
+using controller::TimeFromMs;
+using controller::ToMs;
+using nlohmann::json;
+using testing::Launch;
+using testing::Reg;
+using testing::Report;
+
+const std::vector<std::string> kMachines = {"m01", "m02", "m03", "m04"};
+
+// Rank `rank` finished step `step` in 100 ms at `at_ms`.
+wire::ReportRequest StepReport(const std::string& m, int rank, int64_t step, int64_t gen, int64_t at_ms) {
+  wire::ReportRequest r = Report(m, {});
+  wire::RankSignal* s = r.add_signals();
+  s->set_rank(rank);
+  s->set_step(step);
+  s->set_steps(1);
+  s->set_loss(2.0);
+  s->set_grad_norm(1.0);
+  s->set_local_grad_norm(1.0);
+  s->set_step_ms(100);
+  s->set_compute_ms(80);
+  s->set_comm_ms(20);
+  s->set_observed_ms(at_ms);
+  s->set_generation(gen);
+  return r;
+}
+
+std::unique_ptr<Plane> OpenAt(const PlaneOptions& o, int64_t at_ms) {
+  auto p = Plane::Open(o, TimeFromMs(at_ms));
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  if (!p.ok()) return nullptr;
+  for (const std::string& m : kMachines) EXPECT_TRUE((*p)->Register(Reg(m), TimeFromMs(at_ms)).ok()) << m;
+  return std::move(*p);
+}
+
+// Every agent reports every 500 ms with no step, from `from_ms` until a
+// TRACE is decided or `until_ms`; the time of the decision, or -1.
+int64_t SilentUntilTraced(Plane& p, int64_t from_ms, int64_t until_ms, json* status) {
+  for (int64_t t = from_ms; t <= until_ms; t += 500) {
+    for (const std::string& m : kMachines) EXPECT_TRUE(p.Report(Report(m, {}), TimeFromMs(t)).ok()) << m << " at " << t;
+    p.Tick(TimeFromMs(t));
+    *status = p.StatusJson(TimeFromMs(t));
+    if ((*status)["job"]["detectors"]["tracing"].is_string()) return t;
+  }
+  return -1;
+}
+
+PlaneOptions Options() {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  return o;
+}
+
+TEST(PlaneHangReplay, RanksHungBeforeTheControllerRestartAreSuspectedWithinTheFirstStepsAllowance) {
+  const PlaneOptions o = Options();
+  int64_t t = 1000;
+  std::unique_ptr<Plane> before = OpenAt(o, t);
+  ASSERT_NE(before, nullptr);
+  JobLaunch l = Launch();
+  l.spec.world_size = 4;
+  ASSERT_TRUE(before->Submit(l, TimeFromMs(t)).ok());
+  const int64_t gen = before->StatusJson(TimeFromMs(t))["job"]["generation"];
+  // Twenty steps of 100 ms, then m04's rank hangs and the controller dies.
+  for (int64_t step = 1; step <= 20; ++step) {
+    t += 100;
+    for (size_t i = 0; i < kMachines.size(); ++i) {
+      wire::ReportRequest r = StepReport(kMachines[i], static_cast<int>(i), step, gen, t);
+      if (i == 0) *r.add_events() = testing::Step(step, step, gen, t);
+      ASSERT_TRUE(before->Report(r, TimeFromMs(t)).ok()) << kMachines[i] << " step " << step;
+    }
+    before->Tick(TimeFromMs(t));
+  }
+  json s = before->StatusJson(TimeFromMs(t));
+  ASSERT_EQ(s["job"]["state"], "running") << s.dump();
+  before.reset();  // the SIGKILL: nothing but the journal survives
+
+  const int64_t reopened = t + 2000;
+  std::unique_ptr<Plane> after = OpenAt(o, reopened);
+  ASSERT_NE(after, nullptr);
+  const int64_t allowance = ToMs(o.policy.hang_first_step);
+  const int64_t traced = SilentUntilTraced(*after, reopened, reopened + 3 * allowance, &s);
+  ASSERT_GE(traced, 0) << "the hang was never suspected: " << s.dump();
+  EXPECT_GT(traced - reopened, allowance) << "the learned step time died with the old controller";
+  EXPECT_LE(traced - reopened, allowance + 1000) << s.dump();
+}
+
+// The other side: a job whose ranks never reported a step (a program that
+// does not speak the rank link) is not called hung after a restart either.
+TEST(PlaneHangReplay, AJobThatNeverReportedAStepIsNotCalledHungAfterARestart) {
+  const PlaneOptions o = Options();
+  std::unique_ptr<Plane> before = OpenAt(o, 1000);
+  ASSERT_NE(before, nullptr);
+  JobLaunch l = Launch();
+  l.spec.world_size = 4;
+  ASSERT_TRUE(before->Submit(l, TimeFromMs(1000)).ok());
+  before.reset();
+  std::unique_ptr<Plane> after = OpenAt(o, 3000);
+  ASSERT_NE(after, nullptr);
+  json s;
+  const int64_t allowance = ToMs(o.policy.hang_first_step);
+  EXPECT_EQ(SilentUntilTraced(*after, 3000, 3000 + 3 * allowance, &s), -1) << s.dump();
+  EXPECT_EQ(s["job"]["state"], "restarting") << s.dump();
+}
+
+}  // namespace
+}  // namespace bulwark::plane
