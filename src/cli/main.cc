@@ -495,15 +495,16 @@ Status Run(const Args& a) {
   if (cmd == "machine") return MachineCmd(a);
   if (cmd == "update") {
     if (a.positional.size() < 2) return Status::InvalidArgument("update: usage: bulwark update JOB.yaml [--now]");
-    return UpdateCmd(ClusterDir(a), a.positional[1], ExeDir() + "/bulwark-train", a.Has("now"), a.Get("why"));
+    return UpdateCmd(ClusterDir(a), a.Get("job"), a.positional[1], ExeDir() + "/bulwark-train", a.Has("now"),
+                     a.Get("why"));
   }
   if (cmd == "rollback") {
     Result<int> to = IntFlag(a, "to", 0);
     if (!to.ok()) return to.status();
     if (*to < 0) return Status::InvalidArgument("rollback: --to must be a release number (1 is the submitted job)");
-    return RollbackCmd(ClusterDir(a), *to, a.Get("why"));
+    return RollbackCmd(ClusterDir(a), a.Get("job"), *to, a.Get("why"));
   }
-  if (cmd == "releases") return ReleasesCmd(ClusterDir(a), a.Has("json"));
+  if (cmd == "releases") return ReleasesCmd(ClusterDir(a), a.Get("job"), a.Has("json"));
   if (cmd == "demo") return DemoCmd(a);
   if (cmd == "sim") return SimCmd(a.flags);
   if (cmd == "bench-recovery") return BenchRecoveryCmd(a);

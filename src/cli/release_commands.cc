@@ -49,13 +49,15 @@ std::string When(int64_t ms) {
 
 }  // namespace
 
-Status UpdateCmd(const std::string& dir, const std::string& job_path, const std::string& default_command, bool now,
-                 const std::string& why) {
+Status UpdateCmd(const std::string& dir, const std::string& of, const std::string& job_path,
+                 const std::string& default_command, bool now, const std::string& why) {
   Result<JobFile> job = LoadJobFile(job_path, default_command);
   if (!job.ok()) return job.status().Annotate("update (the running job is untouched)");
+  if (!of.empty()) job->name = of;
   Result<ControlClient> client = ControlClient::Connect(dir);
   if (!client.ok()) return client.status();
   wire::UpdateRequest req;
+  req.set_job(of);
   req.set_name(job->name);
   req.set_world_size(job->world_size);
   req.set_ranks_per_machine(job->ranks_per_machine);
@@ -74,18 +76,20 @@ Status UpdateCmd(const std::string& dir, const std::string& job_path, const std:
   return Status::OK();
 }
 
-Status RollbackCmd(const std::string& dir, int to, const std::string& why) {
+Status RollbackCmd(const std::string& dir, const std::string& job, int to, const std::string& why) {
   Result<ControlClient> client = ControlClient::Connect(dir);
   if (!client.ok()) return client.status();
+  client->set_job(job);
   BULWARK_RETURN_IF_ERROR(client->Rollback(to, why).Annotate("rollback (the running job is untouched)"));
   std::cout << "rolling back" << (to > 0 ? " to release " + std::to_string(to) : "")
             << ": restarting in place from in-memory checkpoints\n";
   return Status::OK();
 }
 
-Status ReleasesCmd(const std::string& dir, bool as_json) {
+Status ReleasesCmd(const std::string& dir, const std::string& job, bool as_json) {
   Result<ControlClient> client = ControlClient::Connect(dir);
   if (!client.ok()) return client.status();
+  client->set_job(job);
   Result<json> r = client->Releases();
   if (!r.ok()) return r.status();
   if (as_json) {

@@ -174,6 +174,7 @@ bulwark::Status ControlClient::Rollback(int to, const std::string& why) {
   grpc::ClientContext ctx;
   PrepareWrite(&ctx);
   wire::RollbackRequest req;
+  req.set_job(job_);
   req.set_to(to);
   req.set_why(why);
   wire::RollbackReply reply;

@@ -35,7 +35,8 @@ class ControlClient {
   bulwark::Status Rollback(int to, const std::string& why);
   Result<nlohmann::json> Releases();
   const std::string& address() const { return address_; }
-  // Which job of the fleet the queries ask about ("" the first; plane/fleet.h).
+  // Which job of the fleet the queries and Rollback are about ("" the first;
+  // plane/fleet.h). Update names its job in its request.
   void set_job(std::string job) { job_ = std::move(job); }
 
  private:

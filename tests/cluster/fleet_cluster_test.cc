@@ -6,8 +6,10 @@
 // both. Both runs end bitwise on the fault-free run.
 #include <signal.h>
 
+#include <chrono>
 #include <fstream>
 #include <map>
+#include <string>
 #include <thread>
 
 #include "support/cluster_fixture.h"
@@ -230,6 +232,44 @@ TEST_F(Fleet, FaultsInBothJobsAtOnceStayInTheirJobsAndTheStandbysGoInIncidentOrd
   ASSERT_FALSE(reference.empty());
   EXPECT_EQ(ChecksumOn({"m01", "m08", "m03"}, kSteps), reference) << "job a";
   EXPECT_EQ(ChecksumOn({"m04", "m07", "m06"}, kSteps), reference) << "job b";
+}
+
+// update, rollback and releases take --job (issue 36 item 3): job b's
+// release is b's alone, named for b whatever its file says; job a keeps its
+// one release. The ranks only sleep, so no restart applies a release (one
+// waits for a running job): release 2 is pending until the rollback to 1.
+TEST_F(Fleet, UpdateAndRollbackAreForTheJobNamed) {
+  auto up = Bulwark({"up", "--machines", "2"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  for (const std::string name : {"a", "b"}) {
+    std::ofstream(root_ + "/" + name + ".yaml") << "name: " << name << "\nworld_size: 1\ncommand: [sleep, '600']\n";
+    auto sub = Bulwark({"submit", "--job", name, root_ + "/" + name + ".yaml"});
+    ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  }
+  auto releases = [&](const std::string& job) {
+    auto r = Bulwark({"releases", "--job", job, "--json"}, 10);
+    json j = r.exit_code == 0 ? json::parse(r.out, nullptr, false) : json();
+    return j.is_object() ? j : json::object();
+  };
+  std::ofstream(root_ + "/next.yaml") << "name: next\nworld_size: 1\ncommand: [sleep, '601']\n";
+  auto r = Bulwark({"update", "--job", "b", "--why", "b only", root_ + "/next.yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("release 2 of job b"), std::string::npos) << r.out;
+  json b = releases("b");
+  EXPECT_EQ(b.value("pending", 0), 2) << b.dump();
+  ASSERT_EQ(b.value("releases", json::array()).size(), 2u) << b.dump();
+  EXPECT_EQ(b["releases"][1].value("why", ""), "b only") << b.dump();
+  r = Bulwark({"rollback", "--job", "b", "--to", "1", "--why", "back"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  b = releases("b");
+  EXPECT_EQ(b.value("pending", -1), 0) << "b stays on release 1, release 2 no longer pending: " << b.dump();
+  EXPECT_EQ(b.value("applied", 0), 1) << b.dump();
+  const json a = releases("a");
+  EXPECT_EQ(a.value("pending", -1), 0) << a.dump();
+  EXPECT_EQ(a.value("releases", json::array()).size(), 1u) << a.dump();
+  r = Bulwark({"rollback", "--job", "c"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("no job 'c'"), std::string::npos) << r.err;
 }
 
 }  // namespace
