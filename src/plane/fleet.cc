@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <sstream>
+
+#include "common/metrics_text.h"
 
 namespace bulwark::plane {
 namespace {
@@ -18,6 +21,44 @@ Status CheckJobName(const std::string& name) {
                   });
   if (ok) return Status::OK();
   return Status::InvalidArgument("job name '" + name + "': use letters, digits, '-', '_' or '.' (64 at most)");
+}
+
+// A sample line of job `job`'s plane, labelled with it unless it names a
+// job already (the job families do).
+std::string Labelled(const std::string& line, const std::string& job) {
+  const size_t end = line.find_first_of("{ ");
+  if (job.empty() || end == std::string::npos) return line;
+  const std::string label = "job=\"" + EscapeLabelValue(job) + "\"";
+  if (line[end] == ' ') return line.substr(0, end) + "{" + label + "}" + line.substr(end);
+  const size_t close = line.find('}', end);
+  if (line.compare(end + 1, 5, "job=\"") == 0 || line.find(",job=\"", end) < close) return line;
+  return line.substr(0, end + 1) + label + "," + line.substr(end + 1);
+}
+
+// Several planes' expositions as one (`parts`: job, its text; "" the main
+// plane): the text format refuses a family declared twice, so each family's
+// # HELP and # TYPE come once, followed by every plane's samples of it.
+std::string MergeMetrics(const std::vector<std::pair<std::string, std::string>>& parts) {
+  std::vector<std::string> order;  // families as first declared
+  std::map<std::string, std::string> head, samples;
+  for (const auto& [job, text] : parts) {
+    std::istringstream in(text);
+    std::string family;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("# ", 0) == 0) {
+        if (line.rfind("# HELP ", 0) == 0) {
+          family = line.substr(7, line.find(' ', 7) - 7);
+          if (head.count(family) == 0) order.push_back(family);
+        }
+        if (head[family].find(line.substr(0, 6)) == std::string::npos) head[family] += line + "\n";
+      } else if (!line.empty()) {
+        samples[family] += Labelled(line, job) + "\n";
+      }
+    }
+  }
+  std::string out;
+  for (const std::string& f : order) out += head[f] + samples[f];
+  return out;
 }
 
 }  // namespace
@@ -227,6 +268,14 @@ json Fleet::StatusJson(Time now) {
   j["job"] = list.empty() ? json(nullptr) : list[0];
   j["jobs"] = std::move(list);
   return j;
+}
+
+std::string Fleet::Metrics(Time now) {
+  const std::vector<std::pair<std::string, Plane*>> jobs = Jobs();
+  if (jobs.empty()) return main_->Metrics(now);  // the single job's, as it was
+  std::vector<std::pair<std::string, std::string>> parts{{"", main_->Metrics(now)}};
+  for (const auto& [name, p] : jobs) parts.push_back({name, p->Metrics(now)});
+  return MergeMetrics(parts);
 }
 
 void Fleet::Serving(Time now) {

@@ -52,6 +52,9 @@ class Fleet {
   // `name`; `job` stays the first job's (the key scripts read today), and
   // every machine says which job holds it (`job`, absent for the pool's).
   nlohmann::json StatusJson(Time now) EXCLUDES(route_mu_);
+  // Prometheus text for /metrics: the main plane's, and every job's with a
+  // `job` label on each of its series (its machines', its incidents').
+  std::string Metrics(Time now) EXCLUDES(route_mu_);
   void Tick(Time now) EXCLUDES(route_mu_);
   // Every plane's Serving: the port is open.
   void Serving(Time now) EXCLUDES(route_mu_);

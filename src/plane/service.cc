@@ -345,14 +345,14 @@ int RecordedMetricsPort(const cluster::Layout& layout) {
 
 // Metrics are for people and dashboards: a port that cannot be bound is
 // logged, and the controller protects the job without them.
-std::unique_ptr<MetricsServer> ServeMetrics(const cluster::Layout& layout, int port, Plane* plane) {
+std::unique_ptr<MetricsServer> ServeMetrics(const cluster::Layout& layout, int port, Fleet* fleet) {
   int want = port >= 0 ? port : RecordedMetricsPort(layout);
   Result<std::unique_ptr<MetricsServer>> m =
-      MetricsServer::Start("127.0.0.1", want, [plane] { return plane->Metrics(WallNow()); });
+      MetricsServer::Start("127.0.0.1", want, [fleet] { return fleet->Metrics(WallNow()); });
   if (!m.ok() && port < 0 && want != 0) {
     // The recorded port is taken now (by whom is not ours to know): any port.
     ControllerLog().Warn(m.status().message() + "; serving metrics on another port");
-    m = MetricsServer::Start("127.0.0.1", 0, [plane] { return plane->Metrics(WallNow()); });
+    m = MetricsServer::Start("127.0.0.1", 0, [fleet] { return fleet->Metrics(WallNow()); });
   }
   if (!m.ok()) {
     ControllerLog().Warn("no metrics: " + m.status().message());
@@ -368,7 +368,7 @@ std::unique_ptr<MetricsServer> ServeMetrics(const cluster::Layout& layout, int p
   if (Status st = WriteFileAtomic(layout.controller_metrics_targets(), targets + "\n"); !st.ok()) {
     ControllerLog().Error(st.ToString());
   }
-  plane->set_metrics_url((*m)->url());
+  fleet->main()->set_metrics_url((*m)->url());
   ControllerLog().Info("metrics at " + (*m)->url());
   return std::move(*m);
 }
@@ -474,7 +474,7 @@ Status RunController(const ControllerOptions& options) {
   BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_pid(), std::to_string(::getpid()) + "\n"));
   ControllerLog().Info("serving on " + address +
                        (cluster::TlsEnabled(layout) ? " (mutual TLS: clients need the cluster's certificate)" : ""));
-  std::unique_ptr<MetricsServer> metrics = ServeMetrics(layout, options.metrics_port, (*fleet)->main());
+  std::unique_ptr<MetricsServer> metrics = ServeMetrics(layout, options.metrics_port, fleet->get());
   std::fflush(stderr);
 
   std::signal(SIGTERM, OnSignal);

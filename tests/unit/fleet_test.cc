@@ -4,6 +4,8 @@
 // every job.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "plane/fleet.h"
 #include "support/agent_messages.h"
 #include "support/plane_commands.h"
@@ -187,6 +189,33 @@ TEST_F(FleetTest, AReopenedFleetReplaysEveryJobAndRoutesTheirMachines) {
     if (m["id"] == "m01") EXPECT_EQ(m["job"], "a");
   }
   EXPECT_EQ(f->main()->Machines(), std::vector<MachineId>({"m05"}));
+}
+
+// /metrics serves every job's series, each with its job (issue 36 item 3):
+// a family is declared once, and the machine families say whose a machine is.
+TEST_F(FleetTest, MetricsCarryEveryJobsSeriesWithItsJob) {
+  auto f = TwoJobs(1000);
+  ASSERT_TRUE(f);
+  ReportAll(*f, all_, 1500);
+  const std::string text = f->Metrics(At(1600));
+  for (const char* family : {"bulwark_machine_state", "bulwark_job_step", "bulwark_incidents_total",
+                             "bulwark_controller_uptime_seconds"}) {
+    const std::string type = std::string("# TYPE ") + family + " ";
+    const size_t first = text.find(type);
+    ASSERT_NE(first, std::string::npos) << family;
+    EXPECT_EQ(text.find(type, first + 1), std::string::npos) << family << " declared twice:\n" << text;
+  }
+  for (const char* job : {"a", "b"}) {
+    const std::string label = std::string("{job=\"") + job + "\"";
+    EXPECT_NE(text.find("\nbulwark_job_step" + label + "} "), std::string::npos) << job << ":\n" << text;
+    EXPECT_NE(text.find("\nbulwark_incidents_total" + label + "} "), std::string::npos) << job;
+    EXPECT_NE(text.find("\nbulwark_machine_live_ranks" + label + ",machine="), std::string::npos) << job;
+  }
+  EXPECT_EQ(text.find("job=\"a\",job="), std::string::npos) << "a job's own label is not doubled";
+  const std::string path = dir_ + "/metrics.txt";
+  std::ofstream(path) << text;
+  const testing::ProcessResult r = testing::Run({"/bin/sh", "-c", "promtool check metrics < " + path}, {}, 30);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
 }
 
 }  // namespace
