@@ -15,6 +15,7 @@
 #include "support/agent_messages.h"
 #include "support/plane_commands.h"
 #include "support/process.h"
+#include "support/step_reports.h"
 
 namespace bulwark::plane {
 namespace {
@@ -24,6 +25,7 @@ using nlohmann::json;
 using testing::Launch;
 using testing::Reg;
 using testing::Report;
+using testing::StepReport;
 
 const std::vector<std::string> kMachines = {"m01", "m02", "m03", "m04", "m05", "m06"};
 
@@ -32,24 +34,6 @@ std::string StateOf(const json& status, const std::string& id) {
     if (m["id"] == id) return m["state"];
   }
   return "";
-}
-
-// Every rank of `gen` reports step `step`, taking 1 s, at `at_ms`.
-wire::ReportRequest StepReport(const std::string& m, int rank, int64_t step, int64_t gen, int64_t at_ms) {
-  wire::ReportRequest r = Report(m, {});
-  wire::RankSignal* s = r.add_signals();
-  s->set_rank(rank);
-  s->set_step(step);
-  s->set_steps(1);
-  s->set_loss(2.0);
-  s->set_grad_norm(1.0);
-  s->set_local_grad_norm(1.0);
-  s->set_step_ms(1000);
-  s->set_compute_ms(800);
-  s->set_comm_ms(200);
-  s->set_observed_ms(at_ms);
-  s->set_generation(gen);
-  return r;
 }
 
 // The stacks a TRACE asks for: rank 3 spins in its loss while the others
@@ -113,7 +97,7 @@ TEST(PlaneCheckup, AMachineOverEvictedForAHangIsCheckedAndComesBackAsAStandby) {
     const int64_t step = t <= 11000 && t % 1000 == 0 ? t / 1000 - 1 : 0;
     for (size_t i = 0; i < kMachines.size(); ++i) {
       const std::string& m = kMachines[i];
-      wire::ReportRequest r = step > 0 && i < 4 ? StepReport(m, static_cast<int>(i), step, gen, t) : Report(m, {});
+      wire::ReportRequest r = step > 0 && i < 4 ? StepReport(m, static_cast<int>(i), step, gen, t, 1000) : Report(m, {});
       if (step > 0 && i == 0) *r.add_events() = testing::Step(++seq[m], step, gen, t);
       ASSERT_TRUE(p.Report(r, TimeFromMs(t)).ok()) << m << " at " << t;
     }

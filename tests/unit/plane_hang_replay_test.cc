@@ -12,6 +12,7 @@
 #include "support/agent_messages.h"
 #include "support/plane_commands.h"
 #include "support/process.h"
+#include "support/step_reports.h"
 
 namespace bulwark::plane {
 namespace {
@@ -22,26 +23,9 @@ using nlohmann::json;
 using testing::Launch;
 using testing::Reg;
 using testing::Report;
+using testing::StepReport;
 
 const std::vector<std::string> kMachines = {"m01", "m02", "m03", "m04"};
-
-// Rank `rank` finished step `step` in 100 ms at `at_ms`.
-wire::ReportRequest StepReport(const std::string& m, int rank, int64_t step, int64_t gen, int64_t at_ms) {
-  wire::ReportRequest r = Report(m, {});
-  wire::RankSignal* s = r.add_signals();
-  s->set_rank(rank);
-  s->set_step(step);
-  s->set_steps(1);
-  s->set_loss(2.0);
-  s->set_grad_norm(1.0);
-  s->set_local_grad_norm(1.0);
-  s->set_step_ms(100);
-  s->set_compute_ms(80);
-  s->set_comm_ms(20);
-  s->set_observed_ms(at_ms);
-  s->set_generation(gen);
-  return r;
-}
 
 std::unique_ptr<Plane> OpenAt(const PlaneOptions& o, int64_t at_ms) {
   auto p = Plane::Open(o, TimeFromMs(at_ms));
@@ -82,7 +66,7 @@ TEST(PlaneHangReplay, RanksHungBeforeTheControllerRestartAreSuspectedWithinTheFi
   for (int64_t step = 1; step <= 20; ++step) {
     t += 100;
     for (size_t i = 0; i < kMachines.size(); ++i) {
-      wire::ReportRequest r = StepReport(kMachines[i], static_cast<int>(i), step, gen, t);
+      wire::ReportRequest r = StepReport(kMachines[i], static_cast<int>(i), step, gen, t, 100);
       if (i == 0) *r.add_events() = testing::Step(step, step, gen, t);
       ASSERT_TRUE(before->Report(r, TimeFromMs(t)).ok()) << kMachines[i] << " step " << step;
     }
