@@ -148,14 +148,16 @@ struct PolicyConfig {
 
   // Fail-slow (ByteRobust: aggregate every 10 s, evict after 5 rounds): every
   // `slow_round`, each machine's mean compute time per step is compared with
-  // the median of the others'; one at least `slow_ratio` times slower is
-  // flagged, and the same machine flagged `slow_rounds` rounds running is
-  // over-evicted. A round needs `slow_min_steps` steps from every machine.
-  // A median `slow_jobwide_ratio` times the job's best round with no outlier
-  // is a job-wide slowdown: recorded, nothing evicted. 1.3x: the worst
-  // machine of a fault-free 4-machine job on a loaded 2-core host measured
-  // up to 1.15x (docs/implicit-faults.md), and a 2x duty-cycled machine
-  // shows 1.6x in compute time (part of its stops land in its all-reduce).
+  // the median of the others'; the same machine the most outlying
+  // `slow_rounds` rounds running, the median of its ratios over them at
+  // least `slow_ratio`, is over-evicted. A round needs `slow_min_steps`
+  // steps from every machine. A median `slow_jobwide_ratio` times the job's
+  // best round with no outlier is a job-wide slowdown: recorded, nothing
+  // evicted. 1.3x: the worst machine of a fault-free 4-machine job on a
+  // loaded 2-core host measured up to 1.15x in a round
+  // (docs/implicit-faults.md; 1.25x at load 7-15 in one 12-minute run with
+  // the median rule, flagging nobody), and a 2x duty-cycled machine shows
+  // 1.6x in compute time (part of its stops land in its all-reduce).
   Duration slow_round = std::chrono::seconds(10);
   int slow_rounds = 5;
   double slow_ratio = 1.3;
