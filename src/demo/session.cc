@@ -212,7 +212,15 @@ Result<int> Session::Inject(const std::string& fault, const std::string& machine
 bulwark::Status Session::Return(const std::string& machine) { return client_.ReturnMachine(machine).status(); }
 
 bulwark::Status Session::ReturnToStandby(const std::string& machine, const std::function<void(const json&)>& tick) {
-  BULWARK_RETURN_IF_ERROR(Return(machine));
+  // A machine evicted on suspicion gets a checkup off the job's path
+  // (checkup_evicted, on by default) and may be a standby again already:
+  // then there is nothing to return, and the controller refuses it.
+  auto standby = [&] {
+    Result<json> s = client_.Status();
+    return s.ok() && MachineState(*s, machine) == "standby";
+  };
+  if (standby()) return Status::OK();
+  if (Status st = Return(machine); !st.ok()) return standby() ? Status::OK() : st;
   Result<json> back = WaitFor(machine + " back on standby", 30,
                               [&](const json& x) { return MachineState(x, machine) == "standby"; }, tick);
   return back.ok() ? Status::OK() : back.status();

@@ -78,7 +78,8 @@ class Session {
                      const std::string& where = "", double factor = 0);
   bulwark::Status Return(const std::string& machine);
   // Returns `machine` (repaired) and waits, at most 30 s, until it is back
-  // on standby: the next fault finds a standby.
+  // on standby: the next fault finds a standby. A machine its checkup
+  // already returned to standby is left as it is.
   bulwark::Status ReturnToStandby(const std::string& machine, const std::function<void(const json&)>& tick = nullptr);
 
   // Polls status every 200 ms (calling `tick` with each) until `done` holds;
