@@ -4,8 +4,9 @@
 // replicas with the same global batch (the controller SIGKILLed during that
 // change), a returned machine grows the job back, and the run ends bitwise
 // where a fault-free run at full width ends.
-// Replicas that are pipelines across machines recover the same way, and
-// ZeRO-1 replicas re-cut their optimizer state for the new width.
+// Replicas that are pipelines across machines recover the same way,
+// ZeRO-1 replicas re-cut their optimizer state for the new width, and 16
+// replicas in the two-level ring do all of it at that width.
 // Every wait polls status or a log; no fixed sleeps.
 #include <gtest/gtest.h>
 
@@ -355,6 +356,55 @@ TEST_F(Elastic, APipelineReplicaLosesAMachineAndComesBackOnAStandby) {
   const std::string reference = ReferenceChecksum(args, 4);
   ASSERT_FALSE(reference.empty());
   EXPECT_EQ(done.back()["param_checksum"], reference) << "the elastic pipeline diverged from the fault-free run";
+}
+
+// Sixteen replicas, one a machine, in the two-level ring (4 x 4 groups):
+// a kill is healed in place from a live peer, then a machine-down with no
+// standby narrows the job to 15 replicas (3 groups, renumbered), and the
+// run ends bitwise where a fault-free run of the same 16 replicas ends.
+TEST_F(Elastic, SixteenReplicasThroughAKillAndAMachineDownEndBitwise) {
+  constexpr int kWide = 16, kWideSteps = 200;
+  std::vector<std::string> args = TrainerArgs(kWideSteps);
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--elastic-replicas") args[i + 1] = std::to_string(kWide);
+    if (args[i] == "--micro-batches") args[i + 1] = "1";
+  }
+  ASSERT_EQ(Bulwark({"up", "--machines", std::to_string(kWide)}).exit_code, 0);
+  {
+    std::ofstream job(root_ + "/job.yaml");
+    job << "name: elastic\nworld_size: " << kWide << "\nrecovery: {mode: elastic}\nargs: [";
+    for (const std::string& a : args) job << "'" << a << "', ";
+    job << "--memory-ckpt, 'on']\nenv: {OMP_NUM_THREADS: '1'}\n";
+  }
+  ASSERT_EQ(Bulwark({"submit", root_ + "/job.yaml"}).exit_code, 0);
+  json s = WaitFor("first steps", 180, [](const json& x) { return x["job"]["last_step"] >= 10; });
+  ASSERT_EQ(s["job"]["training_world_size"], kWide);
+  WaitFor("m09's spare", 180, [&](const json&) { return !Events(RankLog("m09", "spare.log"), "spare_ready").empty(); });
+
+  int64_t gen = s["job"]["generation"], before = s["job"]["last_step"];
+  Inject("kill", "m09");
+  const int64_t kill_ms = inject_ms_;
+  s = Progressed("kill recovered", gen, before, 120, [](const json&) { return true; });
+  EXPECT_EQ(s["job"]["placement"].size(), static_cast<size_t>(kWide)) << "a kill restarts in place";
+  EXPECT_EQ(LastRestore().value("source", "").rfind("live peer ", 0), 0u) << LastRestore().dump();
+  std::printf("[ timing ] 16 replicas, kill: survivors' stall %.3f s\n", StallAfter(kill_ms));
+
+  gen = s["job"]["generation"];
+  before = s["job"]["last_step"];
+  Inject("machine-down", "m16");
+  s = Progressed("narrower after machine-down", gen, before + 5, 120,
+                 [](const json& x) { return x["job"]["placement"].size() == 15; });
+  EXPECT_EQ(s["job"]["training_world_size"], 15);
+
+  s = WaitFor("job completed", 600, [](const json& x) { return x["job"]["state"] == "completed"; });
+  std::vector<json> done = Events(RankLog("m01", "rank-0.log"), "done");
+  ASSERT_FALSE(done.empty());
+  EXPECT_EQ(done.back()["step"], kWideSteps);
+  // Any width computes the same bits (docs/recovery.md, "Any width"): the
+  // fault-free run of the 16 replicas on 4 ranks.
+  const std::string reference = ReferenceChecksum(args, 4);
+  ASSERT_FALSE(reference.empty());
+  EXPECT_EQ(done.back()["param_checksum"], reference) << "the 16-replica run diverged from the fault-free one";
 }
 
 // ZeRO-1 replicas (elastic_zero.h): each rank holds a third of the moments
