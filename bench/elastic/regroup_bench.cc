@@ -213,6 +213,17 @@ size_t WritePlans(const std::string& go, int world, int group, bool replace,
   return most;
 }
 
+// Starts this program again with `args` (argv[0] first); its pid joins `kids`.
+bool Spawn(std::vector<std::string> args, std::vector<pid_t>& kids) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) return false;
+  kids.push_back(pid);
+  return true;
+}
+
 int Run(const char* self, bool ring, int group, bool planned, bool replace, const std::vector<int>& widths) {
   std::printf("host: %u cores; W processes up, one leaves, %s form generation 2 (%s)\n",
               std::thread::hardware_concurrency(),
@@ -236,23 +247,13 @@ int Run(const char* self, bool ring, int group, bool planned, bool replace, cons
                                        "--comm", ring ? "ring" : "gloo", "--group", std::to_string(group)};
       if (planned) args.push_back("--plan");
       if (replace) args.push_back("--replace");
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      pid_t pid = 0;
-      if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) return 1;
-      kids.push_back(pid);
+      if (!Spawn(args, kids)) return 1;
     }
-    if (replace) {
-      std::vector<std::string> args = {self, "--joiner", std::to_string(w / 2), "--world", std::to_string(w), "--port",
-                                       std::to_string(port), "--go", go, "--out", out, "--ready", ready, "--group",
-                                       std::to_string(group)};
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      pid_t pid = 0;
-      if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) return 1;
-      kids.push_back(pid);
+    if (replace && !Spawn({self, "--joiner", std::to_string(w / 2), "--world", std::to_string(w), "--port",
+                           std::to_string(port), "--go", go, "--out", out, "--ready", ready, "--group",
+                           std::to_string(group)},
+                          kids)) {
+      return 1;
     }
     // Generation 1 formed: every rank said so (their cold start is not
     // timed), and the joiner listens.
