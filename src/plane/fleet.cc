@@ -215,25 +215,42 @@ void Fleet::UndoSubmitLocked(const std::string& name, Plane* p, const std::vecto
             " machine(s) back in the pool");
 }
 
-void Fleet::Grant(const std::string& job, int count, Time now) {
+void Fleet::Grant(const std::string& job, int count, Time now, bool again) {
   Result<Plane*> to = Job(job);
-  if (!to.ok()) return;
   MutexLock ops(&ops_mu_);
+  wanting_[job] = count;  // asked again at the next Tick unless filled below
+  if (!to.ok()) return;   // a job being opened: its plane is not routed to yet
   // A policy repeats its WaitForMachines with every decision while it
-  // waits: machines already on their way count against it.
+  // waits: machines already on their way count against it. One that has
+  // joined is in the policy's next count; a retry's count is the last
+  // decision's, so it drops the ones that joined since.
   std::vector<std::pair<std::string, Time>>& mine = granted_[job];
+  int joined = 0;
   mine.erase(std::remove_if(mine.begin(), mine.end(),
-                            [&](const auto& g) { return now - g.second > kGrantInFlight || (*to)->InJob(g.first); }),
+                            [&](const auto& g) {
+                              const bool in = (*to)->InJob(g.first);
+                              joined += in;
+                              return in || now - g.second > kGrantInFlight;
+                            }),
              mine.end());
+  if (again) count -= joined;
+  wanting_[job] = count;
   int want = count - static_cast<int>(mine.size());
-  if (want <= 0) return;
+  if (want <= 0) {
+    wanting_.erase(job);
+    return;
+  }
   for (const MachineId& m : main_->LiveMachines(now)) {
     if (want == 0) break;
     if (!MoveLocked(m, job, *to, now)) continue;
     --want;
     log_.Info("machine " + m + " from the fleet's pool to job " + job + " (it waits for machines)");
   }
-  if (want > 0) log_.Info("job " + job + " waits for " + std::to_string(want) + " machine(s); the fleet's pool is empty");
+  if (want == 0) {
+    wanting_.erase(job);
+  } else if (!again) {
+    log_.Info("job " + job + " waits for " + std::to_string(want) + " machine(s); the fleet's pool is empty");
+  }
 }
 
 json Fleet::StatusJson(Time now) {
@@ -286,6 +303,12 @@ void Fleet::Serving(Time now) {
 void Fleet::Tick(Time now) {
   main_->Tick(now);
   for (const auto& [name, p] : Jobs()) p->Tick(now);
+  std::map<std::string, int> wanting;
+  {
+    MutexLock ops(&ops_mu_);
+    wanting = wanting_;
+  }
+  for (const auto& [job, count] : wanting) Grant(job, count, now, /*again=*/true);
 }
 
 std::vector<Plane::ReachProbe> Fleet::ProbesDue(Time now) {

@@ -77,8 +77,9 @@ class Fleet {
   void UndoSubmitLocked(const std::string& name, Plane* p, const std::vector<MachineId>& moved, Time now)
       REQUIRES(ops_mu_);
   // Job `job` waits for `count` machines: the pool's first ones, less those
-  // already on their way to it.
-  void Grant(const std::string& job, int count, Time now) EXCLUDES(ops_mu_);
+  // already on their way to it. What the pool lacks is asked again at each
+  // Tick until granted (`again`: quietly).
+  void Grant(const std::string& job, int count, Time now, bool again = false) EXCLUDES(ops_mu_);
   std::vector<std::pair<std::string, Plane*>> Jobs() EXCLUDES(route_mu_);
 
   const PlaneOptions options_;
@@ -90,6 +91,11 @@ class Fleet {
   Mutex ops_mu_;
   // Grants not yet joined: job -> (machine, when).
   std::map<std::string, std::vector<std::pair<std::string, Time>>> granted_ GUARDED_BY(ops_mu_);
+  // Jobs whose last wait the pool could not fill: job -> machines it asked
+  // for. Tick offers them the pool again, since a machine that joins the
+  // pool later (a returned machine, an agent back after a controller
+  // restart) is no decision of theirs.
+  std::map<std::string, int> wanting_ GUARDED_BY(ops_mu_);
   // Who holds what; held briefly, never while calling into a plane.
   Mutex route_mu_;
   std::map<std::string, std::unique_ptr<Plane>> jobs_ GUARDED_BY(route_mu_);
