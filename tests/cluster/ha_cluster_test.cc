@@ -66,8 +66,9 @@ class HaCluster : public Cluster {
     return std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/ns/net", ec).string();
   }
   // The id (e0, e1, e2) of the etcd member that leads etcd's raft, as the
-  // members say through etcdctl; "" when none says.
-  std::string RaftLeader() {
+  // members say through etcdctl; "" when none says. With `all`, only when
+  // every member answers and names that leader in the same term.
+  std::string RaftLeader(bool all = false) {
     std::map<std::string, std::string> ids;  // endpoint -> member id
     std::string endpoints;
     const json netns = json::parse(std::ifstream(dir_ + "/netns.json"), nullptr, false);
@@ -80,14 +81,19 @@ class HaCluster : public Cluster {
     // etcd 3.4's etcdctl speaks the v3 API by default.
     testing::ProcessResult r =
         testing::Run({"/usr/bin/etcdctl", "--endpoints", endpoints, "endpoint", "status", "-w", "json"}, {}, 10);
-    const json all = json::parse(r.out, nullptr, false);
-    for (const json& e : all.is_array() ? all : json::array()) {
+    const json statuses = json::parse(r.out, nullptr, false);
+    std::string leader;
+    std::set<std::pair<uint64_t, uint64_t>> views;  // (leader, term) as each member says
+    for (const json& e : statuses.is_array() ? statuses : json::array()) {
       const json& st = e["Status"];
-      if (st.is_object() && st["header"].value("member_id", uint64_t{0}) == st.value("leader", uint64_t{1})) {
-        return ids[e.value("Endpoint", "")];
+      if (!st.is_object()) continue;
+      views.insert({st.value("leader", uint64_t{0}), st.value("raft_term", uint64_t{0})});
+      if (st["header"].value("member_id", uint64_t{0}) == st.value("leader", uint64_t{1})) {
+        leader = ids[e.value("Endpoint", "")];
       }
     }
-    return "";
+    if (all && (views.size() != 1 || !statuses.is_array() || statuses.size() != ids.size())) return "";
+    return leader;
   }
   // Controller or etcd member `id`'s namespace ("" when it shares the host's).
   std::string NamespaceOf(const std::string& id) {
@@ -211,6 +217,16 @@ TEST_F(HaCluster, TheLeaderCutOffAnotherLeadsTheJobTrainsAndTheDeposedLeadersWri
   EXPECT_EQ(s["job"]["generation"], 1) << s.dump();
   EXPECT_EQ(s["job"]["incidents"], 0) << s.dump();
   ASSERT_EQ(Bulwark({"inject", "heal", "--machine", raft}).exit_code, 0);
+  // The healed member back in the raft before the controller is cut: a raft
+  // election while c1's lease runs would give it its full TTL again.
+  std::string settled;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       settled.empty() && std::chrono::steady_clock::now() < until;) {
+    settled = RaftLeader(/*all=*/true);
+    if (settled.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_FALSE(settled.empty()) << "the three etcd members did not agree on a raft leader within 30 s of the heal";
+  s = WaitFor("the job's status after the heal", 30, [](const json&) { return true; });
   const int64_t step_at_cut = s["job"]["last_step"];
 
   ASSERT_EQ(Bulwark({"inject", "partition", "--machine", "c1"}).exit_code, 0);

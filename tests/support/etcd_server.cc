@@ -67,7 +67,7 @@ void EtcdServer::Launch(Member& m, bool existing) {
       EtcdBinary(), "--name", m.name, "--data-dir", m.dir, "--listen-client-urls", client_url,
       "--advertise-client-urls", client_url, "--listen-peer-urls", m.peer_url, "--initial-advertise-peer-urls",
       m.peer_url, "--initial-cluster", initial_cluster_, "--initial-cluster-state", existing ? "existing" : "new",
-      "--log-level", "error"});
+      "--pre-vote", "--log-level", "error"});
 }
 
 bool EtcdServer::WaitAnswers(const Member& m, std::string* why) const {
