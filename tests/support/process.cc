@@ -17,6 +17,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "support/leftovers.h"
+
 extern char** environ;
 
 namespace bulwark::testing {
@@ -39,6 +41,8 @@ std::string ProcessResult::LastLine() const {
 }
 
 Process::Process(std::vector<std::string> argv, std::map<std::string, std::string> env) {
+  // Tagged, so that it and what it starts die with this test (leftovers.h).
+  env.emplace(kOwnerVariable, LeftoversTag());
   std::string dir = MakeTempDir();
   out_path_ = dir + "/stdout";
   err_path_ = dir + "/stderr";
