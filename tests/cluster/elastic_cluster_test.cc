@@ -25,7 +25,11 @@ namespace {
 
 class Elastic : public Cluster {
  protected:
-  static constexpr int kSteps = 900;
+  // Enough for the four faults and the grow, each waiting for 10 steps
+  // past the last: the grow completed at step 78 at load 5 and 70 at load
+  // 15-29 (printed). The test's time is mostly the steps of this run and
+  // of the fault-free reference, which runs as many.
+  static constexpr int kSteps = 300;
   static constexpr int kReplicas = 3;
   std::vector<std::string> TrainerArgs(int steps = kSteps) const {
     return {"--config", "tiny", "--data", *data_, "--steps", std::to_string(steps), "--log-format", "json",
@@ -206,8 +210,8 @@ TEST_F(Elastic, SurvivorsTrainOnFewerReplicasAndTheRunEndsBitwise) {
   EXPECT_NE(agent.find("warm: "), std::string::npos) << agent;
   EXPECT_NE(agent.find("1:prespawned"), std::string::npos) << "the spare takes rank 1\n" << agent;
   std::printf("[ timing ] grow: return -> full width %.3f s; the training rank's stall %.3f s (its last step before the "
-              "change -> its first after)\n",
-              StallAfter(ret_ms), GapAtLastRestore());
+              "change -> its first after); at step %d of %d\n",
+              StallAfter(ret_ms), GapAtLastRestore(), s["job"]["last_step"].get<int>(), kSteps);
 
   // The ledger counts a narrower step's time beyond the full width's pace
   // as degraded. On 2 cores, 3 ranks share 2 and a rank alone has one to
@@ -276,7 +280,10 @@ TEST_F(Elastic, AHangInTheRingIsTracedToItsRankAndAStandbyTakesIt) {
 // other standby: replica 0 trains alone until it is returned. The run ends
 // bitwise where a fault-free run ends.
 TEST_F(Elastic, APipelineReplicaLosesAMachineAndComesBackOnAStandby) {
-  constexpr int kPipeSteps = 700;
+  // Enough for the three faults and the grow, each waiting for 10 steps
+  // past the last: the grow completed at step 73 at load 15-29 (printed).
+  // The reference runs as many.
+  constexpr int kPipeSteps = 350;
   const std::vector<std::string> args = {"--config", "tiny", "--data", *data_, "--steps", std::to_string(kPipeSteps),
                                          "--log-format", "json", "--threads", "1", "--dist-timeout", "10",
                                          "--eval-every", "0", "--precision", "fp32", "--elastic-replicas", "2",
@@ -344,8 +351,8 @@ TEST_F(Elastic, APipelineReplicaLosesAMachineAndComesBackOnAStandby) {
   s = Progressed("grown back", g, at + 10, 120, [](const json& x) {
     return x["job"]["placement"] == json({"m01", "m02", "m03", "m05"});
   });
-  std::printf("[ timing ] pipelines grow: return -> full width %.3f s; replica 0's stall %.3f s\n", StallAfter(ret_ms),
-              GapAtLastRestore());
+  std::printf("[ timing ] pipelines grow: return -> full width %.3f s; replica 0's stall %.3f s; at step %d of %d\n",
+              StallAfter(ret_ms), GapAtLastRestore(), s["job"]["last_step"].get<int>(), kPipeSteps);
   EXPECT_EQ(LastRestore().value("source", ""), "live peer 0") << LastRestore().dump();
   EXPECT_NE(ReadAll(RankLog("m02", "rank-1.log")).find("from live rank 0 of stage 0"), std::string::npos);
 
