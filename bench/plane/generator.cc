@@ -18,7 +18,7 @@ void Bench::SendRegister(int i) {
   req.set_machine(sims_[i].id);
   req.set_machine_dir(o_.dir + "/machines/" + sims_[i].id);
   req.set_incarnation(sims_[i].incarnation);
-  auto rpc = StubFor(i).AsyncRegister(&op->ctx, req, &cq_);
+  auto rpc = StubFor(i).AsyncRegister(&op->ctx, req, CqFor(i));
   rpc->Finish(&op->reg_reply, &op->status, op);
 }
 
@@ -31,7 +31,7 @@ void Bench::OpenStream(int i) {
   req.set_incarnation(s.incarnation);
   auto* op = new Op(Op::kStreamStart, i);
   op->stream = st;
-  st->reader = StubFor(i).PrepareAsyncCommands(&st->ctx, req, &cq_);
+  st->reader = StubFor(i).PrepareAsyncCommands(&st->ctx, req, CqFor(i));
   s.stream = st;
   s.stream_open = true;
   st->reader->StartCall(op);
@@ -76,7 +76,7 @@ void Bench::SendReport(int i) {
   }
   s.report_in_flight = true;
   s.sends.push_back({now, 0});
-  auto rpc = StubFor(i).AsyncReport(&op->ctx, req, &cq_);
+  auto rpc = StubFor(i).AsyncReport(&op->ctx, req, CqFor(i));
   rpc->Finish(&op->reply, &op->status, op);
 }
 
@@ -126,7 +126,7 @@ void Bench::Answer(int i, const w::Command& c) {
                              : "#0 gloo::AllreduceRing::run\n#1 allreduce\n#2 train_step\n#3 main");
         st->set_capture_ms(5);
       }
-      auto rpc = StubFor(i).AsyncUploadStacks(&op->ctx, req, &cq_);
+      auto rpc = StubFor(i).AsyncUploadStacks(&op->ctx, req, CqFor(i));
       rpc->Finish(&op->stacks_reply, &op->status, op);
       break;
     }
@@ -150,10 +150,10 @@ void Bench::Answer(int i, const w::Command& c) {
   }
 }
 
-void Bench::PollLoop() {
+void Bench::PollLoop(grpc::CompletionQueue* cq) {
   void* tag;
   bool ok;
-  while (cq_.Next(&tag, &ok)) {
+  while (cq->Next(&tag, &ok)) {
     Op* op = static_cast<Op*>(tag);
     std::lock_guard<std::mutex> l(mu_);
     Sim& s = sims_[op->agent];

@@ -1,5 +1,6 @@
 #include "plane/service.h"
 
+#include <absl/synchronization/mutex.h>
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <netdb.h>
@@ -400,6 +401,13 @@ AddressRules AddressRulesFor(const cluster::Layout& layout, const std::string& l
 }  // namespace
 
 Status RunController(const ControllerOptions& options) {
+  // Debian builds Abseil without NDEBUG, so its mutexes (every one of
+  // gRPC's) ran the deadlock detector on each lock: a walk of one global
+  // graph under one global lock, 7-10% of the controller's CPU at 12,500
+  // agents and a point where all its threads queued (issue 36's profile,
+  // docs/control-plane.md). Our own locks are std::mutex; ThreadSanitizer
+  // and clang's thread-safety analysis check them.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const cluster::Layout layout{options.dir};
   Result<std::string> token = ReadToken(layout.token());
   if (!token.ok()) return token.status();
