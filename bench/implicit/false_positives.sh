@@ -70,6 +70,7 @@ for i in inc:
 print("job-wide notes:", st["job"].get("notes", []))
 d = st["job"].get("detectors", {})
 print(f"fail-slow: the worst machine of any round that flagged nobody was {d.get('slow_max_unflagged_ratio', 0):.2f}x "
-      f"its peers (threshold: the policy's slow_ratio)")
+      f"its peers (threshold: the policy's slow_ratio); the highest median of a machine's last 30 rounds "
+      f"{d.get('slow_max_unflagged_long_ratio', 0):.2f}x (threshold: slow_long_ratio)")
 PY
 cat "$OUT/ledger.txt"

@@ -35,6 +35,7 @@ void FailSlowDetector::Started(Time now, const Topology& layout) {
   round_.clear();
   flagged_.clear();
   ratios_.clear();
+  history_.clear();  // new machines, or the same in new places
   jobwide_reported_ = false;
   // The best median is kept: a restart onto the same hardware does not make
   // the job's normal speed unknown again.
@@ -96,6 +97,11 @@ std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
     const size_t at = std::lower_bound(sorted.begin(), sorted.end(), mean[i].second) - sorted.begin();
     const double base = MedianWithout(sorted, at);
     const double ratio = base > 0 ? mean[i].second / base : 0;
+    if (config_.slow_long_ratio > 0) {
+      std::deque<double>& h = history_[mean[i].first];
+      h.push_back(ratio);
+      if (static_cast<int>(h.size()) > config_.slow_long_rounds) h.pop_front();
+    }
     if (ratio > worst_ratio) {
       worst_ratio = ratio;
       worst = mean[i].first.second;
@@ -120,7 +126,7 @@ std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
     const int rounds = static_cast<int>(ratios_.size());
     last_round_ = worst + " computes " + Ratio(worst_ratio) + " the others' time per step, " + Ratio(typical) +
                   " over " + std::to_string(rounds) + "/" + std::to_string(config_.slow_rounds) + " rounds";
-    if (rounds < config_.slow_rounds || typical < config_.slow_ratio) return std::nullopt;
+    if (rounds < config_.slow_rounds || typical < config_.slow_ratio) return CheckMild(now);
     FailSlowSuspected f;
     f.machine = worst;
     f.rounds = rounds;
@@ -131,6 +137,7 @@ std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
     return f;
   }
   max_unflagged_ = std::max(max_unflagged_, worst_ratio);
+  if (std::optional<FailSlowSuspected> mild = CheckMild(now)) return mild;
   if (!best_median_ || median < *best_median_) best_median_ = median;
   const double jobwide = median / *best_median_;
   if (std::optional<FailSlowSuspected> link = CheckLinks(now, step_means, median)) return link;
@@ -149,6 +156,41 @@ std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
   // note every other round; it is news again once back near its best.
   if (jobwide < 1 + (config_.slow_jobwide_ratio - 1) / 2) jobwide_reported_ = false;
   return std::nullopt;
+}
+
+// A machine 1.15-1.3x slow is under slow_ratio in most rounds' noise and
+// over it in a few: the short rule's median of five never reaches the
+// threshold, and the machine slows every step for the rest of its job. Its
+// own median over 30 rounds (5 min) is steady, as a healthy machine's is
+// steady near 1. Only a full history counts: a machine judged on a few
+// rounds would be the short rule again, with a lower threshold.
+std::optional<FailSlowSuspected> FailSlowDetector::CheckMild(Time now) {
+  if (config_.slow_long_ratio <= 0) return std::nullopt;
+  const Key* worst = nullptr;
+  double worst_median = 0;
+  for (const auto& [k, h] : history_) {
+    if (static_cast<int>(h.size()) < config_.slow_long_rounds) continue;
+    const double m = Median({h.begin(), h.end()});
+    if (m > worst_median) {
+      worst_median = m;
+      worst = &k;
+    }
+  }
+  if (!worst || worst_median < config_.slow_long_ratio) {
+    max_unflagged_long_ = std::max(max_unflagged_long_, worst_median);
+    return std::nullopt;
+  }
+  FailSlowSuspected f;
+  f.machine = worst->second;
+  f.rounds = config_.slow_long_rounds;
+  f.ratio = worst_median;
+  f.detail = f.machine + " computes " + Ratio(worst_median) + " the others' time per step over " +
+             std::to_string(f.rounds) + " rounds (mildly slow, under " + Ratio(config_.slow_ratio) + " a round)";
+  f.observed = now;
+  const Key gone = *worst;  // erased below: a copy, not a reference into the map
+  history_.erase(gone);
+  last_round_ = f.detail;
+  return f;
 }
 
 // A slowed link slows every step alike (each all-reduce crosses it) while

@@ -7,7 +7,10 @@
 // median of the others' and reports the most outlying one once it was the
 // most outlying slow_rounds rounds running and the median of its ratios
 // over those rounds is slow_ratio or more. Another machine standing out
-// most starts the count again; a round under the threshold does not. A job whose every machine slowed down together (a slower data
+// most starts the count again; a round under the threshold does not. A
+// machine mildly slow for long is found by its own ratios: their median
+// over the last slow_long_rounds rounds at least slow_long_ratio (CheckMild).
+// A job whose every machine slowed down together (a slower data
 // shard, a noisy host) has no outlier: it is reported once as job-wide and
 // evicts nothing. A job whose steps slowed while every machine computes
 // as fast as before is waiting on its network: that is reported for the
@@ -48,6 +51,9 @@ class FailSlowDetector {
 
   // The last round's verdict, for status: "m03 computes 2.10x the others' time per step, 2.08x over 3/5 rounds".
   const std::string& last_round() const { return last_round_; }
+  // The largest median of any machine's last slow_long_rounds ratios that
+  // flagged nobody: how close a fault-free job came to slow_long_ratio.
+  double max_unflagged_long() const { return max_unflagged_long_; }
   // The largest worst-machine ratio of any round that flagged nobody: how
   // close a fault-free job came to the threshold.
   double max_unflagged_ratio() const { return max_unflagged_; }
@@ -61,6 +67,9 @@ class FailSlowDetector {
   // link), reported with network set once it lasts slow_rounds rounds (the
   // medians of the last slow_rounds rounds).
   std::optional<FailSlowSuspected> CheckLinks(Time now, const std::vector<double>& step_means, double compute_median);
+  // Each machine's ratio this round into its history; the machine whose
+  // median over a full history is the largest and at least slow_long_ratio.
+  std::optional<FailSlowSuspected> CheckMild(Time now);
   // A machine's ranks of one stage: (stage, machine).
   using Key = std::pair<int, MachineId>;
   const PolicyConfig& config_;
@@ -70,6 +79,7 @@ class FailSlowDetector {
   std::map<Key, Sums> round_;
   MachineId flagged_;           // the most outlying machine, rounds running
   std::deque<double> ratios_;   // its ratios in those rounds, the last slow_rounds
+  std::map<Key, std::deque<double>> history_;  // every machine's ratios, the last slow_long_rounds
   std::optional<double> best_median_;  // the job's fastest round so far
   bool jobwide_reported_ = false;
   std::optional<double> best_step_median_;  // the job's fastest steps, for CheckLinks
@@ -81,6 +91,7 @@ class FailSlowDetector {
   bool link_reported_ = false;
   std::string last_round_;
   double max_unflagged_ = 0;
+  double max_unflagged_long_ = 0;
 };
 
 }  // namespace bulwark::controller

@@ -46,6 +46,7 @@ class Monitors {
   Duration hang_allowance() const { return hang_.Allowance(); }
   const std::string& slow_round() const { return slow_.last_round(); }
   double slow_max_unflagged() const { return slow_.max_unflagged_ratio(); }
+  double slow_max_unflagged_long() const { return slow_.max_unflagged_long(); }
 
  private:
   bool armed_ = false;

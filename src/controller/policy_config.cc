@@ -44,6 +44,10 @@ Status PolicyConfig::Validate() const {
   if (!(slow_ratio > 1.0) || !(slow_jobwide_ratio > 1.0) || !(spike_factor > 1.0)) {
     return Status::InvalidArgument("policy: slow_ratio, slow_jobwide_ratio and spike_factor must be above 1");
   }
+  if (slow_long_ratio != 0 && (!(slow_long_ratio > 1.0) || slow_long_rounds < slow_rounds)) {
+    return Status::InvalidArgument(
+        "policy: slow_long_ratio must be above 1 (0: off) and slow_long_rounds at least slow_rounds");
+  }
   if (slow_link_ratio != 0 && !(slow_link_ratio > 1.0)) {
     return Status::InvalidArgument("policy: slow_link_ratio must be above 1, or 0 to turn the link check off");
   }

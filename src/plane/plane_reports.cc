@@ -106,6 +106,7 @@ json JobJson(const StatusView::Job& v) {
                     {"hang_allowance_s", v.hang_allowance_s},
                     {"slow_round", v.slow_round},
                     {"slow_max_unflagged_ratio", v.slow_max_unflagged},
+                    {"slow_max_unflagged_long_ratio", v.slow_max_unflagged_long},
                     {"tracing", v.tracing ? json(*v.tracing) : json(nullptr)}};
   j["notes"] = v.notes;
   // The stop-time ladder (docs/ladder.md): where it stands.
@@ -196,6 +197,7 @@ StatusView::Job Plane::JobViewLocked(Time now) {
   j.hang_allowance_s = ToMs(monitors_.hang_allowance()) / 1000.0;
   j.slow_round = monitors_.slow_round();
   j.slow_max_unflagged = monitors_.slow_max_unflagged();
+  j.slow_max_unflagged_long = monitors_.slow_max_unflagged_long();
   if (trace_) j.tracing = trace_->id;
   j.notes = s.notes;
   const LadderStatus& l = s.ladder;

@@ -58,6 +58,7 @@ struct StatusView {
     double hang_allowance_s = 0;
     std::string slow_round;
     double slow_max_unflagged = 0;
+    double slow_max_unflagged_long = 0;  // the highest 30-round median that flagged nobody
     std::optional<std::string> tracing;  // the stack capture in flight
     std::vector<std::string> notes;
     Ladder ladder;

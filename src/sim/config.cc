@@ -95,6 +95,8 @@ Status ReadPolicy(const json& j, controller::PolicyConfig& p) {
     else if (key == "network_alert_window") p.network_alert_window = Secs(*x);
     else if (key == "anomaly_wait") p.anomaly_wait = Secs(*x);
     else if (key == "slow_ratio") p.slow_ratio = *x;
+    else if (key == "slow_long_rounds") p.slow_long_rounds = static_cast<int>(*x);
+    else if (key == "slow_long_ratio") p.slow_long_ratio = *x;
     else if (key == "slow_link_ratio") p.slow_link_ratio = *x;
     else if (key == "slow_min_steps") p.slow_min_steps = static_cast<int>(*x);
     else if (key == "spike_factor") p.spike_factor = *x;
@@ -382,6 +384,8 @@ json ToJson(const SimConfig& c) {
             {"spike_factor", c.policy.spike_factor},
             {"anomaly_wait_s", c.policy.anomaly_wait.count() / 1000.0},
             {"slow_rounds", c.policy.slow_rounds},
+            {"slow_long_rounds", c.policy.slow_long_rounds},
+            {"slow_long_ratio", c.policy.slow_long_ratio},
             {"network_alerts_to_evict", c.policy.network_alerts_to_evict}}}};
 }
 

@@ -52,7 +52,8 @@ TEST(FailSlowDetector, AnInterruptedStreakOrNoiseEvictsNothing) {
     Round(d, r, slow[r], 2.0);
     EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "round " << r;
   }
-  // Under-threshold noise (1.2x) is never flagged.
+  // Under-threshold noise (1.2x) is not flagged in 13 rounds (in 30 it
+  // would be: AMachineMildlySlowForFiveMinutes...).
   for (int r = 7; r < 20; ++r) {
     Round(d, r, "m02", 1.2);
     EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value());
@@ -87,6 +88,76 @@ TEST(FailSlowDetector, AMachineAtTheThresholdWithNoisyRoundsIsFlaggedByItsMedian
     Round(healthy, k, "m02", odd[k % 5]);
     EXPECT_FALSE(healthy.Check(S(10 * (k + 1))).has_value()) << "round " << k << ": " << healthy.last_round();
   }
+}
+
+// Rounds in which machine m0k+1 computes factors[k] x the base time.
+void RoundOf(FailSlowDetector& d, int round, const std::vector<double>& factors) {
+  for (int m = 1; m <= 4; ++m) {
+    const std::string id = "m0" + std::to_string(m);
+    for (int k = 0; k < 10; ++k) d.Observe(Sig(id, m - 1, round * 10 + k, S(round * 10 + k), 100, 80 * factors[m - 1]));
+  }
+}
+
+// A machine 1.2x slow whose rounds read 1.1-1.3x: the median of any five
+// is 1.2x, under slow_ratio, so the short rule never flags it; its own
+// median over slow_long_rounds rounds does, at the 30th round and not
+// before. Healthy machines whose rounds swing 10% either way (each the
+// most outlying now and then) are never flagged in 60 rounds, and with
+// the rule off the mild machine is not either.
+TEST(FailSlowDetector, AMachineMildlySlowForFiveMinutesIsFlaggedByItsLongMedian) {
+  const double mild[] = {1.25, 1.1, 1.2, 1.15, 1.3};
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0));
+  std::optional<FailSlowSuspected> f;
+  int r = 0;
+  for (; r < 40 && !f; ++r) {
+    RoundOf(d, r, {1, mild[r % 5], 1, 1});
+    f = d.Check(S(10 * (r + 1)));
+  }
+  ASSERT_TRUE(f.has_value()) << d.last_round();
+  EXPECT_EQ(r, c.slow_long_rounds) << "flagged at the first full history";
+  EXPECT_EQ(f->machine, "m02");
+  EXPECT_NEAR(f->ratio, 1.2, 1e-9);
+  EXPECT_NE(f->detail.find("over 30 rounds"), std::string::npos) << f->detail;
+
+  FailSlowDetector healthy(c);
+  healthy.Started(S(0));
+  const double swing[] = {1.1, 0.9, 1.0, 1.05, 0.95};
+  for (int k = 0; k < 60; ++k) {
+    RoundOf(healthy, k, {swing[k % 5], swing[(k + 1) % 5], swing[(k + 2) % 5], swing[(k + 3) % 5]});
+    EXPECT_FALSE(healthy.Check(S(10 * (k + 1))).has_value()) << "round " << k << ": " << healthy.last_round();
+  }
+  EXPECT_GT(healthy.max_unflagged_long(), 0.9);
+  EXPECT_LT(healthy.max_unflagged_long(), 1.1) << "well under slow_long_ratio";
+
+  PolicyConfig off;
+  off.slow_long_ratio = 0;
+  FailSlowDetector without(off);
+  without.Started(S(0));
+  for (int k = 0; k < 40; ++k) {
+    RoundOf(without, k, {1, mild[k % 5], 1, 1});
+    EXPECT_FALSE(without.Check(S(10 * (k + 1))).has_value()) << "round " << k;
+  }
+}
+
+// A restart starts every machine's history again: 29 mild rounds, a
+// restart, 29 more flag nothing.
+TEST(FailSlowDetector, ARestartStartsTheLongHistoryAgain) {
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0));
+  for (int r = 0; r < 29; ++r) {
+    RoundOf(d, r, {1, 1.2, 1, 1});
+    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "round " << r;
+  }
+  d.Started(S(290));
+  for (int r = 29; r < 58; ++r) {
+    RoundOf(d, r, {1, 1.2, 1, 1});
+    EXPECT_FALSE(d.Check(S(10 * (r + 1))).has_value()) << "round " << r;
+  }
+  RoundOf(d, 58, {1, 1.2, 1, 1});
+  EXPECT_TRUE(d.Check(S(590)).has_value());
 }
 
 TEST(FailSlowDetector, AJobWideSlowdownIsReportedOnceAndNamesNoMachine) {
