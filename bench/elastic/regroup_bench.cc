@@ -18,9 +18,17 @@
 //
 // --plan: generation 2 forms with no store (ring.h's RingPlan): this
 // process plays the controller and writes each survivor one plan (the
-// nonce and the addresses of the ranks it links to), as a START_RANKS
-// would carry it; it prints how long writing them took per survivor and
-// how many addresses the largest held.
+// nonce, the addresses of the ranks it links to and its view of the
+// layout: generation 1's RingLayout without the rank that left, as the
+// controller's placement keeps it), as a START_RANKS would carry it; it
+// prints how long writing them took per survivor and how many addresses
+// the largest held.
+//
+// Links made: the ring links a survivor formed anew for generation 2,
+// connected or accepted (a kept link is not counted); dialled: of those,
+// the ones it connected. Each is the most of any survivor. Point-to-point
+// links (healing, ZeRO-1's backups) are dialled when first used, after
+// this, and are not counted.
 //
 // --replace (with --plan): a standby's process takes the rank that left,
 // as when the pool has one (the common case at scale): it is up and
@@ -62,19 +70,17 @@ constexpr int64_t kGradients = 368960;
 // A rank: forms generation 1, waits for the start file, then leaves (the
 // middle rank) or forms generation 2 with the other survivors and prints
 // its time to the first all-reduce, then the median of 20 more.
-// The plan the controller wrote this survivor: a nonce line, then one
-// "rank address" line per rank it links to.
+// The plan the controller wrote this survivor, in the text a START_RANKS
+// carries (EncodeRingPlan): the nonce, the addresses of the ranks it
+// links to, and its view of the layout.
 Result<RingPlan> ReadPlan(const std::string& path) {
-  RingPlan plan;
   std::FILE* f = std::fopen(path.c_str(), "r");
   if (f == nullptr) return Status::NotFound("no plan at " + path);
-  unsigned long long nonce = 0;
-  int r = 0;
-  char addr[128];
-  if (std::fscanf(f, "%llu", &nonce) == 1) plan.nonce = nonce;
-  while (std::fscanf(f, "%d %127s", &r, addr) == 2) plan.identities[r] = addr;
+  std::string text;
+  char buf[4096];
+  for (size_t n = 0; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
   std::fclose(f);
-  return plan;
+  return DecodeRingPlan(text);
 }
 
 // The standby's process that takes rank `lost` in generation 2 (--replace):
@@ -107,7 +113,8 @@ int Joiner(int lost, int world, int port, int group, const std::string& go, cons
   const double connected = NowMs();
   std::vector<torch::Tensor> one{torch::ones({1})};
   if (!(*comm)->AllReduceSum(one).ok()) return 1;
-  std::printf("%d %.3f %.3f 0 %d 0\n", kJoiner + lost, connected - t0, NowMs() - t0, (*links)->made());
+  std::printf("%d %.3f %.3f 0 %d 0 %d\n", kJoiner + lost, connected - t0, NowMs() - t0, (*links)->made(),
+              (*links)->dialled());
   // The survivors' timed all-reduces need every member to the end.
   std::vector<torch::Tensor> grads{torch::ones({kGradients}, torch::kInt64)};
   for (int i = 0; i < 21; ++i) if (!(*comm)->AllReduceSum(grads).ok()) return 1;
@@ -180,16 +187,22 @@ int Rank(int rank, int world, int port, bool ring, int group, bool planned, bool
     hops.push_back(NowMs() - a);
   }
   std::sort(hops.begin(), hops.end());
-  std::printf("%d %.3f %.3f %.3f %d %.3f\n", rank, connected - t0, regrouped, took[took.size() / 2],
-              links ? links->made() : world - 2, hops[hops.size() / 2]);  // Gloo: one to every other survivor
+  std::printf("%d %.3f %.3f %.3f %d %.3f %d\n", rank, connected - t0, regrouped, took[took.size() / 2],
+              links ? links->made() : world - 2, hops[hops.size() / 2],
+              links ? links->dialled() : (world - 2) / 2);  // Gloo: one to every other survivor, half dialled
   return 0;
 }
 
 // The controller's part of a membership change without a store: one plan
-// per survivor. Returns the largest plan's address count.
+// per survivor, cut by the layout of generation 1 (which the store formed
+// by RingLayout::Default) without the rank that left, as the controller's
+// placement keeps it (ring_layout.h): or unchanged, when a standby's
+// process takes the rank. Returns the largest plan's address count.
 size_t WritePlans(const std::string& go, int world, int group, bool replace,
                   const std::map<int, std::string>& identity) {
   const int lost = world / 2;
+  const RingLayout before = RingLayout::Default(world, group);
+  const std::vector<RankRing> views = ViewsOf(replace ? before : before.Without(lost));
   // A member's rank in generation 2 -> its rank in generation 1 (the
   // joiner's line: kJoiner + lost).
   std::vector<int> old;
@@ -200,10 +213,10 @@ size_t WritePlans(const std::string& go, int world, int group, bool replace,
   const int members = static_cast<int>(old.size());
   size_t most = 0;
   for (int r = 0; r < members; ++r) {
-    std::string text = std::to_string(2 + (static_cast<uint64_t>(world) << 32)) + "\n";
-    const std::set<int> linked = LinkedRanks(r, members, group);
-    for (int peer : linked) text += std::to_string(peer) + " " + identity.at(old[peer]) + "\n";
-    most = std::max(most, linked.size());
+    const RingPlan plan = PlanFor(r, views[r], members, 2 + (static_cast<uint64_t>(world) << 32),
+                                  [&](int peer) { return identity.at(old[peer]); });
+    const std::string text = EncodeRingPlan(plan);
+    most = std::max(most, plan.identities.size());
     const std::string path = go + ".plan." + std::to_string(old[r]);
     if (std::FILE* f = std::fopen(path.c_str(), "w")) {
       std::fputs(text.c_str(), f);
@@ -232,7 +245,7 @@ int Run(const char* self, bool ring, int group, bool planned, bool replace, cons
               : planned ? (group == 1 ? "flat ring from plans, no store" : "ring in two levels from plans, no store")
               : group == 1 ? "flat ring, links kept" : "ring in two levels, links kept");
   std::printf("%6s %10s %16s %22s %18s %24s %20s\n", "W", "layout", "connect (max)", "connect+all-reduce",
-              "links made (max)", "all-reduce 369k int64", "all-reduce 8 int64");
+              "links made/dialled", "all-reduce 369k int64", "all-reduce 8 int64");
   std::mt19937 rng(std::random_device{}());
   for (int w : widths) {
     // Below the ephemeral range (32768 and up), as the controller picks.
@@ -291,15 +304,19 @@ int Run(const char* self, bool ring, int group, bool planned, bool replace, cons
       ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
     }
     double connect = 0, total = 0, reduce = 0, tiny = 0;
-    int lines = 0, made = 0, joiner_made = -1;
+    // Links made: connected or accepted anew by a survivor; dialled: of
+    // those, the ones it connected (the most of any survivor, each).
+    int lines = 0, made = 0, dialled = 0, joiner_made = -1, joiner_dialled = -1;
     if (std::FILE* f = std::fopen(out.c_str(), "r")) {
-      int rank = 0, m = 0;
+      int rank = 0, m = 0, d = 0;
       double c = 0, t = 0, a = 0, h = 0;
-      while (std::fscanf(f, "%d %lf %lf %lf %d %lf", &rank, &c, &t, &a, &m, &h) == 6) {
+      while (std::fscanf(f, "%d %lf %lf %lf %d %lf %d", &rank, &c, &t, &a, &m, &h, &d) == 7) {
         if (rank >= kJoiner) {
           joiner_made = m;
+          joiner_dialled = d;
           continue;
         }
+        dialled = std::max(dialled, d);
         connect = std::max(connect, c);
         total = std::max(total, t);
         reduce = std::max(reduce, a);
@@ -316,12 +333,16 @@ int Run(const char* self, bool ring, int group, bool planned, bool replace, cons
       std::printf("%6d   failed (%d of %d survivors reported)\n", w, lines, w - 1);
       continue;
     }
-    const TwoLevel L = TwoLevel::For(replace ? w : w - 1, group);
-    const std::string layout = !ring ? "mesh" : L.flat() ? "flat" : std::to_string(L.K) + "x" + std::to_string(L.G);
-    std::printf("%6d %10s %13.1f ms %19.1f ms %18d %21.1f ms %17.2f ms", w, layout.c_str(), connect, total, made,
-                reduce, tiny);
+    // A store's generation is cut by RingLayout::Default; the plans keep
+    // generation 1's groups (WritePlans): K groups of at most G.
+    const RingLayout L = planned ? (replace ? RingLayout::Default(w, group) : RingLayout::Default(w, group).Without(w / 2))
+                                 : RingLayout::Default(w - 1, group);
+    const std::string layout = !ring ? "mesh" : L.flat() ? "flat" : std::to_string(L.groups()) + "x" + std::to_string(L.parts);
+    const std::string links = std::to_string(made) + " / " + std::to_string(dialled);
+    std::printf("%6d %10s %13.1f ms %19.1f ms %18s %21.1f ms %17.2f ms", w, layout.c_str(), connect, total,
+                links.c_str(), reduce, tiny);
     if (planned) std::printf("   plan: %zu addresses, written in %.3f ms per survivor; store operations: 0", plan_most, plan_ms);
-    if (replace) std::printf("; the joiner made %d links", joiner_made);
+    if (replace) std::printf("; the joiner made %d links, dialled %d", joiner_made, joiner_dialled);
     std::printf("\n");
     std::fflush(stdout);
   }

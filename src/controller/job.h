@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/ring_layout.h"
 #include "common/status.h"
 #include "controller/machine.h"
 #include "controller/time.h"
@@ -72,6 +73,13 @@ struct Placement {
   // Slot index of `machine`, or -1 when it hosts no rank.
   int SlotOf(const MachineId& machine) const;
   bool Contains(const MachineId& machine) const { return SlotOf(machine) >= 0; }
+  // An elastic job's ring layout (common/ring_layout.h), carried from one
+  // generation to the next so that a narrowing shrinks only the lost
+  // ranks' groups and a growth adds to the smallest (reconcile.cc's
+  // NextRing; a replayed journal decides it again). Empty (a first start,
+  // a pipeline job), or of another width, means RingLayout::Default: the
+  // actuator cuts the plans by it.
+  RingLayout ring;
 };
 
 // The job's lifecycle.

@@ -87,6 +87,25 @@ std::vector<MachineId> NarrowerPipelineSlots(const ClusterState& state, const st
   return slots;
 }
 
+// The ring layout of the generation on `next_slots` (replicas of one rank
+// a slot group, pp 1): the current one without the ranks of the slots
+// that left, then a joiner for each rank of a slot that joined, numbered
+// as NarrowerSlots numbers them (kept slots in order, then the new).
+RingLayout NextRing(const Placement& now, const std::vector<MachineId>& next_slots, int ranks_per_machine) {
+  const int L = now.ranks_per_machine, W = now.world_size();
+  if (L != ranks_per_machine) return {};  // renumbered throughout: Default
+  RingLayout ring = now.ring.world() == W ? now.ring : RingLayout::Default(W, 0);
+  for (int slot = static_cast<int>(now.slots.size()) - 1; slot >= 0; --slot) {
+    if (std::find(next_slots.begin(), next_slots.end(), now.slots[slot]) != next_slots.end()) continue;
+    for (int l = L - 1; l >= 0; --l) ring = ring.Without(slot * L + l);
+  }
+  for (const MachineId& m : next_slots) {
+    if (std::find(now.slots.begin(), now.slots.end(), m) != now.slots.end()) continue;
+    for (int l = 0; l < L; ++l) ring = ring.WithJoiner();
+  }
+  return ring;
+}
+
 // An elastic job the pool cannot fill (JobSpec::kElastic), or one that
 // grows back: restarted on what NarrowerSlots (or NarrowerPipelineSlots)
 // gives; the replicas of the lost machines wait for machines while the
@@ -103,6 +122,7 @@ std::optional<Action> ContinueNarrower(const ClusterState& state, const std::vec
   if (next.slots.empty() || (joined.empty() && next.slots == state.placement.slots && !state.restart_pending)) {
     return std::nullopt;
   }
+  next.ring = state.spec.pp > 1 ? RingLayout{} : NextRing(state.placement, next.slots, next.ranks_per_machine);
   std::string reason = (joined.empty() || state.restart_pending ? "continue on " : "grow to ") +
                        std::to_string(next.slots.size()) + " of " + std::to_string(state.spec.MachinesNeeded()) +
                        " machines";
@@ -243,6 +263,14 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
         next.slots[slot] = *standby;
         out.push_back(ActivateAction(*standby, next.generation));
         ++standby;
+      }
+      // Standbys in vacated slots take their ranks' places in the layout;
+      // slots past a narrower job's end are joiners.
+      if (state.spec.elastic() && state.spec.pp <= 1 && !state.placement.empty()) {
+        next.ring = NextRing(state.placement, state.placement.slots, next.ranks_per_machine);
+        while (next.ring.world() > 0 && next.ring.world() < next.world_size()) next.ring = next.ring.WithJoiner();
+      } else {
+        next.ring = {};
       }
       const bool same_size = !state.placement.empty() && state.placement.slots.size() == next.slots.size();
       out.push_back(RestartAllAction(std::move(next), state.checkpoint_step, reason + release_note, release, requeue));

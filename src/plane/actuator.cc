@@ -44,15 +44,20 @@ void AddRingPlans(std::vector<MachineCommand>& commands, const JobLaunch& launch
   const auto address = [&](int rank, int ring) { return RingSlotAddress(slots[rank / L], rank % L, ring); };
   const uint64_t nonce = RingNonce(launch.spec.id, placement.generation);
   const int D = W / pp;  // replicas: stage s holds ranks [s D, (s + 1) D) (trainer/step/pipeline_plan.h)
+  // One rank a replica: the placement's layout, kept across narrowings
+  // (reconcile.cc's NextRing), each rank sent its view of it.
+  std::vector<RankRing> views;
+  if (pp == 1) views = ViewsOf(placement.ring.world() == W ? placement.ring : RingLayout::Default(W, 0));
   for (MachineCommand& mc : commands) {
     if (mc.command.kind() != wire::Command::START_RANKS) continue;
     for (wire::RankLaunch& r : *mc.command.mutable_ranks()) {
       const int rank = r.rank();
-      RingPlan world = PlanFor(rank, W, /*group=*/0, nonce, [&](int x) { return address(x, 0); });
       if (pp == 1) {
-        r.set_ring_plan(EncodeRingPlan(world));
+        if (rank < 0 || rank >= W) continue;
+        r.set_ring_plan(EncodeRingPlan(PlanFor(rank, views[rank], W, nonce, [&](int x) { return address(x, 0); })));
         continue;
       }
+      RingPlan world = PlanFor(rank, W, /*group=*/0, nonce, [&](int x) { return address(x, 0); });
       // Its pipeline neighbours (the previous and next stage of its
       // replica) send it activations and gradients over the world ring.
       for (int x : {rank - D, rank + D}) {

@@ -273,6 +273,27 @@ TEST(Reconcile, AnElasticJobWithNoStandbyGoesOnNarrowerAndGrowsBack) {
   EXPECT_EQ(Briefs(standby.Do(DeviceFailed("m02", S(35)))), (Lines{"evict m02", "wait 1", "replenish 1"}));
 }
 
+// The ring layout rides on the placement (issue 35): a narrowing takes the
+// lost machine's ranks out of their group and leaves every other rank's
+// group and parts as they were; growing back adds the joiner's ranks.
+TEST(Reconcile, AnElasticJobsRingKeepsItsGroupsThroughANarrowingAndAGrowth) {
+  Job job(16, 0, PolicyConfig{}, JobSpec::Recovery::kElastic);
+  job.StartAndRun(3);
+  const RingLayout before = RingLayout::Default(32, 0);
+  job.Do(DeviceFailed("m09", S(35)));
+  const RingLayout narrow = job.state().placement.ring;
+  ASSERT_EQ(narrow.world(), 30);
+  ASSERT_TRUE(narrow.Check().ok()) << narrow.Check().ToString();
+  for (int r = 0; r < 30; ++r) EXPECT_EQ(narrow.group[r], before.group[r < 16 ? r : r + 2]) << "rank " << r;
+  job.RunSteps(4, 6, S(40));
+  job.Do(Joined("s09", true, S(80)));
+  job.Do(StandbyReady{"s09", true, "", S(82)});
+  const RingLayout& grown = job.state().placement.ring;
+  ASSERT_EQ(grown.world(), 32);
+  EXPECT_TRUE(grown.Check().ok()) << grown.Check().ToString();
+  for (int r = 0; r < 30; ++r) EXPECT_EQ(grown.group[r], narrow.group[r]) << "rank " << r;
+}
+
 // A standby that never says whether it holds spares is taken after
 // standby_ready_wait; one that says it cannot hold any, at once.
 TEST(Reconcile, AnElasticJobTakesASilentStandbyAfterTheWait) {

@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -219,13 +220,17 @@ TEST(Ring, ARegroupWithoutOneMemberRedialsOnlyItsTwoNeighbours) {
 // One generation among `ms` with no store: each member gets only what a
 // controller would send it, the nonce and the addresses of LinkedRanks.
 // `sizes` gets the number of addresses each plan held.
+// With `layout`, each plan carries the rank's view of it, as the
+// controller's do.
 void PlannedGeneration(const std::vector<Member*>& ms, uint64_t nonce, int group, std::vector<size_t>* sizes,
-                       const std::function<void(int)>& body) {
+                       const std::function<void(int)>& body, const RingLayout* layout = nullptr) {
   const int W = static_cast<int>(ms.size());
   sizes->assign(W, 0);
   std::vector<std::thread> threads;
+  const std::vector<RankRing> views = layout ? ViewsOf(*layout) : std::vector<RankRing>{};
   for (int r = 0; r < W; ++r) {
-    RingPlan plan = PlanFor(r, W, group, nonce, [&](int peer) { return ms[peer]->links->identity(); });
+    const auto address = [&](int peer) { return ms[peer]->links->identity(); };
+    RingPlan plan = layout ? PlanFor(r, views[r], W, nonce, address) : PlanFor(r, W, group, nonce, address);
     (*sizes)[r] = plan.identities.size();
     threads.emplace_back([&, r, plan] {
       Member& m = *ms[r];
@@ -274,6 +279,54 @@ TEST(Ring, AGenerationFormsFromTheControllersPlanWithNoStore) {
       }
     }
   }
+}
+
+// Issue 35's narrowing in two levels: 32 members in groups of 6 from the
+// controller's layout lose member 16, the first of its group, and the 31
+// survivors form from RingLayout::Without(16). Every group keeps its
+// members, so no survivor dials more than one new link (cut anew by
+// TwoLevel::For(31), one made 3), and the sum, gather and broadcast are
+// exact.
+TEST(Ring, ANarrowingInTwoLevelsDialsAtMostOneNewLinkASurvivor) {
+  constexpr int W = 32, kLost = 16;
+  auto ms = Members(W);
+  const RingLayout before = RingLayout::Default(W, 0), after = before.Without(kLost);
+  std::vector<size_t> sizes;
+  PlannedGeneration(Ptrs(ms), 1, 0, &sizes, [&](int r) {
+    std::vector<torch::Tensor> v{torch::full({100}, r + 1, torch::kInt64)};
+    EXPECT_TRUE(ms[r].ring->AllReduce(v, false).ok());
+  }, &before);
+  ms[kLost].ring.reset();
+  ms[kLost].links.reset();
+  std::vector<int> rest;
+  for (int i = 0; i < W; ++i) if (i != kLost) rest.push_back(i);
+  auto survivors = Ptrs(ms, rest);
+  std::vector<int64_t> sums(W - 1);
+  std::vector<torch::Tensor> gathered(W - 1), bcast(W - 1);
+  PlannedGeneration(survivors, 2, 0, &sizes, [&](int r) {
+    Ring& ring = *survivors[r]->ring;
+    std::vector<torch::Tensor> v{torch::full({1000}, rest[r] + 1, torch::kInt64)};
+    EXPECT_TRUE(ring.AllReduce(v, false).ok());
+    sums[r] = v[0][999].item<int64_t>();
+    gathered[r] = torch::full({100}, -0.0f);
+    const Span mine = ChunkOf(100, W - 1, r);
+    gathered[r].slice(0, mine.begin, mine.end).fill_(static_cast<float>(r));
+    EXPECT_TRUE(ring.AllGatherChunks(gathered[r]).ok());
+    bcast[r] = torch::full({3}, r == 5 ? -0.0 : 1.5, torch::kFloat64);
+    EXPECT_TRUE(ring.Broadcast(bcast[r], 5).ok());
+  }, &after);
+  int heir_made = 0;
+  for (int r = 0; r < W - 1; ++r) {
+    EXPECT_EQ(sums[r], W * (W + 1) / 2 - (kLost + 1));
+    EXPECT_LE(survivors[r]->links->dialled(), 1) << "member " << rest[r];
+    heir_made = std::max(heir_made, survivors[r]->links->made());
+    for (int j = 0; j < W - 1; ++j) {
+      const Span part = ChunkOf(100, W - 1, j);
+      EXPECT_TRUE(torch::equal(gathered[r].slice(0, part.begin, part.end), torch::full({part.size()}, float(j))));
+    }
+    EXPECT_TRUE(std::signbit(bcast[r][2].item<double>())) << "-0.0 comes through bit for bit";
+  }
+  EXPECT_GE(heir_made, 2) << "the heir accepts its new neighbours";
 }
 
 // Under a plan a slot's address outlives its process: member 2 dies and a

@@ -248,21 +248,19 @@ Result<std::unique_ptr<Ring>> Ring::Form(const RingPlan& plan, int rank, int wor
   r->identities_[rank] = links.identity();
   // The controller's layout: every rank's plan was cut by it.
   links.group_ = plan.group;
+  r->view_ = plan.layout;
   return Finish(std::move(r));
 }
 
 // The neighbours' addresses (from the store or the plan), then the links.
 Result<std::unique_ptr<Ring>> Ring::Finish(std::unique_ptr<Ring> r) {
   RingLinks& links = r->links_;
-  links.kept_ = links.made_ = 0;
+  links.kept_ = links.made_ = links.dialled_ = 0;
   links.fresh_.clear();
   const int rank = r->rank_, world = r->world_;
   if (world == 1) return r;
   try {
-    r->pred_ = r->Identity((rank + world - 1) % world);
-    r->succ_ = r->Identity((rank + 1) % world);
-    r->peers_ = {r->pred_, r->succ_};
-    BULWARK_RETURN_IF_ERROR(r->FormLayout(links.group_));
+    BULWARK_RETURN_IF_ERROR(r->FormLayout());
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
@@ -375,8 +373,8 @@ Result<int> Ring::DialNeighbour(const std::string& peer) {
   }
 }
 
-// Both neighbour links up (kept, dialled by the lower identity, or
-// accepted), a HELLO of this generation sent on each, then each one's
+// Both neighbour links up (kept, dialled, or accepted: the layout's tiers
+// say which end dials), a HELLO of this generation sent on each, then each one's
 // HELLO read: every rank sends before it waits, so no wait goes round the
 // ring.
 Status Ring::Link() {
@@ -400,7 +398,7 @@ Status Ring::Link() {
     std::vector<std::string> redo;
     for (const std::string& p : todo) {
       if (Fd(p, kRingChannel) >= 0) continue;
-      if (links_.identity() < p) {
+      if (dials_.count(p) != 0) {
         auto fd = DialNeighbour(p);
         if (!fd.ok()) return Fail(fd.status());
         links_.Add({p, kRingChannel}, *fd);
@@ -427,6 +425,7 @@ Status Ring::Link() {
       for (const std::string& p : peers) {
         const bool fresh = links_.fresh_.count(Fd(p, kRingChannel)) != 0;
         links_.kept_ += !fresh;
+        links_.dialled_ += fresh && dials_.count(p) != 0;
         // Both ends made this link now, so both drop what they kept to the
         // peer point to point: it may lead to a process that is gone.
         if (fresh) links_.Close({p, kPointChannel});
@@ -437,8 +436,8 @@ Status Ring::Link() {
     for (const std::string& p : redo) links_.Close({p, kRingChannel});
     todo = redo;
   }
-  return Fail(Status::Unavailable("ring links to " + pred_ + ", " + succ_ + " and " + std::to_string(peers_.size() - 2) +
-                                  " more could not be formed"));
+  return Fail(Status::Unavailable("ring links to " + std::to_string(peers_.size()) + " peers (" + pred_ + ", " + succ_ +
+                                  " on its group's ring) could not be formed"));
 }
 
 // Reads frames from `fd` until this generation's frame: a HELLO when

@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -62,9 +63,11 @@ class RingLinks {
   const std::string& identity() const { return identity_; }  // "addr:port"
 
   // Of the last generation formed: neighbour links kept from an earlier
-  // one, and links connected or accepted anew.
+  // one, links connected or accepted anew, and of those the ones this
+  // process dialled (RingLayout's tiers say who dials: ring_layout.h).
   int kept() const { return kept_; }
   int made() const { return made_; }
+  int dialled() const { return dialled_; }
 
   // A collective's wait also ends when `fd` has bytes and `asked()` says
   // the generation is over (the agent's word on the rank link). A peer that
@@ -93,7 +96,7 @@ class RingLinks {
   std::string identity_;
   std::map<Key, int> fds_;
   std::set<int> fresh_;  // links made by the generation being formed
-  int kept_ = 0, made_ = 0;
+  int kept_ = 0, made_ = 0, dialled_ = 0;
   int interrupt_fd_ = -1;  // InterruptOn
   std::function<bool()> interrupted_;
   int group_ = 0;  // SetGroupSize
@@ -121,7 +124,9 @@ class Ring {
   ~Ring();
 
   Status AllReduce(std::vector<torch::Tensor>& tensors, bool max);
-  const TwoLevel& layout() const { return layout_; }
+  // In two levels there is no ring of all W: a gather and a broadcast are
+  // the all-reduce's sum of the tensor's bits as integers, each element
+  // nonzero on one rank only (x + 0 = x, bit for bit).
   Status AllGatherChunks(torch::Tensor& flat);
   Status Broadcast(torch::Tensor& t, int root);
   // Point to point, on links of their own (channel 1), so a transfer in
@@ -153,7 +158,8 @@ class Ring {
   Status RingPass(const SubRing& ring, std::vector<torch::Tensor>& flat, const Cut& cut, bool max, bool scatter,
                   bool gather, int64_t tag0);
   Status TwoLevelAllReduce(std::vector<torch::Tensor>& flat, bool max);
-  Status FormLayout(int requested_group);
+  Status SumOfOneRanksBits(torch::Tensor& t);
+  Status FormLayout();
   SubRing Sub(const std::string& pred, const std::string& succ, int size, int pos);
   Status Exchange(int to, const Pieces& out, int from, char* in, size_t in_len, int64_t tag);
   Status ReadFrame(int fd, int64_t tag, char* in, size_t in_len, bool* eof);
@@ -174,11 +180,12 @@ class Ring {
   const double timeout_s_;
   RingLinks& links_;
   uint64_t nonce_ = 0;
-  std::string pred_, succ_;  // the neighbours' identities
-  TwoLevel layout_;
-  std::string group_pred_, group_succ_;  // on the group's ring
+  // This rank's view of the layout: the plan's, or RingLayout::Default's.
+  std::optional<RankRing> view_;
+  std::string pred_, succ_;  // on its group's ring (the ring of all, when flat)
   std::map<int, std::pair<std::string, std::string>> cross_;  // part -> its ring's pred, succ
   std::set<std::string> peers_;  // every ring-channel neighbour: linked, told of a failure
+  std::set<std::string> dials_;  // those it dials when their link is new
   int64_t next_tag_ = 0;     // collectives' frames are numbered in order
   bool failed_ = false;
   std::map<int, std::string> identities_;

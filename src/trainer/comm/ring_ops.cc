@@ -17,19 +17,26 @@ using namespace ring_wire;
 
 // ---------------------------------------------------------------- layout
 
-// The group's ring and, for each part this rank holds, the ring of that
-// part's owners across the groups: their identities join the links.
-Status Ring::FormLayout(int requested_group) {
-  layout_ = TwoLevel::For(world_, requested_group);
-  if (layout_.flat()) return Status::OK();
-  const RingNeighbours n = NeighboursOf(layout_, rank_);
-  group_pred_ = Identity(n.group_pred);
-  group_succ_ = Identity(n.group_succ);
-  peers_.insert({group_pred_, group_succ_});
-  for (const auto& [part, ends] : n.cross) {
+// The group's ring (the ring of all, when flat) and, for each part this
+// rank holds, the ring of that part's owners across the groups: their
+// identities join the links. A generation with no view in its plan (a
+// store's, or a plan cut by TwoLevel) runs RingLayout::Default's, which
+// every rank computes alike.
+Status Ring::FormLayout() {
+  if (!view_) view_ = ViewOf(RingLayout::Default(world_, links_.group_), rank_);
+  const RankRing& v = *view_;
+  if (v.flat() && (v.size != world_ || v.pos != rank_)) {
+    return Status::InvalidArgument("the plan's flat layout does not match rank " + std::to_string(rank_) + " of " +
+                                   std::to_string(world_));
+  }
+  pred_ = Identity(v.group_pred);
+  succ_ = Identity(v.group_succ);
+  peers_ = {pred_, succ_};
+  for (const auto& [part, ends] : v.cross) {
     cross_[part] = {Identity(ends.first), Identity(ends.second)};
     peers_.insert({cross_[part].first, cross_[part].second});
   }
+  for (int peer : v.dials) dials_.insert(Identity(peer));
   peers_.erase(links_.identity());  // a ring of one: no link to itself
   return Status::OK();
 }
@@ -93,7 +100,7 @@ Status Ring::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
   if (world_ == 1) return Status::OK();
   std::vector<torch::Tensor> flat;
   for (auto& t : tensors) flat.push_back(t.view({-1}));
-  if (!layout_.flat()) return TwoLevelAllReduce(flat, max);
+  if (!view_->flat()) return TwoLevelAllReduce(flat, max);
   const int64_t tag0 = next_tag_;
   next_tag_ += 2 * (world_ - 1);
   Cut cut = [&](size_t i, int c) {
@@ -108,33 +115,43 @@ Status Ring::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
 // order (a rank holding two parts takes them in that order, as do their
 // peers, so a link's frames arrive in the order they are read).
 Status Ring::TwoLevelAllReduce(std::vector<torch::Tensor>& flat, bool max) {
-  const TwoLevel& L = layout_;
-  const int g = L.GroupOf(rank_), s = L.Size(g), pos = rank_ - L.First(g);
-  const int64_t tag0 = next_tag_, cross0 = tag0 + L.G, gather0 = cross0 + int64_t{2} * L.K * L.G;
-  next_tag_ = gather0 + L.G;
+  const RankRing& L = *view_;
+  const int s = L.size, P = L.parts, K = L.groups;
+  const int64_t tag0 = next_tag_, cross0 = tag0 + P, gather0 = cross0 + int64_t{2} * K * P;
+  next_tag_ = gather0 + P;
   auto part = [&](size_t i, int p) {
-    const Span sp = ChunkOf(flat[i].numel(), L.G, p);
+    const Span sp = ChunkOf(flat[i].numel(), P, p);
     return flat[i].slice(0, sp.begin, sp.end);
   };
-  Cut group_cut = [&](size_t i, int c) {  // chunk c: parts ChunkOf(G, s, c), consecutive
-    const Span ps = ChunkOf(L.G, s, c);
+  // RingPass leaves member pos with chunk pos + 1: chunk c is the parts
+  // member c - 1 holds, consecutive ones.
+  Cut group_cut = [&](size_t i, int c) {
+    const auto [b, e] = L.chunks[(c + s - 1) % s];
     const int64_t n = flat[i].numel();
-    return flat[i].slice(0, ChunkOf(n, L.G, static_cast<int>(ps.begin)).begin,
-                         ChunkOf(n, L.G, static_cast<int>(ps.end) - 1).end);
+    return flat[i].slice(0, ChunkOf(n, P, b).begin, ChunkOf(n, P, e - 1).end);
   };
-  const SubRing group = Sub(group_pred_, group_succ_, s, pos);
+  const SubRing group = Sub(pred_, succ_, s, L.pos);
   BULWARK_RETURN_IF_ERROR(RingPass(group, flat, group_cut, max, true, false, tag0));
   for (const auto& [p, ends] : cross_) {
     std::vector<torch::Tensor> mine;
     for (size_t i = 0; i < flat.size(); ++i) mine.push_back(part(i, p));
     Cut cross_cut = [&](size_t i, int c) {
-      const Span sp = ChunkOf(mine[i].numel(), L.K, c);
+      const Span sp = ChunkOf(mine[i].numel(), K, c);
       return mine[i].slice(0, sp.begin, sp.end);
     };
-    BULWARK_RETURN_IF_ERROR(RingPass(Sub(ends.first, ends.second, L.K, g), mine, cross_cut, max, true, true,
-                                     cross0 + int64_t{2} * L.K * p));
+    BULWARK_RETURN_IF_ERROR(RingPass(Sub(ends.first, ends.second, K, L.group), mine, cross_cut, max, true, true,
+                                     cross0 + int64_t{2} * K * p));
   }
   return RingPass(group, flat, group_cut, max, false, true, gather0);
+}
+
+// `t` summed as integers of its bits (int32 words, else bytes), in place:
+// a gather or broadcast in two levels, where each element is nonzero on
+// one rank only.
+Status Ring::SumOfOneRanksBits(torch::Tensor& t) {
+  torch::Tensor all = t.view({-1});
+  std::vector<torch::Tensor> bits = {all.nbytes() % 4 == 0 ? all.view(torch::kInt32) : all.view(torch::kUInt8)};
+  return TwoLevelAllReduce(bits, /*max=*/false);
 }
 
 Status Ring::AllGatherChunks(torch::Tensor& flat) {
@@ -143,6 +160,13 @@ Status Ring::AllGatherChunks(torch::Tensor& flat) {
   torch::Tensor all = flat.view({-1});
   const int64_t n = all.numel();
   const int W = world_, r = rank_;
+  if (!view_->flat()) {
+    const Span own = ChunkOf(n, W, r);
+    const torch::Tensor keep = all.slice(0, own.begin, own.end).clone();
+    all.zero_();
+    all.slice(0, own.begin, own.end).copy_(keep);
+    return SumOfOneRanksBits(all);
+  }
   auto chunk = [&](int c) {
     const Span s = ChunkOf(n, W, ((c % W) + W) % W);
     return all.slice(0, s.begin, s.end);
@@ -161,6 +185,10 @@ Status Ring::AllGatherChunks(torch::Tensor& flat) {
 Status Ring::Broadcast(torch::Tensor& t, int root) {
   if (failed_) return Status::Unavailable("the ring's generation failed");
   if (world_ == 1) return Status::OK();
+  if (!view_->flat()) {
+    if (rank_ != root) t.zero_();
+    return SumOfOneRanksBits(t);
+  }
   const int d = (rank_ - root + world_) % world_;
   const int64_t tag = next_tag_++;
   char* data = static_cast<char*>(t.data_ptr());
