@@ -21,6 +21,7 @@
 // `bulwark COMMAND --help` list the commands and each one's flags, declared
 // in commands.cc (CLI11). main only reads arguments and turns the commands'
 // Status into an exit code.
+#include <absl/synchronization/mutex.h>
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <unistd.h>
@@ -551,6 +552,10 @@ Result<int> RunJob(const Args& a) { return RunJobCmd(a, Up, Down); }
 }  // namespace bulwark::cli
 
 int main(int argc, char** argv) {
+  // Every subcommand, the agent's included: Debian's Abseil, built without
+  // NDEBUG, otherwise runs its deadlock detector on each of gRPC's locks
+  // (plane/service.cc's RunController says what that cost the controller).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   auto line = bulwark::cli::ParseCommandLine(std::vector<std::string>(argv + 1, argv + argc));
   if (line.ok() && !line->help.empty()) {
     std::fputs(line->help.c_str(), stdout);
