@@ -145,12 +145,15 @@ struct Costs {
   // levels) at W = 4, 10.0 / 11.8 ms at W = 64 (every process on the
   // host's 2 cores): 24 ms is an upper bound.
   double link_dial = 0.024;
-  // Links a survivor makes at a regroup, in parallel with the others: at
-  // most 3 with the two-level ring (the trainer's default from 16 ranks)
-  // when the world narrows, 1 with the flat one (the lost member's two
-  // neighbours dial each other), 1 in either when a standby takes the
-  // lost rank: bench/elastic/regroup.sh, W = 4 to 64, this 2-core host,
-  // docs/recovery.md; priced at the narrowing's 3. A new process has no
+  // Links a survivor makes at a regroup, in parallel with the others: 3
+  // with the two-level ring (the trainer's default from 16 ranks) when the
+  // world narrows, all of them the heir's (the survivor that takes the lost
+  // rank's parts) and accepted, while every other survivor dials at most 1
+  // (0da5f3d: the layout outlives the narrowing); 1 with the flat one (the
+  // lost member's two neighbours dial each other), 1 in either when a
+  // standby takes the lost rank: bench/elastic/regroup.sh, W = 4 to 64,
+  // this 2-core host, docs/recovery.md; priced at the heir's 3, made one
+  // after the other (an accept waits on its dialler as a dial does). A new process has no
   // links: it makes all of its own, up to 8 in two levels (ring_layout.h
   // LinkedRanks; the regroup bench's joiner made 5 at W = 16).
   double links_per_survivor = 3, links_per_new_rank = 8;
