@@ -180,6 +180,7 @@ Status Plane::AfterDecisionLocked(const std::vector<Action>& actions, bool deliv
       Trace t;
       t.id = a.id;
       t.incident = a.incident;
+      t.started = now;
       t.deadline = now + options_.policy.trace_deadline;
       t.placement = a.placement;
       for (const MachineId& m : a.placement.slots) {

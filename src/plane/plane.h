@@ -295,6 +295,7 @@ class Plane {
   struct Trace {
     std::string id;
     int64_t incident = 0;
+    Time started{};  // the TRACE commands queued: every machine's upload begins
     Time deadline{};
     Placement placement;
     std::set<MachineId> waiting;  // machines that have not answered

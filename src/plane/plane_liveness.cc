@@ -172,11 +172,14 @@ void Plane::Tick(Time now) {
   // (policy_domains.cc). A machine whose lease ended waits, kDomainSkew at
   // most, for the silent machines of its domain whose leases are ending.
   constexpr Duration kDomainSkew = std::chrono::milliseconds(1000);
+  // While a stack capture is in flight, silence counts up to its start
+  // only: FinishTraceLocked says why, and credits the capture's time after.
+  const Time counted = trace_ ? std::min(now, trace_->started) : now;
   auto waits_for_domain = [&](const std::string& id, const Agent& a, Duration past_lease) REQUIRES(mu_) {
     if (a.domain.empty() || past_lease > kDomainSkew) return false;
     for (const auto& [other, b] : agents_) {
       if (other == id || b.domain != a.domain || b.lost_reported) continue;
-      const Duration silent = now - b.last_heard;
+      const Duration silent = counted - b.last_heard;
       if (silent <= lease && silent > lease - kDomainSkew) return true;
     }
     return false;
@@ -186,11 +189,11 @@ void Plane::Tick(Time now) {
   std::optional<std::unordered_map<MachineId, Time>> closed_seen;  // built once, when a silent machine needs it
   for (auto& [id, a] : agents_) {
     const Duration timeout = a.heard_since_start && !reattaching ? lease : options_.reconnect_grace;
-    if (a.lost_reported || now - a.last_heard <= std::min(timeout, options_.closed_peer_timeout)) continue;
+    if (a.lost_reported || counted - a.last_heard <= std::min(timeout, options_.closed_peer_timeout)) continue;
     // Within the lease only a machine whose peers saw its connections close
     // since it last spoke: it is down, not cut off, so nothing of it can
     // still run, and its slot need not wait for it to fence itself.
-    const bool closed = now - a.last_heard <= timeout;
+    const bool closed = counted - a.last_heard <= timeout;
     if (closed) {
       if (!closed_seen) closed_seen = ClosedSeenLocked();
       auto seen = closed_seen->find(id);
@@ -200,7 +203,7 @@ void Plane::Tick(Time now) {
     // An evicted machine's silence says nothing, unless it is out for its
     // checkup: still in its rack, its loss counts toward its switch's burst.
     if (m == nullptr || (m->state == MachineState::kEvicted && m->checkup == 0)) continue;
-    if (!closed && waits_for_domain(id, a, now - a.last_heard - timeout)) continue;
+    if (!closed && waits_for_domain(id, a, counted - a.last_heard - timeout)) continue;
     if (!closed && !a.domain.empty()) {
       // Decided with the rest of its domain's, after the loop.
       a.lost_reported = true;
