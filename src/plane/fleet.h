@@ -20,6 +20,7 @@
 #pragma once
 
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -99,7 +100,8 @@ class Fleet {
   // Who holds what; held briefly, never while calling into a plane.
   Mutex route_mu_;
   std::map<std::string, std::unique_ptr<Plane>> jobs_ GUARDED_BY(route_mu_);
-  std::map<std::string, Plane*> owner_ GUARDED_BY(route_mu_);  // machine -> its job's plane
+  // machine -> its job's plane; looked up for every report (a hash, not a tree)
+  std::unordered_map<std::string, Plane*> owner_ GUARDED_BY(route_mu_);
   // Planes of undone submits: kept, since a call routed to one just before
   // may still be in it (For hands out raw pointers).
   std::vector<std::unique_ptr<Plane>> retired_ GUARDED_BY(route_mu_);
