@@ -55,25 +55,32 @@ PlaneOptions Options() {
   return o;
 }
 
-TEST(PlaneHangReplay, RanksHungBeforeTheControllerRestartAreSuspectedWithinTheFirstStepsAllowance) {
-  const PlaneOptions o = Options();
-  int64_t t = 1000;
-  std::unique_ptr<Plane> before = OpenAt(o, t);
-  ASSERT_NE(before, nullptr);
+// A 4-rank job submitted at `t` trains twenty steps of 100 ms, every
+// machine reporting each; the time of the last step.
+int64_t SubmitAndTrain(Plane& p, int64_t t) {
   JobLaunch l = Launch();
   l.spec.world_size = 4;
-  ASSERT_TRUE(before->Submit(l, TimeFromMs(t)).ok());
-  const int64_t gen = before->StatusJson(TimeFromMs(t))["job"]["generation"];
-  // Twenty steps of 100 ms, then m04's rank hangs and the controller dies.
+  EXPECT_TRUE(p.Submit(l, TimeFromMs(t)).ok());
+  const int64_t gen = p.StatusJson(TimeFromMs(t))["job"]["generation"];
   for (int64_t step = 1; step <= 20; ++step) {
     t += 100;
     for (size_t i = 0; i < kMachines.size(); ++i) {
       wire::ReportRequest r = StepReport(kMachines[i], static_cast<int>(i), step, gen, t, 100);
       if (i == 0) *r.add_events() = testing::Step(step, step, gen, t);
-      ASSERT_TRUE(before->Report(r, TimeFromMs(t)).ok()) << kMachines[i] << " step " << step;
+      EXPECT_TRUE(p.Report(r, TimeFromMs(t)).ok()) << kMachines[i] << " step " << step;
     }
-    before->Tick(TimeFromMs(t));
+    p.Tick(TimeFromMs(t));
   }
+  return t;
+}
+
+TEST(PlaneHangReplay, RanksHungBeforeTheControllerRestartAreSuspectedWithinTheFirstStepsAllowance) {
+  const PlaneOptions o = Options();
+  int64_t t = 1000;
+  std::unique_ptr<Plane> before = OpenAt(o, t);
+  ASSERT_NE(before, nullptr);
+  // Twenty steps of 100 ms, then m04's rank hangs and the controller dies.
+  t = SubmitAndTrain(*before, t);
   json s = before->StatusJson(TimeFromMs(t));
   ASSERT_EQ(s["job"]["state"], "running") << s.dump();
   before.reset();  // the SIGKILL: nothing but the journal survives
@@ -127,19 +134,7 @@ TEST(PlaneHangReplay, ASilenceThroughTheStackCaptureIsTheCapturesNotTheMachines)
     int64_t t = 1000;
     std::unique_ptr<Plane> p = OpenAt(o, t);
     ASSERT_NE(p, nullptr);
-    JobLaunch l = Launch();
-    l.spec.world_size = 4;
-    ASSERT_TRUE(p->Submit(l, TimeFromMs(t)).ok());
-    const int64_t gen = p->StatusJson(TimeFromMs(t))["job"]["generation"];
-    for (int64_t step = 1; step <= 20; ++step) {
-      t += 100;
-      for (size_t i = 0; i < kMachines.size(); ++i) {
-        wire::ReportRequest r = StepReport(kMachines[i], static_cast<int>(i), step, gen, t, 100);
-        if (i == 0) *r.add_events() = testing::Step(step, step, gen, t);
-        ASSERT_TRUE(p->Report(r, TimeFromMs(t)).ok());
-      }
-      p->Tick(TimeFromMs(t));
-    }
+    t = SubmitAndTrain(*p, t);
     json s;
     const int64_t traced = SilentUntilTraced(*p, t + 500, t + 30000, &s);
     ASSERT_GE(traced, 0) << "no hang suspected: " << s.dump();
