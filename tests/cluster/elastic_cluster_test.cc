@@ -367,7 +367,8 @@ TEST_F(Elastic, APipelineReplicaLosesAMachineAndComesBackOnAStandby) {
 
 // Sixteen replicas, one a machine, in the two-level ring (4 x 4 groups):
 // a kill is healed in place from a live peer, then a machine-down with no
-// standby narrows the job to 15 replicas (3 groups, renumbered), and the
+// standby narrows the job to 15 replicas (the lost rank's group goes on with 3,
+// the others keep their 4: the layout outlives the narrowing, 0da5f3d), and the
 // run ends bitwise where a fault-free run of the same 16 replicas ends.
 TEST_F(Elastic, SixteenReplicasThroughAKillAndAMachineDownEndBitwise) {
   constexpr int kWide = 16, kWideSteps = 200;
