@@ -192,6 +192,7 @@ Status Plane::AfterDecisionLocked(const std::vector<Action>& actions, bool deliv
         c.set_reason(a.reason);
         AgentForLocked(m).oneshots.push_back(std::move(c));
       }
+      t.crowds = t.waiting.size() >= options_.capture_crowds;
       trace_ = std::move(t);
       continue;
     }

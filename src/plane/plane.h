@@ -74,6 +74,15 @@ struct PlaneOptions {
   // a demo on a host loaded by a compile once evicted all six machines after
   // a 4.9 s stall.
   Duration tick_period = std::chrono::milliseconds(250);
+  // A stack capture that asks at least this many machines crowds the
+  // controller's sockets with their uploads, and its time is nobody's
+  // silence (FinishTraceLocked). A smaller one does not crowd them, and a
+  // machine that died just before it must be lost at its lease, not after:
+  // a restart decided meanwhile still counts it live, and its peers' agents
+  // block fetching their shards from it (a clean clone's suite lost healthy
+  // machines that way when every capture got the credit). 12,500 agents
+  // lost 4 healthy machines to a capture's flood; 4,000 lost none.
+  size_t capture_crowds = 1000;
   // The cluster manager told of evictions, returns and standby shortfalls
   // (plane_backend.cc); null for the local backend.
   std::shared_ptr<cluster::Backend> backend;
@@ -296,6 +305,7 @@ class Plane {
     std::string id;
     int64_t incident = 0;
     Time started{};  // the TRACE commands queued: every machine's upload begins
+    bool crowds = false;  // asked of capture_crowds machines or more
     Time deadline{};
     Placement placement;
     std::set<MachineId> waiting;  // machines that have not answered

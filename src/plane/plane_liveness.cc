@@ -172,9 +172,9 @@ void Plane::Tick(Time now) {
   // (policy_domains.cc). A machine whose lease ended waits, kDomainSkew at
   // most, for the silent machines of its domain whose leases are ending.
   constexpr Duration kDomainSkew = std::chrono::milliseconds(1000);
-  // While a stack capture is in flight, silence counts up to its start
-  // only: FinishTraceLocked says why, and credits the capture's time after.
-  const Time counted = trace_ ? std::min(now, trace_->started) : now;
+  // While a large stack capture is in flight, silence counts up to its
+  // start only: FinishTraceLocked says why, and credits its time after.
+  const Time counted = trace_ && trace_->crowds ? std::min(now, trace_->started) : now;
   auto waits_for_domain = [&](const std::string& id, const Agent& a, Duration past_lease) REQUIRES(mu_) {
     if (a.domain.empty() || past_lease > kDomainSkew) return false;
     for (const auto& [other, b] : agents_) {

@@ -45,15 +45,17 @@ Status Plane::UploadStacks(const wire::StacksRequest& req, Time now) {
 void Plane::FinishTraceLocked(Time now) {
   Trace t = std::move(*trace_);
   trace_.reset();
-  // The capture asked every machine for its stacks at once, and their
+  // A large capture asked every machine for its stacks at once, and their
   // uploads crowded the controller's sockets: at 12,500 agents four
   // machines' reports, sent, waited behind 12,499 uploads past the 2 s
-  // lease and the machines were evicted, healthy (issue 36's bench). The
-  // capture's time is not counted as anyone's silence, as a stall of this
-  // process is not (Tick); a machine that really went silent is lost that
-  // much later, the capture's deadline at most.
-  const Duration flood = now - t.started;
-  for (auto& [id, a] : agents_) a.last_heard = std::min(now, a.last_heard + flood);
+  // lease and the machines were evicted, healthy (issue 36's bench). Its
+  // time is not counted as anyone's silence, as a stall of this process is
+  // not (Tick); a machine that really went silent is lost that much later,
+  // the capture's deadline at most (PlaneOptions::capture_crowds).
+  if (t.crowds) {
+    const Duration flood = now - t.started;
+    for (auto& [id, a] : agents_) a.last_heard = std::min(now, a.last_heard + flood);
+  }
   if (!controller_) return;
   std::map<int, MachineId> machine_of;
   for (int r = 0; r < t.placement.world_size(); ++r) machine_of[r] = t.placement.MachineOf(r);
