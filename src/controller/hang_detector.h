@@ -15,6 +15,7 @@
 // `now`.
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 
@@ -39,6 +40,10 @@ class HangDetector {
   // hang_first_step, and the steps after it are learned at once (the ranks
   // are warm).
   void Resumed(Time now, int64_t last_step);
+  // The controller itself stalled for `d` (no tick, no report read): the
+  // ranks' steps in that time are in reports it has not read yet, so the
+  // stall is not their silence, as it is no machine's (plane Tick).
+  void Credit(Time now, Duration d) { last_progress_ = std::min(now, last_progress_ + d); }
   // The job is not training (waiting, stopped, done): no deadline.
   void Stop() { armed_ = false; }
   void Observe(const RankSignal& s);

@@ -42,6 +42,8 @@ class Monitors {
   // then a hang, then a slow machine.
   std::vector<Event> Check(Time now);
 
+  // This process stalled for `d`: HangDetector::Credit.
+  void Stalled(Time now, Duration d) { hang_.Credit(now, d); }
   bool armed() const { return armed_; }
   Duration hang_allowance() const { return hang_.Allowance(); }
   const std::string& slow_round() const { return slow_.last_round(); }

@@ -121,6 +121,29 @@ json MachineIn(const json& status, const std::string& id) {
   return json();
 }
 
+// The controller itself stalls 3 s (an etcd election held its journal):
+// the first report read after it carries no new step, the reports with
+// the steps are queued behind it. That is this process's stall, not a
+// hang: nothing is suspected, and the steps that follow train on.
+TEST(PlaneHangReplay, TheControllersOwnStallIsNoHang) {
+  const PlaneOptions o = Options();
+  std::unique_ptr<Plane> p = OpenAt(o, 1000);
+  ASSERT_NE(p, nullptr);
+  int64_t t = SubmitAndTrain(*p, 1000);
+  const int64_t gen = p->StatusJson(TimeFromMs(t))["job"]["generation"];
+  t += 3000;  // no tick, no report read
+  ASSERT_TRUE(p->Report(StepReport("m02", 1, 20, gen, t - 3000, 100), TimeFromMs(t)).ok());
+  for (int64_t step = 21; step <= 40; ++step, t += 100) {
+    for (size_t i = 0; i < kMachines.size(); ++i) {
+      ASSERT_TRUE(p->Report(StepReport(kMachines[i], static_cast<int>(i), step, gen, t, 100), TimeFromMs(t)).ok());
+    }
+    p->Tick(TimeFromMs(t));
+  }
+  const json s = p->StatusJson(TimeFromMs(t));
+  EXPECT_TRUE(s["job"]["detectors"]["tracing"].is_null()) << s["job"]["detectors"].dump();
+  EXPECT_EQ(s["job"]["incidents"], 0) << s.dump();
+}
+
 // A large stack capture asks thousands of machines for their stacks at
 // once; at 12,500 agents the uploads held four machines' reports past the
 // 2 s lease and they were evicted, healthy (issue 36's bench). Its time is
