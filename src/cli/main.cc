@@ -261,7 +261,10 @@ Result<AgentPlaces> PlaceAgents(const Args& a, const UpRequest& up, const cluste
   if (!grow.ok()) return grow.status();
   std::error_code ec;
   const std::string abs_dir = std::filesystem::absolute(up.dir, ec).string();
-  Result<cluster::SlurmRecord> r = cluster::PlanSlurmUp(runner, {up.machines, up.standby, *grow, self, abs_dir});
+  // `bulwark run` brings its cluster up through here: its errors say run.
+  const std::string command = a.positional.at(0) == "run" ? "run" : "up --backend slurm";
+  Result<cluster::SlurmRecord> r =
+      cluster::PlanSlurmUp(runner, {up.machines, up.standby, *grow, self, abs_dir, command});
   if (!r.ok()) return r.status();
   places.slurm = *r;
   places.ids = places.slurm->agents;

@@ -13,6 +13,8 @@
 #include "control_client/control_client.h"
 #include "cluster/layout.h"
 #include "cluster/local/local_cluster.h"
+#include "cluster/slurm/slurm_up.h"
+#include "common/files.h"
 #include "common/progress_pattern.h"
 
 namespace bulwark::cli {
@@ -58,19 +60,58 @@ wire::SubmitRequest JobRequest(const Args& a, int world_size, int ranks_per_mach
   return req;
 }
 
+// `a` with the backend `run` brings up made explicit for `up`: --backend,
+// else Slurm inside an allocation (as srun and torchrun users expect the
+// allocation to be used), else this host.
+Result<Args> WithBackend(const Args& a) {
+  Args b = a;
+  const std::string backend = a.Get("backend", cluster::InSlurmAllocation() ? "slurm" : "local");
+  if (backend != "local" && backend != "slurm") {
+    return Status::InvalidArgument("run: --backend '" + backend + "': use local or slurm (the default inside a Slurm "
+                                   "allocation, else local)");
+  }
+  b.flags["backend"] = backend;
+  if (backend == "slurm" && !cluster::InSlurmAllocation()) {
+    return Status::FailedPrecondition(
+        "run --backend slurm: not inside a Slurm allocation (SLURM_JOB_ID is unset); call bulwark run from an "
+        "sbatch script or under salloc (docs/slurm.md), or leave out --backend slurm to run on this host");
+  }
+  if (backend == "local" && !a.Has("machines")) {
+    return Status::InvalidArgument("run: --machines N is required on this host (inside a Slurm allocation it "
+                                   "defaults to the allocation's nodes less --standby)");
+  }
+  return b;
+}
+
+// The machines a Slurm `up` gave the job: the nodes it started agents on
+// less the standbys (backend.json, which `up` wrote).
+Result<int> SlurmMachines(const Args& a, int standby) {
+  Result<std::string> text = ReadFile(cluster::Layout{ClusterDir(a)}.backend());
+  if (!text.ok()) return text.status();
+  Result<cluster::SlurmRecord> r = cluster::DecodeSlurmRecord(*text);
+  if (!r.ok()) return r.status();
+  return static_cast<int>(r->agents.size()) - standby;
+}
+
 }  // namespace
 
-Result<int> RunJobCmd(const Args& a, const std::function<Status(const Args&)>& up,
+Result<int> RunJobCmd(const Args& given, const std::function<Status(const Args&)>& up,
                       const std::function<Status(const Args&)>& down) {
-  std::vector<std::string> argv(a.positional.begin() + 1, a.positional.end());
+  std::vector<std::string> argv(given.positional.begin() + 1, given.positional.end());
   if (argv.empty()) {
     return Status::InvalidArgument("run: no command; usage: bulwark run --machines N [--standby S] -- COMMAND ARGS");
   }
+  Result<Args> with_backend = WithBackend(given);
+  if (!with_backend.ok()) return with_backend.status();
+  const Args& a = *with_backend;
+  const bool slurm = a.Get("backend") == "slurm";
   Result<int> machines = IntFlag(a, "machines", 0);
   if (!machines.ok()) return machines.status();
+  Result<int> standby = IntFlag(a, "standby", 0);
+  if (!standby.ok()) return standby.status();
   Result<int> per = IntFlag(a, "ranks-per-machine", 1);
   if (!per.ok()) return per.status();
-  if (*machines <= 0 || *per <= 0) {
+  if ((*machines <= 0 && !(slurm && !a.Has("machines"))) || *per <= 0) {
     return Status::InvalidArgument("run: --machines and --ranks-per-machine must be positive");
   }
   if (a.Has("progress")) {
@@ -118,6 +159,14 @@ Result<int> RunJobCmd(const Args& a, const std::function<Status(const Args&)>& u
     }
     return code;
   };
+  if (slurm && !a.Has("machines")) {
+    Result<int> placed = SlurmMachines(a, *standby);
+    if (!placed.ok()) {
+      (void)down(a);
+      return placed.status().Annotate("run: reading the allocation up recorded");
+    }
+    machines = *placed;
+  }
   Result<ControlClient> client = ControlClient::Connect(ClusterDir(a));
   if (!client.ok()) {
     (void)down(a);
@@ -128,7 +177,10 @@ Result<int> RunJobCmd(const Args& a, const std::function<Status(const Args&)>& u
     (void)down(a);
     return id.status();
   }
-  if (!as_json) std::cout << "running job " << *id << " on " << *machines << " machine(s): " << argv[0] << "\n";
+  if (!as_json) {
+    const std::string where = slurm ? " of Slurm job " + std::string(std::getenv("SLURM_JOB_ID")) : "";
+    std::cout << "running job " << *id << " on " << *machines << " machine(s)" << where << ": " << argv[0] << "\n";
+  }
 
   size_t printed = 0;  // incidents printed
   std::string last_line;
@@ -198,7 +250,8 @@ Result<int> RunJobCmd(const Args& a, const std::function<Status(const Args&)>& u
                 incidents.size(), ettr);
     std::fflush(stdout);
   }
-  return finish(code, json{{"job", job}, {"outcome", outcome}, {"exit_code", code}, {"seconds", seconds},
+  return finish(code, json{{"job", job}, {"backend", a.Get("backend")}, {"outcome", outcome}, {"exit_code", code},
+                           {"seconds", seconds},
                            {"incidents", incidents}, {"ledger", ledger}});
 }
 

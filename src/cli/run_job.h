@@ -1,11 +1,16 @@
 // `bulwark run`: a job in torchrun's habit, one command from start to end.
 //
 //   bulwark run --machines 2 --standby 1 [--progress REGEX] [--name N] [--json] -- python train.py ARGS
+//   bulwark run --standby 1 -- python train.py ARGS     (in an sbatch script or under salloc)
 //
-// Brings a local cluster up, submits the command as the job (one rank per
+// Brings a cluster up, submits the command as the job (one rank per
 // machine, or --ranks-per-machine), shows a live line (state, step, ETTR,
 // incidents) and prints each incident as it is resolved, then brings
 // everything down when the job ends or on Ctrl-C (SIGINT, SIGTERM).
+// Inside a Slurm allocation (SLURM_JOB_ID set), or with --backend slurm,
+// the cluster is `up --backend slurm`'s: the allocation's nodes are the
+// machines (--machines defaults to them less --standby), and the end
+// cancels the agents' steps, not the allocation (docs/slurm.md).
 #pragma once
 
 #include <functional>

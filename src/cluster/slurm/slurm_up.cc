@@ -36,27 +36,31 @@ std::map<std::string, std::string> AllocationDomains(CommandRunner& run, const s
 
 }  // namespace
 
+bool InSlurmAllocation() { return !Env("SLURM_JOB_ID").empty() && !Env("SLURM_JOB_NODELIST").empty(); }
+
 Result<SlurmRecord> PlanSlurmUp(CommandRunner& run, const SlurmUpRequest& req) {
   SlurmRecord r;
   r.job = Env("SLURM_JOB_ID");
   const std::string list = Env("SLURM_JOB_NODELIST");
-  if (r.job.empty() || list.empty()) {
+  const std::string& what = req.command;
+  if (!InSlurmAllocation()) {
     return Status::FailedPrecondition(
-        "up --backend slurm: not inside a Slurm allocation (SLURM_JOB_ID is unset); run it from an sbatch script "
-        "or under salloc, e.g. 'salloc -N 3 --no-kill bulwark up --backend slurm' (docs/slurm.md)");
+        what + ": not inside a Slurm allocation (SLURM_JOB_ID is unset); run it from an sbatch script or under "
+        "salloc, e.g. 'salloc -N 3 --no-kill bulwark " + (what == "run" ? "run ... -- COMMAND" : what) +
+        "' (docs/slurm.md)");
   }
   if (req.bulwark.find('\'') != std::string::npos || req.dir.find('\'') != std::string::npos) {
-    return Status::InvalidArgument("up --backend slurm: the binary's path and --dir must not contain a single quote");
+    return Status::InvalidArgument(what + ": the binary's path and --dir must not contain a single quote");
   }
   const std::vector<std::string> argv = {"scontrol", "show", "hostnames", list};
   CommandResult c = run.Run(argv, 30);
-  if (!c.ok()) return Status::Unavailable("up --backend slurm: " + c.Describe(argv) + "; is Slurm reachable (SLURM_CONF)?");
+  if (!c.ok()) return Status::Unavailable(what + ": " + c.Describe(argv) + "; is Slurm reachable (SLURM_CONF)?");
   r.allocation = ParseLines(c.out);
   r.batch_host = Env("SLURMD_NODENAME");  // unset under salloc on a login node: no node is special
   const int nodes = static_cast<int>(r.allocation.size());
   const int machines = req.machines > 0 ? req.machines : nodes - req.standby;
   if (machines <= 0 || req.standby < 0 || req.grow < 0 || machines + req.standby > nodes) {
-    return Status::InvalidArgument("up --backend slurm: --machines " + std::to_string(machines) + " and --standby " +
+    return Status::InvalidArgument(what + ": --machines " + std::to_string(machines) + " and --standby " +
                                    std::to_string(req.standby) + " need " + std::to_string(machines + req.standby) +
                                    " nodes, but job " + r.job + " has " + std::to_string(nodes) + " (" + list +
                                    "); allocate more nodes (sbatch -N) or ask for fewer");

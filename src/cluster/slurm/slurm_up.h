@@ -18,7 +18,13 @@ struct SlurmUpRequest {
   int standby = 0;
   int grow = 0;      // nodes the controller may add as jobs of their own
   std::string bulwark, dir;  // absolute
+  std::string command = "up --backend slurm";  // what the errors name: `up` or `run`
 };
+
+// Whether this process runs inside a Slurm allocation: Slurm set
+// SLURM_JOB_ID and its node list (sbatch, salloc, srun). `bulwark run`
+// then takes the allocation's nodes as its machines.
+bool InSlurmAllocation();
 
 // Reads the allocation from the environment Slurm gives its jobs
 // (SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURMD_NODENAME) and picks the nodes
