@@ -39,7 +39,7 @@ Status ShardStore::Impl::PushOnce(const std::string& addr, int rank, int64_t ste
   if (push_fd_ < 0 || push_to_ != addr) {
     if (push_fd_ >= 0) ::close(push_fd_);
     push_fd_ = -1;
-    auto fd = DialTcp(addr, kTransferTimeoutS);
+    auto fd = DialTcp(addr, kTransferTimeoutS, kConnectTimeoutMs);
     if (!fd.ok()) return fd.status();
     if (Status a = AuthenticateToPeer(*fd, token_); !a.ok()) {
       ::close(*fd);
@@ -225,24 +225,38 @@ Status ShardStore::Impl::SendCopies(int c, int rank) {
   return Status::OK();
 }
 
-// Pulls every copy `source` holds of its rank into a fresh region.
-Result<RegionPtr> ShardStore::Impl::Fetch(const ShardRoutes::Source& source) {
-  auto fd = DialTcp(source.addr, kTransferTimeoutS);
+// The socket is registered under its generation from before the connect, so
+// a cancel (CancelFetchesLocked) can shut it down whatever it is waiting on.
+Result<RegionPtr> ShardStore::Impl::Fetch(const ShardRoutes::Source& source, int64_t gen) {
+  auto fd = TcpSocket();
   if (!fd.ok()) return fd.status();
-  if (Status a = AuthenticateToPeer(*fd, token_); !a.ok()) {
-    ::close(*fd);
-    return a.Annotate("shard holder " + source.addr);
+  {
+    MutexLock lock(&mu_);
+    if (gen == fetch_gen_) fetch_socks_[gen] = *fd;
   }
+  Status st = ConnectTcp(*fd, source.addr, kTransferTimeoutS, kConnectTimeoutMs);
+  if (st.ok()) st = AuthenticateToPeer(*fd, token_).Annotate("shard holder " + source.addr);
+  Result<RegionPtr> got = st.ok() ? ReceiveCopies(*fd, source) : Result<RegionPtr>(st);
+  {
+    // Unregistered before it is closed: a cancel never shuts down a reused fd.
+    MutexLock lock(&mu_);
+    fetch_socks_.erase(gen);
+  }
+  ::close(*fd);
+  return got;
+}
+
+Result<RegionPtr> ShardStore::Impl::ReceiveCopies(int fd, const ShardRoutes::Source& source) {
   std::string req = "FETCH " + std::to_string(source.rank) + "\n";
   std::vector<std::string> images;
-  Status st = SendAll(*fd, req.data(), req.size());
+  Status st = SendAll(fd, req.data(), req.size());
   if (st.ok()) {
-    auto head = RecvLine(*fd);
+    auto head = RecvLine(fd);
     auto w = head.ok() ? rank_client::SplitWords(*head) : std::vector<std::string>{};
     if (!head.ok()) st = head.status();
     else if (w.size() != 2 || w[0] != "COPIES") st = Status::Corrupt("unexpected answer '" + *head + "'");
     for (int i = 0; st.ok() && i < std::atoi(w[1].c_str()); ++i) {
-      auto line = RecvLine(*fd);
+      auto line = RecvLine(fd);
       if (!line.ok()) {
         st = line.status();
         break;
@@ -254,10 +268,9 @@ Result<RegionPtr> ShardStore::Impl::Fetch(const ShardRoutes::Source& source) {
         break;
       }
       images.emplace_back(n, '\0');
-      st = RecvAll(*fd, images.back().data(), n);
+      st = RecvAll(fd, images.back().data(), n);
     }
   }
-  ::close(*fd);
   BULWARK_RETURN_IF_ERROR(st);
   if (images.empty()) return RegionPtr();
   size_t cap = 0;
@@ -269,25 +282,47 @@ Result<RegionPtr> ShardStore::Impl::Fetch(const ShardRoutes::Source& source) {
   return std::make_shared<ShardRegion>(std::move(*region));
 }
 
-void ShardStore::Impl::FetchAll(ShardRoutes routes, std::vector<int> ranks) {
+// A failed source costs only its copy: the next source, then the durable
+// directory, is what the rank restores from. A cancelled generation's
+// results are dropped: the newer one owns fetched_ and fetching_.
+void ShardStore::Impl::FetchAll(ShardRoutes routes, std::vector<int> ranks, int64_t gen) {
   auto t = Clock::now();
+  bool current = true;
   for (const auto& s : routes.restore_from) {
     if (std::find(ranks.begin(), ranks.end(), s.rank) == ranks.end()) continue;
-    auto r = Fetch(s);
+    auto r = Fetch(s, gen);
+    MutexLock lock(&mu_);
+    if (gen != fetch_gen_) {
+      log_("fetching rank " + std::to_string(s.rank) + "'s shard from " + s.machine +
+           " cancelled: newer routes (a restart, or the machine forgot its copies) replaced it");
+      current = false;
+      break;
+    }
     if (!r.ok()) {
       log_("fetching rank " + std::to_string(s.rank) + "'s shard from " + s.machine + " failed: " + r.status().ToString());
       continue;
     }
-    if (!*r) continue;
-    MutexLock lock(&mu_);
-    fetched_[s.rank].push_back({s.machine, *r});
+    if (*r) fetched_[s.rank].push_back({s.machine, *r});
   }
   {
     MutexLock lock(&mu_);
-    fetching_ = false;
-    stats_.last_fetch_ms = MsSince(t);
+    current = current && gen == fetch_gen_;
+    if (current) {
+      fetching_ = false;
+      stats_.last_fetch_ms = MsSince(t);
+    }
   }
-  Wake();
+  if (current) Wake();  // the restores waiting for it
+  // Last: the destructor frees this once fetchers_ is 0.
+  MutexLock lock(&mu_);
+  --fetchers_;
+  fetchers_done_.NotifyAll();
+}
+
+int64_t ShardStore::Impl::CancelFetchesLocked() {
+  for (const auto& [gen, fd] : fetch_socks_) ::shutdown(fd, SHUT_RDWR);
+  fetching_ = false;
+  return ++fetch_gen_;
 }
 
 }  // namespace bulwark::agent

@@ -87,11 +87,14 @@ class ShardStore {
 
   std::string addr() const;  // host:port of the shard server
   // Routes for the ranks being started now; fetches copies of `ranks` from
-  // the sources before any of them asks to restore.
+  // the sources before any of them asks to restore (a restore waits for the
+  // fetch). Never waits itself: a fetch for earlier routes still under way
+  // is cancelled and what it fetched is dropped.
   void SetRoutes(const ShardRoutes& routes, const std::vector<int>& ranks);
   std::vector<ShardHolding> Holdings() const;
   // The machine was given back and acquired again (requeue mode): forget
-  // every copy held, own and backups, as a fresh machine would not have them.
+  // every copy held, own and backups, as a fresh machine would not have them,
+  // and cancel a fetch under way.
   void Forget();
   ShardStats Stats() const;
   // Emulated memory corruption: flips a bit in the newest image `rank` wrote

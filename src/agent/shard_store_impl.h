@@ -27,6 +27,12 @@ using Clock = std::chrono::steady_clock;
 
 // Every transfer between agents gives up after this long without progress.
 constexpr int kTransferTimeoutS = 10;
+// A connect to another agent gives up sooner: a dead machine answers
+// nothing, and every second a restore waits on it is the whole job's.
+// Peers share a fabric (a round trip well under a millisecond), so the
+// only slow handshake of a live peer is a dropped SYN (its accept queue
+// full for a moment), which Linux resends after 1 s: 1.5 s still meets it.
+constexpr int kConnectTimeoutMs = 1500;
 
 inline double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -70,7 +76,14 @@ class ShardStore::Impl {
   std::map<int, RegionPtr> backups_ GUARDED_BY(mu_);
   std::map<int, std::vector<Fetched>> fetched_ GUARDED_BY(mu_);
   ShardRoutes routes_ GUARDED_BY(mu_);
+  // Fetches: each SetRoutes starts a generation and cancels the older ones
+  // (their sockets in flight are shut down; what they fetched is dropped),
+  // so no caller ever waits for a fetch. fetching_: the newest is running.
   bool fetching_ GUARDED_BY(mu_) = false;
+  int64_t fetch_gen_ GUARDED_BY(mu_) = 0;
+  std::map<int64_t, int> fetch_socks_ GUARDED_BY(mu_);  // generation -> its socket in flight
+  int fetchers_ GUARDED_BY(mu_) = 0;                    // fetch threads still running
+  CondVar fetchers_done_;
   std::deque<Work> work_ GUARDED_BY(mu_);
   std::map<int64_t, int> conns_ GUARDED_BY(mu_);                  // connection id -> fd
   std::map<int64_t, int> owner_ GUARDED_BY(mu_);                  // connection id -> the rank that registered its region
@@ -79,7 +92,7 @@ class ShardStore::Impl {
   ShardStats stats_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   std::atomic<bool> stopping_{false};  // read by connection threads without mu_
-  std::thread local_, tcp_, worker_, fetcher_;
+  std::thread local_, tcp_, worker_;
   // Peer connections are served on their own threads (a backup stream stays
   // open and must not hold up a fetch); the destructor waits for them.
   int serving_ GUARDED_BY(mu_) = 0;
@@ -123,9 +136,14 @@ class ShardStore::Impl {
   Status AdmitPush(int rank, uint64_t bytes) REQUIRES(mu_);
   Status SendCopies(int c, int rank);
 
-  // Pulls every copy `source` holds of its rank into a fresh region.
-  Result<RegionPtr> Fetch(const ShardRoutes::Source& source);
-  void FetchAll(ShardRoutes routes, std::vector<int> ranks);
+  // Pulls every copy `source` holds of its rank into a fresh region, unless
+  // fetch generation `gen` is cancelled first.
+  Result<RegionPtr> Fetch(const ShardRoutes::Source& source, int64_t gen);
+  Result<RegionPtr> ReceiveCopies(int fd, const ShardRoutes::Source& source);
+  // Runs on its own detached thread; counted in fetchers_.
+  void FetchAll(ShardRoutes routes, std::vector<int> ranks, int64_t gen);
+  // Starts a new fetch generation: the older ones end at once, unheard.
+  int64_t CancelFetchesLocked() REQUIRES(mu_);
 };
 
 }  // namespace bulwark::agent

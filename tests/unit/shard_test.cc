@@ -2,13 +2,18 @@
 // format, shared-memory regions, and a rank's client talking to real agent
 // shard stores (Unix socket, TCP between stores, durable directory) in one
 // process.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -321,6 +326,111 @@ TEST_F(Stores, UnreachablePeerCostsNothingButItsCopy) {
   ASSERT_TRUE(copies.ok()) << copies.status().ToString();
   EXPECT_TRUE(copies->empty());
   EXPECT_FALSE(ShardClient::Connect(dir_ + "/nobody.sock", 0, 1).ok());
+}
+
+// A machine that died answers nothing, not even a refusal. Here: a listener
+// whose accept queue is full, so the kernel drops every further SYN and a
+// connect neither completes nor fails (the self-check says whether it did).
+class SilentPeer {
+ public:
+  SilentPeer() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    socklen_t len = sizeof a;
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listener_, 0) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      return;
+    }
+    addr_ = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    // Connects complete into the queue until it is full: the first one
+    // still pending after 300 ms shows the peer silent.
+    for (int i = 0; i < 8 && !silent_; ++i) {
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      fillers_.push_back(fd);
+      (void)::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+      pollfd p{fd, POLLOUT, 0};
+      silent_ = ::poll(&p, 1, 300) == 0;
+    }
+  }
+  ~SilentPeer() {
+    for (int fd : fillers_) ::close(fd);
+    if (listener_ >= 0) ::close(listener_);
+  }
+  const std::string& addr() const { return addr_; }
+  bool silent() const { return silent_; }
+
+ private:
+  int listener_ = -1;
+  std::vector<int> fillers_;
+  std::string addr_;
+  bool silent_ = false;
+};
+
+// Regression (issue 36): a healthy agent was evicted for 9.6 s of silence.
+// Its main loop's SetRoutes for a restart joined the previous restart's
+// fetch, stuck dialling a peer that had died. The newer routes must take
+// over at once, and what the rank restores must be theirs.
+TEST_F(Stores, ARestartDoesNotWaitForAFetchFromAPeerThatDoesNotAnswer) {
+  Train(3);
+  client_.reset();
+  SilentPeer dead;
+  ASSERT_TRUE(dead.silent()) << "the test's dead peer answered a connect";
+  agent::ShardRoutes from_dead, from_b;
+  from_dead.restore_from = {{0, "dead", dead.addr()}};
+  from_b.restore_from = {{0, "b", stores_["b"]->addr()}};
+  from_dead.durable_dir = from_b.durable_dir = durable_;
+  stores_["c"]->SetRoutes(from_dead, {0});
+  auto again = std::async(std::launch::async, [&] { stores_["c"]->SetRoutes(from_b, {0}); });
+  // Well inside the connect deadline (1.5 s): the old fetch is still stuck.
+  ASSERT_EQ(again.wait_for(std::chrono::milliseconds(500)), std::future_status::ready)
+      << "SetRoutes waited for the fetch from the peer that does not answer";
+  auto c = ShardClient::Connect(dir_ + "/c.sock", 0, 2);
+  ASSERT_TRUE(c.ok());
+  auto copies = (*c)->Copies(5000);
+  ASSERT_TRUE(copies.ok()) << copies.status().ToString();
+  ASSERT_FALSE(copies->empty());
+  EXPECT_EQ((*copies)[0].source, "peer:b");
+  EXPECT_EQ((*copies)[0].info.step, 3);
+  EXPECT_TRUE((*copies)[0].Open().ok());
+  for (const auto& cp : *copies) EXPECT_NE(cp.source, "peer:dead");
+  EXPECT_TRUE(Eventually([&] { return Log("c").find("from dead cancelled") != std::string::npos; })) << Log("c");
+
+  // Nor does the agent's exit wait for a fetch under way.
+  stores_["c"]->SetRoutes(from_dead, {0});
+  auto gone = std::async(std::launch::async, [&] { stores_.erase("c"); });
+  EXPECT_EQ(gone.wait_for(std::chrono::milliseconds(500)), std::future_status::ready)
+      << "the store's shutdown waited for the fetch from the peer that does not answer";
+}
+
+// A source that does not answer is given up at the connect deadline, not
+// the transfer timeout (10 s), and the rank restores from the next source.
+TEST_F(Stores, AFetchFromAPeerThatDoesNotAnswerFallsBackToTheNextSourceSoon) {
+  Train(2);
+  client_.reset();
+  SilentPeer dead;
+  ASSERT_TRUE(dead.silent()) << "the test's dead peer answered a connect";
+  auto t = std::chrono::steady_clock::now();
+  auto fd = agent::DialTcp(dead.addr(), 10, 300);
+  ASSERT_FALSE(fd.ok());
+  EXPECT_NE(fd.status().message().find("no answer within 300 ms"), std::string::npos) << fd.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t, std::chrono::seconds(2));
+
+  agent::ShardRoutes routes;
+  routes.restore_from = {{0, "dead", dead.addr()}, {0, "b", stores_["b"]->addr()}};
+  routes.durable_dir = durable_;
+  stores_["c"]->SetRoutes(routes, {0});
+  auto c = ShardClient::Connect(dir_ + "/c.sock", 0, 2);
+  ASSERT_TRUE(c.ok());
+  auto copies = (*c)->Copies(5000);  // half the transfer timeout
+  ASSERT_TRUE(copies.ok()) << copies.status().ToString();
+  ASSERT_GE(copies->size(), 2u);
+  EXPECT_EQ((*copies)[0].source, "peer:b");
+  EXPECT_EQ((*copies)[0].info.step, 2);
+  EXPECT_EQ(copies->back().source, "durable");
+  EXPECT_NE(Log("c").find("from dead failed"), std::string::npos) << Log("c");
+  EXPECT_NE(Log("c").find("no answer within 1500 ms"), std::string::npos) << Log("c");
 }
 
 // The shard protocol is authenticated and bounded: a connection that cannot
