@@ -95,6 +95,15 @@ TEST_F(SlurmRun, InsideAnAllocationRunsOnItsNodesEndsWithTheJobAndCancelsOnlyIts
   ASSERT_TRUE(Until("the job's steps", 120, [&] { return stepping() || ended(); }) && stepping())
       << Read("run.out") << Read("run.err") << s.dump();
   ASSERT_EQ(s["job"]["placement"].size(), 2u) << s.dump();
+  // The allocation's third node is held back as the standby.
+  ASSERT_EQ(s["machines"].size(), 3u) << s.dump();
+  int standbys = 0;
+  for (const json& m : s["machines"]) {
+    if (m["state"] != "standby") continue;
+    ++standbys;
+    EXPECT_EQ(s["job"]["placement"].dump().find(m["id"].dump()), std::string::npos) << s.dump();
+  }
+  EXPECT_EQ(standbys, 1) << s.dump();
   Inject("kill", s["job"]["placement"][1]);
   ASSERT_TRUE(Until("the batch script's end", 240, ended))
       << Read("run.out") << Read("run.err");
