@@ -23,9 +23,10 @@
 #include "cluster/tls.h"
 #include "common/files.h"
 #include "common/token.h"
+#include "plane/call_token.h"
 #include "plane/codec.h"
+#include "plane/command_streams.h"
 #include "plane/fleet.h"
-#include "plane/kill_point.h"
 #include "plane/news.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
@@ -62,109 +63,18 @@ const Logger& ControllerLog() {
   return log;
 }
 
-// Refuses (and logs) a call that does not carry the cluster token.
-grpc::Status CheckToken(grpc::ServerContextBase* ctx, const std::string& token, const char* call) {
-  const auto& md = ctx->client_metadata();
-  auto it = md.find(kTokenMetadataKey);
-  if (it != md.end() && std::string(it->second.data(), it->second.size()) == token) return grpc::Status::OK;
-  ControllerLog().Warn(std::string("refused ") + call + " from " + ctx->peer() + ": " +
-                       (it == md.end() ? "no cluster token" : "wrong cluster token"));
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      std::string(call) + ": missing or wrong cluster token; pass the --dir the "
-                                          "cluster was started with (bulwark up writes DIR/token)");
-}
-
-// A call refused before it began (the token check).
-class RefusedStream final : public grpc::ServerWriteReactor<wire::Command> {
- public:
-  explicit RefusedStream(grpc::Status st) { Finish(std::move(st)); }
-  void OnDone() override { delete this; }
-};
-
-// One agent's command stream, with no thread of its own: gRPC's callback API
-// runs its reactions, and while there is nothing to write it is parked in
-// the plane (Plane::TakeCommand), which hands it the next command when one
-// is decided. The synchronous server held a thread per open stream, waking
-// four times a second: 12,500 agents were 12,500 threads (issue 36). The
-// wire is unchanged: the same Commands call, the same messages in the same
-// order, the same ABORTED for a superseded stream.
-//
-// The stream's turn (see Plane::TakeCommand) is held by one party at a
-// time: a task of this stream's, gRPC while a write is in flight, or the
-// plane while parked. Whoever holds it when the call is over ends it, so
-// Finish is called once. Reactions that need the plane run as tasks on one
-// serial thread (`serial`), its delete last among them.
-class CommandStream final : public grpc::ServerWriteReactor<wire::Command>, public Plane::CommandSink {
- public:
-  CommandStream(Plane* plane, Workers* serial, std::string machine)
-      : plane_(plane), serial_(serial), machine_(std::move(machine)) {
-    serial_->Post([this] {
-      stream_ = plane_->OpenStream(machine_);
-      Next();
-    });
-  }
-
-  // From the plane, once its lock is released.
-  void Deliver(wire::Command c) override { Write(std::move(c)); }
-  void Superseded() override {
-    Finish(grpc::Status(grpc::StatusCode::ABORTED, "a newer command stream replaced this one"));
-  }
-
-  void OnWriteDone(bool ok) override {
-    serial_->Post([this, ok] {
-      if (!ok) {
-        // A desired-state command is resent on the next stream anyway; a
-        // one-time command taken off its queue would be lost. (Seen: an
-        // injection dropped while an agent's stream was reconnecting.)
-        if (cmd_.id() != sent_) plane_->Requeue(machine_, std::move(cmd_));
-        plane_->CloseStream(machine_, stream_);
-        Finish(grpc::Status::OK);
-        return;
-      }
-      KillPointSent(wire::Command::Kind_Name(cmd_.kind()), machine_, cmd_.generation());
-      Next();
-    });
-  }
-  // The agent went away, its deadline passed, or the server shuts down.
-  void OnCancel() override {
-    serial_->Post([this] {
-      if (plane_->CloseStream(machine_, stream_)) Finish(grpc::Status::OK);
-    });
-  }
-  // The last reaction; after every task of this stream already posted.
-  void OnDone() override {
-    serial_->Post([this] { delete this; });
-  }
-
- private:
-  void Next() {
-    wire::Command c;
-    switch (plane_->TakeCommand(machine_, stream_, &sent_, this, &c)) {
-      case Plane::Turn::kWrite: Write(std::move(c)); return;
-      case Plane::Turn::kParked: return;
-      case Plane::Turn::kSuperseded: Superseded(); return;
-      case Plane::Turn::kClosed: Finish(grpc::Status::OK); return;
-    }
-  }
-  void Write(wire::Command c) {
-    cmd_ = std::move(c);
-    StartWrite(&cmd_);
-  }
-
-  Plane* const plane_;
-  Workers* const serial_;
-  const std::string machine_;
-  int64_t stream_ = 0;
-  std::string sent_;   // the id of the last desired command written (the plane updates it)
-  wire::Command cmd_;  // the command being written
-};
-
 // Agents' calls run on gRPC's callback API, their work on a few threads of
-// our own (Workers): neither an open command stream nor a report waiting
-// for the plane's lock holds a thread.
-class AgentServiceImpl final : public wire::AgentService::CallbackService {
+// our own (Workers), and their command streams on the asynchronous API
+// (CommandStreams, which says why): neither an open command stream nor a
+// report waiting for the plane's lock holds a thread.
+using AgentServiceBase = wire::AgentService::WithCallbackMethod_Register<
+    wire::AgentService::WithCallbackMethod_Report<wire::AgentService::WithCallbackMethod_UploadStacks<
+        CommandStreams::Service>>>;
+class AgentServiceImpl final : public AgentServiceBase {
  public:
-  AgentServiceImpl(Fleet* fleet, std::string token) : fleet_(fleet), token_(std::move(token)) {}
+  AgentServiceImpl(Fleet* fleet, std::string token) : fleet_(fleet), token_(token), streams_(this, fleet, token) {}
+
+  CommandStreams& streams() { return streams_; }
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const wire::RegisterRequest* req,
                                      wire::RegisterReply*) override {
@@ -215,20 +125,15 @@ class AgentServiceImpl final : public wire::AgentService::CallbackService {
     return r;
   }
 
-  grpc::ServerWriteReactor<wire::Command>* Commands(grpc::CallbackServerContext* ctx,
-                                                    const wire::CommandStreamRequest* req) override {
-    if (auto st = CheckToken(ctx, token_, "Commands"); !st.ok()) return new RefusedStream(std::move(st));
-    return new CommandStream(fleet_->For(req->machine()), &streams_, req->machine());
-  }
 
  private:
   Fleet* fleet_;
   std::string token_;
-  // Declared last, destroyed first: they drain what is queued before the
+  CommandStreams streams_;
+  // Declared last, destroyed first: it drains what is queued before the
   // plane pointer and token go (the server, destroyed before this service,
   // has ended every call by then).
-  Workers calls_{3};    // Register, Report, UploadStacks
-  Workers streams_{1};  // every command stream's tasks, in order
+  Workers calls_{3};  // Register, Report, UploadStacks
 };
 
 class ControlServiceImpl final : public wire::ControlService::Service {
@@ -466,11 +371,13 @@ Status RunController(const ControllerOptions& options) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.RegisterService(&agents);
   builder.RegisterService(&control);
+  agents.streams().AddQueues(&builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound == 0) {
     return Status::Unavailable("controller: cannot listen on " + address + " (in use?); stop what holds it "
                                "or run 'bulwark down' first");
   }
+  agents.streams().Start();
   // A replay can take seconds: the agents' reconnect grace counts from now.
   (*fleet)->Serving(WallNow());
   // Asked for port 0 (`bulwark up`): the kernel picked one; agents and the
@@ -512,7 +419,9 @@ Status RunController(const ControllerOptions& options) {
   g_stop = true;  // ends the prober
   if (prober.joinable()) prober.join();
   metrics.reset();
+  agents.streams().StopAccepting();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(deposed ? 0 : 500));
+  agents.streams().Stop();
   if (deposed) g_stop = false;  // the next term serves again
   return deposed ? Status::Unavailable("this controller no longer leads") : Status::OK();
 }
