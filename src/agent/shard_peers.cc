@@ -232,7 +232,11 @@ Result<RegionPtr> ShardStore::Impl::Fetch(const ShardRoutes::Source& source, int
   if (!fd.ok()) return fd.status();
   {
     MutexLock lock(&mu_);
-    if (gen == fetch_gen_) fetch_socks_[gen] = *fd;
+    if (gen != fetch_gen_) {
+      ::close(*fd);
+      return Status::Unavailable("cancelled before it began");
+    }
+    fetch_socks_[gen] = *fd;
   }
   Status st = ConnectTcp(*fd, source.addr, kTransferTimeoutS, kConnectTimeoutMs);
   if (st.ok()) st = AuthenticateToPeer(*fd, token_).Annotate("shard holder " + source.addr);

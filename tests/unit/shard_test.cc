@@ -397,6 +397,17 @@ TEST_F(Stores, ARestartDoesNotWaitForAFetchFromAPeerThatDoesNotAnswer) {
   for (const auto& cp : *copies) EXPECT_NE(cp.source, "peer:dead");
   EXPECT_TRUE(Eventually([&] { return Log("c").find("from dead cancelled") != std::string::npos; })) << Log("c");
 
+  // A machine that forgets its copies (requeue) stops fetching them too: a
+  // restore waiting for that fetch is answered at once, from disk alone.
+  stores_["c"]->SetRoutes(from_dead, {0});
+  stores_["c"]->Forget();
+  auto fresh = ShardClient::Connect(dir_ + "/c.sock", 0, 2);
+  ASSERT_TRUE(fresh.ok());
+  auto left = (*fresh)->Copies(500);
+  ASSERT_TRUE(left.ok()) << left.status().ToString();
+  ASSERT_FALSE(left->empty());
+  for (const auto& cp : *left) EXPECT_EQ(cp.source, "durable");
+
   // Nor does the agent's exit wait for a fetch under way.
   stores_["c"]->SetRoutes(from_dead, {0});
   auto gone = std::async(std::launch::async, [&] { stores_.erase("c"); });
