@@ -404,6 +404,10 @@ class Plane {
   bool ReattachingLocked(Time now) REQUIRES(mu_);
   // The first word from an agent since this controller started.
   void BackLocked(Agent& a, Time now) REQUIRES(mu_);
+  // Time in which the controller could not hear its agents (a stall of its
+  // own, a large stack capture's flood) is nobody's silence: every
+  // machine's last word moves `d` later, never past `now`.
+  void CreditSilenceLocked(Time now, Duration d) REQUIRES(mu_);
   // The lease a reporting machine's silence is held to: heartbeat_timeout,
   // or twice the 99th percentile of the gaps between agents' reports heard
   // over the last seconds when that is longer (report_gaps.h), at most

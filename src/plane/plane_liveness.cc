@@ -151,12 +151,16 @@ std::vector<std::pair<MachineId, bool>> Plane::LostOfSilentLocked(std::vector<st
   return silent;
 }
 
+void Plane::CreditSilenceLocked(Time now, Duration d) {
+  for (auto& [id, a] : agents_) a.last_heard = std::min(now, a.last_heard + d);
+}
+
 void Plane::Tick(Time now) {
   PlaneLock lock(this, /*first=*/true);
   now = NowLocked(now);
   if (last_tick_ && now - *last_tick_ > 4 * options_.tick_period) {
     const Duration stall = now - *last_tick_ - options_.tick_period;
-    for (auto& [id, a] : agents_) a.last_heard = std::min(now, a.last_heard + stall);
+    CreditSilenceLocked(now, stall);
     monitors_.Stalled(now, stall);
     LogLocked("no tick for " + FormatDuration(now - *last_tick_) + " (this process stalled); agents' silence in that "
         "time is not counted against them");

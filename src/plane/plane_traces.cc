@@ -52,10 +52,7 @@ void Plane::FinishTraceLocked(Time now) {
   // time is not counted as anyone's silence, as a stall of this process is
   // not (Tick); a machine that really went silent is lost that much later,
   // the capture's deadline at most (PlaneOptions::capture_crowds).
-  if (t.crowds) {
-    const Duration flood = now - t.started;
-    for (auto& [id, a] : agents_) a.last_heard = std::min(now, a.last_heard + flood);
-  }
+  if (t.crowds) CreditSilenceLocked(now, now - t.started);
   if (!controller_) return;
   std::map<int, MachineId> machine_of;
   for (int r = 0; r < t.placement.world_size(); ++r) machine_of[r] = t.placement.MachineOf(r);
