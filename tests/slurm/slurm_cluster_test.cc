@@ -18,25 +18,8 @@ namespace bulwark {
 namespace {
 
 TEST_F(SlurmCluster, MachineDownDrainsTheNodeWithTheIncidentAndReturnResumesIt) {
-  // The allocation: three nodes, held while the controller runs. --no-kill:
-  // a failed node must not take the whole allocation down with it. Every
-  // node is this host, so agents reach the controller on 127.0.0.1 (the
-  // default, this host's name, would need it to resolve).
-  std::ofstream(root_ + "/up.sh") << "#!/bin/bash\n"
-                                  << testing::BinDir() << "/bulwark up --backend slurm --machines 2 --standby 1 "
-                                  << "--grow 1 --failure-rate 0.06 --listen 127.0.0.1 --dir " << dir_ << " || exit 1\n"
-                                  << "exec tail --pid=$(cat " << dir_ << "/controller.pid) -f /dev/null\n";
-  // -D: Slurm writes the job's resize scripts (slurm_job_N_resize.sh) into its working directory.
-  auto sb = Slurm({"sbatch", "--parsable", "-N3", "--no-kill", "--exclusive", "-D", root_, "-o", root_ + "/up.out", root_ + "/up.sh"});
-  ASSERT_EQ(sb.exit_code, 0) << sb.err;
-  ASSERT_TRUE(Until("three agents registered", 90, [&] {
-    json s = Query("status");
-    int heard = 0;
-    if (s.is_object()) {
-      for (const json& m : s["machines"]) heard += m["last_heard_s_ago"].get<double>() < 3.0;
-    }
-    return heard == 3;
-  })) << testing::Run({"/bin/cat", root_ + "/up.out"}).out;
+  // Three nodes: two for the job and a standby; --grow 1 for the fourth.
+  ASSERT_TRUE(UpInAllocation(3, "--machines 2 --standby 1 --grow 1 --failure-rate 0.06"));
 
   // A tiny job with every-step in-memory checkpoints, ZeRO-1 sharded: each
   // rank's own shard is what its backup peer holds. (With replicated state a

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -69,6 +70,34 @@ class SlurmCluster : public Cluster {
                   << "\nsinfo:\n" << Slurm({"sinfo", "-N", "-o", "%N %T %E"}).out
                   << "\nsqueue:\n" << Slurm({"squeue", "-s"}).out;
     return false;
+  }
+
+  // `bulwark up --backend slurm FLAGS` as the batch script of an sbatch
+  // allocation of `nodes` nodes, held while the controller runs; true once
+  // an agent on every node is heard. --no-kill: a failed node must not take
+  // the whole allocation down with it. Every node is this host, so agents
+  // reach the controller on 127.0.0.1 (the default, this host's name, would
+  // need it to resolve).
+  bool UpInAllocation(int nodes, const std::string& flags) {
+    std::ofstream(root_ + "/up.sh") << "#!/bin/bash\n"
+                                    << testing::BinDir() << "/bulwark up --backend slurm " << flags
+                                    << " --listen 127.0.0.1 --dir " << dir_ << " || exit 1\n"
+                                    << "exec tail --pid=$(cat " << dir_ << "/controller.pid) -f /dev/null\n";
+    // -D: Slurm writes the job's resize scripts (slurm_job_N_resize.sh) into its working directory.
+    auto sb = Slurm({"sbatch", "--parsable", "-N" + std::to_string(nodes), "--no-kill", "--exclusive", "-D", root_,
+                     "-o", root_ + "/up.out", root_ + "/up.sh"});
+    EXPECT_EQ(sb.exit_code, 0) << sb.err;
+    if (sb.exit_code != 0) return false;
+    const bool heard = Until(std::to_string(nodes) + " agents registered", 90, [&] {
+      json s = Query("status");
+      int n = 0;
+      if (s.is_object()) {
+        for (const json& m : s["machines"]) n += m["last_heard_s_ago"].get<double>() < 3.0;
+      }
+      return n == nodes;
+    });
+    if (!heard) ADD_FAILURE() << testing::Run({"/bin/cat", root_ + "/up.out"}).out;
+    return heard;
   }
 
   std::string NodeLine(const std::string& node) { return Slurm({"scontrol", "--oneliner", "show", "node", node}).out; }
