@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -111,7 +112,9 @@ Result<int> RunJobCmd(const Args& given, const std::function<Status(const Args&)
   if (!standby.ok()) return standby.status();
   Result<int> per = IntFlag(a, "ranks-per-machine", 1);
   if (!per.ok()) return per.status();
-  if ((*machines <= 0 && !(slurm && !a.Has("machines"))) || *per <= 0) {
+  // Slurm without --machines: the allocation's nodes, known once up ran.
+  const bool from_allocation = slurm && !a.Has("machines");
+  if ((*machines <= 0 && !from_allocation) || *per <= 0) {
     return Status::InvalidArgument("run: --machines and --ranks-per-machine must be positive");
   }
   if (a.Has("progress")) {
@@ -159,7 +162,7 @@ Result<int> RunJobCmd(const Args& given, const std::function<Status(const Args&)
     }
     return code;
   };
-  if (slurm && !a.Has("machines")) {
+  if (from_allocation) {
     Result<int> placed = SlurmMachines(a, *standby);
     if (!placed.ok()) {
       (void)down(a);
@@ -178,7 +181,8 @@ Result<int> RunJobCmd(const Args& given, const std::function<Status(const Args&)
     return id.status();
   }
   if (!as_json) {
-    const std::string where = slurm ? " of Slurm job " + std::string(std::getenv("SLURM_JOB_ID")) : "";
+    const char* job = std::getenv("SLURM_JOB_ID");  // set: WithBackend checked it
+    const std::string where = slurm && job != nullptr ? std::string(" of Slurm job ") + job : "";
     std::cout << "running job " << *id << " on " << *machines << " machine(s)" << where << ": " << argv[0] << "\n";
   }
 
@@ -251,8 +255,7 @@ Result<int> RunJobCmd(const Args& given, const std::function<Status(const Args&)
     std::fflush(stdout);
   }
   return finish(code, json{{"job", job}, {"backend", a.Get("backend")}, {"outcome", outcome}, {"exit_code", code},
-                           {"seconds", seconds},
-                           {"incidents", incidents}, {"ledger", ledger}});
+                           {"seconds", seconds}, {"incidents", incidents}, {"ledger", ledger}});
 }
 
 }  // namespace bulwark::cli
