@@ -71,7 +71,7 @@ void AnomalyDetector::Observe(const RankSignal& s) {
     // rank reports this step as anomalous (its report then shows this
     // rank's local values were fine).
     Remember(s);
-    if (s.steps == 1) recent_[s.step][s.rank] = s;
+    if (s.steps == 1) recent_[s.step].push_back(s);
     while (recent_.size() > 8) recent_.erase(recent_.begin());
     return;
   }
@@ -79,7 +79,8 @@ void AnomalyDetector::Observe(const RankSignal& s) {
   if (p.reports.empty()) {
     p.first_seen = s.observed;
     auto it = recent_.find(s.step);
-    if (it != recent_.end()) p.reports = it->second;
+    // A rank's later report of the step replaces its earlier one.
+    if (it != recent_.end()) for (const RankSignal& r : it->second) p.reports[r.rank] = r;
   }
   if (nonfinite || s.halted == "nan") p.kind = "nan";
   if (p.kind.empty()) p.kind = "spike";

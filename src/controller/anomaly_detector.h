@@ -63,7 +63,11 @@ class AnomalyDetector {
   SpikeHistory loss_, grad_norm_;
   std::deque<int64_t> steps_;  // their steps, oldest first
   std::map<int64_t, Pending> pending_;  // by step
-  std::map<int64_t, std::map<int, RankSignal>> recent_;  // ordinary reports of recent steps, by step and rank
+  // Ordinary reports of recent steps, by step, in arrival order: read only
+  // when another rank reports that step anomalous, so they are appended,
+  // not sorted in (a tree node per rank and step was 2-3% of the
+  // controller's CPU at 12,500 agents, issue 36).
+  std::map<int64_t, std::vector<RankSignal>> recent_;
   int64_t reported_ = 0;  // anomalies at or below this step were reported
 };
 

@@ -14,7 +14,7 @@ namespace {
 constexpr int kQueues = 2;
 // Calls asked for ahead on each queue: a burst of agents reconnecting
 // (a restarted controller) is taken this many at a time per queue.
-constexpr int kWaitingPerQueue = 8;
+constexpr int kWaitingPerQueue = 32;
 
 }  // namespace
 
