@@ -9,7 +9,11 @@
 // and its stream is cancelled, a machine-down) and times until the
 // controller logs it lost, then SIGKILLs the controller, starts it again on
 // the same journal and times until it answers and until every agent has had
-// a report accepted again. It prints figures; it judges nothing. With
+// a report accepted again. Besides each report's round trip as the
+// generator sees it, it reads the controller's own handling time (arrival
+// to answer) from its /metrics (bulwark_report_handling_seconds) before and
+// after the window: on 2 cores shared with the generator, the round trip
+// also holds the generator's own waits. It prints figures; it judges nothing. With
 // --jobs J the fleet runs J named jobs (plane/fleet.h, jobs.cc) and each
 // fault lands in the job of the machine it strikes; --json prints the
 // figures' JSON object alone on stdout.
@@ -49,6 +53,7 @@
 
 #include "bulwark.grpc.pb.h"
 #include "controller_log.h"
+#include "handling_histogram.h"
 #include "host_probe.h"
 #include "plane_bench.h"
 
@@ -317,6 +322,8 @@ int Bench::Run() {
   getrusage(RUSAGE_SELF, &self0);
   const int64_t j0 = journal_bytes();
   const auto rows0 = journal_rows();
+  const std::string metrics_url = Trim(ReadAll(o_.dir + "/controller.metrics"));
+  const Buckets handled0 = HandlingBuckets(metrics_url);
   const auto w0 = Clock::now();
   Proc peak;
   double status_worst = 0;
@@ -332,6 +339,9 @@ int Bench::Run() {
   getrusage(RUSAGE_SELF, &self1);
   const int64_t j1 = journal_bytes();
   const auto rows1 = journal_rows();
+  const Buckets handled1 = HandlingBuckets(metrics_url);
+  const double handled_p50 = WindowQuantileMs(handled0, handled1, 0.5);
+  const double handled_p99 = WindowQuantileMs(handled0, handled1, 0.99);
   reporting_ = false;
   std::vector<double> lat = TakeLatencies();
   // bulwark status, over the same API the CLI uses
@@ -359,6 +369,8 @@ int Bench::Run() {
   std::printf("steady %.0f s: %zu reports (%.0f/s), errors %ld; report round trip p50 %.1f ms p99 %.1f ms max %.1f ms\n",
               window, lat.size(), lat.size() / window, errors, Percentile(lat, 0.5), Percentile(lat, 0.99),
               Percentile(lat, 1.0));
+  std::printf("report handling in the controller (its /metrics, arrival to answer): p50 %.1f ms p99 %.1f ms\n",
+              handled_p50, handled_p99);
   std::printf("controller: %.2f cores, RSS %.0f MiB (peak %.0f), threads %d (peak %d); generator %.2f cores\n",
               (p1.cpu_s - p0.cpu_s) / window, p1.rss_mib, peak.rss_mib, p1.threads, peak.threads,
               (cpu(self1) - cpu(self0)) / window);
@@ -456,14 +468,14 @@ int Bench::Run() {
   std::fprintf(o_.json_out, "%s{\"agents\": %d, \"jobs\": %d, \"healthy_evicted\": %d, \"decide_s\": %.2f, \"crash_decide_s\": %.2f, "
               "\"hang_detect_s\": %.2f, \"hang_decide_s\": %.2f, \"generator_cpu_cores\": %.2f, \"generator_lag_s\": %.2f, "
               "\"load\": \"%s\", \"controller_cpu_cores\": %.3f, \"controller_rss_mib\": %.0f, \"threads\": %d, "
-              "\"report_p50_ms\": %.2f, \"report_p99_ms\": %.2f, \"evict_after_s\": %.2f, \"evict_after_lease_s\": %.2f, "
+              "\"report_p50_ms\": %.2f, \"report_p99_ms\": %.2f, \"handling_p50_ms\": %.2f, \"handling_p99_ms\": %.2f, \"evict_after_s\": %.2f, \"evict_after_lease_s\": %.2f, "
               "\"journal_mib_per_hour\": %.1f, \"replay_s\": %.2f, \"status_s\": %.3f, \"submit_s\": %.2f, "
               "\"evicted_generator_late\": %d, \"evicted_unheard\": %d, \"evicted_answer_late\": %d, "
               "\"crashed_jobs\": %zu, \"crash_decide_each_s\": %s, \"other_jobs_deciding\": %d}\n",
               o_.json ? "" : "JSON ", o_.agents, o_.jobs, healthy_evicted, crash_decide, crash_decide, hang.detect_s, hang.decide_s,
               (cpu(self1) - cpu(self0)) / window, lag, Trim(ReadAll("/proc/loadavg")).c_str(), (p1.cpu_s - p0.cpu_s) / window,
               peak.rss_mib, peak.threads, Percentile(lat, 0.5),
-              Percentile(lat, 0.99), noticed, noticed < 0 ? -1.0 : noticed - 2.0,
+              Percentile(lat, 0.99), handled_p50, handled_p99, noticed, noticed < 0 ? -1.0 : noticed - 2.0,
               rows_per_s * row_bytes * 3600 / (1 << 20), reattached, status_worst, submit_s, blame[0], blame[1], blame[2],
               crashes.size(), JsonList(crashes).c_str(), other_job_decisions_);
   std::fflush(o_.json_out);

@@ -32,6 +32,7 @@
 #include "common/metrics_server.h"
 #include "common/mutex.h"
 #include "plane/plane.h"
+#include "plane/report_latency.h"
 #include "plane/workers.h"
 
 namespace bulwark::plane {
@@ -75,6 +76,7 @@ class AgentServiceImpl final : public AgentServiceBase {
   AgentServiceImpl(Fleet* fleet, std::string token) : fleet_(fleet), token_(token), streams_(this, fleet, token) {}
 
   CommandStreams& streams() { return streams_; }
+  const ReportLatency& latency() const { return latency_; }
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const wire::RegisterRequest* req,
                                      wire::RegisterReply*) override {
@@ -98,7 +100,8 @@ class AgentServiceImpl final : public AgentServiceBase {
     // the wait in the queue and for the lock is ours, not the agent's silence.
     Plane* arrived_at = fleet_->For(req->machine());
     arrived_at->Arrived(req->machine(), req->incarnation(), WallNow());
-    calls_.Post([this, r, req, reply, arrived_at] {
+    const auto arrived = std::chrono::steady_clock::now();
+    calls_.Post([this, r, req, reply, arrived_at, arrived] {
       Plane* plane = fleet_->For(req->machine());  // it may have moved to a job meanwhile
       Result<int64_t> acked = plane->Report(*req, WallNow());
       if (acked.ok()) reply->set_acked_seq(*acked);
@@ -108,6 +111,7 @@ class AgentServiceImpl final : public AgentServiceBase {
       // 12,500 agents replies 2 s late evicted healthy machines).
       arrived_at->Answered(req->machine(), req->incarnation(), WallNow());
       if (plane != arrived_at) plane->Heard(req->machine(), req->incarnation(), WallNow());
+      latency_.Add(std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - arrived));
       r->Finish(ToGrpc(acked.status()));
     }, HasNews(*req));
     return r;
@@ -130,6 +134,7 @@ class AgentServiceImpl final : public AgentServiceBase {
   Fleet* fleet_;
   std::string token_;
   CommandStreams streams_;
+  ReportLatency latency_;
   // Declared last, destroyed first: it drains what is queued before the
   // plane pointer and token go (the server, destroyed before this service,
   // has ended every call by then).
@@ -251,14 +256,15 @@ int RecordedMetricsPort(const cluster::Layout& layout) {
 
 // Metrics are for people and dashboards: a port that cannot be bound is
 // logged, and the controller protects the job without them.
-std::unique_ptr<MetricsServer> ServeMetrics(const cluster::Layout& layout, int port, Fleet* fleet) {
+std::unique_ptr<MetricsServer> ServeMetrics(const cluster::Layout& layout, int port, Fleet* fleet,
+                                            const ReportLatency* latency) {
   int want = port >= 0 ? port : RecordedMetricsPort(layout);
-  Result<std::unique_ptr<MetricsServer>> m =
-      MetricsServer::Start("127.0.0.1", want, [fleet] { return fleet->Metrics(WallNow()); });
+  const auto text = [fleet, latency] { return fleet->Metrics(WallNow()) + latency->Metrics(); };
+  Result<std::unique_ptr<MetricsServer>> m = MetricsServer::Start("127.0.0.1", want, text);
   if (!m.ok() && port < 0 && want != 0) {
     // The recorded port is taken now (by whom is not ours to know): any port.
     ControllerLog().Warn(m.status().message() + "; serving metrics on another port");
-    m = MetricsServer::Start("127.0.0.1", 0, [fleet] { return fleet->Metrics(WallNow()); });
+    m = MetricsServer::Start("127.0.0.1", 0, text);
   }
   if (!m.ok()) {
     ControllerLog().Warn("no metrics: " + m.status().message());
@@ -389,7 +395,7 @@ Status RunController(const ControllerOptions& options) {
   BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_pid(), std::to_string(::getpid()) + "\n"));
   ControllerLog().Info("serving on " + address +
                        (cluster::TlsEnabled(layout) ? " (mutual TLS: clients need the cluster's certificate)" : ""));
-  std::unique_ptr<MetricsServer> metrics = ServeMetrics(layout, options.metrics_port, fleet->get());
+  std::unique_ptr<MetricsServer> metrics = ServeMetrics(layout, options.metrics_port, fleet->get(), &agents.latency());
   std::fflush(stderr);
 
   std::signal(SIGTERM, OnSignal);
