@@ -75,6 +75,7 @@ struct ClusterState {
   std::map<MachineId, MachineStatus> machines;  // ordered: decisions are deterministic
   MachineIndex machine_index;                   // finds in `machines` (FindMachine)
   int64_t last_step = 0;
+  int64_t furthest_step = 0;  // the furthest step ever completed (last_step falls back at a restore)
   // Step of the latest checkpoint reported; 0 = none. Advisory: agents
   // restore the newest complete copy they hold, which the first step after
   // a restart reveals (Incident::restored_step).

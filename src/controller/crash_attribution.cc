@@ -63,11 +63,24 @@ CrashAttribution AttributeCrash(const CrashRecord& crash, const std::vector<Cras
   const CrashRecord* same_elsewhere = nullptr;  // the same signature on another machine
   const CrashRecord* same_step = nullptr;       // the same failure at the same step, an earlier generation
   for (const CrashRecord& c : earlier) {
-    if (c.progress_epoch != crash.progress_epoch || PeerLost(c)) continue;
-    ++a.since_progress;
+    if (PeerLost(c)) continue;
+    // A step the job has never completed is the same place however many
+    // steps each restart redid before it: a failure there that is the job's
+    // (a bug at step 2, a bad batch) crashes every generation at it, after
+    // steps that count as progress (the first step after a restart bumps
+    // the epoch). Counted apart, it evicted every machine of the job one by
+    // one and then waited for machines forever (a script that exits 1
+    // after its first step, under `bulwark run`).
+    // Only a program's own error exit: a process killed by a signal (exit
+    // code 0 here; an injected kill, the OOM killer) says little about the
+    // step it was killed at, and two such at one step are chance.
+    const bool this_epoch = c.progress_epoch == crash.progress_epoch;
+    const bool never_past = crash.site != kStartup && crash.furthest < crash.site && crash.exit_code != 0;
+    if (!this_epoch && !never_past) continue;
+    if (this_epoch) ++a.since_progress;
     if (peer_lost) continue;
-    if (user_code && c.signature == crash.signature) user_code_again = true;
-    if (!crash.signature.empty() && c.signature == crash.signature && c.machine != crash.machine) {
+    if (this_epoch && user_code && c.signature == crash.signature) user_code_again = true;
+    if (this_epoch && !crash.signature.empty() && c.signature == crash.signature && c.machine != crash.machine) {
       same_elsewhere = &c;
     }
     if (crash.site != kStartup && c.site == crash.site && c.generation < crash.generation && SameFailure(c, crash)) {

@@ -55,6 +55,9 @@ struct CrashRecord {
   int exit_code = 1;
   int64_t site = kStartup;     // the step it failed, or kStartup
   int64_t generation = 0;      // the placement generation it failed in
+  // The furthest step the job had ever completed when it happened: a site
+  // beyond it is a step no generation got past.
+  int64_t furthest = 0;
 };
 
 enum class CrashVerdict {

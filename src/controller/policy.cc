@@ -135,6 +135,7 @@ Status OnStepCompleted(RuleContext& ctx, const Event& e) {
   // progress, and they must not end the incident it is diagnosing.
   if (LadderHoldsJob(s)) return Status::OK();
   s.last_step = x.step;
+  s.furthest_step = std::max(s.furthest_step, x.step);
   s.last_progress_at = x.observed;
   // A step past an implicit eviction's step completed: that fault did not
   // follow the job there (fail-slow has no step; it stays on record).

@@ -16,7 +16,8 @@ namespace {
 // and the chance bound for a job of this size.
 CrashRecord RecordOf(const ClusterState& s, const MachineId& machine, const std::string& signature,
                      int exit_code, Time observed) {
-  CrashRecord c{observed, machine, signature, s.progress_epoch, exit_code, kStartup, s.placement.generation};
+  CrashRecord c{observed, machine, signature, s.progress_epoch, exit_code, kStartup, s.placement.generation,
+                s.furthest_step};
   const bool restored = s.job == JobState::kRunning || s.restored_generation == s.placement.generation;
   if (restored) c.site = s.last_step + 1;
   return c;

@@ -345,6 +345,24 @@ TEST_F(BulwarkRun, CtrlCBringsTheClusterDownAndLeavesNoProcessBehind) {
   EXPECT_TRUE(Leftovers().empty()) << res.out;
 }
 
+// A script with a bug after its first step fails there in every
+// generation, each after redoing that step: the job's, not a machine's.
+// It was taken for each machine's repeat crash: both machines were evicted
+// (drained, on Slurm) and run waited for machines until it was stopped.
+TEST_F(BulwarkRun, AScriptThatFailsAtTheSameStepEveryTimeIsStoppedAndNothingIsEvicted) {
+  const std::string script = root_ + "/bug.sh";
+  std::ofstream(script) << "#!/bin/bash\necho \"step 1 loss 2.0\"; sleep 0.3\necho 'ValueError: bad batch' >&2; exit 1\n";
+  ::chmod(script.c_str(), 0755);
+  auto res = RunCmd({"--machines", "2", "--standby", "1", "--progress", "step (?P<step>\\d+) loss (?P<loss>[0-9.]+)",
+                     "--", script}, 180);
+  EXPECT_EQ(res.exit_code, 1) << res.out << res.err;
+  EXPECT_NE(res.out.find("job run stopped by the controller"), std::string::npos) << res.out;
+  for (const char* eviction : {"evicted m0", "evicted_and_replaced"}) {
+    EXPECT_EQ(res.out.find(eviction), std::string::npos) << "a healthy machine was evicted:\n" << res.out;
+  }
+  EXPECT_TRUE(Leftovers().empty()) << res.out;
+}
+
 TEST_F(BulwarkRun, AClusterAlreadyRunningThereIsLeftAlone) {
   auto up = Bulwark({"up", "--machines", "1"});
   ASSERT_EQ(up.exit_code, 0) << up.err;

@@ -108,6 +108,33 @@ TEST(CrashAttribution, CrashesOfAnEarlierProgressEpochAreNotCounted) {
   EXPECT_EQ(a.since_progress, 0);
 }
 
+// A failure at a step no generation got past, each generation after steps
+// it redid (each restart's first step bumps the epoch): a script that exits
+// 1 after its first step evicted both machines of its job, then waited for
+// machines forever.
+TEST(CrashAttribution, TheSameFailureAtAStepNeverCompletedFollowsTheJobAcrossEpochs) {
+  CrashRecord first = C("m02", "", 1, 2, 1);
+  first.furthest = 1;
+  CrashRecord again = C("m01", "", 1, 2, 2);
+  again.progress_epoch = 1;  // step 1 was redone after the restart
+  again.furthest = 1;
+  CrashAttribution a = AttributeCrash(again, {first}, false, std::chrono::minutes(10), Rules(4));
+  EXPECT_EQ(a.verdict, CrashVerdict::kFollowsJob) << a.why;
+  EXPECT_EQ(a.since_progress, 0) << "a crash of an earlier epoch still does not count toward a loop";
+  CrashRecord here = again;
+  here.machine = "m02";
+  EXPECT_EQ(AttributeCrash(here, {first}, true, std::chrono::minutes(10), Rules(4)).verdict, CrashVerdict::kRepeatsHere);
+  // Once the job got past that step, a failure there again is a new one.
+  CrashRecord later = again;
+  later.furthest = 5;
+  EXPECT_EQ(AttributeCrash(later, {first}, false, std::chrono::minutes(10), Rules(4)).verdict, CrashVerdict::kReattempt);
+  // Two processes killed at one step (exit code 0: a signal) are chance.
+  CrashRecord killed = first, killed_again = again;
+  killed.exit_code = killed_again.exit_code = 0;
+  EXPECT_EQ(AttributeCrash(killed_again, {killed}, false, std::chrono::minutes(10), Rules(4)).verdict,
+            CrashVerdict::kReattempt);
+}
+
 TEST(CrashAttribution, PeerLostExitsAreNotCountedAsCrashesWithoutProgress) {
   const std::vector<CrashRecord> earlier = {C("m01", "connection_reset", 3, kStartup, 1),
                                             C("m02", "segfault", 1, 11, 1), C("m03", "", 3, kStartup, 2)};
