@@ -30,6 +30,22 @@ Status Ip(CommandRunner& run, const std::vector<std::string>& argv) {
   return Status::OK();
 }
 
+// `add`, and where the name is taken, `del` and `add` again. Every name
+// made here carries the K that MakeBridge claimed, so a name already taken
+// is a leftover of an earlier cluster with the same K: one that died
+// without `bulwark down`, or one whose namespaces the kernel was still
+// tearing down (it destroys a deleted namespace's links asynchronously)
+// when its bridge, and with it K, was freed. Two clusters brought up at
+// once in a fresh clone's suite met that as "ip link add bw217h1: File
+// exists".
+Status AddFresh(CommandRunner& run, const std::vector<std::string>& add, const std::vector<std::string>& del) {
+  CommandResult r = run.Run(add, kIpTimeout);
+  if (r.ok()) return Status::OK();
+  if (r.err.find("File exists") == std::string::npos) return Status::IOError(r.Describe(add));
+  (void)run.Run(del, kIpTimeout);
+  return Ip(run, add);
+}
+
 // A free K: the first from a start that depends on the directory whose
 // bridge can be made (the kernel refuses a name in use, so two clusters
 // made at once cannot pick the same one).
@@ -71,9 +87,10 @@ NetnsPlan PlanFor(int k, const std::vector<std::string>& ids, const std::vector<
 // Each rack's bridge, up, with its uplink's two ends on it and on the spine.
 Status WireRacks(CommandRunner& run, const NetnsPlan& p) {
   for (const NetnsRack& r : p.racks) {
-    BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "add", r.bridge, "type", "bridge"}));
+    BULWARK_RETURN_IF_ERROR(AddFresh(run, {"ip", "link", "add", r.bridge, "type", "bridge"}, {"ip", "link", "del", r.bridge}));
     BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "set", r.bridge, "up"}));
-    BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "add", r.uplink, "type", "veth", "peer", "name", r.rack_uplink}));
+    BULWARK_RETURN_IF_ERROR(AddFresh(run, {"ip", "link", "add", r.uplink, "type", "veth", "peer", "name", r.rack_uplink},
+                                     {"ip", "link", "del", r.uplink}));
     BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "set", r.rack_uplink, "master", r.bridge, "up"}));
     BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "set", r.uplink, "master", p.bridge, "up"}));
   }
@@ -86,8 +103,9 @@ Status Wire(CommandRunner& run, const NetnsPlan& p) {
   BULWARK_RETURN_IF_ERROR(WireRacks(run, p));
   for (const NetnsMachine& m : p.machines) {
     const std::string peer = m.host_veth + "n";  // the namespace's end, renamed eth0 inside
-    BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "netns", "add", m.ns}));
-    BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "add", m.host_veth, "type", "veth", "peer", "name", peer}));
+    BULWARK_RETURN_IF_ERROR(AddFresh(run, {"ip", "netns", "add", m.ns}, {"ip", "netns", "del", m.ns}));
+    BULWARK_RETURN_IF_ERROR(AddFresh(run, {"ip", "link", "add", m.host_veth, "type", "veth", "peer", "name", peer},
+                                     {"ip", "link", "del", m.host_veth}));
     BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "set", peer, "netns", m.ns}));
     BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "link", "set", m.host_veth, "master", p.BridgeOf(m), "up"}));
     BULWARK_RETURN_IF_ERROR(Ip(run, {"ip", "-n", m.ns, "link", "set", peer, "name", kNetnsLink}));
@@ -226,6 +244,10 @@ Status DestroyNetns(CommandRunner& run, const Layout& layout, const NetnsPlan& p
     const bool gone = r.err.find("No such file") != std::string::npos || r.err.find("Cannot find device") != std::string::npos;
     if (!r.ok() && !gone) failed += (failed.empty() ? "" : "; ") + r.Describe(argv);
   };
+  // The host ends first, by name: deleting a pair is synchronous, while a
+  // deleted namespace's links go when the kernel gets to them, and the
+  // bridge, deleted last, is what frees K for the next cluster.
+  for (const NetnsMachine& m : plan.machines) note({"ip", "link", "del", m.host_veth});
   for (const NetnsMachine& m : plan.machines) note({"ip", "netns", "del", m.ns});
   for (const NetnsRack& r : plan.racks) {
     note({"ip", "link", "del", r.uplink});  // both ends of the pair
