@@ -169,7 +169,7 @@ Status ShardClient::WaitReleased(int slot) {
   return Status::OK();
 }
 
-Status ShardClient::BeginSave(std::vector<ShardImageParts> images) {
+Status ShardClient::BeginSave(std::vector<ShardImageParts> images, std::function<Status()> ready) {
   if (!region_.valid()) return Status::FailedPrecondition("BeginSave before OpenRegion");
   if (static_cast<int>(images.size()) != images_) {
     return Status::InvalidArgument("BeginSave with " + std::to_string(images.size()) + " images, the region holds " +
@@ -183,7 +183,7 @@ Status ShardClient::BeginSave(std::vector<ShardImageParts> images) {
   BULWARK_RETURN_IF_ERROR(st);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job_ = Job{next_, std::move(images)};
+    job_ = Job{next_, std::move(images), std::move(ready)};
     for (int i = 0; i < images_; ++i) in_agent_[next_ + 2 * i] = true;  // announced by the copier when sealed
   }
   cv_.notify_all();
@@ -217,7 +217,7 @@ void ShardClient::CopyLoop() {
     if (stop_) return;
     Job job = *job_;
     lock.unlock();
-    Status st = Status::OK();
+    Status st = job.ready ? job.ready() : Status::OK();
     for (size_t i = 0; i < job.images.size(); ++i) {
       const int slot = job.first_slot + 2 * static_cast<int>(i);
       const ShardImageParts& im = job.images[i];

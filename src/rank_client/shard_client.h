@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -90,10 +91,15 @@ class ShardClient {
   Status OpenRegion(const std::vector<size_t>& images, bool peer_writes = false);
   Status OpenRegion(size_t image_bytes) { return OpenRegion(std::vector<size_t>{image_bytes}); }
   // Starts sealing the images (as many as OpenRegion said, in that order)
-  // into their next slots in the background.
-  Status BeginSave(std::vector<ShardImageParts> images);
-  Status BeginSave(const ShardInfo& info, std::string meta, std::vector<ShardSection> sections) {
-    return BeginSave(std::vector<ShardImageParts>{{info, std::move(meta), std::move(sections)}});
+  // into their next slots in the background. `ready`, if given, runs first
+  // on the copying thread and must return once the sections hold their
+  // bytes: a GPU rank's sections are pinned host memory that a device copy
+  // is still filling, and this way the rank never waits for that copy
+  // itself (memory_checkpoint.cc). Its failure is the save's.
+  Status BeginSave(std::vector<ShardImageParts> images, std::function<Status()> ready = nullptr);
+  Status BeginSave(const ShardInfo& info, std::string meta, std::vector<ShardSection> sections,
+                   std::function<Status()> ready = nullptr) {
+    return BeginSave(std::vector<ShardImageParts>{{info, std::move(meta), std::move(sections)}}, std::move(ready));
   }
   // Blocks until the image begun by BeginSave is sealed and announced.
   Status WaitCopied();
@@ -124,6 +130,7 @@ class ShardClient {
   struct Job {
     int first_slot;  // image i goes to first_slot + 2*i
     std::vector<ShardImageParts> images;
+    std::function<Status()> ready;
   };
   std::optional<Job> job_;  // set by BeginSave, cleared by the copier when sealed
   Status copy_status_;

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -313,6 +314,44 @@ TEST_F(Stores, CorruptMemoryCopyIsDetectedAndOthersRemain) {
   for (auto& cp : *copies)
     if (cp.info.step == 3 && cp.Open().ok()) ++good_at_3;
   EXPECT_EQ(good_at_3, 1) << "b's backup of step 3 is intact";
+}
+
+// A GPU rank's sections are pinned host memory that a device copy is still
+// filling when BeginSave returns (trainer/state/device_stage.h): the copier
+// runs `ready` first and seals what the sections hold after it, and a
+// `ready` that fails fails the save, which WaitCopied reports.
+TEST_F(Stores, TheCopierSealsWhatTheSectionsHoldOnceReadyReturns) {
+  auto c = ShardClient::Connect(dir_ + "/a.sock", 0, 1);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::vector<float> staged = StateAt(0);
+  ASSERT_TRUE((*c)->OpenRegion(rank_client::ShardImageSize(Sections(staged, "x"), 4096)).ok());
+  std::atomic<bool> filled{false};
+  auto late_copy = [&] {  // the "device copy" lands only now
+    std::fill(staged.begin(), staged.end(), 7.0f);
+    filled = true;
+    return Status::OK();
+  };
+  ASSERT_TRUE((*c)->BeginSave({7, 0, 1}, "{\"step\":7}", Sections(staged, "x"), late_copy).ok());
+  ASSERT_TRUE((*c)->WaitCopied().ok());
+  EXPECT_TRUE(filled);
+  ASSERT_TRUE(Eventually([&] { return Holds("a", 0, false) == 7; }));
+
+  auto failing = [] { return Status::Internal("the device-to-host copy of the checkpoint failed: test"); };
+  ASSERT_TRUE((*c)->BeginSave({8, 0, 1}, "{\"step\":8}", Sections(staged, "x"), failing).ok());
+  Status st = (*c)->WaitCopied();
+  EXPECT_EQ(st.code(), Status::Code::kInternal);
+  EXPECT_NE(st.message().find("device-to-host"), std::string::npos) << st.ToString();
+  EXPECT_EQ(Holds("a", 0, false), 7) << "a failed save announces nothing";
+  c->reset();
+
+  auto again = ShardClient::Connect(dir_ + "/a.sock", 0, 1);
+  ASSERT_TRUE(again.ok());
+  auto copies = (*again)->Copies();
+  ASSERT_TRUE(copies.ok() && !copies->empty());
+  auto v = (*copies)[0].Open();
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->info.step, 7);
+  EXPECT_EQ(reinterpret_cast<const float*>(v->sections["params"].first)[4242], 7.0f) << "sealed before ready ran";
 }
 
 TEST_F(Stores, UnreachablePeerCostsNothingButItsCopy) {

@@ -42,7 +42,6 @@ Status CheckCudaSupports(const TrainConfig& cfg) {
   if (cfg.elastic_replicas > 0) return refuse("elastic data parallelism (--elastic-replicas: its reduction runs on the host)");
   if (cfg.pp > 1 || cfg.micro_batches > 1) return refuse("pipeline parallelism (--pp, --micro-batches)");
   if (cfg.optimizer == "poet") return refuse("--optimizer poet");
-  if (cfg.memory_ckpt == "on") return refuse("in-memory checkpoints (--memory-ckpt on; auto turns them off)");
   return Status::OK();
 }
 

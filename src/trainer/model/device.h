@@ -25,8 +25,8 @@ struct DeviceChoice {
 Result<DeviceChoice> ChooseDevice(const std::string& requested, bool built_with_cuda, int gpus);
 
 // The settings a CUDA rank refuses (one line naming the first), rather than
-// running them half on the CPU: pipeline stages, POET, in-memory checkpoints
-// (--memory-ckpt on) and the CPU-only diagnostics are CPU paths today.
+// running them half on the CPU: elastic replicas, pipeline stages and POET
+// are CPU paths today. In-memory checkpoints are served (state/device_stage.h).
 Status CheckCudaSupports(const TrainConfig& cfg);
 
 // True when this binary was compiled with BULWARK_CUDA.

@@ -30,6 +30,16 @@ int SourceRank(const std::string& source) {
   return 2;
 }
 
+// dst = the bytes at src (dst's size and type): a memcpy on the CPU, a copy
+// to the device on a GPU rank.
+void CopyIn(torch::Tensor dst, const void* src) {
+  if (dst.is_cpu()) {
+    std::memcpy(dst.data_ptr(), src, static_cast<size_t>(dst.numel() * dst.element_size()));
+    return;
+  }
+  dst.copy_(torch::from_blob(const_cast<void*>(src), dst.sizes(), dst.options().device(torch::kCPU)));
+}
+
 }  // namespace
 
 MemoryCheckpoint::MemoryCheckpoint(const TrainConfig& cfg, Comm& comm, Comm& group, Transformer& model,
@@ -99,6 +109,7 @@ Result<std::unique_ptr<MemoryCheckpoint>> MemoryCheckpoint::Open(const TrainConf
   Comm& g = group != nullptr ? *group : comm;
   std::unique_ptr<MemoryCheckpoint> m(new MemoryCheckpoint(cfg, comm, g, model, store, opt, std::move(note)));
   m->client_ = std::move(c);
+  if (!store.params().is_cpu()) m->stage_ = std::make_unique<DeviceStage>(store.params().device());
   // Replicated state: this rank holds everything rank `of` would save, so
   // it writes that rank's backup itself (client/shard_client.h). Only when
   // every rank holds the same state: another pipeline stage's is not ours.
@@ -110,14 +121,33 @@ Result<std::unique_ptr<MemoryCheckpoint>> MemoryCheckpoint::Open(const TrainConf
   return m;
 }
 
-std::vector<rank_client::ShardSection> MemoryCheckpoint::Sections(const Slice& s) {
+std::vector<rank_client::ShardSection> MemoryCheckpoint::Sections(const Slice& s, size_t staged) {
   const size_t n = static_cast<size_t>(s.end - s.begin) * sizeof(float);
   const int64_t moment = s.begin - opt_.begin();
-  return {{"params", store_.params().data_ptr<float>() + s.begin, n},
-          {"adam_m", opt_.m().data_ptr<float>() + moment, n},
-          {"adam_v", opt_.v().data_ptr<float>() + moment, n},
+  const float *params = store_.params().data_ptr<float>() + s.begin, *m = opt_.m().data_ptr<float>() + moment,
+              *v = opt_.v().data_ptr<float>() + moment;
+  if (stage_) {  // the device's bytes are read from their pinned copies
+    params = stage_->host(3 * staged).data_ptr<float>();
+    m = stage_->host(3 * staged + 1).data_ptr<float>();
+    v = stage_->host(3 * staged + 2).data_ptr<float>();
+  }
+  return {{"params", params, n},
+          {"adam_m", m, n},
+          {"adam_v", v, n},
           {"buffers", s.buffer_stage.data(), s.buffer_stage.size()},
           {"rng", rng_stage_.data(), rng_stage_.size()}};
+}
+
+void MemoryCheckpoint::StageFromDevice() {
+  std::vector<torch::Tensor> sources;
+  for (const Slice* s : {&mine_, theirs_ ? &*theirs_ : nullptr}) {
+    if (s == nullptr) continue;
+    const int64_t n = s->end - s->begin, moment = s->begin - opt_.begin();
+    sources.push_back(store_.params().narrow(0, s->begin, n));
+    sources.push_back(opt_.m().narrow(0, moment, n));
+    sources.push_back(opt_.v().narrow(0, moment, n));
+  }
+  stage_->Begin(sources);
 }
 
 std::string MemoryCheckpoint::Meta(const TrainState& st, const Slice& s) const {
@@ -146,7 +176,7 @@ void MemoryCheckpoint::StageBuffers(Slice& s) {
   s.buffer_stage.resize(static_cast<size_t>(s.buf_end - s.buf_begin));
   int64_t at = 0;
   for (auto& b : model_->named_buffers()) {
-    auto t = b.value().contiguous();
+    auto t = b.value().contiguous().to(torch::kCPU);  // a GPU rank's buffers: copied once per merge
     const int64_t n = t.numel() * t.element_size();
     const int64_t lo = std::max(at, s.buf_begin), hi = std::min(at + n, s.buf_end);
     if (lo < hi) std::memcpy(s.buffer_stage.data() + (lo - s.buf_begin), static_cast<uint8_t*>(t.data_ptr()) + (lo - at), hi - lo);
@@ -171,16 +201,18 @@ Status MemoryCheckpoint::Save(const TrainState& st) {
   // the backup of another rank carries this one's.
   auto rng = at::detail::getDefaultCPUGenerator().get_state();
   rng_stage_.assign(rng.data_ptr<uint8_t>(), rng.data_ptr<uint8_t>() + rng.numel());
+  if (stage_) StageFromDevice();
   std::vector<rank_client::ShardImageParts> images;
-  images.push_back({{st.step, comm_.rank(), comm_.world_size()}, Meta(st, mine_), Sections(mine_)});
-  if (theirs_) images.push_back({{st.step, theirs_->rank, comm_.world_size()}, Meta(st, *theirs_), Sections(*theirs_)});
+  images.push_back({{st.step, comm_.rank(), comm_.world_size()}, Meta(st, mine_), Sections(mine_, 0)});
+  if (theirs_) images.push_back({{st.step, theirs_->rank, comm_.world_size()}, Meta(st, *theirs_), Sections(*theirs_, 1)});
   if (!region_open_) {
     std::vector<size_t> sizes;
     for (const auto& im : images) sizes.push_back(rank_client::ShardImageSize(im.sections, kMetaCapacity));
     BULWARK_RETURN_IF_ERROR(client_->OpenRegion(sizes, /*peer_writes=*/theirs_.has_value()));
     region_open_ = true;
   }
-  return client_->BeginSave(std::move(images));
+  if (!stage_) return client_->BeginSave(std::move(images));
+  return client_->BeginSave(std::move(images), [stage = stage_.get()] { return stage->Wait(); });
 }
 
 // The generator refuses a state it cannot resume ("Invalid mt19937 state")
@@ -275,10 +307,10 @@ Result<std::optional<rank_client::ShardPoint>> MemoryCheckpoint::Agree(const std
 Status MemoryCheckpoint::Load(const rank_client::ShardView& v, TrainState* st) {
   torch::NoGradGuard no_grad;
   nlohmann::json meta = nlohmann::json::parse(v.meta);
-  const size_t n = static_cast<size_t>(end_ - begin_) * sizeof(float);
-  std::memcpy(store_.params().data_ptr<float>() + begin_, v.sections.at("params").first, n);
-  std::memcpy(opt_.m().data_ptr<float>() + (begin_ - opt_.begin()), v.sections.at("adam_m").first, n);
-  std::memcpy(opt_.v().data_ptr<float>() + (begin_ - opt_.begin()), v.sections.at("adam_v").first, n);
+  const int64_t k = end_ - begin_, moment = begin_ - opt_.begin();
+  CopyIn(store_.params().narrow(0, begin_, k), v.sections.at("params").first);
+  CopyIn(opt_.m().narrow(0, moment, k), v.sections.at("adam_m").first);
+  CopyIn(opt_.v().narrow(0, moment, k), v.sections.at("adam_v").first);
   const auto& rng = v.sections.at("rng");
   auto state = torch::empty({static_cast<int64_t>(rng.second)}, torch::kUInt8);
   std::memcpy(state.data_ptr(), rng.first, rng.second);
@@ -292,7 +324,13 @@ Status MemoryCheckpoint::Load(const rank_client::ShardView& v, TrainState* st) {
   // Every rank restored its slice; the all-gathers give the group the rest.
   const int W = group_.world_size();
   if (W > 1) {
-    BULWARK_RETURN_IF_ERROR(group_.AllGatherChunks(store_.params()));
+    if (store_.params().is_cpu()) {
+      BULWARK_RETURN_IF_ERROR(group_.AllGatherChunks(store_.params()));
+    } else {  // a GPU rank gathers through the host, like the moments below
+      auto host = store_.params().to(torch::kCPU);
+      BULWARK_RETURN_IF_ERROR(group_.AllGatherChunks(host));
+      store_.params().copy_(host);
+    }
     if (!cfg_.shard_optimizer) {
       for (torch::Tensor* moment : {&opt_.m(), &opt_.v()}) {
         auto full = torch::zeros({store_.params().numel()}, torch::kFloat32);
@@ -310,9 +348,8 @@ Status MemoryCheckpoint::Load(const rank_client::ShardView& v, TrainState* st) {
   int64_t at = 0;
   for (auto& b : model_->named_buffers()) {
     auto& t = b.value();
-    const int64_t k = t.numel() * t.element_size();
-    std::memcpy(t.data_ptr(), bytes + at, k);
-    at += k;
+    CopyIn(t, bytes + at);
+    at += t.numel() * t.element_size();
   }
   buffers_staged_ = false;
   return Status::OK();

@@ -36,6 +36,7 @@
 #include "common/status.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/state/checkpoint.h"
+#include "trainer/state/device_stage.h"
 #include "trainer/config.h"
 #include "trainer/comm/dist.h"
 #include "trainer/model/model.h"
@@ -104,7 +105,10 @@ class MemoryCheckpoint {
   Slice SliceOf(int index, int rank) const;
   // The module buffers' bytes as whole floats, the unit they are gathered in.
   int64_t BufferFloats() const { return (buffer_bytes_ + 3) / 4; }
-  std::vector<rank_client::ShardSection> Sections(const Slice& s);
+  // `staged`: the slice's index in stage_'s host copies (a GPU rank).
+  std::vector<rank_client::ShardSection> Sections(const Slice& s, size_t staged);
+  // A GPU rank's slices of parameters and moments, queued for the host.
+  void StageFromDevice();
   std::string Meta(const TrainState& st, const Slice& s) const;
   void StageBuffers(Slice& s);
   Status Check(const rank_client::ShardView& v, const std::string& where) const;
@@ -124,6 +128,7 @@ class MemoryCheckpoint {
   Slice mine_;
   int64_t begin_ = 0, end_ = 0, buf_begin_ = 0, buf_end_ = 0;  // mine_'s ranges, for restores
   std::optional<Slice> theirs_;  // the rank whose backup this one writes (replicated state)
+  std::unique_ptr<DeviceStage> stage_;  // a GPU rank's pinned host copies; null on the CPU
   bool buffers_staged_ = false;
   std::vector<uint8_t> rng_stage_;
   bool region_open_ = false;

@@ -132,9 +132,6 @@ Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
       at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
       p.device_reason += "; deterministic (BULWARK_CUDA_DETERMINISTIC)";
     }
-    // The shard image is read from host memory (memory_checkpoint.cc):
-    // auto means off on a GPU until its device -> host copy exists.
-    if (cfg.memory_ckpt == "auto") cfg.memory_ckpt = "off";
 #endif
   }
   p.threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
