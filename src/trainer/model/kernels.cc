@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "trainer/model/simd.h"
+#ifdef BULWARK_CUDA_KERNELS
+#include "trainer/model/kernels_cuda_fns.h"
+#endif
 
 namespace bulwark::trainer::kernels {
 namespace {
@@ -457,6 +460,9 @@ torch::Tensor ResidualAdd(const torch::Tensor& x, const torch::Tensor& y) {
 
 torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
                       c10::optional<torch::ScalarType> out) {
+#ifdef BULWARK_CUDA_KERNELS
+  if (x.is_cuda() && cuda::Enabled()) return cuda::RmsNorm(x, weight, eps, out);
+#endif
   if (!x.is_cpu()) return eager::RmsNorm(x, weight, eps, out);
   return RmsNormFn::apply(x, weight, eps, static_cast<int64_t>(out.value_or(x.scalar_type())));
 }
@@ -465,6 +471,9 @@ torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up) {
   return SwiGluFn::apply(gate, up);
 }
 torch::Tensor SwiGluPacked(const torch::Tensor& gate_up) {
+#ifdef BULWARK_CUDA_KERNELS
+  if (gate_up.is_cuda() && cuda::Enabled()) return cuda::SwiGluPacked(gate_up);
+#endif
   if (!gate_up.is_cpu()) return eager::SwiGluPacked(gate_up);
   return SwiGluPackedFn::apply(gate_up);
 }
@@ -483,11 +492,17 @@ torch::Tensor RopeHeads(const torch::Tensor& x, int64_t heads, const torch::Tens
 }
 std::vector<torch::Tensor> QkvHeads(const torch::Tensor& qkv, int64_t heads, const torch::Tensor& cos,
                                     const torch::Tensor& sin) {
+#ifdef BULWARK_CUDA_KERNELS
+  if (qkv.is_cuda() && cuda::Enabled()) return cuda::QkvHeads(qkv, heads, cos, sin);
+#endif
   if (!qkv.is_cpu()) return eager::QkvHeads(qkv, heads, cos, sin);
   return QkvHeadsFn::apply(qkv, heads, cos.narrow(0, 0, qkv.size(1)).contiguous(),
                            sin.narrow(0, 0, qkv.size(1)).contiguous());
 }
 torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+#ifdef BULWARK_CUDA_KERNELS
+  if (logits.is_cuda() && cuda::Enabled()) return cuda::CrossEntropy(logits, targets);
+#endif
   if (!logits.is_cpu()) return eager::CrossEntropy(logits, targets);
   return CrossEntropyFn::apply(logits, targets);
 }
