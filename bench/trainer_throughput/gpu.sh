@@ -43,9 +43,14 @@ REF_M88=(--d-model 768 --layers 12 --heads 12 --ffn 2048 --context 1024 --batch-
 log "machine: $(nvidia-smi -L 2>&1 | head -n 1); $(python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -n 1)"
 
 # ---- 1. build and the gpu tests
-log "build: scripts/gpu-build.sh --build"
-scripts/gpu-build.sh --build >"$OUT/build.log" 2>&1
-build_rc=$?
+if [[ -n ${SKIP_BUILD:-} && -x $TRAIN ]]; then
+  # gpu_session.sh built and tested already, into $OUT/build.log.
+  build_rc=$(cat "$OUT/build.rc" 2>/dev/null || echo 0)
+else
+  log "build: scripts/gpu-build.sh --build"
+  scripts/gpu-build.sh --build >"$OUT/build.log" 2>&1
+  build_rc=$?
+fi
 log "build: exit $build_rc; $(grep -E '% tests passed|tests failed' "$OUT/build.log" | tail -n 1)"
 if [[ ! -x $TRAIN ]]; then
   log "build: no $TRAIN; the compiler's first errors:"
@@ -118,6 +123,8 @@ if ((trainer_ok == 0)); then
 fi
 bw "bulwark 88m bf16" $M88_SHAPE 30 10 --precision bf16 "${M88[@]}"
 ref "pytorch 88m bf16 compile+sdpa" $M88_SHAPE 30 10 --autocast --sdpa --compile "${REF_M88[@]}"
+# The same with libtorch's kernels instead of the fused CUDA ones (A/B).
+BULWARK_CUDA_KERNELS=0 bw "bulwark 88m bf16 libtorch-kernels" $M88_SHAPE 30 10 --precision bf16 "${M88[@]}"
 bw "bulwark 88m fp32" $M88_SHAPE 20 5 --precision fp32 "${M88[@]}"
 ref "pytorch small bf16 compile+sdpa" $SMALL_SHAPE 80 20 --autocast --sdpa --compile "${REF_SMALL[@]}"
 ref "pytorch 88m bf16 eager+sdpa" $M88_SHAPE 30 10 --autocast --sdpa "${REF_M88[@]}"
