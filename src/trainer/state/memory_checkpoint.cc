@@ -8,6 +8,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 
 #include "rank_client/shard_socket.h"
 
@@ -109,7 +110,13 @@ Result<std::unique_ptr<MemoryCheckpoint>> MemoryCheckpoint::Open(const TrainConf
   Comm& g = group != nullptr ? *group : comm;
   std::unique_ptr<MemoryCheckpoint> m(new MemoryCheckpoint(cfg, comm, g, model, store, opt, std::move(note)));
   m->client_ = std::move(c);
-  if (!store.params().is_cpu()) m->stage_ = std::make_unique<DeviceStage>(store.params().device());
+  if (!store.params().is_cpu()) {
+    m->stage_ = std::make_unique<DeviceStage>(store.params().device());
+    static bool said = false;  // once a process, not every generation
+    if (!std::exchange(said, true))
+      m->note_(std::string("in-memory checkpoints leave the device through pinned memory, ") +
+               (DeviceStage::Async() ? "on a CUDA stream of their own" : "synchronously (built without c10's CUDA headers)"));
+  }
   // Replicated state: this rank holds everything rank `of` would save, so
   // it writes that rank's backup itself (client/shard_client.h). Only when
   // every rank holds the same state: another pipeline stage's is not ours.
