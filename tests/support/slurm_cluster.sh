@@ -118,8 +118,16 @@ runuser -u munge -- munged --socket="$dir/munge/munge.sock" --key-file="$dir/mun
 ln -sf "$dir/munge/munged.pid" "$dir/munged.pid"
 
 # Ports: one for slurmctld, one per slurmd, from a base picked at random so
-# that a cluster left by a crashed run does not collide with this one.
-base=$((21000 + RANDOM % 8000 * 4))
+# that a cluster left by a crashed run does not collide with this one, and
+# below the kernel's ephemeral range (ip_local_port_range, 32768 up by
+# default), where any outgoing connection of the suite may hold a port:
+# the old base reached 52996, and a fresh clone's suite once saw n3 never
+# register ("unk*" after 60 s), as a slurmd whose port was taken would.
+lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+step=$((n + 1 > 8 ? n + 1 : 8))  # two clusters' blocks never overlap
+span=$(((${lo:-32768} - 21000 - step) / step))
+((span > 0)) || span=1
+base=$((21000 + RANDOM % span * step))
 host=$(hostname -s)
 {
   echo "ClusterName=bulwarktest"
