@@ -1,5 +1,5 @@
 // Fused CUDA kernels for the model's memory-bound layers on a CUDA rank
-// (llm.c's approach): plain CUDA C++ (kernels_cuda.cu), no libtorch. This
+// (llm.c's approach): plain CUDA C++ (kernels_cuda.cu and kernels_cuda_qkv_loss.cu), no libtorch. This
 // header needs no CUDA header either, so g++ code includes it; the autograd
 // Functions around these launchers live in kernels_cuda_fns.cc.
 //
