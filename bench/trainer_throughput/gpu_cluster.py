@@ -91,25 +91,29 @@ def cold_start(train, data, device, out):
     log(out, f"cold start of a rank, {' '.join(device)} (process start -> first step done): {first:.2f} s ({phases})")
 
 
-def rank_starts(cluster):
-    """Every rank log's start events: path and phases."""
-    rows = []
+def rank_events(cluster, kind):
+    """(machine, log name, events of `kind`) for every rank log, in order."""
     for path in sorted(glob.glob(os.path.join(cluster.dir, "machines", "*", "ranks", "*"))):
         if not os.path.isfile(path):
             continue
-        machine = path.split(os.sep)[-3]
+        events = []
         with open(path, errors="replace") as f:
             for line in f:
-                if '"event":"start"' not in line.replace(" ", ""):
+                if f'"event":"{kind}"' not in line.replace(" ", ""):
                     continue
                 try:
-                    e = json.loads(line[line.index("{"):])
+                    events.append(json.loads(line[line.index("{"):]))
                 except (ValueError, json.JSONDecodeError):
                     continue
-                rows.append(f"  {machine} {os.path.basename(path)}: path {e.get('path')}, start step {e.get('start_step')}, "
-                            f"assign wait {e.get('assign_wait_ms', 0):.0f} ms, rendezvous {e.get('rendezvous_ms', 0):.0f} ms, "
-                            f"init {e.get('init_ms', 0):.0f} ms, checkpoint load {e.get('checkpoint_load_ms', 0):.0f} ms")
-    return rows
+        yield path.split(os.sep)[-3], os.path.basename(path), events
+
+
+def rank_starts(cluster):
+    """Every rank log's start events: path and phases."""
+    return [f"  {machine} {log_name}: path {e.get('path')}, start step {e.get('start_step')}, "
+            f"assign wait {e.get('assign_wait_ms', 0):.0f} ms, rendezvous {e.get('rendezvous_ms', 0):.0f} ms, "
+            f"init {e.get('init_ms', 0):.0f} ms, checkpoint load {e.get('checkpoint_load_ms', 0):.0f} ms"
+            for machine, log_name, events in rank_events(cluster, "start") for e in events]
 
 
 def step_costs(cluster, lo, hi):
@@ -117,27 +121,15 @@ def step_costs(cluster, lo, hi):
     in-memory checkpoint cost it (the rank blocked on the copy; the copy's
     CPU time on its own thread)."""
     rows = []
-    for path in sorted(glob.glob(os.path.join(cluster.dir, "machines", "*", "ranks", "*"))):
-        if not os.path.isfile(path):
-            continue
-        steps = []
-        with open(path, errors="replace") as f:
-            for line in f:
-                if '"event":"step"' not in line.replace(" ", ""):
-                    continue
-                try:
-                    e = json.loads(line[line.index("{"):])
-                except (ValueError, json.JSONDecodeError):
-                    continue
-                if lo <= e.get("step", -1) <= hi:
-                    steps.append(e)
+    for machine, log_name, events in rank_events(cluster, "step"):
+        steps = [e for e in events if lo <= e.get("step", -1) <= hi]
         if not steps:
             continue
 
         def med(k):
             v = sorted(x.get(k, 0.0) for x in steps)
             return v[len(v) // 2]
-        rows.append(f"  {path.split(os.sep)[-3]} {os.path.basename(path)}: steps {lo}-{hi} ({len(steps)}): step "
+        rows.append(f"  {machine} {log_name}: steps {lo}-{hi} ({len(steps)}): step "
                     f"{med('step_ms'):.2f} ms (comm {med('comm_ms'):.2f}), blocked on the checkpoint copy "
                     f"{med('ckpt_block_ms'):.2f} ms, copy CPU {med('ckpt_copy_cpu_ms'):.2f} ms")
     return rows
