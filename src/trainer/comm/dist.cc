@@ -73,6 +73,28 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& master_
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
+
+// The ring's sockets and Gloo's point-to-point messages read and write host
+// memory by pointer; Gloo's collectives take a GPU's tensors themselves. So
+// a device tensor on those paths (a CUDA rank's pipeline activations, an
+// elastic ring's gradients) goes through a host copy, and comes back only
+// when the operation succeeded. CPU tensors are used in place.
+bool AllOnHost(const std::vector<torch::Tensor>& ts) {
+  return std::all_of(ts.begin(), ts.end(), [](const torch::Tensor& t) { return t.is_cpu(); });
+}
+
+template <typename Op>
+Status ThroughHost(std::vector<torch::Tensor>& ts, Op op) {
+  if (AllOnHost(ts)) return op(ts);
+  std::vector<torch::Tensor> host;
+  for (const auto& t : ts) host.push_back(t.is_cpu() ? t : t.to(torch::kCPU));
+  BULWARK_RETURN_IF_ERROR(op(host));
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (!ts[i].is_cpu()) ts[i].copy_(host[i]);
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<DistEnv> ReadDistEnv() {
@@ -208,7 +230,8 @@ Result<std::unique_ptr<Comm>> Comm::Subgroup(const std::string& name, const std:
   return c;
 }
 
-Status Comm::Send(const torch::Tensor& t, int dst, int tag) {
+Status Comm::Send(const torch::Tensor& t_in, int dst, int tag) {
+  const torch::Tensor t = t_in.is_cpu() ? t_in : t_in.to(torch::kCPU);  // kept until WaitSends, like t_in
   if (ring_) return ring_->Send(t, dst, tag);
   if (!pg_) return Status::Internal("send in a world of one");
   try {
@@ -221,6 +244,12 @@ Status Comm::Send(const torch::Tensor& t, int dst, int tag) {
 }
 
 Status Comm::Recv(torch::Tensor& t, int src, int tag) {
+  if (!t.is_cpu()) {
+    auto host = torch::empty(t.sizes(), t.options().device(torch::kCPU));
+    BULWARK_RETURN_IF_ERROR(Recv(host, src, tag));
+    t.copy_(host);
+    return Status::OK();
+  }
   if (ring_) return ring_->Recv(t, src, tag);
   if (!pg_) return Status::Internal("recv in a world of one");
   try {
@@ -257,7 +286,7 @@ Status Comm::AllReduceSum(std::vector<torch::Tensor>& tensors) { return AllReduc
 Status Comm::AllReduceMax(std::vector<torch::Tensor>& tensors) { return AllReduce(tensors, /*max=*/true); }
 
 Status Comm::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
-  if (ring_) return ring_->AllReduce(tensors, max);
+  if (ring_) return ThroughHost(tensors, [&](std::vector<torch::Tensor>& h) { return ring_->AllReduce(h, max); });
   if (!pg_) return Status::OK();
   try {
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
@@ -287,7 +316,10 @@ Status Comm::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
 }
 
 Status Comm::AllGatherChunks(torch::Tensor& flat) {
-  if (ring_) return ring_->AllGatherChunks(flat);
+  if (ring_) {
+    std::vector<torch::Tensor> v{flat};
+    return ThroughHost(v, [&](std::vector<torch::Tensor>& h) { return ring_->AllGatherChunks(h[0]); });
+  }
   if (!pg_) return Status::OK();
   // Gloo gathers equal tensors: each rank's chunk goes out in a slot of the
   // longest chunk's length and comes back to its place in `flat`.
@@ -312,7 +344,10 @@ Status Comm::AllGatherChunks(torch::Tensor& flat) {
 }
 
 Status Comm::Broadcast(torch::Tensor& t, int root) {
-  if (ring_) return ring_->Broadcast(t, root);
+  if (ring_) {
+    std::vector<torch::Tensor> v{t};
+    return ThroughHost(v, [&](std::vector<torch::Tensor>& h) { return ring_->Broadcast(h[0], root); });
+  }
   if (!pg_) return Status::OK();
   try {
     std::vector<at::Tensor> v{t};

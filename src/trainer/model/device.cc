@@ -34,15 +34,4 @@ Result<DeviceChoice> ChooseDevice(const std::string& requested, bool built_with_
   return DeviceChoice{true, "cuda (auto: " + seen + ")"};
 }
 
-Status CheckCudaSupports(const TrainConfig& cfg) {
-  auto refuse = [](const std::string& what) {
-    return Status::InvalidArgument("--device cuda does not serve " + what +
-                                   " yet (a CPU path today, docs/gpu.md); use --device cpu for it");
-  };
-  if (cfg.elastic_replicas > 0) return refuse("elastic data parallelism (--elastic-replicas: its reduction runs on the host)");
-  if (cfg.pp > 1 || cfg.micro_batches > 1) return refuse("pipeline parallelism (--pp, --micro-batches)");
-  if (cfg.optimizer == "poet") return refuse("--optimizer poet");
-  return Status::OK();
-}
-
 }  // namespace bulwark::trainer

@@ -4,7 +4,7 @@
 // (CMake defines BULWARK_CUDA, src/trainer/CMakeLists.txt) and a GPU is
 // visible, else the CPU. The choice is pure (tests pass the build's and the
 // machine's facts); train.cc asks libtorch for them. docs/gpu.md says what a
-// CUDA rank runs and what it does not serve yet.
+// CUDA rank runs: every layout and optimizer a CPU rank runs.
 #pragma once
 
 #include <string>
@@ -23,11 +23,6 @@ struct DeviceChoice {
 // `gpus`: the CUDA devices libtorch sees. --device cuda on a CPU-only
 // build, or with no GPU visible, is a one-line error naming the reason.
 Result<DeviceChoice> ChooseDevice(const std::string& requested, bool built_with_cuda, int gpus);
-
-// The settings a CUDA rank refuses (one line naming the first), rather than
-// running them half on the CPU: elastic replicas, pipeline stages and POET
-// are CPU paths today. In-memory checkpoints are served (state/device_stage.h).
-Status CheckCudaSupports(const TrainConfig& cfg);
 
 // True when this binary was compiled with BULWARK_CUDA.
 bool BuiltWithCuda();

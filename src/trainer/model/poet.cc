@@ -12,7 +12,8 @@ namespace bulwark::trainer {
 // Cayley-Neumann parameterization
 
 torch::Tensor SkewFromUpper(const torch::Tensor& upper, int64_t b) {
-  auto idx = torch::triu_indices(b, b, 1);                       // (2, L)
+  // On the device of `upper`: a GPU's index_copy_ takes no host index.
+  auto idx = torch::triu_indices(b, b, 1, torch::TensorOptions().dtype(torch::kInt64).device(upper.device()));  // (2, L)
   auto flat = (idx[0] * b + idx[1]).to(torch::kInt64);           // (L)
   auto u = torch::zeros({upper.size(0), b * b}, upper.options()).index_copy(1, flat, upper).view({-1, b, b});
   return u - u.transpose(1, 2);
@@ -116,7 +117,7 @@ void PoetLinearImpl::SetInitialWeight(const torch::Tensor& w) {
   torch::NoGradGuard g;
   w0.copy_(w);
   sigma0.copy_(at::linalg_svdvals(w0.to(torch::kFloat64)).to(torch::kFloat32));
-  if (r_cum.numel() > 0) r_cum.copy_(torch::eye(out_));
+  if (r_cum.numel() > 0) r_cum.copy_(torch::eye(out_, r_cum.options()));
 }
 
 void PoetLinearImpl::DrawIndices(uint64_t seed, int64_t merge_count) {
@@ -130,11 +131,12 @@ void PoetLinearImpl::DrawIndices(uint64_t seed, int64_t merge_count) {
       p.resize(idx.numel());  // the first b of a random permutation: a uniform b-subset
       std::sort(p.begin(), p.end());
     }
-    auto* pi = idx.data_ptr<int64_t>();
-    for (int64_t i = 0; i < idx.numel(); ++i) pi[i] = p[i];
+    // Drawn on the host, then copied: the buffers may live on a GPU.
+    idx.copy_(torch::tensor(p, torch::kInt64));
     if (inv.numel() > 0) {
-      auto* pv = inv.data_ptr<int64_t>();
-      for (int64_t i = 0; i < width; ++i) pv[p[i]] = i;
+      std::vector<int64_t> v(width);
+      for (int64_t i = 0; i < width; ++i) v[p[i]] = i;
+      inv.copy_(torch::tensor(v, torch::kInt64));
     }
   };
   draw(out_, idx_out, inv_out);
@@ -156,7 +158,7 @@ PoetDiagnostics PoetLinearImpl::Diagnose() {
   torch::NoGradGuard g;
   PoetDiagnostics d;
   auto orth = [](const torch::Tensor& rot, int64_t width) {
-    auto eye = torch::eye(rot.size(-1)).expand_as(rot);
+    auto eye = torch::eye(rot.size(-1), rot.options()).expand_as(rot);
     auto err = torch::matmul(rot, rot.transpose(1, 2)) - eye;  // blocks outside the rotations are exact
     return std::sqrt(err.pow(2).sum().item<double>() / static_cast<double>(width));
   };

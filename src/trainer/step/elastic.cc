@@ -72,10 +72,13 @@ Status ExactMeanOfMicroBatches(Comm& comm, const std::vector<torch::Tensor>& gra
   }
   const int e = FixedPointExponent(global_max, units);
   const double up = std::ldexp(1.0, e), down = std::ldexp(1.0, -e);
-  auto sum = torch::zeros({out.numel()}, torch::kInt64);
-  // Scaling by a power of two is exact in double; rounding is the only
-  // loss, and it is the same on any rank.
-  for (const auto& g : grads) sum.add_(torch::round(g.to(torch::kFloat64).mul(up)).to(torch::kInt64));
+  // On the gradients' device. Scaling by a power of two is exact in double,
+  // and rounding is the only loss: the same on any rank and any device, so
+  // a GPU's reduction has the CPU's bits.
+  auto sum = torch::zeros({out.numel()}, torch::TensorOptions().dtype(torch::kInt64).device(out.device()));
+  for (const auto& g : grads) {
+    sum.add_(torch::round(g.to(out.device(), torch::kFloat64).mul(up)).to(torch::kInt64));
+  }
   // One slot per micro-batch, zero where another rank owns it: x + 0 = x,
   // so the all-reduced slots are the losses exactly.
   auto slots = torch::zeros({units}, torch::kFloat64);
@@ -121,13 +124,15 @@ MicroBatchShare::MicroBatchShare(int units, int64_t params, int who, int width, 
 void MicroBatchShare::Assign(std::vector<int> mine) {
   mine_ = std::move(mine);
   aside_.clear();
-  for (size_t i = 0; i + 1 < mine_.size(); ++i) aside_.push_back(torch::empty({params_}, torch::kFloat32));
+  aside_.resize(mine_.empty() ? 0 : mine_.size() - 1);  // allocated beside the first gradients (Computed)
   losses_.assign(mine_.size(), 0.0);
 }
 
 void MicroBatchShare::Computed(size_t i, const torch::Tensor& grads, double loss) {
   losses_[i] = loss;
-  if (i + 1 < mine_.size()) aside_[i].copy_(grads);
+  if (i + 1 >= mine_.size()) return;
+  if (!aside_[i].defined()) aside_[i] = torch::empty({params_}, grads.options());
+  aside_[i].copy_(grads);
 }
 
 // Read in place: the sum is written back only after every input is read.

@@ -71,7 +71,7 @@ class ElasticPipelineStep final : public StepLayout {
 
   [[noreturn]] void SpinInCompute() override {
     torch::NoGradGuard no_grad;
-    const torch::Tensor x = idx_.narrow(0, 0, unit_);
+    const torch::Tensor x = OnDevice(idx_.narrow(0, 0, unit_), p_.device);
     for (;;) p_.model->Body(p_.model->Embed(x), layers_.first, layers_.last);
   }
 

@@ -69,7 +69,8 @@ class PipelineStep final : public StepLayout {
 
   [[noreturn]] void SpinInCompute() override {
     torch::NoGradGuard no_grad;
-    for (;;) model_->Body(model_->Embed(idx_), layers_.first, layers_.last);
+    const auto idx = OnDevice(idx_, store_.params().device());
+    for (;;) model_->Body(model_->Embed(idx), layers_.first, layers_.last);
   }
 
   Status Reduce(double* loss, double* grad_norm) override {

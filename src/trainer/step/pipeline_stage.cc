@@ -9,6 +9,7 @@
 #include "common/checksum.h"
 #include "trainer/model/kernels.h"
 #include "trainer/step/progress.h"
+#include "trainer/step/train_loop.h"
 
 namespace bulwark::trainer {
 namespace {
@@ -26,9 +27,9 @@ Status Stage::Forward(int m, const torch::Tensor& idx, const torch::Tensor& targ
   Saved s;
   torch::Tensor h;
   if (layers_.embed) {
-    h = model_->Embed(idx);
+    h = model_->Embed(OnDevice(idx, device_));
   } else {
-    s.input = torch::empty({mb_, T_, model_->cfg.d_model});
+    s.input = Activations(mb_);
     auto t0 = Clock::now();
     BULWARK_RETURN_IF_ERROR(world_.Recv(s.input, Prev(), 2 * m));
     wait_ms += Ms(t0, Clock::now());
@@ -38,7 +39,7 @@ Status Stage::Forward(int m, const torch::Tensor& idx, const torch::Tensor& targ
   h = model_->Body(h, layers_.first, layers_.last);
   if (layers_.head) {
     auto logits = model_->Head(h);
-    auto loss = CrossEntropyLoss(logits, targets);
+    auto loss = CrossEntropyLoss(logits, OnDevice(targets, device_));
     last_loss = loss.item<double>();
     loss_sum += last_loss;
     s.output = loss * loss_scale;  // the step's loss is the mean over micro-batches
@@ -56,7 +57,7 @@ Status Stage::Backward(int m) {
   if (layers_.head) {
     s.output.backward();
   } else {
-    auto grad = torch::empty({mb_, T_, model_->cfg.d_model});
+    auto grad = Activations(mb_);
     auto t0 = Clock::now();
     BULWARK_RETURN_IF_ERROR(world_.Recv(grad, Next(), 2 * m + 1));
     wait_ms += Ms(t0, Clock::now());
@@ -70,9 +71,9 @@ Result<double> Stage::EvalForward(int tag, const torch::Tensor& idx, const torch
   torch::NoGradGuard no_grad;
   torch::Tensor h;
   if (layers_.embed) {
-    h = model_->Embed(idx);
+    h = model_->Embed(OnDevice(idx, device_));
   } else {
-    h = torch::empty({B, T_, model_->cfg.d_model});
+    h = Activations(B);
     BULWARK_RETURN_IF_ERROR(world_.Recv(h, Prev(), kEvalTag + tag));
   }
   h = model_->Body(h, layers_.first, layers_.last);
@@ -81,7 +82,11 @@ Result<double> Stage::EvalForward(int tag, const torch::Tensor& idx, const torch
     BULWARK_RETURN_IF_ERROR(world_.WaitSends());
     return 0.0;
   }
-  return CrossEntropyLoss(model_->Head(h), targets).item<double>();
+  return CrossEntropyLoss(model_->Head(h), OnDevice(targets, device_)).item<double>();
+}
+
+torch::Tensor Stage::Activations(int64_t B) const {
+  return torch::empty({B, T_, model_->cfg.d_model}, torch::TensorOptions().device(device_));
 }
 
 torch::Tensor Stage::CrossEntropyLoss(const torch::Tensor& logits, const torch::Tensor& targets) {

@@ -18,7 +18,8 @@ namespace bulwark::trainer {
 class Stage {
  public:
   Stage(Transformer& model, Comm& world, const PipelineCoords& c, const StageLayers& layers, int micro_b, int T)
-      : model_(model), world_(world), c_(c), layers_(layers), mb_(micro_b), T_(T) {}
+      : model_(model), world_(world), c_(c), layers_(layers), mb_(micro_b), T_(T),
+        device_(model->parameters().front().device()) {}
 
   // Runs micro-batch `m` (its position in this step's schedule: the tag of
   // its messages) forward. idx/targets: its (mb, T) samples (read only on
@@ -38,6 +39,9 @@ class Stage {
     torch::Tensor input;   // received activations (requires grad); undefined on the first stage
     torch::Tensor output;  // sent activations, or the scaled loss on the last stage
   };
+  // A buffer for B samples' activations (or their gradients) as they
+  // arrive: on the model's device, as the layers read them.
+  torch::Tensor Activations(int64_t B) const;
   static torch::Tensor CrossEntropyLoss(const torch::Tensor& logits, const torch::Tensor& targets);
   int Prev() const { return RankOf(c_.dp, c_.pp - 1, c_.dp_size); }
   int Next() const { return RankOf(c_.dp, c_.pp + 1, c_.dp_size); }
@@ -47,6 +51,7 @@ class Stage {
   PipelineCoords c_;
   StageLayers layers_;
   int64_t mb_, T_;
+  torch::Device device_;
   std::map<int, Saved> saved_;
 };
 

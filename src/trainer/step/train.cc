@@ -83,16 +83,13 @@ void Announce(const rank_client::RankAssignment& a, const std::string& path) {
                   {"pid", static_cast<int64_t>(::getpid())}, {"wall_ms", WallMs()}});
 }
 
-// --device against this build and machine; a CUDA choice also checks that
-// the settings are ones a CUDA rank serves.
+// --device against this build and machine.
 Result<DeviceChoice> ResolveDevice(const TrainConfig& cfg, int* gpus) {
   *gpus = 0;
 #ifdef BULWARK_CUDA
   *gpus = static_cast<int>(torch::cuda::device_count());
 #endif
-  auto device = ChooseDevice(cfg.device, BuiltWithCuda(), *gpus);
-  if (device.ok() && device->cuda) BULWARK_RETURN_IF_ERROR(CheckCudaSupports(cfg));
-  return device;
+  return ChooseDevice(cfg.device, BuiltWithCuda(), *gpus);
 }
 
 Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
