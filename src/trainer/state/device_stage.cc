@@ -26,7 +26,8 @@ namespace bulwark::trainer {
 struct DeviceStage::Streams {
   explicit Streams(c10::DeviceIndex index) : copy(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index)) {}
   c10::cuda::CUDAStream copy;
-  StageEvent done;  // recorded on `copy` after the last queued copy
+  StageEvent updated;  // recorded on the compute stream at each Begin (one event, re-recorded)
+  StageEvent done;     // recorded on `copy` after the last queued copy
 };
 bool DeviceStage::Async() { return true; }
 #else
@@ -53,9 +54,8 @@ void DeviceStage::Begin(const std::vector<torch::Tensor>& sources) {
 #ifdef BULWARK_STAGE_ASYNC
   // After everything queued so far on the compute stream (the update), and
   // before nothing queued later: the next update comes after WaitCopied().
-  StageEvent updated;
-  updated.record(c10::cuda::getCurrentCUDAStream(device_.index()));
-  updated.block(streams_->copy);
+  streams_->updated.record(c10::cuda::getCurrentCUDAStream(device_.index()));
+  streams_->updated.block(streams_->copy);
   {
     c10::cuda::CUDAStreamGuard on_copy(streams_->copy);
     for (size_t i = 0; i < sources.size(); ++i) host_[i].copy_(sources[i], /*non_blocking=*/true);
