@@ -160,13 +160,14 @@ build() {
   configure -DBULWARK_CUDA_KERNELS=ON -DBULWARK_CUDA_ASYNC_COPY=ON
   grep -E 'bulwark:|CMake Warning' -A1 "$kit/gpu-configure.log" || true
   if ! cmake --build "$out" -j"$(nproc)" --target all >"$kit/gpu-build.log" 2>&1; then
-    # The fused kernels (nvcc) and the asynchronous checkpoint copy (c10's
-    # CUDA headers) are the code no CPU build compiles: without them the
-    # trainer still runs on the GPU, on libtorch's kernels.
-    echo "gpu-build.sh: the build failed: $(grep -m1 'error' "$kit/gpu-build.log"); again without the fused CUDA kernels and the asynchronous copy" >&2
+    # The fused kernels (nvcc), the asynchronous checkpoint copy (c10's
+    # CUDA headers) and NCCL (the wheel's copy of it) are the code no CPU
+    # build compiles as the GPU build does: without them the trainer still
+    # runs on the GPU, on libtorch's kernels, reducing over Gloo.
+    echo "gpu-build.sh: the build failed: $(grep -m1 'error' "$kit/gpu-build.log"); again without the fused CUDA kernels, the asynchronous copy and NCCL" >&2
     grep -m 12 -A 4 'error' "$kit/gpu-build.log" >&2 || true
     cp "$kit/gpu-build.log" "$kit/gpu-build-first.log"
-    configure -DBULWARK_CUDA_KERNELS=OFF -DBULWARK_CUDA_ASYNC_COPY=OFF
+    configure -DBULWARK_CUDA_KERNELS=OFF -DBULWARK_CUDA_ASYNC_COPY=OFF -DBULWARK_NCCL=OFF
     cmake --build "$out" -j"$(nproc)" --target all >"$kit/gpu-build.log" 2>&1 ||
       die "building bulwark-train failed: $(grep -m1 'error' "$kit/gpu-build.log") (see $kit/gpu-build.log)"
   fi

@@ -108,6 +108,7 @@ const std::vector<Key>& Keys() {
       STR_KEY("precision", precision, "auto (bf16 where the CPU has AVX-512 BF16 or AMX), bf16 or fp32"),
       INT_KEY("pp", pp, "pipeline stages; WORLD_SIZE = data-parallel ranks x pp"),
       INT_KEY("micro-batches", micro_batches, "micro-batches per step (must divide --batch-size)"),
+      STR_KEY("dist-backend", dist_backend, "CUDA ranks' gradient all-reduce: auto (NCCL when each rank has its own GPU), gloo or nccl"),
       STR_KEY("elastic-comm", elastic_comm, "elastic jobs' communicator: ring (regroups touching two peers) or gloo"),
       INT_KEY("ring-group", ring_group, "the ring's all-reduce in groups of this many ranks, then across them; 1 flat, 0 auto"),
       INT_KEY("elastic-replicas", elastic_replicas,
@@ -286,6 +287,9 @@ Status TrainConfig::Validate() const {
                                    "] (WORLD_SIZE's range); 0 turns elastic data parallelism off");
   }
   if (ring_group < 0) return Status::InvalidArgument("--ring-group must be 0 (auto), 1 (flat) or a group size");
+  if (dist_backend != "auto" && dist_backend != "gloo" && dist_backend != "nccl") {
+    return Status::InvalidArgument("--dist-backend '" + dist_backend + "' is not one of: auto, gloo, nccl");
+  }
   if (elastic_comm != "ring" && elastic_comm != "gloo") {
     return Status::InvalidArgument("--elastic-comm '" + elastic_comm + "' is not ring or gloo");
   }

@@ -95,6 +95,9 @@ struct TrainConfig {
   // An elastic pipeline (--pp > 1, elastic_pipeline.h) has one ring for
   // the world and one for each stage's replicas.
   std::string elastic_comm = "ring";
+  // What reduces a CUDA rank's gradients: auto (NCCL where it applies,
+  // device.h's ChooseNccl), gloo or nccl.
+  std::string dist_backend = "auto";
   // The ring's all-reduce in two levels (ring.h's TwoLevel): groups of at
   // most this many ranks, then a ring across the groups; 1 keeps one flat
   // ring, 0 picks ceil(sqrt(W)) from 16 ranks on.

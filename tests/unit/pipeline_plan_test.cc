@@ -156,6 +156,47 @@ TEST(Device, CudaWithoutCudaIsOneLineNamingTheReason) {
   EXPECT_EQ(bad.status().message(), "--device 'gpu' is not one of: auto, cpu, cuda");
 }
 
+// --dist-backend: NCCL where each rank has a GPU of its own and the step
+// is plain data parallelism; auto says why not, nccl refuses in one line.
+TEST(Device, NcclServesCudaRanksWithAGpuEachInPlainDataParallelism) {
+  NcclFacts f;
+  f.built_with_nccl = true;
+  f.cuda = true;
+  f.world_size = 16;
+  f.local_world_size = 8;
+  f.gpus = 8;
+  for (const char* asked : {"auto", "nccl"}) {
+    auto yes = ChooseNccl(asked, f);
+    ASSERT_TRUE(yes.ok()) << yes.status().message();
+    EXPECT_TRUE(yes->nccl);
+    EXPECT_NE(yes->reason.find("a GPU per rank, 8 on this machine's 8"), std::string::npos) << yes->reason;
+  }
+  EXPECT_FALSE(ChooseNccl("gloo", f)->nccl);
+
+  // Each fact that rules NCCL out: auto falls back to Gloo and says why,
+  // nccl is a one-line error naming the same reason.
+  auto without = [&](auto change, const std::string& why) {
+    NcclFacts g = f;
+    change(g);
+    auto fallback = ChooseNccl("auto", g);
+    ASSERT_TRUE(fallback.ok());
+    EXPECT_FALSE(fallback->nccl);
+    EXPECT_NE(fallback->reason.find(why), std::string::npos) << fallback->reason;
+    auto refused = ChooseNccl("nccl", g);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find(why), std::string::npos) << refused.status().message();
+    EXPECT_EQ(refused.status().message().find('\n'), std::string::npos);
+  };
+  without([](NcclFacts& g) { g.gpus = 1; }, "8 ranks share 1 GPU on this machine");
+  without([](NcclFacts& g) { g.built_with_nccl = false; }, "built without NCCL");
+  without([](NcclFacts& g) { g.cuda = false; }, "trains on the CPU");
+  without([](NcclFacts& g) { g.plain_data_parallel = false; }, "elastic replicas and pipeline stages");
+
+  f.world_size = f.local_world_size = 1;
+  EXPECT_FALSE(ChooseNccl("auto", f)->nccl);  // one rank: nothing to reduce
+  EXPECT_EQ(ChooseNccl("mpi", f).status().message(), "--dist-backend 'mpi' is not one of: auto, gloo, nccl");
+}
+
 TEST(Device, ConfigKeyValidates) {
   auto c = ParseTrainArgs({"--device", "cpu"});
   ASSERT_TRUE(c.ok());
@@ -165,6 +206,9 @@ TEST(Device, ConfigKeyValidates) {
   auto bad = ParseTrainArgs({"--device", "gpu"});
   ASSERT_TRUE(bad.ok());
   EXPECT_EQ(bad->Validate().message(), "--device 'gpu' is not one of: auto, cpu, cuda");
+  EXPECT_EQ(ParseTrainArgs({})->dist_backend, "auto");
+  EXPECT_EQ(ParseTrainArgs({"--dist-backend", "mpi"})->Validate().message(),
+            "--dist-backend 'mpi' is not one of: auto, gloo, nccl");
 }
 
 }  // namespace

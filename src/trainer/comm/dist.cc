@@ -6,6 +6,12 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#ifdef BULWARK_NCCL
+#include <c10/cuda/CUDAStream.h>
+
+#include "trainer/comm/nccl_group.h"
+#endif
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -133,6 +139,7 @@ Result<DistEnv> ReadDistEnv() {
 Result<std::unique_ptr<Comm>> Comm::Connect(const DistEnv& env, double timeout_s, RingLinks* ring) {
   std::unique_ptr<Comm> c(new Comm());
   c->env_ = env;
+  c->timeout_s_ = timeout_s;
   if (env.world_size == 1) return c;
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   try {
@@ -188,7 +195,6 @@ Result<std::unique_ptr<Comm>> Comm::Join(const DistEnv& env, const RingPlan& pla
   return c;
 }
 
-Comm::~Comm() = default;
 
 Result<std::unique_ptr<Comm>> Comm::Subgroup(const std::string& name, const std::vector<int>& ranks,
                                              double timeout_s, RingLinks* links, const RingPlan* plan) {
@@ -282,10 +288,63 @@ Status Comm::Fail(const std::string& op, const std::exception& e) {
                              " (a peer died, hung or was cut off): " + what);
 }
 
+#ifdef BULWARK_NCCL
+struct Comm::Nccl {
+  std::unique_ptr<NcclGroup> group;
+  int device_index;
+};
+
+Status Comm::UseNccl(int device_index) {
+  if (!pg_ || !store_) return Status::FailedPrecondition("NCCL needs a world of more than one rank formed through the store");
+  // The store is this generation's (rank 0 hosts a new one each time), so
+  // the key needs no generation in it.
+  const std::string key = "bulwark/nccl-unique-id";
+  // Rank 0 publishes its id; the others wait for it in the store (its own
+  // timeout, --dist-timeout, bounds the wait).
+  auto exchange = [&](const std::string& mine) -> Result<std::string> {
+    try {
+      if (env_.rank == 0) {
+        store_->set(key, std::vector<uint8_t>(mine.begin(), mine.end()));
+        return mine;
+      }
+      const std::vector<uint8_t> got = store_->get(key);
+      return std::string(got.begin(), got.end());
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+      return Status::Unavailable("the store: " + what);
+    }
+  };
+  auto group = NcclGroup::Create(env_.rank, env_.world_size, device_index, exchange, timeout_s_);
+  if (!group.ok()) return group.status();
+  nccl_ = std::make_unique<Nccl>(Nccl{std::move(*group), device_index});
+  return Status::OK();
+}
+
+Status Comm::NcclAllReduce(std::vector<torch::Tensor>& tensors) {
+  void* stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(nccl_->device_index)).stream();
+  return nccl_->group->AllReduceSum(tensors, stream);
+}
+#else
+struct Comm::Nccl {};
+
+Status Comm::UseNccl(int) {
+  return Status::FailedPrecondition("this bulwark-train was built without NCCL (BULWARK_NCCL is off)");
+}
+
+Status Comm::NcclAllReduce(std::vector<torch::Tensor>&) { return Status::Internal("NCCL is not built in"); }
+#endif
+
+Comm::~Comm() = default;  // here, where Nccl is complete
+
 Status Comm::AllReduceSum(std::vector<torch::Tensor>& tensors) { return AllReduce(tensors, /*max=*/false); }
 Status Comm::AllReduceMax(std::vector<torch::Tensor>& tensors) { return AllReduce(tensors, /*max=*/true); }
 
 Status Comm::AllReduce(std::vector<torch::Tensor>& tensors, bool max) {
+  const auto on_gpu = [](const torch::Tensor& t) { return t.is_cuda(); };
+  if (nccl_ && !max && !tensors.empty() && std::all_of(tensors.begin(), tensors.end(), on_gpu)) {
+    return NcclAllReduce(tensors);
+  }
   if (ring_) return ThroughHost(tensors, [&](std::vector<torch::Tensor>& h) { return ring_->AllReduce(h, max); });
   if (!pg_) return Status::OK();
   try {

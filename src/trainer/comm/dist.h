@@ -83,6 +83,15 @@ class Comm {
   // Over a ring (ring.h) rather than Gloo.
   bool on_ring() const { return ring_ != nullptr; }
 
+  // From here on, sums of CUDA tensors (the gradient buckets) go over an
+  // NCCL communicator on cuda:`device_index` (comm/nccl_group.h): peer loss
+  // and timeouts come back as kUnavailable like Gloo's. Everything else
+  // stays on Gloo. Collective: every rank of a Connect()ed world calls it;
+  // rank 0's NCCL id travels through the generation's store. A build
+  // without BULWARK_NCCL says so (kFailedPrecondition).
+  Status UseNccl(int device_index);
+  bool on_nccl() const { return nccl_ != nullptr; }
+
   // A process group of some ranks of this world, such as one pipeline
   // stage's data-parallel replicas. Only its members call it (each group's
   // rendezvous lives under its own `name` in the shared store); `ranks` lists
@@ -106,12 +115,16 @@ class Comm {
   Comm() = default;
   Status Fail(const std::string& op, const std::exception& e);
   Status AllReduce(std::vector<torch::Tensor>& tensors, bool max);
+  Status NcclAllReduce(std::vector<torch::Tensor>& tensors);
   DistEnv env_;
+  double timeout_s_ = 60;  // --dist-timeout, for the NCCL group's waits
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   std::vector<c10::intrusive_ptr<c10d::Work>> sends_;
   std::vector<std::vector<torch::Tensor>> send_tensors_;
   std::unique_ptr<Ring> ring_;  // after store_: it uses the store, so it goes first
+  struct Nccl;                  // the NCCL group, where built with it
+  std::unique_ptr<Nccl> nccl_;  // last: it closes first, while Gloo still stands
 };
 
 }  // namespace bulwark::trainer

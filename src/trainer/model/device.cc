@@ -10,6 +10,42 @@ bool BuiltWithCuda() {
 #endif
 }
 
+bool BuiltWithNccl() {
+#ifdef BULWARK_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+Result<BackendChoice> ChooseNccl(const std::string& requested, const NcclFacts& f) {
+  if (requested == "gloo") return BackendChoice{false, "gloo (--dist-backend gloo)"};
+  if (requested != "auto" && requested != "nccl") {
+    return Status::InvalidArgument("--dist-backend '" + requested + "' is not one of: auto, gloo, nccl");
+  }
+  const std::string how = requested == "nccl" ? "--dist-backend nccl" : "auto";
+  // Why NCCL cannot serve, or empty.
+  std::string why;
+  if (!f.cuda) {
+    why = "the rank trains on the CPU (NCCL reduces GPU memory; use --device cuda)";
+  } else if (!f.built_with_nccl) {
+    why = "this bulwark-train was built without NCCL (a CUDA build links it where NCCL >= 2.28 is found: "
+          "src/trainer/CMakeLists.txt, NCCL_HOME)";
+  } else if (f.local_world_size > f.gpus) {
+    why = std::to_string(f.local_world_size) + " ranks share " + std::to_string(f.gpus) + " GPU" +
+          (f.gpus == 1 ? "" : "s") + " on this machine, and NCCL takes one GPU per rank";
+  } else if (!f.plain_data_parallel) {
+    why = "elastic replicas and pipeline stages reduce over their rings and groups";
+  }
+  if (!why.empty()) {
+    if (requested == "nccl") return Status::InvalidArgument("--dist-backend nccl: " + why + "; use gloo or auto");
+    return BackendChoice{false, "gloo (auto: " + why + ")"};
+  }
+  if (f.world_size == 1) return BackendChoice{false, "gloo (" + how + ": one rank, nothing to reduce)"};
+  return BackendChoice{true, "nccl (" + how + ": a GPU per rank, " + std::to_string(f.local_world_size) +
+                                 " on this machine's " + std::to_string(f.gpus) + ")"};
+}
+
 Result<DeviceChoice> ChooseDevice(const std::string& requested, bool built_with_cuda, int gpus) {
   const std::string seen = std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s") + " visible";
   if (requested == "cpu") return DeviceChoice{false, "cpu (--device cpu)"};

@@ -27,4 +27,29 @@ Result<DeviceChoice> ChooseDevice(const std::string& requested, bool built_with_
 // True when this binary was compiled with BULWARK_CUDA.
 bool BuiltWithCuda();
 
+// What ChooseNccl weighs: the build's facts, the machine's and the job's.
+struct NcclFacts {
+  bool built_with_nccl = false;     // BULWARK_NCCL (src/trainer/CMakeLists.txt)
+  bool cuda = false;                // the rank trains on a GPU
+  int world_size = 1;
+  int local_world_size = 1;         // ranks on this machine (LOCAL_WORLD_SIZE)
+  int gpus = 0;                     // GPUs the machine's ranks see
+  bool plain_data_parallel = true;  // no elastic replicas, no pipeline stages
+};
+struct BackendChoice {
+  bool nccl = false;
+  std::string reason;  // "nccl (auto: a GPU per rank, 8 ranks on 8 GPUs)", "gloo (auto: 2 ranks share 1 GPU)", ...
+};
+
+// --dist-backend (auto, gloo, nccl): what reduces a CUDA rank's gradients.
+// NCCL needs a GPU per rank (it refuses two ranks on one device), and
+// serves the plain data-parallel step: an elastic job reduces exactly over
+// its ring and a pipeline's stages over their own groups, both on Gloo or
+// the ring. auto takes NCCL wherever it applies; nccl where it cannot is a
+// one-line error naming why.
+Result<BackendChoice> ChooseNccl(const std::string& requested, const NcclFacts& f);
+
+// True when this binary was compiled with BULWARK_NCCL.
+bool BuiltWithNccl();
+
 }  // namespace bulwark::trainer

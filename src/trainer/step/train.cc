@@ -99,6 +99,7 @@ Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
   int gpus = 0;
   auto device = ResolveDevice(cfg, &gpus);
   if (!device.ok()) return device.status();
+  p.gpus = gpus;
   p.device_reason = device->reason;
   auto precision = ChoosePrecision(cfg.precision, HostCpuBf16());
   if (!precision.ok()) return precision.status();
@@ -212,6 +213,24 @@ Status ListenAt(std::unique_ptr<RingLinks>& links, const std::string& addr, doub
 }
 
 // This generation's communicator: from the plans, or through the store.
+// --dist-backend for this generation: its gradient all-reduce over NCCL
+// where each of the machine's ranks has a GPU of its own (device.h).
+Status ReduceOverNccl(TrainProcess& p, const DistEnv& env, Comm& comm) {
+  NcclFacts f;
+  f.built_with_nccl = BuiltWithNccl();
+  f.cuda = p.device.is_cuda();
+  f.world_size = env.world_size;
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  f.local_world_size = local != nullptr && std::atoi(local) > 0 ? std::atoi(local) : 1;
+  f.gpus = p.gpus;
+  f.plain_data_parallel = p.cfg.elastic_replicas == 0 && !UsesPipeline(p.cfg);
+  auto choice = ChooseNccl(p.cfg.dist_backend, f);
+  if (!choice.ok()) return choice.status();
+  p.backend_reason = choice->reason;
+  if (!choice->nccl) return Status::OK();
+  return comm.UseNccl(p.device.index());
+}
+
 Result<std::unique_ptr<Comm>> Rendezvous(TrainProcess& p, const DistEnv& env, GenerationStart& g) {
   auto plans = PlansFromEnv(p.cfg);
   if (!plans.ok()) return plans.status();
@@ -241,7 +260,10 @@ Result<std::unique_ptr<Comm>> Rendezvous(TrainProcess& p, const DistEnv& env, Ge
     p.stage_ring = std::move(*stage);
     p.stage_ring->SetGroupSize(p.cfg.ring_group);
   }
-  return Comm::Connect(env, p.cfg.dist_timeout_s, p.ring.get());
+  auto comm = Comm::Connect(env, p.cfg.dist_timeout_s, p.ring.get());
+  if (!comm.ok()) return comm;
+  BULWARK_RETURN_IF_ERROR(ReduceOverNccl(p, env, **comm));
+  return comm;
 }
 
 // A fixed pipeline's generation ended unfinished: a held-back step waits

@@ -331,10 +331,13 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
                           {"poet_params", store.poet_group().end - store.poet_group().begin}, {"steps", cfg.steps},
                           {"start_step", st.step}, {"threads", p.threads}, {"shape", cfg.model.ShapeString()},
                           {"shard_optimizer", cfg.shard_optimizer}, {"precision", p.precision_reason},
-                          {"device", p.device_reason}};
+                          {"device", p.device_reason}, {"dist_backend", p.backend_reason}};
   if (place) info.update(PipelineStart(cfg, *place, store));
   progress.Start(info);
-  if (g.path != "rejoin") progress.Note("device: " + p.device_reason + "; precision: " + p.precision_reason);
+  if (g.path != "rejoin") {
+    progress.Note("device: " + p.device_reason + "; precision: " + p.precision_reason +
+                  (p.device.is_cuda() && W > 1 ? "; gradients: " + p.backend_reason : ""));
+  }
   if (place && g.path != "rejoin") progress.Note(DescribePipeline(cfg, *place));
 
   std::unique_ptr<StepLayout> layout;

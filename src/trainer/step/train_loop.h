@@ -40,6 +40,9 @@ struct TrainProcess {
   // the step live there; batches are built on the host and copied.
   torch::Device device{torch::kCPU};
   std::string device_reason;
+  int gpus = 0;  // CUDA devices libtorch sees
+  // --dist-backend, resolved at each rendezvous (device.h's ChooseNccl).
+  std::string backend_reason;
   int threads = 1;
   DataSet data;
   std::unique_ptr<Sampler> sampler;
