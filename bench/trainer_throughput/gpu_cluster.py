@@ -16,6 +16,10 @@ steps, where the state came from), each rank's restart path and phases
 (the trainer's `start` events), and whether the job was ever stopped.
 It also times a CUDA rank's cold start: process start -> first step.
 Every wait polls `bulwark status --json` against a deadline.
+
+--elastic runs the job as elastic data parallelism instead (`recovery:
+{mode: elastic}`, --elastic-replicas 2, the ring): after each fault the
+survivor trains on alone at width 1, and the lost replica rejoins from it.
 """
 import argparse
 import glob
@@ -144,6 +148,7 @@ def main():
     ap.add_argument("--device", default="cuda", help="cpu: the same run on a host without a GPU")
     ap.add_argument("--precision", default="bf16")
     ap.add_argument("--first", type=int, default=100, help="steps before the kill")
+    ap.add_argument("--elastic", action="store_true", help="an elastic job (two replicas on the ring)")
     a = ap.parse_args()
     device = ["--device", a.device, "--precision", a.precision]
     os.makedirs(a.out, exist_ok=True)
@@ -160,7 +165,11 @@ def main():
         args = ["--data", data, *device, *SMALL, "--steps", "1000000",
                 "--eval-every", "0", "--log-format", "json", "--ckpt-dir", root + "/ckpt", "--ckpt-every", "1000",
                 "--resume", "--threads", "4", "--dist-timeout", "10", "--memory-ckpt", "on"]
+        if a.elastic:
+            args += ["--elastic-replicas", "2"]
         f.write("name: gpu\nworld_size: 2\n")
+        if a.elastic:
+            f.write("recovery: {mode: elastic}\n")
         f.write("command: [" + json.dumps(train) + "]\n")
         f.write("args: [" + ", ".join(json.dumps(x) for x in args) + "]\n")
         f.write("env: {OMP_NUM_THREADS: '4'}\n")

@@ -5,9 +5,10 @@
 #   1. scripts/gpu-build.sh --build: the trainer against the wheel's
 #      libtorch (fused CUDA kernels on when nvcc builds them), then
 #      `ctest -L gpu` (determinism and exact resume; fused vs libtorch
-#      kernels);
+#      kernels; POET, pipeline stages and elastic replicas on the device);
 #   2. gpu_cluster.py: a CUDA job on a local cluster through a kill and a
 #      machine-down, with in-memory checkpoints, and a CUDA rank's cold start;
+#      then, time allowing, the same faults for an elastic job (--elastic);
 #   3. gpu.sh without its build: tokens/s and MFU of bulwark-train and the
 #      PyTorch peer, with what time is left.
 # Carry build-gpu-kit (scripts/gpu-build.sh on the CI machine). Everything
@@ -39,6 +40,17 @@ if [[ -x build-gpu/bin/bulwark-train ]]; then
   bulwark down --dir /tmp/bw-gpu-cluster/cluster >/dev/null 2>&1
   pkill -9 -f 'bulwark-train|bulwark agent|bulwark controller' 2>/dev/null
   cat "$OUT/cluster.txt" 2>/dev/null || tail -n 20 "$OUT/cluster.out"
+  # The same faults for an elastic job on CUDA ranks: its lines go into
+  # steps.log (the device tool brings back few files).
+  if ((HARD_S - (SECONDS - t0) > 150)); then
+    say "cluster: the same faults, an elastic job (the survivor trains on, the lost replica rejoins from it)"
+    timeout 120 python3 bench/trainer_throughput/gpu_cluster.py --train build-gpu/bin/bulwark-train \
+      --data "$KIT/data/kjv" --out /tmp/gpu-elastic --elastic --first 60 >/tmp/gpu-elastic.out 2>&1
+    say "elastic cluster: exit $?"
+    bulwark down --dir /tmp/bw-gpu-cluster/cluster >/dev/null 2>&1
+    pkill -9 -f 'bulwark-train|bulwark agent|bulwark controller' 2>/dev/null
+    { cat /tmp/gpu-elastic/cluster.txt 2>/dev/null || tail -n 20 /tmp/gpu-elastic.out; } | tee -a "$OUT/steps.log"
+  fi
 fi
 
 left=$((HARD_S - (SECONDS - t0)))
