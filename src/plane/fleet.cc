@@ -98,6 +98,8 @@ PlaneOptions Fleet::JobOptions(const std::string& name, bool create) {
   o.open_journal = nullptr;  // the fleet's jobs keep SQLite journals (not etcd yet)
   o.wants_machines = [this, name](int count, Time now) { Grant(name, count, now); };
   o.log_prefix = "job " + name + ": ";
+  o.job_name = name;
+  o.job_name = name;
   return o;
 }
 

@@ -108,6 +108,9 @@ struct PlaneOptions {
   // Begins each of its log lines ("job NAME: " for a fleet's job), so that
   // several jobs' lines in one log say whose they are.
   std::string log_prefix;
+  // A fleet's job: its name, which a machine's drain reason carries (each
+  // job numbers its incidents from 1, so "incident 3" alone is ambiguous).
+  std::string job_name;
 };
 
 class Plane {
@@ -468,6 +471,9 @@ class Plane {
   // The job's part of the status view (status_view.h): copied under the
   // lock, rendered after it.
   StatusView::Job JobViewLocked(Time now) REQUIRES(mu_);
+  // What the cluster manager records of an eviction (Slurm's node Reason):
+  // "job NAME incident N: why", the job's and the incident's parts where known.
+  std::string DrainReasonLocked(int64_t incident, const std::string& why) REQUIRES(mu_);
   nlohmann::json IncidentsLocked() REQUIRES(mu_);
   nlohmann::json LedgerLocked(Time now) REQUIRES(mu_);
   Agent& AgentForLocked(const std::string& machine) REQUIRES(mu_);

@@ -13,7 +13,7 @@ void Plane::ActuateBackendLocked(const Action& a) {
     case ActionKind::kEvict:
       // The incident id travels into the manager's own record (Slurm's node
       // Reason), where an administrator looks first.
-      options_.backend->Drain(a.machine, (a.incident > 0 ? "incident " + std::to_string(a.incident) + ": " : "") + a.reason);
+      options_.backend->Drain(a.machine, DrainReasonLocked(a.incident, a.reason));
       break;
     case ActionKind::kReplenishStandby: {
       // The shortfall is the pool's total; ask only for what was not asked
@@ -44,8 +44,15 @@ void Plane::ReconcileBackendLocked() {
     for (const Incident& i : s.incidents.all()) {
       if (std::find(i.evicted.begin(), i.evicted.end(), id) != i.evicted.end()) incident = i.id;
     }
-    options_.backend->Drain(id, (incident > 0 ? "incident " + std::to_string(incident) + ": " : "") + m.last_reason);
+    options_.backend->Drain(id, DrainReasonLocked(incident, m.last_reason));
   }
+}
+
+std::string Plane::DrainReasonLocked(int64_t incident, const std::string& why) {
+  const std::string job = !options_.job_name.empty() ? options_.job_name : launch_ ? launch_->spec.id : "";
+  std::string head = job.empty() ? "" : "job " + job;
+  if (incident > 0) head += (head.empty() ? "" : " ") + std::string("incident ") + std::to_string(incident);
+  return head.empty() ? why : head + ": " + why;
 }
 
 }  // namespace bulwark::plane

@@ -75,7 +75,7 @@ TEST_F(SlurmCluster, MachineDownDrainsTheNodeWithTheIncidentAndReturnResumesIt) 
   EXPECT_TRUE(Until(victim + " drained in Slurm", 60, [&] {
     line = NodeLine(victim);
     return line.find(" State=IDLE+DRAIN") != std::string::npos &&
-           line.find(" Reason=bulwark " + incident + ":") != std::string::npos;
+           line.find(" Reason=bulwark job tiny " + incident + ":") != std::string::npos;
   })) << line;
   std::printf("[ slurm ] %s\n", line.substr(line.find(" State=")).substr(0, 200).c_str());
   auto info = Slurm({"sinfo", "-h", "-N", "-n", victim, "-o", "%T|%E"});

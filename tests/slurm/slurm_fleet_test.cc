@@ -85,7 +85,7 @@ TEST_F(SlurmFleet, AMachineDownInOneJobDrainsItsNodeForThatJobAndTheOtherTrainsO
   auto inc = Bulwark({"incidents", "--job", "b", "--json"});
   const json incidents = json::parse(inc.out, nullptr, false);
   ASSERT_TRUE(incidents.is_array() && incidents.size() == 1) << inc.out << inc.err;
-  const std::string reason = " Reason=bulwark incident " + std::to_string(incidents[0]["id"].get<int64_t>()) + ":";
+  const std::string reason = " Reason=bulwark job b incident " + std::to_string(incidents[0]["id"].get<int64_t>()) + ":";
   auto none = Bulwark({"incidents", "--job", "a", "--json"});
   EXPECT_EQ(json::parse(none.out, nullptr, false), json::array()) << none.out << none.err;
   std::string line;

@@ -27,7 +27,7 @@ struct Recorder : cluster::Backend {
 
 JobLaunch Launch() {
   JobLaunch l;
-  l.spec.id = "demo";
+  l.spec.id = "llm";
   l.spec.world_size = 2;
   l.argv = {"/bin/true"};
   return l;
@@ -54,7 +54,7 @@ TEST(PlaneBackend, EvictionDrainsWithTheIncidentShortfallAcquiresOnceReturnResum
     ASSERT_TRUE((*p)->Report(Report("m01", {Step(1, 5, 1, 2000)}), TimeFromMs(2000)).ok());
     ASSERT_TRUE((*p)->Report(Report("m02", {DeviceFailed(1, 3000)}), TimeFromMs(3000)).ok());
     ASSERT_EQ(backend->calls.size(), 2u) << ::testing::PrintToString(backend->calls);
-    EXPECT_EQ(backend->calls[0].rfind("drain m02: incident 1: ", 0), 0u) << backend->calls[0];
+    EXPECT_EQ(backend->calls[0].rfind("drain m02: job llm incident 1: ", 0), 0u) << backend->calls[0];
     EXPECT_EQ(backend->calls[1].rfind("acquire 1 for replenish/", 0), 0u) << backend->calls[1];
     // More steps reconcile again: the same shortfall is not asked for twice.
     ASSERT_TRUE((*p)->Report(Report("m01", {Step(2, 9, 2, 4000)}), TimeFromMs(4000)).ok());
@@ -70,7 +70,7 @@ TEST(PlaneBackend, EvictionDrainsWithTheIncidentShortfallAcquiresOnceReturnResum
     auto p = Plane::Open(o, TimeFromMs(5000));
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     ASSERT_EQ(backend->calls.size(), 1u) << ::testing::PrintToString(backend->calls);
-    EXPECT_EQ(backend->calls[0].rfind("drain m02: incident 1: ", 0), 0u) << backend->calls[0];
+    EXPECT_EQ(backend->calls[0].rfind("drain m02: job llm incident 1: ", 0), 0u) << backend->calls[0];
     // m02's agent was last heard before the restart: by 20 s it is gone,
     // so the manager is asked to start one. The return's reconcile is this
     // controller's first: it asks again for the shortfall still open (the
