@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <thread>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -236,7 +238,7 @@ Result<RegionPtr> ShardStore::Impl::Fetch(const ShardRoutes::Source& source, int
       ::close(*fd);
       return Status::Unavailable("cancelled before it began");
     }
-    fetch_socks_[gen] = *fd;
+    fetch_socks_.emplace(gen, *fd);
   }
   Status st = ConnectTcp(*fd, source.addr, kTransferTimeoutS, kConnectTimeoutMs);
   if (st.ok()) st = AuthenticateToPeer(*fd, token_).Annotate("shard holder " + source.addr);
@@ -244,7 +246,12 @@ Result<RegionPtr> ShardStore::Impl::Fetch(const ShardRoutes::Source& source, int
   {
     // Unregistered before it is closed: a cancel never shuts down a reused fd.
     MutexLock lock(&mu_);
-    fetch_socks_.erase(gen);
+    for (auto [it, end] = fetch_socks_.equal_range(gen); it != end; ++it) {
+      if (it->second == *fd) {
+        fetch_socks_.erase(it);
+        break;
+      }
+    }
   }
   ::close(*fd);
   return got;
@@ -287,30 +294,40 @@ Result<RegionPtr> ShardStore::Impl::ReceiveCopies(int fd, const ShardRoutes::Sou
 }
 
 // A failed source costs only its copy: the next source, then the durable
-// directory, is what the rank restores from. A cancelled generation's
-// results are dropped: the newer one owns fetched_ and fetching_.
+// directory, is what the rank restores from. Every source is fetched at
+// once (a machine's ranks restore from different peers, and a source that
+// does not answer costs its connect deadline beside the others, not before
+// them); the copies are kept in the routes' order, which is the order of
+// preference. A cancelled generation's results are dropped: the newer one
+// owns fetched_ and fetching_.
 void ShardStore::Impl::FetchAll(ShardRoutes routes, std::vector<int> ranks, int64_t gen) {
   auto t = Clock::now();
-  bool current = true;
+  std::vector<const ShardRoutes::Source*> wanted;
   for (const auto& s : routes.restore_from) {
-    if (std::find(ranks.begin(), ranks.end(), s.rank) == ranks.end()) continue;
-    auto r = Fetch(s, gen);
-    MutexLock lock(&mu_);
-    if (gen != fetch_gen_) {
-      log_("fetching rank " + std::to_string(s.rank) + "'s shard from " + s.machine +
-           " cancelled: newer routes (a restart, or the machine forgot its copies) replaced it");
-      current = false;
-      break;
-    }
-    if (!r.ok()) {
-      log_("fetching rank " + std::to_string(s.rank) + "'s shard from " + s.machine + " failed: " + r.status().ToString());
-      continue;
-    }
-    if (*r) fetched_[s.rank].push_back({s.machine, *r});
+    if (std::find(ranks.begin(), ranks.end(), s.rank) != ranks.end()) wanted.push_back(&s);
   }
+  std::vector<std::optional<Result<RegionPtr>>> got(wanted.size());
+  {
+    std::vector<std::thread> fetches;
+    for (size_t i = 0; i < wanted.size(); ++i) fetches.emplace_back([&, i] { got[i] = Fetch(*wanted[i], gen); });
+    for (auto& f : fetches) f.join();
+  }
+  bool current = false;
   {
     MutexLock lock(&mu_);
-    current = current && gen == fetch_gen_;
+    current = gen == fetch_gen_;
+    for (size_t i = 0; i < wanted.size(); ++i) {
+      const ShardRoutes::Source& s = *wanted[i];
+      Result<RegionPtr>& r = *got[i];
+      const std::string what = "fetching rank " + std::to_string(s.rank) + "'s shard from " + s.machine;
+      if (!current) {
+        log_(what + " cancelled: newer routes (a restart, or the machine forgot its copies) replaced it");
+      } else if (!r.ok()) {
+        log_(what + " failed: " + r.status().ToString());
+      } else if (*r) {
+        fetched_[s.rank].push_back({s.machine, *r});
+      }
+    }
     if (current) {
       fetching_ = false;
       stats_.last_fetch_ms = MsSince(t);

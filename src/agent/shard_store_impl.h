@@ -81,7 +81,7 @@ class ShardStore::Impl {
   // so no caller ever waits for a fetch. fetching_: the newest is running.
   bool fetching_ GUARDED_BY(mu_) = false;
   int64_t fetch_gen_ GUARDED_BY(mu_) = 0;
-  std::map<int64_t, int> fetch_socks_ GUARDED_BY(mu_);  // generation -> its socket in flight
+  std::multimap<int64_t, int> fetch_socks_ GUARDED_BY(mu_);  // generation -> its sockets in flight
   int fetchers_ GUARDED_BY(mu_) = 0;                    // fetch threads still running
   CondVar fetchers_done_;
   std::deque<Work> work_ GUARDED_BY(mu_);

@@ -483,6 +483,31 @@ TEST_F(Stores, AFetchFromAPeerThatDoesNotAnswerFallsBackToTheNextSourceSoon) {
   EXPECT_NE(Log("c").find("no answer within 1500 ms"), std::string::npos) << Log("c");
 }
 
+// Every source at once: four that do not answer cost one connect deadline
+// (1.5 s) beside the one that does, not four before it (6 s, past the
+// restore's 4 s wait here).
+TEST_F(Stores, SourcesAreFetchedAtOnceSoSilentOnesCostOneDeadline) {
+  Train(2);
+  client_.reset();
+  SilentPeer dead;
+  ASSERT_TRUE(dead.silent()) << "the test's dead peer answered a connect";
+  agent::ShardRoutes routes;
+  for (const char* name : {"dead1", "dead2", "dead3", "dead4"}) routes.restore_from.push_back({0, name, dead.addr()});
+  routes.restore_from.push_back({0, "b", stores_["b"]->addr()});
+  routes.durable_dir = durable_;
+  stores_["c"]->SetRoutes(routes, {0});
+  auto c = ShardClient::Connect(dir_ + "/c.sock", 0, 2);
+  ASSERT_TRUE(c.ok());
+  auto copies = (*c)->Copies(4000);
+  ASSERT_TRUE(copies.ok()) << copies.status().ToString();
+  ASSERT_GE(copies->size(), 2u);
+  EXPECT_EQ((*copies)[0].source, "peer:b") << Log("c");
+  EXPECT_EQ((*copies)[0].info.step, 2);
+  for (const char* name : {"dead1", "dead2", "dead3", "dead4"}) {
+    EXPECT_NE(Log("c").find(std::string("from ") + name + " failed"), std::string::npos) << Log("c");
+  }
+}
+
 // The shard protocol is authenticated and bounded: a connection that cannot
 // prove it holds the cluster token gets nothing, and an authenticated one
 // can push only images the job's shard layout allows.
