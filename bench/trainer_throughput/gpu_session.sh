@@ -28,6 +28,9 @@ scripts/gpu-build.sh --build >"$OUT/build.log" 2>&1
 echo $? >"$OUT/build.rc"
 say "build and gpu tests: exit $(cat "$OUT/build.rc"); $(grep -E '% tests passed|tests failed' "$OUT/build.log" | tail -n 1)"
 grep -E '^(ok|FAIL|fused|eager|max|kernel|match|time)' "$OUT/build.log" | head -n 40
+# Which NCCL the trainer loads (the wheel's or the toolkit's: one per process).
+[[ -x build-gpu/bin/bulwark-train ]] &&
+  say "nccl: $(ldd build-gpu/bin/bulwark-train | grep -o 'libnccl[^ ]* => [^ ]*' || echo 'not linked (BULWARK_NCCL off)')"
 
 if [[ -x build-gpu/bin/bulwark-train ]]; then
   # shellcheck source=/dev/null
