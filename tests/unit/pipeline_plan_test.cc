@@ -187,7 +187,21 @@ TEST(Device, NcclServesCudaRanksWithAGpuEachInPlainDataParallelism) {
     EXPECT_NE(refused.status().message().find(why), std::string::npos) << refused.status().message();
     EXPECT_EQ(refused.status().message().find('\n'), std::string::npos);
   };
-  without([](NcclFacts& g) { g.gpus = 1; }, "8 ranks share 1 GPU on this machine");
+  without([](NcclFacts& g) { g.gpus = 4; }, "8 ranks share 4 GPUs on this machine");
+  // One GPU visible to each of 8 ranks: shared, or each its own
+  // (CUDA_VISIBLE_DEVICES per rank). auto cannot tell and keeps Gloo; the
+  // user who knows asks for NCCL.
+  f.gpus = 1;
+  auto one = ChooseNccl("auto", f);
+  ASSERT_TRUE(one.ok());
+  EXPECT_FALSE(one->nccl);
+  EXPECT_NE(one->reason.find("8 ranks share 1 GPU on this machine"), std::string::npos) << one->reason;
+  EXPECT_NE(one->reason.find("say --dist-backend nccl"), std::string::npos) << one->reason;
+  auto asked = ChooseNccl("nccl", f);
+  ASSERT_TRUE(asked.ok()) << asked.status().message();
+  EXPECT_TRUE(asked->nccl);
+  EXPECT_NE(asked->reason.find("each of this machine's 8 ranks sees one GPU, taken as its own"), std::string::npos);
+  f.gpus = 8;
   without([](NcclFacts& g) { g.built_with_nccl = false; }, "built without NCCL");
   without([](NcclFacts& g) { g.cuda = false; }, "trains on the CPU");
   without([](NcclFacts& g) { g.plain_data_parallel = false; }, "elastic replicas and pipeline stages");

@@ -31,9 +31,11 @@ Result<BackendChoice> ChooseNccl(const std::string& requested, const NcclFacts& 
   } else if (!f.built_with_nccl) {
     why = "this bulwark-train was built without NCCL (a CUDA build links it where NCCL >= 2.28 is found: "
           "src/trainer/CMakeLists.txt, NCCL_HOME)";
-  } else if (f.local_world_size > f.gpus) {
+  } else if (f.local_world_size > f.gpus && !(requested == "nccl" && f.gpus == 1)) {
     why = std::to_string(f.local_world_size) + " ranks share " + std::to_string(f.gpus) + " GPU" +
-          (f.gpus == 1 ? "" : "s") + " on this machine, and NCCL takes one GPU per rank";
+          (f.gpus == 1 ? "" : "s") + " on this machine, and NCCL takes one GPU per rank" +
+          (f.gpus == 1 ? " (when each rank sees a GPU of its own, CUDA_VISIBLE_DEVICES per rank, say --dist-backend nccl)"
+                       : "");
   } else if (!f.plain_data_parallel) {
     why = "elastic replicas and pipeline stages reduce over their rings and groups";
   }
@@ -42,6 +44,12 @@ Result<BackendChoice> ChooseNccl(const std::string& requested, const NcclFacts& 
     return BackendChoice{false, "gloo (auto: " + why + ")"};
   }
   if (f.world_size == 1) return BackendChoice{false, "gloo (" + how + ": one rank, nothing to reduce)"};
+  if (f.local_world_size > f.gpus) {
+    // Only asked for, and only with one GPU visible: the user says each
+    // rank's is its own. NCCL refuses at init if that is wrong.
+    return BackendChoice{true, "nccl (--dist-backend nccl: each of this machine's " +
+                                   std::to_string(f.local_world_size) + " ranks sees one GPU, taken as its own)"};
+  }
   return BackendChoice{true, "nccl (" + how + ": a GPU per rank, " + std::to_string(f.local_world_size) +
                                  " on this machine's " + std::to_string(f.gpus) + ")"};
 }

@@ -46,7 +46,9 @@ struct BackendChoice {
 // serves the plain data-parallel step: an elastic job reduces exactly over
 // its ring and a pipeline's stages over their own groups, both on Gloo or
 // the ring. auto takes NCCL wherever it applies; nccl where it cannot is a
-// one-line error naming why.
+// one-line error naming why. Ranks that each see one GPU cannot tell
+// whether it is the same one (a shared GPU) or their own (CUDA_VISIBLE_DEVICES
+// per rank, as Slurm's --gpus-per-task sets): auto takes Gloo, nccl NCCL.
 Result<BackendChoice> ChooseNccl(const std::string& requested, const NcclFacts& f);
 
 // True when this binary was compiled with BULWARK_NCCL.
