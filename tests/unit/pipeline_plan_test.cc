@@ -156,9 +156,9 @@ TEST(Device, CudaWithoutCudaIsOneLineNamingTheReason) {
   EXPECT_EQ(bad.status().message(), "--device 'gpu' is not one of: auto, cpu, cuda");
 }
 
-// --dist-backend: NCCL where each rank has a GPU of its own and the step
-// is plain data parallelism; auto says why not, nccl refuses in one line.
-TEST(Device, NcclServesCudaRanksWithAGpuEachInPlainDataParallelism) {
+// --dist-backend: NCCL where each rank has a GPU of its own and the job is
+// not elastic; auto says why not, nccl refuses in one line.
+TEST(Device, NcclServesCudaRanksWithAGpuEachUnlessElastic) {
   NcclFacts f;
   f.built_with_nccl = true;
   f.cuda = true;
@@ -204,7 +204,7 @@ TEST(Device, NcclServesCudaRanksWithAGpuEachInPlainDataParallelism) {
   f.gpus = 8;
   without([](NcclFacts& g) { g.built_with_nccl = false; }, "built without NCCL");
   without([](NcclFacts& g) { g.cuda = false; }, "trains on the CPU");
-  without([](NcclFacts& g) { g.plain_data_parallel = false; }, "elastic replicas and pipeline stages");
+  without([](NcclFacts& g) { g.elastic = true; }, "elastic replicas reduce exactly over their ring");
 
   f.world_size = f.local_world_size = 1;
   EXPECT_FALSE(ChooseNccl("auto", f)->nccl);  // one rank: nothing to reduce

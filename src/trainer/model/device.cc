@@ -36,8 +36,8 @@ Result<BackendChoice> ChooseNccl(const std::string& requested, const NcclFacts& 
           (f.gpus == 1 ? "" : "s") + " on this machine, and NCCL takes one GPU per rank" +
           (f.gpus == 1 ? " (when each rank sees a GPU of its own, CUDA_VISIBLE_DEVICES per rank, say --dist-backend nccl)"
                        : "");
-  } else if (!f.plain_data_parallel) {
-    why = "elastic replicas and pipeline stages reduce over their rings and groups";
+  } else if (f.elastic) {
+    why = "elastic replicas reduce exactly over their ring";
   }
   if (!why.empty()) {
     if (requested == "nccl") return Status::InvalidArgument("--dist-backend nccl: " + why + "; use gloo or auto");

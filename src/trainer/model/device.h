@@ -34,7 +34,7 @@ struct NcclFacts {
   int world_size = 1;
   int local_world_size = 1;         // ranks on this machine (LOCAL_WORLD_SIZE)
   int gpus = 0;                     // GPUs the machine's ranks see
-  bool plain_data_parallel = true;  // no elastic replicas, no pipeline stages
+  bool elastic = false;             // --elastic-replicas: its exact reduction runs on its ring
 };
 struct BackendChoice {
   bool nccl = false;
@@ -43,9 +43,8 @@ struct BackendChoice {
 
 // --dist-backend (auto, gloo, nccl): what reduces a CUDA rank's gradients.
 // NCCL needs a GPU per rank (it refuses two ranks on one device), and
-// serves the plain data-parallel step: an elastic job reduces exactly over
-// its ring and a pipeline's stages over their own groups, both on Gloo or
-// the ring. auto takes NCCL wherever it applies; nccl where it cannot is a
+// serves the data-parallel reduction of a plain job and of a fixed
+// pipeline's stage replicas; an elastic job reduces exactly over its ring. auto takes NCCL wherever it applies; nccl where it cannot is a
 // one-line error naming why. Ranks that each see one GPU cannot tell
 // whether it is the same one (a shared GPU) or their own (CUDA_VISIBLE_DEVICES
 // per rank, as Slurm's --gpus-per-task sets): auto takes Gloo, nccl NCCL.

@@ -184,6 +184,7 @@ Result<PipelinePlace> PlaceInPipeline(TrainProcess& p, Comm& world) {
                            p.stage_plan ? &*p.stage_plan : nullptr);
   if (!dp.ok()) return dp.status();
   place.dp = std::move(*dp);
+  if (p.nccl && c->dp_size > 1) BULWARK_RETURN_IF_ERROR(place.dp->UseNccl(p.device.index()));
   return place;
 }
 

@@ -223,11 +223,15 @@ Status ReduceOverNccl(TrainProcess& p, const DistEnv& env, Comm& comm) {
   const char* local = std::getenv("LOCAL_WORLD_SIZE");
   f.local_world_size = local != nullptr && std::atoi(local) > 0 ? std::atoi(local) : 1;
   f.gpus = p.gpus;
-  f.plain_data_parallel = p.cfg.elastic_replicas == 0 && !UsesPipeline(p.cfg);
+  f.elastic = p.cfg.elastic_replicas > 0;
   auto choice = ChooseNccl(p.cfg.dist_backend, f);
   if (!choice.ok()) return choice.status();
   p.backend_reason = choice->reason;
-  if (!choice->nccl) return Status::OK();
+  p.nccl = choice->nccl;
+  // A pipeline's gradients are reduced by each stage's replicas, whose
+  // group takes NCCL when it forms (pipeline.cc); its world carries only
+  // activations and scalars.
+  if (!p.nccl || UsesPipeline(p.cfg)) return Status::OK();
   return comm.UseNccl(p.device.index());
 }
 

@@ -43,6 +43,7 @@ struct TrainProcess {
   int gpus = 0;  // CUDA devices libtorch sees
   // --dist-backend, resolved at each rendezvous (device.h's ChooseNccl).
   std::string backend_reason;
+  bool nccl = false;  // and whether it took NCCL: the world's reduction, or a pipeline stage's replicas
   int threads = 1;
   DataSet data;
   std::unique_ptr<Sampler> sampler;
