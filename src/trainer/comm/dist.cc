@@ -202,6 +202,7 @@ Result<std::unique_ptr<Comm>> Comm::Subgroup(const std::string& name, const std:
   auto it = std::find(ranks.begin(), ranks.end(), env_.rank);
   if (it == ranks.end()) return Status::Internal("rank " + std::to_string(env_.rank) + " is not in group " + name);
   c->env_ = env_;
+  c->timeout_s_ = timeout_s;
   c->env_.rank = static_cast<int>(it - ranks.begin());
   c->env_.world_size = static_cast<int>(ranks.size());
   if (ring_ && !store_ && ranks.size() > 1) {
