@@ -130,13 +130,16 @@ Result<std::unique_ptr<MemoryCheckpoint>> MemoryCheckpoint::Open(const TrainConf
 
 std::vector<rank_client::ShardSection> MemoryCheckpoint::Sections(const Slice& s, size_t staged) {
   const size_t n = static_cast<size_t>(s.end - s.begin) * sizeof(float);
-  const int64_t moment = s.begin - opt_.begin();
-  const float *params = store_.params().data_ptr<float>() + s.begin, *m = opt_.m().data_ptr<float>() + moment,
-              *v = opt_.v().data_ptr<float>() + moment;
+  const float *params, *m, *v;
   if (stage_) {  // the device's bytes are read from their pinned copies
     params = stage_->host(3 * staged).data_ptr<float>();
     m = stage_->host(3 * staged + 1).data_ptr<float>();
     v = stage_->host(3 * staged + 2).data_ptr<float>();
+  } else {
+    const int64_t moment = s.begin - opt_.begin();
+    params = store_.params().data_ptr<float>() + s.begin;
+    m = opt_.m().data_ptr<float>() + moment;
+    v = opt_.v().data_ptr<float>() + moment;
   }
   return {{"params", params, n},
           {"adam_m", m, n},
