@@ -106,11 +106,15 @@ if launch poet-a 1 "${poet[@]}" && launch poet-b 1 "${poet[@]}"; then
   fi
 fi
 
-# ---- Pipeline: two stages, two micro-batches.
-pipe=(--pp 2 --micro-batches 2 --batch-size 4 --steps 8)
-if launch pipe-a 2 "${pipe[@]}" && launch pipe-b 2 "${pipe[@]}"; then
-  expect_eq "pipeline: two stages, same seed, same checksum" "$(agreed pipe-a 2)" "$(agreed pipe-b 2)"
-fi
+# ---- Pipeline: two stages, two micro-batches; in bf16 too (what crosses
+# between the stages must stay the type the receiving buffer has).
+for precision in fp32 bf16; do
+  pipe=(--pp 2 --micro-batches 2 --batch-size 4 --steps 8 --precision "$precision")
+  if launch "pipe-$precision-a" 2 "${pipe[@]}" && launch "pipe-$precision-b" 2 "${pipe[@]}"; then
+    expect_eq "pipeline ($precision): two stages, same seed, same checksum" \
+      "$(agreed "pipe-$precision-a" 2)" "$(agreed "pipe-$precision-b" 2)"
+  fi
+done
 
 # ---- Elastic: two replicas of two micro-batches, on two ranks and on one.
 for zero in off on; do
