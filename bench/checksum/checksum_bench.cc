@@ -21,6 +21,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/checksum.h"
@@ -30,6 +31,7 @@ namespace {
 constexpr size_t kBlock = 128 << 10;  // as src/rank_client/shard_image.cc
 
 struct Contender {
+  Contender(const char* name, std::function<uint64_t()> run) : name(name), run(std::move(run)) {}
   const char* name;
   std::function<uint64_t()> run;  // returns the digest
   uint64_t digest = 0;
