@@ -17,7 +17,7 @@
 namespace bulwark::trainer {
 namespace {
 
-// Revoke and finalize settle in milliseconds; longer means they wait on a
+// A revoke settles in milliseconds; longer means they wait on a
 // peer that is gone, and aborting is the way out.
 constexpr double kSettleBoundS = 10.0;
 
@@ -228,23 +228,11 @@ void NcclGroup::Abort() {
 }
 
 void NcclGroup::Close() {
-  if (comm_ == nullptr) return;
-  if (!usable()) {  // finalize is invalid after a revoke
-    Abort();
-    return;
-  }
-  // Finalize flushes the communicator's work with its peers: bounded, since
-  // a peer may have died while the group was idle.
-  ncclComm_t comm = comm_;
-  const auto state = [comm](std::string* f) { return CommState(comm, f); };
-  const bool flushed = Started(ncclCommFinalize(comm)) &&
-                       WaitFor("NCCL finalize", state, std::min(timeout_s_, kSettleBoundS)).ok();
-  if (!flushed) {
-    Abort();
-    return;
-  }
-  (void)ncclCommDestroy(comm);  // local after a finalize: frees without waiting; nothing to do on an error
-  comm_ = nullptr;
+  // Aborted, never finalized: every all-reduce was waited for before it
+  // returned, so there is nothing to flush, and a finalize waits on every
+  // peer, one of which may be the reason this generation ends (up to the
+  // settle bound at each restart). ncclCommAbort waits on no one.
+  Abort();
 }
 
 }  // namespace bulwark::trainer

@@ -4,7 +4,7 @@
 //
 // Nothing here may hang on a lost peer: NCCL's own calls block until every
 // peer answers. The communicator is therefore non-blocking (ncclConfig_t
-// blocking = 0): init, the all-reduce, shrink and finalize return at once,
+// blocking = 0): init, the all-reduce and shrink return at once,
 // and this file polls their state against a deadline. A peer that died or
 // went quiet comes back as kUnavailable, as dist.h's Gloo collectives do, so
 // that the trainer waits in place for the next generation. The group is then
@@ -108,8 +108,8 @@ class NcclGroup {
   static Result<std::unique_ptr<NcclGroup>> Create(int rank, int world, int device_index,
                                                    const ExchangeId& exchange_id, double timeout_s);
 
-  // Destroys the communicator: after finalize (bounded wait) while usable,
-  // else by ncclCommAbort. Never waits on a peer for long.
+  // Destroys the communicator by ncclCommAbort (nccl_group.cc's Close says
+  // why not a finalize): never waits on a peer.
   ~NcclGroup();
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
@@ -151,7 +151,7 @@ class NcclGroup {
   Status Fail(const Status& why);
   // ncclCommRevoke and a bounded wait for it to settle; false if it did not.
   bool Revoke();
-  // ncclCommFinalize and a bounded wait, then ncclCommDestroy; abort if not.
+  // Frees the communicator without waiting on any peer.
   void Close();
 
   ncclComm* comm_;  // null once aborted or closed
