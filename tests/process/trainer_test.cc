@@ -164,6 +164,20 @@ TEST_F(Trainer, BadDeviceIsOneLineErrorListingTheChoices) {
   testing::ExpectUsageError(r, "--device 'gpu' is not one of: auto, cpu, cuda");
 }
 
+// --dist-backend: an unknown value, and NCCL asked of a CPU rank, are usage
+// errors in one line; auto on the CPU says in the start event why Gloo.
+TEST_F(Trainer, DistBackendNcclOnACpuRankIsOneLineError) {
+  testing::ExpectUsageError(testing::Run(Args({"--dist-backend", "mpi"})),
+                            "--dist-backend 'mpi' is not one of: auto, gloo, nccl");
+  testing::ExpectUsageError(testing::Run(Args({"--dist-backend", "nccl", "--steps", "2"})),
+                            "--dist-backend nccl: the rank trains on the CPU");
+  auto ok = testing::Run(Args({"--steps", "2", "--log-format", "json"}));
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  auto start = testing::Events(ok, "start");
+  ASSERT_EQ(start.size(), 1u) << ok.out;
+  EXPECT_EQ(start[0].value("dist_backend", ""), "gloo (auto: the rank trains on the CPU (NCCL reduces GPU memory; use --device cuda))");
+}
+
 // ---------------------------------------------------------------- data parallel
 
 TEST_F(Trainer, TwoRanksOfBatchBMatchOneRankOfBatch2B) {
