@@ -290,6 +290,10 @@ Status TrainConfig::Validate() const {
   if (dist_backend != "auto" && dist_backend != "gloo" && dist_backend != "nccl") {
     return Status::InvalidArgument("--dist-backend '" + dist_backend + "' is not one of: auto, gloo, nccl");
   }
+  if (dist_backend == "nccl" && elastic_replicas > 0) {
+    return Status::InvalidArgument("--dist-backend nccl: elastic replicas reduce exactly over their ring; "
+                                   "use gloo or auto with --elastic-replicas");
+  }
   if (elastic_comm != "ring" && elastic_comm != "gloo") {
     return Status::InvalidArgument("--elastic-comm '" + elastic_comm + "' is not ring or gloo");
   }

@@ -223,6 +223,9 @@ TEST(Device, ConfigKeyValidates) {
   EXPECT_EQ(ParseTrainArgs({})->dist_backend, "auto");
   EXPECT_EQ(ParseTrainArgs({"--dist-backend", "mpi"})->Validate().message(),
             "--dist-backend 'mpi' is not one of: auto, gloo, nccl");
+  EXPECT_NE(ParseTrainArgs({"--dist-backend", "nccl", "--elastic-replicas", "2"})->Validate().message().find(
+                "--dist-backend nccl: elastic replicas reduce exactly over their ring"),
+            std::string::npos);
 }
 
 }  // namespace

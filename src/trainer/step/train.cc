@@ -248,7 +248,10 @@ Result<std::unique_ptr<Comm>> Rendezvous(TrainProcess& p, const DistEnv& env, Ge
       BULWARK_RETURN_IF_ERROR(ListenAt(p.stage_ring, pl.stage_addr, p.cfg.dist_timeout_s));
       p.stage_plan = pl.stage;
     }
-    return Comm::Join(env, pl.world, p.cfg.dist_timeout_s, *p.ring);
+    auto joined = Comm::Join(env, pl.world, p.cfg.dist_timeout_s, *p.ring);
+    if (!joined.ok()) return joined;
+    BULWARK_RETURN_IF_ERROR(ReduceOverNccl(p, env, **joined));  // elastic: says why the ring
+    return joined;
   }
   if (ring && !p.ring) {
     auto links = RingLinks::Listen(env.master_addr);
