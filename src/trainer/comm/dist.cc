@@ -79,7 +79,6 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& master_
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
-
 // The ring's sockets and Gloo's point-to-point messages read and write host
 // memory by pointer; Gloo's collectives take a GPU's tensors themselves. So
 // a device tensor on those paths (a CUDA rank's pipeline activations, an
@@ -194,7 +193,6 @@ Result<std::unique_ptr<Comm>> Comm::Join(const DistEnv& env, const RingPlan& pla
   c->ring_ = std::move(*r);
   return c;
 }
-
 
 Result<std::unique_ptr<Comm>> Comm::Subgroup(const std::string& name, const std::vector<int>& ranks,
                                              double timeout_s, RingLinks* links, const RingPlan* plan) {

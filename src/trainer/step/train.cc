@@ -212,7 +212,6 @@ Status ListenAt(std::unique_ptr<RingLinks>& links, const std::string& addr, doub
   return Status::OK();
 }
 
-// This generation's communicator: from the plans, or through the store.
 // --dist-backend for this generation: its gradient all-reduce over NCCL
 // where each of the machine's ranks has a GPU of its own (device.h).
 Status ReduceOverNccl(TrainProcess& p, const DistEnv& env, Comm& comm) {
@@ -235,6 +234,7 @@ Status ReduceOverNccl(TrainProcess& p, const DistEnv& env, Comm& comm) {
   return comm.UseNccl(p.device.index());
 }
 
+// This generation's communicator: from the plans, or through the store.
 Result<std::unique_ptr<Comm>> Rendezvous(TrainProcess& p, const DistEnv& env, GenerationStart& g) {
   auto plans = PlansFromEnv(p.cfg);
   if (!plans.ok()) return plans.status();
