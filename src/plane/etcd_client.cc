@@ -93,7 +93,8 @@ Result<std::unique_ptr<EtcdClient>> EtcdClient::Connect(const std::string& endpo
 }
 
 template <typename Call>
-Status EtcdClient::OnSomeMember(const std::string& what, Call call) const {
+Status EtcdClient::OnSomeMember(const std::string& what, Call call, std::chrono::milliseconds attempt) const {
+  const std::chrono::milliseconds each = attempt.count() > 0 ? attempt : deadline_;
   grpc::Status last;
   const size_t n = members_.size();
   const auto until = std::chrono::steady_clock::now() + retry_for_;
@@ -102,7 +103,7 @@ Status EtcdClient::OnSomeMember(const std::string& what, Call call) const {
     for (size_t i = 0; i < n; ++i) {
       const size_t k = (first + i) % n;
       grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + deadline_);
+      ctx.set_deadline(std::chrono::system_clock::now() + each);
       last = call(*members_[k], ctx);
       if (last.ok()) {
         current_ = k;
@@ -115,7 +116,7 @@ Status EtcdClient::OnSomeMember(const std::string& what, Call call) const {
   }
   const std::string why = "etcd " + what + " failed at " + endpoints_ + ": " + last.error_message();
   if (MemberUnreachable(last)) {
-    return Status::Unavailable(why + " (no member answered within " + std::to_string(deadline_.count()) +
+    return Status::Unavailable(why + " (no member answered within " + std::to_string(each.count()) +
                                " ms; is etcd running there?)");
   }
   return Status::IOError(why);
@@ -167,7 +168,8 @@ Result<int64_t> EtcdClient::Grant(int64_t ttl_s) const {
   return resp.id();
 }
 
-Result<int64_t> EtcdClient::KeepAlive(int64_t lease, std::chrono::steady_clock::time_point* sent) const {
+Result<int64_t> EtcdClient::KeepAlive(int64_t lease, std::chrono::steady_clock::time_point* sent,
+                                      std::chrono::milliseconds attempt) const {
   pb::LeaseKeepAliveRequest req;
   req.set_id(lease);
   pb::LeaseKeepAliveResponse resp;
@@ -180,7 +182,7 @@ Result<int64_t> EtcdClient::KeepAlive(int64_t lease, std::chrono::steady_clock::
     if (answered) ctx.TryCancel();  // the answer is in; do not wait for the server to close
     grpc::Status st = stream->Finish();
     return answered ? grpc::Status::OK : st;
-  }));
+  }, attempt));
   return resp.ttl();
 }
 

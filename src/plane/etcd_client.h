@@ -64,7 +64,12 @@ class EtcdClient {
   // One keep-alive; the lease's remaining TTL (<= 0: it has expired).
   // `sent`, if given: when the request that was answered went out (a call
   // that tried several members, or tried them again, sent several).
-  Result<int64_t> KeepAlive(int64_t lease, std::chrono::steady_clock::time_point* sent = nullptr) const;
+  // `attempt`, if above zero, bounds each try instead of the client's
+  // deadline: a renewal sent while etcd elects a raft leader is not
+  // answered once one is elected, only a renewal sent after is, so a
+  // long try leaves the last answered send that much further back.
+  Result<int64_t> KeepAlive(int64_t lease, std::chrono::steady_clock::time_point* sent = nullptr,
+                            std::chrono::milliseconds attempt = std::chrono::milliseconds(0)) const;
   Status Revoke(int64_t lease) const;
 
   // Blocks until a key in [prefix, PrefixEnd(prefix)) changes at a revision
@@ -109,8 +114,10 @@ class EtcdClient {
                  const std::function<bool(const std::vector<EtcdEvent>&)>& apply, const std::atomic<bool>& stop) const;
   // Runs `call` against each member from the current one on, until one
   // answers with anything but UNAVAILABLE or DEADLINE_EXCEEDED.
+  // Each try has `attempt` if above zero, else the client's deadline.
   template <typename Call>
-  Status OnSomeMember(const std::string& what, Call call) const;
+  Status OnSomeMember(const std::string& what, Call call,
+                      std::chrono::milliseconds attempt = std::chrono::milliseconds(0)) const;
 
   std::string endpoints_;
   std::chrono::milliseconds deadline_;

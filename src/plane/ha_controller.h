@@ -20,8 +20,9 @@ struct HaOptions {
   std::string prefix = "/bulwark/";  // --etcd-prefix: one per cluster
   std::string id;                    // --controller-id; "" -> hostname:pid
   // --etcd-lease: the TTL in seconds. 5: etcd electing a new raft leader
-  // (its leader member lost) stalls writes and keep-alives 1-2.1 s here,
-  // past the 2 s renew deadline a 3 s lease would give.
+  // (its leader member lost) held renewals 1.0-3.2 s apart on a loaded
+  // host, past the 2 s renew deadline a 3 s lease would give; a 5 s lease's
+  // is 4 s (leader.h).
   int64_t lease_s = 5;
   // --cluster-dir: the cluster directory agents and the CLI read
   // controller.addr from; each new term writes this controller's address

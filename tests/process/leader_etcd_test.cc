@@ -107,7 +107,9 @@ TEST_F(LeaderEtcd, AnUnansweredWriteSentAgainAfterItsTermIsRefusedByEtcd) {
   const std::string row = std::string(kPrefix) + "journal/demo/0000000000000002";
   auto landed = client_->Range(row);
   ASSERT_TRUE(landed.ok()) << landed.status().ToString();
-  if (!landed->empty()) EXPECT_LT((*landed)[0].mod_revision, b->term().revision);
+  if (!landed->empty()) {
+    EXPECT_LT((*landed)[0].mod_revision, b->term().revision);
+  }
   std::printf("[ leader] the unanswered first send %s\n", landed->empty() ? "never landed" : "landed in a's term");
 }
 
@@ -263,8 +265,10 @@ TEST_P(LeaderEtcdCluster, OneMemberKilledWhileLeadingChangesNothing) {
   auto rows = (*j)->Journal("demo");
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
   EXPECT_EQ(static_cast<int>(rows->size()), appended);
-  std::printf("[ leader] %d appends over 6 s with member %d of 3 (%s) killed after 20; slowest %.3f s\n", appended,
-              victim, GetParam() ? "raft leader" : "raft follower", slowest);
+  std::printf("[ leader] %d appends over 6 s with member %d of 3 (%s) killed after 20; slowest %.3f s; "
+              "longest renewal gap %.3f s\n",
+              appended, victim, GetParam() ? "raft leader" : "raft follower", slowest,
+              static_cast<double>((*lead)->LongestRenewalGapMs()) / 1000);
 }
 
 }  // namespace
