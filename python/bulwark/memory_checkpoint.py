@@ -52,6 +52,14 @@ SHARD_SOCKET_ENV = "BULWARK_SHARD_SOCKET"
 _RELEASE_TIMEOUT_S = 60    # a slot held longer means the agent is stuck
 _COPIES_TIMEOUT_S = 60     # the agent answers RESTORE once its fetches from peers end
 _MAX_CANDIDATES = 16       # distinct points one rank offers to the agreement
+# Images a rank keeps in its region. Two are not enough for a dead machine:
+# a survivor may have sealed step k+1 while the dead rank had sealed only
+# k (it died between the collective of k+1 and its save), and the push of k
+# had not finished, so the peer holds k-1. The survivor must still hold k-1:
+# k+1, k and k-1 are three. (A CI run with two: the survivor held 131 and
+# 130, the peer 129 and 128, and the restore went to durable storage, 11
+# steps back.)
+_SLOTS = 3
 _SOURCES = ("memory", "peer", "durable")
 
 Restored = collections.namedtuple("Restored", "step state source newest_step ms")
@@ -163,9 +171,9 @@ class MemoryCheckpoint:
         """A new region for images of about `image_bytes`, handed to the agent.
         Headroom: a state's pickle grows a little (optimizer state appears
         after the first step, ints get longer)."""
-        self._wait_released(range(2))   # slot numbers of the old region must not be confused
+        self._wait_released(range(_SLOTS))   # slot numbers of the old region must not be confused
         capacity = image_bytes + image_bytes // 4 + (64 << 10)
-        region = shard.Region.create("bulwark-shard-rank-%d" % self.rank, capacity, 2)
+        region = shard.Region.create("bulwark-shard-rank-%d" % self.rank, capacity, _SLOTS)
         self._send("REGION %d %d" % (self.rank, self.world_size), region.fd)
         while True:
             words, fd = self._recv(10)
@@ -197,21 +205,22 @@ class MemoryCheckpoint:
             self._open_region(need)
         slot = self._next
         self._drain()
-        # Both slots, not only the one about to be overwritten: the agent
+        # Every slot, not only the one about to be overwritten: the agent
         # must have pushed the previous step to the backup peer before this
-        # one is sealed. Then the peer always holds the step before the
-        # newest, and a dead machine costs at most one step. With only the
-        # slot's own release, pushes may fall two steps behind (the agent
-        # skips a superseded image), the survivors' two slots and the peer
-        # share no step, and the restore falls back to durable storage. The
-        # push had a whole step to finish, so this rarely waits.
-        self._wait_released(range(2))
+        # one is sealed. Then the peer holds at least the step before this
+        # rank's newest, and every other rank, at most one step ahead,
+        # still holds that step (_SLOTS): a dead machine costs at most two
+        # steps. With only the slot's own release, pushes may fall further
+        # behind (the agent skips a superseded image), the survivors' slots
+        # and the peer share no step, and the restore falls back to durable
+        # storage. The push had a whole step to finish, so this rarely waits.
+        self._wait_released(range(_SLOTS))
         r = self._region
         shard.write_image(r.mm, r.offset(slot), r.slot_capacity, shard.ShardInfo(step, self.rank, self.world_size),
                           meta, sections)
         self._in_agent.add(slot)
         self._send("SAVED %d %d" % (slot, step))
-        self._next = 1 - slot
+        self._next = (slot + 1) % _SLOTS
         self.save_ms += (time.monotonic() - t) * 1000.0
 
     def _drain(self):

@@ -171,7 +171,7 @@ def read_image(buf, offset=0, available=None, where="shard"):
 
 
 class Region:
-    """A shard region: created here (two slots per image) and handed to the
+    """A shard region: created here (a slot per image it keeps) and handed to the
     agent, or received from the agent (a copy it offers for a restore)."""
 
     def __init__(self, fd, mm, slot_capacity, slots):

@@ -158,13 +158,13 @@ class SaveRestoreTest(unittest.TestCase):
         m = MemoryCheckpoint(agent.path, 0, 1, note=lambda s: None)
         self.assertIsNone(m.restore())
 
-    def test_saves_alternate_slots_and_restore_returns_the_newest_with_the_rng(self):
+    def test_saves_rotate_through_three_slots_and_restore_returns_the_newest_with_the_rng(self):
         agent = Agent()
         m = MemoryCheckpoint(agent.path, 0, 1, note=lambda s: None)
         torch.manual_seed(3)
         for step in (1, 2, 3):
             m.save(step, {"w": torch.full((4,), float(step)), "step": step})
-        self.assertEqual(agent.wait_saved(3), [(0, 1), (1, 2), (0, 3)])
+        self.assertEqual(agent.wait_saved(3), [(0, 1), (1, 2), (2, 3)])
         expected_draw = torch.rand(3)   # what the RNG gives right after step 3
         torch.rand(100)                 # the job went on drawing before the fault
         m = MemoryCheckpoint(agent.path, 0, 1, note=lambda s: None)   # the rank restarted
@@ -178,6 +178,19 @@ class SaveRestoreTest(unittest.TestCase):
         m.save(4, {"w": torch.zeros(4)})
         info, meta, _ = shard.read_image(m._region.mm, m._region.offset(0), m._region.slot_capacity)
         self.assertEqual(json.loads(meta)["timeline"], next_timeline(0, 3))
+
+    def test_a_survivor_one_step_ahead_still_holds_the_step_a_lagging_peer_holds(self):
+        # The dead rank sealed k = 3 but its push of 3 did not finish: the
+        # peer holds 2 and 1. This rank sealed k + 1 = 4 and must hold 2.
+        agent = Agent()
+        m = MemoryCheckpoint(agent.path, 0, 2, note=lambda s: None)
+        for step in (1, 2, 3, 4):
+            m.save(step, {"v": step})
+        agent.wait_saved(4)
+        mine = [info.step for _, info, _ in m._region.sealed()]
+        self.assertEqual(mine, [4, 3, 2])
+        point, _ = newest_common_point([[(s, 0) for s in mine], [(2, 0), (1, 0)]])
+        self.assertEqual(point, (2, 0))
 
     def test_a_corrupt_newest_copy_falls_back_to_the_previous_step(self):
         agent = Agent()

@@ -4,7 +4,8 @@
 // without the Python client's every-step in-memory checkpoints
 // (python/bulwark/memory_checkpoint.py):
 //
-//   memory  each fault costs at most one step, the parameters right after
+//   memory  a kill costs at most one step, a dead machine or a corrupt
+//           image at most two, the parameters right after
 //           each restore are bitwise those the job printed at that step
 //           before the fault, and the faulted run is bitwise a fault-free
 //           run at a step reached after both faults;
@@ -200,8 +201,13 @@ TEST_P(PythonCheckpoints, ADdpJobSurvivesAKillAndADeadMachine) {
     if (Mode() == "memory") {
       ASSERT_TRUE(after.restore.is_object()) << "generation " << next->first << " did not restore";
       EXPECT_EQ(after.restore["step"], resumed);
-      EXPECT_LE(lost, 1) << names[i];
-      EXPECT_LE(inc.value("lost_steps", int64_t{99}), 1) << inc.dump();
+      // A survivor may have sealed one step more than the faulted rank:
+      // a kill restarts the rank on its own newest image (at most one step
+      // lost); a dead machine's peer copy, or a corrupt newest image's
+      // predecessor, may be one step older still (two).
+      const int64_t bound = i == 0 ? 1 : 2;
+      EXPECT_LE(lost, bound) << names[i];
+      EXPECT_LE(inc.value("lost_steps", int64_t{99}), bound) << inc.dump();
       EXPECT_EQ(inc.value("restored_step", int64_t{-1}), resumed) << inc.dump();
       EXPECT_EQ(inc.value("restore_source", ""), after.restore.value("source", "")) << inc.dump();
       // The kill restarts the rank in place (its memory, or the backup its
