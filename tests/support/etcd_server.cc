@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
+#include <fstream>
 #include <filesystem>
 #include <thread>
 
@@ -25,9 +27,29 @@ std::string EtcdBinary() {
 // each member's vote, and on the disk the whole suite writes to, what that
 // costs is the suite's load, not bulwark's. These tests are of bulwark's
 // side of etcd (a controller's 5 s lease must outlast an election).
+// Memory is scarcer than disk: a test process killed before its destructor
+// ran (a ctest timeout) leaves 64 MB of write-ahead log per member there,
+// so each new server first removes the directories whose test is gone.
 std::string MemoryTempDir() {
+  std::error_code ignored;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ignored)) {
+    if (e.path().filename().string().rfind("bulwark-etcd-", 0) != 0) continue;
+    std::ifstream in(e.path() / "owner.pid");
+    pid_t owner = 0;
+    if (in >> owner && owner > 0) {
+      if (::kill(owner, 0) == 0 || errno == EPERM) continue;
+    } else {
+      // No owner yet: another test between mkdtemp and writing it, unless old.
+      const auto written = std::filesystem::last_write_time(e.path(), ignored);
+      if (ignored || std::filesystem::file_time_type::clock::now() - written < std::chrono::minutes(10)) continue;
+    }
+    std::filesystem::remove_all(e.path(), ignored);
+  }
   char tmpl[] = "/dev/shm/bulwark-etcd-XXXXXX";
-  if (char* d = ::mkdtemp(tmpl)) return d;
+  if (char* d = ::mkdtemp(tmpl)) {
+    std::ofstream(std::string(d) + "/owner.pid") << ::getpid() << "\n";
+    return d;
+  }
   return MakeTempDir();
 }
 
