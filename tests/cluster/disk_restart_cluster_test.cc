@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "support/cluster_fixture.h"
+#include "support/process.h"
 
 namespace bulwark {
 namespace {
@@ -43,11 +45,23 @@ TEST_F(DiskRestarts, AMachineDownBeforeTheRestartsFirstStepDoesNotStopTheJob) {
   // The kill, then m02 down at once: the restart after the kill (a warm
   // spare on m01, m02's rank in place, both reloading from disk) cannot
   // complete a step without m02, as on the GPU, where the restart took
-  // longer than the 12 s between the faults (a CUDA rank's start).
-  Inject("kill", "m01");
-  const int64_t kill_ms = inject_ms_;
-  Inject("machine-down", "m02");
-  const int64_t down_ms = inject_ms_;
+  // longer than the 12 s between the faults (a CUDA rank's start). Both
+  // CLI calls run at once: one after the other put the down a whole call
+  // (100-360 ms under the suite's load) behind the kill, and once the
+  // restart had completed its first step 268 ms after the kill, before
+  // m02 went down at 363 ms.
+  const auto inject = [&](const char* fault, const char* machine) {
+    return std::make_unique<testing::Process>(std::vector<std::string>{
+        testing::BinDir() + "/bulwark", "inject", fault, "--machine", machine, "--dir", dir_});
+  };
+  const int64_t kill_ms = NowMs();
+  auto kill = inject("kill", "m01");
+  const int64_t down_ms = inject_ms_ = NowMs();
+  auto down = inject("machine-down", "m02");
+  for (auto* p : {kill.get(), down.get()}) {
+    testing::ProcessResult r = p->Wait(60);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
 
   s = WaitFor("the standby in m02's slot, training", 120, [&](const json& x) {
     return Stopped(x) || (x["job"]["state"] == "running" && x["job"]["placement"] == json({"m01", "m03"}) &&
