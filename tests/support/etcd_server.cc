@@ -142,9 +142,37 @@ bool EtcdServer::Restart(std::string* why) {
   return true;
 }
 
+namespace {
+
+// Whether every thread of `pid` is stopped ('T' in /proc/PID/task/*/stat).
+bool AllThreadsStopped(pid_t pid) {
+  std::error_code ec;
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream in(t.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), {});
+    const size_t paren = stat.rfind(')');  // the name may hold spaces
+    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'T' && stat[paren + 2] != 't') {
+      return false;
+    }
+  }
+  return !ec;
+}
+
+}  // namespace
+
+// kill() returns before the signal has stopped every thread: a write sent
+// right after could still be answered (etcd on /dev/shm answers within a
+// millisecond: one was, in a full suite). Returns once all are stopped.
 void EtcdServer::Freeze() {
   for (Member& m : members_) {
     if (m.process) ::kill(m.process->pid(), SIGSTOP);
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (Member& m : members_) {
+    while (m.process && !AllThreadsStopped(m.process->pid()) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 }
 
