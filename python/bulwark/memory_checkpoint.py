@@ -56,9 +56,9 @@ _MAX_CANDIDATES = 16       # distinct points one rank offers to the agreement
 # a survivor may have sealed step k+1 while the dead rank had sealed only
 # k (it died between the collective of k+1 and its save), and the push of k
 # had not finished, so the peer holds k-1. The survivor must still hold k-1:
-# k+1, k and k-1 are three. (A full suite here, with two: the survivor held 131 and
-# 130, the peer 129 and 128, and the restore went to durable storage, 11
-# steps back.)
+# k+1, k and k-1 are three. (A full suite here, with two: the survivor held
+# 131 and 130, the peer 129 and 128, and the restore went to durable
+# storage, 11 steps back.)
 _SLOTS = 3
 _SOURCES = ("memory", "peer", "durable")
 
