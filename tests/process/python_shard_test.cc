@@ -127,7 +127,7 @@ TEST(PythonShards, APythonRanksSavesReachTheStorePeerAndDiskAndComeBack) {
       "m = MemoryCheckpoint(os.environ['BULWARK_SHARD_SOCKET'], 0, 2, note=lambda s: None)\n"
       "for step in range(1, 6):\n"
       "    m.save(step, {'w': torch.full((1000,), float(step))})\n"
-      "m._wait_released(range(3))\n",  // the agent sent and persisted everything (3 slots)
+      "m._wait_released(range(m._region.slots))\n",  // the agent sent and persisted everything
       {{"BULWARK_SHARD_SOCKET", dir + "/a.sock"}});
   ASSERT_EQ(py.exit_code, 0) << py.err;
   // The rank is gone; its machine's memory keeps its images.

@@ -3,11 +3,11 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "plane/etcd_client.h"
