@@ -136,14 +136,18 @@ Result<std::vector<ShardCopy>> ShardClient::Copies(int timeout_ms) {
 }
 
 Status ShardClient::OpenRegion(const std::vector<size_t>& images, bool peer_writes) {
-  if (images.empty() || 2 * images.size() > static_cast<size_t>(kMaxSlots)) {
-    return Status::InvalidArgument("a shard region holds 1 to " + std::to_string(kMaxSlots / 2) + " images");
+  if (images.empty() || kSlotsPerImage * images.size() > static_cast<size_t>(kMaxSlots)) {
+    return Status::InvalidArgument("a shard region holds 1 to " + std::to_string(kMaxSlots / kSlotsPerImage) +
+                                   " images");
   }
   const size_t capacity = *std::max_element(images.begin(), images.end());
-  auto r = ShardRegion::Create("bulwark-shard-rank-" + std::to_string(rank_), capacity, 2 * static_cast<int>(images.size()));
+  auto r = ShardRegion::Create("bulwark-shard-rank-" + std::to_string(rank_), capacity,
+                               kSlotsPerImage * static_cast<int>(images.size()));
   if (!r.ok()) return r.status();
   region_ = std::move(*r);
   images_ = static_cast<int>(images.size());
+  pushes_ = !peer_writes;
+  next_ = 0;
   BULWARK_RETURN_IF_ERROR(SendShardMessage(
       sock_, "REGION " + std::to_string(rank_) + " " + std::to_string(world_size_) + (peer_writes ? " PEERWRITES" : ""),
       region_.fd()));
@@ -178,16 +182,21 @@ Status ShardClient::BeginSave(std::vector<ShardImageParts> images, std::function
   BULWARK_RETURN_IF_ERROR(WaitCopied());
   auto t = Clock::now();
   Status st = Status::OK();
-  for (int i = 0; i < images_ && st.ok(); ++i) st = WaitReleased(next_ + 2 * i);
+  // A pushing rank waits for every slot (the previous image's push; see the
+  // header), the others only for the slots about to be overwritten. The
+  // push had a whole step to finish, so this rarely waits.
+  for (int i = 0; i < images_ * kSlotsPerImage && st.ok(); ++i) {
+    if (pushes_ || i % kSlotsPerImage == next_) st = WaitReleased(i);
+  }
   blocked_ms_ += MsSince(t);
   BULWARK_RETURN_IF_ERROR(st);
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = Job{next_, std::move(images), std::move(ready)};
-    for (int i = 0; i < images_; ++i) in_agent_[next_ + 2 * i] = true;  // announced by the copier when sealed
+    for (int i = 0; i < images_; ++i) in_agent_[next_ + kSlotsPerImage * i] = true;  // announced when sealed
   }
   cv_.notify_all();
-  next_ = 1 - next_;
+  next_ = (next_ + 1) % kSlotsPerImage;
   return Status::OK();
 }
 
@@ -219,7 +228,7 @@ void ShardClient::CopyLoop() {
     lock.unlock();
     Status st = job.ready ? job.ready() : Status::OK();
     for (size_t i = 0; i < job.images.size(); ++i) {
-      const int slot = job.first_slot + 2 * static_cast<int>(i);
+      const int slot = job.first_slot + kSlotsPerImage * static_cast<int>(i);
       const ShardImageParts& im = job.images[i];
       const double cpu0 = ThreadCpuMs();
       if (st.ok()) st = WriteShardImage(region_.slot(slot), region_.slot_capacity(), im.info, im.meta, im.sections);

@@ -1,19 +1,32 @@
 // ShardClient: a rank's side of every-step in-memory checkpoints.
 //
-// Saving: the rank owns a two-slot region of shared memory that its agent
-// maps. After each optimizer step it starts copying its shard into one slot
-// on a background thread, so the copy overlaps the next step's forward and
-// backward, while the other slot keeps the previous complete image. It
-// blocks only (1) before the next optimizer step, if the copy is still
-// running (the update would change what is being copied), and (2) before
-// reusing a slot the agent is still sending to the backup peer or
-// persisting. Both waits are measured.
+// Saving: the rank owns a region of shared memory, three slots per image,
+// that its agent maps. After each optimizer step it starts copying its shard
+// into the next slot on a background thread, so the copy overlaps the next
+// step's forward and backward, while the other slots keep the previous
+// complete images. It blocks only (1) before the next optimizer step, if the
+// copy is still running (the update would change what is being copied), and
+// (2) before reusing a slot the agent is still sending to the backup peer or
+// persisting; a rank whose agent pushes its backup also waits until the
+// previous image has been pushed. Both waits are measured.
+//
+// Why three slots, and why that second wait: a rank that dies right after
+// step s's collectives, before sealing s, leaves the others able to finish
+// s and seal it. Its backup peer holds s-2 once every push finishes before
+// the next image is sealed (without that wait a slow push is superseded and
+// the peer may hold older still). The others hold s, s-1 and s-2, so every
+// rank shares s-2: a dead machine costs at most two steps instead of a trip
+// to durable storage. A killed rank's own memory keeps its newest image: at
+// most one step.
 //
 // Replicated state: when every rank holds the whole state (data parallel,
 // unsharded optimizer), the rank that holds rank b's backup (its agent says
 // so in BULWARK_SHARD_BACKUP_OF) writes b's image itself, from its own
-// memory, into two more slots, and each rank tells its agent that its peer
-// does the same for it (PEERWRITES), so nothing crosses the network.
+// memory, into slots of its own region, and each rank tells its agent that
+// its peer does the same for it (PEERWRITES), so nothing crosses the
+// network. Those backups are of the writer's own steps, so they need no
+// wait for a push; the third slot serves a pipeline, whose other stages
+// push theirs.
 //
 // Restoring: the agent offers every copy of the rank's shard it can reach
 // (its memory, copies it fetched from peers, durable storage); the caller
@@ -85,9 +98,10 @@ class ShardClient {
   // Unmaps the regions Copies() received; copies from it become invalid.
   void ReleaseCopies() { offered_.clear(); }
 
-  // Creates this rank's region, two slots for each of `images` images of up
-  // to that many bytes, and hands it to the agent; `peer_writes`: the backup
-  // peer writes this rank's backup itself (see above).
+  // Creates this rank's region, kSlotsPerImage slots for each of `images`
+  // images of up to that many bytes, and hands it to the agent;
+  // `peer_writes`: the backup peer writes this rank's backup itself (see
+  // above), so the agent pushes nothing.
   Status OpenRegion(const std::vector<size_t>& images, bool peer_writes = false);
   Status OpenRegion(size_t image_bytes) { return OpenRegion(std::vector<size_t>{image_bytes}); }
   // Starts sealing the images (as many as OpenRegion said, in that order)
@@ -118,9 +132,11 @@ class ShardClient {
   int rank_ = 0, world_size_ = 1;
   std::vector<std::unique_ptr<ShardRegion>> offered_;  // regions the agent handed over
   ShardRegion region_;
-  static constexpr int kMaxSlots = 8;
+  static constexpr int kSlotsPerImage = 3;
+  static constexpr int kMaxSlots = 4 * kSlotsPerImage;
   int images_ = 1;
-  int next_ = 0;  // image i goes to slot 2*i + next_
+  bool pushes_ = true;  // the agent pushes this rank's images to the backup peer
+  int next_ = 0;        // image i goes to slot kSlotsPerImage*i + next_
   std::atomic<bool> in_agent_[kMaxSlots] = {};  // SAVED sent, RELEASED not yet received
   double blocked_ms_ = 0;
   std::atomic<double> copy_ms_{0};
@@ -128,7 +144,7 @@ class ShardClient {
   std::mutex mu_;
   std::condition_variable cv_;
   struct Job {
-    int first_slot;  // image i goes to first_slot + 2*i
+    int first_slot;  // image i goes to first_slot + kSlotsPerImage*i
     std::vector<ShardImageParts> images;
     std::function<Status()> ready;
   };

@@ -95,7 +95,9 @@ TEST_F(Pipeline, GroupsBackupsAndInMemoryRecoveryEndBitwiseLikeAFaultFreeRun) {
   WaitFor("steps after the restart", 30, [&](const json& x) { return x["job"]["last_step"] > before + 15; });
   inc = Survive("machine-down", "m02");
   EXPECT_EQ(inc.value("resolution", ""), "evicted_and_replaced") << inc.dump();
-  EXPECT_LE(inc.value("lost_steps", int64_t{99}), 1) << inc.dump();
+  // The backup on m03 was pushed, and pushes trail by one image: a rank that
+  // died before sealing step s left s-2 there (shard_client.h).
+  EXPECT_LE(inc.value("lost_steps", int64_t{99}), 2) << inc.dump();
   s = Query("status");
   std::printf("[ timing ] machine-down recovered at step %d of %d\n", s["job"]["last_step"].get<int>(), kSteps);
   EXPECT_EQ(s["job"]["placement"], json({"m01", "m05", "m03", "m04"}));
