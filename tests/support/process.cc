@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -128,10 +129,32 @@ bool Process::WaitForOutput(const std::string& needle, double timeout_s) {
 
 std::string BinDir() { return BULWARK_BIN_DIR; }
 
+namespace {
+std::mutex made_mu;
+std::vector<std::string>* made = nullptr;  // never freed: read at exit
+
+// At exit, after a run whose every test passed: a failed one keeps its
+// directories to read. (Each full suite left ~3,000 here before.)
+void RemoveMadeDirs() {
+  std::lock_guard<std::mutex> lock(made_mu);
+  if (made == nullptr || !::testing::UnitTest::GetInstance()->Passed()) return;
+  for (const std::string& d : *made) {
+    std::error_code ignored;
+    std::filesystem::remove_all(d, ignored);
+  }
+}
+}  // namespace
+
 std::string MakeTempDir() {
   char tmpl[] = "/tmp/bulwark-test-XXXXXX";
   char* d = ::mkdtemp(tmpl);
   if (!d) throw std::runtime_error("mkdtemp failed");
+  std::lock_guard<std::mutex> lock(made_mu);
+  if (made == nullptr) {
+    made = new std::vector<std::string>();
+    std::atexit(RemoveMadeDirs);
+  }
+  made->push_back(d);
   return d;
 }
 

@@ -45,7 +45,7 @@ inline ProcessResult Run(std::vector<std::string> argv, std::map<std::string, st
 }
 
 std::string BinDir();        // where build/bin is, from the build
-std::string MakeTempDir();   // a fresh directory under /tmp
+std::string MakeTempDir();   // a fresh directory under /tmp, removed at exit if every test passed
 
 // The trainer's data set from `bulwark-train prepare --corpus kjv` plus
 // `args`, prepared once per build directory and shared read-only by every

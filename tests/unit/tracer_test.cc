@@ -209,6 +209,11 @@ class PythonProcess {
   ~PythonProcess() {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
+    if (dir_ != "/tmp") {  // each run left its script behind: 207 of them here
+      ::unlink(script_.c_str());
+      ::unlink((dir_ + "/ready").c_str());
+      ::rmdir(dir_.c_str());
+    }
   }
   pid_t pid() const { return pid_; }
   const std::string& script() const { return script_; }
