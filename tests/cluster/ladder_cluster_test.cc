@@ -12,6 +12,7 @@
 
 #include <algorithm>
 
+#include "cluster/local/local_cluster.h"
 #include "support/cluster_fixture.h"
 
 namespace bulwark {
@@ -188,14 +189,7 @@ TEST_F(Ladder, ARestartedControllerResendsTheDiagnosticsInFlight) {
   // The controller dies at its kill point; wait for that, then start one.
   bool dead = false;
   for (int i = 0; i < 900 && !dead; ++i) {
-    dead = ::kill(first, 0) != 0;
-    if (!dead) {
-      std::ifstream stat("/proc/" + std::to_string(first) + "/stat");
-      std::string line;
-      std::getline(stat, line);
-      const size_t paren = line.rfind(')');
-      dead = paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
-    }
+    dead = !cluster::Running(first);
     if (!dead) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_TRUE(dead) << "the controller never reached journaled:training_anomaly#2";

@@ -28,6 +28,7 @@
 #include <fstream>
 #include <map>
 
+#include "cluster/local/local_cluster.h"
 #include "support/cluster_fixture.h"
 #include "support/process.h"
 
@@ -469,7 +470,7 @@ TEST_F(PythonStacksCluster, BulwarkRunTrainsTheGptExampleThroughAKillToExitCodeZ
   std::ifstream pid_file(dir_ + "/controller.pid");
   int pid = 0;
   pid_file >> pid;
-  EXPECT_TRUE(pid <= 0 || ::kill(pid, 0) != 0) << "bulwark run left the controller up";
+  EXPECT_FALSE(cluster::Running(pid)) << "bulwark run left the controller up";
   std::printf("[ run    ] %s", res.out.substr(res.out.rfind("job gpt completed")).c_str());
 }
 

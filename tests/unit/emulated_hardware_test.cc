@@ -15,11 +15,34 @@
 #include "cluster/layout.h"
 #include "cluster/local/emulated_hardware.h"
 #include "cluster/local/emulator.h"
+#include "cluster/local/local_cluster.h"
 #include "cluster/local/slow_injector.h"
 #include "support/process.h"
 
 namespace bulwark {
 namespace {
+
+// `bulwark down` and `up` ask whether the cluster's processes still run. An
+// exited one that its parent has not reaped answers kill(0) for as long as
+// the parent takes (init, here, took 1.9 s): it is not running.
+TEST(LocalCluster, AnExitedProcessNotYetReapedIsNotRunning) {
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  EXPECT_TRUE(cluster::Running(child));
+  ::kill(child, SIGTERM);
+  // Exited, unreaped: wait for the zombie without reaping it.
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT), 0);
+  EXPECT_EQ(::kill(child, 0), 0) << "a zombie still answers kill(0)";
+  EXPECT_FALSE(cluster::Running(child));
+  ::waitpid(child, nullptr, 0);
+  EXPECT_FALSE(cluster::Running(child));
+  EXPECT_FALSE(cluster::Running(0));
+}
 
 // The slow injector stops and resumes real processes, and leaves none stopped.
 TEST(SlowInjector, DutyCyclesAndResumesOnStop) {

@@ -21,7 +21,10 @@ std::vector<std::string> MachineIds(int total);
 // the CLI), with stdout and stderr appended to `log`.
 Status SpawnDetached(const std::vector<std::string>& argv, const std::string& log);
 
-// The pid in `pid_file` if that process is alive; NotFound otherwise.
+// True while `pid` runs: an exited process that its parent has not reaped
+// yet (a zombie) is not running.
+bool Running(pid_t pid);
+// The pid in `pid_file` if that process is running; NotFound otherwise.
 Result<pid_t> LivePid(const std::string& pid_file);
 
 // Every process's children, by parent pid (one scan of /proc).
