@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "bulwark.grpc.pb.h"
@@ -53,7 +54,8 @@ Result<std::string> OwnAddress(const std::string& dir) {
 
 }  // namespace
 
-int FreeTcpPort() {
+namespace {
+int BindAndReleasePort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in any{};
   any.sin_family = AF_INET;
@@ -65,6 +67,23 @@ int FreeTcpPort() {
   }
   ::close(fd);
   return port;
+}
+}  // namespace
+
+int FreeTcpPort() {
+  // Released, a port may be the kernel's next answer too: two of a test's
+  // three etcd members were once given the same client port, so the cluster
+  // ran on two, and losing one more lost its quorum. A port is handed out
+  // once per process.
+  static Mutex mu;
+  static std::set<int>* given PT_GUARDED_BY(mu) = new std::set<int>();
+  MutexLock lock(&mu);
+  for (int tries = 0; tries < 64; ++tries) {
+    const int port = BindAndReleasePort();
+    if (port < 0) return -1;
+    if (given->insert(port).second) return port;
+  }
+  return -1;
 }
 
 Status RunHaController(ControllerOptions options, const HaOptions& ha) {

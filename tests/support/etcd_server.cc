@@ -1,6 +1,7 @@
 #include "support/etcd_server.h"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -53,28 +54,44 @@ std::string MemoryTempDir() {
   return MakeTempDir();
 }
 
+// A child of this process that has exited (not reaped: its Process waits).
+bool Exited(pid_t pid) {
+  siginfo_t info{};
+  return ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
+}
+
 }  // namespace
 
 int FreePort() { return plane::FreeTcpPort(); }
 
 std::unique_ptr<EtcdServer> EtcdServer::Start(std::string* why, int members, const std::string& host) {
-  std::unique_ptr<EtcdServer> s(new EtcdServer());
-  const std::string dir = MemoryTempDir();
-  s->root_ = dir;
-  s->members_.resize(static_cast<size_t>(members));
-  for (int i = 0; i < members; ++i) {
-    Member& m = s->members_[static_cast<size_t>(i)];
-    m.name = "m" + std::to_string(i);
-    m.dir = dir + "/" + m.name;
-    m.client = host + ":" + std::to_string(FreePort());
-    m.peer_url = "http://" + host + ":" + std::to_string(FreePort());
-    s->initial_cluster_ += (i ? "," : "") + m.name + "=" + m.peer_url;
+  // A port is free when FreePort answers, not when etcd binds it: another
+  // test may take it between the two, and then the member exits ("address
+  // already in use") while the others answer, or its client port answers
+  // for the other test's etcd. Such a cluster has a member fewer than it
+  // says, and losing one more loses its quorum. Fresh ports, then.
+  for (int attempt = 0;; ++attempt) {
+    std::unique_ptr<EtcdServer> s(new EtcdServer());
+    const std::string dir = MemoryTempDir();
+    s->root_ = dir;
+    s->members_.resize(static_cast<size_t>(members));
+    for (int i = 0; i < members; ++i) {
+      Member& m = s->members_[static_cast<size_t>(i)];
+      m.name = "m" + std::to_string(i);
+      m.dir = dir + "/" + m.name;
+      m.client = host + ":" + std::to_string(FreePort());
+      m.peer_url = "http://" + host + ":" + std::to_string(FreePort());
+      s->initial_cluster_ += (i ? "," : "") + m.name + "=" + m.peer_url;
+    }
+    for (Member& m : s->members_) s->Launch(m, /*existing=*/false);
+    bool up = true;
+    for (const Member& m : s->members_) up = up && s->WaitAnswers(m, why);
+    int exited = 0;
+    for (const Member& m : s->members_) exited += m.process == nullptr || Exited(m.process->pid());
+    if (up && exited == 0) return s;
+    if (exited > 0) *why = std::to_string(exited) + " etcd member(s) exited at start (a port taken?)";
+    if (attempt == 2) return nullptr;
   }
-  for (Member& m : s->members_) s->Launch(m, /*existing=*/false);
-  for (const Member& m : s->members_) {
-    if (!s->WaitAnswers(m, why)) return nullptr;
-  }
-  return s;
 }
 
 // The members go first, then their data: etcd preallocates 64 MB of
