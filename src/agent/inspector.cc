@@ -93,14 +93,6 @@ int64_t ProcessCpuTicks(pid_t pid) {
   return utime < 0 || stime < 0 ? -1 : utime + stime;
 }
 
-char ProcessState(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return 0;
-  const size_t paren = line.rfind(')');  // the command name may hold spaces
-  return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : 0;
-}
-
 std::vector<std::pair<int, std::string>> StuckRanks::Check(const std::map<int, pid_t>& pids, Clock::time_point now) {
   std::vector<std::pair<int, std::string>> out;
   std::map<int, Seen> still;

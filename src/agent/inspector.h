@@ -58,9 +58,7 @@ struct InspectorPaths {
 // `gpu` null: no NVML, the emulated device alone.
 HealthReading Inspect(const InspectorPaths& paths, GpuHealth* gpu = nullptr);
 
-// The state letter of /proc/PID/stat ('R', 'S', 'D', 'T', ...), or 0.
-char ProcessState(pid_t pid);
-// Its CPU time so far (utime + stime, in clock ticks), or -1.
+// A process's CPU time so far (utime + stime, in clock ticks), or -1.
 int64_t ProcessCpuTicks(pid_t pid);
 
 // StuckRanks: ranks that stay stopped (T) or in uninterruptible sleep (D)

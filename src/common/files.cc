@@ -149,4 +149,10 @@ std::string JoinPath(const std::string& a, const std::string& b) {
   return a + "/" + b;
 }
 
+char ProcessState(pid_t pid) {
+  const std::string line = ReadFirstLine("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = line.rfind(')');  // the command name may hold spaces and parentheses
+  return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : 0;
+}
+
 }  // namespace bulwark

@@ -2,6 +2,8 @@
 // OS's reason; nothing here throws or exits.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -27,5 +29,9 @@ bool IsDirectory(const std::string& path);
 // Names (not paths) of the entries of `dir`, sorted; empty if it does not exist.
 std::vector<std::string> ListDir(const std::string& dir);
 std::string JoinPath(const std::string& a, const std::string& b);
+
+// The state letter of /proc/PID/stat ('R', 'S', 'D', 'T', 'Z', ...), or 0
+// when it cannot be read. A thread's id reads its own state.
+char ProcessState(pid_t pid);
 
 }  // namespace bulwark

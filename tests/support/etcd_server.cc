@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/files.h"
 #include "plane/etcd_client.h"
 #include "plane/ha_controller.h"
 
@@ -166,12 +167,8 @@ bool AllThreadsStopped(pid_t pid) {
   std::error_code ec;
   const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
   for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
-    std::ifstream in(t.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), {});
-    const size_t paren = stat.rfind(')');  // the name may hold spaces
-    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'T' && stat[paren + 2] != 't') {
-      return false;
-    }
+    const char state = ProcessState(static_cast<pid_t>(std::atol(t.path().filename().c_str())));
+    if (state != 0 && state != 'T' && state != 't') return false;
   }
   return !ec;
 }

@@ -24,6 +24,7 @@
 #include "cluster/local/slow_injector.h"
 #include "agent/timing.h"
 #include "agent/workers.h"
+#include "common/files.h"
 #include "rank_client/rank_link.h"
 #include "support/process.h"
 
@@ -330,7 +331,7 @@ TEST(Inspector, ARankThatRunsBetweenReadingsIsNotStuck) {
   int seen_stopped = 0;
   for (int i = 0; i <= 12; ++i) {
     ::usleep(250 * 1000);
-    seen_stopped += agent::ProcessState(child) == 'T' ? 1 : 0;
+    seen_stopped += ProcessState(child) == 'T' ? 1 : 0;
     EXPECT_TRUE(stuck.Check({{3, child}}, t0 + std::chrono::seconds(i)).empty()) << "reading " << i;
   }
   slow.Stop();

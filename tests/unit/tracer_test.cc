@@ -25,6 +25,7 @@
 #include "agent/inspector.h"
 #include "agent/python_stack.h"
 #include "agent/tracer.h"
+#include "common/files.h"
 #include "controller/stack_analyzer.h"
 #include "support/python_image.h"
 #include "support/pythons.h"
@@ -142,10 +143,10 @@ TEST(Libdw, TheProcessRunsOnAfterTheCapture) {
   // Detached and not left stopped: back in pause(), state S (a tracee left
   // behind would read 't' or 'T').
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  char state = agent::ProcessState(p.pid());
+  char state = ProcessState(p.pid());
   while (state != 'S' && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    state = agent::ProcessState(p.pid());
+    state = ProcessState(p.pid());
   }
   EXPECT_EQ(state, 'S');
   // And it can be captured again (no tracer still attached).

@@ -64,10 +64,7 @@ bool Running(pid_t pid) {
   // detached processes of `bulwark up` have init for a parent: this host's
   // reaped them 1.9 s after they exited, which each `bulwark down` waited
   // out twice (agents, then the controller). Exited is gone.
-  Result<std::string> stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat.ok()) return true;  // no /proc: as kill(0) said
-  const size_t paren = stat->rfind(')');  // the name may hold spaces and parentheses
-  const char state = paren != std::string::npos && paren + 2 < stat->size() ? (*stat)[paren + 2] : '?';
+  const char state = ProcessState(pid);  // 0 without /proc: as kill(0) said
   return state != 'Z' && state != 'X';
 }
 
