@@ -33,6 +33,10 @@ const std::vector<Flag> kLadder = {
     {"failure-rate", "P", "daily failure probability per machine the standby target is sized for"},
 };
 
+// The policy's thresholds from a file (controller/policy_fields.h).
+const Flag kPolicy = {"policy", "FILE",
+                      "YAML or JSON of policy fields, e.g. {slow_round: 10, hang_factor: 5} (docs/control-plane.md)"};
+
 // The flags the demo and the benchmarks share (run_commands.cc).
 const std::vector<Flag> kRun = {
     {"out", "DIR", "where the report and the cluster go"},
@@ -65,7 +69,8 @@ const std::vector<Command>& Commands() {
              {"netns", "", "local: each machine in a network namespace of its own, on a bridge (real links) [the default as root]"},
              {"no-netns", "", "local: the machines share this host's network (emulated link faults) [BULWARK_NETNS=off]"},
              {"fence-timeout", "S", "an agent cut off from the controller this long stops its ranks [3 in namespaces, else 0: off]"},
-             {"racks", "K", "local, namespaces: K racks r0..rK-1, a bridge each under a spine; the job's machines in blocks, standbys one a rack in turn [none]"}},
+             {"racks", "K", "local, namespaces: K racks r0..rK-1, a bridge each under a spine; the job's machines in blocks, standbys one a rack in turn [none]"},
+             kPolicy},
             kLadder)},
       {"down", "stop the cluster: agents (and their ranks), then the controller", {}, {}},
       {"run",
@@ -79,6 +84,7 @@ const std::vector<Command>& Commands() {
         {"ranks-per-machine", "R", "ranks per machine [1]"},
         {"progress", "REGEX", "read steps from the ranks' output, e.g. 'step (?P<step>\\d+) loss (?P<loss>\\S+)'"},
         {"name", "NAME", "the job's name [run]"},
+        kPolicy,
         kJson}},
       {"submit",
        "run a job",

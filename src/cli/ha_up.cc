@@ -124,6 +124,10 @@ Result<ControlClient> StartHa(const Args& a, const cluster::Layout& layout, cons
     if (Result<std::string> fence = ReadFile(layout.fence_timeout()); fence.ok()) {
       BULWARK_RETURN_IF_ERROR(WriteFileAtomic(own.fence_timeout(), *fence));
     }
+    std::remove(own.policy().c_str());  // ... and the policy `up --policy` wrote
+    if (Result<std::string> policy = ReadFile(layout.policy()); policy.ok()) {
+      BULWARK_RETURN_IF_ERROR(WriteFileAtomic(own.policy(), *policy));
+    }
     std::remove(own.controller_pid().c_str());
     std::vector<std::string> argv = {self,          "controller", "--init",        "--dir",       own.dir,
                                      "--etcd",      *endpoints,   "--etcd-prefix", prefix,        "--controller-id",

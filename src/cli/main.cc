@@ -45,6 +45,7 @@
 #include "control_client/control_client.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "cli/ha_up.h"
 #include "cli/inject_commands.h"
 #include "cli/job_file.h"
@@ -130,6 +131,7 @@ struct UpRequest {
   bool netns_auto = false;   // not asked for: fall back to the shared stack where namespaces fail
   std::string shared_why;    // auto and shared: why (a flag that needs the shared stack)
   int racks = 0;             // --racks K: failure domains, each rack a bridge of its own (namespaces only)
+  json policy;               // --policy FILE's fields, checked; null: the shipped defaults
 };
 
 // "a,b,c" -> {"a", "b", "c"}; "" -> {}.
@@ -213,6 +215,11 @@ Result<UpRequest> CheckUpFlags(const Args& a) {
   BULWARK_RETURN_IF_ERROR(
       controller::ApplyLadderFlags(a.Get("ladder-rungs"), a.Get("ladder-tests"), a.Get("ladder-budget"), &ladder));
   BULWARK_RETURN_IF_ERROR(controller::ApplyLadderAlignEvery(a.Get("ladder-align-every"), &ladder));
+  if (a.Has("policy")) {
+    Result<json> policy = ReadPolicyFile(a.Get("policy"));
+    if (!policy.ok()) return policy.status();
+    up.policy = *policy;
+  }
   return up;
 }
 
@@ -375,6 +382,8 @@ Status Up(const Args& a) {
   if (Result<std::chrono::milliseconds> f = cluster::ReadFenceTimeout(layout); !f.ok()) {
     return Status::InvalidArgument("up: --fence-timeout '" + fence + "' is not seconds; e.g. --fence-timeout 3");
   }
+  std::remove(layout.policy().c_str());
+  if (!up->policy.is_null()) BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.policy(), up->policy.dump(2) + "\n"));
   Result<ControlClient> client =
       a.Has("ha") ? StartHa(a, layout, self, places->listen, places->netns ? &*places->netns : nullptr)
                   : StartController(a, layout, self);

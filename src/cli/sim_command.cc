@@ -2,62 +2,15 @@
 
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
 
+#include "cli/config_file.h"
 #include "sim/sim.h"
 
 namespace bulwark::cli {
-namespace {
 
 using nlohmann::json;
-
-// YAML scalars become numbers or booleans where they read as one, so a
-// sim.yaml and its JSON twin give the same config.
-json FromYaml(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map: {
-      json j = json::object();
-      for (const auto& kv : n) j[kv.first.as<std::string>()] = FromYaml(kv.second);
-      return j;
-    }
-    case YAML::NodeType::Sequence: {
-      json j = json::array();
-      for (const auto& x : n) j.push_back(FromYaml(x));
-      return j;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string s = n.Scalar();
-      if (s == "true" || s == "false") return s == "true";
-      try {
-        size_t used = 0;
-        double v = std::stod(s, &used);
-        if (used == s.size()) return v;
-      } catch (const std::exception&) {
-      }
-      return s;
-    }
-    default:
-      return nullptr;
-  }
-}
-
-Result<json> ReadConfigFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound("--config " + path + ": cannot read it; give a YAML or JSON file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    if (path.size() > 5 && path.substr(path.size() - 5) == ".json") return json::parse(ss.str());
-    return FromYaml(YAML::Load(ss.str()));
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument("--config " + path + ": " + e.what());
-  }
-}
-
-}  // namespace
 
 Status SimCmd(const std::map<std::string, std::string>& flags) {
   auto has = [&](const char* k) { return flags.count(k) != 0; };
@@ -67,7 +20,7 @@ Status SimCmd(const std::map<std::string, std::string>& flags) {
   }
   json overrides = json::object();
   if (has("config")) {
-    Result<json> file = ReadConfigFile(flags.at("config"));
+    Result<json> file = ReadConfigFile(flags.at("config"), "--config");
     if (!file.ok()) return file.status();
     overrides = *file;
   }

@@ -23,6 +23,8 @@
 //   DIR/netns.json                       the machines' network namespaces, if any (cluster/local/netns.h)
 //   DIR/fence-timeout                    seconds an agent cut off from the controller waits before it
 //                                        stops its ranks (cluster/fence.h); absent: no fencing
+//   DIR/policy.json                      the policy fields `up --policy` set (controller/policy_fields.h);
+//                                        absent: the shipped defaults
 //   DIR/slurm/jobs                       Slurm jobs the controller submitted for more nodes (`down` cancels them)
 //   DIR/slurm/agents                     spare nodes of the allocation the controller started agents on
 //   DIR/slurm/job-J.log                  their output (the agent's log)
@@ -46,6 +48,7 @@ struct Layout {
   std::string signatures() const { return dir + "/signatures.tsv"; }
   std::string backend() const { return dir + "/backend.json"; }
   std::string fence_timeout() const { return dir + "/fence-timeout"; }
+  std::string policy() const { return dir + "/policy.json"; }
   std::string netns() const { return dir + "/netns.json"; }
   std::string slurm() const { return dir + "/slurm"; }
   std::string slurm_jobs() const { return slurm() + "/jobs"; }

@@ -6,6 +6,7 @@
 #include <set>
 #include <vector>
 
+#include "controller/policy_json.h"
 #include "plane/codec.h"
 #include "plane/plane.h"
 #include "plane/status_view.h"
@@ -128,6 +129,7 @@ json RenderStatus(const StatusView& v) {
   json j{{"controller_up_s", v.up_s}};
   if (!v.error.empty()) j["error"] = v.error;
   j["metrics"] = v.metrics_url.empty() ? json(nullptr) : json(v.metrics_url);
+  j["policy"] = controller::PolicyJson(v.policy);
   json machines = json::array();
   for (const StatusView::Machine& m : v.machines) machines.push_back(MachineJson(m));
   j["machines"] = std::move(machines);
@@ -150,6 +152,7 @@ json Plane::StatusJson(Time now) {
     v.up_s = ToMs(now - started_) / 1000.0;
     if (!journal_error_.ok()) v.error = journal_error_.ToString();
     v.metrics_url = metrics_url_;
+    v.policy = controller::ChangedPolicy(options_.policy);
     v.machines.reserve(agents_.size());
     for (const auto& [id, a] : agents_) {
       StatusView::Machine m;

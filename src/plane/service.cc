@@ -23,6 +23,7 @@
 #include "cluster/tls.h"
 #include "common/files.h"
 #include "common/token.h"
+#include "controller/policy_json.h"
 #include "plane/call_token.h"
 #include "plane/codec.h"
 #include "plane/command_streams.h"
@@ -309,6 +310,18 @@ AddressRules AddressRulesFor(const cluster::Layout& layout, const std::string& l
   return r;
 }
 
+// The policy fields `bulwark up --policy FILE` wrote (cluster/layout.h); a
+// cluster without the file runs the shipped defaults. `up` checked the file
+// before it started anything, so an error here is an edit made since.
+Status ApplyPolicyFile(const cluster::Layout& layout, controller::PolicyConfig* p) {
+  Result<std::string> text = ReadFile(layout.policy());
+  if (!text.ok()) return text.status().code() == Status::Code::kNotFound ? Status::OK() : text.status();
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  Status s = j.is_discarded() ? Status::InvalidArgument("not JSON") : controller::ApplyPolicyJson(j, p);
+  if (s.ok()) return s;
+  return Status::InvalidArgument(layout.policy() + ": " + s.message() + "; fix it, or 'bulwark up --policy FILE' again");
+}
+
 }  // namespace
 
 Status RunController(const ControllerOptions& options) {
@@ -331,6 +344,8 @@ Status RunController(const ControllerOptions& options) {
   po.db_path = layout.controller_db();
   po.create = options.init;
   po.open_journal = options.open_journal;
+  // The file first: the flags below are the more explicit word.
+  BULWARK_RETURN_IF_ERROR(ApplyPolicyFile(layout, &po.policy));
   BULWARK_RETURN_IF_ERROR(
       ApplyLadderFlags(options.ladder_rungs, options.ladder_tests, options.ladder_budget_s, &po.policy.ladder));
   // A cluster manager to tell of evictions and returns (docs/slurm.md).
@@ -395,6 +410,7 @@ Status RunController(const ControllerOptions& options) {
   BULWARK_RETURN_IF_ERROR(WriteFileAtomic(layout.controller_pid(), std::to_string(::getpid()) + "\n"));
   ControllerLog().Info("serving on " + address +
                        (cluster::TlsEnabled(layout) ? " (mutual TLS: clients need the cluster's certificate)" : ""));
+  ControllerLog().Info("policy: " + controller::DescribePolicy(controller::ChangedPolicy(po.policy)));
   std::unique_ptr<MetricsServer> metrics = ServeMetrics(layout, options.metrics_port, fleet->get(), &agents.latency());
   std::fflush(stderr);
 

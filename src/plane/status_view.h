@@ -14,6 +14,7 @@
 
 #include "controller/backup_plan.h"
 #include "controller/job.h"
+#include "controller/policy_fields.h"
 #include "controller/standby_pool.h"
 
 namespace bulwark::plane {
@@ -22,6 +23,8 @@ struct StatusView {
   double up_s = 0;
   std::string error;  // the journal's sticky error, "" none
   std::string metrics_url;  // "" when metrics are not served
+  // The policy fields set away from their defaults (`bulwark up --policy`).
+  std::vector<controller::PolicyValue> policy;
   struct Machine {
     std::string id, dir, shard_addr, device_slowdown, domain;
     double last_heard_s_ago = 0;

@@ -5,6 +5,8 @@
 #include <map>
 #include <utility>
 
+#include "controller/policy_json.h"
+
 namespace bulwark::sim {
 namespace {
 
@@ -72,47 +74,6 @@ std::vector<std::pair<const char*, double*>> CostFields(Costs& c) {
           {"sdc_found", &c.sdc_found},
           {"regroup", &c.regroup},
           {"elastic_micro_batches", &c.elastic_micro_batches}};
-}
-
-controller::Duration Secs(double s) {
-  return controller::Duration(static_cast<int64_t>(std::llround(s * 1000.0)));
-}
-
-Status ReadPolicy(const json& j, controller::PolicyConfig& p) {
-  if (!j.is_object()) return Bad("policy", "expected a mapping of PolicyConfig fields");
-  for (const auto& [key, v] : j.items()) {
-    const std::string field = "policy." + key;
-    Result<double> x = Number(v, field);
-    if (!x.ok()) return x.status();
-    if (key == "daily_failure_rate") p.daily_failure_rate = *x;
-    else if (key == "standby_quantile") p.standby_quantile = *x;
-    else if (key == "hang_factor") p.hang_factor = *x;
-    else if (key == "hang_floor") p.hang_floor = Secs(*x);
-    else if (key == "hang_first_step") p.hang_first_step = Secs(*x);
-    else if (key == "slow_round") p.slow_round = Secs(*x);
-    else if (key == "slow_rounds") p.slow_rounds = static_cast<int>(*x);
-    else if (key == "network_alerts_to_evict") p.network_alerts_to_evict = static_cast<int>(*x);
-    else if (key == "network_alert_window") p.network_alert_window = Secs(*x);
-    else if (key == "anomaly_wait") p.anomaly_wait = Secs(*x);
-    else if (key == "slow_ratio") p.slow_ratio = *x;
-    else if (key == "slow_long_rounds") p.slow_long_rounds = static_cast<int>(*x);
-    else if (key == "slow_long_ratio") p.slow_long_ratio = *x;
-    else if (key == "slow_link_ratio") p.slow_link_ratio = *x;
-    else if (key == "slow_min_steps") p.slow_min_steps = static_cast<int>(*x);
-    else if (key == "spike_factor") p.spike_factor = *x;
-    else if (key == "hang_window") p.hang_window = static_cast<int>(*x);
-    else if (key == "hang_warmup_steps") p.hang_warmup_steps = static_cast<int>(*x);
-    else if (key == "crash_window") p.crash_window = Secs(*x);
-    else if (key == "max_crashes_without_progress") p.max_crashes_without_progress = static_cast<int>(*x);
-    else if (key == "crash_loop_quantile") p.crash_loop_quantile = *x;
-    else if (key == "domain_burst_machines") p.domain_burst_machines = static_cast<int>(*x);
-    else if (key == "domain_burst_window") p.domain_burst_window = Secs(*x);
-    else if (key == "domain_probation") p.domain_probation = Secs(*x);
-    else if (key == "checkup_evicted") p.checkup_evicted = *x != 0;
-    else if (key == "checkup_domain_return") p.checkup_domain_return = *x != 0;
-    else return Bad(field, "unknown policy field; see src/controller/policy_config.h (times in seconds)");
-  }
-  return Status::OK();
 }
 
 }  // namespace
@@ -196,7 +157,7 @@ Result<SimConfig> ConfigFromJson(const json& j, SimConfig c) {
         if (!found) return Bad("costs." + name, "unknown cost; see src/sim/config.h");
       }
     } else if (key == "policy") {
-      BULWARK_RETURN_IF_ERROR(ReadPolicy(v, c.policy));
+      BULWARK_RETURN_IF_ERROR(controller::ApplyPolicyJson(v, &c.policy));
     } else if (key == "script") {
       if (!v.is_array()) return Bad("script", "expected a list of {at_step, class, slot}");
       c.script.clear();
@@ -376,17 +337,7 @@ json ToJson(const SimConfig& c) {
             {"infant_factor", c.domains.infant_factor},
             {"infant_days", c.domains.infant_days}}},
           {"costs", costs},
-          {"policy",
-           {{"daily_failure_rate", c.policy.daily_failure_rate},
-            {"standby_quantile", c.policy.standby_quantile},
-            {"hang_factor", c.policy.hang_factor},
-            {"slow_ratio", c.policy.slow_ratio},
-            {"spike_factor", c.policy.spike_factor},
-            {"anomaly_wait_s", c.policy.anomaly_wait.count() / 1000.0},
-            {"slow_rounds", c.policy.slow_rounds},
-            {"slow_long_rounds", c.policy.slow_long_rounds},
-            {"slow_long_ratio", c.policy.slow_long_ratio},
-            {"network_alerts_to_evict", c.policy.network_alerts_to_evict}}}};
+          {"policy", controller::PolicyJson(controller::PolicyValues(c.policy))}};
 }
 
 }  // namespace bulwark::sim

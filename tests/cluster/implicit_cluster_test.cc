@@ -16,9 +16,12 @@ namespace {
 
 class Implicit : public Cluster {
  protected:
-  // Four machines of one rank each, two standbys, training.
-  json Start() {
-    auto up = Bulwark({"up", "--machines", "4", "--standby", "2"});
+  // Four machines of one rank each, two standbys, training; `up_flags`
+  // add to up's (a --policy file).
+  json Start(const std::vector<std::string>& up_flags = {}) {
+    std::vector<std::string> up_args = {"up", "--machines", "4", "--standby", "2"};
+    up_args.insert(up_args.end(), up_flags.begin(), up_flags.end());
+    auto up = Bulwark(up_args);
     EXPECT_EQ(up.exit_code, 0) << up.err;
     WriteJob(4);
     auto sub = Bulwark({"submit", root_ + "/job.yaml"});
@@ -103,13 +106,18 @@ TEST_F(Implicit, LossSpikeWithNoCulpritReattemptsFromTheStepBefore) {
 // 3x rather than bench/implicit's 2x: on a 2-core host four ranks share the
 // cores, and a 2x duty cycle shows as 1.6x compute, close to the 1.5x
 // threshold on a loaded CI machine; this test is about the path.
-TEST_F(Implicit, ASlowMachineIsEvictedAfterFiveRounds) {
-  Start();
+// The cluster runs a policy file of 3 rounds of 5 s (ByteRobust's, and the
+// default, is 5 of 10 s: bench/implicit measures that): the cause names the
+// rounds the file gave, so the file reached the controller's detector.
+TEST_F(Implicit, ASlowMachineIsEvictedAfterTheRoundsItsPolicyFileGives) {
+  std::ofstream(root_ + "/policy.yaml") << "slow_round: 5\nslow_rounds: 3\n";
+  Start({"--policy", root_ + "/policy.yaml"});
+  EXPECT_EQ(Query("status")["policy"], json({{"slow_round", 5.0}, {"slow_rounds", 3.0}}));
   InjectAndWaitForEviction({"slow", "--machine", "m04", "--factor", "3"}, "m04", 150);
   Report("slow");
   json inc = Query("incidents").back();
   EXPECT_EQ(inc["evicted"], json({"m04"})) << inc.dump();
-  EXPECT_NE(inc["cause"].get<std::string>().find("5/5 rounds"), std::string::npos) << inc.dump();
+  EXPECT_NE(inc["cause"].get<std::string>().find("3/3 rounds"), std::string::npos) << inc.dump();
 }
 
 TEST_F(Implicit, AMissingCommandStopsTheJobWithoutEvictingAnyMachine) {

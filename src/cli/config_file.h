@@ -1,0 +1,22 @@
+// A YAML or JSON file read into JSON: `bulwark sim --config` and `bulwark up
+// --policy` take either, and a file and its JSON twin give the same value.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace bulwark::cli {
+
+// `path` ending in .json is JSON, anything else YAML. `flag` names the
+// option in the error ("--config sim.yaml: ...").
+Result<nlohmann::json> ReadConfigFile(const std::string& path, const std::string& flag);
+
+// `bulwark up --policy FILE`: the file's mapping of policy fields
+// (controller/policy_fields.h), checked as the controller will apply it,
+// so a bad file fails `up` before anything starts.
+Result<nlohmann::json> ReadPolicyFile(const std::string& path);
+
+}  // namespace bulwark::cli
