@@ -344,10 +344,12 @@ class PythonStacksCluster : public Cluster {
  protected:
   static void SetUpTestSuite() {}
   // Debian's torch is importable, then 3 machines and a standby are up.
-  void UpWithTorch() {
+  void UpWithTorch(const std::vector<std::string>& up_flags = {}) {
     auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
     ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch: run scripts/install-deps.sh";
-    auto up = Bulwark({"up", "--machines", "3", "--standby", "1"});
+    std::vector<std::string> up_args = {"up", "--machines", "3", "--standby", "1"};
+    up_args.insert(up_args.end(), up_flags.begin(), up_flags.end());
+    auto up = Bulwark(up_args);
     ASSERT_EQ(up.exit_code, 0) << up.err;
   }
 };
@@ -393,8 +395,10 @@ TEST_F(PythonStacksCluster, ADdpRankBlockedInItsDataLoaderIsNamedByItsPythonFram
 // measures compute time itself (python/bulwark/ddp_timing.py: the step's
 // time less its all-reduce window), so one machine made 3x slower (the
 // agents' SIGSTOP duty cycle, as for bulwark-train) is found and evicted.
+// Fail-slow's rounds are the cluster's policy file's: 3 of 5 s.
 TEST_F(PythonStacksCluster, ADdpJobWithNoComputeTimesIsFoundSlowOnOneMachine) {
-  ASSERT_NO_FATAL_FAILURE(UpWithTorch());
+  std::ofstream(root_ + "/policy.yaml") << "slow_round: 5\nslow_rounds: 3\n";
+  ASSERT_NO_FATAL_FAILURE(UpWithTorch({"--policy", root_ + "/policy.yaml"}));
   std::ofstream(root_ + "/plain_ddp.py") << "import torch, torch.distributed as dist, torch.nn as nn\n"
                                          << "from torch.nn.parallel import DistributedDataParallel as DDP\n"
                                          << "import bulwark\n"
