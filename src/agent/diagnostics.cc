@@ -264,7 +264,7 @@ DiagnosticsOutcome RunDiagnostics(const DiagnosticsRequest& req) {
         else if (!r.passed) out.results.push_back({"replay-part/" + g.group, false, r.detail, r.ms});
       }
     } else if (test == "network") {
-      // In the controller's order (deadlock-free: NetworkLinks in ladder.h).
+      // In the controller's order: rounds of links that share no machine run at once (NetworkLinkRound in ladder.h).
       for (const ReplayGroup& g : req.replay) {
         if (!IsNetworkLink(g.group)) continue;
         const auto left_now = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());

@@ -187,6 +187,11 @@ int NetworkLinkIndex(const std::string& name) {
   return i;
 }
 
+int NetworkLinkRound(int index, int links) {
+  if (links % 2 == 1 && links > 1 && index == links - 1) return 2;
+  return index % 2;
+}
+
 namespace {
 
 bool IsNetworkResult(const std::string& test, std::string* link) {

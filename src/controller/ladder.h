@@ -149,13 +149,20 @@ struct DiagnosticsVerdict {
 // closing the ring when there are more than two ("net0", "net1", ...; none
 // for one machine). Each machine is in two links (one when there are two
 // machines), so one bad machine shows as two slow links that share it,
-// and one bad cable as one. The agents run their links in name order,
-// which is deadlock-free: link p waits only for links before it.
+// and one bad cable as one.
 using NetworkLinkMap = std::map<std::string, std::vector<MachineId>>;
 NetworkLinkMap NetworkLinks(const std::vector<MachineId>& machines);
-// The order of the links' names as agents must run them ("net10" after
-// "net9"): the link's index.
+// "net10" -> 10; -1 for a name that is not a link's.
 int NetworkLinkIndex(const std::string& name);
+// The round link `index` of `links` runs in. Every agent runs its links in
+// one global order, (round, index), which is deadlock-free whatever the
+// order (the first unfinished link in it always has both ends free), and
+// the rounds make it fast: the even links share no machine and run at
+// once, then the odd ones; in a ring of odd size the closing link shares a
+// machine with net0 and runs alone, third. Two or three links' time
+// whatever the ring's size, where index order chained every link behind
+// the one before it (26 s for a ring of four here, docs/ladder.md).
+int NetworkLinkRound(int index, int links);
 
 // Judges one diagnose rung: a failed or missing test, a compute time at
 // least `compute_slow_ratio` x the median of all machines' compute times, an

@@ -1,6 +1,7 @@
 // The stop-time ladder's rules (ladder.h has the states, the table and the
 // pure verdicts; policy.cc calls in through policy_internal.h).
 #include <algorithm>
+#include <tuple>
 
 #include "controller/ladder.h"
 #include "controller/policy.h"
@@ -29,7 +30,7 @@ void EndRung(Incident& inc, Time now, const std::string& outcome) {
 // Sends RunDiagnostics for `tests` to every machine of the job and holds
 // the job until they answered or the budget ran out. The network test's
 // links travel as the action's groups ("net<i>", in the order the agents
-// must run them).
+// must run them: NetworkLinkRound).
 Status StartDiagnose(RuleContext& ctx, Incident& inc, int rung, const std::vector<std::string>& tests) {
   ClusterState& s = ctx.state;
   LadderStatus& l = s.ladder;
@@ -46,10 +47,14 @@ Status StartDiagnose(RuleContext& ctx, Incident& inc, int rung, const std::vecto
   Action a = RunDiagnosticsAction(inc.id, rung, s.placement, tests, ctx.config.ladder.diagnose_budget, inc.why);
   if (std::find(tests.begin(), tests.end(), "network") != tests.end()) {
     l.links = NetworkLinks(l.machines);
-    std::vector<std::pair<int, std::string>> order;
-    for (const auto& [name, ends] : l.links) order.push_back({NetworkLinkIndex(name), name});
+    std::vector<std::tuple<int, int, std::string>> order;  // (round, index, name)
+    const int count = static_cast<int>(l.links.size());
+    for (const auto& [name, ends] : l.links) {
+      const int index = NetworkLinkIndex(name);
+      order.emplace_back(NetworkLinkRound(index, count), index, name);
+    }
     std::sort(order.begin(), order.end());
-    for (const auto& [index, name] : order) {
+    for (const auto& [round, index, name] : order) {
       a.group_names.push_back(name);
       a.groups.push_back(l.links[name]);
     }

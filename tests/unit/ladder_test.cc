@@ -356,6 +356,24 @@ TEST(Ladder, FlagsAsBulwarkUpTakesThem) {
   EXPECT_FALSE(ApplyLadderFlags("", "", "soon", &bad).ok());
 }
 
+// Links of one round share no machine, so they run at once; every link
+// comes after its ends' earlier links in the one order (no deadlock).
+TEST(LadderPolicy, NetworkLinksRunInRoundsOfLinksThatShareNoMachine) {
+  for (int n = 2; n <= 9; ++n) {
+    std::vector<MachineId> machines;
+    for (int i = 0; i < n; ++i) machines.push_back("m" + std::to_string(i));
+    const NetworkLinkMap links = NetworkLinks(machines);
+    std::map<int, std::set<MachineId>> in_round;
+    for (const auto& [name, ends] : links) {
+      const int round = NetworkLinkRound(NetworkLinkIndex(name), static_cast<int>(links.size()));
+      EXPECT_LE(round, n % 2 == 1 && n > 2 ? 2 : 1) << n << " machines, " << name;
+      for (const MachineId& m : ends) {
+        EXPECT_TRUE(in_round[round].insert(m).second) << n << " machines: " << m << " twice in round " << round;
+      }
+    }
+  }
+}
+
 TEST(LadderPolicy, TheNetworkTestSendsTheRingsLinksInTheOrderAgentsRunThem) {
   PolicyConfig c;
   c.ladder.tests = {"compute", "network"};
@@ -372,7 +390,8 @@ TEST(LadderPolicy, TheNetworkTestSendsTheRingsLinksInTheOrderAgentsRunThem) {
     acts = j.Act(a);
   }
   ASSERT_EQ(Briefs(acts), (Lines{"diagnose i2 compute,network"}));
-  EXPECT_EQ(acts[0].group_names, (std::vector<std::string>{"net0", "net1", "net2", "net3"}));
+  // The even links at once, then the odd ones.
+  EXPECT_EQ(acts[0].group_names, (std::vector<std::string>{"net0", "net2", "net1", "net3"}));
   EXPECT_EQ(acts[0].groups[3], (std::vector<MachineId>{"m04", "m01"}));
   // m02's two links are slow: m02 is evicted.
   const std::map<MachineId, std::vector<DiagnosticResult>> results = {
