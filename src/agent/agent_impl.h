@@ -91,7 +91,10 @@ class Agent {
         supervisor_(layout_.ranks(o_.machine)), incarnation_(Ms(Now())), shards_(std::move(shards)),
         links_(std::move(links)) {
     const cluster::EmulatedHardware hw = cluster::HardwareOf(o_.dir, o_.machine);
-    health_paths_ = {hw.device, hw.nic, layout_.machine(o_.machine), o_.nic};
+    health_paths_.device = hw.device;
+    health_paths_.nic = hw.nic;
+    health_paths_.disk = layout_.machine(o_.machine);
+    health_paths_.interface = o_.nic;
     health_paths_.alu = hw.alu;
     health_paths_.link = hw.link;
     health_paths_.sdc = hw.sdc;

@@ -52,7 +52,7 @@ struct InspectorPaths {
   // checks read the first two, every computing process the third).
   std::string alu, link, sdc;
 
-  cluster::EmulatedHardware Hardware() const { return {device, nic, alu, link, sdc}; }
+  cluster::EmulatedHardware Hardware() const { return {device, nic, alu, link, sdc, /*pace=*/{}}; }
 };
 
 // `gpu` null: no NVML, the emulated device alone.

@@ -120,7 +120,7 @@ TEST_F(Cluster, SurvivesCrashDeviceFailureControllerRestartAndMachineDown) {
   ASSERT_EQ(dead.exit_code, 0) << dead.err;
   EXPECT_NE(dead.out.find("stays 'joining' until its agent runs again"), std::string::npos) << dead.out;
   for (const json& m : Query("status")["machines"]) {
-    if (m["id"] == "m03") EXPECT_NE(m.value("reason", "").find("agent is silent"), std::string::npos) << m.dump();
+    if (m["id"] == "m03") { EXPECT_NE(m.value("reason", "").find("agent is silent"), std::string::npos) << m.dump(); }
   }
 
   // 5. A single NIC flap is tolerated: no new incident.

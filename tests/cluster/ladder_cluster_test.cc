@@ -162,7 +162,7 @@ TEST_F(Ladder, ThePeriodicBitwiseCheckFindsADriftingMachine) {
   // Checks that found nothing restarted in place and evicted nobody.
   for (const json& i : Query("incidents")) {
     if (i["cause"].get<std::string>().find("periodic bitwise check") == std::string::npos || !i["closed"]) continue;
-    if (i.value("evicted", json::array()).empty()) EXPECT_EQ(i["resolution"], "reattempt") << i.dump();
+    if (i.value("evicted", json::array()).empty()) { EXPECT_EQ(i["resolution"], "reattempt") << i.dump(); }
   }
 }
 

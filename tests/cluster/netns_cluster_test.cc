@@ -97,7 +97,7 @@ TEST_F(Netns, APartitionedMachineFencesItselfAndTheJobGoesOnWithoutIt) {
   EXPECT_EQ(s["job"]["placement"], json({"m01", "m03"}));
   EXPECT_NE(AgentLog("m02").find("forgot its copies"), std::string::npos) << AgentLog("m02");
   for (const json& m : s["machines"]) {
-    if (m["id"] == "m02") EXPECT_TRUE(m.value("shards", json::array()).empty()) << m.dump();
+    if (m["id"] == "m02") { EXPECT_TRUE(m.value("shards", json::array()).empty()) << m.dump(); }
   }
   // No rank of m02 ever ran in the generation that replaced it.
   std::ifstream rank(dir_ + "/machines/m02/ranks/rank-1.log");

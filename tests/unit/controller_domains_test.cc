@@ -302,7 +302,7 @@ TEST(DomainPlacement, TheControllersFirstPlacementPacksReplicasUnderOneSwitch) {
     const auto& slots = c->state().placement.slots;
     auto domain_of = [&](const MachineId& m) { return racks.at(m); };
     // Slot s x 2 + c: aware, replica 0 = (m01, m02) under r0, replica 1 = (m03, m04) under r1.
-    if (aware) EXPECT_EQ(slots, (std::vector<MachineId>{"m01", "m03", "m02", "m04"}));
+    if (aware) { EXPECT_EQ(slots, (std::vector<MachineId>{"m01", "m03", "m02", "m04"})); }
     EXPECT_EQ(ReplicasInDomain(slots, 2, "r0", domain_of), aware ? 1 : 2);
     EXPECT_EQ(ReplicasInDomain(slots, 2, "r1", domain_of), aware ? 1 : 2);
   }

@@ -122,7 +122,7 @@ TEST_F(FleetTest, EachJobTakesOnlyWhatItNeedsAndThePoolKeepsTheRest) {
   json s = f->StatusJson(At(1000));
   EXPECT_EQ(s["job"]["name"], "a") << "the key scripts read stays the first job's";
   for (const json& m : s["machines"]) {
-    if (m["id"] == "m05") EXPECT_EQ(m.value("pool", false), true) << m.dump();
+    if (m["id"] == "m05") { EXPECT_EQ(m.value("pool", false), true) << m.dump(); }
   }
   // A job too big for what is left is refused, and takes nothing.
   JobLaunch big = testing::Launch();
@@ -204,7 +204,7 @@ TEST_F(FleetTest, AReopenedFleetReplaysEveryJobAndRoutesTheirMachines) {
   // The pool's machine is the pool's alone: no job plane lists it.
   const json s = f->StatusJson(At(2000));
   for (const json& m : s["machines"]) {
-    if (m["id"] == "m01") EXPECT_EQ(m["job"], "a");
+    if (m["id"] == "m01") { EXPECT_EQ(m["job"], "a"); }
   }
   EXPECT_EQ(f->main()->Machines(), std::vector<MachineId>({"m05"}));
 }

@@ -118,7 +118,7 @@ TEST(Plane, ARestartResumedAtTheFinalStepCompletesAgainInsteadOfLooping) {
   const std::string n0 = s["job"]["placement"][0], n1 = s["job"]["placement"][1];
   // Old-generation news of rank 0 and the new rank 1's end: not every rank of generation 2.
   ASSERT_TRUE((*p)->Report(Finished(n1, 2, {{1, 0}}), TimeFromMs(4000)).ok());
-  if (n0 != n1) ASSERT_TRUE((*p)->Report(Finished(n0, 1, {{0, 20}}), TimeFromMs(4000)).ok());
+  if (n0 != n1) { ASSERT_TRUE((*p)->Report(Finished(n0, 1, {{0, 20}}), TimeFromMs(4000)).ok()); }
   EXPECT_EQ((*p)->StatusJson(TimeFromMs(4000))["job"]["state"], "restarting");
   // Resumed at step 20, rank 0 printed no step and ended: complete at 20.
   ASSERT_TRUE((*p)->Report(Finished(n0, 2, {{0, 0}}), TimeFromMs(4500)).ok());

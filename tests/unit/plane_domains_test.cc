@@ -75,8 +75,8 @@ TEST(PlaneDomains, ASwitchsMachinesAreDecidedInOneTickAndReturnWhenHeardAgain) {
   for (int64_t t = 1500; t <= 8000; t += 250) {
     if (t % 500 == 0) {
       for (const char* m : {"m01", "m02"}) ASSERT_TRUE(plane.Report(Report(m, {}), TimeFromMs(t)).ok());
-      if (t <= 2000) ASSERT_TRUE(plane.Report(Report("m03", {}), TimeFromMs(t)).ok());
-      if (t <= 2500) ASSERT_TRUE(plane.Report(Report("m04", {}), TimeFromMs(t)).ok());
+      if (t <= 2000) { ASSERT_TRUE(plane.Report(Report("m03", {}), TimeFromMs(t)).ok()); }
+      if (t <= 2500) { ASSERT_TRUE(plane.Report(Report("m04", {}), TimeFromMs(t)).ok()); }
     }
     plane.Tick(TimeFromMs(t));
     const json now = plane.StatusJson(TimeFromMs(t));
@@ -126,9 +126,9 @@ TEST(PlaneDomains, AnElasticJobLosesARackInOneDecisionThatReplayRepeats) {
   for (int64_t t = 1500; t <= 8000; t += 250) {
     if (t % 500 == 0) {
       for (const char* m : {"m01", "m02", "m05"}) ASSERT_TRUE(p->Report(Report(m, {}), TimeFromMs(t)).ok());
-      if (t <= 2000) ASSERT_TRUE(p->Report(Report("m03", {}), TimeFromMs(t)).ok());
-      if (t <= 2500) ASSERT_TRUE(p->Report(Report("m04", {}), TimeFromMs(t)).ok());
-      if (t <= 2500) ASSERT_TRUE(p->Report(Report("m06", {}), TimeFromMs(t)).ok());
+      if (t <= 2000) { ASSERT_TRUE(p->Report(Report("m03", {}), TimeFromMs(t)).ok()); }
+      if (t <= 2500) { ASSERT_TRUE(p->Report(Report("m04", {}), TimeFromMs(t)).ok()); }
+      if (t <= 2500) { ASSERT_TRUE(p->Report(Report("m06", {}), TimeFromMs(t)).ok()); }
     }
     p->Tick(TimeFromMs(t));
   }
@@ -164,7 +164,7 @@ TEST(PlaneDomains, ALoneLossInARackIsNotHeldBack) {
   for (int64_t t = 1500; t <= 6000 && decided_at < 0; t += 250) {
     if (t % 500 == 0) {
       for (const char* m : {"m01", "m02", "m04"}) ASSERT_TRUE(plane.Report(Report(m, {}), TimeFromMs(t)).ok());
-      if (t <= 2000) ASSERT_TRUE(plane.Report(Report("m03", {}), TimeFromMs(t)).ok());
+      if (t <= 2000) { ASSERT_TRUE(plane.Report(Report("m03", {}), TimeFromMs(t)).ok()); }
     }
     plane.Tick(TimeFromMs(t));
     if (plane.StatusJson(TimeFromMs(t))["job"]["generation"] > gen) decided_at = t;

@@ -238,7 +238,7 @@ TEST(PlaneScale, ManyMachinesSilentAtOnceGetTheReconnectGrace) {
       ASSERT_TRUE(p->Report(bulwark::testing::Report(id, {}), TimeFromMs(t)).ok());
     }
     p->Tick(TimeFromMs(t));
-    if (t == 4000) EXPECT_EQ(Evicted(*p, t), 0) << "past the lease, within the grace";
+    if (t == 4000) { EXPECT_EQ(Evicted(*p, t), 0) << "past the lease, within the grace"; }
   }
   EXPECT_GT(Evicted(*p, 12000), 0) << "past the grace";
 }
@@ -260,7 +260,7 @@ TEST(PlaneScale, TheStragglersOfAMassSilenceKeepItsGrace) {
       ASSERT_TRUE(p->Report(bulwark::testing::Report(id, {}), TimeFromMs(t)).ok());
     }
     p->Tick(TimeFromMs(t));
-    if (t == 6000) EXPECT_EQ(Evicted(*p, t), 0) << "stragglers past the lease, within the mass silence's grace";
+    if (t == 6000) { EXPECT_EQ(Evicted(*p, t), 0) << "stragglers past the lease, within the mass silence's grace"; }
   }
   EXPECT_EQ(Evicted(*p, 12000), stragglers) << "past the grace";
 }
@@ -278,7 +278,9 @@ TEST(PlaneScale, TheLeaseIsLearnedFromTheGapsBetweenReports) {
       if (i > 1 || t <= 6000) p->Heard(id, 7, TimeFromMs(t));
     }
     p->Tick(TimeFromMs(t));
-    if (t == 9000) EXPECT_NE(StateOf(*p, "m00001", t), "evicted") << "silent 3 s: past 2 s, within the learned 3.2 s";
+    if (t == 9000) {
+      EXPECT_NE(StateOf(*p, "m00001", t), "evicted") << "silent 3 s: past 2 s, within the learned 3.2 s";
+    }
   }
   EXPECT_EQ(StateOf(*p, "m00001", 12000), "evicted");
 }
@@ -293,12 +295,12 @@ TEST(PlaneScale, AReportWaitingInTheControllerIsNotItsAgentsSilence) {
   p->Arrived("m00001", 7, TimeFromMs(1500));
   for (int64_t t = 1500; t <= 7000; t += 250) {
     for (const char* id : {"m00002", "m00003", "m00004"}) {
-      if (t % 500 == 0) ASSERT_TRUE(p->Report(bulwark::testing::Report(id, {}), TimeFromMs(t)).ok());
+      if (t % 500 == 0) { ASSERT_TRUE(p->Report(bulwark::testing::Report(id, {}), TimeFromMs(t)).ok()); }
     }
     if (t == 4500) p->Answered("m00001", 7, TimeFromMs(t));
     p->Tick(TimeFromMs(t));
-    if (t == 4250) EXPECT_NE(StateOf(*p, "m00001", t), "evicted") << "its report waited 2.75 s in the controller";
-    if (t == 6250) EXPECT_NE(StateOf(*p, "m00001", t), "evicted") << "silent 1.75 s since its answer";
+    if (t == 4250) { EXPECT_NE(StateOf(*p, "m00001", t), "evicted") << "its report waited 2.75 s in the controller"; }
+    if (t == 6250) { EXPECT_NE(StateOf(*p, "m00001", t), "evicted") << "silent 1.75 s since its answer"; }
   }
   EXPECT_EQ(StateOf(*p, "m00001", 7000), "evicted") << "silent 2.5 s since its answer";
 }
@@ -324,13 +326,13 @@ TEST(PlaneScale, ARestartedControllersAgentsGetAFairChanceToReattach) {
   for (int64_t t = 15000; t <= 40000; t += 250) {
     for (int i = 2; i <= 40; ++i) {
       const int64_t back = 16000 + (i - 2) / 4 * 1000;
-      if (t == back) ASSERT_TRUE((*p)->Register(RegOf(i), TimeFromMs(t)).ok());
+      if (t == back) { ASSERT_TRUE((*p)->Register(RegOf(i), TimeFromMs(t)).ok()); }
       if (t < back || t < next[i]) continue;
       ASSERT_TRUE((*p)->Report(bulwark::testing::Report(Id(i), {}), TimeFromMs(t)).ok());
       next[i] = t + (t < 26000 ? 3000 : 500);
     }
     (*p)->Tick(TimeFromMs(t));
-    if (t == 34000) EXPECT_EQ(Evicted(**p, t), 0) << "m00001 within a grace of the last agent's return (25 s)";
+    if (t == 34000) { EXPECT_EQ(Evicted(**p, t), 0) << "m00001 within a grace of the last agent's return (25 s)"; }
   }
   EXPECT_EQ(Evicted(**p, 40000), 1);
   EXPECT_EQ(StateOf(**p, "m00001", 40000), "evicted");
@@ -350,7 +352,7 @@ TEST(PlaneScale, TheLeasesStartAfreshWhenTheReattachEnds) {
   for (int64_t t = 15000; t <= 21000; t += 250) {
     for (int i = 1; i <= 40; ++i) {
       const int64_t back = i <= 10 ? 15000 : i < 40 ? 16500 : 17500;
-      if (t == back) ASSERT_TRUE((*p)->Register(RegOf(i), TimeFromMs(t)).ok());
+      if (t == back) { ASSERT_TRUE((*p)->Register(RegOf(i), TimeFromMs(t)).ok()); }
       if (t == back || (t >= 18000 && t % 1000 == 0)) {
         ASSERT_TRUE((*p)->Report(bulwark::testing::Report(Id(i), {}), TimeFromMs(t)).ok());
       }

@@ -135,7 +135,7 @@ TEST(RingLayout, NarrowingsAndJoinsOneAfterAnotherKeepEveryPartOwnedOnce) {
       ASSERT_TRUE(next.Check().ok()) << next.Check().ToString();
       const std::vector<NewLinks> n = Count(L, next, old_of);
       for (int r = 0; r < next.world(); ++r) {
-        if (old_of[r] >= 0) EXPECT_LE(n[r].dialled, 1) << "rank " << r;
+        if (old_of[r] >= 0) { EXPECT_LE(n[r].dialled, 1) << "rank " << r; }
         else EXPECT_EQ(n[r].dialled, 0) << "the joiner";
       }
       L = next;

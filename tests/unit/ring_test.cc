@@ -357,8 +357,8 @@ TEST(Ring, ASlotsNewProcessAtTheSameAddressRejoinsFromPlans) {
       EXPECT_TRUE(ms[r].ring->AllReduce(v, false).ok());
       sums[r] = v[0][99].item<int64_t>();
       torch::Tensor t = torch::full({1000}, r == 1 ? 7.0f : 0.0f);
-      if (r == 1) EXPECT_TRUE(ms[r].ring->Send(t, 2, 5).ok() && ms[r].ring->WaitSends().ok());
-      if (r == 2) EXPECT_TRUE(ms[r].ring->Recv(t, 1, 5).ok());
+      if (r == 1) { EXPECT_TRUE(ms[r].ring->Send(t, 2, 5).ok() && ms[r].ring->WaitSends().ok()); }
+      if (r == 2) { EXPECT_TRUE(ms[r].ring->Recv(t, 1, 5).ok()); }
       got[r] = t[999].item<float>();
     });
     for (int64_t x : sums) EXPECT_EQ(x, 10) << "generation " << gen;
