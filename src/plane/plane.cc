@@ -390,6 +390,7 @@ Status Plane::Register(const wire::RegisterRequest& req, Time now) {
     a.incarnation = req.incarnation();
     a.acked_seq = 0;
     a.shards.clear();  // a new agent run tells what it holds in its first report
+    a.reported = false;
   }
   BackLocked(a, now);
   a.lost_reported = false;
@@ -442,7 +443,7 @@ std::optional<wire::Command> Plane::NextForStreamLocked(Agent& a, const std::str
     a.oneshots.pop_front();
     return c;
   }
-  if (!a.desired || a.desired->id() == *sent_desired) return std::nullopt;
+  if (!a.desired || a.desired->id() == *sent_desired || HeldLocked(*a.desired)) return std::nullopt;
   *sent_desired = a.desired->id();
   wire::Command c = *a.desired;
   // A restart decided before this controller's restart was replayed

@@ -262,6 +262,7 @@ class Plane {
     Time last_heard{};
     bool lost_reported = false;
     bool heard_since_start = false;
+    bool reported = false;  // a report since it registered here: its holdings are known
     std::vector<int> live_ranks;
     int64_t generation = 0;
     // In-memory checkpoints: where its shard server listens (from Register,
@@ -405,6 +406,12 @@ class Plane {
   // agent not yet back counts as heard when the latest one came back, and
   // one back is held to the reconnect grace, not the lease, meanwhile.
   bool ReattachingLocked(Time now) REQUIRES(mu_);
+  // A START_RANKS replayed from the journal has no restore sources; each
+  // machine's is held until every machine of the placement has reported
+  // its holdings, or reconnect_grace since the controller began serving
+  // (plane_liveness.cc). HoldReplayedStartsLocked ends the hold (Tick).
+  bool HeldLocked(const wire::Command& c) const REQUIRES(mu_);
+  void HoldReplayedStartsLocked(Time now) REQUIRES(mu_);
   // The first word from an agent since this controller started.
   void BackLocked(Agent& a, Time now) REQUIRES(mu_);
   // Time in which the controller could not hear its agents (a stall of its
@@ -560,6 +567,11 @@ class Plane {
   // and when the latest agent came back (ReattachingLocked).
   std::optional<Time> serving_at_ GUARDED_BY(mu_);
   std::optional<Time> reattach_at_ GUARDED_BY(mu_);
+  struct ReplayedHold {
+    Time since;          // the rebuild, then when the controller began serving
+    int64_t generation;  // the replayed placement's
+  };
+  std::optional<ReplayedHold> replayed_hold_ GUARDED_BY(mu_);  // HeldLocked
   ReportGaps gaps_ GUARDED_BY(mu_);  // between agents' reports as heard (LeaseLocked)
   Duration lease_logged_ GUARDED_BY(mu_){0};
   std::optional<int64_t> done_step_ GUARDED_BY(mu_);

@@ -132,6 +132,7 @@ Result<Plane::Agent*> Plane::ReportingAgentLocked(const wire::ReportRequest& req
 
 bool Plane::NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now) {
   BackLocked(a, now);
+  a.reported = true;
   a.live_ranks.assign(req.live_ranks().begin(), req.live_ranks().end());
   a.generation = req.generation();
   if (req.device_slowdown() != a.device_slowdown) {

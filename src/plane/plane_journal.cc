@@ -82,6 +82,7 @@ Status Plane::RebuildLocked(Time now) {
     ++replayed;
   }
   LogLocked("rebuilt job " + row.id + " from " + std::to_string(replayed) + " journal entries");
+  if (controller_) replayed_hold_ = ReplayedHold{now, controller_->state().placement.generation};
   // The ladder waits for diagnostics this controller's predecessor asked
   // for; the one-shots may have died with it before every agent got one.
   // Sent again under the same id, they run only where they never ran.

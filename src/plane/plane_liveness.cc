@@ -53,6 +53,38 @@ void Plane::Serving(Time now) {
   now = NowLocked(now);
   serving_at_ = now;
   if (reattach_at_) reattach_at_ = std::max(*reattach_at_, now);
+  if (replayed_hold_) replayed_hold_->since = std::max(replayed_hold_->since, now);
+}
+
+bool Plane::HeldLocked(const wire::Command& c) const {
+  return replayed_hold_ && c.kind() == wire::Command::START_RANKS && c.restore_from_size() == 0 &&
+         !c.fresh_machines() && c.generation() == replayed_hold_->generation;
+}
+
+// Without the hold, the machine whose stream came first got the sources
+// known by then: a standby in an evicted machine's slot, served before the
+// backup peer of that slot had reported, restored from durable storage
+// (docs/control-plane.md, "Not yet", until 2026-11-28), and so did the
+// whole job with it.
+void Plane::HoldReplayedStartsLocked(Time now) {
+  if (!replayed_hold_) return;
+  bool waiting = false, held = false;
+  for (const MachineId& m : controller_->state().placement.slots) {
+    auto it = agents_.find(m);
+    if (it == agents_.end()) continue;
+    const Agent& a = it->second;
+    waiting = waiting || (!a.reported && !a.lost_reported);
+    held = held || (a.desired && HeldLocked(*a.desired));
+  }
+  const bool expired = now - replayed_hold_->since > options_.reconnect_grace;
+  if (held && waiting && !expired) return;
+  if (held) {
+    LogLocked(waiting ? "the replayed restart goes out without every machine's holdings: not all of the job's "
+                        "machines reported within " + FormatDuration(options_.reconnect_grace)
+                      : "the replayed restart goes out with every machine's holdings");
+  }
+  replayed_hold_.reset();
+  WakeStreamsLocked();
 }
 
 Status Plane::Handover(const wire::RegisterRequest& req, Time now) {
@@ -170,6 +202,7 @@ void Plane::Tick(Time now) {
   if (!controller_ || done_step_) return;
   const Duration lease = LeaseLocked(now);
   const bool reattaching = ReattachingLocked(now);
+  HoldReplayedStartsLocked(now);
   // A switch takes its rack's machines at once, but their last reports
   // differ by up to a report period, so their leases end a tick or two
   // apart; decided one by one, the first would be replaced (a regroup that

@@ -355,5 +355,88 @@ TEST(Plane, RestoreReportIsRecordedInTheIncidentAndSurvivesARestart) {
   EXPECT_EQ((*p)->StatusJson(TimeFromMs(5000))["machines"][0]["shard_addr"], "m01:7000");
 }
 
+// A restart decided just before the controller died is replayed without
+// restore sources; the next controller holds it until the job's machines
+// have reported what they hold, so the standby in the evicted machine's
+// slot restores from that slot's backup peer, not from durable storage.
+TEST(Plane, ARestartReplayedFromTheJournalWaitsForItsMachinesHoldings) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  JobLaunch l = Launch();
+  l.spec.world_size = 3;
+  {
+    auto p = Plane::Open(o, TimeFromMs(1000));
+    ASSERT_TRUE(p.ok());
+    for (const char* m : {"m01", "m02", "m03", "s01"}) {
+      ASSERT_TRUE((*p)->Register(RegWithShards(m), TimeFromMs(1000)).ok());
+    }
+    ASSERT_TRUE((*p)->Submit(l, TimeFromMs(1000)).ok());
+    // Ring m01 -> m02 -> m03 -> m01 at step 9; m02's device fails.
+    ASSERT_TRUE((*p)->Report(Holding("m01", {{0, 9, false}, {2, 9, true}}), TimeFromMs(2000)).ok());
+    ASSERT_TRUE((*p)->Report(Holding("m03", {{2, 9, false}, {1, 9, true}}), TimeFromMs(2000)).ok());
+    wire::ReportRequest fault = Holding("m02", {{1, 9, false}, {0, 9, true}});
+    *fault.add_events() = DeviceFailed(1, 3000);
+    ASSERT_TRUE((*p)->Report(fault, TimeFromMs(3000)).ok());
+    EXPECT_EQ((*p)->StatusJson(TimeFromMs(3000))["job"]["placement"].dump(), R"(["m01","s01","m03"])");
+  }  // the controller dies before any agent took its command
+  o.create = false;
+  auto p = Plane::Open(o, TimeFromMs(5000));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  (*p)->Serving(TimeFromMs(5000));
+  for (const char* m : {"m01", "m03", "s01"}) ASSERT_TRUE((*p)->Register(RegWithShards(m), TimeFromMs(5100)).ok());
+  // s01 asks first: m03, which holds rank 1's backup, has not reported yet.
+  const int64_t stream = (*p)->OpenStream("s01");
+  std::string sent;
+  bool superseded = false;
+  EXPECT_FALSE((*p)->NextCommand("s01", stream, &sent, TimeFromMs(5200), &superseded).has_value())
+      << "s01's restart went out before m03 said what it holds";
+  ASSERT_TRUE((*p)->Report(Holding("m01", {{0, 9, false}, {2, 9, true}}), TimeFromMs(5300)).ok());
+  ASSERT_TRUE((*p)->Report(Holding("m03", {{2, 9, false}, {1, 9, true}}), TimeFromMs(5300)).ok());
+  ASSERT_TRUE((*p)->Report(Report("s01", {}), TimeFromMs(5300)).ok());
+  (*p)->Tick(TimeFromMs(5400));
+  std::optional<wire::Command> c = (*p)->NextCommand("s01", stream, &sent, TimeFromMs(5400), &superseded);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->kind(), wire::Command::START_RANKS);
+  ASSERT_EQ(c->restore_from_size(), 1) << c->DebugString();
+  EXPECT_EQ(c->restore_from(0).machine(), "m03");
+  EXPECT_EQ(c->restore_from(0).rank(), 1);
+  EXPECT_EQ(c->restore_from(0).step(), 9);
+}
+
+// A machine of the job that never comes back holds the restart for the
+// reconnect grace only; then it goes out with the sources known.
+TEST(Plane, AReplayedRestartWaitsNoLongerThanTheReconnectGrace) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  {
+    auto p = Plane::Open(o, TimeFromMs(1000));
+    ASSERT_TRUE(p.ok());
+    for (const char* m : {"m01", "m02", "s01"}) ASSERT_TRUE((*p)->Register(RegWithShards(m), TimeFromMs(1000)).ok());
+    ASSERT_TRUE((*p)->Submit(Launch(), TimeFromMs(1000)).ok());
+    ASSERT_TRUE((*p)->Report(Holding("m01", {{0, 9, false}, {1, 9, true}}), TimeFromMs(2000)).ok());
+    wire::ReportRequest fault = Holding("m02", {{1, 9, false}, {0, 9, true}});
+    *fault.add_events() = DeviceFailed(1, 3000);
+    ASSERT_TRUE((*p)->Report(fault, TimeFromMs(3000)).ok());
+  }
+  o.create = false;
+  auto p = Plane::Open(o, TimeFromMs(5000));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  (*p)->Serving(TimeFromMs(5000));
+  ASSERT_TRUE((*p)->Register(RegWithShards("s01"), TimeFromMs(5100)).ok());
+  ASSERT_TRUE((*p)->Report(Report("s01", {}), TimeFromMs(5100)).ok());
+  const int64_t stream = (*p)->OpenStream("s01");
+  std::string sent;
+  bool superseded = false;
+  (*p)->Tick(TimeFromMs(5200));
+  EXPECT_FALSE((*p)->NextCommand("s01", stream, &sent, TimeFromMs(5200), &superseded).has_value());
+  // m01 stays silent past the grace (10 s): s01 is not held forever.
+  const int64_t after = 5000 + ToMs(o.reconnect_grace) + 100;
+  ASSERT_TRUE((*p)->Report(Report("s01", {}), TimeFromMs(after)).ok());
+  (*p)->Tick(TimeFromMs(after));
+  std::optional<wire::Command> c = (*p)->NextCommand("s01", stream, &sent, TimeFromMs(after), &superseded);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->kind(), wire::Command::START_RANKS);
+}
+
 }  // namespace
 }  // namespace bulwark::plane

@@ -92,6 +92,13 @@ TEST(PlaneReleases, UpdateNowRestartsInPlaceWithTheNewCommandAndSurvivesARestart
   EXPECT_EQ(r["releases"][1]["who"], "ops@host");
   EXPECT_EQ(r["releases"][1]["why"], "fix the loader");
   EXPECT_EQ(r["releases"][1]["state"], "running");
+  // The replayed restart goes out once the job's machines have reported
+  // what they hold (Plane::HeldLocked).
+  for (const char* m : {"m01", "m02"}) {
+    ASSERT_TRUE((*p)->Register(Reg(m), TimeFromMs(5050)).ok());
+    ASSERT_TRUE((*p)->Report(Report(m, {}), TimeFromMs(5050)).ok());
+  }
+  (*p)->Tick(TimeFromMs(5060));
   EXPECT_EQ(Argv(Desired(**p, "m02", 5100)), (std::vector<std::string>{"/bin/echo", "v2"}));
   // A rollback goes back to the submitted command, on the same machines.
   ASSERT_TRUE((*p)->Rollback(0, "loss diverged", TimeFromMs(6000)).ok());
