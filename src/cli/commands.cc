@@ -144,6 +144,7 @@ const std::vector<Command>& Commands() {
         {"days", "D", "simulated days [90]"},
         {"seed", "S", "random seed"},
         {"config", "FILE", "sim.yaml or sim.json; flags win over it"},
+        {"policy", "FILE", "a cluster's policy file (bulwark up --policy): its fields over the config's policy"},
         kJson,
         {"report", "DIR", "write sim-report.html and sim-report.json there"},
         {"sweep", "WHAT", "scale, standby, ckpt or detect"},

@@ -24,7 +24,15 @@ Status SimCmd(const std::map<std::string, std::string>& flags) {
     if (!file.ok()) return file.status();
     overrides = *file;
   }
-  // Flags win over the file.
+  // A cluster's policy file (`bulwark up --policy`): its fields over the
+  // config's policy mapping, so the fleet simulated runs the cluster's policy.
+  if (has("policy")) {
+    Result<json> policy = ReadPolicyFile(flags.at("policy"));
+    if (!policy.ok()) return policy.status();
+    if (!overrides.contains("policy") || !overrides["policy"].is_object()) overrides["policy"] = json::object();
+    overrides["policy"].update(*policy);
+  }
+  // Flags win over the files.
   for (const char* k : {"gpus", "days", "seed"}) {
     if (!has(k)) continue;
     try {

@@ -3,9 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "common/exit_codes.h"
+#include "common/files.h"
 #include "support/process.h"
 
 namespace bulwark::cli {
@@ -137,6 +141,29 @@ TEST(CliBinary, ConflictingNetworkChoicesAreOneLineErrors) {
     EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
+}
+
+// One policy file for `up` and `sim`: a bad one stops `up` before anything
+// starts (no cluster directory written), and the simulator runs a good
+// one's fields (its record lists the policy it ran).
+TEST(CliBinary, APolicyFileIsCheckedByUpAndRunBySim) {
+  const std::string bulwark = testing::BinDir() + "/bulwark", dir = testing::MakeTempDir();
+  std::ofstream(dir + "/bad.yaml") << "slow_rounds: 2.5\n";
+  std::ofstream(dir + "/good.yaml") << "slow_round: 4\nslow_rounds: 3\n";
+  auto up = testing::Run({bulwark, "up", "--machines", "1", "--no-netns", "--dir", dir + "/c", "--policy",
+                          dir + "/bad.yaml"}, {}, 10);
+  EXPECT_EQ(up.exit_code, kExitUsage) << up.err;
+  EXPECT_NE(up.err.find("--policy " + dir + "/bad.yaml: slow_rounds is a count: give a whole number"),
+            std::string::npos) << up.err;
+  EXPECT_EQ(std::count(up.err.begin(), up.err.end(), '\n'), 1) << up.err;
+  EXPECT_FALSE(PathExists(dir + "/c/controller.pid")) << "nothing started";
+  auto sim = testing::Run({bulwark, "sim", "--gpus", "64", "--days", "1", "--no-compare", "--json", "--policy",
+                           dir + "/good.yaml"}, {}, 120);
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  const nlohmann::json record = nlohmann::json::parse(sim.out);
+  const std::string text = record.dump();
+  EXPECT_NE(text.find(R"("slow_round":4.0)"), std::string::npos) << "the simulated policy: " << text.substr(0, 400);
+  EXPECT_NE(text.find(R"("slow_rounds":3.0)"), std::string::npos);
 }
 
 }  // namespace
