@@ -355,6 +355,27 @@ TEST(Plane, RestoreReportIsRecordedInTheIncidentAndSurvivesARestart) {
   EXPECT_EQ((*p)->StatusJson(TimeFromMs(5000))["machines"][0]["shard_addr"], "m01:7000");
 }
 
+// A job on the ring `machines` (one rank each, rank i on machines[i]),
+// every machine holding its rank's copy and its predecessor's backup at
+// step 9, and s01 standing by; m02's device fails at 3 s, the controller
+// decides the restart, and dies before any agent took it.
+void RestartDecidedThenTheControllerDies(const PlaneOptions& o, const std::vector<std::string>& machines) {
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  for (const std::string& m : machines) ASSERT_TRUE((*p)->Register(RegWithShards(m), TimeFromMs(1000)).ok());
+  ASSERT_TRUE((*p)->Register(RegWithShards("s01"), TimeFromMs(1000)).ok());
+  JobLaunch l = Launch();
+  l.spec.world_size = static_cast<int>(machines.size());
+  ASSERT_TRUE((*p)->Submit(l, TimeFromMs(1000)).ok());
+  const int n = static_cast<int>(machines.size());
+  for (int i = 0; i < n; ++i) {
+    wire::ReportRequest r = Holding(machines[i], {{i, 9, false}, {(i + n - 1) % n, 9, true}});
+    if (machines[i] == "m02") *r.add_events() = DeviceFailed(1, 3000);
+    ASSERT_TRUE((*p)->Report(r, TimeFromMs(machines[i] == "m02" ? 3000 : 2000)).ok());
+  }
+  EXPECT_EQ((*p)->StatusJson(TimeFromMs(3000))["job"]["placement"][1], "s01") << "s01 in m02's slot";
+}
+
 // A restart decided just before the controller died is replayed without
 // restore sources; the next controller holds it until the job's machines
 // have reported what they hold, so the standby in the evicted machine's
@@ -362,23 +383,7 @@ TEST(Plane, RestoreReportIsRecordedInTheIncidentAndSurvivesARestart) {
 TEST(Plane, ARestartReplayedFromTheJournalWaitsForItsMachinesHoldings) {
   PlaneOptions o;
   o.db_path = testing::MakeTempDir() + "/c.db";
-  JobLaunch l = Launch();
-  l.spec.world_size = 3;
-  {
-    auto p = Plane::Open(o, TimeFromMs(1000));
-    ASSERT_TRUE(p.ok());
-    for (const char* m : {"m01", "m02", "m03", "s01"}) {
-      ASSERT_TRUE((*p)->Register(RegWithShards(m), TimeFromMs(1000)).ok());
-    }
-    ASSERT_TRUE((*p)->Submit(l, TimeFromMs(1000)).ok());
-    // Ring m01 -> m02 -> m03 -> m01 at step 9; m02's device fails.
-    ASSERT_TRUE((*p)->Report(Holding("m01", {{0, 9, false}, {2, 9, true}}), TimeFromMs(2000)).ok());
-    ASSERT_TRUE((*p)->Report(Holding("m03", {{2, 9, false}, {1, 9, true}}), TimeFromMs(2000)).ok());
-    wire::ReportRequest fault = Holding("m02", {{1, 9, false}, {0, 9, true}});
-    *fault.add_events() = DeviceFailed(1, 3000);
-    ASSERT_TRUE((*p)->Report(fault, TimeFromMs(3000)).ok());
-    EXPECT_EQ((*p)->StatusJson(TimeFromMs(3000))["job"]["placement"].dump(), R"(["m01","s01","m03"])");
-  }  // the controller dies before any agent took its command
+  ASSERT_NO_FATAL_FAILURE(RestartDecidedThenTheControllerDies(o, {"m01", "m02", "m03"}));
   o.create = false;
   auto p = Plane::Open(o, TimeFromMs(5000));
   ASSERT_TRUE(p.ok()) << p.status().ToString();
@@ -408,16 +413,7 @@ TEST(Plane, ARestartReplayedFromTheJournalWaitsForItsMachinesHoldings) {
 TEST(Plane, AReplayedRestartWaitsNoLongerThanTheReconnectGrace) {
   PlaneOptions o;
   o.db_path = testing::MakeTempDir() + "/c.db";
-  {
-    auto p = Plane::Open(o, TimeFromMs(1000));
-    ASSERT_TRUE(p.ok());
-    for (const char* m : {"m01", "m02", "s01"}) ASSERT_TRUE((*p)->Register(RegWithShards(m), TimeFromMs(1000)).ok());
-    ASSERT_TRUE((*p)->Submit(Launch(), TimeFromMs(1000)).ok());
-    ASSERT_TRUE((*p)->Report(Holding("m01", {{0, 9, false}, {1, 9, true}}), TimeFromMs(2000)).ok());
-    wire::ReportRequest fault = Holding("m02", {{1, 9, false}, {0, 9, true}});
-    *fault.add_events() = DeviceFailed(1, 3000);
-    ASSERT_TRUE((*p)->Report(fault, TimeFromMs(3000)).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(RestartDecidedThenTheControllerDies(o, {"m01", "m02"}));
   o.create = false;
   auto p = Plane::Open(o, TimeFromMs(5000));
   ASSERT_TRUE(p.ok()) << p.status().ToString();
