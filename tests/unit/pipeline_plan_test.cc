@@ -34,6 +34,18 @@ TEST(PipelinePlan, PpThatDoesNotDivideTheWorldNamesTheFix) {
   EXPECT_NE(c.status().message().find("WORLD_SIZE 4 is not divisible by --pp 3"), std::string::npos);
 }
 
+// Every rank refuses a world it cannot run at before any rendezvous.
+TEST(PipelinePlan, AWorldWiderThanTheElasticReplicasIsRefusedNamingTheFix) {
+  EXPECT_TRUE(CheckWorld(2, 1, 2).ok());
+  EXPECT_TRUE(CheckWorld(8, 1, 0).ok()) << "not elastic: any width";
+  EXPECT_TRUE(CheckWorld(4, 2, 2).ok()) << "two pipelines of two stages";
+  EXPECT_EQ(CheckWorld(3, 1, 2).message(),
+            "WORLD_SIZE 3 exceeds --elastic-replicas 2, the job's full width; raise --elastic-replicas");
+  EXPECT_EQ(CheckWorld(6, 2, 2).message(),
+            "WORLD_SIZE 6 holds 3 pipelines of --pp 2, more than --elastic-replicas 2; raise --elastic-replicas");
+  EXPECT_NE(CheckWorld(5, 2, 0).message().find("is not divisible by --pp 2"), std::string::npos);
+}
+
 TEST(PipelinePlan, SplitIsBalancedAndCoversEveryLayerOnce) {
   for (int layers = 1; layers <= 9; ++layers)
     for (int stages = 1; stages <= layers; ++stages) {

@@ -158,12 +158,6 @@ Result<PipelinePlace> PlaceInPipeline(TrainProcess& p, Comm& world) {
   }
   auto c = RankCoords(world.rank(), world.world_size(), cfg.pp);
   if (!c.ok()) return c.status();
-  if (elastic && c->dp_size > cfg.elastic_replicas) {
-    return Status::InvalidArgument("WORLD_SIZE " + std::to_string(world.world_size()) + " holds " +
-                                   std::to_string(c->dp_size) + " pipelines of --pp " + std::to_string(cfg.pp) +
-                                   ", more than --elastic-replicas " + std::to_string(cfg.elastic_replicas) +
-                                   "; raise --elastic-replicas");
-  }
   if (p.stage >= 0 && p.stage != c->pp) {
     p.must_exit = true;
     return Status::Unavailable("rank " + std::to_string(world.rank()) + " is stage " + std::to_string(c->pp) +

@@ -18,6 +18,20 @@ Result<PipelineCoords> RankCoords(int rank, int world_size, int pp) {
   return c;
 }
 
+Status CheckWorld(int world_size, int pp, int elastic_replicas) {
+  Result<PipelineCoords> c = RankCoords(0, world_size, pp);
+  if (!c.ok()) return c.status();
+  if (elastic_replicas <= 0 || c->dp_size <= elastic_replicas) return Status::OK();
+  const std::string e = std::to_string(elastic_replicas), w = std::to_string(world_size);
+  if (pp > 1) {
+    return Status::InvalidArgument("WORLD_SIZE " + w + " holds " + std::to_string(c->dp_size) + " pipelines of --pp " +
+                                   std::to_string(pp) + ", more than --elastic-replicas " + e +
+                                   "; raise --elastic-replicas");
+  }
+  return Status::InvalidArgument("WORLD_SIZE " + w + " exceeds --elastic-replicas " + e +
+                                 ", the job's full width; raise --elastic-replicas");
+}
+
 int RankOf(int dp, int pp, int dp_size) { return pp * dp_size + dp; }
 
 std::vector<StageLayers> SplitLayers(int n_layers, int stages) {

@@ -25,6 +25,12 @@ struct PipelineCoords {
 // The coordinates of `rank`; an error naming the fix when `pp` does not
 // divide the world size.
 Result<PipelineCoords> RankCoords(int rank, int world_size, int pp);
+// A world the job can run at, checked by every rank before any rendezvous,
+// so that all of them refuse it at once and none waits out its collective
+// timeout for a peer that already left (a test saw 65 s): `pp` divides it,
+// and an elastic job (`elastic_replicas` > 0) holds at most that many
+// replicas, pipelines when pp > 1.
+Status CheckWorld(int world_size, int pp, int elastic_replicas);
 int RankOf(int dp, int pp, int dp_size);
 
 // Decoder blocks [first, last) of one stage; the first stage also embeds,

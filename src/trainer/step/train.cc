@@ -332,8 +332,8 @@ Status Train(const TrainConfig& cfg_in) {
     g.data_ready = TrainClock::now();
     auto env = ReadDistEnv();
     if (!env.ok()) return env.status();
-    // A world the pipeline cannot split is refused before any rendezvous.
-    if (UsesPipeline(p.cfg)) BULWARK_RETURN_IF_ERROR(RankCoords(env->rank, env->world_size, p.cfg.pp).status());
+    // A world the job cannot run at is refused before any rendezvous.
+    BULWARK_RETURN_IF_ERROR(CheckWorld(env->world_size, UsesPipeline(p.cfg) ? p.cfg.pp : 1, p.cfg.elastic_replicas));
     auto comm = Rendezvous(p, *env, g);
     if (!comm.ok()) return comm.status();
     g.rendezvous_done = TrainClock::now();

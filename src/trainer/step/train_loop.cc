@@ -229,10 +229,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
     auto placed = PlaceInPipeline(p, comm);
     if (!placed.ok()) return placed.status();
     place = std::move(*placed);
-  } else if (elastic > 0 && W > elastic) {
-    return Status::InvalidArgument("WORLD_SIZE " + std::to_string(W) + " exceeds --elastic-replicas " +
-                                   std::to_string(elastic) + ", the job's full width; raise --elastic-replicas");
-  }
+  }  // a width past --elastic-replicas was refused before the rendezvous (CheckWorld)
   if (!p.store) {
     // Elastic: one length for every width (ChunkOf splits it unevenly), so
     // a reduction over the whole buffer adds the same zeros at any width.
