@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "control_client/control_client.h"
+#include "controller/policy_json.h"
 #include "cli/args.h"
 
 namespace bulwark::cli {
@@ -45,15 +46,11 @@ Status StatusCmd(const Args& a) {
   return Show(a, &ControlClient::Status, [](const json& j) {
     if (j.contains("error")) std::cout << "CONTROLLER ERROR: " << j["error"].get<std::string>() << "\n";
     if (j.value("metrics", json()).is_string()) std::cout << "metrics at " << j["metrics"].get<std::string>() << "\n";
-    // The thresholds `up --policy` set away from their defaults.
-    if (const json& p = j.value("policy", json::object()); p.is_object() && !p.empty()) {
-      std::string fields;
-      for (const auto& [name, v] : p.items()) {
-        char value[32];
-        std::snprintf(value, sizeof value, "%g", v.is_number() ? v.get<double>() : 0.0);
-        fields += (fields.empty() ? "" : ", ") + name + " " + value;
-      }
-      std::cout << "policy (times in seconds): " << fields << "\n";
+    // The thresholds `up --policy` set away from their defaults, as the
+    // controller's log says them.
+    if (controller::PolicyConfig p; j.value("policy", json::object()).size() > 0 &&
+                                    controller::ApplyPolicyJson(j["policy"], &p).ok()) {
+      std::cout << "policy: " << controller::DescribePolicy(controller::ChangedPolicy(p)) << "\n";
     }
     if (j["job"].is_null()) {
       std::cout << "no job submitted\n";

@@ -333,7 +333,7 @@ Status Train(const TrainConfig& cfg_in) {
     auto env = ReadDistEnv();
     if (!env.ok()) return env.status();
     // A world the job cannot run at is refused before any rendezvous.
-    BULWARK_RETURN_IF_ERROR(CheckWorld(env->world_size, UsesPipeline(p.cfg) ? p.cfg.pp : 1, p.cfg.elastic_replicas));
+    BULWARK_RETURN_IF_ERROR(CheckWorld(env->world_size, p.cfg.pp, p.cfg.elastic_replicas));
     auto comm = Rendezvous(p, *env, g);
     if (!comm.ok()) return comm.status();
     g.rendezvous_done = TrainClock::now();
