@@ -272,15 +272,21 @@ void Agent::Trace(const std::string& id) {
 
 void Agent::Diagnose(const wire::Command& c) {
   if (!diagnosed_.insert(c.id()).second) return;  // a resent command
-  // The tests need the machine to themselves; the controller's STOP_RANKS
-  // for the same decision may arrive after this one-shot.
-  supervisor_.StopAll();
-  supervisor_.StopSpares();
-  staging_.reset();
-  spare_spec_.reset();
-  EndGeneration();
+  // The periodic bitwise check runs beside the ranks, the alignment test
+  // alone (controller/policy_align.cc). The ladder's tests need the machine
+  // to themselves; the controller's STOP_RANKS for the same decision may
+  // arrive after this one-shot.
+  const bool beside = c.check() != 0;
+  if (!beside) {
+    supervisor_.StopAll();
+    supervisor_.StopSpares();
+    staging_.reset();
+    spare_spec_.reset();
+    EndGeneration();
+  }
   DiagnosticsRequest req;
-  req.tests.assign(c.tests().begin(), c.tests().end());
+  if (beside) req.tests = {"alignment"};
+  else req.tests.assign(c.tests().begin(), c.tests().end());
   req.budget = std::chrono::milliseconds(c.budget_ms() > 0 ? c.budget_ms() : 60000);
   req.trainer_argv = job_argv_;
   req.health = health_paths_;
@@ -294,14 +300,17 @@ void Agent::Diagnose(const wire::Command& c) {
     req.replay.push_back({x.group(), x.rank(), x.world(), x.master_addr(), x.master_port(), std::max(1, x.pp()),
                           x.pp() > 1 ? x.stage() : -1});
   }
-  const int64_t incident = c.incident();
-  Log("running diagnostics for incident " + std::to_string(incident) + " (" + std::to_string(req.tests.size()) +
-      " test(s), budget " + std::to_string(req.budget.count()) + " ms)");
-  workers_.Start([this, req, incident] {
+  const int64_t incident = c.incident(), check = c.check();
+  const std::string what = beside ? "periodic bitwise check " + std::to_string(check) + ", beside the ranks"
+                                  : "incident " + std::to_string(incident);
+  Log("running diagnostics for " + what + " (" + std::to_string(req.tests.size()) + " test(s), budget " +
+      std::to_string(req.budget.count()) + " ms)");
+  workers_.Start([this, req, incident, check, what] {
     DiagnosticsOutcome out = RunDiagnostics(req);
     wire::AgentEvent e;
     e.set_kind(wire::AgentEvent::DIAGNOSTICS);
     e.set_incident(incident);
+    e.set_check(check);
     e.set_alignment_hash(out.alignment_hash);
     std::string line;
     for (const TestOutcome& t : out.results) {
@@ -314,7 +323,7 @@ void Agent::Diagnose(const wire::Command& c) {
       // What a replay group ran (its layout) and its hash.
       if (t.test.rfind("replay", 0) == 0 && !t.detail.empty()) line += " (" + t.detail + ")";
     }
-    Log("diagnostics for incident " + std::to_string(incident) + ":" + line);
+    Log("diagnostics for " + what + ":" + line);
     MutexLock lock(&diagnostics_mu_);
     diagnostics_done_.push_back(std::move(e));
   });

@@ -69,6 +69,13 @@ Status StatusCmd(const Args& a) {
         std::cout << ", training on " << job["training_world_size"] << " of " << job["world_size"] << " ranks";
       }
       std::cout << ", incidents " << job["incidents"] << "\n";
+      // The periodic bitwise check beside the ranks, when it is on.
+      if (const json& c = job.value("align_check", json::object()); c.value("every_s", 0.0) > 0) {
+        std::printf("bitwise check every %g s: %s run, %s clean%s", c["every_s"].get<double>(), c["checks"].dump().c_str(),
+                    c["clean"].dump().c_str(), c["in_flight"].is_null() ? "" : ", one running");
+        const std::string last = c.value("last", "");
+        std::cout << (last.empty() ? "" : "; last: " + last) << "\n";
+      }
     }
     for (const json& m : j["machines"]) {
       // The in-memory checkpoint copies it holds: "r0@812 backup r1@812".

@@ -15,6 +15,7 @@ const char* ActionKindName(ActionKind k) {
     case ActionKind::kRequeue: return "requeue";
     case ActionKind::kStageRelease: return "stage_release";
     case ActionKind::kCheckup: return "checkup";
+    case ActionKind::kAlignCheck: return "align_check";
   }
   return "unknown";
 }
@@ -123,6 +124,18 @@ Action ReplenishStandbyAction(int deficit, int target, int64_t standby_arrivals)
   a.count = deficit;
   a.reason = "standby pool is " + std::to_string(deficit) + " short of its target " +
              std::to_string(target);
+  return a;
+}
+
+Action AlignCheckAction(int64_t check, Placement placement, Duration budget, std::string reason) {
+  Action a;
+  a.kind = ActionKind::kAlignCheck;
+  a.id = "align-check/c" + std::to_string(check);
+  a.check = check;
+  a.placement = std::move(placement);
+  a.tests = {"alignment"};
+  a.budget_ms = ToMs(budget);
+  a.reason = std::move(reason);
   return a;
 }
 

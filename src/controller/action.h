@@ -30,6 +30,7 @@ enum class ActionKind {
   kRequeue,           // requeue mode: stop every rank of `placement`, give the machines back until `until`
   kStageRelease,      // every machine of `placement` sets up processes of `release` beside its ranks
   kCheckup,           // evicted `machine` runs `tests` off the job's path and answers (policy_checkup.cc)
+  kAlignCheck,        // every machine of `placement` runs the alignment test beside its ranks (policy_align.cc)
 };
 
 const char* ActionKindName(ActionKind k);
@@ -54,8 +55,9 @@ struct Action {
   Time until{};  // kRequeue: when the machines are back
   int count = 0;                // kWaitForMachines, kReplenishStandby
   int64_t incident = 0;         // the incident it belongs to, 0 for none
+  int64_t check = 0;            // kAlignCheck: the periodic bitwise check's number
   std::string reason;
-  // kRunDiagnostics and kCheckup: the tests ("compute", "device", "alignment", or
+  // kRunDiagnostics, kCheckup and kAlignCheck: the tests ("compute", "device", "alignment", or
   // "replay" with `groups`: each replay group's slots' machines, horizontal
   // groups first as "h<i>", then vertical as "v<j>", named in `group_names`).
   std::vector<std::string> tests;
@@ -83,6 +85,9 @@ Action RunDiagnosticsAction(int64_t incident, int rung, Placement placement, std
                             Duration budget, std::string reason);
 // One checkup per machine and incident: a repeated decision is one checkup.
 Action CheckupAction(const MachineId& machine, int64_t incident, std::vector<std::string> tests, std::string reason);
+
+// The periodic bitwise check number `check`, beside the ranks of `placement`.
+Action AlignCheckAction(int64_t check, Placement placement, Duration budget, std::string reason);
 
 // The actions of `kind` in `actions`, in order: for tests and the simulator.
 std::vector<Action> OfKind(const std::vector<Action>& actions, ActionKind kind);

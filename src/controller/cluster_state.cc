@@ -188,6 +188,8 @@ Status Apply(ClusterState& state, const Action& action, Time now) {
       return Status::OK();  // the machines answer with ReleaseStaged
     case ActionKind::kCheckup:
       return Status::OK();  // MachineStatus::checkup says it is in flight; the answer is an event
+    case ActionKind::kAlignCheck:
+      return Status::OK();  // ClusterState::align_check says it is in flight; answers are events
     case ActionKind::kRequeue:
       state.requeue_until = action.until;
       state.requeue_granted = false;

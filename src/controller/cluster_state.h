@@ -55,6 +55,18 @@ class MachineIndex {
   mutable std::unordered_map<std::string_view, MachineStatus*> by_id_;
 };
 
+// The periodic bitwise check (policy_align.cc): the one in flight, if
+// any, and what the checks found so far.
+struct AlignCheckState {
+  int64_t id = 0;  // the check in flight; 0: none
+  Time deadline{};
+  std::set<MachineId> waiting;              // asked, not answered yet
+  std::map<MachineId, std::string> hashes;  // answers with a hash
+  std::map<MachineId, std::string> failed;  // answers without one: why the run failed
+  int64_t started = 0, clean = 0;           // checks ever; those that found nothing
+  std::string last;                         // the latest verdict, for status
+};
+
 struct ClusterState {
   // Desired.
   JobSpec spec;
@@ -114,6 +126,8 @@ struct ClusterState {
   // The periodic bitwise check's clock (LadderConfig::align_every): the
   // first step, then the start of the latest check.
   std::optional<Time> align_check_from;
+  // The periodic bitwise check, beside the ranks (policy_align.cc).
+  AlignCheckState align;
   // Observations that opened no incident (a job-wide slowdown), newest last.
   std::vector<std::string> notes;
 

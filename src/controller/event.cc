@@ -103,7 +103,9 @@ std::string Describe(const Event& e) {
           [](const DiagnosticsReported& x) {
             int failed = 0;
             for (const DiagnosticResult& r : x.results) failed += r.passed ? 0 : 1;
-            return "diagnostics from " + x.machine + " for incident " + std::to_string(x.incident) + ": " +
+            const std::string of = x.check != 0 ? "periodic bitwise check " + std::to_string(x.check)
+                                                : "incident " + std::to_string(x.incident);
+            return "diagnostics from " + x.machine + " for " + of + ": " +
                    std::to_string(x.results.size()) + " test(s), " + std::to_string(failed) + " failed";
           },
           [](const LadderDeadline& x) {

@@ -324,6 +324,9 @@ struct DiagnosticsReported {
   std::vector<DiagnosticResult> results;
   std::string alignment_hash;
   Time observed{};
+  // The periodic bitwise check this answers (AlignCheckState), 0 for the
+  // ladder's diagnostics and a checkup's (`incident` names theirs).
+  int64_t check = 0;
 
   template <class S, class V>
   static void Fields(S& s, V& v) {
@@ -332,6 +335,7 @@ struct DiagnosticsReported {
     v("results", s.results);
     v("alignment_hash", s.alignment_hash);
     v("observed", s.observed);
+    v.Optional("check", s.check);
   }
 };
 
@@ -460,8 +464,9 @@ struct RequeueDue {
   }
 };
 
-// The periodic bitwise check (LadderConfig::align_every) is due: the plane
-// sends it from its tick when AlignmentCheckIsDue (policy.h) says so.
+// The periodic bitwise check (LadderConfig::align_every) is due, or the
+// one in flight has run out of time: the plane sends it from its tick when
+// AlignmentCheckIsDue (policy.h) says so.
 struct AlignmentCheckDue {
   Time observed{};
 

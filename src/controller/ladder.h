@@ -64,9 +64,9 @@ struct LadderConfig {
   // picks the smallest k that gives at least 2x2 groups.
   int replay_k = 0;
   // The periodic bitwise check: every this long the alignment test runs on
-  // every machine (the job stops for it, a few seconds), so that a machine
+  // every machine beside its ranks (policy_align.cc), so that a machine
   // that drifts silently (no NaN, no spike, no incident) is still found.
-  // Zero: off (the default; it costs a stop and a restart each time).
+  // Zero: off (the default).
   Duration align_every{0};
 
   // One-line InvalidArgument naming the bad rung, test or budget.
@@ -255,8 +255,8 @@ struct LadderStatus {
   std::map<std::string, bool> replay_results;           // "h0" / "v1" -> passed
   NetworkLinkMap links;           // the network test's links, when it runs
   bool reattempted = false;       // the reattempt rung is spent (or came before the ladder)
-  bool periodic = false;          // a routine check, not a fault: align_every, or the links of a slowed job
-  std::string check = "periodic bitwise check";  // which routine check, for the incident
+  bool periodic = false;          // a routine check, not a fault: the links of a slowed job
+  std::string check = "network check";  // which routine check, for the incident
   // Sets state to LadderNext(state, on).
   Status Move(LadderInput on);
 };

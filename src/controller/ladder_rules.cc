@@ -271,26 +271,11 @@ Status StartRoutineCheck(RuleContext& ctx, const std::string& cause, const std::
 
 }  // namespace
 
-// The periodic bitwise check (LadderConfig::align_every): the alignment
-// test on every machine at once, as a diagnose rung of its own incident.
-// A machine whose hash differs from the majority's is evicted and the
-// ladder watches, as after any diagnose rung; nothing found restarts in
-// place (FinishDiagnose).
-Status OnAlignmentCheckDue(RuleContext& ctx, const Event& e) {
-  const auto& x = std::get<AlignmentCheckDue>(e);
-  ClusterState& s = ctx.state;
-  if (!AlignmentCheckIsDue(s, ctx.config.ladder, x.observed)) return Status::OK();  // a repeat, or too late
-  s.align_check_from = ctx.now;
-  return StartRoutineCheck(ctx, "periodic bitwise check", "periodic bitwise check",
-                           "periodic bitwise check (every " + FormatDuration(ctx.config.ladder.align_every) + ")",
-                           "stopped for the periodic bitwise check on", "alignment");
-}
-
 // Steps slowed while compute held (FailSlowDetector::CheckLinks): the
 // ladder's network test measures every link of the ring, whatever tests
 // the diagnose rung is configured with, as a check of its own incident.
 // The machine on the outlier links is evicted; nothing found restarts in
-// place, as after the periodic check.
+// place.
 Status StartLinkCheck(RuleContext& ctx, const FailSlowSuspected& x) {
   return StartRoutineCheck(ctx, x.detail, "network check", "network check: " + x.detail,
                            "stopped to measure the links of", "network");
@@ -303,7 +288,10 @@ bool LinkCheckIsDue(const ClusterState& s, const PolicyConfig& config) {
 
 Status OnDiagnosticsReported(RuleContext& ctx, const Event& e) {
   const auto& x = std::get<DiagnosticsReported>(e);
-  // An over-evicted machine's checkup answers off the job's path, not to the ladder.
+  // The periodic bitwise check answers beside the ranks, and an over-evicted
+  // machine's checkup off the job's path: neither to the ladder.
+  Result<bool> periodic = AlignCheckAnswered(ctx, x);
+  if (!periodic.ok() || *periodic) return periodic.status();
   Result<bool> checkup = CheckupAnswered(ctx, x);
   if (!checkup.ok() || *checkup) return checkup.status();
   LadderStatus& l = ctx.state.ladder;
@@ -382,13 +370,3 @@ Status OnLadderDeadline(RuleContext& ctx, const Event& e) {
 }
 
 }  // namespace bulwark::controller::internal
-
-namespace bulwark::controller {
-
-bool AlignmentCheckIsDue(const ClusterState& s, const LadderConfig& config, Time now) {
-  return config.align_every.count() > 0 && s.job == JobState::kRunning && s.ladder.state == LadderState::kIdle &&
-         s.incidents.Current() == nullptr && s.align_check_from && now - *s.align_check_from >= config.align_every &&
-         !s.placement.slots.empty();
-}
-
-}  // namespace bulwark::controller

@@ -435,6 +435,7 @@ Status Emit(RuleContext& ctx, Action action) {
     case ActionKind::kRunDiagnostics:
     case ActionKind::kStageRelease:
     case ActionKind::kCheckup:
+    case ActionKind::kAlignCheck:
       break;
   }
   BULWARK_RETURN_IF_ERROR(Apply(s, action, ctx.now));

@@ -63,8 +63,9 @@ Status DecideAll(RuleContext& ctx, const std::vector<Event>& events,
 
 // Whether the periodic bitwise check (LadderConfig::align_every) is due at
 // `now`: on, the job running with no incident open and no ladder climbing,
-// and align_every since the first step or the latest check. The plane asks
-// from its tick and sends AlignmentCheckDue; the rule asks again.
+// and align_every since the first step or the latest check; or whether the
+// check in flight has reached its deadline. The plane asks from its tick
+// and sends AlignmentCheckDue; the rule asks again (policy_align.cc).
 bool AlignmentCheckIsDue(const ClusterState& s, const LadderConfig& config, Time now);
 
 }  // namespace bulwark::controller

@@ -107,7 +107,7 @@ struct PolicyConfig {
   // off the job's path (a Checkup action: the ladder's tests on that one
   // machine) and, when every test passes, returns to the pool as a standby.
   // A failed test leaves it evicted, for an operator. The plane sends the
-  // tests as a DIAGNOSE one-shot to that machine (Plane::SendCheckupLocked).
+  // tests as a DIAGNOSE one-shot to that machine (Plane::SendTestsLocked).
   // On by default: without it a fifth of a 100k fleet's machines a year
   // left for good on suspicion alone (docs/failure-domains.md); `bulwark
   // sim --no-checkup` or `checkup_evicted: 0` turns it off.

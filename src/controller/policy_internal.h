@@ -72,9 +72,13 @@ Result<bool> CheckupAnswered(RuleContext& ctx, const DiagnosticsReported& x);
 Status EnterLadder(RuleContext& ctx, Incident& inc, const std::string& trigger, int64_t step, bool reattempted);
 Status OnDiagnosticsReported(RuleContext& ctx, const Event& e);
 Status OnLadderDeadline(RuleContext& ctx, const Event& e);
-Status OnAlignmentCheckDue(RuleContext& ctx, const Event& e);
 Status StartLinkCheck(RuleContext& ctx, const FailSlowSuspected& x);
 bool LinkCheckIsDue(const ClusterState& s, const PolicyConfig& config);
+
+// The periodic bitwise check beside the ranks (policy_align.cc).
+// AlignCheckAnswered: true when `x` answers such a check (and is handled).
+Status OnAlignmentCheckDue(RuleContext& ctx, const Event& e);
+Result<bool> AlignCheckAnswered(RuleContext& ctx, const DiagnosticsReported& x);
 
 // Releases and requeue mode (policy_releases.cc).
 Status OnReleaseCreated(RuleContext& ctx, const Event& e);

@@ -142,7 +142,8 @@ std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launc
     case ActionKind::kReplenishStandby:
     case ActionKind::kCaptureStacks:  // a one-shot request the plane sends itself
     case ActionKind::kStageRelease:   // likewise, beside the running ranks
-    case ActionKind::kCheckup:        // a one-shot to the evicted machine (Plane::SendCheckupLocked)
+    case ActionKind::kCheckup:        // a one-shot to the evicted machine (Plane::SendTestsLocked)
+    case ActionKind::kAlignCheck:     // a one-shot beside the ranks (Plane::SendTestsLocked)
       break;
   }
   return out;

@@ -131,16 +131,21 @@ void Plane::SendDiagnoseLocked(const Action& a) {
   }
 }
 
-void Plane::SendCheckupLocked(const Action& a) {
+void Plane::SendTestsLocked(const Action& a) {
   if (logged_actions_.insert(a.id).second) LogLocked("action " + a.ToString());
   wire::Command c;
   c.set_kind(wire::Command::DIAGNOSE);
   c.set_id(a.id);
   c.set_incident(a.incident);
+  c.set_check(a.check);
   c.set_budget_ms(ToMs(options_.policy.ladder.diagnose_budget));
   for (const std::string& t : a.tests) c.add_tests(t);
   c.set_reason(a.reason);
-  AgentForLocked(a.machine).oneshots.push_back(std::move(c));
+  if (a.kind == ActionKind::kCheckup) {
+    AgentForLocked(a.machine).oneshots.push_back(std::move(c));
+    return;
+  }
+  for (const MachineId& m : a.placement.slots) AgentForLocked(m).oneshots.push_back(c);
 }
 
 void Plane::SendStageReleaseLocked(const Action& a) {
@@ -200,12 +205,14 @@ Status Plane::AfterDecisionLocked(const std::vector<Action>& actions, bool deliv
       diagnose_decided_ = a;
       if (deliver) SendDiagnoseLocked(a);
     }
-    if (a.kind == ActionKind::kCheckup) {
+    if (a.kind == ActionKind::kCheckup || a.kind == ActionKind::kAlignCheck) {
       // An over-evicted machine's checkup (policy_checkup.cc): the ladder's
       // tests as a DIAGNOSE one-shot to its agent alone, off the job's path;
       // its answer returns it to the pool or keeps it out. A replayed one
-      // is not sent again: the machine waits for an operator.
-      if (deliver) SendCheckupLocked(a);
+      // is not sent again: the machine waits for an operator. The periodic
+      // bitwise check (policy_align.cc): the alignment test beside the
+      // ranks; a replayed one is judged at its deadline on what came back.
+      if (deliver) SendTestsLocked(a);
       continue;
     }
     if (a.kind == ActionKind::kStageRelease) {

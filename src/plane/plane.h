@@ -466,8 +466,9 @@ class Plane {
   // Queues a RunDiagnostics action's DIAGNOSE one-shot for each of its
   // machines (with their replay groups or network links).
   void SendDiagnoseLocked(const Action& a) REQUIRES(mu_);
-  // Queues a Checkup action's DIAGNOSE one-shot for its evicted machine.
-  void SendCheckupLocked(const Action& a) REQUIRES(mu_);
+  // Queues a Checkup action's DIAGNOSE one-shot for its evicted machine, or
+  // an AlignCheck's for every machine of its placement, beside the ranks.
+  void SendTestsLocked(const Action& a) REQUIRES(mu_);
   // Queues a StageRelease action's STAGE_RELEASE one-shot for each of its
   // machines, with the release's command as its restart will carry it.
   void SendStageReleaseLocked(const Action& a) REQUIRES(mu_);

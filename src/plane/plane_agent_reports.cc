@@ -31,7 +31,7 @@ Result<Event> EventFromAgent(const std::string& machine, const wire::AgentEvent&
     case wire::AgentEvent::STEP:
       return Event(StepCompleted{a.step(), observed});
     case wire::AgentEvent::DIAGNOSTICS: {
-      DiagnosticsReported d{a.incident(), machine, {}, a.alignment_hash(), observed};
+      DiagnosticsReported d{a.incident(), machine, {}, a.alignment_hash(), observed, a.check()};
       for (const wire::TestResult& r : a.results()) d.results.push_back({r.test(), r.passed(), r.detail(), r.ms()});
       return Event(std::move(d));
     }

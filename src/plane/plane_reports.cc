@@ -120,6 +120,11 @@ json JobJson(const StatusView::Job& v) {
     ladder["answered"] = v.ladder.answered;
   }
   j["ladder"] = std::move(ladder);
+  j["align_check"] = {{"every_s", v.align.every_s},
+                      {"checks", v.align.checks},
+                      {"clean", v.align.clean},
+                      {"in_flight", v.align.in_flight ? json(v.align.in_flight) : json(nullptr)},
+                      {"last", v.align.last}};
   return j;
 }
 
@@ -209,13 +214,15 @@ StatusView::Job Plane::JobViewLocked(Time now) {
   if (!j.ladder.idle) {
     const auto& rungs = controller_->config().ladder.rungs;
     j.ladder.rung = l.rung >= 0 && l.rung < static_cast<int>(rungs.size()) ? rungs[l.rung]
-                    : l.periodic                                            ? "periodic check"
+                    : l.periodic                                            ? l.check
                                                                             : "";
     j.ladder.trigger = l.trigger;
     j.ladder.incident = l.incident;
     if (l.deadline) j.ladder.deadline_in_s = static_cast<double>(ToMs(*l.deadline - now)) / 1000.0;
     j.ladder.answered = l.state == LadderState::kReplaying ? l.replay_results.size() : l.answers_in;
   }
+  j.align = {ToMs(controller_->config().ladder.align_every) / 1000.0, s.align.started, s.align.clean, s.align.id,
+             s.align.last};
   j.standby = controller_->standby();
   return j;
 }

@@ -65,6 +65,12 @@ struct StatusView {
     std::optional<std::string> tracing;  // the stack capture in flight
     std::vector<std::string> notes;
     Ladder ladder;
+    // The periodic bitwise check beside the ranks (controller/policy_align.cc).
+    struct Align {
+      double every_s = 0;  // 0: off
+      int64_t checks = 0, clean = 0, in_flight = 0;
+      std::string last;
+    } align;
     controller::StandbyReport standby;
   };
   std::optional<Job> job;  // none before a submit

@@ -133,6 +133,7 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
       }
       case ActionKind::kActivate:
       case ActionKind::kStageRelease:  // the simulated fleet runs no releases
+      case ActionKind::kAlignCheck:    // nor the periodic bitwise check (it never sends AlignmentCheckDue)
         break;
       case ActionKind::kRestartAll:
         OnRestart(a);

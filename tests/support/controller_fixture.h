@@ -79,6 +79,11 @@ inline std::string Brief(const Action& a) {
     case ActionKind::kReplenishStandby: return "replenish " + std::to_string(a.count);
     case ActionKind::kCaptureStacks: return "trace i" + std::to_string(a.incident);
     case ActionKind::kCheckup: return "checkup " + a.machine + " i" + std::to_string(a.incident);
+    case ActionKind::kAlignCheck: {
+      std::string s = "align_check c" + std::to_string(a.check) + " ";
+      for (size_t i = 0; i < a.placement.slots.size(); ++i) s += (i ? "," : "") + a.placement.slots[i];
+      return s;
+    }
     case ActionKind::kRunDiagnostics: {
       std::string s = "diagnose i" + std::to_string(a.incident);
       for (size_t i = 0; i < a.tests.size(); ++i) s += (i ? "," : " ") + a.tests[i];

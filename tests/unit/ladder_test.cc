@@ -446,43 +446,6 @@ TEST(LadderPolicy, StepsSlowedWithComputeHoldingMeasureTheLinks) {
   EXPECT_EQ(plain.controller->state().notes.size(), 1u);
 }
 
-// The periodic bitwise check (align_every): due on time, an incident of its
-// own, the drifting machine evicted; a clean check restarts in place.
-TEST(LadderPolicy, ThePeriodicBitwiseCheckFindsADriftingMachineWithoutAnIncident) {
-  PolicyConfig c;
-  c.ladder.align_every = Secs(60);
-  LadderJob j(1, c);  // steps 1..10 at 1..10 s: the clock started at 1 s
-  EXPECT_FALSE(AlignmentCheckIsDue(j.controller->state(), c.ladder, S(60)));
-  EXPECT_TRUE(AlignmentCheckIsDue(j.controller->state(), c.ladder, S(61)));
-  PolicyConfig off;
-  EXPECT_FALSE(AlignmentCheckIsDue(j.controller->state(), off.ladder, S(1000))) << "off by default";
-  EXPECT_TRUE(j.Do(AlignmentCheckDue{S(30)}).empty()) << "an early or repeated event decides nothing";
-  EXPECT_EQ(j.Do(AlignmentCheckDue{S(61)}), (Lines{"diagnose i1 alignment"}));
-  EXPECT_EQ(j.ladder().state, LadderState::kDiagnosing);
-  EXPECT_TRUE(j.Do(AlignmentCheckDue{S(62)}).empty()) << "one check at a time";
-  EXPECT_FALSE(AlignmentCheckIsDue(j.controller->state(), c.ladder, S(200))) << "not while it runs";
-  for (const char* m : {"m01", "m02", "m04"}) j.Do(DiagnosticsReported{1, m, {{"alignment", true, "", 900}}, "good", S(64)});
-  EXPECT_EQ(j.Do(DiagnosticsReported{1, "m03", {{"alignment", true, "", 900}}, "drifted", S(65)}),
-            (Lines{"evict m03", "activate s01", "restart_all g2 m01,m02,s01,m04 ckpt 0"}));
-  EXPECT_EQ(j.Last().cause, "periodic bitwise check");
-  EXPECT_EQ(j.Last().evicted, (std::vector<MachineId>{"m03"}));
-  EXPECT_EQ(j.ladder().state, LadderState::kWatching);
-  for (int k = 10; k <= 16; ++k) j.Do(StepCompleted{k, S(70 + k)});
-  EXPECT_EQ(j.ladder().state, LadderState::kIdle);
-  EXPECT_TRUE(j.Last().closed);
-  // The next check counts from the start of this one (61 s), and finds nothing.
-  EXPECT_FALSE(AlignmentCheckIsDue(j.controller->state(), c.ladder, S(120)));
-  EXPECT_EQ(j.Do(AlignmentCheckDue{S(121)}), (Lines{"diagnose i2 alignment"}));
-  for (const char* m : {"m01", "m02", "s01"}) j.Do(DiagnosticsReported{2, m, {{"alignment", true, "", 900}}, "good", S(124)});
-  EXPECT_EQ(j.Do(DiagnosticsReported{2, "m04", {{"alignment", true, "", 900}}, "good", S(125)}),
-            (Lines{"restart_all g3 m01,m02,s01,m04 ckpt 0"}));
-  EXPECT_EQ(j.Last().resolution, Resolution::kReattempt);
-  EXPECT_TRUE(j.Last().evicted.empty());
-  EXPECT_EQ(j.ladder().state, LadderState::kIdle) << "a clean check starts no ladder";
-  Status bad = ApplyLadderAlignEvery("hourly", &c.ladder);
-  EXPECT_EQ(bad.message(), "policy: ladder align-every 'hourly' is not a number of seconds; e.g. 600 (0: off)");
-}
-
 TEST(LadderPolicy, WithoutALadderARepeatStopsAtOnceAsBefore) {
   PolicyConfig c;
   c.ladder.rungs.clear();

@@ -1,0 +1,144 @@
+// The periodic bitwise check, beside the ranks (LadderConfig::align_every).
+//
+// A machine whose arithmetic drifts silently (an ALU or an HBM cell that
+// now and then returns a slightly wrong result: no NaN, no spike) opens no
+// incident, since nothing it computes looks wrong on its own. So every
+// align_every the controller asks each machine of the job to run the
+// alignment test (one fixed training step of the job's model,
+// trainer/diag/align.h) beside its ranks. The ranks keep training, and
+// every healthy machine computes the same hash, bit for bit.
+//
+//   start   AlignmentCheckDue while the job runs with nothing open: one
+//           kAlignCheck action (a DIAGNOSE one-shot per machine, with
+//           `check` set, which the agent runs without stopping its ranks).
+//   answer  DiagnosticsReported with that `check`: a hash, or why the run
+//           made none. The check ends when every machine asked answered,
+//           or at its deadline (the ladder's diagnose budget) with the
+//           answers in.
+//   judge   among the machines still in the job that gave a hash, the hash
+//           of a strict majority is the right one, and a machine with
+//           another is evicted for it (an implicit incident, localized;
+//           Reconcile puts a standby in its slot).
+//
+// No strict majority (two machines, or a split) evicts nobody. A run that
+// made no hash is noted and not held against its machine: it ran beside a
+// training job, and a test that could not run is no evidence.
+//
+// The check used to stop the job and run as a diagnose rung of an incident
+// of its own, so each clean check cost a stop and a restart; which is why
+// it is still off by default, and could now be on.
+#include <map>
+
+#include "controller/policy.h"
+#include "controller/policy_internal.h"
+
+namespace bulwark::controller {
+
+bool AlignmentCheckIsDue(const ClusterState& s, const LadderConfig& config, Time now) {
+  if (s.align.id != 0) return now >= s.align.deadline;  // the one in flight ran out of time
+  return config.align_every.count() > 0 && s.job == JobState::kRunning && s.ladder.state == LadderState::kIdle &&
+         s.incidents.Current() == nullptr && s.align_check_from && now - *s.align_check_from >= config.align_every &&
+         !s.placement.slots.empty();
+}
+
+namespace internal {
+namespace {
+
+std::string Short(const std::string& hash) { return hash.substr(0, 16); }
+
+// Judges the check in flight on the answers in (`note`: why some are missing).
+Status FinishAlignCheck(RuleContext& ctx, const std::string& note) {
+  ClusterState& s = ctx.state;
+  AlignCheckState& c = s.align;
+  const std::string name = "periodic bitwise check " + std::to_string(c.id);
+  std::map<MachineId, std::string> hashes;  // of the machines still in the job
+  std::map<std::string, int> count;
+  for (const auto& [m, h] : c.hashes) {
+    const MachineStatus* ms = s.FindMachine(m);
+    if (ms == nullptr || ms->state != MachineState::kActive) continue;
+    hashes.emplace(m, h);
+    ++count[h];
+  }
+  std::string majority;
+  for (const auto& [h, n] : count) {
+    if (2 * static_cast<size_t>(n) > hashes.size()) majority = h;
+  }
+  std::string aside;
+  if (!c.failed.empty()) {
+    aside += "; " + std::to_string(c.failed.size()) + " machine(s) made no hash (" + c.failed.begin()->first + ": " +
+             c.failed.begin()->second + ")";
+  }
+  if (!c.waiting.empty()) aside += "; " + std::to_string(c.waiting.size()) + " did not answer" + note;
+  c.id = 0;
+  c.waiting.clear();
+  c.failed.clear();
+  const std::string of = " of " + std::to_string(hashes.size()) + " machine(s)";
+  if (hashes.empty() || majority.empty()) {
+    c.last = name + ": " + (hashes.empty() ? "no hash came back" : "no strict majority among the hashes" + of) +
+             "; nobody evicted" + aside;
+    c.hashes.clear();
+    return Status::OK();
+  }
+  std::vector<MachineId> bad;
+  std::string why;
+  for (const auto& [m, h] : hashes) {
+    if (h == majority) continue;
+    bad.push_back(m);
+    why += (why.empty() ? "" : "; ") + m + ": alignment hash " + Short(h) + " differs from the majority's " +
+           Short(majority) + " (" + std::to_string(count[majority]) + of + ")";
+  }
+  c.hashes.clear();
+  if (bad.empty()) {
+    ++c.clean;
+    c.last = name + ": all " + std::to_string(hashes.size()) + " machine(s) agree (" + Short(majority) + ")" + aside;
+    return Status::OK();
+  }
+  c.last = name + ": " + why + aside;
+  Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kImplicit, name, std::nullopt, /*localized=*/true);
+  if (!inc.ok()) return inc.status();
+  (*inc)->notes.push_back(c.last);
+  return OverEvict(ctx, **inc, bad, "evicted by the " + name + " beside the ranks: " + why);
+}
+
+}  // namespace
+
+Status OnAlignmentCheckDue(RuleContext& ctx, const Event& e) {
+  const auto& x = std::get<AlignmentCheckDue>(e);
+  ClusterState& s = ctx.state;
+  if (!AlignmentCheckIsDue(s, ctx.config.ladder, x.observed)) return Status::OK();  // a repeat, or too late
+  const Duration budget = ctx.config.ladder.diagnose_budget;
+  if (s.align.id != 0) return FinishAlignCheck(ctx, " within " + FormatDuration(budget));
+  s.align_check_from = ctx.now;
+  AlignCheckState& c = s.align;
+  c.id = ++c.started;
+  c.deadline = ctx.now + budget;
+  c.waiting = std::set<MachineId>(s.placement.slots.begin(), s.placement.slots.end());
+  c.hashes.clear();
+  c.failed.clear();
+  return Emit(ctx, AlignCheckAction(c.id, s.placement, budget,
+                                    "periodic bitwise check " + std::to_string(c.id) + " (every " +
+                                        FormatDuration(ctx.config.ladder.align_every) + "), beside the ranks of " +
+                                        std::to_string(s.placement.slots.size()) + " machine(s)"));
+}
+
+Result<bool> AlignCheckAnswered(RuleContext& ctx, const DiagnosticsReported& x) {
+  if (x.check == 0) return false;
+  AlignCheckState& c = ctx.state.align;
+  // A late answer (its check was judged at the deadline), or a machine not asked.
+  if (x.check != c.id || c.waiting.erase(x.machine) == 0) return true;
+  if (!x.alignment_hash.empty()) {
+    c.hashes[x.machine] = x.alignment_hash;
+  } else {
+    std::string why = "no alignment result";
+    for (const DiagnosticResult& r : x.results) {
+      if (r.test == "alignment") why = r.detail.empty() ? "failed" : r.detail;
+    }
+    c.failed[x.machine] = why;
+  }
+  if (!c.waiting.empty()) return true;
+  BULWARK_RETURN_IF_ERROR(FinishAlignCheck(ctx, ""));
+  return true;
+}
+
+}  // namespace internal
+}  // namespace bulwark::controller
