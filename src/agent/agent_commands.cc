@@ -28,6 +28,8 @@ void Agent::ApplyCommands() {
         RankGroupSpec spec = SpecFrom(c);
         // The job's command is the alignment test's reference model.
         job_argv_ = spec.argv;
+        stuck_.set_limit(c.process_stuck_ms() > 0 ? std::chrono::milliseconds(c.process_stuck_ms())
+                                                  : std::chrono::duration_cast<std::chrono::milliseconds>(kProcessStuck));
         // Local rank i holds the backup of backup_of[i] (a replicated-state
         // job writes it from its own memory: client/shard_client.h).
         for (size_t i = 0; i < spec.ranks.size(); ++i) {

@@ -62,7 +62,8 @@ constexpr auto kRejoinWait = std::chrono::milliseconds(1000);
 constexpr auto kInspectPeriod = std::chrono::milliseconds(1000);
 constexpr auto kStreamDeadline = std::chrono::seconds(30);
 // A rank stopped (T) or in uninterruptible sleep (D) this long is reported
-// as a failed process inspection (PolicyConfig::process_stuck's default).
+// as a failed process inspection, until a START_RANKS says otherwise
+// (PolicyConfig::process_stuck, which it carries).
 constexpr auto kProcessStuck = std::chrono::seconds(10);
 
 

@@ -72,6 +72,8 @@ class StuckRanks {
  public:
   using Clock = std::chrono::steady_clock;
   explicit StuckRanks(Clock::duration limit) : limit_(limit) {}
+  // The policy's limit, as the controller's START_RANKS carries it.
+  void set_limit(Clock::duration limit) { limit_ = limit; }
   // Reads each rank's state (rank -> pid); returns, once per episode, a line
   // for each rank stuck `limit` or longer. A rank not passed is forgotten.
   std::vector<std::pair<int, std::string>> Check(const std::map<int, pid_t>& pids, Clock::time_point now);

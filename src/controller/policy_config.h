@@ -143,7 +143,7 @@ struct PolicyConfig {
   // suspected; ranks without a stack by then count as outliers.
   Duration trace_deadline = std::chrono::seconds(3);
   // A rank process stopped (T) or in uninterruptible sleep (D) this long is
-  // a process inspection failure (agent side).
+  // a process inspection failure (the agent judges; START_RANKS carries it).
   Duration process_stuck = std::chrono::seconds(10);
 
   // Fail-slow (ByteRobust: aggregate every 10 s, evict after 5 rounds): every

@@ -18,9 +18,7 @@ struct Field {
 };
 
 // The scalar fields of PolicyConfig (policy_config.h says what each does).
-// Sets and lists (signatures, tests) and the ladder have flags of their own;
-// process_stuck is left out, since the agent applies its own constant
-// (agent_impl.h) and a file setting it here would change nothing.
+// Sets and lists (signatures, tests) and the ladder have flags of their own.
 const std::vector<Field>& Fields() {
   using P = PolicyConfig;
   static const std::vector<Field> fields = {
@@ -49,6 +47,7 @@ const std::vector<Field>& Fields() {
       {"hang_warmup_steps", &P::hang_warmup_steps},
       {"hang_window", &P::hang_window},
       {"trace_deadline", &P::trace_deadline},
+      {"process_stuck", &P::process_stuck},
       {"slow_round", &P::slow_round},
       {"slow_rounds", &P::slow_rounds},
       {"slow_ratio", &P::slow_ratio},

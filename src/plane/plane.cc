@@ -248,6 +248,7 @@ Status Plane::AfterDecisionLocked(const std::vector<Action>& actions, bool deliv
       if (mc.command.kind() == wire::Command::START_RANKS) {
         mc.command.set_spike_factor(options_.policy.spike_factor);
         mc.command.set_spike_rule(options_.policy.spike_rule().Encode());
+        mc.command.set_process_stuck_ms(ToMs(options_.policy.process_stuck));
       }
       Agent& target = AgentForLocked(mc.machine);
       if (restop && target.desired && IsPlainStop(*target.desired) && IsPlainStop(mc.command)) continue;

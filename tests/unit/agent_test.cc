@@ -310,6 +310,12 @@ TEST(Inspector, AStoppedRankIsReportedOncePerEpisode) {
   ::kill(child, SIGCONT);
   ::usleep(50 * 1000);
   EXPECT_TRUE(stuck.Check({{3, child}}, t0 + std::chrono::seconds(21)).empty());
+  // A START_RANKS's limit (the policy's process_stuck) replaces the default.
+  stuck.set_limit(std::chrono::seconds(3));
+  ::kill(child, SIGSTOP);
+  ::usleep(50 * 1000);
+  EXPECT_TRUE(stuck.Check({{3, child}}, t0 + std::chrono::seconds(22)).empty());
+  EXPECT_EQ(stuck.Check({{3, child}}, t0 + std::chrono::seconds(25)).size(), 1u) << "stuck after the 3 s given";
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
 }

@@ -383,6 +383,7 @@ void RestartDecidedThenTheControllerDies(const PlaneOptions& o, const std::vecto
 TEST(Plane, ARestartReplayedFromTheJournalWaitsForItsMachinesHoldings) {
   PlaneOptions o;
   o.db_path = testing::MakeTempDir() + "/c.db";
+  o.policy.process_stuck = std::chrono::seconds(7);
   ASSERT_NO_FATAL_FAILURE(RestartDecidedThenTheControllerDies(o, {"m01", "m02", "m03"}));
   o.create = false;
   auto p = Plane::Open(o, TimeFromMs(5000));
@@ -406,6 +407,7 @@ TEST(Plane, ARestartReplayedFromTheJournalWaitsForItsMachinesHoldings) {
   EXPECT_EQ(c->restore_from(0).machine(), "m03");
   EXPECT_EQ(c->restore_from(0).rank(), 1);
   EXPECT_EQ(c->restore_from(0).step(), 9);
+  EXPECT_EQ(c->process_stuck_ms(), 7000) << "the agent judges a stuck rank by the policy's limit";
 }
 
 // A machine of the job that never comes back holds the restart for the
