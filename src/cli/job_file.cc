@@ -3,11 +3,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <iterator>
 #include <vector>
 
 #include "common/files.h"
 #include "common/progress_pattern.h"
+#include "controller/policy_fields.h"
 
 namespace bulwark::cli {
 namespace {
@@ -233,6 +235,30 @@ Status ReadRecovery(const YAML::Node& n, Reading& r) {
   return Status::OK();
 }
 
+// The job's own policy fields (controller/policy_fields.h), laid over the
+// cluster's for this job alone; checked here against the shipped defaults
+// so that a misspelt or out-of-range field fails the submit at once.
+Status ReadPolicy(const YAML::Node& n, Reading& r) {
+  if (!n) return Status::OK();
+  if (!n.IsMap()) return FieldError(r.source, "policy", "expected a mapping of field: value, e.g. {slow_round: 5}");
+  for (const auto& kv : n) {
+    Result<std::string> name = Key(kv.first, r.source, "field 'policy'");
+    if (!name.ok()) return name.status();
+    const std::string v = kv.second.IsScalar() ? kv.second.as<std::string>() : "";
+    char* end = nullptr;
+    const double x = v == "true" ? 1 : v == "false" ? 0 : std::strtod(v.c_str(), &end);
+    if (v.empty() || (end != nullptr && *end != '\0')) {
+      return FieldError(r.source, "policy." + *name, "expected a number (times in seconds) or true/false, got '" + v + "'");
+    }
+    r.job.policy[*name] = x;
+  }
+  controller::PolicyConfig p;
+  if (Status s = controller::ApplyPolicyValues(r.job.policy, &p); !s.ok()) {
+    return Status::InvalidArgument(r.source + ": " + s.message());
+  }
+  return Status::OK();
+}
+
 // Every top-level field, once: its name and its reader, in reading order
 // (env before progress, which refuses to set what env already does).
 struct Section {
@@ -243,7 +269,7 @@ constexpr Section kSections[] = {
     {"name", ReadName},         {"world_size", ReadWorldSize}, {"ranks_per_machine", ReadRanksPerMachine},
     {"command", ReadCommand},   {"args", ReadArgs},            {"env", ReadEnv},
     {"checkpoint", ReadCheckpoint}, {"parallel", ReadParallel}, {"progress", ReadProgress},
-    {"recovery", ReadRecovery},
+    {"recovery", ReadRecovery},     {"policy", ReadPolicy},
 };
 
 Status CheckTopLevel(const YAML::Node& root, const std::string& source) {

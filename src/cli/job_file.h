@@ -14,6 +14,8 @@
 //     mode: requeue            # standby (default), elastic (survivors train on, docs/recovery.md)
 //                              # or requeue (the conventional baseline)
 //     provisioning_delay_s: 600  # requeue: modeled wait for machines acquired cold
+//   policy:                    # optional; this job's own thresholds (controller/policy_fields.h),
+//     slow_round: 5            # laid over the cluster's (`bulwark up --policy`)
 #pragma once
 
 #include <map>
@@ -41,6 +43,8 @@ struct JobFile {
   // provisioning delay (-1: the controller's default).
   std::string recovery = "standby";
   int provisioning_delay_s = -1;
+  // policy: fields by name (times in seconds, flags 0/1), checked.
+  std::map<std::string, double> policy;
 
   // The controller's default (controller/launch.h), repeated here because
   // the wire's 0 means "never", so the CLI must send the default itself.

@@ -484,6 +484,7 @@ Status Submit(const Args& a) {
   req.set_pp(job->pp);
   req.set_recovery(job->recovery);
   req.set_provisioning_delay_ms(job->provisioning_delay_s < 0 ? -1 : int64_t{job->provisioning_delay_s} * 1000);
+  for (const auto& [k, v] : job->policy) (*req.mutable_policy())[k] = v;
   // Local clusters share one disk: the cluster directory outlives every
   // machine, so it serves as the durable storage. Absolute, because the
   // agents and ranks do not run in this process's directory.

@@ -69,6 +69,11 @@ Status StatusCmd(const Args& a) {
         std::cout << ", training on " << job["training_world_size"] << " of " << job["world_size"] << " ranks";
       }
       std::cout << ", incidents " << job["incidents"] << "\n";
+      // A job whose file set thresholds of its own runs with more than the cluster's.
+      if (controller::PolicyConfig p; job.value("policy", json::object()) != j.value("policy", json::object()) &&
+                                      controller::ApplyPolicyJson(job["policy"], &p).ok()) {
+        std::cout << "job policy: " << controller::DescribePolicy(controller::ChangedPolicy(p)) << "\n";
+      }
       // The periodic bitwise check beside the ranks, when it is on.
       if (const json& c = job.value("align_check", json::object()); c.value("every_s", 0.0) > 0) {
         std::printf("bitwise check every %g s: %s run, %s clean%s", c["every_s"].get<double>(), c["checks"].dump().c_str(),

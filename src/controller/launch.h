@@ -25,6 +25,9 @@ struct JobLaunch {
   // A directory every machine can reach; empty: the agent's default (the
   // CLI fills in <cluster dir>/durable/<job>).
   std::string durable_dir;
+  // Policy fields the job file set (its `policy:`, controller/policy_fields.h),
+  // laid over the cluster's policy for this job alone; empty: the cluster's.
+  std::map<std::string, double> policy;
 
   static constexpr int kDefaultPersistEvery = 50;
 };

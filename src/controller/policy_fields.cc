@@ -87,6 +87,11 @@ std::string Number(double v) {
 
 }  // namespace
 
+Status ApplyPolicyValues(const std::map<std::string, double>& values, PolicyConfig* p) {
+  for (const auto& [name, value] : values) BULWARK_RETURN_IF_ERROR(SetPolicyField(name, value, p));
+  return p->Validate();
+}
+
 Status SetPolicyField(const std::string& name, double value, PolicyConfig* p) {
   const Field* field = nullptr;
   for (const Field& f : Fields()) {

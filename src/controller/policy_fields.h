@@ -4,6 +4,7 @@
 // Times are in seconds, counts whole, flags 0 or 1.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,11 @@ struct PolicyValue {
 // that is not 0 or 1 is InvalidArgument naming the field (and, for a
 // misspelt name, the one meant). Ranges are PolicyConfig::Validate's.
 Status SetPolicyField(const std::string& name, double value, PolicyConfig* p);
+
+// A job's own fields (a job file's `policy:`) laid over `p`, the cluster's,
+// then the whole checked by PolicyConfig::Validate. The first bad field is
+// the error, and `p` is then partly set: apply to a copy.
+Status ApplyPolicyValues(const std::map<std::string, double>& values, PolicyConfig* p);
 
 // Every settable field of `p`, in the table's order.
 std::vector<PolicyValue> PolicyValues(const PolicyConfig& p);

@@ -302,7 +302,8 @@ json EncodeLaunch(const JobLaunch& l) {
               {"tp", l.spec.tp},
               {"pp", l.spec.pp},
               {"recovery", RecoveryName(l.spec.recovery)},
-              {"provisioning_delay_ms", ToMs(l.spec.provisioning_delay)}};
+              {"provisioning_delay_ms", ToMs(l.spec.provisioning_delay)},
+              {"policy", l.policy}};
 }
 
 Result<JobLaunch> DecodeLaunch(const json& j) {
@@ -319,6 +320,7 @@ Result<JobLaunch> DecodeLaunch(const json& j) {
   if (j.contains("persist_every")) BULWARK_RETURN_IF_ERROR(Get(j, "persist_every", &l.persist_every));
   if (j.contains("durable_dir")) BULWARK_RETURN_IF_ERROR(Get(j, "durable_dir", &l.durable_dir));
   if (j.contains("tp")) BULWARK_RETURN_IF_ERROR(Get(j, "tp", &l.spec.tp));
+  if (j.contains("policy")) BULWARK_RETURN_IF_ERROR(Get(j, "policy", &l.policy));
   if (j.contains("pp")) BULWARK_RETURN_IF_ERROR(Get(j, "pp", &l.spec.pp));
   if (j.contains("recovery")) {
     std::string mode;

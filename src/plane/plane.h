@@ -36,82 +36,13 @@
 #include "common/mutex.h"
 #include "plane/address_check.h"
 #include "plane/core.h"
+#include "plane/plane_options.h"
 #include "plane/report_gaps.h"
 #include "plane/status_view.h"
 #include "plane/store.h"
 #include "plane/throughput.h"
 
-namespace bulwark::cluster {
-class Emulator;
-}  // namespace bulwark::cluster
-
 namespace bulwark::plane {
-
-struct PlaneOptions {
-  std::string db_path;
-  bool create = true;
-  // Opens the journal (journal_store.h) with `create`; null: the SQLite
-  // Store at db_path. `bulwark controller --etcd` opens an EtcdJournal
-  // fenced by this controller's term (journal_etcd.h, leader.h).
-  std::function<Result<std::unique_ptr<JournalStore>>(bool create)> open_journal;
-  PolicyConfig policy;
-  // An agent silent this long is lost. Agents report every 500 ms, so this
-  // is four missed reports.
-  Duration heartbeat_timeout = std::chrono::milliseconds(2000);
-  // A silent machine whose peers saw its connections close (a FIN or RST:
-  // its processes are gone, and its network carried the news) is lost
-  // after this much silence even when heartbeat_timeout is longer: the
-  // fencing lease (cluster/fence.h) is for a machine that may still run
-  // cut off, and this one cannot.
-  Duration closed_peer_timeout = std::chrono::milliseconds(2000);
-  // After a (re)start an agent not yet heard from is judged lost only after
-  // this long: the silence is the controller's own absence, and agents need
-  // a moment to reconnect. Agents that did reconnect get heartbeat_timeout.
-  Duration reconnect_grace = std::chrono::milliseconds(10000);
-  // How often the server calls Tick. A gap between ticks much longer than
-  // this is the controller's own stall (its disk under the journal's fsync,
-  // a starved CPU), and agents' silence during it is not held against them:
-  // a demo on a host loaded by a compile once evicted all six machines after
-  // a 4.9 s stall.
-  Duration tick_period = std::chrono::milliseconds(250);
-  // A stack capture that asks at least this many machines crowds the
-  // controller's sockets with their uploads, and its time is nobody's
-  // silence (FinishTraceLocked). A smaller one does not crowd them, and a
-  // machine that died just before it must be lost at its lease, not after:
-  // a restart decided meanwhile still counts it live, and its peers' agents
-  // block fetching their shards from it (a clean clone's suite lost healthy
-  // machines that way when every capture got the credit). 12,500 agents
-  // lost 4 healthy machines to a capture's flood; 4,000 lost none.
-  size_t capture_crowds = 1000;
-  // The cluster manager told of evictions, returns and standby shortfalls
-  // (plane_backend.cc); null for the local backend.
-  std::shared_ptr<cluster::Backend> backend;
-  // The machines' emulated hardware, which `inject` breaks and `machine
-  // return` mends (cluster/local/emulator.h); null: no fault of a part can
-  // be injected.
-  std::shared_ptr<cluster::Emulator> emulator;
-  // What Register holds an agent's advertised address against
-  // (address_check.h); the default checks nothing.
-  AddressRules addresses;
-  // A machine proves it can be reached before it joins the pool (issue 40):
-  // with this set, a joining machine with an advertised address joins only
-  // once the server's prober (ProbesDue, ProbeDone) reached it there, and a
-  // standby is reached again every `reprobe_standby_every`. False (the
-  // plane's own tests): a reporting machine joins at once.
-  bool probe_reachability = false;
-  Duration reprobe_standby_every = std::chrono::seconds(5);
-  // One job of several on a fleet (fleet.h): the job waits for `count`
-  // machines (a WaitForMachines it decided), and the fleet grants them from
-  // its one pool. Called once the plane's lock is released. Null: the only
-  // job, whose standbys are its own.
-  std::function<void(int count, Time now)> wants_machines;
-  // Begins each of its log lines ("job NAME: " for a fleet's job), so that
-  // several jobs' lines in one log say whose they are.
-  std::string log_prefix;
-  // A fleet's job: its name, which a machine's drain reason carries (each
-  // job numbers its incidents from 1, so "incident 3" alone is ambiguous).
-  std::string job_name;
-};
 
 class Plane {
  public:
@@ -316,7 +247,8 @@ class Plane {
     std::vector<RankStack> stacks;
   };
 
-  explicit Plane(PlaneOptions o) : options_(std::move(o)), monitors_(options_.policy) {}
+  explicit Plane(PlaneOptions o)
+      : options_(std::move(o)), cluster_policy_(options_.policy), monitors_(std::make_unique<Monitors>(options_.policy)) {}
   // Holds mu_ for its scope and, once it has released it, runs what was
   // deferred under it (deliveries to parked streams): the plane never
   // calls out with its lock held.
@@ -463,12 +395,16 @@ class Plane {
   // keeps a spare of the job set up, so that a swap to it costs a
   // rendezvous and a restore, not a process start (docs/recovery.md).
   void WarmStandbysLocked() REQUIRES(mu_);
-  // Queues a RunDiagnostics action's DIAGNOSE one-shot for each of its
-  // machines (with their replay groups or network links).
+  // One-shots (plane_oneshots.cc): a RunDiagnostics action's DIAGNOSE for
+  // each of its machines, with their replay groups or network links; a
+  // Checkup's for its evicted machine, or an AlignCheck's for every machine
+  // of its placement, beside the ranks.
   void SendDiagnoseLocked(const Action& a) REQUIRES(mu_);
-  // Queues a Checkup action's DIAGNOSE one-shot for its evicted machine, or
-  // an AlignCheck's for every machine of its placement, beside the ranks.
   void SendTestsLocked(const Action& a) REQUIRES(mu_);
+  // The job's policy: the cluster's with `launch`'s own fields laid over it,
+  // and detectors made afresh for it (at submit, and at replay before the
+  // journal). An invalid field is the error, and nothing changes.
+  Status ApplyJobPolicyLocked(const JobLaunch& launch) REQUIRES(mu_);
   // Queues a StageRelease action's STAGE_RELEASE one-shot for each of its
   // machines, with the release's command as its restart will carry it.
   void SendStageReleaseLocked(const Action& a) REQUIRES(mu_);
@@ -527,8 +463,9 @@ class Plane {
   std::unordered_map<MachineId, Time> ClosedSeenLocked() const REQUIRES(mu_);
   void LogLocked(const std::string& line) REQUIRES(mu_);
 
-  PlaneOptions options_;
-  Monitors monitors_ GUARDED_BY(mu_);
+  PlaneOptions options_;  // options_.policy: the job's (ApplyJobPolicyLocked)
+  const PolicyConfig cluster_policy_;
+  std::unique_ptr<Monitors> monitors_ GUARDED_BY(mu_);
   Throughput throughput_ GUARDED_BY(mu_);  // the job's tokens/s, for /metrics
   Logger log_{"controller"};
   std::optional<Trace> trace_ GUARDED_BY(mu_);

@@ -290,7 +290,7 @@ void Plane::ObserveSignalsLocked(const wire::ReportRequest& req, Time now) {
     const Time at = std::min(TimeFromMs(r.observed_ms()), now);
     if (r.steps() == 0) {
       if (!r.phase().empty()) {
-        monitors_.Observe(RankPhase{req.machine(), r.rank(), r.phase(), Duration(static_cast<int64_t>(r.phase_ms())), at,
+        monitors_->Observe(RankPhase{req.machine(), r.rank(), r.phase(), Duration(static_cast<int64_t>(r.phase_ms())), at,
                                     r.step()});
       }
       continue;
@@ -301,7 +301,7 @@ void Plane::ObserveSignalsLocked(const wire::ReportRequest& req, Time now) {
     sig.machine = req.machine();
     sig.rank = r.rank();
     sig.observed = at;
-    monitors_.Observe(sig);
+    monitors_->Observe(sig);
     // Rank 0 counts the job's tokens; a held-back step processed none.
     if (r.rank() == 0 && r.halted().empty()) throughput_.Add(r.tokens(), r.step_ms());
   }
@@ -338,7 +338,7 @@ Status Plane::CompleteLocked(int64_t step, const std::string& why, const json& o
   // A failed append is the sticky journal error, as for every decision.
   BULWARK_RETURN_IF_ERROR(JournalLocked(record, now));
   LogLocked("job " + launch_->spec.id + " finished at step " + std::to_string(step) + ": " + why);
-  monitors_.Stop();
+  monitors_->Stop();
   // The done row is journaled: a restart replays it, snapshot or not.
   if (Status st = SaveSnapshotsLocked(now); !st.ok()) LogLocked("after the job finished: " + st.ToString());
   return Status::OK();

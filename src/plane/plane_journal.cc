@@ -37,6 +37,7 @@ Status Plane::RebuildLocked(Time now) {
   Result<JobLaunch> launch = DecodeLaunch(spec);
   if (!launch.ok()) return launch.status().Annotate("job " + row.id);
   launch_ = std::move(*launch);
+  BULWARK_RETURN_IF_ERROR(ApplyJobPolicyLocked(*launch_));
 
   Result<std::vector<JournalEntry>> journal = store_->Journal(row.id);
   if (!journal.ok()) return journal.status();
@@ -100,7 +101,7 @@ Status Plane::RebuildLocked(Time now) {
   // a live job's ranks get the first step's allowance again. Ranks that had
   // reported a step are judged from now on, silent or not: one hung before
   // the restart never speaks to this controller (issue 37).
-  monitors_.Stop();
+  monitors_->Stop();
   if (controller_ && !done_step_) {
     const JobState js = controller_->state().job;
     if (js == JobState::kRestarting || js == JobState::kRunning) {
@@ -108,9 +109,9 @@ Status Plane::RebuildLocked(Time now) {
       layout.world = controller_->state().placement.world_size();
       const int64_t reported = controller_->state().last_step;
       if (reported > 0) {
-        monitors_.Resumed(now, layout, reported);
+        monitors_->Resumed(now, layout, reported);
       } else {
-        monitors_.Started(now, layout);
+        monitors_->Started(now, layout);
       }
     }
   }

@@ -193,7 +193,7 @@ void Plane::Tick(Time now) {
   if (last_tick_ && now - *last_tick_ > 4 * options_.tick_period) {
     const Duration stall = now - *last_tick_ - options_.tick_period;
     CreditSilenceLocked(now, stall);
-    monitors_.Stalled(now, stall);
+    monitors_->Stalled(now, stall);
     LogLocked("no tick for " + FormatDuration(now - *last_tick_) + " (this process stalled); agents' silence in that "
         "time is not counted against them");
   }

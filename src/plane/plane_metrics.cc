@@ -125,7 +125,7 @@ std::string Plane::Metrics(Time now) {
   m.Family("bulwark_job_world_size", "gauge", "Ranks in the job.");
   m.Sample("bulwark_job_world_size", {{"job", job}}, launch_->spec.world_size);
   m.Family("bulwark_job_hang_allowance_seconds", "gauge", "How long the hang detector now waits for the next step.");
-  m.Sample("bulwark_job_hang_allowance_seconds", {{"job", job}}, Seconds(monitors_.hang_allowance()));
+  m.Sample("bulwark_job_hang_allowance_seconds", {{"job", job}}, Seconds(monitors_->hang_allowance()));
   LedgerFamilies(m, job, controller_->Cumulative(now), controller_->Window(now), s.ledger.window());
   IncidentFamilies(m, controller_->incidents());
 

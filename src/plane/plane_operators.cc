@@ -3,12 +3,27 @@
 #include <random>
 
 #include "cluster/local/emulator.h"
+#include "controller/policy_fields.h"
 #include "plane/codec.h"
 #include "plane/plane.h"
 
 namespace bulwark::plane {
 
 using nlohmann::json;
+
+Status Plane::ApplyJobPolicyLocked(const JobLaunch& launch) {
+  PolicyConfig p = cluster_policy_;
+  if (Status s = controller::ApplyPolicyValues(launch.policy, &p); !s.ok()) {
+    return Status::InvalidArgument("job " + launch.spec.id + ": " + s.message());
+  }
+  options_.policy = p;
+  monitors_ = std::make_unique<Monitors>(options_.policy);
+  if (launch.policy.empty()) return Status::OK();
+  PolicyConfig own;  // the job's fields alone, as the file gave them
+  (void)controller::ApplyPolicyValues(launch.policy, &own);
+  LogLocked("job " + launch.spec.id + " policy: " + controller::DescribePolicy(controller::ChangedPolicy(own)));
+  return Status::OK();
+}
 
 Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
   PlaneLock lock(this);
@@ -23,6 +38,7 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
     return Status::FailedPrecondition("job " + launch_->spec.id + " is already running on this cluster; "
                                       "run 'bulwark down' and 'bulwark up' for a new one");
   }
+  BULWARK_RETURN_IF_ERROR(ApplyJobPolicyLocked(launch));
   // Every machine whose agent is up serves the job or waits on standby:
   // heard from within the lease the tick holds it to (a machine it would
   // not call lost is up; one handed over and not yet heard here, within

@@ -120,6 +120,8 @@ json JobJson(const StatusView::Job& v) {
     ladder["answered"] = v.ladder.answered;
   }
   j["ladder"] = std::move(ladder);
+  // What the job runs with: the cluster's policy and its job file's fields.
+  j["policy"] = controller::PolicyJson(v.policy);
   j["align_check"] = {{"every_s", v.align.every_s},
                       {"checks", v.align.checks},
                       {"clean", v.align.clean},
@@ -157,7 +159,7 @@ json Plane::StatusJson(Time now) {
     v.up_s = ToMs(now - started_) / 1000.0;
     if (!journal_error_.ok()) v.error = journal_error_.ToString();
     v.metrics_url = metrics_url_;
-    v.policy = controller::ChangedPolicy(options_.policy);
+    v.policy = controller::ChangedPolicy(cluster_policy_);
     v.machines.reserve(agents_.size());
     for (const auto& [id, a] : agents_) {
       StatusView::Machine m;
@@ -201,11 +203,11 @@ StatusView::Job Plane::JobViewLocked(Time now) {
   j.incidents = controller_->incidents().size();
   j.plan = CurrentRoutesLocked().plan;
   for (const auto& [id, a] : agents_) j.holdings.insert(j.holdings.end(), a.shards.begin(), a.shards.end());
-  j.armed = monitors_.armed();
-  j.hang_allowance_s = ToMs(monitors_.hang_allowance()) / 1000.0;
-  j.slow_round = monitors_.slow_round();
-  j.slow_max_unflagged = monitors_.slow_max_unflagged();
-  j.slow_max_unflagged_long = monitors_.slow_max_unflagged_long();
+  j.armed = monitors_->armed();
+  j.hang_allowance_s = ToMs(monitors_->hang_allowance()) / 1000.0;
+  j.slow_round = monitors_->slow_round();
+  j.slow_max_unflagged = monitors_->slow_max_unflagged();
+  j.slow_max_unflagged_long = monitors_->slow_max_unflagged_long();
   if (trace_) j.tracing = trace_->id;
   j.notes = s.notes;
   const LadderStatus& l = s.ladder;
@@ -224,6 +226,7 @@ StatusView::Job Plane::JobViewLocked(Time now) {
   j.align = {ToMs(controller_->config().ladder.align_every) / 1000.0, s.align.started, s.align.clean, s.align.id,
              s.align.last};
   j.standby = controller_->standby();
+  j.policy = controller::ChangedPolicy(options_.policy);
   return j;
 }
 

@@ -159,6 +159,7 @@ class ControlServiceImpl final : public wire::ControlService::Service {
     l.spec.tp = req->tp() > 0 ? req->tp() : 1;
     l.spec.pp = req->pp() > 0 ? req->pp() : 1;
     l.durable_dir = req->durable_dir();
+    l.policy.insert(req->policy().begin(), req->policy().end());
     if (!req->recovery().empty()) {
       Result<JobSpec::Recovery> r = ParseRecovery(req->recovery());
       if (!r.ok()) return ToGrpc(r.status());

@@ -23,7 +23,8 @@ struct StatusView {
   double up_s = 0;
   std::string error;  // the journal's sticky error, "" none
   std::string metrics_url;  // "" when metrics are not served
-  // The policy fields set away from their defaults (`bulwark up --policy`).
+  // The cluster's policy fields set away from their defaults (`bulwark up
+  // --policy`); a job's own (its file's `policy:`) are in its entry.
   std::vector<controller::PolicyValue> policy;
   struct Machine {
     std::string id, dir, shard_addr, device_slowdown, domain;
@@ -72,6 +73,7 @@ struct StatusView {
       std::string last;
     } align;
     controller::StandbyReport standby;
+    std::vector<controller::PolicyValue> policy;  // the job's, where it differs from the defaults
   };
   std::optional<Job> job;  // none before a submit
 };

@@ -28,10 +28,11 @@ class ControllerCrash : public Cluster {
 
   // Submits the job (rank 0's parameters checksummed every step, memory
   // checkpoints, a persisted one every 10 steps).
-  void Submit(const std::vector<std::string>& trainer_args) {
+  // `extra`: more of the job file, whole lines.
+  void Submit(const std::vector<std::string>& trainer_args, const std::string& extra = "") {
     {
       std::ofstream job(root_ + "/job.yaml");
-      job << "name: crashy\nworld_size: 2\ncheckpoint: {persist_every: 10}\nargs: [";
+      job << "name: crashy\nworld_size: 2\ncheckpoint: {persist_every: 10}\n" << extra << "args: [";
       for (const std::string& a : trainer_args) job << "'" << a << "', ";
       job << "--memory-ckpt, 'on', --step-checksum]\nenv: {OMP_NUM_THREADS: '1'}\n";
     }
@@ -164,16 +165,13 @@ TEST_F(ControllerCrash, KilledAtEveryMomentThatMattersTheJobEndsAsIfNothingHappe
 // place rather than evict a machine it cannot single out.
 // --dist-timeout is long so that the hang stays a hang: with 10 s the
 // waiting rank's collective would time out first and the fault would reach
-// the controller as a crash. The cluster's policy file gives the first step
-// 30 s, not 60: the restarted controller reads it too (DIR/policy.json).
+// the controller as a crash. The job file's policy gives the first step 30
+// s, not 60: the restarted controller replays it with the job.
 TEST_F(ControllerCrash, ARankHungJustBeforeTheControllerDiesIsSuspectedByTheNextOne) {
-  const std::string policy = root_ + "/policy.yaml";
-  std::ofstream(policy) << "hang_first_step: 30\n";
-  auto up = testing::Run({testing::BinDir() + "/bulwark", "up", "--machines", "2", "--standby", "1", "--dir", dir_,
-                          "--policy", policy},
+  auto up = testing::Run({testing::BinDir() + "/bulwark", "up", "--machines", "2", "--standby", "1", "--dir", dir_},
                          {{"BULWARK_TEST_KILL_AT", "sent:INJECT:m02"}}, 60);
   ASSERT_EQ(up.exit_code, 0) << up.err;
-  Submit(TrainerArgs(kForever, 600));
+  Submit(TrainerArgs(kForever, 600), "policy: {hang_first_step: 30}\n");
   json s = WaitFor("first steps", 60, [](const json& s) { return s["job"]["last_step"] >= 30; });
   const int64_t gen = s["job"]["generation"];
   pid_t first = 0;
@@ -205,7 +203,11 @@ TEST_F(ControllerCrash, ARankHungJustBeforeTheControllerDiesIsSuspectedByTheNext
   std::printf("[ timing ] hang across a controller restart: suspected %.1f s after the kill, %s\n", detect_s,
               inc["cause"].get<std::string>().c_str());
   EXPECT_LT(detect_s, 70.0) << inc.dump();
-  EXPECT_EQ(Query("status")["policy"], json({{"hang_first_step", 30.0}})) << "the restarted controller's policy";
+  const json status = Query("status");
+  EXPECT_EQ(status["job"]["policy"], json({{"hang_first_step", 30.0}})) << "the job's, replayed with it";
+  EXPECT_EQ(status["policy"], json::object()) << "the cluster's own";
+  const std::string text = Bulwark({"status"}).out;
+  EXPECT_NE(text.find("job policy: hang_first_step 30 s"), std::string::npos) << text;
   s = WaitFor("steps after the reattempt", 60, [&](const json& x) {
     return x["job"]["state"] == "running" && x["job"]["last_step"] >= s["job"]["last_step"].get<int64_t>() + 30;
   });

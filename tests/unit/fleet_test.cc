@@ -81,6 +81,40 @@ TEST_F(FleetTest, ASubmitItsJobRefusesLeavesThePoolAsItWas) {
   EXPECT_EQ(Jobs(*f, 1000)["a"]["placement"], json({"m01", "m02"}));
 }
 
+// Each job runs with its own policy: the fields of its job file laid over
+// the cluster's, in its plane alone, again after the fleet is reopened from
+// the journals; a field the policy refuses fails that submit and nothing else.
+TEST_F(FleetTest, EachJobRunsWithItsOwnPolicyFieldsAcrossAReopen) {
+  auto f = Open(1000);
+  ASSERT_TRUE(f);
+  for (const std::string& m : all_) ASSERT_TRUE(f->For(m)->Register(Reg(m), At(1000)).ok());
+  JobLaunch a = testing::Launch();
+  a.spec.id = "a";
+  a.policy = {{"hang_first_step", 20}, {"slow_round", 4}};
+  ASSERT_TRUE(f->Submit(a, /*named=*/true, At(1000)).ok());
+  JobLaunch bad = testing::Launch();
+  bad.spec.id = "b";
+  bad.policy = {{"slow_rund", 4}};
+  Result<std::string> refused = f->Submit(bad, /*named=*/true, At(1000));
+  EXPECT_EQ(refused.status().message(),
+            "job b: policy: unknown field 'slow_rund'; did you mean 'slow_round'? (the fields: "
+            "docs/control-plane.md, \"The policy a cluster runs with\")");
+  ASSERT_TRUE(SubmitJob(*f, "b", 1000).ok());
+  auto check = [&](Fleet& fleet, int64_t at_ms) {
+    auto jobs = Jobs(fleet, at_ms);
+    EXPECT_EQ(jobs["a"]["policy"], json({{"hang_first_step", 20.0}, {"slow_round", 4.0}})) << jobs["a"].dump();
+    EXPECT_EQ(jobs["a"]["detectors"]["hang_allowance_s"], 20.0) << "its first step's allowance";
+    EXPECT_EQ(jobs["b"]["policy"], json::object()) << "the cluster's defaults";
+    EXPECT_EQ(jobs["b"]["detectors"]["hang_allowance_s"], 60.0);
+    EXPECT_EQ(fleet.StatusJson(At(at_ms))["policy"], json::object()) << "the cluster's own is unchanged";
+  };
+  check(*f, 1000);
+  f.reset();
+  auto again = Open(2000);
+  ASSERT_TRUE(again);
+  check(*again, 2000);
+}
+
 // A job's machines are held to the reconnect grace until their first
 // report reaches its plane, not to its unlearned 2 s lease from the moment
 // it is submitted; once heard there, to the lease.

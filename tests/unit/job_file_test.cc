@@ -2,6 +2,8 @@
 // errors of a malformed one.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "cli/job_file.h"
 #include "common/progress_pattern.h"
 
@@ -220,6 +222,23 @@ TEST(JobFile, BrokenYamlSaysWhere) {
   auto j = cli::ParseJobFile("name: [unclosed\n", "job.yaml", "t");
   ASSERT_FALSE(j.ok());
   EXPECT_NE(j.status().message().find("job.yaml: not valid YAML at line"), std::string::npos) << j.status().message();
+}
+
+// A job's own thresholds: numbers and flags by the policy's field names,
+// checked as the controller will apply them.
+TEST(JobFile, APolicySectionIsReadAndCheckedByField) {
+  auto j = Parse("policy: {slow_round: 5, slow_rounds: 3, checkup_evicted: false}\n");
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(j->policy, (std::map<std::string, double>{{"checkup_evicted", 0}, {"slow_round", 5}, {"slow_rounds", 3}}));
+  EXPECT_TRUE(Parse("")->policy.empty());
+  EXPECT_EQ(Parse("policy: {slow_rund: 5}\n").status().message(),
+            "job.yaml: policy: unknown field 'slow_rund'; did you mean 'slow_round'? (the fields: "
+            "docs/control-plane.md, \"The policy a cluster runs with\")");
+  EXPECT_EQ(Parse("policy: {slow_round: soon}\n").status().message(),
+            "job.yaml: field 'policy.slow_round': expected a number (times in seconds) or true/false, got 'soon'");
+  EXPECT_EQ(Parse("policy: [slow_round]\n").status().message(),
+            "job.yaml: field 'policy': expected a mapping of field: value, e.g. {slow_round: 5}");
+  EXPECT_FALSE(Parse("policy: {slow_rounds: 2.5}\n").ok()) << "a count is whole";
 }
 
 }  // namespace
