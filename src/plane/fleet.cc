@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/metrics_text.h"
+#include "controller/standby_pool.h"
 
 namespace bulwark::plane {
 namespace {
@@ -284,6 +285,13 @@ json Fleet::StatusJson(Time now) {
   }
   std::sort(machines.begin(), machines.end(), [](const json& a, const json& b) { return a["id"] < b["id"]; });
   j["machines"] = std::move(machines);
+  {
+    MutexLock ops(&ops_mu_);
+    j["pool"] = {{"in_jobs", pool_.in_jobs},
+                 {"target", pool_.target},
+                 {"available", pool_.available},
+                 {"on_the_way", pool_.on_the_way}};
+  }
   j["job"] = list.empty() ? json(nullptr) : list[0];
   j["jobs"] = std::move(list);
   return j;
@@ -311,6 +319,36 @@ void Fleet::Tick(Time now) {
     wanting = wanting_;
   }
   for (const auto& [job, count] : wanting) Grant(job, count, now, /*again=*/true);
+  SizePool(now);
+}
+
+Fleet::Pool Fleet::SizePool(Time now) {
+  const std::vector<std::pair<std::string, Plane*>> jobs = Jobs();
+  Pool p;
+  for (const auto& [name, plane] : jobs) p.in_jobs += plane->MachinesNeeded();
+  p.available = static_cast<int>(main_->LiveMachines(now).size());
+  MutexLock ops(&ops_mu_);
+  if (jobs.empty()) return pool_;  // a single job sizes its own standbys
+  const controller::StandbyReport r = controller::MakeStandbyReport(
+      p.in_jobs, p.available, options_.policy.daily_failure_rate, options_.policy.standby_quantile);
+  p.target = r.target;
+  // Machines that joined the pool since the last look came from what was
+  // asked, as far as it goes (a returned machine is counted so too).
+  p.on_the_way = std::max(0, pool_.on_the_way - std::max(0, p.available - pool_.available));
+  const int ask = r.deficit() - p.on_the_way;
+  const bool short_again = r.deficit() > 0 && r.deficit() != pool_.target - pool_.available;
+  const std::string state = "the fleet's pool has " + std::to_string(p.available) + " machine(s) of its target " +
+                            std::to_string(p.target) + " for " + std::to_string(p.in_jobs) + " in jobs";
+  if (options_.backend && ask > 0) {
+    p.on_the_way += ask;
+    const std::string id = "fleet-pool/" + std::to_string(++pool_requests_);
+    options_.backend->Acquire(id, ask);
+    log_.Info(state + ": asked the cluster manager for " + std::to_string(ask) + " (" + id + ")");
+  } else if (!options_.backend && short_again) {
+    log_.Info(state + "; no cluster manager to ask (local backend)");
+  }
+  pool_ = p;
+  return p;
 }
 
 std::vector<Plane::ReachProbe> Fleet::ProbesDue(Time now) {

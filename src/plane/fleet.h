@@ -83,6 +83,18 @@ class Fleet {
   void Grant(const std::string& job, int count, Time now, bool again = false) EXCLUDES(ops_mu_);
   std::vector<std::pair<std::string, Plane*>> Jobs() EXCLUDES(route_mu_);
 
+  // The pool sized as one job's standbys are (ByteRobust's P99 rule,
+  // controller/standby_pool.h), over every job's machines: what it lacks
+  // is asked of the cluster manager, less what is already on its way.
+  // Tick calls it; status shows the last figures.
+  struct Pool {
+    int in_jobs = 0;     // machines the jobs' full widths need
+    int target = 0;      // P(standby_quantile) of Binomial(in_jobs, daily_failure_rate)
+    int available = 0;   // the pool's machines up now
+    int on_the_way = 0;  // asked of the cluster manager, not arrived yet
+  };
+  Pool SizePool(Time now) EXCLUDES(ops_mu_);
+
   const PlaneOptions options_;
   const std::string jobs_dir_;
   std::unique_ptr<Plane> main_;
@@ -97,6 +109,9 @@ class Fleet {
   // pool later (a returned machine, an agent back after a controller
   // restart) is no decision of theirs.
   std::map<std::string, int> wanting_ GUARDED_BY(ops_mu_);
+  // The pool's sizing (SizePool): its last figures and the requests made.
+  Pool pool_ GUARDED_BY(ops_mu_);
+  int64_t pool_requests_ GUARDED_BY(ops_mu_) = 0;
   // Who holds what; held briefly, never while calling into a plane.
   Mutex route_mu_;
   std::map<std::string, std::unique_ptr<Plane>> jobs_ GUARDED_BY(route_mu_);

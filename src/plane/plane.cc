@@ -502,6 +502,11 @@ bool Plane::HasJob() {
   return controller_.has_value();
 }
 
+int Plane::MachinesNeeded() {
+  PlaneLock lock(this);
+  return launch_ && controller_ ? launch_->spec.MachinesNeeded() : 0;
+}
+
 bool Plane::InJob(const MachineId& machine) {
   PlaneLock lock(this);
   return controller_ && controller_->state().FindMachine(machine) != nullptr;

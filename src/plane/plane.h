@@ -181,6 +181,8 @@ class Plane {
   // Every machine this plane knows, registered or replayed from its store.
   std::vector<MachineId> Machines() EXCLUDES(mu_);
   bool HasJob() EXCLUDES(mu_);
+  // The machines the job's full width needs; 0 before a submit.
+  int MachinesNeeded() EXCLUDES(mu_);
   // Whether the job's policy knows `machine` (a granted machine has joined).
   bool InJob(const MachineId& machine) EXCLUDES(mu_);
 

@@ -16,6 +16,10 @@ void Plane::ActuateBackendLocked(const Action& a) {
       options_.backend->Drain(a.machine, DrainReasonLocked(a.incident, a.reason));
       break;
     case ActionKind::kReplenishStandby: {
+      // One job of a fleet has no standbys of its own: the fleet sizes its
+      // one pool over every job (Fleet::SizePool), where each job asking
+      // for its own P99 asked for more than the fleet's.
+      if (options_.wants_machines) break;
       // The shortfall is the pool's total; ask only for what was not asked
       // since the last standby arrived.
       const int64_t arrivals = controller_ ? controller_->state().standby_arrivals : 0;

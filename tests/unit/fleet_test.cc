@@ -115,6 +115,44 @@ TEST_F(FleetTest, EachJobRunsWithItsOwnPolicyFieldsAcrossAReopen) {
   check(*again, 2000);
 }
 
+// The fleet's pool is sized over every job's machines by the standby rule
+// (P99 of the day's failures), and what it lacks is asked of the cluster
+// manager once: again only for what is not already on its way.
+TEST_F(FleetTest, ThePoolIsSizedOverEveryJobsMachinesAndTheManagerAskedOnce) {
+  struct Recorder : cluster::Backend {
+    std::vector<std::string> calls;
+    void Drain(const std::string& m, const std::string&) override { calls.push_back("drain " + m); }
+    void Resume(const std::string& m, bool) override { calls.push_back("resume " + m); }
+    void Acquire(const std::string& request, int count) override {
+      calls.push_back("acquire " + std::to_string(count) + " for " + request);
+    }
+  };
+  auto backend = std::make_shared<Recorder>();
+  PlaneOptions o;
+  o.db_path = dir_ + "/controller.db";
+  o.policy.daily_failure_rate = 0.06;  // 4 machines in jobs: a target of 2 (1 gives 0.98 < 0.99)
+  o.backend = backend;
+  auto opened = Fleet::Open(o, dir_ + "/jobs", At(1000));
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Fleet& f = **opened;
+  f.Tick(At(1000));
+  EXPECT_TRUE(backend->calls.empty()) << "no named job: the fleet sizes nothing";
+  for (const std::string& m : all_) ASSERT_TRUE(f.For(m)->Register(Reg(m), At(1000)).ok());
+  ASSERT_TRUE(SubmitJob(f, "a", 1000).ok());
+  ASSERT_TRUE(SubmitJob(f, "b", 1000).ok());
+  f.Tick(At(1250));
+  EXPECT_EQ(backend->calls, std::vector<std::string>{"acquire 1 for fleet-pool/1"});
+  EXPECT_EQ(f.StatusJson(At(1250))["pool"], json({{"in_jobs", 4}, {"target", 2}, {"available", 1}, {"on_the_way", 1}}));
+  for (int64_t t = 1500; t <= 2000; t += 250) f.Tick(At(t));
+  EXPECT_EQ(backend->calls.size(), 1u) << "the same shortfall is not asked for twice";
+  // The machine asked for arrives: the pool is full and nothing is on its way.
+  ASSERT_TRUE(f.For("m06")->Register(Reg("m06"), At(2100)).ok());
+  f.Tick(At(2250));
+  EXPECT_EQ(f.StatusJson(At(2250))["pool"]["on_the_way"], 0);
+  EXPECT_EQ(f.StatusJson(At(2250))["pool"]["available"], 2);
+  EXPECT_EQ(backend->calls.size(), 1u) << ::testing::PrintToString(backend->calls);
+}
+
 // A job's machines are held to the reconnect grace until their first
 // report reaches its plane, not to its unlearned 2 s lease from the moment
 // it is submitted; once heard there, to the lease.
