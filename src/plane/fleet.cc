@@ -86,8 +86,17 @@ Result<std::unique_ptr<Fleet>> Fleet::Open(PlaneOptions options, std::string job
       MutexLock lock(&f->route_mu_);
       f->owner_[m] = p;
     }
-    MutexLock lock(&f->route_mu_);
-    f->jobs_[name] = std::move(*job);
+    {
+      MutexLock lock(&f->route_mu_);
+      f->jobs_[name] = std::move(*job);
+    }
+    // A job that waited for machines when the controller died is offered
+    // the pool from the first Tick, not only at its next decision.
+    if (const int n = p->WaitingFor(); n > 0) {
+      MutexLock ops(&f->ops_mu_);
+      f->wanting_[name] = n;
+      f->log_.Info("job " + name + " waits for " + std::to_string(n) + " machine(s), as before the restart");
+    }
   }
   return f;
 }

@@ -93,6 +93,7 @@ Status Plane::AfterDecisionLocked(const std::vector<Action>& actions, bool deliv
   if (!actions.empty()) RoutesChangedLocked();
   monitors_->AfterActions(actions, now, controller_ ? controller_->state().spec.topology() : Topology{});
   for (const Action& a : actions) {
+    if (a.kind == ActionKind::kWaitForMachines) last_wait_ = a.count;
     // One job of a fleet asks the fleet's pool (fleet.h), off the lock.
     if (deliver && a.kind == ActionKind::kWaitForMachines && options_.wants_machines && a.count > 0) {
       deferred_.push_back([want = options_.wants_machines, n = a.count, now] { want(n, now); });
@@ -500,6 +501,12 @@ std::vector<MachineId> Plane::Machines() {
 bool Plane::HasJob() {
   PlaneLock lock(this);
   return controller_.has_value();
+}
+
+int Plane::WaitingFor() {
+  PlaneLock lock(this);
+  const bool waiting = controller_ && !done_step_ && controller_->state().job == JobState::kWaitingForMachines;
+  return waiting ? last_wait_ : 0;
 }
 
 int Plane::MachinesNeeded() {

@@ -183,6 +183,10 @@ class Plane {
   bool HasJob() EXCLUDES(mu_);
   // The machines the job's full width needs; 0 before a submit.
   int MachinesNeeded() EXCLUDES(mu_);
+  // How many machines the job waits for (its latest WaitForMachines, live
+  // or replayed), 0 when it does not wait: a fleet reopened after a
+  // controller's death offers them again without a new decision.
+  int WaitingFor() EXCLUDES(mu_);
   // Whether the job's policy knows `machine` (a granted machine has joined).
   bool InJob(const MachineId& machine) EXCLUDES(mu_);
 
@@ -468,6 +472,7 @@ class Plane {
   PlaneOptions options_;  // options_.policy: the job's (ApplyJobPolicyLocked)
   const PolicyConfig cluster_policy_;
   std::unique_ptr<Monitors> monitors_ GUARDED_BY(mu_);
+  int last_wait_ GUARDED_BY(mu_) = 0;  // the latest WaitForMachines's count
   Throughput throughput_ GUARDED_BY(mu_);  // the job's tokens/s, for /metrics
   Logger log_{"controller"};
   std::optional<Trace> trace_ GUARDED_BY(mu_);

@@ -153,6 +153,32 @@ TEST_F(FleetTest, ThePoolIsSizedOverEveryJobsMachinesAndTheManagerAskedOnce) {
   EXPECT_EQ(backend->calls.size(), 1u) << ::testing::PrintToString(backend->calls);
 }
 
+// A job that waits for machines when the controller dies decides nothing
+// new after the reopen; the pool is offered to it all the same, so a
+// machine that joins the pool later goes to it.
+TEST_F(FleetTest, AJobWaitingWhenTheControllerDiedIsOfferedThePoolAfterTheReopen) {
+  const std::vector<std::string> four = {"m01", "m02", "m03", "m04"};
+  {
+    auto f = Open(1000);
+    ASSERT_TRUE(f);
+    for (const std::string& m : four) ASSERT_TRUE(f->For(m)->Register(Reg(m), At(1000)).ok());
+    ASSERT_TRUE(SubmitJob(*f, "a", 1000).ok());
+    ASSERT_TRUE(SubmitJob(*f, "b", 1000).ok());
+    ReportAll(*f, four, 1000);
+    for (int64_t t = 1250; t <= 3500; t += 250) {
+      ReportAll(*f, {"m01", "m03", "m04"}, t);
+      f->Tick(At(t));  // m02's lease runs out; the pool is empty
+    }
+    ASSERT_EQ(Jobs(*f, 3500)["a"]["state"], "waiting for machines");
+  }
+  auto f = Open(4000);
+  ASSERT_TRUE(f);
+  ASSERT_EQ(Jobs(*f, 4000)["a"]["state"], "waiting for machines");
+  ASSERT_TRUE(f->For("m06")->Register(Reg("m06"), At(4100)).ok());
+  f->Tick(At(4250));
+  EXPECT_EQ(f->For("m06"), f->Job("a").value()) << "granted to the job that was waiting";
+}
+
 // A job's machines are held to the reconnect grace until their first
 // report reaches its plane, not to its unlearned 2 s lease from the moment
 // it is submitted; once heard there, to the lease.
