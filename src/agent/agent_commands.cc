@@ -290,7 +290,6 @@ void Agent::Diagnose(const wire::Command& c) {
   if (beside) req.tests = {"alignment"};
   else req.tests.assign(c.tests().begin(), c.tests().end());
   req.budget = std::chrono::milliseconds(c.budget_ms() > 0 ? c.budget_ms() : 60000);
-  req.trainer_argv = job_argv_;
   req.health = health_paths_;
   {
     char self[4096];
@@ -298,6 +297,7 @@ void Agent::Diagnose(const wire::Command& c) {
     const std::string exe = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
     if (!exe.empty()) req.net_check_binary = exe.substr(0, exe.rfind('/') + 1) + "bulwark-train";
   }
+  req.trainer_argv = AlignmentArgv(job_argv_, req.net_check_binary);
   for (const wire::ReplayAssignment& x : c.replay()) {
     req.replay.push_back({x.group(), x.rank(), x.world(), x.master_addr(), x.master_port(), std::max(1, x.pp()),
                           x.pp() > 1 ? x.stage() : -1});

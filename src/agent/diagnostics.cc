@@ -105,6 +105,16 @@ TestOutcome DeviceCheck(const InspectorPaths& paths) {
   return o;
 }
 
+std::vector<std::string> AlignmentArgv(const std::vector<std::string>& job_argv, const std::string& trainer) {
+  if (!job_argv.empty()) {
+    const std::string& prog = job_argv[0];
+    const size_t slash = prog.rfind('/');
+    if (prog.substr(slash == std::string::npos ? 0 : slash + 1) == "bulwark-train") return job_argv;
+  }
+  if (job_argv.empty() || trainer.empty()) return {};
+  return {trainer, "--config", "tiny"};
+}
+
 TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc_file,
                            std::chrono::milliseconds budget, std::string* hash) {
   const auto t0 = Clock::now();

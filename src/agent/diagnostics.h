@@ -61,6 +61,13 @@ struct DiagnosticsRequest {
   std::string net_check_binary;
 };
 
+// The command the alignment and replay tests run `--align` on: the job's
+// own when it is bulwark-train's (its model, rebuilt outside the job), else
+// bulwark-train's tiny model at `trainer` (a Python job's model cannot be
+// rebuilt outside it; a machine's arithmetic that drifts shows in any
+// model). Empty when neither is known.
+std::vector<std::string> AlignmentArgv(const std::vector<std::string>& job_argv, const std::string& trainer);
+
 struct DiagnosticsOutcome {
   std::vector<TestOutcome> results;
   std::string alignment_hash;

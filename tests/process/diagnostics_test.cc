@@ -63,6 +63,24 @@ TEST(Diagnostics, AlignmentHashIsTheSameInEveryProcessAndDiffersUnderCorruption)
   EXPECT_NE(Hash("nan"), a);
 }
 
+// A job that is not bulwark-train's (a Python script) is checked with
+// bulwark-train's tiny model: its own cannot be rebuilt outside it, and a
+// machine that drifts drifts in any model.
+TEST(Diagnostics, AJobOfAnotherProgramIsCheckedWithTheTinyModel) {
+  const std::string trainer = testing::BinDir() + "/bulwark-train";
+  const std::vector<std::string> own = {"/opt/x/bulwark-train", "--config", "small"};
+  EXPECT_EQ(AlignmentArgv(own, trainer), own);
+  EXPECT_EQ(AlignmentArgv({"python3", "train.py", "--lr", "3e-4"}, trainer),
+            (std::vector<std::string>{trainer, "--config", "tiny"}));
+  EXPECT_TRUE(AlignmentArgv({}, trainer).empty()) << "no job started here yet";
+  std::string clean, drifted;
+  const auto argv = AlignmentArgv({"python3", "train.py"}, trainer);
+  EXPECT_TRUE(AlignmentCheck(argv, "", std::chrono::seconds(60), &clean).passed);
+  EXPECT_TRUE(AlignmentCheck(argv, SdcFile("drift"), std::chrono::seconds(60), &drifted).passed);
+  EXPECT_EQ(clean.size(), 16u);
+  EXPECT_NE(clean, drifted) << "the drift shows in the tiny model's hash";
+}
+
 // Recorded rather than required: libtorch's CPU kernels may split a
 // reduction by thread count, so the default is one thread everywhere and
 // machines compare like with like (trainer/diag/align.h).
