@@ -153,6 +153,20 @@ Result<std::optional<EtcdKv>> EtcdClient::LastWithPrefix(const std::string& pref
   return std::optional<EtcdKv>(FromPb(resp.kvs(0)));
 }
 
+Result<std::optional<EtcdKv>> EtcdClient::FirstKeyIn(const std::string& key, const std::string& range_end) const {
+  pb::RangeRequest req;
+  req.set_key(key);
+  req.set_range_end(range_end);
+  req.set_limit(1);
+  req.set_keys_only(true);
+  pb::RangeResponse resp;
+  BULWARK_RETURN_IF_ERROR(OnSomeMember("range", [&](Member& m, grpc::ClientContext& ctx) {
+    return m.kv->Range(&ctx, req, &resp);
+  }));
+  if (resp.kvs_size() == 0) return std::optional<EtcdKv>();
+  return std::optional<EtcdKv>(FromPb(resp.kvs(0)));
+}
+
 Status EtcdClient::Txn(const pb::TxnRequest& req, pb::TxnResponse* out) const {
   return OnSomeMember("txn", [&](Member& m, grpc::ClientContext& ctx) { return m.kv->Txn(&ctx, req, out); });
 }

@@ -57,6 +57,8 @@ class EtcdClient {
                                     int64_t* revision = nullptr) const;
   // The last key of the prefix's range, if any (one key, sorted descending).
   Result<std::optional<EtcdKv>> LastWithPrefix(const std::string& prefix) const;
+  // The first key in [key, range_end), if any, without its value.
+  Result<std::optional<EtcdKv>> FirstKeyIn(const std::string& key, const std::string& range_end) const;
   Status Txn(const etcdserverpb::TxnRequest& req, etcdserverpb::TxnResponse* out) const;
 
   // A lease of `ttl_s` seconds; its ID.

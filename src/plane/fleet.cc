@@ -65,17 +65,15 @@ std::string MergeMetrics(const std::vector<std::pair<std::string, std::string>>&
 }  // namespace
 
 Result<std::unique_ptr<Fleet>> Fleet::Open(PlaneOptions options, std::string jobs_dir, Time now) {
-  std::unique_ptr<Fleet> f(new Fleet(options, std::move(jobs_dir)));
+  std::shared_ptr<const JobJournals> journals =
+      options.job_journals ? options.job_journals : SqliteJobJournals(std::move(jobs_dir));
+  std::unique_ptr<Fleet> f(new Fleet(options, std::move(journals)));
   Result<std::unique_ptr<Plane>> main = Plane::Open(std::move(options), now);
   if (!main.ok()) return main.status();
   f->main_ = std::move(*main);
-  std::error_code ec;
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(f->jobs_dir_, ec)) {
-    if (entry.path().extension() == ".db") names.push_back(entry.path().stem().string());
-  }
-  std::sort(names.begin(), names.end());
-  for (const std::string& name : names) {
+  Result<std::vector<std::string>> names = f->journals_->Names();
+  if (!names.ok()) return names.status();
+  for (const std::string& name : *names) {
     Result<std::unique_ptr<Plane>> job = Plane::Open(f->JobOptions(name, /*create=*/false), now);
     if (!job.ok()) return job.status().Annotate("job " + name + " of the fleet");
     Plane* p = job->get();
@@ -103,9 +101,8 @@ Result<std::unique_ptr<Fleet>> Fleet::Open(PlaneOptions options, std::string job
 
 PlaneOptions Fleet::JobOptions(const std::string& name, bool create) {
   PlaneOptions o = options_;
-  o.db_path = jobs_dir_ + "/" + name + ".db";
   o.create = create;
-  o.open_journal = nullptr;  // the fleet's jobs keep SQLite journals (not etcd yet)
+  o.open_journal = [journals = journals_, name](bool c) { return journals->Open(name, c); };
   o.wants_machines = [this, name](int count, Time now) { Grant(name, count, now); };
   o.log_prefix = "job " + name + ": ";
   o.job_name = name;
@@ -168,9 +165,6 @@ Result<std::string> Fleet::Submit(JobLaunch launch, bool named, Time now) {
                                       "'bulwark down' and 'bulwark up' first");
   }
   if (Job(name).ok()) return Status::FailedPrecondition("job " + name + " already runs on this fleet");
-  std::error_code ec;
-  std::filesystem::create_directories(jobs_dir_, ec);
-  if (ec) return Status::IOError("jobs directory " + jobs_dir_ + ": " + ec.message());
   Result<std::unique_ptr<Plane>> job = Plane::Open(JobOptions(name, /*create=*/true), now);
   if (!job.ok()) return job.status();
   Plane* p = job->get();
@@ -180,7 +174,8 @@ Result<std::string> Fleet::Submit(JobLaunch launch, bool named, Time now) {
     const std::vector<MachineId> free = main_->LiveMachines(now);
     const size_t need = static_cast<size_t>(launch.spec.MachinesNeeded());
     if (free.size() < need) {
-      std::filesystem::remove(jobs_dir_ + "/" + name + ".db", ec);
+      job->reset();
+      journals_->Remove(name).IgnoreError();
       return Status::FailedPrecondition("job " + name + " needs " + std::to_string(need) + " machines but the "
                                         "fleet's pool has " + std::to_string(free.size()) + " up");
     }
@@ -221,8 +216,7 @@ void Fleet::UndoSubmitLocked(const std::string& name, Plane* p, const std::vecto
     retired_.push_back(std::move(jobs_[name]));
     jobs_.erase(name);
   }
-  std::error_code ec;
-  for (const char* ext : {"", "-wal", "-shm"}) std::filesystem::remove(jobs_dir_ + "/" + name + ".db" + ext, ec);
+  if (Status s = journals_->Remove(name); !s.ok()) log_.Warn("job " + name + "'s journal: " + s.ToString());
   log_.Info("job " + name + " refused by its own plane; its " + std::to_string(moved.size()) +
             " machine(s) back in the pool");
 }

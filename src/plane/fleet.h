@@ -29,15 +29,17 @@
 #include <nlohmann/json.hpp>
 
 #include "common/mutex.h"
+#include "plane/job_journals.h"
 #include "plane/plane.h"
 
 namespace bulwark::plane {
 
 class Fleet {
  public:
-  // Opens the main plane with `options` and every job plane found in
-  // `jobs_dir` (NAME.db each), so a controller SIGKILLed with several jobs
-  // replays all of them. A job's machines leave the main plane.
+  // Opens the main plane with `options` and every job plane whose journal
+  // is in options.job_journals (null: SQLite files in `jobs_dir`, NAME.db
+  // each), so a controller SIGKILLed with several jobs replays all of them.
+  // A job's machines leave the main plane.
   static Result<std::unique_ptr<Fleet>> Open(PlaneOptions options, std::string jobs_dir, Time now);
 
   // The plane that serves `machine`'s agent: its job's, else the main one.
@@ -67,7 +69,8 @@ class Fleet {
   static constexpr Duration kGrantInFlight = std::chrono::seconds(5);
 
  private:
-  Fleet(PlaneOptions options, std::string jobs_dir) : options_(std::move(options)), jobs_dir_(std::move(jobs_dir)) {}
+  Fleet(PlaneOptions options, std::shared_ptr<const JobJournals> journals)
+      : options_(std::move(options)), journals_(std::move(journals)) {}
   // Options for job `name`'s plane: its own journal, and its wants to Grant.
   PlaneOptions JobOptions(const std::string& name, bool create);
   // Moves `machine` from the pool to `job`'s plane; false when the pool no
@@ -96,7 +99,7 @@ class Fleet {
   Pool SizePool(Time now) EXCLUDES(ops_mu_);
 
   const PlaneOptions options_;
-  const std::string jobs_dir_;
+  const std::shared_ptr<const JobJournals> journals_;
   std::unique_ptr<Plane> main_;
   Logger log_{"controller"};
   // Moves between the pool and the jobs, one at a time (Submit, Grant). Never

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/mutex.h"
 #include "plane/ha_follower.h"
+#include "plane/job_journals.h"
 #include "plane/journal_etcd.h"
 #include "plane/journal_etcd_mirror.h"
 #include "plane/leader.h"
@@ -171,6 +172,7 @@ Status RunHaController(ControllerOptions options, const HaOptions& ha) {
       if (!j.ok()) return j.status();
       return std::unique_ptr<JournalStore>(std::move(*j));
     };
+    options.job_journals = EtcdJobJournals(etcd, ha.prefix, term, unsettled);
     options.leading = [held] { return !held->lost(); };
     options.ha_status = [id, term, endpoints = ha.endpoints] {
       return json{{"leader", id}, {"ha", {{"role", "leader"}, {"id", id}, {"term", term.revision}, {"etcd", endpoints}}}}

@@ -300,6 +300,14 @@ Status EtcdJournal::DropJournalRows(const std::string& job, const std::vector<in
   return Status::OK();
 }
 
+Status EtcdJournal::RemoveAll() {
+  pb::TxnRequest txn = Fenced(term_);
+  pb::DeleteRangeRequest* del = txn.add_success()->mutable_request_delete_range();
+  del->set_key(prefix_);
+  del->set_range_end(PrefixEnd(prefix_));
+  return Commit(txn, "removing " + path_);
+}
+
 Status EtcdJournal::PutSnapshot(const std::string& name, const std::string& json_text) {
   pb::TxnRequest txn = Fenced(term_);
   AddPut(&txn, prefix_ + "snapshots/" + name, json_text);

@@ -95,6 +95,9 @@ class EtcdJournal : public JournalStore {
   Status PutSnapshot(const std::string& name, const std::string& json) override;
   Result<std::optional<std::string>> Snapshot(const std::string& name) const override;
   const std::string& path() const override { return path_; }
+  // Deletes every key under the prefix, fenced like a write: a refused
+  // submit's job journal (job_journals.h).
+  Status RemoveAll();
 
   static constexpr size_t kRangesPerTxn = 100;
   static constexpr std::chrono::milliseconds kMirrorWait{500};

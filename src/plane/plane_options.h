@@ -20,6 +20,8 @@ class Emulator;
 
 namespace bulwark::plane {
 
+class JobJournals;
+
 struct PlaneOptions {
   std::string db_path;
   bool create = true;
@@ -27,6 +29,10 @@ struct PlaneOptions {
   // Store at db_path. `bulwark controller --etcd` opens an EtcdJournal
   // fenced by this controller's term (journal_etcd.h, leader.h).
   std::function<Result<std::unique_ptr<JournalStore>>(bool create)> open_journal;
+  // A fleet's named jobs' journals (job_journals.h); null: SQLite files
+  // under the cluster's jobs directory. `bulwark up --ha` keeps them in
+  // etcd beside open_journal's.
+  std::shared_ptr<const JobJournals> job_journals;
   PolicyConfig policy;
   // An agent silent this long is lost. Agents report every 500 ms, so this
   // is four missed reports.

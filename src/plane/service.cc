@@ -345,6 +345,7 @@ Status RunController(const ControllerOptions& options) {
   po.db_path = layout.controller_db();
   po.create = options.init;
   po.open_journal = options.open_journal;
+  po.job_journals = options.job_journals;
   // The file first: the flags below are the more explicit word.
   BULWARK_RETURN_IF_ERROR(ApplyPolicyFile(layout, &po.policy));
   BULWARK_RETURN_IF_ERROR(

@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "plane/core.h"
+#include "plane/job_journals.h"
 #include "plane/journal_store.h"
 
 namespace bulwark::plane {
@@ -38,6 +39,8 @@ struct ControllerOptions {
   // tick: false stops it acting at once, and RunController returns
   // Unavailable. Null: it always leads.
   std::function<Result<std::unique_ptr<JournalStore>>(bool create)> open_journal;
+  // The named jobs' journals beside it (job_journals.h); null: SQLite files.
+  std::shared_ptr<const JobJournals> job_journals;
   std::function<bool()> leading;
   // A JSON object whose keys `bulwark status` adds to the plane's (the HA
   // role and the leader's id); null: none.

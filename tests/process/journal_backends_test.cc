@@ -4,6 +4,8 @@
 // controller is gone, and compaction keeps the same state in both.
 #include <gtest/gtest.h>
 
+#include "plane/fleet.h"
+#include "plane/job_journals.h"
 #include "plane/journal_compaction.h"
 #include "plane/journal_etcd.h"
 #include "plane/plane.h"
@@ -67,6 +69,11 @@ class JournalBackends : public ::testing::TestWithParam<Backend> {
     if (GetParam() != Backend::kSqlite) o.open_journal = [this](bool create) { return Open(create); };
     return o;
   }
+  // A fleet's named jobs' journals beside the main one's.
+  std::shared_ptr<const JobJournals> JobJournalsHere() {
+    if (GetParam() == Backend::kSqlite) return SqliteJobJournals(path_ + ".jobs");
+    return EtcdJobJournals(client_, kPrefix, leader_->term(), nullptr);
+  }
 
   static constexpr const char* kPrefix = "/bulwark/test/";
   std::string path_;
@@ -116,6 +123,42 @@ TEST_P(JournalBackends, ReopenAfterCloseKeepsEverything) {
   auto snap = (*s)->Snapshot("ledger");
   ASSERT_TRUE(snap.ok() && snap->has_value());
   EXPECT_EQ(**snap, "{\"ettr\":0.5}");
+}
+
+// A fleet's named jobs keep their journals where the main plane keeps its
+// own: etcd under PREFIX/jobs/NAME/ with `up --ha`, so a controller on
+// another machine replays every job. A submit its plane refuses leaves no
+// journal behind.
+TEST_P(JournalBackends, AFleetsNamedJobsReplayFromTheSameBackend) {
+  PlaneOptions o = Options();
+  o.job_journals = JobJournalsHere();
+  const std::vector<std::string> machines = {"m01", "m02", "m03", "m04", "m05"};
+  {
+    auto f = Fleet::Open(o, "", TimeFromMs(1000));
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    for (const std::string& m : machines) ASSERT_TRUE((*f)->For(m)->Register(Reg(m), TimeFromMs(1000)).ok());
+    for (const char* name : {"a", "b"}) {
+      JobLaunch l = Launch();
+      l.spec.id = name;
+      ASSERT_TRUE((*f)->Submit(l, /*named=*/true, TimeFromMs(1000)).ok()) << name;
+    }
+    JobLaunch bad = Launch();
+    bad.spec.id = "c";
+    bad.persist_every = -1;
+    EXPECT_FALSE((*f)->Submit(bad, /*named=*/true, TimeFromMs(1000)).ok());
+  }
+  auto names = o.job_journals->Names();
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  EXPECT_EQ(*names, (std::vector<std::string>{"a", "b"})) << "c's journal was removed";
+  o.create = false;
+  auto f = Fleet::Open(o, "", TimeFromMs(2000));
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const json s = (*f)->StatusJson(TimeFromMs(2000));
+  ASSERT_EQ(s["jobs"].size(), 2u) << s.dump();
+  EXPECT_EQ(s["jobs"][0]["name"], "a");
+  EXPECT_EQ(s["jobs"][0]["placement"], json({"m01", "m02"}));
+  EXPECT_EQ(s["jobs"][1]["placement"], json({"m03", "m04"}));
+  EXPECT_EQ((*f)->For("m03"), (*f)->Job("b").value()) << "b's machine routes to b's replayed plane";
 }
 
 TEST_P(JournalBackends, SecondJobIsRefused) {
