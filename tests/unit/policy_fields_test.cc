@@ -48,6 +48,18 @@ TEST(PolicyFields, TimesAreSecondsAndReadBackAsSeconds) {
   EXPECT_EQ(DescribePolicy(ChangedPolicy(PolicyConfig{})), "defaults");
 }
 
+// The ladder's scalars are fields too, so that a job file can turn on its
+// own periodic bitwise check; the ladder's own checks apply.
+TEST(PolicyFields, TheLaddersScalarsAreFieldsAndTheLaddersChecksApply) {
+  PolicyConfig p;
+  ASSERT_TRUE(ApplyPolicyValues({{"ladder_align_every", 600}, {"ladder_settle_steps", 8}}, &p).ok());
+  EXPECT_EQ(p.ladder.align_every, std::chrono::minutes(10));
+  EXPECT_EQ(p.ladder.settle_steps, 8);
+  EXPECT_EQ(DescribePolicy(ChangedPolicy(p)), "ladder_settle_steps 8, ladder_align_every 600 s");
+  PolicyConfig q;
+  EXPECT_FALSE(ApplyPolicyValues({{"ladder_diagnose_budget", 0}}, &q).ok()) << "LadderConfig::Validate refuses it";
+}
+
 TEST(PolicyFields, AMisspeltFieldIsNamedWithTheOneMeant) {
   PolicyConfig p;
   Status s = SetPolicyField("slow_rund", 4, &p);
