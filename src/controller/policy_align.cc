@@ -94,6 +94,10 @@ Status FinishAlignCheck(RuleContext& ctx, const std::string& note) {
     return Status::OK();
   }
   c.last = name + ": " + why + aside;
+  if (s.job == JobState::kStopped) {
+    c.last += "; the job had stopped: nobody evicted";
+    return Status::OK();
+  }
   Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kImplicit, name, std::nullopt, /*localized=*/true);
   if (!inc.ok()) return inc.status();
   (*inc)->notes.push_back(c.last);

@@ -38,7 +38,7 @@ class Implicit : public Cluster {
     auto r = Bulwark(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return WaitFor("eviction of " + victim, seconds, [&](const json& s) {
-      return MachineState(s, victim) == "evicted" && s["job"]["generation"] > gen && s["job"]["state"] == "running";
+      return s["job"]["generation"] > gen && s["job"]["state"] == "running" && EvictedByAnIncident(victim);
     });
   }
 };
@@ -139,7 +139,9 @@ TEST_F(Implicit, AMissingCommandStopsTheJobWithoutEvictingAnyMachine) {
 // Python job with the client). The first hang evicts its machine (stack
 // aggregation cannot know yet); the same hang at the same step on the
 // standby that replaced it says the hang follows the job: the job stops,
-// with no second eviction and the other standby kept.
+// with no second eviction and the other standby kept. The machine evicted
+// on suspicion passes its checkup (the alignment test runs bulwark-train's
+// tiny model for a Python job) and is back in the pool.
 TEST_F(Implicit, AHangThatFollowsTheJobEvictsAtMostOneMachineThenStops) {
   auto up = Bulwark({"up", "--machines", "3", "--standby", "2"});
   ASSERT_EQ(up.exit_code, 0) << up.err;
@@ -156,7 +158,10 @@ TEST_F(Implicit, AHangThatFollowsTheJobEvictsAtMostOneMachineThenStops) {
   int evicted = 0;
   for (const json& i : incidents) evicted += static_cast<int>(i["evicted"].size());
   EXPECT_LE(evicted, 1) << incidents.dump();
-  EXPECT_EQ(MachineState(s, "m02"), "evicted") << s.dump();
+  s = WaitFor("m02's checkup", 60, [](const json& s) { return MachineState(s, "m02") == "standby"; });
+  for (const json& m : s["machines"]) {
+    if (m["id"] == "m02") EXPECT_NE(m.value("reason", "").find("checkup passed"), std::string::npos) << m.dump();
+  }
   const json& last = incidents.back();
   EXPECT_TRUE(last["evicted"].empty()) << last.dump();
   const std::string why = last["why"].get<std::string>();

@@ -371,7 +371,7 @@ TEST_F(PythonStacksCluster, ADdpRankBlockedInItsDataLoaderIsNamedByItsPythonFram
   std::ofstream(root_ + "/block") << "block rank 1's loader\n";
   inject_ms_ = NowMs();
   WaitFor(victim + "'s eviction", 120, [&](const json& s) {
-    return MachineState(s, victim) == "evicted" && s["job"]["generation"] >= 2 && s["job"]["state"] == "running";
+    return s["job"]["generation"] >= 2 && s["job"]["state"] == "running" && EvictedByAnIncident(victim);
   });
   Report("loader hang");
   json inc = Query("incidents").back();
@@ -431,7 +431,7 @@ TEST_F(PythonStacksCluster, ADdpJobWithNoComputeTimesIsFoundSlowOnOneMachine) {
   auto r = Bulwark({"inject", "slow", "--machine", victim, "--factor", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   WaitFor(victim + "'s eviction as slow", 240, [&](const json& s) {
-    return MachineState(s, victim) == "evicted" && s["job"]["generation"] > gen && s["job"]["state"] == "running";
+    return s["job"]["generation"] > gen && s["job"]["state"] == "running" && EvictedByAnIncident(victim);
   });
   Report("python slow");
   json inc = Query("incidents").back();

@@ -87,6 +87,18 @@ class Cluster : public ::testing::Test {
     return s;
   }
 
+  // Whether an incident evicted `machine`: a machine evicted on suspicion
+  // may pass its checkup and be back in the pool before a poll sees it
+  // evicted (controller/policy_checkup.cc).
+  bool EvictedByAnIncident(const std::string& machine) {
+    for (const json& i : Query("incidents")) {
+      for (const json& m : i.value("evicted", json::array())) {
+        if (m == machine) return true;
+      }
+    }
+    return false;
+  }
+
   static std::string MachineState(const json& s, const std::string& id) {
     for (const json& m : s["machines"]) if (m["id"] == id) return m["state"];
     return "";

@@ -108,6 +108,21 @@ TEST(AlignCheck, SilentAndFailedMachinesAndNoMajorityEvictNobody) {
   EXPECT_TRUE(two.controller->incidents().empty());
 }
 
+// A check that ends after the job stopped (its own error meanwhile) says
+// what it found and evicts nobody: a stopped job has no machines to replace.
+TEST(AlignCheck, ACheckEndingAfterTheJobStoppedEvictsNobody) {
+  Checked j;
+  j.Do(AlignmentCheckDue{S(70)});
+  // The same error on two machines with no step between: the job's code, so it stops.
+  j.Do(testing::Crash("m01", "exception", S(71)));
+  j.Do(testing::Crash("m02", "exception", S(72)));
+  ASSERT_EQ(j.controller->state().job, JobState::kStopped);
+  for (const char* m : {"m01", "m02", "m04"}) j.Do(Answer(1, m, "good", 75));
+  EXPECT_TRUE(j.Do(Answer(1, "m03", "drifted", 76)).empty());
+  EXPECT_NE(j.align().last.find("m03: alignment hash drifted differs"), std::string::npos) << j.align().last;
+  EXPECT_NE(j.align().last.find("the job had stopped: nobody evicted"), std::string::npos) << j.align().last;
+}
+
 TEST(AlignCheck, NoCheckStartsWhileAnIncidentIsOpen) {
   Checked j;
   j.Do(testing::Crash("m02", "segfault", S(65)));
