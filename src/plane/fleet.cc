@@ -327,11 +327,14 @@ void Fleet::Tick(Time now) {
 
 Fleet::Pool Fleet::SizePool(Time now) {
   const std::vector<std::pair<std::string, Plane*>> jobs = Jobs();
+  if (jobs.empty()) {  // a single job sizes its own standbys; its 12,500 machines are not walked each tick
+    MutexLock ops(&ops_mu_);
+    return pool_;
+  }
   Pool p;
   for (const auto& [name, plane] : jobs) p.in_jobs += plane->MachinesNeeded();
   p.available = static_cast<int>(main_->LiveMachines(now).size());
   MutexLock ops(&ops_mu_);
-  if (jobs.empty()) return pool_;  // a single job sizes its own standbys
   const controller::StandbyReport r = controller::MakeStandbyReport(
       p.in_jobs, p.available, options_.policy.daily_failure_rate, options_.policy.standby_quantile);
   p.target = r.target;
