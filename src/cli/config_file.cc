@@ -12,8 +12,8 @@ namespace {
 
 using nlohmann::json;
 
-// YAML scalars become numbers or booleans where they read as one, so a
-// YAML file and its JSON twin give the same value.
+}  // namespace
+
 json FromYaml(const YAML::Node& n) {
   switch (n.Type()) {
     case YAML::NodeType::Map: {
@@ -41,8 +41,6 @@ json FromYaml(const YAML::Node& n) {
       return nullptr;
   }
 }
-
-}  // namespace
 
 Result<json> ReadConfigFile(const std::string& path, const std::string& flag) {
   std::ifstream in(path);

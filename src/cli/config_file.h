@@ -8,7 +8,15 @@
 
 #include "common/status.h"
 
+namespace YAML {
+class Node;
+}  // namespace YAML
+
 namespace bulwark::cli {
+
+// A YAML node as JSON: scalars become numbers or booleans where they read
+// as one, so a YAML file and its JSON twin give the same value.
+nlohmann::json FromYaml(const YAML::Node& n);
 
 // `path` ending in .json is JSON, anything else YAML. `flag` names the
 // option in the error ("--config sim.yaml: ...").

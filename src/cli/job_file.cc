@@ -3,13 +3,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <iterator>
 #include <vector>
 
 #include "common/files.h"
 #include "common/progress_pattern.h"
-#include "controller/policy_fields.h"
+#include "cli/config_file.h"
+#include "controller/policy_json.h"
 
 namespace bulwark::cli {
 namespace {
@@ -236,26 +236,17 @@ Status ReadRecovery(const YAML::Node& n, Reading& r) {
 }
 
 // The job's own policy fields (controller/policy_fields.h), laid over the
-// cluster's for this job alone; checked here against the shipped defaults
-// so that a misspelt or out-of-range field fails the submit at once.
+// cluster's for this job alone; read and checked as `up --policy` reads its
+// file (config_file.h), so a misspelt or out-of-range field fails the
+// submit at once.
 Status ReadPolicy(const YAML::Node& n, Reading& r) {
   if (!n) return Status::OK();
-  if (!n.IsMap()) return FieldError(r.source, "policy", "expected a mapping of field: value, e.g. {slow_round: 5}");
-  for (const auto& kv : n) {
-    Result<std::string> name = Key(kv.first, r.source, "field 'policy'");
-    if (!name.ok()) return name.status();
-    const std::string v = kv.second.IsScalar() ? kv.second.as<std::string>() : "";
-    char* end = nullptr;
-    const double x = v == "true" ? 1 : v == "false" ? 0 : std::strtod(v.c_str(), &end);
-    if (v.empty() || (end != nullptr && *end != '\0')) {
-      return FieldError(r.source, "policy." + *name, "expected a number (times in seconds) or true/false, got '" + v + "'");
-    }
-    r.job.policy[*name] = x;
-  }
+  const nlohmann::json j = FromYaml(n);
   controller::PolicyConfig p;
-  if (Status s = controller::ApplyPolicyValues(r.job.policy, &p); !s.ok()) {
+  if (Status s = controller::ApplyPolicyJson(j, &p); !s.ok()) {
     return Status::InvalidArgument(r.source + ": " + s.message());
   }
+  for (const auto& [name, v] : j.items()) r.job.policy[name] = v.is_boolean() ? v.get<bool>() : v.get<double>();
   return Status::OK();
 }
 

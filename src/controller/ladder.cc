@@ -290,6 +290,15 @@ void JudgeLinks(const std::vector<MachineId>& machines, const std::map<MachineId
 
 }  // namespace
 
+std::string StrictMajority(const std::map<std::string, int>& counts) {
+  int total = 0;
+  for (const auto& [h, c] : counts) total += c;
+  for (const auto& [h, c] : counts) {
+    if (2 * c > total) return h;
+  }
+  return "";
+}
+
 DiagnosticsVerdict JudgeDiagnostics(const std::vector<MachineId>& machines,
                                     const std::map<MachineId, MachineDiagnostics>& reports,
                                     const LadderConfig& config, const std::string& budget_note,
@@ -330,13 +339,7 @@ DiagnosticsVerdict JudgeAnswers(const std::vector<MachineId>& machines,
     const size_t n = compute_ms.size();
     median = n % 2 ? compute_ms[n / 2] : (compute_ms[n / 2 - 1] + compute_ms[n / 2]) / 2;
   }
-  // The hash a strict majority of the reporting machines computed, if any.
-  int reported_hashes = 0;
-  for (const auto& [h, c] : hashes) reported_hashes += c;
-  std::string majority;
-  for (const auto& [h, c] : hashes) {
-    if (2 * c > reported_hashes) majority = h;
-  }
+  const std::string majority = StrictMajority(hashes);
   for (size_t i = 0; i < machines.size(); ++i) {
     const MachineId& m = machines[i];
     if (answers[i] == nullptr) {

@@ -184,6 +184,10 @@ DiagnosticsVerdict JudgeDiagnostics(const std::vector<MachineId>& machines,
                                     const std::map<MachineId, MachineDiagnostics>& reports,
                                     const LadderConfig& config, const std::string& budget_note,
                                     const NetworkLinkMap& links = {});
+// The alignment hash a strict majority of `counts` (hash -> machines that
+// computed it) holds; "" when none does. The ladder's diagnose rung and the
+// periodic bitwise check (policy_align.cc) judge by it.
+std::string StrictMajority(const std::map<std::string, int>& counts);
 // The same with each machine's answer found already (answers[i] is
 // machines[i]'s, null for none), as the ladder keeps them, by position;
 // `reports` (every answer, by machine) is read only to judge `links`.

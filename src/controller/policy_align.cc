@@ -59,10 +59,7 @@ Status FinishAlignCheck(RuleContext& ctx, const std::string& note) {
     hashes.emplace(m, h);
     ++count[h];
   }
-  std::string majority;
-  for (const auto& [h, n] : count) {
-    if (2 * static_cast<size_t>(n) > hashes.size()) majority = h;
-  }
+  const std::string majority = StrictMajority(count);
   std::string aside;
   if (!c.failed.empty()) {
     aside += "; " + std::to_string(c.failed.size()) + " machine(s) made no hash (" + c.failed.begin()->first + ": " +

@@ -235,9 +235,9 @@ TEST(JobFile, APolicySectionIsReadAndCheckedByField) {
             "job.yaml: policy: unknown field 'slow_rund'; did you mean 'slow_round'? (the fields: "
             "docs/control-plane.md, \"The policy a cluster runs with\")");
   EXPECT_EQ(Parse("policy: {slow_round: soon}\n").status().message(),
-            "job.yaml: field 'policy.slow_round': expected a number (times in seconds) or true/false, got 'soon'");
+            "job.yaml: policy: slow_round must be a number (times in seconds), got \"soon\"");
   EXPECT_EQ(Parse("policy: [slow_round]\n").status().message(),
-            "job.yaml: field 'policy': expected a mapping of field: value, e.g. {slow_round: 5}");
+            "job.yaml: policy: expected a mapping of field: value, e.g. {slow_round: 10, slow_rounds: 5}");
   EXPECT_FALSE(Parse("policy: {slow_rounds: 2.5}\n").ok()) << "a count is whole";
 }
 
