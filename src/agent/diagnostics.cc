@@ -105,11 +105,39 @@ TestOutcome DeviceCheck(const InspectorPaths& paths) {
   return o;
 }
 
-std::vector<std::string> AlignmentArgv(const std::vector<std::string>& job_argv, const std::string& trainer) {
-  if (!job_argv.empty()) {
-    const std::string& prog = job_argv[0];
-    const size_t slash = prog.rfind('/');
-    if (prog.substr(slash == std::string::npos ? 0 : slash + 1) == "bulwark-train") return job_argv;
+namespace {
+
+bool IsBulwarkTrain(const std::string& prog) {
+  const size_t slash = prog.rfind('/');
+  return prog.substr(slash == std::string::npos ? 0 : slash + 1) == "bulwark-train";
+}
+
+// The job's --device (auto when it names none).
+std::string JobDevice(const std::vector<std::string>& argv) {
+  std::string device = "auto";
+  for (size_t i = 1; i < argv.size(); ++i) {
+    if (argv[i] == "--device" && i + 1 < argv.size()) device = argv[i + 1];
+    if (argv[i].rfind("--device=", 0) == 0) device = argv[i].substr(9);
+  }
+  return device;
+}
+
+// The value of a string field of the run's JSON line ("" when absent).
+std::string JsonString(const std::string& out, const std::string& key) {
+  const std::string k = "\"" + key + "\":\"";
+  const size_t at = out.find(k);
+  if (at == std::string::npos) return "";
+  const size_t end = out.find('"', at + k.size());
+  return end == std::string::npos ? "" : out.substr(at + k.size(), end - at - k.size());
+}
+
+}  // namespace
+
+std::vector<std::string> AlignmentArgv(const std::vector<std::string>& job_argv, const std::string& trainer,
+                                       bool beside) {
+  if (!job_argv.empty() && IsBulwarkTrain(job_argv[0])) {
+    if (!beside) return job_argv;
+    return {job_argv[0], "--config", "tiny", "--device", JobDevice(job_argv)};
   }
   if (job_argv.empty() || trainer.empty()) return {};
   return {trainer, "--config", "tiny"};
@@ -141,8 +169,18 @@ TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const s
     return o;
   }
   *hash = out->substr(at + 14, 16);
-  o.passed = true;  // the hash is judged against the other machines'
+  // The hash is judged against the other machines'; a GPU machine's own
+  // GPUs must also agree with each other (trainer/diag/align.h), which
+  // fails the machine whatever the others computed.
+  const std::string disagree = JsonString(*out, "gpus_disagree");
+  o.passed = disagree.empty();
   o.detail = "hash " + *hash;
+  if (JsonString(*out, "device") == "cuda") {
+    const size_t g = out->find("\"gpus\":");
+    o.detail += " on " + (g == std::string::npos ? std::string("the") : std::to_string(std::atoi(out->c_str() + g + 7))) +
+                " GPU(s)";
+  }
+  if (!disagree.empty()) o.detail = "the machine's GPUs disagree: " + disagree + " (" + o.detail + ")";
   return o;
 }
 

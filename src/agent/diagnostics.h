@@ -65,8 +65,12 @@ struct DiagnosticsRequest {
 // own when it is bulwark-train's (its model, rebuilt outside the job), else
 // bulwark-train's tiny model at `trainer` (a Python job's model cannot be
 // rebuilt outside it; a machine's arithmetic that drifts shows in any
-// model). Empty when neither is known.
-std::vector<std::string> AlignmentArgv(const std::vector<std::string>& job_argv, const std::string& trainer);
+// model). Empty when neither is known. `beside`: the periodic check, run
+// beside the job's ranks, takes the tiny model of the job's own
+// bulwark-train on the job's --device, so that it never competes with the
+// ranks for the memory of the host or the GPU.
+std::vector<std::string> AlignmentArgv(const std::vector<std::string>& job_argv, const std::string& trainer,
+                                       bool beside = false);
 
 struct DiagnosticsOutcome {
   std::vector<TestOutcome> results;
@@ -79,7 +83,9 @@ TestOutcome ComputeCheck(bool corrupt = false);
 // The known answer's hash, for the record.
 const char* ComputeCheckAnswer();
 TestOutcome DeviceCheck(const InspectorPaths& paths);
-// Runs the alignment step; on success `hash` is its 16-hex-digit hash.
+// Runs the alignment step; `hash` is its 16-hex-digit hash when it made
+// one. Passed when it did, unless the machine's GPUs disagreed among
+// themselves (the hash is then set too, and the detail names the GPU).
 // `sdc_file`: the machine's emulated matmul corruption (InspectorPaths::sdc,
 // "" none), which the run reads as the ranks do (BULWARK_SDC_FILE).
 TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc_file,

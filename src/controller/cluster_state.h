@@ -63,6 +63,7 @@ struct AlignCheckState {
   std::set<MachineId> waiting;              // asked, not answered yet
   std::map<MachineId, std::string> hashes;  // answers with a hash
   std::map<MachineId, std::string> failed;  // answers without one: why the run failed
+  std::map<MachineId, std::string> own;     // machines whose own GPUs disagreed: the detail
   int64_t started = 0, clean = 0;           // checks ever; those that found nothing
   std::string last;                         // the latest verdict, for status
 };

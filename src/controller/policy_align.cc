@@ -20,7 +20,10 @@
 //           another is evicted for it (an implicit incident, localized;
 //           Reconcile puts a standby in its slot).
 //
-// No strict majority (two machines, or a split) evicts nobody. A run that
+// A GPU machine's run also compares its own GPUs with each other: one
+// whose GPUs disagreed is evicted on its own word, majority or not.
+//
+// No strict majority (two machines, or a split) evicts nobody else. A run that
 // made no hash is noted and not held against its machine: it ran beside a
 // training job, and a test that could not run is no evidence.
 //
@@ -66,20 +69,29 @@ Status FinishAlignCheck(RuleContext& ctx, const std::string& note) {
              c.failed.begin()->second + ")";
   }
   if (!c.waiting.empty()) aside += "; " + std::to_string(c.waiting.size()) + " did not answer" + note;
+  std::vector<MachineId> bad;
+  std::string why;
+  // A machine whose own GPUs disagreed is at fault whatever the others
+  // computed (trainer/diag/align.h): no majority needed.
+  for (const auto& [m, detail] : c.own) {
+    const MachineStatus* ms = s.FindMachine(m);
+    if (ms == nullptr || ms->state != MachineState::kActive) continue;
+    bad.push_back(m);
+    why += (why.empty() ? "" : "; ") + m + ": " + detail;
+  }
   c.id = 0;
   c.waiting.clear();
   c.failed.clear();
+  c.own.clear();
   const std::string of = " of " + std::to_string(hashes.size()) + " machine(s)";
-  if (hashes.empty() || majority.empty()) {
+  if (bad.empty() && (hashes.empty() || majority.empty())) {
     c.last = name + ": " + (hashes.empty() ? "no hash came back" : "no strict majority among the hashes" + of) +
              "; nobody evicted" + aside;
     c.hashes.clear();
     return Status::OK();
   }
-  std::vector<MachineId> bad;
-  std::string why;
   for (const auto& [m, h] : hashes) {
-    if (h == majority) continue;
+    if (majority.empty() || h == majority) continue;
     bad.push_back(m);
     why += (why.empty() ? "" : "; ") + m + ": alignment hash " + Short(h) + " differs from the majority's " +
            Short(majority) + " (" + std::to_string(count[majority]) + of + ")";
@@ -116,6 +128,7 @@ Status OnAlignmentCheckDue(RuleContext& ctx, const Event& e) {
   c.waiting = std::set<MachineId>(s.placement.slots.begin(), s.placement.slots.end());
   c.hashes.clear();
   c.failed.clear();
+  c.own.clear();
   return Emit(ctx, AlignCheckAction(c.id, s.placement, budget,
                                     "periodic bitwise check " + std::to_string(c.id) + " (every " +
                                         FormatDuration(ctx.config.ladder.align_every) + "), beside the ranks of " +
@@ -127,14 +140,16 @@ Result<bool> AlignCheckAnswered(RuleContext& ctx, const DiagnosticsReported& x) 
   AlignCheckState& c = ctx.state.align;
   // A late answer (its check was judged at the deadline), or a machine not asked.
   if (x.check != c.id || c.waiting.erase(x.machine) == 0) return true;
-  if (!x.alignment_hash.empty()) {
+  const DiagnosticResult* run = nullptr;
+  for (const DiagnosticResult& r : x.results) {
+    if (r.test == "alignment") run = &r;
+  }
+  if (!x.alignment_hash.empty() && run != nullptr && !run->passed) {
+    c.own[x.machine] = run->detail;  // a hash, and a verdict of its own: its GPUs disagreed
+  } else if (!x.alignment_hash.empty()) {
     c.hashes[x.machine] = x.alignment_hash;
   } else {
-    std::string why = "no alignment result";
-    for (const DiagnosticResult& r : x.results) {
-      if (r.test == "alignment") why = r.detail.empty() ? "failed" : r.detail;
-    }
-    c.failed[x.machine] = why;
+    c.failed[x.machine] = run == nullptr ? "no alignment result" : run->detail.empty() ? "failed" : run->detail;
   }
   if (!c.waiting.empty()) return true;
   BULWARK_RETURN_IF_ERROR(FinishAlignCheck(ctx, ""));

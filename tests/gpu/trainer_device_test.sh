@@ -4,7 +4,9 @@
 # checksum twice, and a run stopped at step 10 and resumed from its disk
 # checkpoint ends with the checksum of the uninterrupted run; the default
 # (fast: flash attention, fused AdamW, atomics) trains to the deterministic
-# run's loss within 3%. For fp32 and bf16. Registered with the CTest label `gpu` when CMake finds a CUDA
+# run's loss within 3%. For fp32 and bf16. And the alignment run
+# (--align) gives one hash in two processes on the device, another under a
+# drifting matmul. Registered with the CTest label `gpu` when CMake finds a CUDA
 # libtorch (tests/gpu/CMakeLists.txt, DEVICE=cuda); runs on the CPU too
 # (DEVICE=cpu), which is how it was checked on a machine without a GPU.
 #
@@ -83,6 +85,33 @@ for precision in fp32 bf16; do
   expect_eq "$precision: resume from disk at step 10 is bitwise" "$(checksum "$precision-a")" \
     "$(checksum "$precision-resume")"
 done
+
+# The alignment run (trainer/diag/align.h) on the device: two processes
+# compute one hash, on every GPU of the machine (which must agree), and a
+# silently drifting matmul changes it.
+align() {  # NAME [ENV...]: the JSON line of `--align --align-steps 3` on $device
+  if ! env "${@:2}" "$train" --config tiny --device "$device" --align --align-steps 3 >"$work/$1.out" 2>"$work/$1.err"; then
+    echo "FAIL alignment $1: bulwark-train --align exited non-zero:" >&2
+    tail -n 5 "$work/$1.err" >&2
+    failures=$((failures + 1))
+  fi
+}
+align_hash() { sed -n 's/.*"align_hash":"\([0-9a-f]*\)".*/\1/p' "$work/$1.out"; }
+align align-a && align align-b && align align-drift BULWARK_SDC=drift
+expect_eq "alignment: two processes, one hash" "$(align_hash align-a)" "$(align_hash align-b)"
+if grep -q "\"device\":\"$device\"" "$work/align-a.out" && ! grep -q gpus_disagree "$work/align-a.out"; then
+  echo "ok   alignment: ran on $device ($(sed -n 's/.*"device":"[a-z]*"\(,"gpus":[0-9]*\)\{0,1\}.*/device '"$device"'\1/p' "$work/align-a.out"))"
+else
+  echo "FAIL alignment: did not run on $device, or the GPUs disagreed:" >&2
+  cat "$work/align-a.out" >&2
+  failures=$((failures + 1))
+fi
+if [[ -n $(align_hash align-drift) && $(align_hash align-drift) != "$(align_hash align-a)" ]]; then
+  echo "ok   alignment: a drifting matmul changes the hash"
+else
+  echo "FAIL alignment: BULWARK_SDC=drift left the hash at '$(align_hash align-drift)'" >&2
+  failures=$((failures + 1))
+fi
 
 if ((failures > 0)); then
   echo "trainer_device_test ($device): $failures failure(s)" >&2

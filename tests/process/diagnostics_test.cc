@@ -81,6 +81,46 @@ TEST(Diagnostics, AJobOfAnotherProgramIsCheckedWithTheTinyModel) {
   EXPECT_NE(clean, drifted) << "the drift shows in the tiny model's hash";
 }
 
+// The periodic check runs beside the ranks: the tiny model of the job's own
+// bulwark-train, on the job's device, whatever the job's model (its memory
+// is the ranks'). A Python job's check is the same as at stop time.
+TEST(Diagnostics, BesideTheRanksTheCheckRunsTheTinyModelOnTheJobsDevice) {
+  const std::string trainer = testing::BinDir() + "/bulwark-train";
+  EXPECT_EQ(AlignmentArgv({"/opt/x/bulwark-train", "--config", "small", "--device", "cuda"}, trainer, true),
+            (std::vector<std::string>{"/opt/x/bulwark-train", "--config", "tiny", "--device", "cuda"}));
+  EXPECT_EQ(AlignmentArgv({"/opt/x/bulwark-train", "--device=cpu", "--d-model", "4096"}, trainer, true),
+            (std::vector<std::string>{"/opt/x/bulwark-train", "--config", "tiny", "--device", "cpu"}));
+  EXPECT_EQ(AlignmentArgv({"/opt/x/bulwark-train", "--config", "small"}, trainer, true),
+            (std::vector<std::string>{"/opt/x/bulwark-train", "--config", "tiny", "--device", "auto"}));
+  EXPECT_EQ(AlignmentArgv({"python3", "train.py"}, trainer, true),
+            (std::vector<std::string>{trainer, "--config", "tiny"}));
+  std::string h;
+  EXPECT_TRUE(AlignmentCheck(AlignmentArgv({trainer, "--config", "small"}, trainer, true), "",
+                             std::chrono::seconds(60), &h)
+                  .passed);
+  EXPECT_EQ(h, Hash()) << "the tiny model's hash, as every machine's";
+}
+
+// A GPU machine's run compares its GPUs with each other (trainer/diag/align.h)
+// and says so when they disagree: the test fails with the GPU named, and the
+// hash still goes to the controller. A program stands in for a GPU run here.
+TEST(Diagnostics, GpusThatDisagreeFailTheMachineAndNameTheGpu) {
+  auto run = [](const std::string& line, std::string* hash) {
+    return AlignmentCheck({"sh", "-c", "echo '" + line + "'"}, "", std::chrono::seconds(10), hash);
+  };
+  std::string h;
+  TestOutcome ok = run(R"({"align_hash":"00000000000012ab","device":"cuda","gpus":8})", &h);
+  EXPECT_TRUE(ok.passed) << ok.detail;
+  EXPECT_EQ(ok.detail, "hash 00000000000012ab on 8 GPU(s)");
+  TestOutcome bad = run(R"({"align_hash":"7777777777777777","device":"cuda","gpus":8,)"
+                        R"("gpus_disagree":"GPU 3 computed 0000000000000099; the other 7 GPUs 00000000000012ab"})",
+                        &h);
+  EXPECT_FALSE(bad.passed);
+  EXPECT_EQ(h, "7777777777777777");
+  EXPECT_EQ(bad.detail, "the machine's GPUs disagree: GPU 3 computed 0000000000000099; the other 7 GPUs "
+                        "00000000000012ab (hash 7777777777777777 on 8 GPU(s))");
+}
+
 // Recorded rather than required: libtorch's CPU kernels may split a
 // reduction by thread count, so the default is one thread everywhere and
 // machines compare like with like (trainer/diag/align.h).

@@ -1,7 +1,8 @@
 // The periodic bitwise check beside the ranks (policy_align.cc), pure: due
 // on time, one check at a time, the drifting machine evicted as its own
-// incident while the job never stopped for a clean check; silent machines,
-// failed runs, no majority and late answers evict nobody.
+// incident while the job never stopped for a clean check, and so is a
+// machine whose own GPUs disagreed; silent machines, failed runs, no
+// majority and late answers evict nobody.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -106,6 +107,23 @@ TEST(AlignCheck, SilentAndFailedMachinesAndNoMajorityEvictNobody) {
   EXPECT_EQ(two.align().last, "periodic bitwise check 1: no strict majority among the hashes of 2 machine(s); "
                               "nobody evicted");
   EXPECT_TRUE(two.controller->incidents().empty());
+}
+
+// A GPU machine's run compares its own GPUs too (trainer/diag/align.h): a
+// machine whose GPUs disagreed among themselves is evicted on its own word,
+// even where no majority of machines could outvote it.
+TEST(AlignCheck, AMachineWhoseOwnGpusDisagreeIsEvictedWithoutAMajority) {
+  Checked two(2);
+  two.Do(AlignmentCheckDue{S(70)});
+  two.Do(Answer(1, "m01", "good", 72));
+  DiagnosticsReported bad = Answer(1, "m02", "c0ffee", 72);
+  bad.results[0].passed = false;
+  bad.results[0].detail = "the machine's GPUs disagree: GPU 3 computed c0ffee; the other 7 GPUs good";
+  EXPECT_EQ(two.Do(bad), (Lines{"evict m02", "activate s01", "restart_all g2 m01,s01 ckpt 6"}));
+  const Incident& inc = two.controller->incidents().back();
+  EXPECT_EQ(inc.evicted, (std::vector<MachineId>{"m02"}));
+  EXPECT_EQ(inc.why, "evicted by the periodic bitwise check 1 beside the ranks: m02: the machine's GPUs disagree: "
+                     "GPU 3 computed c0ffee; the other 7 GPUs good");
 }
 
 // A check that ends after the job stopped (its own error meanwhile) says

@@ -8,9 +8,12 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "trainer/comm/dist.h"
+#include "trainer/model/device_setup.h"
 #include "trainer/model/kernels.h"
 #include "trainer/model/model.h"
 #include "trainer/model/params.h"
@@ -54,7 +57,7 @@ void PrintResult(uint64_t h, float loss, bool finite, int steps, int world, doub
 // averaged within the stage's replicas, then plain SGD. Rank 0 reports a
 // hash over every stage's loss, gradients and parameters, and whether any
 // stage went non-finite.
-Status RunAlignPipeline(const TrainConfig& cfg, Comm& world, int threads, int steps,
+Status RunAlignPipeline(const TrainConfig& cfg, Comm& world, torch::Device dev, int threads, int steps,
                         std::chrono::steady_clock::time_point t0) {
   auto coords = RankCoords(world.rank(), world.world_size(), cfg.pp);
   if (!coords.ok()) return coords.status();
@@ -66,12 +69,14 @@ Status RunAlignPipeline(const TrainConfig& cfg, Comm& world, int threads, int st
   Comm& dp = **dp_or;
   const StageLayers layers = SplitLayers(cfg.model.n_layers, c.pp_size)[c.pp];
   Transformer model(cfg.model);
-  model->Initialize(cfg.seed);
+  model->Initialize(cfg.seed);  // on the CPU: the same draws for every device
+  if (!dev.is_cpu()) model->to(dev);
   ParamStore store(StageParameters(model, layers), 1);
   std::optional<Sdc> sdc = Sdc::FromEnv();
   const int B = 2, T = static_cast<int>(cfg.model.context);
   const int64_t C = cfg.model.d_model;
   auto idx = torch::empty({B, T}, torch::kInt64), targets = torch::empty({B, T}, torch::kInt64);
+  const auto on_dev = torch::TensorOptions().device(dev);
   const int prev = RankOf(c.dp, c.pp - 1, c.dp_size), next = RankOf(c.dp, c.pp + 1, c.dp_size);
   float l = 0;
   for (int step = 0; step < steps; ++step) {
@@ -79,9 +84,9 @@ Status RunAlignPipeline(const TrainConfig& cfg, Comm& world, int threads, int st
     store.ZeroGrad();
     torch::Tensor input, h;
     if (layers.embed) {
-      h = model->Embed(idx);
+      h = model->Embed(idx.to(dev));
     } else {
-      input = torch::empty({B, T, C});
+      input = torch::empty({B, T, C}, on_dev);
       BULWARK_RETURN_IF_ERROR(world.Recv(input, prev, 2 * step));
       input.requires_grad_(true);
       h = input;
@@ -89,12 +94,12 @@ Status RunAlignPipeline(const TrainConfig& cfg, Comm& world, int threads, int st
     h = model->Body(h, layers.first, layers.last);
     if (layers.head) {
       auto logits = model->Head(h);
-      auto loss = kernels::CrossEntropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
+      auto loss = kernels::CrossEntropy(logits.view({-1, logits.size(-1)}), targets.to(dev).reshape({-1}));
       loss.backward();
       l = loss.item<float>();
     } else {
       BULWARK_RETURN_IF_ERROR(world.Send(h.detach(), next, 2 * step));
-      auto grad = torch::empty({B, T, C});
+      auto grad = torch::empty({B, T, C}, on_dev);
       BULWARK_RETURN_IF_ERROR(world.Recv(grad, next, 2 * step + 1));
       h.backward(grad);
     }
@@ -115,7 +120,7 @@ Status RunAlignPipeline(const TrainConfig& cfg, Comm& world, int threads, int st
   // Every stage's digest (from its replica 0) and non-finite count, and the
   // last stage's loss, summed over the world: halves of a 64-bit digest
   // travel as doubles, which hold 32-bit integers exactly.
-  torch::Tensor grads = store.GradsView().contiguous(), params = store.ParamsView().contiguous();
+  torch::Tensor grads = store.GradsView().contiguous().cpu(), params = store.ParamsView().contiguous().cpu();
   const bool finite = std::isfinite(l) && torch::isfinite(params).all().item<bool>() &&
                       torch::isfinite(grads).all().item<bool>();
   uint64_t mine = Fnv(grads.data_ptr<float>(), static_cast<size_t>(grads.numel()) * sizeof(float));
@@ -145,7 +150,94 @@ Status RunAlignPipeline(const TrainConfig& cfg, Comm& world, int threads, int st
   return Status::OK();
 }
 
+// The fixed steps on one device: alone, or one rank of a replay group whose
+// gradients are averaged over `comm`. The hash covers the last loss, the
+// gradients and the parameters, read on the host.
+struct AlignOutcome {
+  uint64_t hash = 0;
+  float loss = 0;
+  bool finite = false;
+  int64_t params = 0;
+};
+Result<AlignOutcome> AlignSteps(const TrainConfig& cfg, torch::Device dev, Comm& comm, int steps) {
+  const int W = comm.world_size(), rank = comm.rank();
+  Transformer model(cfg.model);
+  model->Initialize(cfg.seed);  // on the CPU: the same draws for every device
+  if (!dev.is_cpu()) model->to(dev);
+  ParamStore store(*model, 1);
+  std::optional<Sdc> sdc = Sdc::FromEnv();
+
+  // A fixed batch per (step, rank): (B, T) tokens from a fixed formula,
+  // targets shifted by one.
+  const int B = 2, T = static_cast<int>(cfg.model.context);
+  auto idx = torch::empty({B, T}, torch::kInt64), targets = torch::empty({B, T}, torch::kInt64);
+  float l = 0;
+  for (int step = 0; step < steps; ++step) {
+    FixedBatch(step, rank, cfg.model.vocab_size, idx, targets);
+    store.ZeroGrad();
+    auto loss = model->Loss(idx.to(dev), targets.to(dev));
+    loss.backward();
+    l = loss.item<float>();
+    torch::Tensor grads = store.GradsView();
+    // The emulated bad machine's matmul results (sdc.h); silent.
+    if (sdc) sdc->Corrupt(grads);
+    if (W > 1) {
+      std::vector<torch::Tensor> all = {store.grads()};
+      BULWARK_RETURN_IF_ERROR(comm.AllReduceSum(all));
+      store.grads().div_(W);
+    }
+    if (steps > 1) {
+      torch::NoGradGuard no_grad;
+      store.ParamsView().sub_(store.GradsView(), 0.01);  // plain SGD: nothing but the step itself
+    }
+  }
+  torch::Tensor grads = store.GradsView().contiguous().cpu();
+  torch::Tensor params = store.ParamsView().contiguous().cpu();
+  AlignOutcome o;
+  o.loss = l;
+  o.finite = std::isfinite(l) && torch::isfinite(params).all().item<bool>() && torch::isfinite(grads).all().item<bool>();
+  o.hash = Fnv(&l, sizeof l);
+  o.hash = Fnv(grads.data_ptr<float>(), static_cast<size_t>(grads.numel()) * sizeof(float), o.hash);
+  o.hash = Fnv(params.data_ptr<float>(), static_cast<size_t>(params.numel()) * sizeof(float), o.hash);
+  o.params = store.num_params();
+  return o;
+}
+
+std::string Hex(uint64_t h) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, h);
+  return buf;
+}
+
 }  // namespace
+
+DeviceHashes JudgeDeviceHashes(const std::vector<uint64_t>& per_gpu) {
+  DeviceHashes d;
+  if (per_gpu.empty()) return d;
+  std::map<uint64_t, int> count;
+  for (uint64_t h : per_gpu) ++count[h];
+  if (count.size() == 1) {
+    d.hash = per_gpu[0];
+    return d;
+  }
+  d.hash = Fnv(per_gpu.data(), per_gpu.size() * sizeof(uint64_t));
+  const size_t n = per_gpu.size();
+  std::optional<uint64_t> majority;
+  for (const auto& [h, c] : count) {
+    if (2 * static_cast<size_t>(c) > n) majority = h;
+  }
+  if (!majority) {
+    d.disagree = "no strict majority among the machine's " + std::to_string(n) + " GPUs:";
+    for (size_t i = 0; i < n; ++i) d.disagree += (i ? ", GPU " : " GPU ") + std::to_string(i) + " " + Hex(per_gpu[i]);
+    return d;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (per_gpu[i] == *majority) continue;
+    d.disagree += (d.disagree.empty() ? "GPU " : ", GPU ") + std::to_string(i) + " computed " + Hex(per_gpu[i]);
+  }
+  d.disagree += "; the other " + std::to_string(count[*majority]) + " GPUs " + Hex(*majority);
+  return d;
+}
 
 Status RunAlign(const TrainConfig& cfg_in, int threads, int steps, int stage) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -164,6 +256,12 @@ Status RunAlign(const TrainConfig& cfg_in, int threads, int steps, int stage) {
     cfg.model.n_layers = sl.last - sl.first;
     cfg.pp = 1;
   }
+  int gpus = 0;
+  auto device = ResolveDevice(cfg, &gpus);
+  if (!device.ok()) return device.status();
+  // Healthy GPUs of one model agree bit for bit only with deterministic
+  // kernels; the job's own speed is not at stake here.
+  if (device->cuda) MakeCudaDeterministic();
   at::set_num_threads(threads);
   // A replay group (RANK, WORLD_SIZE, MASTER_*) averages its gradients like
   // data-parallel training; alone, the collectives are no-ops.
@@ -172,47 +270,36 @@ Status RunAlign(const TrainConfig& cfg_in, int threads, int steps, int stage) {
   auto comm_or = Comm::Connect(*env, cfg.dist_timeout_s);
   if (!comm_or.ok()) return comm_or.status();
   Comm& comm = **comm_or;
-  const int W = comm.world_size(), rank = comm.rank();
-  if (cfg.pp > 1 && W > 1) return RunAlignPipeline(cfg, comm, threads, steps, t0);
-
-  Transformer model(cfg.model);
-  model->Initialize(cfg.seed);
-  ParamStore store(*model, 1);
-  std::optional<Sdc> sdc = Sdc::FromEnv();
-
-  // A fixed batch per (step, rank): (B, T) tokens from a fixed formula,
-  // targets shifted by one.
-  const int B = 2, T = static_cast<int>(cfg.model.context);
-  auto idx = torch::empty({B, T}, torch::kInt64), targets = torch::empty({B, T}, torch::kInt64);
-  float l = 0;
-  for (int step = 0; step < steps; ++step) {
-    FixedBatch(step, rank, cfg.model.vocab_size, idx, targets);
-    store.ZeroGrad();
-    auto loss = model->Loss(idx, targets);
-    loss.backward();
-    l = loss.item<float>();
-    torch::Tensor grads = store.GradsView();
-    // The emulated bad machine's matmul results (sdc.h); silent.
-    if (sdc) sdc->Corrupt(grads);
-    if (W > 1) {
-      std::vector<torch::Tensor> all = {store.grads()};
-      BULWARK_RETURN_IF_ERROR(comm.AllReduceSum(all));
-      store.grads().div_(W);
-    }
-    if (steps > 1) {
-      torch::NoGradGuard no_grad;
-      store.ParamsView().sub_(store.GradsView(), 0.01);  // plain SGD: nothing but the step itself
-    }
+  const int W = comm.world_size();
+  // Where it runs: the CPU; alone on a GPU machine, every GPU in turn (a
+  // machine is as good as its worst GPU, and its GPUs must agree with each
+  // other); a replay group's rank on its LOCAL_RANK's GPU, as in training.
+  std::vector<torch::Device> devices;
+  if (!device->cuda) {
+    devices.emplace_back(torch::kCPU);
+  } else if (W == 1) {
+    for (int g = 0; g < gpus; ++g) devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(g));
+  } else {
+    const char* local_rank = std::getenv("LOCAL_RANK");
+    devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>((local_rank ? std::atoi(local_rank) : 0) % gpus));
   }
-  torch::Tensor grads = store.GradsView().contiguous();
-  torch::Tensor params = store.ParamsView().contiguous();
-  const bool finite = std::isfinite(l) && torch::isfinite(params).all().item<bool>() &&
-                      torch::isfinite(grads).all().item<bool>();
-  uint64_t h = Fnv(&l, sizeof l);
-  h = Fnv(grads.data_ptr<float>(), static_cast<size_t>(grads.numel()) * sizeof(float), h);
-  h = Fnv(params.data_ptr<float>(), static_cast<size_t>(params.numel()) * sizeof(float), h);
+  if (cfg.pp > 1 && W > 1) return RunAlignPipeline(cfg, comm, devices[0], threads, steps, t0);
+
+  std::vector<uint64_t> hashes;
+  AlignOutcome first;
+  bool finite = true;
+  for (const torch::Device& dev : devices) {
+    auto o = AlignSteps(cfg, dev, comm, steps);
+    if (!o.ok()) return o.status();
+    if (hashes.empty()) first = *o;
+    hashes.push_back(o->hash);
+    finite = finite && o->finite;
+  }
+  const DeviceHashes judged = JudgeDeviceHashes(hashes);
+  std::string where = device->cuda ? ",\"device\":\"cuda\",\"gpus\":" + std::to_string(devices.size()) : ",\"device\":\"cpu\"";
+  if (!judged.disagree.empty()) where += ",\"gpus_disagree\":\"" + judged.disagree + "\"";
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (rank == 0) PrintResult(h, l, finite, steps, W, ms, threads, store.num_params(), "");
+  if (comm.rank() == 0) PrintResult(judged.hash, first.loss, finite, steps, W, ms, threads, first.params, where);
   return Status::OK();
 }
 

@@ -26,6 +26,7 @@
 #include "trainer/comm/dist.h"
 #include "trainer/comm/ring.h"
 #include "trainer/model/device.h"
+#include "trainer/model/device_setup.h"
 #include "trainer/step/pipeline.h"
 #include "trainer/model/precision.h"
 #include "trainer/step/progress.h"
@@ -83,15 +84,6 @@ void Announce(const rank_client::RankAssignment& a, const std::string& path) {
                   {"pid", static_cast<int64_t>(::getpid())}, {"wall_ms", WallMs()}});
 }
 
-// --device against this build and machine.
-Result<DeviceChoice> ResolveDevice(const TrainConfig& cfg, int* gpus) {
-  *gpus = 0;
-#ifdef BULWARK_CUDA
-  *gpus = static_cast<int>(torch::cuda::device_count());
-#endif
-  return ChooseDevice(cfg.device, BuiltWithCuda(), *gpus);
-}
-
 Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
   p.cfg = cfg_in;
   TrainConfig& cfg = p.cfg;
@@ -120,14 +112,10 @@ Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
     p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>((local_rank ? std::atoi(local_rank) : 0) % gpus));
     // Fast by default: flash attention and atomics-based backward kernels,
     // so two runs agree only within rounding. BULWARK_CUDA_DETERMINISTIC=1
-    // (the gpu tests) asks for bitwise runs and exact resume: deterministic
-    // kernels only (an op without one throws, naming itself), the explicit
-    // attention path (kernels::eager::CausalAttention), and cuBLAS's fixed
-    // workspace, which it reads when it creates its first handle, after this.
+    // (the gpu tests) asks for bitwise runs and exact resume.
     const char* det = std::getenv("BULWARK_CUDA_DETERMINISTIC");
     if (det != nullptr && *det != '\0' && std::string(det) != "0") {
-      ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
-      at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+      MakeCudaDeterministic();
       p.device_reason += "; deterministic (BULWARK_CUDA_DETERMINISTIC)";
     }
 #endif

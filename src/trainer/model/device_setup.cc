@@ -1,0 +1,24 @@
+#include "trainer/model/device_setup.h"
+
+#include <torch/torch.h>
+
+#include <cstdlib>
+
+namespace bulwark::trainer {
+
+Result<DeviceChoice> ResolveDevice(const TrainConfig& cfg, int* gpus) {
+  *gpus = 0;
+#ifdef BULWARK_CUDA
+  *gpus = static_cast<int>(torch::cuda::device_count());
+#endif
+  return ChooseDevice(cfg.device, BuiltWithCuda(), *gpus);
+}
+
+void MakeCudaDeterministic() {
+#ifdef BULWARK_CUDA
+  ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+#endif
+}
+
+}  // namespace bulwark::trainer
