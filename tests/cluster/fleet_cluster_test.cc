@@ -19,14 +19,14 @@ namespace {
 
 class Fleet : public Cluster {
  protected:
-  std::vector<std::string> TrainerArgs() const {
-    return {"--config", "tiny", "--data", *data_, "--steps", std::to_string(kSteps), "--log-format", "json",
+  std::vector<std::string> TrainerArgs(int steps = kSteps) const {
+    return {"--config", "tiny", "--data", *data_, "--steps", std::to_string(steps), "--log-format", "json",
             "--threads", "1", "--dist-timeout", "10", "--eval-every", "0"};
   }
-  void WriteJobFile(const std::string& name, int world_size = 2) {
+  void WriteJobFile(const std::string& name, int world_size = 2, int steps = kSteps) {
     std::ofstream job(root_ + "/" + name + ".yaml");
     job << "name: " << name << "\nworld_size: " << world_size << "\ncheckpoint: {persist_every: 10}\nargs: [";
-    for (const std::string& a : TrainerArgs()) job << "'" << a << "', ";
+    for (const std::string& a : TrainerArgs(steps)) job << "'" << a << "', ";
     job << "--memory-ckpt, 'on', --step-checksum]\nenv: {OMP_NUM_THREADS: '1'}\n";
   }
   // Job `name`'s entry of status --json.
@@ -243,6 +243,67 @@ TEST_F(Fleet, FaultsInBothJobsAtOnceStayInTheirJobsAndTheStandbysGoInIncidentOrd
   ASSERT_FALSE(reference.empty());
   EXPECT_EQ(ChecksumOn({"m01", "m08", "m03"}, kSteps), reference) << "job a";
   EXPECT_EQ(ChecksumOn({"m04", "m07", "m06"}, kSteps), reference) << "job b";
+}
+
+// Two named jobs under `up --ha` (their journals in etcd, plane/job_journals.h):
+// the leading controller SIGKILLed, the other leads within the lease plus
+// a margin, and both jobs train on in their generation with no incident; a
+// rank of job b killed right after is the new leader's incident, b's alone.
+// Both end bitwise on the fault-free run.
+TEST_F(Fleet, UnderHaBothJobsOutliveTheLeadersLossAndTheNextLeaderHandlesTheirFaults) {
+  auto up = Bulwark({"up", "--ha", "--machines", "4", "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  // Long enough that both still train when b's rank is killed: they train
+  // through the lease's 5 s and more of failover.
+  constexpr int kHaSteps = 1500;
+  WriteJobFile("a", 2, kHaSteps);
+  WriteJobFile("b", 2, kHaSteps);
+  for (const char* job : {"a", "b"}) {
+    auto sub = Bulwark({"submit", "--job", job, root_ + "/" + job + ".yaml"});
+    ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  }
+  json s = WaitFor("both jobs stepping under c1", 120, [](const json& j) {
+    return JobOf(j, "a").value("last_step", 0) >= 20 && JobOf(j, "b").value("last_step", 0) >= 20;
+  });
+  ASSERT_EQ(s.value("leader", json()), "c1") << s.dump();
+  pid_t c1 = 0;
+  std::ifstream(dir_ + "/controllers/c1/controller.pid") >> c1;
+  ASSERT_GT(c1, 0);
+
+  ::kill(c1, SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  s = WaitFor("c2 leading", 5 + 5, [](const json& j) { return j.value("leader", json()) == "c2"; });
+  std::printf("[ timing ] c2 led %.2f s after c1's SIGKILL (5 s lease), with 2 named jobs\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count());
+  const int64_t a_step = JobOf(s, "a").value("last_step", 0), b_step = JobOf(s, "b").value("last_step", 0);
+  s = WaitFor("both jobs stepping under c2", 60, [&](const json& j) {
+    return JobOf(j, "a").value("last_step", 0) > a_step + 10 && JobOf(j, "b").value("last_step", 0) > b_step + 10;
+  });
+  for (const char* job : {"a", "b"}) {
+    EXPECT_EQ(JobOf(s, job)["generation"], 1) << job << " trained through the failover: " << s.dump();
+    EXPECT_EQ(JobOf(s, job)["incidents"], 0) << job << ": " << s.dump();
+  }
+
+  Inject("kill", "m03");
+  s = WaitFor("c2's reattempt of b", 60, [](const json& j) {
+    const json b = JobOf(j, "b");
+    return b["generation"] == 2 && b["state"] == "running" && b["incidents"] == 1;
+  });
+  testing::ProcessResult r = Bulwark({"incidents", "--job", "b", "--json"}, 10);
+  const json inc = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(inc.is_array() && inc.size() == 1u) << r.out << r.err;
+  std::printf("[ timing ] job b under c2: %s: detect %.3f s, recover %.3f s\n", inc[0]["summary"].get<std::string>().c_str(),
+              inc[0].value("detect_s", -1.0), inc[0].value("recover_s", -1.0));
+  EXPECT_EQ(JobOf(s, "a")["generation"], 1) << "a is not touched by b's fault: " << s.dump();
+  EXPECT_EQ(JobOf(s, "a")["incidents"], 0) << s.dump();
+
+  WaitFor("both ends", 400, [](const json& j) {
+    return JobOf(j, "a").value("done_step", json()) == kHaSteps && JobOf(j, "b").value("done_step", json()) == kHaSteps;
+  });
+  const std::string reference = ReferenceChecksum(TrainerArgs(kHaSteps), 2);
+  ASSERT_FALSE(reference.empty());
+  EXPECT_EQ(ChecksumOn({"m01", "m02"}, kHaSteps), reference) << "job a";
+  EXPECT_EQ(ChecksumOn({"m03", "m04"}, kHaSteps), reference) << "job b";
 }
 
 // update, rollback and releases take --job (issue 36 item 3): job b's
