@@ -6,7 +6,7 @@
 #      libtorch (fused CUDA kernels on when nvcc builds them), then
 #      `ctest -L gpu` (determinism and exact resume; fused vs libtorch
 #      kernels; POET, pipeline stages and elastic replicas on the device);
-#   2. gpu_cluster.py: a CUDA job on a local cluster through a kill and a
+#   2. the alignment run on the GPU (its time, tiny and 88M); gpu_cluster.py: a CUDA job on a local cluster through a kill and a
 #      machine-down, with in-memory checkpoints, and a CUDA rank's cold start;
 #      then, time allowing, the same faults for an elastic job (--elastic);
 #   3. gpu.sh without its build: tokens/s and MFU of bulwark-train and the
@@ -35,6 +35,14 @@ grep -E '^(ok|FAIL|fused|eager|max|kernel|match|time)' "$OUT/build.log" | head -
 if [[ -x build-gpu/bin/bulwark-train ]]; then
   # shellcheck source=/dev/null
   source "$KIT/env.sh"
+  # The ladder's alignment run on the GPU (every GPU in turn, deterministic):
+  # its hash line and time, the tiny model (the periodic check's) and the
+  # 88M shape (a stop-time check of that job); a "gpus_disagree" here is a
+  # finding about this machine.
+  for shape in "--config tiny" "--d-model 768 --n-layers 12 --n-heads 12 --ffn 2048 --context 1024 --vocab-size 2048"; do
+    # shellcheck disable=SC2086
+    say "alignment on the GPU ($shape): $(timeout 60 build-gpu/bin/bulwark-train $shape --device cuda --align 2>&1 | tail -n 1)"
+  done
   say "cluster: a kill, then a machine-down, with CUDA ranks"
   timeout 170 python3 bench/trainer_throughput/gpu_cluster.py --train build-gpu/bin/bulwark-train \
     --data "$KIT/data/kjv" --out "$OUT" >"$OUT/cluster.out" 2>&1
