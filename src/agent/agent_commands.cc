@@ -297,7 +297,7 @@ void Agent::Diagnose(const wire::Command& c) {
     const std::string exe = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
     if (!exe.empty()) req.net_check_binary = exe.substr(0, exe.rfind('/') + 1) + "bulwark-train";
   }
-  req.trainer_argv = AlignmentArgv(job_argv_, req.net_check_binary, beside);
+  req.trainer_argv = AlignmentArgv(job_argv_, AlignmentTrainer(req.net_check_binary), beside);
   for (const wire::ReplayAssignment& x : c.replay()) {
     req.replay.push_back({x.group(), x.rank(), x.world(), x.master_addr(), x.master_port(), std::max(1, x.pp()),
                           x.pp() > 1 ? x.stage() : -1});

@@ -143,6 +143,11 @@ std::vector<std::string> AlignmentArgv(const std::vector<std::string>& job_argv,
   return {trainer, "--config", "tiny"};
 }
 
+std::string AlignmentTrainer(const std::string& beside_agent) {
+  const char* named = std::getenv("BULWARK_ALIGN_TRAINER");
+  return named != nullptr && *named != '\0' ? std::string(named) : beside_agent;
+}
+
 TestOutcome AlignmentCheck(const std::vector<std::string>& trainer_argv, const std::string& sdc_file,
                            std::chrono::milliseconds budget, std::string* hash) {
   const auto t0 = Clock::now();

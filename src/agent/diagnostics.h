@@ -72,6 +72,13 @@ struct DiagnosticsRequest {
 std::vector<std::string> AlignmentArgv(const std::vector<std::string>& job_argv, const std::string& trainer,
                                        bool beside = false);
 
+// The bulwark-train a job of another program is checked with:
+// $BULWARK_ALIGN_TRAINER when the agent's environment names one (a CUDA
+// build on a GPU machine, scripts/gpu-build.sh, so that a PyTorch job's
+// check runs on its GPUs), else `beside_agent`, the one installed beside
+// the agent's binary.
+std::string AlignmentTrainer(const std::string& beside_agent);
+
 struct DiagnosticsOutcome {
   std::vector<TestOutcome> results;
   std::string alignment_hash;

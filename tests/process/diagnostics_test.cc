@@ -101,6 +101,18 @@ TEST(Diagnostics, BesideTheRanksTheCheckRunsTheTinyModelOnTheJobsDevice) {
   EXPECT_EQ(h, Hash()) << "the tiny model's hash, as every machine's";
 }
 
+// A job of another program is checked with the bulwark-train the agent's
+// environment names (a CUDA build on a GPU machine), else the one beside it.
+TEST(Diagnostics, TheTrainerAForeignJobIsCheckedWithCanBeNamed) {
+  ::unsetenv("BULWARK_ALIGN_TRAINER");
+  EXPECT_EQ(AlignmentTrainer("/usr/lib/bulwark/bulwark-train"), "/usr/lib/bulwark/bulwark-train");
+  ::setenv("BULWARK_ALIGN_TRAINER", "/opt/gpu/bin/bulwark-train", 1);
+  EXPECT_EQ(AlignmentTrainer("/usr/lib/bulwark/bulwark-train"), "/opt/gpu/bin/bulwark-train");
+  EXPECT_EQ(AlignmentArgv({"python3", "train.py"}, AlignmentTrainer("/usr/lib/bulwark/bulwark-train")),
+            (std::vector<std::string>{"/opt/gpu/bin/bulwark-train", "--config", "tiny"}));
+  ::unsetenv("BULWARK_ALIGN_TRAINER");
+}
+
 // A GPU machine's run compares its GPUs with each other (trainer/diag/align.h)
 // and says so when they disagree: the test fails with the GPU named, and the
 // hash still goes to the controller. A program stands in for a GPU run here.
