@@ -4,6 +4,7 @@
 #include "agent/agent_impl.h"
 
 #include "common/ring_layout.h"
+#include "rank_client/shard_client.h"
 
 namespace bulwark::agent::detail {
 
@@ -52,7 +53,19 @@ void Agent::ApplyCommands() {
           supervisor_.StopSpares();  // a machine acquired cold holds no spare either
           staging_.reset();
           shards_->Forget();
-          Log("fresh machine (requeue): forgot every in-memory copy");
+          if (!c.rollback()) Log("fresh machine (requeue): forgot every in-memory copy");
+        }
+        // A drifting machine was found (controller/policy_align.cc): nothing
+        // newer than restore_at_most may be restored, here or later. The
+        // variable is the job's environment, so no process of this
+        // generation is reused by a later one that has no cap.
+        if (c.rollback()) {
+          const int removed =
+              c.durable_dir().empty() ? 0 : shards_->DiscardDurableAfter(c.durable_dir(), ranks, c.restore_at_most());
+          spec.env[rank_client::kRestoreAtMostEnv] = std::to_string(c.restore_at_most());
+          Log("rollback: the ranks restore step " + std::to_string(c.restore_at_most()) +
+              " at most; forgot every in-memory copy, removed " + std::to_string(removed) +
+              " durable copies above it");
         }
         // Fetching copies from peers overlaps the ranks' start-up.
         shards_->SetRoutes(routes, ranks);
@@ -279,6 +292,7 @@ void Agent::Diagnose(const wire::Command& c) {
   // to themselves; the controller's STOP_RANKS for the same decision may
   // arrive after this one-shot.
   const bool beside = c.check() != 0;
+  if (beside) shards_->KeepDurable({c.keep_steps().begin(), c.keep_steps().end()});
   if (!beside) {
     supervisor_.StopAll();
     supervisor_.StopSpares();

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "agent/shard_store_impl.h"
@@ -188,9 +189,12 @@ void ShardStore::Impl::WorkLoop() {
     } else {
       // Sending and persisting take milliseconds to seconds: not under mu_.
       ShardRoutes routes = routes_;
+      processing_ = true;
       mu_.Unlock();
       Process(w, routes);
       mu_.Lock();
+      processing_ = false;
+      processed_.NotifyAll();
     }
     auto it = conns_.find(w.conn);
     if (it != conns_.end()) (void)rank_client::SendShardMessage(it->second, "RELEASED " + std::to_string(w.slot));
@@ -240,8 +244,20 @@ void ShardStore::Impl::Process(const Work& w, const ShardRoutes& routes) {
 }
 
 void ShardStore::Impl::Prune(const std::string& dir, int rank) {
-  auto steps = rank_client::DurableSteps(dir, rank);
+  auto steps = rank_client::DurableSteps(dir, rank);  // newest first
+  // The two newest at or below each step kept for a rollback: two, since
+  // another rank's persist of the newest may have been superseded (its
+  // worker fell behind), and the ranks restore only a step they all hold.
+  std::set<int64_t> pinned;
+  {
+    MutexLock lock(&mu_);
+    for (int64_t k : keep_steps_) {
+      auto at = std::find_if(steps.begin(), steps.end(), [k](int64_t s) { return s <= k; });
+      for (int n = 0; n < 2 && at != steps.end(); ++n, ++at) pinned.insert(*at);
+    }
+  }
   for (size_t i = kDurableKeep; i < steps.size(); ++i) {
+    if (pinned.count(steps[i])) continue;
     std::string path = rank_client::DurableShardPath(dir, steps[i], rank);
     ::unlink(path.c_str());
     ::rmdir(path.substr(0, path.rfind('/')).c_str());  // fails while other ranks' files remain
@@ -361,6 +377,29 @@ void ShardStore::Forget() {
     impl_->work_.clear();
   }
   impl_->Wake();  // restores that waited for the cancelled fetch: nothing to offer
+}
+
+void ShardStore::KeepDurable(std::vector<int64_t> steps) {
+  MutexLock lock(&impl_->mu_);
+  impl_->keep_steps_ = std::move(steps);
+}
+
+int ShardStore::DiscardDurableAfter(const std::string& dir, const std::vector<int>& ranks, int64_t step) {
+  {
+    MutexLock lock(&impl_->mu_);
+    impl_->work_.clear();
+    while (impl_->processing_) impl_->processed_.Wait(&impl_->mu_);  // a persist under way lands first
+  }
+  int removed = 0;
+  for (int rank : ranks) {
+    for (int64_t s : rank_client::DurableSteps(dir, rank)) {
+      if (s <= step) continue;
+      const std::string path = rank_client::DurableShardPath(dir, s, rank);
+      removed += ::unlink(path.c_str()) == 0;
+      ::rmdir(path.substr(0, path.rfind('/')).c_str());  // fails while other ranks' files remain
+    }
+  }
+  return removed;
 }
 
 std::optional<int64_t> ShardStore::Corrupt(int rank) {

@@ -96,6 +96,15 @@ class ShardStore {
   // every copy held, own and backups, as a fresh machine would not have them,
   // and cancel a fetch under way.
   void Forget();
+  // Each periodic bitwise check names the persisted steps a rollback may
+  // need (Command.keep_steps): pruning keeps, beyond the newest, the two
+  // newest persisted steps at or below each.
+  void KeepDurable(std::vector<int64_t> steps);
+  // A rollback to at most `step` (Command.rollback): removes the durable
+  // copies of `ranks` above it, which may hold a drift, once a persist under
+  // way has landed (the ranks are stopped, so no new one starts). Returns
+  // how many it removed.
+  int DiscardDurableAfter(const std::string& dir, const std::vector<int>& ranks, int64_t step);
   ShardStats Stats() const;
   // Emulated memory corruption: flips a bit in the newest image `rank` wrote
   // here; returns its step, nullopt when there is none.

@@ -85,6 +85,10 @@ class ShardStore::Impl {
   int fetchers_ GUARDED_BY(mu_) = 0;                    // fetch threads still running
   CondVar fetchers_done_;
   std::deque<Work> work_ GUARDED_BY(mu_);
+  bool processing_ GUARDED_BY(mu_) = false;  // the worker sends or persists one, outside mu_
+  CondVar processed_;
+  // Persisted steps kept for a rollback (ShardStore::KeepDurable).
+  std::vector<int64_t> keep_steps_ GUARDED_BY(mu_);
   std::map<int64_t, int> conns_ GUARDED_BY(mu_);                  // connection id -> fd
   std::map<int64_t, int> owner_ GUARDED_BY(mu_);                  // connection id -> the rank that registered its region
   std::vector<std::pair<int64_t, int>> waiting_ GUARDED_BY(mu_);  // (connection, rank) restores waiting for fetches
@@ -120,7 +124,7 @@ class ShardStore::Impl {
   // A kept connection may have been closed by the peer meanwhile (it
   // restarted): one retry on a fresh connection.
   Status Push(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes);
-  static void Prune(const std::string& dir, int rank);
+  void Prune(const std::string& dir, int rank) EXCLUDES(mu_);
 
   // --- peers (TCP) -------------------------------------------------------
   void TcpLoop();

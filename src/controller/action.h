@@ -52,10 +52,18 @@ struct Action {
   // so the ranks restore from durable storage.
   int release = 1;
   bool fresh = false;
+  // kRestartAll after a drifting machine was found by the periodic check
+  // (with `fresh`): restore at most `restore_at_most`, discarding every
+  // newer copy, which may hold the drift (0: from the start).
+  bool rollback = false;
+  int64_t restore_at_most = 0;
   Time until{};  // kRequeue: when the machines are back
   int count = 0;                // kWaitForMachines, kReplenishStandby
   int64_t incident = 0;         // the incident it belongs to, 0 for none
   int64_t check = 0;            // kAlignCheck: the periodic bitwise check's number
+  // kAlignCheck: the persisted steps agents keep for a rollback (the
+  // newest at or below each).
+  std::vector<int64_t> keep_steps;
   std::string reason;
   // kRunDiagnostics, kCheckup and kAlignCheck: the tests ("compute", "device", "alignment", or
   // "replay" with `groups`: each replay group's slots' machines, horizontal

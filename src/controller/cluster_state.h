@@ -64,6 +64,10 @@ struct AlignCheckState {
   std::map<MachineId, std::string> hashes;  // answers with a hash
   std::map<MachineId, std::string> failed;  // answers without one: why the run failed
   std::map<MachineId, std::string> own;     // machines whose own GPUs disagreed: the detail
+  // The job's step when the check in flight started, and that of the
+  // latest clean check: every machine was sound after it, so a drift found
+  // later entered the weights after it (0: no clean check yet).
+  int64_t from_step = 0, clean_step = 0;
   int64_t started = 0, clean = 0;           // checks ever; those that found nothing
   std::string last;                         // the latest verdict, for status
 };
@@ -127,6 +131,10 @@ struct ClusterState {
   // The periodic bitwise check's clock (LadderConfig::align_every): the
   // first step, then the start of the latest check.
   std::optional<Time> align_check_from;
+  // A drifting machine found by the periodic check: the restart that
+  // replaces it restores at most this step (policy_align.cc); cleared by
+  // the first step after it.
+  std::optional<int64_t> rollback_to;
   // The periodic bitwise check, beside the ranks (policy_align.cc).
   AlignCheckState align;
   // Observations that opened no incident (a job-wide slowdown), newest last.

@@ -154,6 +154,7 @@ Status OnStepCompleted(RuleContext& ctx, const Event& e) {
   // and the restart budget is renewed (progress, not count, bounds restarts).
   BULWARK_RETURN_IF_ERROR(SetJobState(s, JobState::kRunning, ctx.now));
   ++s.progress_epoch;
+  s.rollback_to.reset();  // done: the restored run has stepped
   if (s.rejoin_pending) {
     s.incidents.Rejoined(x.observed);
     s.rejoin_pending = false;

@@ -19,6 +19,11 @@
 //           of a strict majority is the right one, and a machine with
 //           another is evicted for it (an implicit incident, localized;
 //           Reconcile puts a standby in its slot).
+//   rollback  the drift reached every replica's weights through the
+//           gradient reduction since it began, after the last clean check
+//           started: the restart restores at most that check's step
+//           (ClusterState::rollback_to; each check asks the agents to keep
+//           the persisted steps this needs, Action::keep_steps).
 //
 // A GPU machine's run also compares its own GPUs with each other: one
 // whose GPUs disagreed is evicted on its own word, majority or not.
@@ -99,6 +104,7 @@ Status FinishAlignCheck(RuleContext& ctx, const std::string& note) {
   c.hashes.clear();
   if (bad.empty()) {
     ++c.clean;
+    c.clean_step = c.from_step;
     c.last = name + ": all " + std::to_string(hashes.size()) + " machine(s) agree (" + Short(majority) + ")" + aside;
     return Status::OK();
   }
@@ -110,6 +116,18 @@ Status FinishAlignCheck(RuleContext& ctx, const std::string& note) {
   Result<Incident*> inc = OpenIncident(ctx, IncidentClass::kImplicit, name, std::nullopt, /*localized=*/true);
   if (!inc.ok()) return inc.status();
   (*inc)->notes.push_back(c.last);
+  // The drift has reached the weights through the gradient reduction since
+  // it began, which was after the last clean check started: the restart
+  // goes back there. An elastic job's survivors keep their state in their
+  // processes, which a rollback would have to discard: not built.
+  if (s.spec.elastic()) {
+    (*inc)->notes.push_back("not rolled back (an elastic job): the steps since the last clean check may hold the drift");
+  } else {
+    s.rollback_to = c.clean_step;
+    (*inc)->notes.push_back("rolled back to step " + std::to_string(c.clean_step) + " at most (" +
+                            (c.clean_step > 0 ? "the last clean check's start" : "no clean check yet: from the start") +
+                            "): the steps after it may hold the drift");
+  }
   return OverEvict(ctx, **inc, bad, "evicted by the " + name + " beside the ranks: " + why);
 }
 
@@ -124,15 +142,18 @@ Status OnAlignmentCheckDue(RuleContext& ctx, const Event& e) {
   s.align_check_from = ctx.now;
   AlignCheckState& c = s.align;
   c.id = ++c.started;
+  c.from_step = s.last_step;
   c.deadline = ctx.now + budget;
   c.waiting = std::set<MachineId>(s.placement.slots.begin(), s.placement.slots.end());
   c.hashes.clear();
   c.failed.clear();
   c.own.clear();
-  return Emit(ctx, AlignCheckAction(c.id, s.placement, budget,
-                                    "periodic bitwise check " + std::to_string(c.id) + " (every " +
-                                        FormatDuration(ctx.config.ladder.align_every) + "), beside the ranks of " +
-                                        std::to_string(s.placement.slots.size()) + " machine(s)"));
+  Action a = AlignCheckAction(c.id, s.placement, budget,
+                              "periodic bitwise check " + std::to_string(c.id) + " (every " +
+                                  FormatDuration(ctx.config.ladder.align_every) + "), beside the ranks of " +
+                                  std::to_string(s.placement.slots.size()) + " machine(s)");
+  a.keep_steps = {c.clean_step, c.from_step};  // what a rollback may need, whichever this check finds
+  return Emit(ctx, std::move(a));
 }
 
 Result<bool> AlignCheckAnswered(RuleContext& ctx, const DiagnosticsReported& x) {

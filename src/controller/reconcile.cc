@@ -300,6 +300,16 @@ std::vector<Action> Reconcile(const ClusterState& state, const PolicyConfig& con
     out.back().slots_known = true;  // the same machines: no slot changes hands
   }
 
+  // A drifting machine was found by the periodic check (policy_align.cc):
+  // the restart discards every copy newer than the last clean check's step.
+  if (state.rollback_to) {
+    for (Action& a : out) {
+      if (a.kind != ActionKind::kRestartAll) continue;
+      a.rollback = a.fresh = true;
+      a.restore_at_most = *state.rollback_to;
+      a.reason += "; rolled back to step " + std::to_string(*state.rollback_to) + " at most";
+    }
+  }
   const StandbyReport pool = StandbyStatus(state, config);
   if (pool.deficit() > 0) {
     out.push_back(ReplenishStandbyAction(pool.deficit(), pool.target, state.standby_arrivals));

@@ -100,6 +100,8 @@ std::vector<MachineCommand> Actuate(const Action& action, const JobLaunch& launc
         }
         c.set_durable_dir(launch.durable_dir);
         c.set_fresh_machines(action.fresh);
+        c.set_rollback(action.rollback);
+        c.set_restore_at_most(action.restore_at_most);
         c.set_persist_every(launch.persist_every);
         if (routes.slots.size() == p.slots.size() && routes.slots[slot].machine == p.slots[slot]) {
           const SlotRoute& route = routes.slots[slot];

@@ -57,6 +57,7 @@ void Plane::SendTestsLocked(const Action& a) {
   c.set_id(a.id);
   c.set_incident(a.incident);
   c.set_check(a.check);
+  for (int64_t step : a.keep_steps) c.add_keep_steps(step);
   c.set_budget_ms(ToMs(options_.policy.ladder.diagnose_budget));
   for (const std::string& t : a.tests) c.add_tests(t);
   c.set_reason(a.reason);

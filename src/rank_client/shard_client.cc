@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "rank_client/shard_socket.h"
 #include "common/files.h"
@@ -44,6 +45,12 @@ std::string DurableShardPath(const std::string& dir, int64_t step, int rank) {
   char name[64];
   std::snprintf(name, sizeof name, "step-%08lld/rank-%d.shard", static_cast<long long>(step), rank);
   return JoinPath(dir, name);
+}
+
+std::optional<int64_t> RestoreAtMost() {
+  const char* v = std::getenv(kRestoreAtMostEnv);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::strtoll(v, nullptr, 10);
 }
 
 std::vector<int64_t> DurableSteps(const std::string& dir, int rank) {
@@ -97,6 +104,7 @@ Result<std::vector<ShardCopy>> ShardClient::Copies(int timeout_ms) {
       SendShardMessage(sock_, "RESTORE " + std::to_string(rank_) + " " + std::to_string(world_size_)));
   std::vector<ShardCopy> out;
   std::string durable;
+  const std::optional<int64_t> cap = RestoreAtMost();
   for (;;) {
     int fd = -1;
     auto msg = RecvShardMessage(sock_, &fd, timeout_ms);
@@ -114,6 +122,7 @@ Result<std::vector<ShardCopy>> ShardClient::Copies(int timeout_ms) {
     offered_.push_back(std::make_unique<ShardRegion>(std::move(*region)));
     for (const auto& s : offered_.back()->SealedSlots()) {
       if (s.info.rank != rank_) continue;  // the agent filters; a mixup must not restore another rank
+      if (cap && s.info.step > *cap) continue;  // may hold a drift (RestoreAtMost)
       ShardCopy c;
       c.source = w[1];
       c.info = s.info;
@@ -125,6 +134,7 @@ Result<std::vector<ShardCopy>> ShardClient::Copies(int timeout_ms) {
   }
   if (!durable.empty()) {
     for (int64_t step : DurableSteps(durable, rank_)) {
+      if (cap && step > *cap) continue;
       ShardCopy c;
       c.source = "durable";
       c.info = {step, rank_, world_size_};

@@ -59,6 +59,13 @@ std::string DurableShardPath(const std::string& dir, int64_t step, int rank);
 // The steps with a durable copy of `rank` under `dir`, newest first.
 std::vector<int64_t> DurableSteps(const std::string& dir, int rank);
 
+// Set by the agent after a periodic bitwise check found a drifting machine
+// (Command.restore_at_most): a rank restores no copy of a later step, from
+// memory, a peer, durable storage or its own --ckpt-dir, since the drift
+// may have reached it. Unset: no cap.
+constexpr const char* kRestoreAtMostEnv = "BULWARK_RESTORE_AT_MOST";
+std::optional<int64_t> RestoreAtMost();
+
 // One copy of the rank's shard that a restore may use.
 class ShardCopy {
  public:

@@ -11,6 +11,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <fstream>
+#include <string>
 
 #include "cluster/local/local_cluster.h"
 #include "support/cluster_fixture.h"
@@ -170,7 +172,63 @@ TEST_F(Ladder, ThePeriodicBitwiseCheckFindsADriftingMachineBesideTheRanks) {
   const json all = Query("incidents");
   EXPECT_EQ(all.size(), 1u) << all.dump();
   EXPECT_GT(s["job"]["generation"].get<int64_t>(), gen);
-  EXPECT_GE(s["job"]["last_step"].get<int64_t>(), step);
+  // The restart rolled back to the first check's start at the latest (the
+  // drift entered after it), through the trainer's own --ckpt-dir here.
+  EXPECT_NE(inc.dump().find("rolled back to step"), std::string::npos) << inc.dump();
+  EXPECT_LE(s["job"]["generation"].get<int64_t>(), gen + 1) << "one restart";
+  (void)step;
+}
+
+// The drift a periodic check finds has reached the weights through the
+// gradient all-reduce since it began, after the last clean check started.
+// So the restart that replaces the drifting machine rolls the job back:
+// every copy newer than that check's step is discarded (memory, peers,
+// durable storage), the ranks restore at most that step, and the run ends
+// on the fault-free run's bits, as if m03 had never drifted.
+TEST_F(Ladder, ADriftFoundByThePeriodicCheckIsRolledBackAndTheRunEndsBitwise) {
+  constexpr int kSteps = 900;
+  auto up = Bulwark({"up", "--machines", "3", "--standby", "1", "--ladder-align-every", "5"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  const std::vector<std::string> args = {"--config", "tiny", "--data", *data_, "--steps", std::to_string(kSteps),
+                                         "--log-format", "json", "--threads", "1", "--dist-timeout", "10",
+                                         "--eval-every", "0"};
+  {
+    std::ofstream job(root_ + "/job.yaml");
+    job << "name: drift\nworld_size: 3\ncheckpoint: {persist_every: 10}\nargs: [";
+    for (const std::string& a : args) job << "'" << a << "', ";
+    job << "--memory-ckpt, 'on', --step-checksum]\nenv: {OMP_NUM_THREADS: '1'}\n";
+  }
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("a clean check", 120, [](const json& s) {
+    return s["job"]["last_step"] >= 20 && s["job"]["align_check"]["clean"] >= 1;
+  });
+  ASSERT_LT(s["job"]["last_step"].get<int64_t>(), kSteps / 2) << "too fast for this test: " << s["job"].dump();
+  auto drift = Bulwark({"inject", "sdc", "--machine", "m03", "--mode", "drift"});
+  ASSERT_EQ(drift.exit_code, 0) << drift.err;
+  const int64_t drift_from = Query("status")["job"]["last_step"];
+  json inc;
+  WaitFor("eviction of m03 by the periodic check", 120, [&](const json& s) {
+    if (MachineState(s, "m03") != "evicted" || s["job"]["state"] != "running") return false;
+    inc = IncidentEvicting(Query("incidents"), "m03");
+    return !inc.is_null() && inc.contains("restored_step");
+  });
+  ASSERT_FALSE(inc.is_null());
+  std::string rolled;
+  for (const json& n : inc.value("notes", json::array())) {
+    if (n.get<std::string>().rfind("rolled back to step", 0) == 0) rolled = n;
+  }
+  ASSERT_FALSE(rolled.empty()) << inc.dump();
+  const int64_t cap = std::stoll(rolled.substr(std::string("rolled back to step ").size()));
+  const int64_t restored = inc["restored_step"];
+  std::printf("[ timing ] drift injected at step %lld; %s; restored step %lld; %s\n", static_cast<long long>(drift_from),
+              rolled.c_str(), static_cast<long long>(restored), inc.value("summary", "").c_str());
+  EXPECT_LE(cap, drift_from) << "the last clean check started before the drift";
+  EXPECT_LE(restored, cap) << inc.dump();
+  EXPECT_GT(restored, 0) << "a persisted step at or below the check's was kept for it: " << inc.dump();
+
+  WaitFor("the end", 400, [](const json& j) { return j["job"].value("done_step", json()) == kSteps; });
+  EXPECT_EQ(ChecksumAt(kSteps), ReferenceChecksum(args, 3)) << "the drift was rolled back";
 }
 
 // A controller killed as the ladder starts: the kill point fires right

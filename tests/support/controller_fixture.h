@@ -70,6 +70,7 @@ inline std::string Brief(const Action& a) {
       }
       s += " ckpt " + std::to_string(a.checkpoint_step);
       if (a.release != 1) s += " r" + std::to_string(a.release);
+      if (a.rollback) s += " rollback<=" + std::to_string(a.restore_at_most);
       return a.fresh ? s + " fresh" : s;
     }
     case ActionKind::kRequeue: return "requeue until " + FormatTime(a.until);

@@ -73,7 +73,8 @@ TEST(AlignCheck, TheMachineThatDiffersFromTheMajorityIsEvictedAndReplaced) {
   j.Do(AlignmentCheckDue{S(70)});
   for (const char* m : {"m01", "m02", "m04"}) j.Do(Answer(1, m, "good", 73));
   EXPECT_EQ(j.Do(Answer(1, "m03", "drifted", 74)),
-            (Lines{"evict m03", "activate s01", "restart_all g2 m01,m02,s01,m04 ckpt 6"}));
+            (Lines{"evict m03", "activate s01", "restart_all g2 m01,m02,s01,m04 ckpt 6 rollback<=0 fresh"}))
+      << "no clean check yet: the drift may date from the start";
   const Incident& inc = j.controller->incidents().back();
   EXPECT_EQ(inc.cause, "periodic bitwise check 1");
   EXPECT_EQ(inc.cls, IncidentClass::kImplicit);
@@ -109,6 +110,32 @@ TEST(AlignCheck, SilentAndFailedMachinesAndNoMajorityEvictNobody) {
   EXPECT_TRUE(two.controller->incidents().empty());
 }
 
+// The drift entered the weights after the last clean check started (every
+// machine was sound then): the restart that replaces the drifting machine
+// discards every newer copy and restores at most that check's step, and
+// each check asks the agents to keep the persisted steps such a rollback
+// may need. The first step after it ends the rollback.
+TEST(AlignCheck, ADriftFoundAfterACleanCheckRollsBackToThatChecksStep) {
+  Checked j;
+  Lines started = j.Do(AlignmentCheckDue{S(70)});
+  ASSERT_EQ(started, (Lines{"align_check c1 m01,m02,m03,m04"}));
+  for (const char* m : {"m01", "m02", "m03", "m04"}) j.Do(Answer(1, m, "good", 72));
+  ASSERT_EQ(j.align().clean_step, 6) << "check 1 started at step 6";
+  j.RunSteps(7, 12, S(75));
+  std::vector<Action> second = j.Job::Do(AlignmentCheckDue{S(130)});
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].keep_steps, (std::vector<int64_t>{6, 12})) << "the last clean check's step, and this one's";
+  for (const char* m : {"m01", "m02", "m04"}) j.Do(Answer(2, m, "good", 132));
+  EXPECT_EQ(j.Do(Answer(2, "m03", "drifted", 133)),
+            (Lines{"evict m03", "activate s01", "restart_all g2 m01,m02,s01,m04 ckpt 12 rollback<=6 fresh"}));
+  const Incident& inc = j.controller->incidents().back();
+  EXPECT_EQ(inc.notes.back(), "rolled back to step 6 at most (the last clean check's start): the steps after it may "
+                              "hold the drift");
+  EXPECT_EQ(j.align().clean_step, 6) << "a check that found a drift is not clean";
+  j.RunSteps(7, 7, S(140));  // the restored run's first step
+  EXPECT_FALSE(j.controller->state().rollback_to.has_value());
+}
+
 // A GPU machine's run compares its own GPUs too (trainer/diag/align.h): a
 // machine whose GPUs disagreed among themselves is evicted on its own word,
 // even where no majority of machines could outvote it.
@@ -119,7 +146,7 @@ TEST(AlignCheck, AMachineWhoseOwnGpusDisagreeIsEvictedWithoutAMajority) {
   DiagnosticsReported bad = Answer(1, "m02", "c0ffee", 72);
   bad.results[0].passed = false;
   bad.results[0].detail = "the machine's GPUs disagree: GPU 3 computed c0ffee; the other 7 GPUs good";
-  EXPECT_EQ(two.Do(bad), (Lines{"evict m02", "activate s01", "restart_all g2 m01,s01 ckpt 6"}));
+  EXPECT_EQ(two.Do(bad), (Lines{"evict m02", "activate s01", "restart_all g2 m01,s01 ckpt 6 rollback<=0 fresh"}));
   const Incident& inc = two.controller->incidents().back();
   EXPECT_EQ(inc.evicted, (std::vector<MachineId>{"m02"}));
   EXPECT_EQ(inc.why, "evicted by the periodic bitwise check 1 beside the ranks: m02: the machine's GPUs disagree: "

@@ -321,5 +321,21 @@ TEST_F(CheckpointDir, PruneKeepsNewestAndDropsDeadSaves) {
   EXPECT_EQ(ListDir(dir_), (std::vector<std::string>{StepDirName(20), StepDirName(30), StepDirName(40)}));
 }
 
+// A rollback (a drifting machine found): the newest valid step at or below
+// the cap, the later ones passed over unread, then removed, so that no
+// later resume or pruning takes them for the newest.
+TEST_F(CheckpointDir, ARollbackPassesOverLaterStepsAndRemovesThem) {
+  Save(10, "a");
+  Save(20, "b");
+  Save(30, "drifted");
+  auto f = FindNewestValid(dir_, [&](const std::string& d, const Status& s) { skipped_.push_back(d); }, 25);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->step, 20);
+  EXPECT_TRUE(skipped_.empty()) << "a step above the cap is not a rejected checkpoint";
+  EXPECT_FALSE(FindNewestValid(dir_, [](const std::string&, const Status&) {}, 5).has_value()) << "from the start";
+  ASSERT_TRUE(RemoveCheckpointsAfter(dir_, 20).ok());
+  EXPECT_EQ(ListDir(dir_), (std::vector<std::string>{StepDirName(10), StepDirName(20)}));
+}
+
 }  // namespace
 }  // namespace bulwark::trainer

@@ -123,6 +123,30 @@ class Stores : public ::testing::Test {
   static constexpr const char* kToken = "cluster-token-for-tests";
 };
 
+// A periodic bitwise check names the steps a rollback may need: pruning
+// keeps the two newest persisted at or below it beside the newest two; a
+// rollback removes what is above its cap, and a rank told the cap
+// (BULWARK_RESTORE_AT_MOST) is offered nothing newer, from memory or disk.
+TEST_F(Stores, DurableStepsAreKeptForARollbackAndThoseAboveItRemoved) {
+  stores_["a"]->KeepDurable({5});
+  Train(12);  // persists 2, 4, ..., 12
+  EXPECT_EQ(rank_client::DurableSteps(durable_, 0), (std::vector<int64_t>{12, 10, 4, 2}))
+      << "12 and 10 the newest, 4 and 2 kept for a rollback to step 5";
+  client_.reset();
+  ::setenv(rank_client::kRestoreAtMostEnv, "5", 1);
+  stores_["a"]->SetRoutes({"", "", {}, durable_, 2}, {0});
+  auto c = ShardClient::Connect(dir_ + "/a.sock", 0, 2);
+  ASSERT_TRUE(c.ok());
+  auto copies = (*c)->Copies();
+  ::unsetenv(rank_client::kRestoreAtMostEnv);
+  ASSERT_TRUE(copies.ok()) << copies.status().ToString();
+  std::vector<int64_t> offered;
+  for (const auto& cp : *copies) offered.push_back(cp.info.step);
+  EXPECT_EQ(offered, (std::vector<int64_t>{4, 2})) << "a's memory holds 12 and 11: above the cap";
+  EXPECT_EQ(stores_["a"]->DiscardDurableAfter(durable_, {0}, 5), 2);
+  EXPECT_EQ(rank_client::DurableSteps(durable_, 0), (std::vector<int64_t>{4, 2}));
+}
+
 TEST_F(Stores, KeepBackupAndDurableCopiesAndOfferThemAtRestore) {
   Train(5);
   EXPECT_EQ(Holds("a", 0, false), 5);

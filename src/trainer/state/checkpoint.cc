@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
+#include "rank_client/shard_client.h"
 #include "trainer/state/checkpoint_dir.h"
 #include "trainer/step/progress.h"
 
@@ -109,10 +110,14 @@ Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& c
   // An interrupted save (no marker) is not among them: it never promised a
   // state, so a run killed during its first save may still start over.
   std::vector<std::string> rejected;
-  auto found = FindNewestValid(cfg.ckpt_dir, [&](const std::string& dir, const Status& why) {
-    note("checkpoint " + dir + " skipped: " + why.message());
-    if (HasCompleteMarker(dir)) rejected.push_back(dir.substr(dir.rfind('/') + 1) + " (" + why.message() + ")");
-  });
+  const std::optional<int64_t> at_most = rank_client::RestoreAtMost();
+  auto found = FindNewestValid(
+      cfg.ckpt_dir,
+      [&](const std::string& dir, const Status& why) {
+        note("checkpoint " + dir + " skipped: " + why.message());
+        if (HasCompleteMarker(dir)) rejected.push_back(dir.substr(dir.rfind('/') + 1) + " (" + why.message() + ")");
+      },
+      at_most);
   // Starting from step 0 when completed checkpoints exist but none verifies
   // would silently throw away every trained step: refuse unless asked.
   constexpr double kNone = -1.0, kRefuse = -2.0;
@@ -131,6 +136,12 @@ Result<std::optional<TrainState>> LoadCheckpoint(const TrainConfig& cfg, Comm& c
     for (const std::string& r : rejected) list += (list.empty() ? "" : "; ") + r;
     return Status::FailedPrecondition("--resume found no valid checkpoint in " + cfg.ckpt_dir + ", only rejected ones: " +
                                       list + "; repair or move them, or pass --allow-fresh-start to train from step 0");
+  }
+  // A rollback (a drifting machine found): the later states may hold the
+  // drift; once every rank has chosen, they go.
+  if (at_most && comm.rank() == 0) {
+    BULWARK_RETURN_IF_ERROR(RemoveCheckpointsAfter(cfg.ckpt_dir, *at_most));
+    note("rolled back: checkpoints after step " + std::to_string(*at_most) + " removed from " + cfg.ckpt_dir);
   }
   if (!found) return std::optional<TrainState>();
 

@@ -66,13 +66,22 @@ Status WriteCompleteMarker(const std::string& step_dir, int64_t step, int world_
 bool HasCompleteMarker(const std::string& step_dir) { return PathExists(JoinPath(step_dir, kMarker)); }
 
 std::optional<FoundCheckpoint> FindNewestValid(
-    const std::string& ckpt_dir, const std::function<void(const std::string&, const Status&)>& on_skip) {
+    const std::string& ckpt_dir, const std::function<void(const std::string&, const Status&)>& on_skip,
+    std::optional<int64_t> at_most) {
   for (auto& [step, dir] : StepDirs(ckpt_dir)) {
+    if (at_most && step > *at_most) continue;
     auto found = Verify(step, dir);
     if (found.ok()) return std::move(*found);
     on_skip(dir, found.status());
   }
   return std::nullopt;
+}
+
+Status RemoveCheckpointsAfter(const std::string& ckpt_dir, int64_t step) {
+  for (auto& [s, dir] : StepDirs(ckpt_dir)) {
+    if (s > step) BULWARK_RETURN_IF_ERROR(RemoveTree(dir));
+  }
+  return Status::OK();
 }
 
 Status PruneCheckpoints(const std::string& ckpt_dir, int keep) {

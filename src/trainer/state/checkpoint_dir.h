@@ -40,8 +40,16 @@ bool HasCompleteMarker(const std::string& step_dir);
 
 // The newest step directory whose marker and files all verify. Each rejected
 // candidate is passed to `on_skip` with the reason. nullopt: none is valid.
+// `at_most`: steps above it are passed over unread (a rollback,
+// rank_client::RestoreAtMost).
 std::optional<FoundCheckpoint> FindNewestValid(
-    const std::string& ckpt_dir, const std::function<void(const std::string& dir, const Status& why)>& on_skip);
+    const std::string& ckpt_dir, const std::function<void(const std::string& dir, const Status& why)>& on_skip,
+    std::optional<int64_t> at_most = std::nullopt);
+
+// Removes every step directory above `step`: after a rollback to at most
+// `step` (their states may hold a drift), so that no later resume or
+// pruning mistakes them for the newest.
+Status RemoveCheckpointsAfter(const std::string& ckpt_dir, int64_t step);
 
 // Keeps the newest `keep` complete checkpoints; removes older ones, and any
 // incomplete directory older than the newest complete one (a save that died).
