@@ -126,7 +126,8 @@ json JobJson(const StatusView::Job& v) {
                       {"checks", v.align.checks},
                       {"clean", v.align.clean},
                       {"in_flight", v.align.in_flight ? json(v.align.in_flight) : json(nullptr)},
-                      {"last", v.align.last}};
+                      {"last", v.align.last},
+                      {"clean_step", v.align.clean_step}};
   return j;
 }
 
@@ -224,7 +225,7 @@ StatusView::Job Plane::JobViewLocked(Time now) {
     j.ladder.answered = l.state == LadderState::kReplaying ? l.replay_results.size() : l.answers_in;
   }
   j.align = {ToMs(controller_->config().ladder.align_every) / 1000.0, s.align.started, s.align.clean, s.align.id,
-             s.align.last};
+             s.align.last, s.align.clean_step};
   j.standby = controller_->standby();
   j.policy = controller::ChangedPolicy(options_.policy);
   return j;

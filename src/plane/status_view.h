@@ -71,6 +71,7 @@ struct StatusView {
       double every_s = 0;  // 0: off
       int64_t checks = 0, clean = 0, in_flight = 0;
       std::string last;
+      int64_t clean_step = 0;  // where a drift found now would roll back to
     } align;
     controller::StandbyReport standby;
     std::vector<controller::PolicyValue> policy;  // the job's, where it differs from the defaults
