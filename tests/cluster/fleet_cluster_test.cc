@@ -248,14 +248,16 @@ TEST_F(Fleet, FaultsInBothJobsAtOnceStayInTheirJobsAndTheStandbysGoInIncidentOrd
 // Two named jobs under `up --ha` (their journals in etcd, plane/job_journals.h):
 // the leading controller SIGKILLed, the other leads within the lease plus
 // a margin, and both jobs train on in their generation with no incident; a
-// rank of job b killed right after is the new leader's incident, b's alone.
-// Both end bitwise on the fault-free run.
+// rank of job b killed right after is the new leader's incident, b's alone,
+// and both train on.
 TEST_F(Fleet, UnderHaBothJobsOutliveTheLeadersLossAndTheNextLeaderHandlesTheirFaults) {
   auto up = Bulwark({"up", "--ha", "--machines", "4", "--standby", "1"});
   ASSERT_EQ(up.exit_code, 0) << up.err;
-  // Long enough that both still train when b's rank is killed: they train
-  // through the lease's 5 s and more of failover.
-  constexpr int kHaSteps = 1500;
+  // Jobs that never end by themselves: both must still train when b's rank
+  // is killed, after the lease's 5 s and more of failover. That a fleet's
+  // jobs end bitwise through a controller's loss is the other tests' (and
+  // HaCluster's, for one job): here the failover alone.
+  constexpr int kHaSteps = 1000000;
   WriteJobFile("a", 2, kHaSteps);
   WriteJobFile("b", 2, kHaSteps);
   for (const char* job : {"a", "b"}) {
@@ -296,14 +298,11 @@ TEST_F(Fleet, UnderHaBothJobsOutliveTheLeadersLossAndTheNextLeaderHandlesTheirFa
               inc[0].value("detect_s", -1.0), inc[0].value("recover_s", -1.0));
   EXPECT_EQ(JobOf(s, "a")["generation"], 1) << "a is not touched by b's fault: " << s.dump();
   EXPECT_EQ(JobOf(s, "a")["incidents"], 0) << s.dump();
-
-  WaitFor("both ends", 400, [](const json& j) {
-    return JobOf(j, "a").value("done_step", json()) == kHaSteps && JobOf(j, "b").value("done_step", json()) == kHaSteps;
+  const int64_t a_after = JobOf(s, "a").value("last_step", 0), b_after = JobOf(s, "b").value("last_step", 0);
+  s = WaitFor("both jobs stepping on under c2", 60, [&](const json& j) {
+    return JobOf(j, "a").value("last_step", 0) > a_after + 10 && JobOf(j, "b").value("last_step", 0) > b_after + 10;
   });
-  const std::string reference = ReferenceChecksum(TrainerArgs(kHaSteps), 2);
-  ASSERT_FALSE(reference.empty());
-  EXPECT_EQ(ChecksumOn({"m01", "m02"}, kHaSteps), reference) << "job a";
-  EXPECT_EQ(ChecksumOn({"m03", "m04"}, kHaSteps), reference) << "job b";
+  EXPECT_EQ(JobOf(s, "a")["generation"], 1) << s.dump();
 }
 
 // update, rollback and releases take --job (issue 36 item 3): job b's
