@@ -243,6 +243,13 @@ void ShardStore::Impl::Process(const Work& w, const ShardRoutes& routes) {
   }
 }
 
+bool ShardStore::Impl::RemoveDurable(const std::string& dir, int64_t step, int rank) {
+  const std::string path = rank_client::DurableShardPath(dir, step, rank);
+  const bool removed = ::unlink(path.c_str()) == 0;
+  ::rmdir(path.substr(0, path.rfind('/')).c_str());  // fails while other ranks' files remain
+  return removed;
+}
+
 void ShardStore::Impl::Prune(const std::string& dir, int rank) {
   auto steps = rank_client::DurableSteps(dir, rank);  // newest first
   // The two newest at or below each step kept for a rollback: two, since
@@ -257,10 +264,7 @@ void ShardStore::Impl::Prune(const std::string& dir, int rank) {
     }
   }
   for (size_t i = kDurableKeep; i < steps.size(); ++i) {
-    if (pinned.count(steps[i])) continue;
-    std::string path = rank_client::DurableShardPath(dir, steps[i], rank);
-    ::unlink(path.c_str());
-    ::rmdir(path.substr(0, path.rfind('/')).c_str());  // fails while other ranks' files remain
+    if (!pinned.count(steps[i])) RemoveDurable(dir, steps[i], rank);
   }
 }
 
@@ -393,10 +397,7 @@ int ShardStore::DiscardDurableAfter(const std::string& dir, const std::vector<in
   int removed = 0;
   for (int rank : ranks) {
     for (int64_t s : rank_client::DurableSteps(dir, rank)) {
-      if (s <= step) continue;
-      const std::string path = rank_client::DurableShardPath(dir, s, rank);
-      removed += ::unlink(path.c_str()) == 0;
-      ::rmdir(path.substr(0, path.rfind('/')).c_str());  // fails while other ranks' files remain
+      if (s > step) removed += Impl::RemoveDurable(dir, s, rank);
     }
   }
   return removed;

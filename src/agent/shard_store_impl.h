@@ -125,6 +125,8 @@ class ShardStore::Impl {
   // restarted): one retry on a fresh connection.
   Status Push(const std::string& addr, int rank, int64_t step, const uint8_t* image, size_t bytes);
   void Prune(const std::string& dir, int rank) EXCLUDES(mu_);
+  // One durable copy, and its step directory once no rank's copy is left.
+  static bool RemoveDurable(const std::string& dir, int64_t step, int rank);
 
   // --- peers (TCP) -------------------------------------------------------
   void TcpLoop();

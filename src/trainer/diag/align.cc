@@ -280,8 +280,7 @@ Status RunAlign(const TrainConfig& cfg_in, int threads, int steps, int stage) {
   } else if (W == 1) {
     for (int g = 0; g < gpus; ++g) devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(g));
   } else {
-    const char* local_rank = std::getenv("LOCAL_RANK");
-    devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>((local_rank ? std::atoi(local_rank) : 0) % gpus));
+    devices.push_back(RankGpu(gpus));
   }
   if (cfg.pp > 1 && W > 1) return RunAlignPipeline(cfg, comm, devices[0], threads, steps, t0);
 

@@ -14,6 +14,12 @@ Result<DeviceChoice> ResolveDevice(const TrainConfig& cfg, int* gpus) {
   return ChooseDevice(cfg.device, BuiltWithCuda(), *gpus);
 }
 
+torch::Device RankGpu(int gpus) {
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  const int local = local_rank != nullptr ? std::atoi(local_rank) : 0;
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpus > 0 ? local % gpus : 0));
+}
+
 void MakeCudaDeterministic() {
 #ifdef BULWARK_CUDA
   ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);

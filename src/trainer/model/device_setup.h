@@ -2,6 +2,8 @@
 // settings, beside device.h's pure choice (which builds without libtorch).
 #pragma once
 
+#include <torch/torch.h>
+
 #include "common/status.h"
 #include "trainer/config.h"
 #include "trainer/model/device.h"
@@ -11,6 +13,10 @@ namespace bulwark::trainer {
 // --device against this build and machine; `gpus`: the CUDA devices
 // libtorch sees (0 on a CPU-only build).
 Result<DeviceChoice> ResolveDevice(const TrainConfig& cfg, int* gpus);
+
+// The GPU a rank takes: the machine's ranks take its `gpus` in turn by
+// LOCAL_RANK (one GPU: they share it).
+torch::Device RankGpu(int gpus);
 
 // From here on, CUDA kernels that repeat bit for bit: deterministic
 // algorithms only (an op without one throws, naming itself; attention takes

@@ -107,9 +107,7 @@ Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
 #ifdef BULWARK_CUDA
     // CUDA BUILD ONLY: never compiled on the CI machine (Debian's libtorch is
     // CPU-only); docs/gpu.md lists what a GPU session must check here.
-    // Ranks of one machine take its GPUs in turn (one GPU: they share it).
-    const char* local_rank = std::getenv("LOCAL_RANK");
-    p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>((local_rank ? std::atoi(local_rank) : 0) % gpus));
+    p.device = RankGpu(gpus);
     // Fast by default: flash attention and atomics-based backward kernels,
     // so two runs agree only within rounding. BULWARK_CUDA_DETERMINISTIC=1
     // (the gpu tests) asks for bitwise runs and exact resume.
