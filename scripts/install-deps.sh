@@ -33,21 +33,23 @@ packages=(
   # The controller's Prometheus endpoint (cpp-httplib), and promtool, which
   # tests/unit/metrics_test.cc runs on its output (the package's server is not used).
   libcpp-httplib-dev prometheus
-  # The Python client's tests: a PyTorch DDP job (Gloo) under /usr/bin/python3.
-  python3-torch
+  # The Python client's tests and examples run in a virtual environment
+  # with a pinned current torch (install-python.sh, at the end), made from
+  # Debian's python3 with its venv module.
+  python3-venv
   # The Slurm backend's tests run a real slurmctld and several slurmd on
   # this host (tests/support/slurm_cluster.sh); the packages' own services
   # are not started (no systemd here), the tests start private daemons.
   slurmctld slurmd slurm-client munge
-  # XXH3 in Python: the client's tests read bulwark-train's images with it.
-  python3-xxhash
   # A controller that outlives its machine keeps its journal and leader lease
   # in etcd (`bulwark controller --etcd`); the tests start private members.
   etcd-server etcd-client
 )
 if [[ "${BULWARK_BENCH:-0}" == 1 ]]; then
-  # The Python reference for bench/trainer_throughput.
-  packages+=(python3-numpy python3-matplotlib)
+  # The Python reference for bench/trainer_throughput: Debian's torch, the
+  # same libtorch 1.13 that bulwark-train links, so the comparison is of the
+  # two programs and not of two libtorch versions.
+  packages+=(python3-torch python3-numpy python3-matplotlib)
 fi
 if [[ "${BULWARK_LINT:-0}" == 1 ]]; then
   # make lint: clang's -Wthread-safety.
@@ -75,3 +77,7 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# The Python environment (torch 2.15.0 and the tests' packages), outside the
+# clone and linked as .venv: a few milliseconds once it exists.
+bash "$(dirname "$0")/install-python.sh"

@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 
-from . import ddp_timing
+from . import ddp_timing, pace
 
 __all__ = ["RankLink", "step", "phase", "link", "save", "restore", "resumed_from_disk", "memory", "peer_loss_exits",
            "EXIT_PEER_LOST"]
@@ -60,6 +60,8 @@ class RankLink:
             self._sock.close()
             raise
         self._last = time.monotonic()
+        self._last_cpu = time.process_time()
+        self._pace = pace.Pace.from_env()  # None outside bulwark's local backend
         self._send("HELLO %d %d" % (rank, os.getpid()))
 
     def _send(self, text):
@@ -78,30 +80,50 @@ class RankLink:
         rank that produced it. `compute_ms` feeds the fail-slow detector,
         which compares compute time per step across machines. Without it,
         a DDP job's is measured (ddp_timing.py: the step's time less its
-        all-reduce window, and that window as `comm_ms`); a job with
-        neither leaves that detector silent. `tokens`, the tokens the
+        all-reduce window, and that window as `comm_ms`), with its device
+        time (on a CPU the process's CPU time over the step), by which the
+        detector compares machines; a job with neither leaves that
+        detector silent. On a machine that bulwark's local backend
+        slows (pace.py) the step is stretched here, before it is timed. `tokens`, the tokens the
         whole job processed in this step (batch x context x data-parallel
         ranks), gives the controller's tokens/s; rank 0's count is used."""
-        now = time.monotonic()
         with self._lock:
-            step_ms = (now - self._last) * 1000.0
             # Taken every step, so that a window never carries into the next.
             measured = ddp_timing.take_comm_ms(self._last)
+            on_cpu = not _cuda_in_use()
+            if self._pace is not None:
+                # A throttled machine, emulated (pace.py): the step so far
+                # takes `factor` x its compute.
+                wall_ms = (time.monotonic() - self._last) * 1000.0 - (measured or 0.0)
+                cpu_ms = (time.process_time() - self._last_cpu) * 1000.0
+                pace.stretch(self._pace.poll(), cpu_ms if on_cpu else wall_ms, on_cpu)
+            now, cpu_now = time.monotonic(), time.process_time()
+            step_ms = (now - self._last) * 1000.0
+            device_ms = None
             if measured is not None:
                 if compute_ms is None:
                     compute_ms = max(0.0, step_ms - measured)
+                    # The device's time, by which the fail-slow detector
+                    # compares machines: a CPU's is the CPU time the step
+                    # took (blocked waits take none), which other processes
+                    # on a shared host do not change; a GPU's, the compute.
+                    device_ms = (cpu_now - self._last_cpu) * 1000.0 if on_cpu else compute_ms
                 if comm_ms is None:
                     comm_ms = measured
-            self._last = now
+            self._last, self._last_cpu = now, cpu_now
             nonfinite = not (_finite(loss) and _finite(grad_norm))
             local_nonfinite = not _finite(local_grad_norm)
             # STEP step steps loss grad_norm local_grad_norm step_ms compute_ms
-            #      comm_ms local_nonfinite nonfinite halted observed_ms
+            #      comm_ms local_nonfinite nonfinite halted observed_ms [tokens [device_ms]]
+            tail = ""
+            if tokens or device_ms:
+                tail = " %d" % int(tokens or 0)
+            if device_ms:
+                tail += " %.3f" % float(device_ms)
             self._send("STEP %d 1 %s %s %s %.3f %.3f %.3f %d %d - %d" % (
                 int(step), _number(loss or 0), _number(grad_norm or 0), _number(local_grad_norm or 0),
                 step_ms, float(compute_ms or 0), float(comm_ms or 0),
-                1 if local_nonfinite else 0, 1 if nonfinite else 0, int(time.time() * 1000))
-                + (" %d" % int(tokens) if tokens else ""))
+                1 if local_nonfinite else 0, 1 if nonfinite else 0, int(time.time() * 1000)) + tail)
 
     def phase(self, what, expected_s, after_step):
         """A pause that is not a step begins after `after_step` and should take
@@ -109,11 +131,20 @@ class RankLink:
         word = "".join(c if c.isalnum() or c in "-_" else "_" for c in str(what)) or "phase"
         with self._lock:
             self._send("PHASE %s %.0f %d" % (word, float(expected_s) * 1000.0, int(after_step)))
-            self._last = time.monotonic()
+            self._last, self._last_cpu = time.monotonic(), time.process_time()
 
     def close(self):
         with self._lock:
             self._sock.close()
+
+
+def _cuda_in_use():
+    """Whether this process computes on a GPU (torch has initialized CUDA)."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch is not None and torch.cuda.is_initialized()
+    except AttributeError:
+        return False
 
 
 _link = None
@@ -194,11 +225,17 @@ def memory():
         return _memory
 
 
-def restore():
+def restore(weights_only=True, map_location="cpu", safe_globals=()):
     """Collective (call it on every rank, after init_process_group): the
     newest step every rank holds a checkpoint of, as memory_checkpoint.Restored (.step,
     .state as given to save(), .source, .newest_step, .ms), with this rank's
-    RNG states put back; None on a first start or outside bulwark."""
+    RNG states put back; None on a first start or outside bulwark.
+
+    The state is loaded with torch.load(weights_only=True): tensors, plain
+    values and containers. `safe_globals` allows more classes (torch >=
+    2.5); weights_only=False loads any object, for a job that trusts its
+    own checkpoints. Tensors land on the CPU (`map_location`; None: each on
+    the device it was saved from). See memory_checkpoint.py."""
     m = memory()
     rank, world = _rank_and_world()
     if world > 1:
@@ -211,7 +248,9 @@ def restore():
             if m is not None:
                 sys.stderr.write("bulwark: another rank has no agent; no in-memory checkpoints\n")
             return None
-    return m.restore() if m is not None else None
+    if m is None:
+        return None
+    return m.restore(weights_only=weights_only, map_location=map_location, safe_globals=safe_globals)
 
 
 def save(step, state):
@@ -240,10 +279,15 @@ def resumed_from_disk(step):
 # first, the exit was its echo and is dropped. Any other exit counts as a
 # crash of this rank's machine, and a second one within 10 minutes evicts it.
 EXIT_PEER_LOST = 3
-# What Gloo (and NCCL's TCP store) say when the other side is gone; the same
-# words as the agent's connection_reset signature (config/signatures.tsv).
+# What Gloo (and NCCL's TCP store) say when the other side is gone, and what
+# NCCL says on a survivor (ncclRemoteError, and its transport's last error);
+# the same words as the agent's connection_reset signatures
+# (config/signatures.tsv). Not NCCL's system, internal or CUDA errors: those
+# are this rank's own, and its exit must count against its machine.
 _PEER_LOST = re.compile(r"Connection reset by peer|Connection closed by peer|Connection refused|Broken pipe|"
-                        r"Timed out waiting|peer lost")
+                        r"Timed out waiting|peer lost|"
+                        r"remote process exited or there was a network error|ncclRemoteError|"
+                        r"Got completion from peer|Connection closed by remote peer", re.IGNORECASE)
 
 
 @contextlib.contextmanager

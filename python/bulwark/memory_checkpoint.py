@@ -15,9 +15,33 @@ every `persist_every` steps (docs/checkpoints.md).
         bulwark.save(step, {"model": model.state_dict(), "optimizer": opt.state_dict()})
 
 What a rank saves is its whole `state` (torch.save bytes) plus its RNG
-states (torch, Python's random, numpy's if loaded); restore() puts the RNG
-states back. Under DDP every rank saves the full replicated state: simpler
-than bulwark-train's 1/W slices, at W times the memory.
+states (torch, CUDA's, Python's random, numpy's if loaded); restore() puts
+the RNG states back. Under DDP every rank saves the full replicated state:
+simpler than bulwark-train's 1/W slices, at W times the memory.
+
+Loading is torch.load(weights_only=True): tensors, plain Python values
+and the containers a state_dict uses, no code. The client's own part of
+the image (the RNG states) is stored as such values, numpy's included, so
+nothing of it needs allowing. A state holding other objects is refused
+with the fix named: restore(safe_globals=[MyClass]) allows those classes
+(torch >= 2.5), restore(weights_only=False) loads anything, for a job that
+trusts its own checkpoints (the agents' copies are authenticated between
+machines, a durable directory is only as safe as its permissions). Before
+torch 2.4 the safe loader cannot read an optimizer's state (torch 1.13
+refuses floats): there the state loads as that torch's default does,
+weights_only=False, with a note.
+
+CUDA tensors in a state are copied to pinned host buffers on save, all
+enqueued at once and waited for once (torch.save alone copies each
+storage synchronously), and are tagged with the device they came from.
+restore() loads every tensor onto the CPU by default (load_state_dict then
+copies into the model's own tensors wherever they live);
+restore(map_location=None) puts each back on its saved device, and any
+other map_location is torch.load's.
+
+The collectives of restore() run on a device the default group's backend
+serves: the CPU for Gloo (and a mixed "cpu:gloo,cuda:nccl" group), this
+rank's current CUDA device for an NCCL-only group (collective_device_type).
 
 Each rank always writes its own image and the agent pushes a copy to the
 backup peer. bulwark-train lets a peer write that backup from its own
@@ -38,15 +62,15 @@ import collections
 import io
 import json
 import os
-import random
 import socket
 import sys
 import time
 
 from . import shard
 from ._checksum import next_timeline
+from ._serialize import HostStaging, load, rng_state, set_rng_state
 
-__all__ = ["MemoryCheckpoint", "Restored", "SHARD_SOCKET_ENV"]
+__all__ = ["MemoryCheckpoint", "Restored", "SHARD_SOCKET_ENV", "collective_device_type"]
 
 SHARD_SOCKET_ENV = "BULWARK_SHARD_SOCKET"
 _RELEASE_TIMEOUT_S = 60    # a slot held longer means the agent is stuck
@@ -125,6 +149,7 @@ class MemoryCheckpoint:
         self.timeline = 0        # 0: the run that started from step 0
         self.blocked_ms = 0.0    # time save() waited for the agent to release a slot
         self.save_ms = 0.0       # time save() took in all, serializing included
+        self._staging = HostStaging()
 
     # --- the socket ---------------------------------------------------------
 
@@ -195,11 +220,14 @@ class MemoryCheckpoint:
         and the next save() waits until it has."""
         import torch
         t = time.monotonic()
-        buf = io.BytesIO()
-        torch.save({"state": state, "rng": _rng_state()}, buf)
+        buf = self._staging.save(state)
+        # The RNG states in a section of their own: restore() loads them on
+        # the CPU whatever map_location the user's state gets.
+        rng = io.BytesIO()
+        torch.save(rng_state(), rng)
         meta = json.dumps({"format": "torch.save", "step": int(step), "world_size": self.world_size,
                            "rank": self.rank, "written_by": self.rank, "timeline": self.timeline}).encode()
-        sections = [("state", buf.getbuffer())]
+        sections = [("state", buf.getbuffer()), ("rng", rng.getbuffer())]
         need = shard.image_size(meta, sections)
         if self._region is None or need > self._region.slot_capacity:
             self._open_region(need)
@@ -320,11 +348,17 @@ class MemoryCheckpoint:
                 for r in range(W)]
         return newest_common_point(held)
 
-    def restore(self):
+    def restore(self, weights_only=True, map_location="cpu", safe_globals=()):
         """Collective: every rank calls it, after torch.distributed is set up
         (if the world has more than one rank). Loads the newest step every
         rank holds, restores this rank's RNG states and returns a Restored;
-        None when the ranks share no step (a first start)."""
+        None when the ranks share no step (a first start).
+
+        weights_only, safe_globals: how the state is unpickled (the module's
+        docstring): torch.load's safe loader, with `safe_globals` (classes
+        or functions) allowed besides; weights_only=False loads any object.
+        map_location: where tensors land, "cpu" by default; None puts each
+        on the device it was saved from; else as torch.load takes it."""
         import torch
         t0 = time.monotonic()
         copies, regions = self._copies()
@@ -339,7 +373,12 @@ class MemoryCheckpoint:
             step, timeline = point
             for c, m, sections in good:
                 if (m["step"], int(m.get("timeline", 0))) == point:
-                    saved = torch.load(io.BytesIO(bytes(sections["state"])))
+                    where = "rank %d's %s copy of step %d" % (self.rank, c.source, step)
+                    state = load(bytes(sections["state"]), weights_only, map_location, safe_globals, where)
+                    if "rng" in sections:
+                        rng = load(bytes(sections["rng"]), True, "cpu", (), where + "'s RNG states")
+                    else:   # an image of a client before 2026-12: {"state": ..., "rng": ...} in one
+                        state, rng = state["state"], state["rng"]
                     source = c.source
                     break
             else:   # cannot happen: the point came from this rank's own list
@@ -348,7 +387,7 @@ class MemoryCheckpoint:
         finally:
             for r in regions:
                 r.close()
-        _set_rng_state(saved["rng"])
+        set_rng_state(rng)
         self.timeline = next_timeline(timeline, step)
         ms = (time.monotonic() - t0) * 1000.0
         # Everyone learns every rank's source and time: rank 0 reports them.
@@ -357,7 +396,7 @@ class MemoryCheckpoint:
         table[self.rank, 1] = ms
         _all_reduce_sum(table, self.world_size)
         kinds = [int(k) for k in table[:, 0].tolist()]
-        out = Restored(step, saved["state"], _SOURCES[max(kinds)], newest, max(table[:, 1].tolist()))
+        out = Restored(step, state, _SOURCES[max(kinds)], newest, max(table[:, 1].tolist()))
         self._note("restored step %d from %s in %d ms" % (step, source, ms))
         if self.rank == 0:
             # The agent reads this line from the rank's output and reports the
@@ -374,33 +413,50 @@ class MemoryCheckpoint:
         self._sock.close()
 
 
+# --- collectives ------------------------------------------------------------
+
+# Backends that reduce only CUDA tensors, where torch's own table
+# (dist.Backend.backend_capability, torch >= 2.0) does not name them: an
+# all-reduce of a CPU tensor on such a group raises ("No backend type
+# associated with device type cpu"). torch 2.15's "nccl" is its nccl2.
+_CUDA_ONLY_BACKENDS = ("nccl", "nccl2", "nccl-legacy", "nccl-lazy")
+
+
+def collective_device_type(backend, capability=None):
+    """The device type ("cpu", "cuda", ...) whose tensors a group with
+    `backend` (as dist.get_backend() names it) reduces: "cpu" wherever the
+    group has a CPU backend, so that small tables cost no device copies.
+    "gloo", "mpi", "cpu:gloo,cuda:nccl" -> "cpu"; "nccl", "nccl2",
+    "cuda:nccl" -> "cuda". `capability` (backend -> device types, torch's
+    dist.Backend.backend_capability) decides for backends it names."""
+    b = str(backend).strip().lower()
+    if ":" in b:   # a device -> backend map, e.g. "cpu:gloo,cuda:nccl"
+        devices = [part.split(":", 1)[0].strip() for part in b.split(",") if ":" in part]
+    elif capability and b in capability and b not in _CUDA_ONLY_BACKENDS:
+        devices = list(capability[b])
+    else:
+        devices = ["cuda"] if b in _CUDA_ONLY_BACKENDS else ["cpu"]
+    if "cpu" in devices or not devices:
+        return "cpu"
+    return devices[0]
+
+
 def _all_reduce_sum(t, world_size):
+    """Sums CPU tensor `t` over the default group, in place, on a device
+    the group's backend serves."""
     if world_size <= 1:
         return
+    import torch
     import torch.distributed as dist
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("bulwark.restore() in a world of %d ranks needs torch.distributed: call "
                            "init_process_group first" % world_size)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-
-
-def _rng_state():
-    import torch
-    s = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        s["cuda"] = torch.cuda.get_rng_state_all()
-    np = sys.modules.get("numpy")
-    if np is not None:
-        s["numpy"] = np.random.get_state()
-    return s
-
-
-def _set_rng_state(s):
-    import torch
-    torch.set_rng_state(s["torch"])
-    random.setstate(s["python"])
-    if "cuda" in s and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(s["cuda"])
-    np = sys.modules.get("numpy")
-    if "numpy" in s and np is not None:
-        np.random.set_state(s["numpy"])
+    kind = collective_device_type(dist.get_backend(), getattr(dist.Backend, "backend_capability", None))
+    if kind == "cpu":
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return
+    # The rank's own device: NCCL ranks have set it (torch.cuda.set_device
+    # or init_process_group's device_id) before restore().
+    on_device = t.to(torch.device(kind, getattr(torch, kind).current_device()))
+    dist.all_reduce(on_device, op=dist.ReduceOp.SUM)
+    t.copy_(on_device.cpu())

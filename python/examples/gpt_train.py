@@ -2,7 +2,7 @@
 """A small GPT in plain PyTorch, trained with DDP over Gloo on CPU: the kind
 of script bulwark protects, with the client in a few lines (marked CLIENT).
 
-    bulwark run --machines 2 --standby 1 -- python3 python/examples/gpt_train.py --steps 300
+    bulwark run --machines 2 --standby 1 -- .venv/bin/python python/examples/gpt_train.py --steps 300
 
 It learns this file's own text, one character at a time. Each step it
 reports its loss to bulwark and checkpoints the model and the optimizer

@@ -131,6 +131,95 @@ class DdpTimingTest(unittest.TestCase):
         self.assertGreater(float(w[8]), 0.0)  # the window still measured
 
 
+class DdpWindowTest(unittest.TestCase):
+    """ddp_timing's window without a process group: the CPU path's clock
+    window, and the CUDA path's events (a fake event class, so no GPU)."""
+
+    def setUp(self):
+        from bulwark import ddp_timing
+        self.t = ddp_timing
+        self.t.take_comm_ms(0.0)   # nothing left from another test
+        self.addCleanup(setattr, ddp_timing, "_event_class", ddp_timing._event_class)
+
+    def test_the_cpu_window_runs_from_the_first_launch_to_the_last_completion(self):
+        self.t._record(10.0, 10.5)
+        self.t._record(10.2, 10.9)   # a second bucket, launched later, done last
+        self.assertAlmostEqual(self.t.take_comm_ms(9.0), 900.0)
+        self.assertIsNone(self.t.take_comm_ms(11.0))   # taken: the next step starts empty
+        # A window that began before the previous report counts from it.
+        self.t._record(10.0, 10.5)
+        self.assertAlmostEqual(self.t.take_comm_ms(10.3), 200.0)
+
+    def test_a_cuda_bucket_is_timed_by_events_on_the_gpu_and_read_at_the_report(self):
+        gpu = FakeGpu()
+        self.t._event_class = gpu.Event
+        # Two buckets: launched at 100 and 110 ms on the GPU's clock, their
+        # all-reduces end at 130 and 150. The host sees both futures done at
+        # once (NCCL's complete at enqueue), the events do not.
+        ddp = type("Ddp", (), {})()
+        ddp._bulwark_inner = (None, gpu.hook)
+        for launch, end in ((100.0, 130.0), (110.0, 150.0)):
+            gpu.now, gpu.ends_at = launch, end
+            out = self.t._timed(ddp, FakeBucket())
+            self.assertEqual(out.value(), "reduced")   # the hook's result goes on to DDP
+        self.assertEqual(len(gpu.events), 4)
+        self.assertFalse(any(e.synced for e in gpu.events))   # nothing waited for while the step runs
+        self.assertAlmostEqual(self.t.take_comm_ms(0.0), 50.0)   # 100 -> 150
+        self.assertTrue(all(e.synced for e in gpu.events[1::2]))   # each end waited for at the report
+        self.assertIsNone(self.t.take_comm_ms(0.0))
+
+
+class FakeBucket:
+    """A GradBucket whose gradients are on CUDA."""
+
+    def buffer(self):
+        return type("Buffer", (), {"is_cuda": True})()
+
+
+class FakeGpu:
+    """A GPU clock, torch.cuda.Event on it, and a comm hook whose future
+    completes at enqueue while its all-reduce ends at `ends_at`."""
+
+    def __init__(self):
+        self.now, self.ends_at, self.events = 0.0, 0.0, []
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                assert enable_timing, "elapsed_time needs enable_timing=True"
+                self.at, self.synced = None, False
+                gpu.events.append(self)
+
+            def record(self, stream=None):
+                self.at = gpu.now
+
+            def synchronize(self):
+                self.synced = True
+
+            def elapsed_time(self, end):
+                return end.at - self.at
+
+        self.Event = Event
+
+    def hook(self, state, bucket):
+        gpu = self
+
+        class Future:
+            def __init__(self, value):
+                self._value = value
+
+            def value(self):
+                return self._value
+
+            def then(self, callback):
+                # torch runs the callback on a stream that waits for the
+                # all-reduce: an event recorded there completes at its end.
+                gpu.now = gpu.ends_at
+                return Future(callback(self))
+
+        return Future("reduced")
+
+
 class PeerLossExitTest(unittest.TestCase):
     """bulwark.peer_loss_exits() in a child process: its exit code is what
     the agent reads."""
@@ -145,6 +234,23 @@ class PeerLossExitTest(unittest.TestCase):
                            "Connection reset by peer')")
         self.assertEqual(r.returncode, 3, r.stderr)
         self.assertIn("a peer is gone", r.stderr)
+
+    def test_an_nccl_survivor_whose_peer_died_exits_with_the_peer_lost_code(self):
+        # torch's DistBackendError for ncclRemoteError (a RuntimeError).
+        r = self.run_child("raise RuntimeError('NCCL error in: ProcessGroupNCCL.cpp:3356, remote process exited or "
+                           "there was a network error, NCCL version 2.30.7\\nncclRemoteError: A call failed possibly "
+                           "due to a network error or a remote process exiting prematurely.\\nLast error:\\n"
+                           "socketProgress: Connection closed by remote peer 10.0.0.2<41568>')")
+        self.assertEqual(r.returncode, 3, r.stderr)
+
+    def test_nccls_own_errors_are_this_ranks_and_pass_through(self):
+        for what in ("NCCL error in: ProcessGroupNCCL.cpp:3356, unhandled system error (run with NCCL_DEBUG=INFO "
+                     "for details), NCCL version 2.30.7",
+                     "NCCL error in: ProcessGroupNCCL.cpp:3356, internal error - please report this issue to the "
+                     "NCCL developers, NCCL version 2.30.7"):
+            r = self.run_child("raise RuntimeError(%r)" % what)
+            self.assertEqual(r.returncode, 1, what)
+            self.assertNotIn("a peer is gone", r.stderr)
 
     def test_other_errors_pass_through(self):
         r = self.run_child("raise RuntimeError('mat1 and mat2 shapes cannot be multiplied')")

@@ -6,8 +6,11 @@ python_shard_format_test in tests/; the real agent is in
 python_checkpoint_cluster_test."""
 
 import array
+import collections
+import io
 import json
 import os
+import pickle
 import socket
 import sys
 import tempfile
@@ -19,12 +22,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 try:
     import torch  # noqa: E402
 except ImportError as e:
-    raise ImportError("%s cannot import torch (%s): run scripts/install-deps.sh (Debian's python3-torch, which "
-                      "installs for /usr/bin/python3) and run these tests with that python3" % (sys.executable, e))
+    raise ImportError("%s cannot import torch (%s): run scripts/install-python.sh (install-deps.sh does) and run "
+                      "these tests with the clone's .venv/bin/python" % (sys.executable, e))
 
 from bulwark import shard  # noqa: E402
 from bulwark._checksum import checksum64, next_timeline  # noqa: E402
-from bulwark.memory_checkpoint import MemoryCheckpoint, newest_common_point  # noqa: E402
+from bulwark import _serialize as ser  # noqa: E402
+from bulwark import memory_checkpoint as mc  # noqa: E402
+from bulwark.memory_checkpoint import MemoryCheckpoint, collective_device_type, newest_common_point  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+# torch >= 2.4: a weights_only loader that reads a state_dict (_serialize.load).
+SAFE_LOADER = hasattr(torch.serialization, "add_safe_globals")
 
 
 class ChecksumTest(unittest.TestCase):
@@ -243,6 +252,188 @@ class SaveRestoreTest(unittest.TestCase):
         m = MemoryCheckpoint(agent.path, 0, 1, note=lambda s: None)
         got = m.restore()
         self.assertEqual((got.step, got.source, got.state["v"]), (20, "durable", 20))
+
+
+class Opaque:
+    """An object of the user's own, which torch.load(weights_only=True) refuses."""
+
+    def __init__(self, n):
+        self.n = n
+
+
+class WeightsOnlyTest(unittest.TestCase):
+    """restore() loads with torch.load(weights_only=True): the client's own
+    part of the image needs nothing allowed, the user chooses for the rest."""
+
+    def saved(self, state):
+        agent = Agent()
+        m = MemoryCheckpoint(agent.path, 0, 1, note=lambda s: None)
+        m.save(1, state)
+        return m
+
+    def test_numpys_rng_state_is_saved_as_plain_values_and_comes_back(self):
+        try:
+            import numpy as np
+        except ImportError:
+            self.skipTest("no numpy in this python")
+        np.random.seed(5)
+        np.random.rand(3)
+        m = self.saved({"v": 1})
+        expected = np.random.rand(4)
+        np.random.rand(50)   # the job drew on before the fault
+        got = m.restore()
+        self.assertEqual(got.state, {"v": 1})
+        self.assertTrue(np.array_equal(np.random.rand(4), expected), "numpy's RNG state was not restored")
+        # The image as stored: no ndarray, so weights_only needs no numpy globals.
+        r = m._region
+        _, _, sections = shard.read_image(r.mm, r.offset(0), r.slot_capacity)
+        rng = torch.load(io.BytesIO(bytes(sections["rng"])), weights_only=SAFE_LOADER)
+        self.assertEqual(type(rng["numpy"][1]), list)
+
+    @unittest.skipUnless(SAFE_LOADER, "torch %s has no usable weights_only loader" % torch.__version__)
+    def test_an_object_of_the_users_is_refused_naming_the_fix_and_can_be_allowed(self):
+        m = self.saved({"obj": Opaque(7), "w": torch.ones(2)})
+        with self.assertRaisesRegex(pickle.UnpicklingError,
+                                    r"rank 0's memory copy of step 1 holds an object .*Opaque.*weights_only=False"):
+            m.restore()
+        self.assertEqual(m.restore(weights_only=False).state["obj"].n, 7)
+        if hasattr(torch.serialization, "safe_globals"):   # torch >= 2.5
+            self.assertEqual(m.restore(safe_globals=[Opaque]).state["obj"].n, 7)
+
+    def test_an_image_of_an_older_client_with_numpys_array_restores_with_weights_only_false(self):
+        # Before 2026-12 the client pickled numpy's RNG state as an ndarray,
+        # in the state's section: weights_only refuses it, naming the way out.
+        try:
+            import numpy as np
+        except ImportError:
+            self.skipTest("no numpy in this python")
+        import random
+        agent = Agent()
+        m = MemoryCheckpoint(agent.path, 0, 1, note=lambda s: None)
+        np.random.seed(9)
+        old_rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+        buf = io.BytesIO()
+        torch.save({"state": {"v": 3}, "rng": old_rng}, buf)
+        meta = json.dumps({"format": "torch.save", "step": 3, "world_size": 1, "rank": 0, "written_by": 0,
+                           "timeline": 0}).encode()
+        sections = [("state", buf.getbuffer())]
+        m._open_region(shard.image_size(meta, sections))
+        r = m._region
+        shard.write_image(r.mm, r.offset(0), r.slot_capacity, shard.ShardInfo(3, 0, 1), meta, sections)
+        expected = np.random.rand(2)
+        if SAFE_LOADER:
+            with self.assertRaisesRegex(pickle.UnpicklingError, "weights_only=False"):
+                m.restore()
+        got = m.restore(weights_only=False)
+        self.assertEqual((got.step, got.state), (3, {"v": 3}))
+        self.assertTrue(np.array_equal(np.random.rand(2), expected))
+
+    def test_tensors_land_where_map_location_says(self):
+        m = self.saved({"w": torch.arange(3.0)})
+        self.assertEqual(m.restore().state["w"].device.type, "cpu")
+        self.assertEqual(m.restore(map_location=None).state["w"].device.type, "cpu")   # where it was saved from
+        self.assertEqual(m.restore(map_location="meta").state["w"].device.type, "meta")   # torch.load's own
+
+
+class StagingTest(unittest.TestCase):
+    """CUDA tensors go through pinned host buffers on save, tagged with their
+    device (_serialize.HostStaging); without a GPU the tag and the
+    walk are checked on CPU tensors."""
+
+    @unittest.skipUnless(hasattr(torch.Tensor, "untyped_storage"), "torch < 2.0")
+    def test_a_staged_host_copy_is_saved_as_on_the_device_it_came_from(self):
+        host = torch.arange(4.0)
+        ser._register_tagger()
+        ser._staged_locations[host.untyped_storage().data_ptr()] = "cuda:0"
+        buf = io.BytesIO()
+        try:
+            torch.save({"w": host}, buf)
+        finally:
+            ser._staged_locations.clear()
+        self.assertTrue(torch.equal(torch.load(io.BytesIO(buf.getvalue()), map_location="cpu",
+                                               weights_only=True)["w"], host))
+        if CUDA:
+            w = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)["w"]
+            self.assertEqual(str(w.device), "cuda:0")
+        else:   # back to the GPU it came from: there is none here, and torch says so
+            with self.assertRaisesRegex(RuntimeError, "CUDA"):
+                torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+        # Untagged, a CPU tensor is saved as on the CPU.
+        buf = io.BytesIO()
+        torch.save({"w": host}, buf)
+        self.assertEqual(torch.load(io.BytesIO(buf.getvalue()), weights_only=True)["w"].device.type, "cpu")
+
+    def test_the_walk_keeps_tied_tensors_shared_and_a_state_dicts_metadata(self):
+        w, other = torch.ones(2), torch.zeros(1)
+        sd = collections.OrderedDict(a=w, b=w)   # tied weights
+        sd._metadata = {"": {"version": 1}}
+        seen = []
+
+        def double(t):
+            seen.append(t)
+            return t * 2
+
+        out = ser._map_tensors({"model": sd, "opt": [3, (w, "x", other)], "obj": Opaque(1)}, double, {})
+        self.assertEqual(len(seen), 2)   # w once, other once
+        self.assertIs(out["model"]["a"], out["model"]["b"])
+        self.assertIs(out["opt"][1][0], out["model"]["a"])
+        self.assertEqual(type(out["model"]), collections.OrderedDict)
+        self.assertEqual(out["model"]._metadata, {"": {"version": 1}})
+        self.assertEqual((out["opt"][0], out["opt"][1][1]), (3, "x"))
+        self.assertTrue(torch.equal(out["model"]["a"], torch.full((2,), 2.0)))
+
+    @unittest.skipUnless(CUDA, "no CUDA device")
+    def test_cuda_tensors_are_copied_to_host_on_save_and_restored_to_their_device(self):
+        agent = Agent()
+        m = MemoryCheckpoint(agent.path, 0, 1, note=lambda s: None)
+        w = torch.arange(1000.0, device="cuda")
+        for step in (1, 2):   # the second save reuses the pinned buffers
+            w.add_(1.0)
+            m.save(step, {"model": collections.OrderedDict(a=w, tied=w), "cpu": torch.ones(2), "n": step})
+        self.assertEqual(len(m._staging._buffers), 1)
+        self.assertTrue(m._staging._buffers[0].is_pinned())
+        got = m.restore()
+        self.assertEqual(got.state["model"]["a"].device.type, "cpu")
+        self.assertTrue(torch.equal(got.state["model"]["a"], w.cpu()))
+        self.assertIs(got.state["model"]["a"], got.state["model"]["tied"])
+        back = m.restore(map_location=None).state
+        self.assertEqual(str(back["model"]["a"].device), str(w.device))
+        self.assertEqual(back["cpu"].device.type, "cpu")
+        self.assertTrue(torch.equal(back["model"]["a"], w))
+
+
+class CollectiveDeviceTest(unittest.TestCase):
+    """restore()'s collectives run where the default group's backend can."""
+
+    def test_the_device_follows_the_backend(self):
+        cases = [("gloo", "cpu"), ("GLOO", "cpu"), ("mpi", "cpu"), ("nccl", "cuda"), ("nccl2", "cuda"),
+                 ("nccl-lazy", "cuda"), ("cpu:gloo,cuda:nccl", "cpu"), ("cuda:nccl,cpu:gloo", "cpu"),
+                 ("cuda:nccl", "cuda"), ("cuda:nccl2", "cuda"), ("a-backend-of-ones-own", "cpu")]
+        for backend, device in cases:
+            self.assertEqual(collective_device_type(backend), device, backend)
+        # torch's capability table decides for the backends it names.
+        self.assertEqual(collective_device_type("xccl", {"xccl": ["xpu"]}), "xpu")
+        self.assertEqual(collective_device_type("ucc", {"ucc": ["cpu", "cuda"]}), "cpu")
+        self.assertEqual(collective_device_type("nccl", {"nccl": ["cpu"]}), "cuda")   # never CPU, whatever it says
+
+    def group(self, backend):
+        import torch.distributed as dist
+        dist.init_process_group(backend, init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+        self.addCleanup(dist.destroy_process_group)
+
+    def test_a_gloo_group_sums_the_cpu_tensor_in_place(self):
+        self.group("gloo")
+        t = torch.tensor([1.0, 2.0], dtype=torch.float64)
+        mc._all_reduce_sum(t, 2)   # a world of 2 says reduce; this group has 1 rank
+        self.assertEqual(t.tolist(), [1.0, 2.0])
+
+    @unittest.skipUnless(CUDA and torch.distributed.is_nccl_available(), "no CUDA device or no NCCL")
+    def test_an_nccl_only_group_sums_the_cpu_tensor_on_the_rank_s_gpu(self):
+        torch.cuda.set_device(0)
+        self.group("nccl")
+        t = torch.tensor([1.0, 2.0], dtype=torch.float64)
+        mc._all_reduce_sum(t, 2)
+        self.assertEqual((t.device.type, t.tolist()), ("cpu", [1.0, 2.0]))
 
 
 if __name__ == "__main__":

@@ -163,6 +163,8 @@ RankGroupSpec Agent::SpecFrom(const wire::Command& c) {
   // The machine's emulated matmul corruption, which the ranks read as they
   // compute (trainer/diag/sdc.h): a fault injected later reaches them too.
   spec.env["BULWARK_SDC_FILE"] = health_paths_.sdc;
+  // And its pace: a throttled machine's ranks compute slower (trainer/diag/pace.h).
+  spec.env["BULWARK_PACE_FILE"] = health_paths_.pace;
   return spec;
 }
 

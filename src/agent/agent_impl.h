@@ -99,6 +99,7 @@ class Agent {
     health_paths_.alu = hw.alu;
     health_paths_.link = hw.link;
     health_paths_.sdc = hw.sdc;
+    health_paths_.pace = hw.pace;
     gpu_ = GpuHealth::Open(Nvml::LibraryPath(), [](const std::string& line) { Log(line); });
   }
 

@@ -48,11 +48,12 @@ struct InspectorPaths {
   // stands for it), read from the kernel under `sysfs_net`.
   std::string interface;
   std::string sysfs_net = "/sys/class/net";
-  // The emulated ALU, link and matmul corruption (the GEMM and network
-  // checks read the first two, every computing process the third).
-  std::string alu, link, sdc;
+  // The emulated ALU, link, matmul corruption and compute pace (the GEMM
+  // and network checks read the first two, every computing process the
+  // last two).
+  std::string alu, link, sdc, pace;
 
-  cluster::EmulatedHardware Hardware() const { return {device, nic, alu, link, sdc, /*pace=*/{}}; }
+  cluster::EmulatedHardware Hardware() const { return {device, nic, alu, link, sdc, pace}; }
 };
 
 // `gpu` null: no NVML, the emulated device alone.

@@ -137,6 +137,7 @@ void SignalSum::Add(int rank, int64_t generation, const std::string& text) {
   r.set_step_ms(sum.step_ms() + r.step_ms());
   r.set_compute_ms(sum.compute_ms() + r.compute_ms());
   r.set_comm_ms(sum.comm_ms() + r.comm_ms());
+  r.set_device_ms(sum.device_ms() + r.device_ms());
   r.set_tokens(sum.tokens() + r.tokens());
   sum = std::move(r);
 }

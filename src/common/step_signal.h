@@ -19,7 +19,12 @@ struct StepFigures {
   int steps = 1;     // how many steps the *_ms fields sum (the agent sums runs)
   double loss = 0, grad_norm = 0;
   double local_grad_norm = 0;  // this rank's gradients before the all-reduce
-  double step_ms = 0, compute_ms = 0, comm_ms = 0;
+  // compute_ms is the wall time of the rank's own work (waits for
+  // neighbours excluded); device_ms the same work's device time, which the
+  // host's other processes do not change: on a CPU the CPU time it took
+  // (local machines share cores, and a rank waiting for one is not slow),
+  // on a GPU the compute's time. 0: not reported.
+  double step_ms = 0, compute_ms = 0, comm_ms = 0, device_ms = 0;
   bool local_nonfinite = false;  // a non-finite value in this rank's own loss or gradients
   bool nonfinite = false;        // the global loss or grad norm was non-finite
   // The rank held the step back (did not apply the update) and waits for a
@@ -37,7 +42,7 @@ struct StepFigures {
     v("loss", s.loss), v("grad_norm", s.grad_norm), v("local_grad_norm", s.local_grad_norm);
     v("step_ms", s.step_ms), v("compute_ms", s.compute_ms), v("comm_ms", s.comm_ms);
     v("local_nonfinite", s.local_nonfinite), v("nonfinite", s.nonfinite);
-    v("halted", s.halted), v("tokens", s.tokens);
+    v("halted", s.halted), v("tokens", s.tokens), v("device_ms", s.device_ms);
   }
 };
 

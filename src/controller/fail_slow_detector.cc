@@ -48,6 +48,10 @@ void FailSlowDetector::Observe(const RankSignal& s) {
   m.compute_ms += s.compute_ms;
   m.step_ms += s.step_ms;
   m.steps += s.steps;
+  if (s.device_ms > 0) {
+    m.device_ms += s.device_ms;
+    m.device_steps += s.steps;
+  }
 }
 
 std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
@@ -64,11 +68,21 @@ std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
   round.swap(round_);
   round_start_ = now;
 
+  // Machines are compared by their compute's device time where every one
+  // of them reported it for every step (common/step_signal.h: local machines share
+  // cores, and a rank waiting for one is not a slow machine), else by its
+  // wall time. The job against its own best, and its links, by wall time:
+  // a loaded host slows the steps with their compute's wall time, a slowed
+  // link without it.
+  const bool by_device = std::all_of(round.begin(), round.end(), [](const auto& kv) {
+    return kv.second.steps > 0 && kv.second.device_steps == kv.second.steps;
+  });
   std::vector<std::pair<Key, double>> mean;
-  std::vector<double> step_means;
+  std::vector<double> step_means, wall;
   for (const auto& [k, s] : round) {
     if (s.steps < config_.slow_min_steps) continue;
-    mean.emplace_back(k, s.compute_ms / s.steps);
+    mean.emplace_back(k, (by_device ? s.device_ms : s.compute_ms) / s.steps);
+    wall.push_back(s.compute_ms / s.steps);
     step_means.push_back(s.step_ms / s.steps);
   }
   // A round some machine barely took part in (a restart, a stall) says nothing.
@@ -76,9 +90,7 @@ std::optional<FailSlowSuspected> FailSlowDetector::Check(Time now) {
     last_round_ = "too few steps this round to compare machines";
     return std::nullopt;
   }
-  std::vector<double> all;
-  for (const auto& [m, v] : mean) all.push_back(v);
-  const double median = Median(all);
+  const double median = Median(wall);
 
   // The most outlying machine against the median of the others in its
   // stage. Each stage's means are sorted once and each machine's others'

@@ -2,7 +2,8 @@
 //
 // In a synchronous job the slow machine computes longer and every other
 // machine waits longer in the all-reduce, so the step time alone cannot say
-// who is slow; each machine's own compute time can. Every slow_round the
+// who is slow; each machine's own compute time can (its device time where
+// the ranks report it: common/step_signal.h). Every slow_round the
 // detector compares each machine's mean compute time per step with the
 // median of the others' and reports the most outlying one once it was the
 // most outlying slow_rounds rounds running and the median of its ratios
@@ -61,7 +62,8 @@ class FailSlowDetector {
  private:
   struct Sums {
     double compute_ms = 0, step_ms = 0;
-    int steps = 0;
+    double device_ms = 0;  // summed over the steps that reported it
+    int steps = 0, device_steps = 0;
   };
   // A slowdown of the steps while compute holds: the network (a slowed
   // link), reported with network set once it lasts slow_rounds rounds (the

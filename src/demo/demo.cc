@@ -14,6 +14,7 @@
 
 #include "cluster/local/emulated_hardware.h"
 #include "common/files.h"
+#include "controller/policy_config.h"
 #include "demo/report.h"
 #include "demo/session.h"
 
@@ -108,9 +109,35 @@ class LiveLine {
   std::chrono::steady_clock::time_point last_query_{}, last_print_{};
 };
 
-// Seconds a stage may take. Generous: 4 ranks restart on 2 cores, and a
-// loaded host slows everything; a stage that overruns these is a failure.
-constexpr double kDetectS = 30, kRecoverS = 150;
+// How long a stage may take, from what this host measures: the job's own
+// seconds per step, measured again at every stage (the slowest seen
+// counts), so a loaded host that trains slower is given longer, and a
+// stage that still overruns is a failure, not the host's pace.
+class Deadlines {
+ public:
+  void Observe(double s_per_step) { s_per_step_ = std::max(s_per_step_, s_per_step); }
+  double s_per_step() const { return s_per_step_; }
+  // A fault's first reaction: the hang and heartbeat timeouts, plus a few steps.
+  double Detect() const { return 30 + 10 * s_per_step_; }
+  // A slow machine is judged over slow_rounds rounds of slow_round, each
+  // holding at least slow_min_steps of its (slowed) steps.
+  double DetectSlow(double factor) const {
+    const controller::PolicyConfig p;  // the demo's controller runs the defaults
+    const double round = std::max(std::chrono::duration<double>(p.slow_round).count(),
+                                  p.slow_min_steps * factor * s_per_step_);
+    return (p.slow_rounds + 3) * round + 10 * factor * s_per_step_;
+  }
+  // Restarting ranks on two cores, restoring, and a few steps.
+  double Recover() const { return 150 + 30 * s_per_step_; }
+  std::string Why() const {
+    char buf[80];
+    std::snprintf(buf, sizeof buf, " (the deadline at this host's %.2f s/step)", s_per_step_);
+    return buf;
+  }
+
+ private:
+  double s_per_step_ = 0;
+};
 
 struct Run {
   json schedule = json::array();
@@ -118,13 +145,22 @@ struct Run {
 
 int64_t Step(const json& s) { return s["job"].value("last_step", int64_t{0}); }
 
-// Training moves `gap` steps past `from`; the deadline scales with the
-// observed pace (`s_per_step`, 0 until known).
-Result<json> AwaitSteps(Session& s, LiveLine& live, int64_t target, double s_per_step) {
-  const double limit = s_per_step > 0 ? 60 + 4 * s_per_step * std::max<int64_t>(1, target) : 240;
-  return s.WaitFor("training to step " + std::to_string(target), limit,
-                   [&](const json& st) { return Step(st) >= target || st["job"]["state"] == "completed"; },
-                   [&](const json& st) { live.Update(st); });
+// Training moves on to step `target`; the deadline scales with the observed
+// pace, and the steps' pace is observed again.
+Result<json> AwaitSteps(Session& s, LiveLine& live, int64_t target, Deadlines& d) {
+  const double limit = d.s_per_step() > 0 ? 60 + 4 * d.s_per_step() * std::max<int64_t>(1, target) : 240;
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t from = -1;
+  Result<json> st = s.WaitFor("training to step " + std::to_string(target), limit,
+                              [&](const json& st) {
+                                if (from < 0) from = Step(st);
+                                return Step(st) >= target || st["job"]["state"] == "completed";
+                              },
+                              [&](const json& st) { live.Update(st); });
+  if (st.ok() && from >= 0 && Step(*st) - from >= 5) {
+    d.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / (Step(*st) - from));
+  }
+  return st;
 }
 
 int64_t Width(const json& s) { return s["job"].value("training_world_size", int64_t{0}); }
@@ -133,10 +169,10 @@ int64_t FullWidth(const json& s) { return s["job"].value("world_size", int64_t{0
 // The elastic answer to running out of standbys: the survivors train on,
 // narrower, for `gap_steps`; then the repaired machine is handed back and
 // the job grows back to full width. `st` ends at the regrown status.
-Status TrainNarrowerThenGrow(Session& s, const DemoOptions& o, LiveLine& live, double s_per_step,
+Status TrainNarrowerThenGrow(Session& s, const DemoOptions& o, LiveLine& live, Deadlines& d,
                              const std::string& repaired, Run& run, Result<json>& st) {
   auto tick = [&](const json& st) { live.Update(st); };
-  st = s.WaitFor("the job to train on fewer replicas", kRecoverS, [](const json& st) {
+  st = s.WaitFor("the job to train on fewer replicas", d.Recover(), [](const json& st) {
     return Width(st) > 0 && Width(st) < FullWidth(st) && st["job"]["state"] == "running";
   }, tick);
   if (!st.ok()) return st.status();
@@ -144,7 +180,7 @@ Status TrainNarrowerThenGrow(Session& s, const DemoOptions& o, LiveLine& live, d
   live.Say("no standby left: the job trains on " + std::to_string(narrowed) + " of " +
            std::to_string(FullWidth(*st)) + " replicas, the same global batch a step");
   live.Phase("training narrower");
-  st = AwaitSteps(s, live, Step(*st) + o.gap_steps, s_per_step);
+  st = AwaitSteps(s, live, Step(*st) + o.gap_steps, d);
   if (!st.ok()) return st.status();
   if (repaired.empty()) return Status::Internal("no repaired machine to return");
   BULWARK_RETURN_IF_ERROR(s.Return(repaired));
@@ -155,7 +191,7 @@ Status TrainNarrowerThenGrow(Session& s, const DemoOptions& o, LiveLine& live, d
   live.Phase("growing back on " + repaired);
   // One machine more: full width, unless an earlier fault on the loaded
   // host had already left the job narrower (a standby not ready in time).
-  st = s.WaitFor("the job to grow onto the returned machine", kRecoverS, [&](const json& st) {
+  st = s.WaitFor("the job to grow onto the returned machine", d.Recover(), [&](const json& st) {
     return Width(st) > narrowed && st["job"]["state"] == "running";
   }, tick);
   if (!st.ok()) return st.status();
@@ -171,12 +207,13 @@ Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
   if (!st.ok()) return st.status();
   const auto t_first = std::chrono::steady_clock::now();
   const int64_t first = Step(*st);
-  st = AwaitSteps(s, live, first + o.gap_steps, 0);
+  Deadlines d;
+  st = AwaitSteps(s, live, first + o.gap_steps, d);
   if (!st.ok()) return st.status();
-  const double s_per_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_first).count() /
-                            std::max<int64_t>(1, Step(*st) - first);
+  d.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_first).count() /
+            std::max<int64_t>(1, Step(*st) - first));
   live.Say("job started in " + std::to_string(static_cast<int>(std::chrono::duration<double>(t_first - t_start).count())) +
-           " s; " + std::to_string(s_per_step).substr(0, 4) + " s/step");
+           " s; " + std::to_string(d.s_per_step()).substr(0, 4) + " s/step");
 
   std::string device_failed;  // alive after eviction: the one to hand back
   for (const Planned& p : kSchedule) {
@@ -206,7 +243,7 @@ Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
     live.Phase(std::string(p.fault) + " on " + victim);
 
     if (p.expect == Expect::kTolerated) {
-      st = AwaitSteps(s, live, Step(*st) + o.gap_steps, s_per_step);
+      st = AwaitSteps(s, live, Step(*st) + o.gap_steps, d);
       if (!st.ok()) return st.status();
       const bool quiet = (*st)["job"].value("incidents", int64_t{0}) == before && (*st)["job"]["generation"] == gen;
       entry["note"] = quiet ? "tolerated: no incident, no restart" : "expected to be tolerated, but the job restarted";
@@ -214,19 +251,24 @@ Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
       run.schedule.push_back(entry);
       continue;
     }
-    // A slow machine is judged over five 10 s rounds.
-    Result<json> inc = s.AwaitNewIncident(before, p.factor > 0 ? 3 * kDetectS : kDetectS, tick);
-    if (!inc.ok()) return Status::Unavailable(std::string("no incident for ") + p.fault + " on " + victim + ": " + inc.status().message());
+    Result<json> inc = s.AwaitNewIncident(before, p.factor > 0 ? d.DetectSlow(p.factor) : d.Detect(), tick);
+    if (!inc.ok()) {
+      return Status::Unavailable(std::string("no incident for ") + p.fault + " on " + victim + d.Why() + ": " +
+                                 inc.status().message());
+    }
     entry["incident"] = (*inc)["id"];
     run.schedule.push_back(entry);
     live.Say("detected in " + std::to_string(((*inc)["detected_ms"].get<int64_t>() - entry["at_ms"].get<int64_t>()) / 1000.0).substr(0, 4) +
              " s: " + (*inc)["cause"].get<std::string>());
 
     if (p.expect == Expect::kNarrows) {
-      BULWARK_RETURN_IF_ERROR(TrainNarrowerThenGrow(s, o, live, s_per_step, device_failed, run, st));
+      BULWARK_RETURN_IF_ERROR(TrainNarrowerThenGrow(s, o, live, d, device_failed, run, st));
     }
-    Result<json> closed = s.AwaitClosed((*inc)["id"].get<int64_t>(), kRecoverS, tick);
-    if (!closed.ok()) return Status::Unavailable(std::string("the job did not recover from ") + p.fault + " on " + victim + ": " + closed.status().message());
+    Result<json> closed = s.AwaitClosed((*inc)["id"].get<int64_t>(), d.Recover(), tick);
+    if (!closed.ok()) {
+      return Status::Unavailable(std::string("the job did not recover from ") + p.fault + " on " + victim + d.Why() +
+                                 ": " + closed.status().message());
+    }
     if (std::string(p.fault) == "device-fail") device_failed = victim;
     if (p.return_after) {
       for (const json& m : (*closed)["evicted"]) {
@@ -242,11 +284,11 @@ Status RunSchedule(Session& s, const DemoOptions& o, LiveLine& live, Run& run) {
     st = s.StatusJson();
     if (!st.ok()) return st.status();
     live.Phase("training");
-    st = AwaitSteps(s, live, Step(*st) + o.gap_steps, s_per_step);
+    st = AwaitSteps(s, live, Step(*st) + o.gap_steps, d);
     if (!st.ok()) return st.status();
   }
   live.Phase("training to the end");
-  st = s.WaitFor("training to complete", 60 + 4 * s_per_step * o.steps,
+  st = s.WaitFor("training to complete", 60 + 4 * d.s_per_step() * o.steps,
                  [](const json& st) { return st["job"]["state"] == "completed"; }, tick);
   return st.ok() ? Status::OK() : st.status();
 }

@@ -240,7 +240,28 @@ Result<json> Session::WaitFor(const std::string& what, double seconds, const std
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return bulwark::Status::Unavailable(what + " did not happen within " + std::to_string(static_cast<int>(seconds)) +
-                                      " s; last status: " + last.dump() + "; see " + layout_.controller_log());
+                                      " s; last status: " + StatusSummary(last) + "; see " + layout_.controller_log());
+}
+
+std::string Session::StatusSummary(const json& s) {
+  if (!s.is_object() || s["job"].is_null()) return "no job";
+  const json& j = s["job"];
+  std::string out = "job " + j.value("state", std::string("?")) + " at step " +
+                    std::to_string(j.value("last_step", int64_t{0})) + ", generation " +
+                    std::to_string(j.value("generation", int64_t{0})) + ", " +
+                    std::to_string(j.value("incidents", int64_t{0})) + " incidents, width " +
+                    std::to_string(j.value("training_world_size", int64_t{0})) + "/" +
+                    std::to_string(j.value("world_size", int64_t{0}));
+  if (j.contains("detectors") && j["detectors"]["slow_round"].is_string()) {
+    out += ", slow round: " + j["detectors"]["slow_round"].get<std::string>();
+  }
+  std::string machines;
+  if (s["machines"].is_array()) {
+    for (const json& m : s["machines"]) {
+      machines += (machines.empty() ? "" : " ") + m.value("id", std::string("?")) + ":" + m.value("state", std::string("?"));
+    }
+  }
+  return out + (machines.empty() ? "" : "; machines " + machines);
 }
 
 Result<json> Session::FindIncident(int64_t id) {

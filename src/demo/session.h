@@ -98,6 +98,9 @@ class Session {
 
   const cluster::Layout& layout() const { return layout_; }
   // The machine holding placement slot `slot` in status `s`, or "".
+  // One line of a status for a message: the job's state, step, width and
+  // last fail-slow round, and each machine's state.
+  static std::string StatusSummary(const json& s);
   static std::string SlotMachine(const json& s, size_t slot);
   static std::string MachineState(const json& s, const std::string& id);
 

@@ -25,10 +25,30 @@ Status Plane::ApplyJobPolicyLocked(const JobLaunch& launch) {
   return Status::OK();
 }
 
+namespace {
+
+// Elastic recovery restarts the survivors at a narrower width and keeps
+// their state: only ranks that speak bulwark-train's elastic protocol
+// (trainer/step/elastic.h) can. Any other program would restart at the new
+// width, find no checkpoint of its own width and train again from step 0,
+// in silence; it is refused here, at submit, instead.
+Status CheckSpeaksElastic(const JobLaunch& launch) {
+  if (!launch.spec.elastic() || launch.argv.empty()) return Status::OK();
+  const std::string& exe = launch.argv[0];
+  const std::string base = exe.substr(exe.find_last_of('/') == std::string::npos ? 0 : exe.find_last_of('/') + 1);
+  if (base == "bulwark-train") return Status::OK();
+  return Status::InvalidArgument("job " + launch.spec.id + ": recovery elastic needs ranks that train on at a new "
+                                 "width, and " + base + " does not speak bulwark's elastic protocol (only "
+                                 "bulwark-train does so far); use recovery standby (the default) or requeue");
+}
+
+}  // namespace
+
 Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
   PlaneLock lock(this);
   now = NowLocked(now);
   BULWARK_RETURN_IF_ERROR(launch.spec.Validate());
+  BULWARK_RETURN_IF_ERROR(CheckSpeaksElastic(launch));
   if (launch.persist_every < 0) {
     return Status::InvalidArgument("job " + launch.spec.id + ": persist_every is " +
                                    std::to_string(launch.persist_every) +

@@ -33,13 +33,19 @@ std::string StepSignal::Format() const {
                 static_cast<long long>(step), steps, loss, grad_norm, local_grad_norm, step_ms, compute_ms, comm_ms,
                 local_nonfinite ? 1 : 0, nonfinite ? 1 : 0, halted.empty() ? "-" : halted.c_str(),
                 static_cast<long long>(observed_ms));
-  if (tokens > 0) return std::string(buf) + " " + std::to_string(tokens);
-  return buf;
+  std::string out = buf;
+  if (tokens > 0 || device_ms > 0) out += " " + std::to_string(tokens);
+  if (device_ms > 0) {
+    char d[32];
+    std::snprintf(d, sizeof d, " %.3f", device_ms);
+    out += d;
+  }
+  return out;
 }
 
 Result<StepSignal> StepSignal::Parse(const std::string& line) {
   std::vector<std::string> w = SplitWords(line);
-  if ((w.size() != 13 && w.size() != 14) || w[0] != "STEP") {
+  if (w.size() < 13 || w.size() > 15 || w[0] != "STEP") {
     return Status::InvalidArgument("rank link: malformed step report '" + line.substr(0, 80) + "'");
   }
   StepSignal s;
@@ -57,11 +63,12 @@ Result<StepSignal> StepSignal::Parse(const std::string& line) {
     s.nonfinite = w[10] == "1";
     s.halted = w[11] == "-" ? "" : w[11];
     s.observed_ms = std::stoll(w[12]);
-    if (w.size() == 14) s.tokens = std::stoll(w[13]);
+    if (w.size() >= 14) s.tokens = std::stoll(w[13]);
+    if (w.size() == 15) s.device_ms = std::stod(w[14]);
   } catch (const std::exception&) {
     return Status::InvalidArgument("rank link: malformed number in '" + line.substr(0, 80) + "'");
   }
-  if (s.steps < 0 || s.tokens < 0 || (s.halted != "" && s.halted != "nan" && s.halted != "spike")) {
+  if (s.steps < 0 || s.tokens < 0 || s.device_ms < 0 || (s.halted != "" && s.halted != "nan" && s.halted != "spike")) {
     return Status::InvalidArgument("rank link: bad step report '" + line.substr(0, 80) + "'");
   }
   return s;

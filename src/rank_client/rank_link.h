@@ -53,7 +53,8 @@ constexpr const char* kAcceptStepEnv = "BULWARK_ACCEPT_ANOMALY_STEP";
 struct StepSignal : StepFigures {
   int64_t observed_ms = 0;  // wall clock, ms since the epoch
 
-  // "STEP 12 1 3.41 0.82 0.80 95.1 80.2 12.3 0 0 - 1763840000000 [16384]"
+  // "STEP 12 1 3.41 0.82 0.80 95.1 80.2 12.3 0 0 - 1763840000000 [16384 [79.6]]":
+  // the last two, tokens and device_ms, optional (tokens 0 before a device_ms).
   std::string Format() const;
   static Result<StepSignal> Parse(const std::string& line);
   bool anomalous() const { return local_nonfinite || nonfinite || !halted.empty(); }

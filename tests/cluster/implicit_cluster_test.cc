@@ -103,21 +103,24 @@ TEST_F(Implicit, LossSpikeWithNoCulpritReattemptsFromTheStepBefore) {
   EXPECT_EQ(inc["lost_steps"], 0) << inc.dump();
 }
 
-// 3x rather than bench/implicit's 2x: on a 2-core host four ranks share the
-// cores, and a 2x duty cycle shows as 1.6x compute, close to the 1.5x
-// threshold on a loaded CI machine; this test is about the path.
-// The cluster runs a policy file of 3 rounds of 5 s (ByteRobust's, and the
-// default, is 5 of 10 s: bench/implicit measures that): the cause names the
-// rounds the file gave, so the file reached the controller's detector.
+// The demo's 2x. The cluster runs a policy file of 3 rounds of 5 s
+// (ByteRobust's, and the default, is 5 of 10 s: bench/implicit measures
+// that): the cause names the rounds the file gave, so the file reached the
+// controller's detector. The slowdown the detector measured is at least
+// 0.8x the one injected: four ranks share two cores here, and an emulation
+// that measured the scheduler (it once read 1.17x for 2x) fails this test.
 TEST_F(Implicit, ASlowMachineIsEvictedAfterTheRoundsItsPolicyFileGives) {
   std::ofstream(root_ + "/policy.yaml") << "slow_round: 5\nslow_rounds: 3\n";
   Start({"--policy", root_ + "/policy.yaml"});
   EXPECT_EQ(Query("status")["policy"], json({{"slow_round", 5.0}, {"slow_rounds", 3.0}}));
-  InjectAndWaitForEviction({"slow", "--machine", "m04", "--factor", "3"}, "m04", 150);
+  InjectAndWaitForEviction({"slow", "--machine", "m04", "--factor", "2"}, "m04", 150);
   Report("slow");
   json inc = Query("incidents").back();
   EXPECT_EQ(inc["evicted"], json({"m04"})) << inc.dump();
   EXPECT_NE(inc["cause"].get<std::string>().find("3/3 rounds"), std::string::npos) << inc.dump();
+  const double measured = MeasuredSlowFactor(inc);
+  std::printf("[ figure ] slow --factor 2 on bulwark-train: m04 measured at %.2fx\n", measured);
+  EXPECT_GE(measured, 0.8 * 2) << inc.dump();
 }
 
 TEST_F(Implicit, AMissingCommandStopsTheJobWithoutEvictingAnyMachine) {

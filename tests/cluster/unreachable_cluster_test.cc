@@ -5,7 +5,7 @@
 // controller's reach probe, so it is never given ranks. The job trains on
 // through both and is never stopped: an elastic bulwark-train job, a
 // whole-world one, and a PyTorch DDP job over Gloo
-// (python/examples/ddp_train.py, Debian's python3-torch). Needs root (CI
+// (python/examples/ddp_train.py, on the pinned torch of the clone's .venv). Needs root (CI
 // runs as root); skipped otherwise.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -20,14 +20,8 @@
 #include "support/cluster_fixture.h"
 
 // The Python job's script and interpreter, as python_checkpoint_cluster_test
-// is given them; without the defines, the source tree's python/ and Debian's.
-#ifndef BULWARK_PYTHON_DIR
-#define BULWARK_PYTHON_DIR \
-  (std::string(__FILE__).substr(0, std::string(__FILE__).rfind("/tests/cluster/")) + "/python")
-#endif
-#ifndef BULWARK_TORCH_PYTHON
-#define BULWARK_TORCH_PYTHON "/usr/bin/python3"
-#endif
+// is given them (tests/CMakeLists.txt: BULWARK_TORCH_PYTHON, the clone's
+// .venv unless configured otherwise).
 
 namespace bulwark {
 namespace {

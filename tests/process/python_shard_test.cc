@@ -2,7 +2,7 @@
 // checkpoints agree, without a cluster: images one writes the other reads,
 // and a Python rank's saves land in a real agent shard store, reach the
 // backup peer and durable storage, and come back when the rank asks.
-// Needs BULWARK_TORCH_PYTHON (Debian's python3-torch).
+// Needs BULWARK_TORCH_PYTHON (the clone's .venv, scripts/install-python.sh).
 #include <gtest/gtest.h>
 
 #include <chrono>

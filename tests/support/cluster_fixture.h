@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -97,6 +98,16 @@ class Cluster : public ::testing::Test {
       }
     }
     return false;
+  }
+
+  // The slowdown a fail-slow incident measured, from its cause ("m04
+  // computes 1.98x the others' time per step ..."); 0 when it names none.
+  // A test that injects `slow --factor F` checks it against F, so an
+  // emulation weaker than it claims fails the test instead of hiding.
+  static double MeasuredSlowFactor(const json& inc) {
+    const std::string cause = inc.value("cause", std::string());
+    const size_t at = cause.find(" computes ");
+    return at == std::string::npos ? 0.0 : std::atof(cause.c_str() + at + 10);
   }
 
   static std::string MachineState(const json& s, const std::string& id) {

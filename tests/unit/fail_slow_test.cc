@@ -160,6 +160,52 @@ TEST(FailSlowDetector, ARestartStartsTheLongHistoryAgain) {
   EXPECT_TRUE(d.Check(S(590)).has_value());
 }
 
+// Local machines share cores: a rank's wall time measures who else held
+// its core, its device time (CPU time) what it computed. Where every rank
+// reports device time, machines are compared by it: m03, whose wall time
+// looks like the others' but who computes 2x, is flagged; m02, who waited
+// for a core (1.6x the wall time, the same device time), is not. A round
+// in which one rank reports no device time falls back to wall time.
+TEST(FailSlowDetector, MachinesAreComparedByDeviceTimeWhereEveryRankReportsIt) {
+  PolicyConfig c;
+  FailSlowDetector d(c);
+  d.Started(S(0));
+  auto round = [&](int r) {
+    for (int m = 1; m <= 4; ++m) {
+      const std::string id = "m0" + std::to_string(m);
+      for (int k = 0; k < 10; ++k) {
+        RankSignal sig = Sig(id, m - 1, r * 10 + k, S(r * 10 + k), 100, id == "m02" ? 128 : 80);
+        sig.device_ms = id == "m03" ? 120 : 60;
+        d.Observe(sig);
+      }
+    }
+  };
+  std::optional<FailSlowSuspected> f;
+  for (int r = 0; r < 5; ++r) {
+    round(r);
+    f = d.Check(S(10 * (r + 1)));
+  }
+  ASSERT_TRUE(f.has_value()) << d.last_round();
+  EXPECT_EQ(f->machine, "m03");
+  EXPECT_NEAR(f->ratio, 2.0, 1e-9);
+  FailSlowDetector wall(c);
+  wall.Started(S(0));
+  std::optional<FailSlowSuspected> g;
+  for (int r = 0; r < 5; ++r) {
+    for (int m = 1; m <= 4; ++m) {
+      const std::string id = "m0" + std::to_string(m);
+      for (int k = 0; k < 10; ++k) {
+        RankSignal sig = Sig(id, m - 1, r * 10 + k, S(r * 10 + k), 100, id == "m02" ? 128 : 80);
+        sig.device_ms = id == "m04" ? 0 : (id == "m03" ? 120 : 60);
+        wall.Observe(sig);
+      }
+    }
+    g = wall.Check(S(10 * (r + 1)));
+  }
+  ASSERT_TRUE(g.has_value()) << wall.last_round();
+  EXPECT_EQ(g->machine, "m02") << "one rank without device time: wall time for everyone";
+}
+
 TEST(FailSlowDetector, AJobWideSlowdownIsReportedOnceAndNamesNoMachine) {
   PolicyConfig c;
   FailSlowDetector d(c);

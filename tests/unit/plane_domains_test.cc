@@ -117,6 +117,7 @@ TEST(PlaneDomains, AnElasticJobLosesARackInOneDecisionThatReplayRepeats) {
   plane::JobLaunch l = Launch();
   l.spec.world_size = 4;
   l.spec.recovery = controller::JobSpec::Recovery::kElastic;
+  l.argv = {"/opt/bulwark/bin/bulwark-train"};  // elastic needs ranks that speak it
   std::unique_ptr<Plane> p = RackedPlane(
       o, {{"m01", "r0"}, {"m02", "r0"}, {"m03", "r1"}, {"m04", "r1"}, {"m05", "r0"}, {"m06", "r1"}}, l);
   ASSERT_TRUE(p);

@@ -42,6 +42,29 @@ TEST(Plane, NegativePersistIntervalIsRefused) {
   EXPECT_NE(id.status().message().find("persist_every"), std::string::npos) << id.status().message();
 }
 
+// A script that does not speak bulwark's elastic protocol, submitted with
+// recovery elastic, would restart from step 0 at every narrowing: refused,
+// one line that names the fix; bulwark-train, wherever it lives, is taken.
+TEST(Plane, ElasticRecoveryForRanksThatDoNotSpeakItIsRefusedAtSubmit) {
+  PlaneOptions o;
+  o.db_path = testing::MakeTempDir() + "/c.db";
+  auto p = Plane::Open(o, TimeFromMs(1000));
+  ASSERT_TRUE(p.ok());
+  for (const char* m : {"m01", "m02"}) ASSERT_TRUE((*p)->Register(Reg(m), TimeFromMs(1000)).ok());
+  JobLaunch l = Launch();
+  l.spec.recovery = controller::JobSpec::Recovery::kElastic;
+  l.argv = {"/usr/bin/python3", "train.py"};
+  auto id = (*p)->Submit(l, TimeFromMs(1000));
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), Status::Code::kInvalidArgument);
+  const std::string& why = id.status().message();
+  EXPECT_NE(why.find("python3 does not speak bulwark's elastic protocol"), std::string::npos) << why;
+  EXPECT_NE(why.find("use recovery standby"), std::string::npos) << why;
+  EXPECT_EQ(why.find('\n'), std::string::npos) << "one line";
+  l.argv = {"/opt/x/build/bin/bulwark-train", "--config", "tiny"};
+  EXPECT_TRUE((*p)->Submit(l, TimeFromMs(1000)).ok());
+}
+
 wire::InjectRequest Injection(const std::string& machine, const std::string& fault, int rank,
                               const std::string& where = "", double factor = 0) {
   wire::InjectRequest r;

@@ -56,6 +56,61 @@ TEST(Signatures, ShippedTableClassifiesCommonDeaths) {
   EXPECT_EQ(t.Match({"{\"event\":\"step\",\"step\":3}", "all good"}), "");
 }
 
+// Issue 58: when one rank dies, every survivor's NCCL says "remote process
+// exited or there was a network error"; classified nccl_hardware, it evicted
+// each survivor's machine. A survivor lost a peer; the culprit is still named
+// by its own fault, whatever its tail says after it.
+TEST(Signatures, ANcclSurvivorLostAPeerAndTheCulpritKeepsItsOwnFault) {
+  const SignatureTable t = Shipped();
+  // A survivor's exception under torch 2.x (ProcessGroupNCCL), over sockets.
+  const std::vector<std::string> survivor = {
+      "[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+      "ProcessGroupNCCL.cpp:3356, remote process exited or there was a network error, NCCL version 2.30.7",
+      "[rank1]: ncclRemoteError: A call failed possibly due to a network error or a remote process exiting "
+      "prematurely.",
+      "[rank1]: Last error:", "[rank1]: socketProgress: Connection closed by remote peer 10.0.0.2<41568>"};
+  EXPECT_EQ(t.Match(survivor), "connection_reset");
+  // Over InfiniBand with NCCL_DEBUG=WARN: the send to the dead peer's QP fails.
+  EXPECT_EQ(t.Match({"m02:4121:4190 [0] transport/net_ib.cc:2273 NCCL WARN NET/IB: Got completion from peer "
+                     "10.0.0.2<51234> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129 "
+                     "hca mlx5_0",
+                     "NCCL Last Error: remote process exited or there was a network error"}),
+            "connection_reset");
+  // Gloo's survivors under torch 2.15, verbatim: a killed peer, a frozen one.
+  EXPECT_EQ(t.Match({"[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] "
+                     "Read error [127.0.0.1]:33203: Connection reset by peer. This is typically caused by a remote "
+                     "worker hanging or bugs in the application."}),
+            "connection_reset");
+  EXPECT_EQ(t.Match({"[rank1]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
+                     "unbound_buffer.cc:78] Timed out waiting 5000ms for recv operation to complete"}),
+            "connection_reset");
+
+  // The culprits, as before: its own InfiniBand device or system call...
+  EXPECT_EQ(t.Match({"m01:77:90 [0] NCCL WARN NET/IB : mlx5_0:1 async fatal event: local catastrophic error",
+                     "NCCL error in: ProcessGroupNCCL.cpp:3356, remote process exited or there was a network error"}),
+            "nccl_hardware");
+  EXPECT_EQ(t.Match({"m01:77:90 [0] NCCL WARN NET/IB : Unable to open device mlx5_1"}), "nccl_hardware");
+  EXPECT_EQ(t.Match({"m01:77:90 [0] NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory"}),
+            "nccl_hardware");
+  EXPECT_EQ(t.Match({"torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, unhandled "
+                     "system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.30.7",
+                     "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device "
+                     "error."}),
+            "nccl_hardware");
+  EXPECT_EQ(t.Match({"m01:77:90 [0] NCCL WARN NET/IB : mlx5_0:1 Got non-fatal async event: port error(10)"}),
+            "nccl_hardware");
+  // ...its GPU, even when its peers' aborts reach it afterwards...
+  EXPECT_EQ(t.Match({"RuntimeError: CUDA error: an illegal memory access was encountered",
+                     "NCCL error in: ProcessGroupNCCL.cpp:3356, remote process exited or there was a network error",
+                     "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting"}),
+            "cuda_error");
+  // ...and NCCL's internal errors, which say nothing of the machine.
+  EXPECT_EQ(t.Match({"NCCL error in: ProcessGroupNCCL.cpp:3356, internal error - please report this issue to the "
+                     "NCCL developers, NCCL version 2.30.7",
+                     "ncclInternalError: Internal check failed."}),
+            "nccl");
+}
+
 TEST(Signatures, UserLinesComeBeforeShippedOnes) {
   SignatureTable t = Shipped();
   auto user = SignatureTable::Parse("# mine\nmy_flaky_fs\tStale file handle\nnccl_hardware\tConnection reset\n", "u.tsv");

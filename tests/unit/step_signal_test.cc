@@ -60,7 +60,7 @@ StepFigures Filled(size_t* fields = nullptr) {
 TEST(StepSignal, EveryFigureCrossesTheWireByName) {
   size_t fields = 0;
   const StepFigures sent = Filled(&fields);
-  EXPECT_EQ(fields, 12u) << "a figure added to StepFigures: add it to its Fields list and to wire::RankSignal";
+  EXPECT_EQ(fields, 13u) << "a figure added to StepFigures: add it to its Fields list and to wire::RankSignal";
   wire::RankSignal r;
   CopyToMessage(sent, &r);
   for (const std::string& f : Print(sent)) {

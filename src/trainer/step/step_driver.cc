@@ -155,6 +155,9 @@ Result<GenerationEnd> StepDriver::Run(StepLayout& layout, TrainState& st, Clock:
   // agent's accepted step are the generation's.
   AnomalyGuard guard;
   double last_fwd_ms = 0, last_ckpt_ms = 0;
+  // The device time of each step's compute, which the fail-slow detector
+  // compares machines by (pace.h).
+  StepCompute compute(store.GradsView().is_cpu());
 
   // --------------------------------------------------------------------------
   // The loop. `st.step` counts completed steps; step s+1 is being computed.
@@ -167,12 +170,14 @@ Result<GenerationEnd> StepDriver::Run(StepLayout& layout, TrainState& st, Clock:
       progress.Eval(st.step, *val);
     }
     const auto t0 = Clock::now();
+    compute.Begin();
 
     // ---- the agent's test hooks (client/rank_link.h): one non-blocking
     // check a step. Silent data corruption stays on once injected
     // ("sdc-nan:R" / "sdc-drift:R").
     std::string inject;
     if (sdc_file) sdc_file->Poll(sdc);  // the machine's emulated hardware (sdc.h)
+    if (pace_file) pace_file->Poll();   // and its pace (pace.h)
     if (link) inject = link->PollInject().value_or("");
     // This step's reduction carries the splice this rank holds (train_loop.h).
     if (vote != nullptr && link) vote->mine = link->splice() ? link->splice()->generation : 0;
@@ -203,6 +208,9 @@ Result<GenerationEnd> StepDriver::Run(StepLayout& layout, TrainState& st, Clock:
       torch::Tensor g = store.GradsView();
       sdc->Corrupt(g);  // silent: no log line, no flag
     }
+    // A throttled machine's compute takes longer (pace.h).
+    if (pace_file) compute.Stretch(pace_file->factor(), times.wait_ms);
+    const double device_ms = compute.Ms(times.wait_ms);
     const auto t_bwd = Clock::now();
     if (inject == "hang-collective") BULWARK_RETURN_IF_ERROR(world.RecvNeverSent());
 
@@ -293,6 +301,7 @@ Result<GenerationEnd> StepDriver::Run(StepLayout& layout, TrainState& st, Clock:
       s.local_grad_norm = local_norm;
       s.step_ms = ms;
       s.compute_ms = std::max(0.0, Ms(t0, t_bwd) - times.wait_ms) / std::max(1, times.shares);
+      s.device_ms = std::max(0.0, device_ms) / std::max(1, times.shares);
       s.comm_ms = Ms(t_bwd, t_comm) + times.wait_ms;
       s.local_nonfinite = local_nonfinite;
       s.observed_ms = WallMs();

@@ -28,6 +28,7 @@
 #include "trainer/model/model.h"
 #include "trainer/model/params.h"
 #include "trainer/step/progress.h"
+#include "trainer/diag/pace.h"
 #include "trainer/diag/sdc.h"
 #include "trainer/step/train_loop.h"
 
@@ -91,6 +92,7 @@ struct StepDriver {
   std::optional<Sdc>& sdc;     // the emulated bad machine's corruption (sdc.h)
   int pp_size = 1;             // stages a disk checkpoint is split into
   SdcFile* sdc_file = nullptr; // the machine's emulated hardware, polled each step (sdc.h)
+  PaceFile* pace_file = nullptr;  // and its compute pace (pace.h)
   // An elastic data-parallel generation's splice vote (train_loop.h), which
   // its layout's reduction carries; null where a grow yields instead.
   TrainProcess::SpliceVote* vote = nullptr;

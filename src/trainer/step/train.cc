@@ -142,6 +142,7 @@ Status SetUp(const TrainConfig& cfg_in, TrainProcess& p) {
   // names), polled each step, or BULWARK_SDC, or a rank-link inject.
   p.sdc = Sdc::FromEnv();
   p.sdc_file = SdcFile::FromEnv();
+  p.pace_file = PaceFile::FromEnv();  // BULWARK_PACE_FILE: a throttled machine
   return Status::OK();
 }
 

@@ -260,6 +260,7 @@ Result<GenerationEnd> RunGeneration(TrainProcess& p, Comm& comm, const Generatio
   const auto t_init = Clock::now();
   StepDriver driver{cfg, comm, p.model, store, *p.opt, nullptr, p.link.get(), progress, p.sdc};
   if (p.sdc_file) driver.sdc_file = &*p.sdc_file;
+  if (p.pace_file) driver.pace_file = &*p.pace_file;
   if (place) driver.pp_size = place->c.pp_size;
   // A data-parallel ring formed from the controller's plans can take a grow
   // between steps: the joiner's neighbours link to it, everyone else keeps

@@ -26,6 +26,7 @@
 #include "trainer/model/params.h"
 #include "trainer/step/progress.h"
 #include "trainer/data/sampler.h"
+#include "trainer/diag/pace.h"
 #include "trainer/diag/sdc.h"
 #include "trainer/data/tokens.h"
 #include "trainer/step/elastic_zero.h"
@@ -62,6 +63,8 @@ struct TrainProcess {
   // process, and follows the machine's emulated hardware (sdc_file).
   std::optional<Sdc> sdc;
   std::optional<SdcFile> sdc_file;
+  // The machine's emulated compute pace (pace.h), polled each step.
+  std::optional<PaceFile> pace_file;
   // Set when this process must not run another generation in place.
   bool must_exit = false;
   // Elastic jobs (elastic.h): the state this process held when its last
