@@ -7,7 +7,8 @@ The agent that starts a rank names a Unix SOCK_SEQPACKET socket in the
 environment variable BULWARK_RANK_SOCKET (the "rank link", the protocol
 bulwark-train speaks from src/rank_client/rank_link.cc). Over it the rank says
 HELLO once, then one STEP line per completed step and a PHASE line before a
-long pause that is not a step (an evaluation, a checkpoint). The agent sums
+long pause that is not a step (an evaluation, a checkpoint; the client
+announces the interpreter's exit after the last step itself). The agent sums
 the steps into its heartbeat. The controller's hang, NaN and spike detectors
 and its ETTR ledger then treat this job like bulwark-train.
 
@@ -61,8 +62,10 @@ class RankLink:
             raise
         self._last = time.monotonic()
         self._last_cpu = time.process_time()
+        self._last_step = None  # the newest step reported, for the exit phase
         self._pace = pace.Pace.from_env()  # None outside bulwark's local backend
         self._send("HELLO %d %d" % (rank, os.getpid()))
+        _at_interpreter_exit(self._announce_exit)
 
     def _send(self, text):
         try:
@@ -111,6 +114,7 @@ class RankLink:
                 if comm_ms is None:
                     comm_ms = measured
             self._last, self._last_cpu = now, cpu_now
+            self._last_step = int(step)
             nonfinite = not (_finite(loss) and _finite(grad_norm))
             local_nonfinite = not _finite(local_grad_norm)
             # STEP step steps loss grad_norm local_grad_norm step_ms compute_ms
@@ -133,9 +137,39 @@ class RankLink:
             self._send("PHASE %s %.0f %d" % (word, float(expected_s) * 1000.0, int(after_step)))
             self._last, self._last_cpu = time.monotonic(), time.process_time()
 
+    def _announce_exit(self):
+        """The interpreter is shutting down: the steps are over, and what
+        follows (threads joined, atexit handlers, torch's teardown: about
+        a second for torch 2.15 on an idle CPU, several on a loaded one)
+        is no hang. Nothing to say before the first step."""
+        if self._last_step is not None and self._sock.fileno() >= 0:
+            self.phase("exit", EXIT_EXPECTED_S, self._last_step)
+
     def close(self):
         with self._lock:
             self._sock.close()
+
+
+# The time a rank's interpreter is allowed to take to exit after its last
+# step, before the hang detector's factor (hang_factor x this).
+EXIT_EXPECTED_S = 10.0
+
+
+def _at_interpreter_exit(fn):
+    """Calls `fn` as the interpreter begins to exit: before non-daemon
+    threads are joined and before atexit's handlers, which a user's code
+    may fill with slow ones (a tracker's upload). threading's own hook
+    (Python 3.9 and later, what concurrent.futures uses) runs then; atexit
+    where it is missing."""
+    hook = getattr(threading, "_register_atexit", None)
+    try:
+        if hook is not None:
+            hook(fn)
+            return
+    except RuntimeError:
+        pass  # already shutting down
+    import atexit
+    atexit.register(fn)
 
 
 def _cuda_in_use():

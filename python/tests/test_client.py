@@ -86,6 +86,29 @@ class ClientTest(unittest.TestCase):
         agent.recv()  # HELLO
         self.assertEqual(agent.recv(), "PHASE save_checkpoint 2500 40")
 
+    def test_the_interpreters_exit_after_a_step_is_announced_as_a_phase(self):
+        # torch's teardown alone takes about a second after the last step:
+        # without the phase a loaded host's exit looks like a hang.
+        agent = Agent()
+        code = ("import sys; sys.path.insert(0, %r)\nimport bulwark\nbulwark.step(12)\n"
+                % os.path.join(os.path.dirname(__file__), ".."))
+        env = dict(os.environ, BULWARK_RANK_SOCKET=agent.path, RANK="0")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = [agent.recv() for _ in range(3)]
+        self.assertTrue(lines[1].startswith("STEP 12 "), lines)
+        self.assertEqual(lines[2], "PHASE exit %.0f 12" % (bulwark.EXIT_EXPECTED_S * 1000))
+
+    def test_an_exit_before_any_step_says_nothing(self):
+        agent = Agent()
+        code = ("import sys; sys.path.insert(0, %r)\nimport bulwark\nbulwark.link()\n"
+                % os.path.join(os.path.dirname(__file__), ".."))
+        env = dict(os.environ, BULWARK_RANK_SOCKET=agent.path, RANK="0")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(agent.recv().startswith("HELLO 0 "))
+        self.assertEqual(agent.recv(), "")  # closed: no PHASE
+
     def test_no_listening_agent_warns_once_and_training_goes_on(self):
         b = fresh({"BULWARK_RANK_SOCKET": "/nonexistent/ranks.sock"})
         b.step(1)

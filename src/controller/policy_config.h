@@ -156,8 +156,8 @@ struct PolicyConfig {
   // evicted. 1.3x: the worst machine of a fault-free 4-machine job on a
   // loaded 2-core host measured up to 1.15x in a round
   // (docs/implicit-faults.md; 1.25x at load 7-15 in one 12-minute run with
-  // the median rule, flagging nobody), and a 2x duty-cycled machine shows
-  // 1.6x in compute time (part of its stops land in its all-reduce).
+  // the median rule, flagging nobody), and a 2x slow machine measures
+  // 1.8-2.0x by device time (its ranks' CPU time on a CPU host, 2026-12-07).
   Duration slow_round = std::chrono::seconds(10);
   int slow_rounds = 5;
   double slow_ratio = 1.3;
