@@ -35,7 +35,7 @@ import time
 from . import ddp_timing, pace
 
 __all__ = ["RankLink", "step", "phase", "link", "save", "restore", "resumed_from_disk", "memory", "peer_loss_exits",
-           "EXIT_PEER_LOST"]
+           "is_peer_lost", "run", "EXIT_PEER_LOST"]
 
 RANK_SOCKET_ENV = "BULWARK_RANK_SOCKET"
 
@@ -145,6 +145,57 @@ class RankLink:
         if self._last_step is not None and self._sock.fileno() >= 0:
             self.phase("exit", EXIT_EXPECTED_S, self._last_step)
 
+    @property
+    def last_step(self):
+        """The newest step this process reported, or None."""
+        return self._last_step
+
+    def hello(self, rank):
+        """This process now is `rank` (after an ASSIGN): the agent's view
+        of the link follows, and the hang detector hears a new start."""
+        with self._lock:
+            self._sock.send(("HELLO %d %d" % (rank, os.getpid())).encode())
+            self._last, self._last_cpu = time.monotonic(), time.process_time()
+
+    def offer_in_place(self):
+        """Says INPLACE: this process can wait for an ASSIGN (generations.py)."""
+        with self._lock:
+            self._sock.send(b"INPLACE")
+
+    def await_assignment(self, why, step, timeout_s):
+        """Says `why` ("LOST", "READY"), then waits up to `timeout_s` (None:
+        forever) for the agent's ASSIGN: a generations.Assignment, or None
+        when the time ran out or the agent closed the link. Injections
+        meant for the ended generation are skipped."""
+        from .generations import parse_assignment
+        text = why if why == "READY" else "%s %d" % (why, int(step))
+        end = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._lock:
+            try:
+                self._sock.send(text.encode())  # blocking: the agent must hear it
+                while True:
+                    left = None if end is None else end - time.monotonic()
+                    if left is not None and left <= 0:
+                        return None
+                    self._sock.settimeout(left)
+                    msg = self._sock.recv(8192).decode(errors="replace")
+                    if not msg:
+                        return None  # the agent closed the link
+                    # A SPLICE that came too late to be voted on serves as the ASSIGN.
+                    if msg.startswith("ASSIGN ") or msg.startswith("SPLICE "):
+                        try:
+                            return parse_assignment(msg)
+                        except ValueError as e:
+                            sys.stderr.write("bulwark: %s\n" % e)
+                            return None
+            except (socket.timeout, OSError):
+                return None
+            finally:
+                try:
+                    self._sock.settimeout(None)
+                except OSError:
+                    pass
+
     def close(self):
         with self._lock:
             self._sock.close()
@@ -200,8 +251,10 @@ def link():
         if not path:
             _given_up = True
             return None
+        # A pre-spawned spare has no rank until its ASSIGN (generations.py).
+        rank = -1 if os.environ.get("BULWARK_PRESPAWN") else int(os.environ.get("RANK", "0"))
         try:
-            _link = RankLink(path, int(os.environ.get("RANK", "0")))
+            _link = RankLink(path, rank)
         except OSError as e:
             sys.stderr.write("bulwark: %s=%s names no listening agent (%s); progress is not reported\n"
                              % (RANK_SOCKET_ENV, path, e))
@@ -257,6 +310,16 @@ def memory():
             sys.stderr.write("bulwark: %s=%s names no listening agent (%s); no in-memory checkpoints\n"
                              % (_m.SHARD_SOCKET_ENV, path, e))
         return _memory
+
+
+def _forget_memory():
+    """A new generation (generations.py): the next memory() connects as
+    its rank and world."""
+    global _memory, _memory_tried
+    with _link_lock:
+        if _memory is not None:
+            _memory.close()
+        _memory, _memory_tried = None, False
 
 
 def restore(weights_only=True, map_location="cpu", safe_globals=()):
@@ -324,6 +387,11 @@ _PEER_LOST = re.compile(r"Connection reset by peer|Connection closed by peer|Con
                         r"Got completion from peer|Connection closed by remote peer", re.IGNORECASE)
 
 
+def is_peer_lost(e):
+    """Whether exception `e` is a collective's failure because a peer is gone."""
+    return isinstance(e, RuntimeError) and _PEER_LOST.search(str(e)) is not None
+
+
 @contextlib.contextmanager
 def peer_loss_exits():
     """Within it, a collective that fails because a peer is gone ends the
@@ -336,7 +404,7 @@ def peer_loss_exits():
     try:
         yield
     except RuntimeError as e:
-        if not _PEER_LOST.search(str(e)):
+        if not is_peer_lost(e):
             raise
         sys.stderr.write("bulwark: a collective failed, a peer is gone (exit %d): %s\n" % (EXIT_PEER_LOST, e))
         sys.stdout.flush()
@@ -344,3 +412,6 @@ def peer_loss_exits():
         # Not sys.exit: tearing down a process group whose peer is dead can
         # block, and the agent is waiting for this exit.
         os._exit(EXIT_PEER_LOST)
+
+
+from .generations import run  # noqa: E402  (generations.py imports this module lazily)

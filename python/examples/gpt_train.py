@@ -9,6 +9,12 @@ reports its loss to bulwark and checkpoints the model and the optimizer
 into its agent's memory. After a restart it resumes from the newest step
 every rank has a checkpoint of (its own, or a peer's backup copy), so a
 killed rank or a dead machine costs at most one step. At --steps every rank exits 0 and the job is complete.
+
+bulwark.run(generation, ...) keeps the process across restarts: when a
+peer dies, this rank ends its process group, waits for its agent to hand it
+the next generation, and calls generation() again, with torch imported and
+the data read (a warm restart, python/bulwark/generations.py). A killed
+rank's slot is taken by a spare the agent started ahead of need.
 Run directly, without bulwark, the client calls do nothing: pass --init
 file:///tmp/somefile --rank R --world-size N.
 """
@@ -61,21 +67,33 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--init", default="env://")
-    ap.add_argument("--rank", type=int, default=int(os.environ.get("RANK", "0")))
-    ap.add_argument("--world-size", type=int, default=int(os.environ.get("WORLD_SIZE", "1")))
+    ap.add_argument("--cold", action="store_true",
+                    help="no bulwark.run: each restart is a new process (for the comparison in bench/python)")
+    ap.add_argument("--rank", type=int, default=None, help="default: $RANK (env://)")
+    ap.add_argument("--world-size", type=int, default=None, help="default: $WORLD_SIZE (env://)")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    with bulwark.peer_loss_exits():  # CLIENT: a lost peer is its fault, not this machine's
-        dist.init_process_group("gloo", init_method=a.init, rank=a.rank, world_size=a.world_size)
-        train(a)
-    dist.destroy_process_group()
-
-
-def train(a):
-    rank = dist.get_rank()
     text = open(os.path.abspath(__file__), encoding="utf-8").read()
     chars = sorted(set(text))
     data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
+    if a.cold:
+        with bulwark.peer_loss_exits():  # a lost peer is its fault, not this machine's
+            generation(a, chars, data)
+        return
+    bulwark.run(generation, a, chars, data)  # CLIENT: a restart keeps this process
+
+
+def generation(a, chars, data):
+    """One generation of the job: form the group (RANK, WORLD_SIZE and
+    MASTER_* come from the environment, new each generation), train, leave."""
+    ranks = {} if a.rank is None else {"rank": a.rank, "world_size": a.world_size}
+    dist.init_process_group("gloo", init_method=a.init, **ranks)
+    train(a, chars, data)
+    dist.destroy_process_group()
+
+
+def train(a, chars, data):
+    rank = dist.get_rank()
     torch.manual_seed(0)  # the same initial weights on every rank
     model = GPT(len(chars))
     ddp = DDP(model)

@@ -243,6 +243,130 @@ class FakeGpu:
         return Future("reduced")
 
 
+class GenerationsTest(unittest.TestCase):
+    """bulwark.run in a child process under a socket standing in for the
+    agent: a lost peer is a LOST and a wait in place, an ASSIGN the next
+    generation in the same process; a spare says READY first."""
+
+    CHILD = """import os, sys; sys.path.insert(0, %r)
+import bulwark
+calls = []
+def train(tag):
+    calls.append((os.environ.get("RANK"), os.environ.get("WORLD_SIZE"), os.environ.get("MASTER_PORT")))
+    if len(calls) == 1 and not os.environ.get("BULWARK_PRESPAWN_DONE"):
+        bulwark.step(7)
+        raise RuntimeError("[../gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:4242")
+    print("calls", calls, tag, flush=True)
+    return "done"
+print("returned", bulwark.run(train, "x"), flush=True)
+"""
+
+    def start(self, agent, extra=None):
+        code = self.CHILD % os.path.join(os.path.dirname(__file__), "..")
+        env = dict(os.environ, BULWARK_RANK_SOCKET=agent.path, RANK="0", WORLD_SIZE="2", MASTER_PORT="5000",
+                   **(extra or {}))
+        env.pop("BULWARK_SHARD_SOCKET", None)
+        return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def recv_until(self, agent, prefix):
+        for _ in range(10):
+            m = agent.recv()
+            if m.startswith(prefix):
+                return m
+        self.fail("no %s from the rank" % prefix)
+
+    def store(self):
+        """A port that listens, standing in for rank 0's store (run waits
+        for it before a non-zero rank's next generation)."""
+        l = socket.socket()
+        l.bind(("127.0.0.1", 0))
+        l.listen(8)
+        self.addCleanup(l.close)
+        return l.getsockname()[1]
+
+    def test_a_lost_peer_waits_in_place_for_the_next_generation(self):
+        agent = Agent()
+        port = self.store()
+        p = self.start(agent)
+        self.assertTrue(agent.recv().startswith("HELLO 0 %d" % p.pid))
+        self.assertEqual(agent.recv(), "INPLACE")
+        self.recv_until(agent, "STEP 7 ")
+        self.assertEqual(self.recv_until(agent, "LOST"), "LOST 7")
+        agent.conn.send(b"INJECT nan")  # meant for the ended generation: skipped
+        agent.conn.send(b"ASSIGN 2 1 0 3 1 127.0.0.1 %d -1 -" % port)
+        self.assertEqual(agent.recv(), "HELLO 1 %d" % p.pid)  # the same process, a new rank
+        self.assertEqual(agent.recv(), "INPLACE")
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("calls [('0', '2', '5000'), ('1', '3', '%d')] x" % port, out)
+        self.assertIn("returned done", out)
+        self.assertIn("rank 1 of generation 2 (world 3), in place after", err)
+
+    def test_a_spare_says_ready_and_takes_the_rank_it_is_assigned(self):
+        agent = Agent()
+        port = self.store()
+        p = self.start(agent, {"BULWARK_PRESPAWN": "1", "BULWARK_PRESPAWN_DONE": "1"})
+        self.assertEqual(agent.recv(), "HELLO -1 %d" % p.pid)
+        self.assertEqual(agent.recv(), "INPLACE")
+        self.assertEqual(agent.recv(), "READY")
+        agent.conn.send(b"ASSIGN 3 1 0 2 1 127.0.0.1 %d 0 -" % port)
+        self.assertEqual(agent.recv(), "HELLO 1 %d" % p.pid)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn('"event": "spare_ready"', out)
+        self.assertIn("calls [('1', '2', '%d')] x" % port, out)
+
+    def test_a_spare_the_agent_no_longer_needs_ends_quietly(self):
+        agent = Agent()
+        p = self.start(agent, {"BULWARK_PRESPAWN": "1"})
+        self.recv_until(agent, "READY")
+        agent.conn.close()
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("returned None", out)
+
+    def test_no_assignment_in_time_is_the_peer_lost_exit(self):
+        agent = Agent()
+        code = self.CHILD % os.path.join(os.path.dirname(__file__), "..")
+        code = code.replace("import bulwark", "import bulwark, bulwark.generations as g; g.ASSIGN_WAIT_S = 0.5")
+        env = dict(os.environ, BULWARK_RANK_SOCKET=agent.path, RANK="0")
+        env.pop("BULWARK_SHARD_SOCKET", None)
+        p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        self.recv_until(agent, "LOST")
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, bulwark.EXIT_PEER_LOST, err)
+        self.assertIn("no next generation came", err)
+
+    def test_other_errors_pass_through(self):
+        agent = Agent()
+        code = ("import sys; sys.path.insert(0, %r)\nimport bulwark\n"
+                "def train():\n    raise ValueError('shapes')\nbulwark.run(train)\n"
+                % os.path.join(os.path.dirname(__file__), ".."))
+        env = dict(os.environ, BULWARK_RANK_SOCKET=agent.path, RANK="0")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("ValueError: shapes", r.stderr)
+
+    def test_outside_bulwark_train_runs_once(self):
+        code = ("import sys; sys.path.insert(0, %r)\nimport bulwark\n"
+                "print(bulwark.run(lambda: 5))\n" % os.path.join(os.path.dirname(__file__), ".."))
+        env = dict(os.environ)
+        env.pop("BULWARK_RANK_SOCKET", None)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, "5"), r.stderr)
+
+    def test_an_assignment_parses_as_the_agent_formats_it(self):
+        from bulwark.generations import parse_assignment
+        a = parse_assignment("ASSIGN 4 2 1 4 2 10.0.0.1 29500 1 /tmp/rank-2.log 10.0.0.1:7000 plan")
+        self.assertEqual((a.generation, a.rank, a.local_rank, a.world_size, a.backup_of, a.ring_addr),
+                         (4, 2, 1, 4, 1, "10.0.0.1:7000"))
+        for bad in ("ASSIGN 1 2 0 2 1 h 5000 -1", "ASSIGN 1 2 0 2 1 h 5000 -1 -", "ASSIGN 1 0 0 2 1 h 0 -1 -"):
+            with self.assertRaises(ValueError):
+                parse_assignment(bad)
+
+
 class PeerLossExitTest(unittest.TestCase):
     """bulwark.peer_loss_exits() in a child process: its exit code is what
     the agent reads."""

@@ -451,25 +451,52 @@ TEST_F(PythonStacksCluster, ADdpJobWithNoComputeTimesIsFoundSlowOnOneMachine) {
 // The example a user would recognise (python/examples/gpt_train.py: a small
 // GPT, DDP over Gloo, the client in a few lines) under `bulwark run`, as
 // the README shows it: it trains, survives a kill from another terminal,
-// and ends with exit code 0, a summary, and nothing left running.
+// and ends with exit code 0, a summary, and nothing left running. The
+// restart is warm (bulwark.run, python/bulwark/generations.py): the
+// survivor keeps its process, the killed rank's slot goes to the spare its
+// agent started ahead of need, and both restore from memory.
 TEST_F(PythonStacksCluster, BulwarkRunTrainsTheGptExampleThroughAKillToExitCodeZero) {
   auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
   ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch: run scripts/install-deps.sh";
   testing::Process run({testing::BinDir() + "/bulwark", "run", "--machines", "2", "--standby", "1", "--dir", dir_,
                         "--name", "gpt", "--", BULWARK_TORCH_PYTHON,
-                        std::string(BULWARK_PYTHON_DIR) + "/examples/gpt_train.py", "--steps", "400"},
+                        std::string(BULWARK_PYTHON_DIR) + "/examples/gpt_train.py", "--steps", "600"},
                        {{"OMP_NUM_THREADS", "1"}});
-  WaitFor("the GPT's first steps", 120, [](const json& s) { return s["job"]["last_step"] >= 30; });
+  json s = WaitFor("the GPT's first steps", 120, [](const json& s) { return s["job"]["last_step"] >= 20; });
+  const int64_t gen = s["job"]["generation"];
+  // The kill's machine has its spare set up (torch imported, waiting) first:
+  // a kill before that is a cold start of that rank, another path.
+  ASSERT_TRUE(WaitForEvent("m01's spare", RankLog("m01", "spare.log"), "spare_ready", 120).is_object());
+  // The survivor's process, as the client names it at its start.
+  const std::string first = ReadAll(RankLog("m02", "rank-1.log"));
+  const std::string said = "rank 1 of generation " + std::to_string(gen) + " (world 2), a new process, pid ";
+  ASSERT_NE(first.find(said), std::string::npos) << first;
+  const int64_t survivor_pid = std::atoll(first.c_str() + first.find(said) + said.size());
+  ASSERT_LT(Query("status")["job"]["last_step"].get<int64_t>(), 580) << "the job ended before its fault";
   inject_ms_ = NowMs();
   auto kill = Bulwark({"inject", "kill", "--machine", "m01"});
   ASSERT_EQ(kill.exit_code, 0) << kill.err;
+  WaitFor("the kill's recovery", 120, [&](const json& x) {
+    return x["job"]["generation"] > gen && (x["job"]["state"] == "running" || x["job"]["state"] == "completed") &&
+           x["job"]["incidents"].get<int64_t>() >= 1;
+  });
+  Report("python kill");
   testing::ProcessResult res = run.Wait(300);
   EXPECT_EQ(res.exit_code, 0) << res.out << res.err;
   EXPECT_NE(res.out.find("incident 1 ("), std::string::npos) << res.out;
-  EXPECT_NE(res.out.find("job gpt completed at step 400 (every rank of generation 2 exited 0) after "),
+  EXPECT_NE(res.out.find("job gpt completed at step 600 (every rank of generation 2 exited 0) after "),
             std::string::npos)
       << res.out;
   EXPECT_NE(res.out.find(": 1 incident(s), ETTR "), std::string::npos) << res.out;
+  // Generation 2: the survivor in its own process, the spare in the dead one's slot.
+  const auto survivor = Banners(RankLog("m02", "rank-1.log"));
+  ASSERT_EQ(survivor.count(gen + 1), 1u) << ReadAll(RankLog("m02", "rank-1.log"));
+  EXPECT_EQ(survivor.at(gen + 1).first, "rejoin");
+  EXPECT_EQ(survivor.at(gen + 1).second, survivor_pid) << "the survivor was not the same process";
+  const auto replaced = Banners(RankLog("m01", "rank-0.log"));
+  ASSERT_EQ(replaced.count(gen + 1), 1u) << ReadAll(RankLog("m01", "rank-0.log"));
+  EXPECT_EQ(replaced.at(gen + 1).first, "prespawned") << ReadAll(RankLog("m01", "rank-0.log"));
+  EXPECT_NE(ReadAll(RankLog("m02", "rank-1.log")).find("in place after "), std::string::npos);
   // The restarted ranks resumed from memory, not from step 0.
   bool resumed = false;
   for (const char* m : {"m01", "m02", "m03"}) {

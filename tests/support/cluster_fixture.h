@@ -201,6 +201,31 @@ class Cluster : public ::testing::Test {
     }
     return out;
   }
+  // The agent's start banners of a rank log: generation -> (path, pid).
+  std::map<int64_t, std::pair<std::string, int64_t>> Banners(const std::string& path) {
+    std::map<int64_t, std::pair<std::string, int64_t>> out;
+    std::ifstream in(path);
+    std::string line;
+    const std::string gen = " of generation ", open = " (", pid = ", pid ";
+    while (std::getline(in, line)) {
+      if (line.rfind("bulwark-agent: starting rank", 0) != 0) continue;
+      const size_t g = line.find(gen), o = line.find(open, g), p = line.find(pid, o);
+      if (g == std::string::npos || o == std::string::npos || p == std::string::npos) continue;
+      out[std::stoll(line.substr(g + gen.size()))] = {line.substr(o + 2, p - o - 2), std::stoll(line.substr(p + pid.size()))};
+    }
+    return out;
+  }
+  // Waits until `path` holds a `kind` event; returns the newest.
+  json WaitForEvent(const std::string& what, const std::string& path, const std::string& kind, double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::vector<json> ev = Events(path, kind);
+      if (!ev.empty()) return ev.back();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    ADD_FAILURE() << "timed out waiting for " << what << " in " << path;
+    return json();
+  }
   // Rank 0's final checksum of `trainer_args` run by `ranks` ranks directly:
   // the fault-free run a faulted one must end equal to.
   static std::string ReferenceChecksum(std::vector<std::string> trainer_args, int ranks,
