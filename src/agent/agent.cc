@@ -244,6 +244,8 @@ void Agent::Report() {
   req.set_device_slowdown(device_slowdown_);
   for (int r : supervisor_.LiveRanks()) req.add_live_ranks(r);
   for (const std::string& peer : gen_.peers_closed) req.add_peers_closed(peer);
+  // Said by this generation's ranks (a standby's own flag is its command's).
+  req.set_ranks_wait_in_place(gen_.in_place && supervisor_.generation() > 0 && !supervisor_.LiveRanks().empty());
   for (const auto& [rank, step] : gen_.finished) {
     wire::FinishedRank* f = req.add_finished();
     f->set_rank(rank);

@@ -177,15 +177,17 @@ void Agent::StandBy(const wire::Command& c) {
     return;
   }
   // A warm standby (plane/actuator.h: WarmStandby): spares of the job, at
-  // once (nothing else runs here). No rank of it ran here to say INPLACE,
-  // so only bulwark-train, which speaks it, is pre-spawned.
+  // once (nothing else runs here). No rank of it ran here to say INPLACE:
+  // bulwark-train speaks it, and any other program once the job's ranks
+  // elsewhere said it (the command's waits_in_place), as a Python job's
+  // under bulwark.run do. Another program run as a spare would train alone.
   RankGroupSpec spec = SpecFrom(c);
   const std::string program = spec.argv[0].substr(spec.argv[0].rfind('/') + 1);
-  if (program != "bulwark-train") {
+  if (program != "bulwark-train" && !c.waits_in_place()) {
     supervisor_.StopSpares();
     staging_.reset();
     spare_spec_.reset();
-    ReportWarm(false, program + " is not known to wait for an ASSIGN");
+    ReportWarm(false, program + " is not known to wait for an ASSIGN (no rank of the job said INPLACE yet)");
     return;
   }
   supervisor_.StopSpares({Supervisor::Identity(spec)});

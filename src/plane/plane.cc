@@ -212,7 +212,10 @@ void Plane::WarmStandbysLocked() {
     // Warm for the release the ranks run (a hot update changes it, and
     // with it the command's id, so that the agent takes it anew).
     wire::Command warm = WarmStandby(LaunchForLocked(s.releases.applied), s.placement, options_.policy.spike_factor);
-    warm.set_id(warm.id() + "/r" + std::to_string(s.releases.applied));
+    // Once the ranks said they wait in place, any program's spares do
+    // (a new id: the agent takes it anew).
+    warm.set_waits_in_place(ranks_wait_in_place_);
+    warm.set_id(warm.id() + "/r" + std::to_string(s.releases.applied) + (ranks_wait_in_place_ ? "/w" : ""));
     warm.set_spike_rule(options_.policy.spike_rule().Encode());
     if (a.desired && a.desired->id() == warm.id()) continue;
     a.desired = std::move(warm);

@@ -524,6 +524,10 @@ class Plane {
   // The highest step any rank signalled (the job's progress is rank 0's; a
   // rank may go further before it ends). Runtime only, like the signals.
   int64_t highest_step_ GUARDED_BY(mu_) = 0;
+  // A rank of the job said INPLACE (its agent's report): warm standbys keep
+  // spares of any program from then on (WarmStandbysLocked). Runtime only:
+  // a rebuilt controller hears it again with the next report.
+  bool ranks_wait_in_place_ GUARDED_BY(mu_) = false;
   std::set<std::string> logged_actions_ GUARDED_BY(mu_);
   std::string metrics_url_ GUARDED_BY(mu_);  // "" when metrics are not served
   Status journal_error_ GUARDED_BY(mu_);  // sticky: set once, the plane decides nothing more

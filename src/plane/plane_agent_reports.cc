@@ -110,6 +110,13 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
   // The ranks' signals feed the detectors; only the current generation's,
   // and only while the job trains.
   if (controller_ && !done_step_) ObserveSignalsLocked(req, now);
+  if (controller_ && req.ranks_wait_in_place() && !ranks_wait_in_place_ &&
+      req.generation() == controller_->state().placement.generation) {
+    // The job's program waits for an ASSIGN: its standbys can keep spares.
+    ranks_wait_in_place_ = true;
+    WarmStandbysLocked();
+    WakeStreamsLocked();
+  }
   // After the events: an exit they report may have restarted the job, and
   // the ranks that finished before it are then the old run's.
   BULWARK_RETURN_IF_ERROR(CompleteIfEveryRankExitedLocked(now));

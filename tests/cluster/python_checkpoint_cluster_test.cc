@@ -513,5 +513,51 @@ TEST_F(PythonStacksCluster, BulwarkRunTrainsTheGptExampleThroughAKillToExitCodeZ
   std::printf("[ run    ] %s", res.out.substr(res.out.rfind("job gpt completed")).c_str());
 }
 
+// A dead machine of a PyTorch job under bulwark.run: the standby kept a
+// spare of the job set up (its ranks said INPLACE, so the controller's
+// warm STOP_RANKS says the program waits in place), and that spare takes
+// the dead machine's slot; the survivor rejoins in its own process.
+TEST_F(PythonStacksCluster, AStandbysWarmSpareOfAPythonJobTakesADeadMachinesSlot) {
+  auto torch = testing::Run({BULWARK_TORCH_PYTHON, "-c", "import torch.distributed"}, {}, 120);
+  ASSERT_EQ(torch.exit_code, 0) << BULWARK_TORCH_PYTHON << " cannot import torch: run scripts/install-deps.sh";
+  auto up = Bulwark({"up", "--machines", "2", "--standby", "1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  std::ofstream(root_ + "/job.yaml") << "name: gpt\nworld_size: 2\n"
+                                     << "command: [" << BULWARK_TORCH_PYTHON << ", " << BULWARK_PYTHON_DIR
+                                     << "/examples/gpt_train.py, --steps, '100000000']\n"
+                                     << "env: {OMP_NUM_THREADS: '1', PYTHONUNBUFFERED: '1'}\n";
+  auto sub = Bulwark({"submit", root_ + "/job.yaml"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  json s = WaitFor("the GPT's first steps", 120, [](const json& s) { return s["job"]["last_step"] >= 20; });
+  ASSERT_EQ(s["job"]["placement"], json({"m01", "m02"}));
+  const int64_t gen = s["job"]["generation"];
+  ASSERT_TRUE(WaitForEvent("m03's warm spare", RankLog("m03", "spare.log"), "spare_ready", 180).is_object())
+      << ReadAll(dir_ + "/machines/m03/agent.log");
+  const std::string first = ReadAll(RankLog("m01", "rank-0.log"));
+  const std::string said = "rank 0 of generation " + std::to_string(gen) + " (world 2), a new process, pid ";
+  ASSERT_NE(first.find(said), std::string::npos) << first;
+  const int64_t survivor_pid = std::atoll(first.c_str() + first.find(said) + said.size());
+
+  inject_ms_ = NowMs();
+  auto down = Bulwark({"inject", "machine-down", "--machine", "m02"});
+  ASSERT_EQ(down.exit_code, 0) << down.err;
+  const int64_t at = s["job"]["last_step"];
+  s = WaitFor("the machine-down's recovery", 120, [&](const json& x) {
+    return x["job"]["generation"] > gen && x["job"]["state"] == "running" && x["job"]["last_step"] > at;
+  });
+  Report("python machine-down");
+  ASSERT_EQ(s["job"]["placement"], json({"m01", "m03"}));
+  const int64_t next = s["job"]["generation"];
+  const auto standby = Banners(RankLog("m03", "rank-1.log"));
+  ASSERT_EQ(standby.count(next), 1u) << ReadAll(RankLog("m03", "rank-1.log"));
+  EXPECT_EQ(standby.at(next).first, "prespawned") << ReadAll(RankLog("m03", "rank-1.log"));
+  const auto survivor = Banners(RankLog("m01", "rank-0.log"));
+  ASSERT_EQ(survivor.count(next), 1u) << ReadAll(RankLog("m01", "rank-0.log"));
+  EXPECT_EQ(survivor.at(next).first, "rejoin");
+  EXPECT_EQ(survivor.at(next).second, survivor_pid) << "the survivor was not the same process";
+  const std::string log = ReadAll(RankLog("m03", "rank-1.log"));
+  EXPECT_NE(log.find("restored step "), std::string::npos) << log;
+}
+
 }  // namespace
 }  // namespace bulwark
