@@ -33,6 +33,13 @@ class Agent:
         return self.conn.recv(512).decode()
 
 
+def run_under(agent, body):
+    """`body` (after `import bulwark`) in a child process whose rank link is `agent`."""
+    code = "import sys; sys.path.insert(0, %r)\nimport bulwark\n%s\n" % (os.path.join(os.path.dirname(__file__), ".."), body)
+    env = dict(os.environ, BULWARK_RANK_SOCKET=agent.path, RANK="0")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+
+
 def fresh(env):
     """The module as a new process would load it, with `env`."""
     for k in ("BULWARK_RANK_SOCKET", "RANK"):
@@ -90,10 +97,7 @@ class ClientTest(unittest.TestCase):
         # torch's teardown alone takes about a second after the last step:
         # without the phase a loaded host's exit looks like a hang.
         agent = Agent()
-        code = ("import sys; sys.path.insert(0, %r)\nimport bulwark\nbulwark.step(12)\n"
-                % os.path.join(os.path.dirname(__file__), ".."))
-        env = dict(os.environ, BULWARK_RANK_SOCKET=agent.path, RANK="0")
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        r = run_under(agent, "bulwark.step(12)")
         self.assertEqual(r.returncode, 0, r.stderr)
         lines = [agent.recv() for _ in range(3)]
         self.assertTrue(lines[1].startswith("STEP 12 "), lines)
@@ -101,10 +105,7 @@ class ClientTest(unittest.TestCase):
 
     def test_an_exit_before_any_step_says_nothing(self):
         agent = Agent()
-        code = ("import sys; sys.path.insert(0, %r)\nimport bulwark\nbulwark.link()\n"
-                % os.path.join(os.path.dirname(__file__), ".."))
-        env = dict(os.environ, BULWARK_RANK_SOCKET=agent.path, RANK="0")
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        r = run_under(agent, "bulwark.link()")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(agent.recv().startswith("HELLO 0 "))
         self.assertEqual(agent.recv(), "")  # closed: no PHASE
@@ -340,12 +341,7 @@ print("returned", bulwark.run(train, "x"), flush=True)
         self.assertIn("no next generation came", err)
 
     def test_other_errors_pass_through(self):
-        agent = Agent()
-        code = ("import sys; sys.path.insert(0, %r)\nimport bulwark\n"
-                "def train():\n    raise ValueError('shapes')\nbulwark.run(train)\n"
-                % os.path.join(os.path.dirname(__file__), ".."))
-        env = dict(os.environ, BULWARK_RANK_SOCKET=agent.path, RANK="0")
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        r = run_under(Agent(), "def train():\n    raise ValueError('shapes')\nbulwark.run(train)")
         self.assertEqual(r.returncode, 1)
         self.assertIn("ValueError: shapes", r.stderr)
 
