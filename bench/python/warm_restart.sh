@@ -45,14 +45,13 @@ for mode in $MODES; do
   export BULWARK_DIR="$OUT/cluster-$mode"
   $B up --machines 3 --standby 1 >/dev/null
   flag=""
-  [[ "$mode" == cold ]] && flag="--cold"
+  [[ "$mode" == cold ]] && flag=", --cold"
   cat > "$OUT/job-$mode.yaml" <<YAML
 name: gpt
 world_size: 3
-command: [$PY, $PWD/python/examples/gpt_train.py, --steps, '100000000', $flag]
+command: [$PY, $PWD/python/examples/gpt_train.py, --steps, '100000000'$flag]
 env: {PYTHONPATH: $PWD/python, OMP_NUM_THREADS: '1', PYTHONUNBUFFERED: '1'}
 YAML
-  sed -i 's/, ]/]/' "$OUT/job-$mode.yaml"
   $B submit "$OUT/job-$mode.yaml" >/dev/null
   await "d['job']['last_step'] >= 20" 180
   for k in $(seq 1 "$KILLS"); do
