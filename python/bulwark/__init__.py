@@ -63,6 +63,8 @@ class RankLink:
         self._last = time.monotonic()
         self._last_cpu = time.process_time()
         self._last_step = None  # the newest step reported, for the exit phase
+        self._abort = self._yield = False  # the agent's word, read by take_abort / take_yield
+        self._held = []  # an ASSIGN read while looking for that word
         self._pace = pace.Pace.from_env()  # None outside bulwark's local backend
         self._send("HELLO %d %d" % (rank, os.getpid()))
         _at_interpreter_exit(self._announce_exit)
@@ -162,6 +164,43 @@ class RankLink:
         with self._lock:
             self._sock.send(b"INPLACE")
 
+    def fileno(self):
+        """The socket, for a wait that must also hear the agent (ring.py)."""
+        return self._sock.fileno()
+
+    def _read_pending(self):
+        """The agent's messages that have come, without waiting: its word
+        that the generation is over, and any ASSIGN, kept for
+        await_assignment. Other injections are bulwark-train's."""
+        while True:
+            try:
+                msg = self._sock.recv(8192, socket.MSG_DONTWAIT).decode(errors="replace")
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            if not msg:
+                return
+            if msg == "INJECT abort":
+                self._abort = True
+            elif msg == "INJECT yield":
+                self._yield = True
+            elif msg.startswith("ASSIGN ") or msg.startswith("SPLICE "):
+                self._held.append(msg)
+
+    def take_abort(self):
+        """Whether the agent said INJECT abort: end the collective now."""
+        with self._lock:
+            self._read_pending()
+            return self._abort
+
+    def take_yield(self):
+        """Whether the agent asked this rank to stop between steps (a yield,
+        or an abort that came between steps, which is taken as one)."""
+        with self._lock:
+            self._read_pending()
+            return self._yield or self._abort
+
     def await_assignment(self, why, step, timeout_s):
         """Says `why` ("LOST", "READY"), then waits up to `timeout_s` (None:
         forever) for the agent's ASSIGN: a generations.Assignment, or None
@@ -171,8 +210,14 @@ class RankLink:
         text = why if why == "READY" else "%s %d" % (why, int(step))
         end = None if timeout_s is None else time.monotonic() + timeout_s
         with self._lock:
+            self._abort = self._yield = False  # that word was for the generation that ends here
             try:
                 self._sock.send(text.encode())  # blocking: the agent must hear it
+                while self._held:
+                    try:
+                        return parse_assignment(self._held.pop(0))
+                    except ValueError as e:
+                        sys.stderr.write("bulwark: %s\n" % e)
                 while True:
                     left = None if end is None else end - time.monotonic()
                     if left is not None and left <= 0:

@@ -17,9 +17,18 @@ the data read (a warm restart, python/bulwark/generations.py). A killed
 rank's slot is taken by a spare the agent started ahead of need.
 Run directly, without bulwark, the client calls do nothing: pass --init
 file:///tmp/somefile --rank R --world-size N.
+
+With --elastic-replicas N the survivors of a lost replica keep training
+(python/bulwark/elastic.py; submit with recovery: {mode: elastic}): no DDP
+and no process group, each step N x --micro-batches micro-batches spread
+over the ranks there are, the gradient summed exactly, so a run that lost
+replicas ends on the fault-free run's bits. Alone, one process computes
+them all: that is the reference run.
 """
 
 import argparse
+import hashlib
+import json
 import math
 import os
 import sys
@@ -71,11 +80,18 @@ def main():
                     help="no bulwark.run: each restart is a new process (for the comparison in bench/python)")
     ap.add_argument("--rank", type=int, default=None, help="default: $RANK (env://)")
     ap.add_argument("--world-size", type=int, default=None, help="default: $WORLD_SIZE (env://)")
+    ap.add_argument("--elastic-replicas", type=int, default=0,
+                    help="N: elastic data parallelism over N replicas (bulwark.elastic)")
+    ap.add_argument("--micro-batches", type=int, default=1, help="micro-batches per replica and step (elastic)")
+    ap.add_argument("--float-sum", action="store_true", help="elastic: sum float32 gradients, not the exact sum")
     a = ap.parse_args()
     torch.set_num_threads(1)
     text = open(os.path.abspath(__file__), encoding="utf-8").read()
     chars = sorted(set(text))
     data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
+    if a.elastic_replicas:
+        train_elastic(a, chars, data)
+        return
     if a.cold:
         with bulwark.peer_loss_exits():  # a lost peer is its fault, not this machine's
             generation(a, chars, data)
@@ -120,6 +136,29 @@ def train(a, chars, data):
             print("step %d loss %.4f (perplexity %.1f)" % (step, loss.item(), math.exp(loss.item())), flush=True)
         bulwark.save(step, {"model": model.state_dict(), "optimizer": opt.state_dict()})  # CLIENT
         bulwark.step(step, loss=loss.item())  # CLIENT: progress; compute time is measured for it
+
+
+def train_elastic(a, chars, data):
+    """Survivors keep training: the loop of bulwark.elastic (its top comment)."""
+    import bulwark.elastic  # CLIENT
+    torch.manual_seed(0)  # the same initial weights on every rank
+    model = GPT(len(chars))
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
+    rep = bulwark.elastic.Replicas(model, opt, replicas=a.elastic_replicas, micro_batches=a.micro_batches,
+                                   exact=not a.float_sum)  # CLIENT
+    for step in rep.steps(a.steps):
+        for j in rep.micro_batches():  # this rank's share of the step's micro-batches
+            x, y = batch(data, step, j)
+            logits = model(x)
+            rep.backward(nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)), j)
+        if rep.step() and rep.rank == 0 and (step % 10 == 0 or step == a.steps):
+            print("step %d loss %.4f (%d of %d replicas)" % (step, rep.loss, rep.world, a.elastic_replicas), flush=True)
+    if rep.rank == 0:
+        digest = hashlib.sha256()
+        for p in model.parameters():
+            digest.update(p.detach().contiguous().numpy().tobytes())
+        print(json.dumps({"event": "done", "step": rep.step_done, "loss": rep.loss,
+                          "param_checksum": digest.hexdigest()[:16]}), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 // The plane's operator requests: submitting the job, emulated fault
 // injection on the local backend, and handing a repaired machine back.
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "cluster/local/emulator.h"
@@ -28,18 +30,57 @@ Status Plane::ApplyJobPolicyLocked(const JobLaunch& launch) {
 namespace {
 
 // Elastic recovery restarts the survivors at a narrower width and keeps
-// their state: only ranks that speak bulwark-train's elastic protocol
-// (trainer/step/elastic.h) can. Any other program would restart at the new
-// width, find no checkpoint of its own width and train again from step 0,
-// in silence; it is refused here, at submit, instead.
+// their state: only ranks that speak an elastic protocol can. bulwark-train
+// does (trainer/step/elastic.h), and so does a Python script that trains
+// through bulwark.elastic (python/bulwark/elastic.py). Any other program
+// would restart at the new width, find no checkpoint of its own width and
+// train again from step 0, in silence; it is refused here, at submit,
+// instead. A script is known by its text: the controller reads the file
+// the ranks will run (a local or shared path, as the agents need it too).
+bool UsesBulwarkElastic(const std::string& text) {
+  for (const char* use : {"bulwark.elastic", "from bulwark import elastic"}) {
+    if (text.find(use) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The script a Python interpreter runs: its first argument that is not an
+// option ("" for -c or -m, which name no file).
+std::string PythonScript(const std::vector<std::string>& argv) {
+  for (size_t i = 1; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "-c" || a == "-m") return "";
+    if (a == "-X" || a == "-W") {
+      ++i;
+      continue;
+    }
+    if (!a.empty() && a[0] != '-') return a;
+  }
+  return "";
+}
+
 Status CheckSpeaksElastic(const JobLaunch& launch) {
   if (!launch.spec.elastic() || launch.argv.empty()) return Status::OK();
   const std::string& exe = launch.argv[0];
   const std::string base = exe.substr(exe.find_last_of('/') == std::string::npos ? 0 : exe.find_last_of('/') + 1);
   if (base == "bulwark-train") return Status::OK();
-  return Status::InvalidArgument("job " + launch.spec.id + ": recovery elastic needs ranks that train on at a new "
-                                 "width, and " + base + " does not speak bulwark's elastic protocol (only "
-                                 "bulwark-train does so far); use recovery standby (the default) or requeue");
+  const std::string head = "job " + launch.spec.id + ": recovery elastic needs ranks that train on at a new width";
+  const std::string fix = "; use recovery standby (the default) or requeue";
+  if (base.rfind("python", 0) == 0) {
+    const std::string script = PythonScript(launch.argv);
+    if (script.empty()) {
+      return Status::InvalidArgument(head + ", and a script run with -c or -m cannot be checked for bulwark.elastic: "
+                                     "run its file" + fix);
+    }
+    std::ifstream in(script);
+    if (!in) return Status::InvalidArgument(head + ", and " + script + " cannot be read to check it" + fix);
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    if (UsesBulwarkElastic(text)) return Status::OK();
+    return Status::InvalidArgument(head + ", and " + script + " does not use bulwark.elastic (its Replicas wrap "
+                                   "the model and optimizer: python/README.md)" + fix);
+  }
+  return Status::InvalidArgument(head + ", and " + base + " does not speak bulwark's elastic protocol (bulwark-train "
+                                 "and Python scripts that use bulwark.elastic do)" + fix);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 
 #include "cluster/local/emulated_hardware.h"
 #include "cluster/local/emulator.h"
@@ -44,24 +45,39 @@ TEST(Plane, NegativePersistIntervalIsRefused) {
 
 // A script that does not speak bulwark's elastic protocol, submitted with
 // recovery elastic, would restart from step 0 at every narrowing: refused,
-// one line that names the fix; bulwark-train, wherever it lives, is taken.
+// one line that names the script and the fix. A script that trains through
+// bulwark.elastic, and bulwark-train wherever it lives, are taken.
 TEST(Plane, ElasticRecoveryForRanksThatDoNotSpeakItIsRefusedAtSubmit) {
   PlaneOptions o;
-  o.db_path = testing::MakeTempDir() + "/c.db";
+  const std::string dir = testing::MakeTempDir();
+  o.db_path = dir + "/c.db";
   auto p = Plane::Open(o, TimeFromMs(1000));
   ASSERT_TRUE(p.ok());
   for (const char* m : {"m01", "m02"}) ASSERT_TRUE((*p)->Register(Reg(m), TimeFromMs(1000)).ok());
+  const auto refusal = [&](const std::vector<std::string>& argv) {
+    JobLaunch l = Launch();
+    l.spec.recovery = controller::JobSpec::Recovery::kElastic;
+    l.argv = argv;
+    auto id = (*p)->Submit(l, TimeFromMs(1000));
+    EXPECT_FALSE(id.ok());
+    if (id.ok()) return std::string();
+    EXPECT_EQ(id.status().code(), Status::Code::kInvalidArgument);
+    const std::string why = id.status().message();
+    EXPECT_NE(why.find("use recovery standby"), std::string::npos) << why;
+    EXPECT_EQ(why.find('\n'), std::string::npos) << "one line";
+    return why;
+  };
+  std::ofstream(dir + "/ddp.py") << "import torch\nfrom torch.nn.parallel import DistributedDataParallel\n";
+  std::ofstream(dir + "/elastic.py") << "import bulwark.elastic\nrep = bulwark.elastic.Replicas(m, o, replicas=4)\n";
+  EXPECT_NE(refusal({"/usr/bin/python3", "-u", dir + "/ddp.py"}).find(dir + "/ddp.py does not use bulwark.elastic"),
+            std::string::npos);
+  EXPECT_NE(refusal({"/usr/bin/python3", dir + "/missing.py"}).find("missing.py cannot be read"), std::string::npos);
+  EXPECT_NE(refusal({"python3", "-m", "train"}).find("run with -c or -m"), std::string::npos);
+  EXPECT_NE(refusal({"/opt/trainer", "--x"}).find("trainer does not speak bulwark's elastic protocol"),
+            std::string::npos);
   JobLaunch l = Launch();
   l.spec.recovery = controller::JobSpec::Recovery::kElastic;
-  l.argv = {"/usr/bin/python3", "train.py"};
-  auto id = (*p)->Submit(l, TimeFromMs(1000));
-  ASSERT_FALSE(id.ok());
-  EXPECT_EQ(id.status().code(), Status::Code::kInvalidArgument);
-  const std::string& why = id.status().message();
-  EXPECT_NE(why.find("python3 does not speak bulwark's elastic protocol"), std::string::npos) << why;
-  EXPECT_NE(why.find("use recovery standby"), std::string::npos) << why;
-  EXPECT_EQ(why.find('\n'), std::string::npos) << "one line";
-  l.argv = {"/opt/x/build/bin/bulwark-train", "--config", "tiny"};
+  l.argv = {"/opt/venv/bin/python3.11", dir + "/elastic.py", "--steps", "10"};
   EXPECT_TRUE((*p)->Submit(l, TimeFromMs(1000)).ok());
 }
 
