@@ -128,6 +128,7 @@ class Replicas:
         self._step, self._committed = None, False
         self._generation = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + 1
         self._stats = {"generations": 0, "redone": 0, "received_state": 0}
+        self._regrouped = None  # (monotonic, wall ms) a generation's end began, until its next step completes
         if self._link is not None:
             self._link.offer_in_place()  # the agent hands a survivor its next generation
             if os.environ.get("BULWARK_PRESPAWN"):
@@ -191,6 +192,14 @@ class Replicas:
         wall = time.monotonic() - self._t0
         bulwark.step(self.step_done, loss=self.loss, grad_norm=self.grad_norm,
                      compute_ms=(wall - self._comm_s) * 1000.0, comm_ms=self._comm_s * 1000.0)
+        if self._regrouped is not None:
+            # The first step of a new generation: when it completed (wall
+            # clock, for a stall measured from a fault's injection) and how
+            # long since the last one ended.
+            print(json.dumps({"event": "regrouped", "generation": self._generation, "world": self._comm.world,
+                              "step": self.step_done, "wall_ms": int(time.time() * 1000),
+                              "since_end_ms": round((time.monotonic() - self._regrouped) * 1000.0, 1)}), flush=True)
+            self._regrouped = None
         return True
 
     def state_dict(self):
@@ -361,6 +370,8 @@ class Replicas:
         if self._link is None:
             raise RuntimeError("bulwark.elastic: " + what)
         t = time.monotonic()
+        if self._regrouped is None:
+            self._regrouped = t
         _say("rank %s: %s; waiting for the next generation" % (os.environ.get("RANK", "?"), what))
         a = self._link.await_assignment(word, self.step_done, ASSIGN_WAIT_S)
         if a is None:

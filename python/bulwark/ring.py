@@ -88,6 +88,9 @@ class Listener:
         self.address = address
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # The agent holds the slot's port reserved (bound, never listening:
+        # agent.cc's ReserveRingSlots); this process listens on it beside.
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         end = time.monotonic() + timeout_s
         while True:
             try:
