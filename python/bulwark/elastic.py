@@ -318,6 +318,7 @@ class Replicas:
         the state of the lowest rank that holds it."""
         c = self._comm
         if c.world == 1:
+            self._say_if_from_scratch(self.step_done)
             return
         steps = np.zeros(c.world, dtype=np.int64)  # one slot per rank: the sum is every rank's step
         steps[c.rank] = self.step_done
@@ -326,6 +327,7 @@ class Replicas:
             newest = int(np.max(steps))
             root = int(np.argmax(steps == newest))
             behind = [r for r in range(c.world) if steps[r] != newest]
+            self._say_if_from_scratch(newest)
             if not behind:
                 return
             t = time.monotonic()
@@ -339,6 +341,15 @@ class Replicas:
         except ringlib.RingError as e:
             self._lost(e)
             self._form()
+
+    def _say_if_from_scratch(self, newest):
+        """A restarted job (not its first generation) with no live replica
+        at any step: every rank was lost, and there is no durable copy of an
+        elastic Python job's state yet. Said, never silent."""
+        if newest == 0 and self._generation > 1 and self._link is not None:
+            _say("rank %d: generation %d: no live replica holds state (every rank was lost), and bulwark.elastic "
+                 "keeps no durable checkpoint yet: training starts again from step 0" % (self._comm.rank,
+                                                                                         self._generation))
 
     def _pack(self):
         import torch
