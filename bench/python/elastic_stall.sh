@@ -32,7 +32,17 @@ B=build/bin/bulwark
 cleanup() { $B down >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
-status() { $B status --json 2>/dev/null || echo '{}'; }
+# The status, retried while a loaded host's controller answers without the
+# job (8 ranks importing torch on 2 cores is such a load).
+status() {
+  local s
+  for _ in $(seq 1 50); do
+    s=$($B status --json 2>/dev/null || true)
+    [[ "$s" == *'"job"'* ]] && { echo "$s"; return; }
+    sleep 0.2
+  done
+  echo '{}'
+}
 field() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {}, {'d': d}))" "$1"; }
 await() {
   local end=$((SECONDS + $2))

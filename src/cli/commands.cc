@@ -84,6 +84,8 @@ const std::vector<Command>& Commands() {
         {"ranks-per-machine", "R", "ranks per machine [1]"},
         {"progress", "REGEX", "read steps from the ranks' output, e.g. 'step (?P<step>\\d+) loss (?P<loss>\\S+)'"},
         {"name", "NAME", "the job's name [run]"},
+        {"recovery", "MODE", "standby (the whole-world restart), elastic (survivors train on: bulwark-train, or a "
+                             "script that uses bulwark.elastic) or requeue [standby]"},
         kPolicy,
         kJson}},
       {"submit",

@@ -52,7 +52,9 @@ wire::SubmitRequest JobRequest(const Args& a, int world_size, int ranks_per_mach
   req.set_persist_every(50);
   req.set_tp(1);
   req.set_pp(1);
-  req.set_recovery("standby");
+  // The controller refuses elastic for a program that does not speak it
+  // (plane_operators.cc), and any name but the three (controller/job.cc).
+  req.set_recovery(a.Get("recovery", "standby"));
   req.set_provisioning_delay_ms(-1);
   // As `submit` does: the cluster directory serves as durable storage.
   std::error_code ec;

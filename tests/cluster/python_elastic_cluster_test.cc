@@ -18,6 +18,8 @@
 // the figures. Every wait polls status or a log; no fixed sleeps.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <fstream>
 
 #include "support/cluster_fixture.h"
@@ -155,6 +157,22 @@ TEST_F(PythonElastic, ReplicasOfAPyTorchScriptTrainOnThroughEveryFaultAndEndBitw
       EXPECT_EQ(ReadAll(RankLog(m, "rank-" + std::to_string(r) + ".log")).find("resumed after step"), std::string::npos);
     }
   }
+}
+
+// `bulwark run --recovery elastic` with a script that does not use
+// bulwark.elastic: refused at submit in one line that names the script and
+// the fix, and nothing is left running.
+TEST_F(PythonElastic, RunWithElasticRecoveryRefusesAScriptThatDoesNotSpeakIt) {
+  const std::string ddp = std::string(BULWARK_PYTHON_DIR) + "/examples/ddp_train.py";
+  auto r = testing::Run({testing::BinDir() + "/bulwark", "run", "--machines", "2", "--recovery", "elastic", "--dir", dir_,
+                         "--", BULWARK_TORCH_PYTHON, ddp, "--steps", "5"},
+                        {}, 180);
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.err.find(ddp + " does not use bulwark.elastic"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("use recovery standby"), std::string::npos) << r.err;
+  int pid = 0;
+  std::ifstream(dir_ + "/controller.pid") >> pid;
+  EXPECT_TRUE(pid == 0 || Dead(pid, 30)) << "bulwark run left the controller up";
 }
 
 }  // namespace
