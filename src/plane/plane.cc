@@ -53,14 +53,17 @@ Result<std::unique_ptr<Plane>> Plane::Open(PlaneOptions options, Time now) {
   return p;
 }
 
-Plane::Agent& Plane::AgentForLocked(const std::string& machine) { return agents_[machine]; }
+Plane::Agent& Plane::AgentForLocked(const std::string& machine) {
+  liveness_.Add(machine);  // every agent has its record there
+  return agents_[machine];
+}
 
 BackupPlan Plane::PlanLocked(const Placement& placement) const {
   std::map<MachineId, std::string> addrs;
   std::vector<ShardHolding> holdings;
   for (const auto& [id, a] : agents_) {
     if (!a.shard_addr.empty()) addrs[id] = a.shard_addr;
-    if (!a.lost_reported) holdings.insert(holdings.end(), a.shards.begin(), a.shards.end());
+    if (!LostLocked(id)) holdings.insert(holdings.end(), a.shards.begin(), a.shards.end());
   }
   Topology layout = controller_ ? controller_->state().spec.topology() : Topology{};
   layout.world = placement.world_size();
@@ -314,6 +317,7 @@ Status Plane::Register(const wire::RegisterRequest& req, Time now) {
   if (!a.shards.empty()) RoutesChangedLocked();
   a.shard_addr = req.shard_addr();
   a.domain = req.domain();
+  liveness_.SetDomain(req.machine(), a.domain);
   a.ring_addr = req.ring_addr();
   if (a.incarnation != req.incarnation()) {
     a.reached = false;
@@ -322,8 +326,7 @@ Status Plane::Register(const wire::RegisterRequest& req, Time now) {
     a.shards.clear();  // a new agent run tells what it holds in its first report
     a.reported = false;
   }
-  BackLocked(a, now);
-  a.lost_reported = false;
+  BackLocked(req.machine(), now);
   LogLocked("machine " + req.machine() + " registered (incarnation " + std::to_string(req.incarnation()) + ")");
   return Status::OK();
 }
@@ -476,6 +479,7 @@ std::optional<wire::RegisterRequest> Plane::Forget(const std::string& machine) {
     deferred_.push_back([old] { old->Superseded(); });
   }
   agents_.erase(it);
+  liveness_.Remove(machine);
   RoutesChangedLocked();
   changed_.NotifyAll();
   LogLocked("machine " + machine + " released to another job of the fleet");
@@ -489,7 +493,7 @@ std::vector<MachineId> Plane::LiveMachines(Time now) {
   const Duration lease = LeaseLocked(now);  // as Submit's
   std::vector<MachineId> out;
   for (const auto& [id, a] : agents_) {
-    if (!a.lost_reported && now - a.last_heard <= lease) out.push_back(id);
+    if (!LostLocked(id) && now - LastHeardLocked(id) <= lease) out.push_back(id);
   }
   return out;
 }

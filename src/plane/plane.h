@@ -30,6 +30,7 @@
 #include "controller/backup_plan.h"
 #include "controller/controller.h"
 #include "controller/launch.h"
+#include "controller/liveness_detector.h"
 #include "controller/monitors.h"
 #include "controller/stack_analyzer.h"
 #include "common/log.h"
@@ -37,7 +38,6 @@
 #include "plane/address_check.h"
 #include "plane/core.h"
 #include "plane/plane_options.h"
-#include "plane/report_gaps.h"
 #include "plane/status_view.h"
 #include "plane/store.h"
 #include "plane/throughput.h"
@@ -147,9 +147,9 @@ class Plane {
   void Serving(Time now) EXCLUDES(mu_);
   // At most this many machines are lost for silence in one tick; more than
   // kMassSilence (or 1% of the fleet) silent at once get the reconnect
-  // grace (LostOfSilentLocked).
-  static constexpr size_t kLostPerTick = 4;
-  static constexpr size_t kMassSilence = 16;
+  // grace (controller/liveness_detector.h decides; Tick acts on it).
+  static constexpr size_t kLostPerTick = LivenessDetector::kLostPerTick;
+  static constexpr size_t kMassSilence = LivenessDetector::kMassSilence;
 
   // --- reachability (issue 40; PlaneOptions::probe_reachability) ----------
   // One machine to reach at the address it advertised, as its incarnation.
@@ -196,9 +196,8 @@ class Plane {
     bool stored = false;  // its row (dir, shard_addr) is in the store as they are here
     int64_t incarnation = 0;
     int64_t acked_seq = 0;
-    Time last_heard{};
-    bool lost_reported = false;
-    bool heard_since_start = false;
+    // When it was last heard, whether it is lost and whether it is held to
+    // the lease or the grace: liveness_'s (LivenessDetector).
     bool reported = false;  // a report since it registered here: its holdings are known
     std::vector<int> live_ranks;
     int64_t generation = 0;
@@ -254,7 +253,10 @@ class Plane {
   };
 
   explicit Plane(PlaneOptions o)
-      : options_(std::move(o)), cluster_policy_(options_.policy), monitors_(std::make_unique<Monitors>(options_.policy)) {}
+      : options_(std::move(o)),
+        cluster_policy_(options_.policy),
+        monitors_(std::make_unique<Monitors>(options_.policy)),
+        liveness_(LivenessOptions{options_.heartbeat_timeout, options_.closed_peer_timeout, options_.reconnect_grace}) {}
   // Holds mu_ for its scope and, once it has released it, runs what was
   // deferred under it (deliveries to parked streams): the plane never
   // calls out with its lock held.
@@ -311,7 +313,7 @@ class Plane {
   Result<Agent*> ReportingAgentLocked(const wire::ReportRequest& req) REQUIRES(mu_);
   // What the report says of the machine: heard now, its ranks, generation,
   // shard holdings and device hint. True when it had been reported lost.
-  bool NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now) REQUIRES(mu_);
+  bool NoteReportLocked(const std::string& machine, Agent& a, const wire::ReportRequest& req, Time now) REQUIRES(mu_);
   // A machine the job has not seen, or one an operator returned, joins by reporting.
   void JoinIfNewLocked(const MachineId& machine, bool was_lost, Time now) REQUIRES(mu_);
   // One new event of the agent's: journaled and decided, or dropped as a
@@ -320,20 +322,6 @@ class Plane {
   // The ranks' step signals and phases into the detectors, then a check.
   void ObserveSignalsLocked(const wire::ReportRequest& req, Time now) REQUIRES(mu_);
   Status RebuildLocked(Time now) REQUIRES(mu_);
-  // Of the machines past their lease in one tick (Tick's `silent`: id, and
-  // whether peers saw it close), those lost now. Each loss is a decision
-  // over every machine under the lock (15-50 ms at 12,500), and a tick that
-  // decided dozens held the lock for seconds, so more healthy agents' reports
-  // waited past the lease: a cascade that evicted 1,912 healthy machines on a
-  // loaded host (issue 36). So a tick loses at most kLostPerTick, the longest
-  // silent first; and when more than kMassSilence (or 1% of the fleet) fall
-  // silent at once, which says more about this controller or its network
-  // than about the machines, each is lost only after reconnect_grace, and so
-  // is a machine silent since before the latest mass silence while it is
-  // recent (its stragglers: fewer, still of it).
-  // Machines with a failure domain are decided apart (policy_domains.cc).
-  std::vector<std::pair<MachineId, bool>> LostOfSilentLocked(std::vector<std::pair<MachineId, bool>> silent, Time now)
-      REQUIRES(mu_);
   // Counts the reports Heard since the last call as heard (Tick, Submit).
   void AbsorbArrivalsLocked(Time now) REQUIRES(mu_);
   // After a restart, until every agent it knows has re-attached or none has
@@ -350,18 +338,20 @@ class Plane {
   // (plane_liveness.cc). HoldReplayedStartsLocked ends the hold (Tick).
   bool HeldLocked(const wire::Command& c) const REQUIRES(mu_);
   void HoldReplayedStartsLocked(Time now) REQUIRES(mu_);
-  // The first word from an agent since this controller started.
-  void BackLocked(Agent& a, Time now) REQUIRES(mu_);
+  // The first word from `machine`'s agent since it registered or this
+  // controller started. True when it had been lost.
+  bool BackLocked(const std::string& machine, Time now) REQUIRES(mu_);
   // Time in which the controller could not hear its agents (a stall of its
   // own, a large stack capture's flood) is nobody's silence: every
   // machine's last word moves `d` later, never past `now`.
   void CreditSilenceLocked(Time now, Duration d) REQUIRES(mu_);
-  // The lease a reporting machine's silence is held to: heartbeat_timeout,
-  // or twice the 99th percentile of the gaps between agents' reports heard
-  // over the last seconds when that is longer (report_gaps.h), at most
-  // reconnect_grace. Logged when it moves by half a second or more.
+  // The lease a reporting machine's silence is held to (liveness_.Lease:
+  // learned from the gaps between reports, at least heartbeat_timeout, at
+  // most reconnect_grace). Logged when it moves by half a second or more.
   Duration LeaseLocked(Time now) REQUIRES(mu_);
-  static constexpr int64_t kMinGapSamples = 50;  // fewer: too few to learn from
+  // Whether `machine` is lost (reported lost for its silence, not heard since).
+  bool LostLocked(const std::string& machine) const REQUIRES(mu_) { return liveness_.Lost(machine); }
+  Time LastHeardLocked(const std::string& machine) const REQUIRES(mu_) { return liveness_.LastHeard(machine, last_now_); }
   // Analyzes what the trace gathered, keeps the raw stacks for people and
   // hands the verdict to the policy.
   void FinishTraceLocked(Time now) REQUIRES(mu_);
@@ -506,8 +496,6 @@ class Plane {
   Time last_now_ GUARDED_BY(mu_){};
   Time started_ GUARDED_BY(mu_){};
   std::optional<Time> last_tick_ GUARDED_BY(mu_);
-  // The latest tick that found a mass silence (LostOfSilentLocked).
-  std::optional<Time> mass_silence_at_ GUARDED_BY(mu_);
   // While a restarted controller's agents re-attach: when it began serving,
   // and when the latest agent came back (ReattachingLocked).
   std::optional<Time> serving_at_ GUARDED_BY(mu_);
@@ -517,7 +505,9 @@ class Plane {
     int64_t generation;  // the replayed placement's
   };
   std::optional<ReplayedHold> replayed_hold_ GUARDED_BY(mu_);  // HeldLocked
-  ReportGaps gaps_ GUARDED_BY(mu_);  // between agents' reports as heard (LeaseLocked)
+  // Which silent machines are lost: fed every agent's reports, asked by
+  // Tick. Has a record for every agent in agents_ (AgentForLocked, Forget).
+  LivenessDetector liveness_ GUARDED_BY(mu_);
   Duration lease_logged_ GUARDED_BY(mu_){0};
   std::optional<int64_t> done_step_ GUARDED_BY(mu_);
   std::string done_why_ GUARDED_BY(mu_);  // how it ended, for status (journaled with the done row)

@@ -82,12 +82,12 @@ std::unordered_map<MachineId, Time> Plane::ClosedSeenLocked() const {
     if (!fresh && o->second != m) o->second.clear();
   }
   for (const auto& [other, a] : agents_) {
-    if (a.lost_reported) continue;
+    if (LostLocked(other)) continue;
     for (const std::string& addr : a.peers_closed) {
       auto o = owner.find(HostOf(addr));
       if (o == owner.end() || o->second.empty() || o->second == other) continue;
       Time& t = seen[o->second];
-      t = std::max(t, a.last_heard);
+      t = std::max(t, LastHeardLocked(other));
     }
   }
   return seen;
@@ -100,7 +100,7 @@ Result<int64_t> Plane::Report(const wire::ReportRequest& req, Time now) {
   if (!journal_error_.ok()) return journal_error_;
   Result<Agent*> a = ReportingAgentLocked(req);
   if (!a.ok()) return a.status();
-  const bool was_lost = NoteReportLocked(**a, req, now);
+  const bool was_lost = NoteReportLocked(req.machine(), **a, req, now);
   if (controller_) JoinIfNewLocked(req.machine(), was_lost, now);
   for (const wire::AgentEvent& ev : req.events()) {
     if (ev.seq() <= (*a)->acked_seq) continue;  // a resend of something applied
@@ -137,8 +137,8 @@ Result<Plane::Agent*> Plane::ReportingAgentLocked(const wire::ReportRequest& req
   return &a;
 }
 
-bool Plane::NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now) {
-  BackLocked(a, now);
+bool Plane::NoteReportLocked(const std::string& machine, Agent& a, const wire::ReportRequest& req, Time now) {
+  const bool was_lost = BackLocked(machine, now);
   a.reported = true;
   a.live_ranks.assign(req.live_ranks().begin(), req.live_ranks().end());
   a.generation = req.generation();
@@ -154,13 +154,11 @@ bool Plane::NoteReportLocked(Agent& a, const wire::ReportRequest& req, Time now)
                     std::equal(shards.begin(), shards.end(), a.shards.begin(), [](const ShardHolding& x, const ShardHolding& y) {
                       return x.rank == y.rank && x.step == y.step && x.backup == y.backup && x.machine == y.machine;
                     });
-  if (!same || (a.lost_reported && !shards.empty())) RoutesChangedLocked();
+  if (!same || (was_lost && !shards.empty())) RoutesChangedLocked();
   a.shards = std::move(shards);
   a.finished.clear();
   for (const wire::FinishedRank& f : req.finished()) a.finished[f.rank()] = f.step();
   a.peers_closed.assign(req.peers_closed().begin(), req.peers_closed().end());
-  const bool was_lost = a.lost_reported;
-  a.lost_reported = false;
   return was_lost;
 }
 
@@ -197,7 +195,7 @@ std::vector<Plane::ReachProbe> Plane::ProbesDue(Time now) {
   std::vector<ReachProbe> due;
   if (!options_.probe_reachability || !controller_ || done_step_) return due;
   for (auto& [id, a] : agents_) {
-    if (a.probing || a.shard_addr.empty() || a.lost_reported || !a.heard_since_start) continue;
+    if (a.probing || a.shard_addr.empty() || LostLocked(id) || !liveness_.OnLease(id)) continue;
     const MachineStatus* m = controller_->state().FindMachine(id);
     const bool joining = (m == nullptr || m->state == MachineState::kJoining) && !a.reached;
     const bool standby = m != nullptr && m->state == MachineState::kStandby &&
@@ -237,7 +235,8 @@ void Plane::ProbeDone(const ReachProbe& probe, const Status& reached, Time now) 
   // account of it. Only a machine still reporting is unreachable: one
   // silent for two report periods went silent during the probe (a switch
   // that took its rack down: the domain's rule returns it, this would not).
-  if (a.last_heard <= a.probe_started || now - a.last_heard > std::chrono::milliseconds(1000)) {
+  const Time heard = LastHeardLocked(probe.machine);
+  if (heard <= a.probe_started || now - heard > std::chrono::milliseconds(1000)) {
     LogLocked("machine " + probe.machine + " was not reached at " + probe.addr + ", but its agent is silent too: " +
         "not held against it");
     return;

@@ -13,7 +13,7 @@ Status Plane::RebuildLocked(Time now) {
   Result<std::vector<MachineRow>> machines = store_->Machines();
   if (!machines.ok()) return machines.status();
   for (const MachineRow& m : *machines) {
-    Agent& a = agents_[m.id];
+    Agent& a = AgentForLocked(m.id);
     a.dir = m.dir;
     a.stored = true;
     a.shard_addr = m.shard_addr;
@@ -21,7 +21,7 @@ Status Plane::RebuildLocked(Time now) {
     // A restarted controller has heard from nobody yet: give every agent a
     // full timeout to reconnect before calling it lost, counted again from
     // when it serves (Serving) and while others re-attach (ReattachingLocked).
-    a.last_heard = now;
+    liveness_.SetHeard(m.id, now);
     reattach_at_ = now;
   }
   Result<std::optional<JobRow>> job = store_->Job();
@@ -72,7 +72,7 @@ Status Plane::RebuildLocked(Time now) {
       releases_[rec->release->number] = *rec->release;
     }
     if (rec->origin) {
-      Agent& a = agents_[rec->origin->machine];
+      Agent& a = AgentForLocked(rec->origin->machine);
       a.incarnation = rec->origin->incarnation;
       a.acked_seq = rec->origin->seq;
     }

@@ -96,7 +96,7 @@ std::string Plane::Metrics(Time now) {
   m.Sample("bulwark_controller_journal_ok", {}, journal_error_.ok() ? 1 : 0);
 
   m.Family("bulwark_machine_heartbeat_age_seconds", "gauge", "Seconds since the machine's agent last reported.");
-  for (const auto& [id, a] : agents_) m.Sample("bulwark_machine_heartbeat_age_seconds", {{"machine", id}}, Seconds(now - a.last_heard));
+  for (const auto& [id, a] : agents_) m.Sample("bulwark_machine_heartbeat_age_seconds", {{"machine", id}}, Seconds(now - LastHeardLocked(id)));
   m.Family("bulwark_machine_live_ranks", "gauge", "Ranks running on the machine, as its agent last reported.");
   for (const auto& [id, a] : agents_) m.Sample("bulwark_machine_live_ranks", {{"machine", id}}, static_cast<double>(a.live_ranks.size()));
   m.Family("bulwark_machine_state", "gauge", "1 for the machine's current state (joining, standby, active, diagnosing, evicted).");

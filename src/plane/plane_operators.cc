@@ -109,7 +109,7 @@ Result<std::string> Plane::Submit(JobLaunch launch, Time now) {
   std::vector<MachineId> machines;
   std::map<MachineId, std::string> domains;  // failure domains, as registrations said
   for (const auto& [id, a] : agents_) {
-    if (now - a.last_heard > (a.heard_since_start ? lease : options_.reconnect_grace)) continue;
+    if (now - LastHeardLocked(id) > (liveness_.OnLease(id) ? lease : options_.reconnect_grace)) continue;
     machines.push_back(id);
     if (!a.domain.empty()) domains[id] = a.domain;
   }
@@ -202,7 +202,7 @@ Status Plane::Inject(const wire::InjectRequest& req) {
   c.set_inject_rank(rank);
   c.set_inject_where(where);
   c.set_inject_factor(req.factor());
-  Agent& a = agents_[machine];
+  Agent& a = AgentForLocked(machine);
   a.oneshots.push_back(std::move(c));
   changed_.NotifyAll();
   WakeStreamLocked(machine, a);
@@ -223,13 +223,13 @@ Result<std::string> Plane::ReturnMachine(const std::string& machine, Time now) {
   wire::Command c;
   c.set_kind(wire::Command::RESET_HEALTH);
   c.set_id("reset-health");
-  Agent& a = agents_[machine];
+  Agent& a = AgentForLocked(machine);
   a.oneshots.push_back(std::move(c));
   changed_.NotifyAll();
   WakeStreamLocked(machine, a);
   // The machine rejoins by passing its agent's self-check: with no agent
   // running it would wait as "joining" forever without saying why.
-  const Duration silent = now - a.last_heard;
+  const Duration silent = now - LastHeardLocked(machine);
   if (options_.backend) options_.backend->Resume(machine, silent > options_.heartbeat_timeout);
   if (silent > options_.heartbeat_timeout && options_.backend) {
     return "and asked the cluster manager to start its agent (silent for " + FormatDuration(silent) + "): " + machine +

@@ -169,7 +169,7 @@ json Plane::StatusJson(Time now) {
       m.shard_addr = a.shard_addr;
       m.device_slowdown = a.device_slowdown;
       m.domain = a.domain;
-      m.last_heard_s_ago = ToMs(now - a.last_heard) / 1000.0;
+      m.last_heard_s_ago = ToMs(now - LastHeardLocked(id)) / 1000.0;
       m.live_ranks = a.live_ranks;
       m.generation = a.generation;
       m.shards = a.shards;
@@ -177,7 +177,7 @@ json Plane::StatusJson(Time now) {
         if (const MachineStatus* s = controller_->state().FindMachine(id)) {
           m.state = MachineStateName(s->state);
           m.reason = s->last_reason;
-          if (s->state == MachineState::kJoining && now - a.last_heard > options_.heartbeat_timeout) {
+          if (s->state == MachineState::kJoining && now - LastHeardLocked(id) > options_.heartbeat_timeout) {
             m.reason = "returned, but its agent is silent: it joins when the agent runs again";
           }
         }

@@ -81,6 +81,15 @@ struct Costs {
   // Agent heartbeat timeout. ByteRobust's inspections take 2-60 s; 10 s is
   // assumed (the local plane uses 2 s).
   double heartbeat_timeout = 10;
+  // The rest of the plane's liveness rule (controller/liveness_detector.h,
+  // sim/heartbeats.h), as PlaneOptions has them: agents report every
+  // report_period, the plane checks every tick_period, a machine a peer saw
+  // close is lost after closed_peer_timeout, and one of a mass silence
+  // after reconnect_grace (also the learned lease's ceiling).
+  double report_period = 0.5;
+  double tick_period = 0.25;
+  double closed_peer_timeout = 2;
+  double reconnect_grace = 10;
   // The analyzer: every rank's stacks captured and grouped. Local: the trace
   // deadline (3 s) dominates; at 10k GPUs ~15 s is assumed.
   double stack_capture = 15;

@@ -77,11 +77,12 @@ void FleetSim::Inject(const Fault& f) {
       ScheduleEvent(now_ + Secs(k.nic_alert_interval),
                     NetworkAlert{id, "link flapped", now_ + Secs(k.nic_alert_interval)});
       break;
-    case FaultClass::kHost: {
-      MachineHeartbeatLost e{id, now_, now_ + Secs(k.heartbeat_timeout)};
-      ScheduleEvent(e.observed, e);
+    case FaultClass::kHost:
+      // Its agent stops reporting; the core's liveness rule decides when it
+      // is lost (CheckLiveness), as the plane's tick would.
+      heartbeats_.Down(id, now_);
+      WatchSilence();
       break;
-    }
     case FaultClass::kHang:
       break;  // only the hang detector sees it
     case FaultClass::kSdc:
@@ -125,13 +126,14 @@ void FleetSim::Inject(const Fault& f) {
 }
 
 // A switch fault: every machine of the rack is cut off at once. Their
-// agents' heartbeats stop together, so the plane sees the timeouts end in
-// one tick and hands them over as one decision (HandleAll); the job stalls
-// if any of them was placed. The rack comes back after the repair time.
+// agents' heartbeats stop together, their last reports up to a report
+// period apart; the core's liveness rule (its domain skew) loses them in one
+// tick, handed over as one decision (HandleAll, CheckLiveness); the job
+// stalls if any of them was placed. The rack comes back after the repair
+// time.
 void FleetSim::SwitchDown(int rack) {
   if (rack < 0 || rack >= static_cast<int>(rack_members_.size())) return;
   ++r_.fleet.switch_faults;
-  std::vector<Event> lost;
   std::set<int> replicas;
   const int columns = std::max<int>(1, static_cast<int>(slots_.size()) / std::max(1, c_.pp));
   for (const int m : rack_members_[rack]) {
@@ -152,10 +154,10 @@ void FleetSim::SwitchDown(int rack) {
       replicas.insert(machines_[m].slot % columns);
       Stall(m, FaultClass::kHost);  // may deliver a step, and provision: no reference held across it
     }
-    lost.push_back(MachineHeartbeatLost{IdOf(m), now_, now_ + Secs(c_.costs.heartbeat_timeout)});
+    heartbeats_.Down(IdOf(m), now_);
   }
   r_.fleet.switch_replicas_hit += static_cast<int64_t>(replicas.size());
-  if (!lost.empty()) ScheduleEvents(now_ + Secs(c_.costs.heartbeat_timeout), std::move(lost));
+  WatchSilence();
   Schedule(now_ + Secs(c_.domains.switch_repair), Kind::kRackUp, 0, rack);
 }
 
@@ -167,6 +169,7 @@ void FleetSim::SwitchUp(int rack) {
   for (const int m : rack_members_[rack]) {
     if (!machines_[m].down) continue;
     const MachineId id = IdOf(m);
+    heartbeats_.Up(id, DomainOf(m), now_);  // its agent reports again, whatever the controller makes of it
     // As on the plane (Plane::JoinIfNewLocked), an agent heard from again
     // registers only where the controller holds its machine lost with its
     // switch. One it evicted for good (lost alone, so a machine fault to it,

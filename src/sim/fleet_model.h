@@ -17,6 +17,7 @@
 #include "controller/topology.h"
 #include "sim/fault_stream.h"
 #include "sim/fleet_sim.h"
+#include "sim/heartbeats.h"
 #include "sim/signals.h"
 
 namespace bulwark::sim::fleet {
@@ -30,13 +31,13 @@ inline double Seconds(Duration d) { return static_cast<double>(d.count()) / 1000
 class FleetSim {
  public:
   FleetSim(const SimConfig& c, SimResult& r)
-      : c_(WithFittedAllowance(c, r)), r_(r), stream_(c), monitors_(c_.policy), noise_(c.seed * 0x9e3779b97f4a7c15ULL + 7),
-        step_s_(c.costs.step) {}
+      : c_(WithFittedAllowance(c, r)), r_(r), stream_(c), heartbeats_(HeartbeatOptions(c)), monitors_(c_.policy),
+        noise_(c.seed * 0x9e3779b97f4a7c15ULL + 7), step_s_(c.costs.step) {}
   Status Run();
 
  private:
   // ---------------------------------------------------------------- the queue
-  enum class Kind { kFault, kDeliver, kDeliverAll, kFirstStep, kCatchUp, kMonitor, kSlowRound, kSpike, kBug, kArrive, kReturn, kScript, kEnd, kRackUp, kInfant, kCheckup };
+  enum class Kind { kFault, kDeliver, kDeliverAll, kFirstStep, kCatchUp, kMonitor, kSlowRound, kSpike, kBug, kArrive, kReturn, kScript, kEnd, kRackUp, kInfant, kCheckup, kLiveness };
   struct Due {
     Time at;
     int64_t seq;
@@ -98,6 +99,13 @@ class FleetSim {
   std::string DomainOf(int machine) const {
     return machines_[machine].rack < 0 ? std::string() : "r" + std::to_string(machines_[machine].rack);
   }
+  // Liveness (sim/heartbeats.h): the core's rule decides when a silent
+  // machine is lost. WatchSilence schedules the next tick's check while a
+  // silent machine may yet be lost; CheckLiveness runs it and delivers the
+  // losses as the plane's tick does (alone one by one, a domain's as one).
+  static Heartbeats::Options HeartbeatOptions(const SimConfig& c);
+  void WatchSilence();
+  void CheckLiveness();
   // A machine new to the fleet may fail early (infant mortality).
   void InfantHazard(int machine);
   // Checkups of over-evicted machines (policy_checkup.cc): the answer after
@@ -163,6 +171,8 @@ class FleetSim {
   const SimConfig c_;
   SimResult& r_;
   FaultStream stream_;
+  Heartbeats heartbeats_;
+  bool liveness_armed_ = false;  // a kLiveness check is queued
   std::optional<Controller> ctl_;
   std::priority_queue<Due, std::vector<Due>, Later> queue_;
   std::vector<Event> payloads_;  // events waiting in the queue; slots reused

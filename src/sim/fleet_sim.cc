@@ -5,6 +5,45 @@
 namespace bulwark::sim {
 namespace fleet {
 
+Heartbeats::Options FleetSim::HeartbeatOptions(const SimConfig& c) {
+  Heartbeats::Options o;
+  o.liveness.heartbeat_timeout = Secs(c.costs.heartbeat_timeout);
+  o.liveness.closed_peer_timeout = Secs(c.costs.closed_peer_timeout);
+  o.liveness.reconnect_grace = Secs(c.costs.reconnect_grace);
+  o.report_period = Secs(c.costs.report_period);
+  o.tick_period = Secs(c.costs.tick_period);
+  o.seed = c.seed;
+  return o;
+}
+
+void FleetSim::WatchSilence() {
+  if (liveness_armed_ || !heartbeats_.Watching(ctl_->state())) return;
+  liveness_armed_ = true;
+  Schedule(heartbeats_.NextTick(now_), Kind::kLiveness);
+}
+
+// The plane's tick, for liveness: the core's Check, then the losses it
+// found, alone ones one by one, a domain's as one decision.
+void FleetSim::CheckLiveness() {
+  liveness_armed_ = false;
+  const LivenessDetector::Verdict v = heartbeats_.Check(now_, ctl_->state());
+  FleetStats& f = r_.fleet;
+  f.liveness_checks = heartbeats_.checks();
+  f.max_lease = std::max(f.max_lease, Seconds(v.lease));
+  if (v.mass_silent > 0) ++f.mass_silences;
+  for (const LivenessDetector::Loss& l : v.alone) {
+    ++f.heartbeat_lost;
+    Deliver(MachineHeartbeatLost{l.machine, l.last_heard, now_});
+  }
+  if (!v.with_domain.empty()) {
+    std::vector<Event> lost;
+    for (const LivenessDetector::Loss& l : v.with_domain) lost.push_back(MachineHeartbeatLost{l.machine, l.last_heard, now_});
+    f.heartbeat_lost_with_domain += static_cast<int64_t>(lost.size());
+    DeliverAll(std::move(lost));
+  }
+  WatchSilence();
+}
+
 SimConfig FleetSim::WithFittedAllowance(SimConfig c, SimResult& r) {
   const Duration fitted = Secs(2 * c.RestartSeconds());
   if (c.fit_first_step_allowance && c.policy.hang_first_step < fitted) {
@@ -177,6 +216,7 @@ void FleetSim::Carry(const std::vector<Action>& actions) {
         }
         machines_[IndexOf(a.machine)].checkup = a.incident;
         Schedule(now_ + Secs(c_.costs.diagnose), Kind::kCheckup, 0, IndexOf(a.machine));
+        WatchSilence();  // out for its checkup, a silent machine's silence counts again
         break;
     }
   }
@@ -320,6 +360,7 @@ Status FleetSim::Run() {
   Result<Controller> ctl = Controller::Create(spec, policy, ids, now_, domains);
   if (!ctl.ok()) return ctl.status().Annotate("sim");
   ctl_.emplace(std::move(*ctl));
+  for (int i = 0; i < n + standbys; ++i) heartbeats_.Up(ids[i], DomainOf(i), now_);
   r_.fleet.machines = n;
   r_.fleet.initial_standbys = standbys;
   r_.fleet.standby_target = *target;
@@ -477,6 +518,7 @@ Status FleetSim::Run() {
           Install(m);
           j.domain = DomainOf(m);
         }
+        heartbeats_.Up(j.machine, j.domain, now_);
         Deliver(j);
         AnnounceSpares(m);
         InfantHazard(m);
@@ -487,6 +529,9 @@ Status FleetSim::Run() {
         break;
       case Kind::kCheckup:
         CheckupDue(static_cast<int>(d.arg));
+        break;
+      case Kind::kLiveness:
+        CheckLiveness();
         break;
       case Kind::kInfant: {
         // A new machine's early failure: a GPU fault if it is placed; a
@@ -507,6 +552,7 @@ Status FleetSim::Run() {
       case Kind::kReturn: {
         MachineSim& m = machines_[d.arg];
         m = MachineSim{false, false, FaultClass::kGpu, m.slot};  // repaired; its slot may be refilled by it
+        heartbeats_.Up(IdOf(static_cast<int>(d.arg)), DomainOf(static_cast<int>(d.arg)), now_);
         Deliver(OperatorReturned{IdOf(static_cast<int>(d.arg)), now_});
         Deliver(MachineJoined{IdOf(static_cast<int>(d.arg)), true, "repaired", now_});
         AnnounceSpares(static_cast<int>(d.arg));

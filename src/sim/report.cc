@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "controller/liveness_detector.h"
 #include "sim/sim.h"
 
 namespace bulwark::sim {
@@ -115,6 +116,13 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
       << f.returned_to_pool << " machines of broken pipelines back to the pool)";
   }
   o << ", restarts priced " << Hours(f.restart_seconds) << " in all\n";
+  o << "liveness: " << f.heartbeat_lost + f.heartbeat_lost_with_domain
+    << " machines lost for their silence by the core's own rule (controller/liveness_detector.h: learned lease, "
+    << "domain skew, mass-silence grace, " << controller::LivenessDetector::kLostPerTick << " a tick), "
+    << f.heartbeat_lost_with_domain << " of them with their switch; agents report every "
+    << c.costs.report_period << " s, checked every " << c.costs.tick_period << " s (" << f.liveness_checks
+    << " checks, while a silent machine could be lost); lease at most " << f.max_lease << " s (heartbeat_timeout "
+    << c.costs.heartbeat_timeout << " s); " << f.mass_silences << " mass silences\n";
   o << "standby deficits: " << f.waits << " evictions found the pool empty, max deficit " << f.max_deficit
     << ", " << f.standbys_requested << " requested, " << f.standbys_arrived << " arrived, waiting "
     << Hours(r.arms[0].by_category[static_cast<int>(TimeCategory::kWaiting)]) << "\n";
@@ -194,6 +202,12 @@ json ToJson(const SimConfig& c, const SimResult& r, bool timing) {
              {"restart_seconds", f.restart_seconds},
              {"trace_faults", f.trace_faults},
              {"trace_digest", f.trace_digest},
+             {"liveness",
+              {{"lost", f.heartbeat_lost},
+               {"lost_with_domain", f.heartbeat_lost_with_domain},
+               {"checks", f.liveness_checks},
+               {"mass_silences", f.mass_silences},
+               {"max_lease_s", f.max_lease}}},
              {"domains",
               {{"racks", f.racks},
                {"switch_faults", f.switch_faults},

@@ -51,6 +51,15 @@ struct FleetStats {
   int64_t returned_to_pool = 0;    // healthy machines of a broken pipeline sent back to the pool
   double restart_seconds = 0;      // the priced restarts, summed (decision -> first step)
   int64_t trace_faults = 0;        // faults drawn from the trace, whether or not they hit the job
+  // Liveness (sim/heartbeats.h): machines the core's rule found lost for
+  // their silence, alone and with their domain, the checks it ran (ticks
+  // while a silent machine could be lost), mass silences it saw, and the
+  // longest lease it held a machine to (seconds).
+  int64_t heartbeat_lost = 0;
+  int64_t heartbeat_lost_with_domain = 0;
+  int64_t liveness_checks = 0;
+  int64_t mass_silences = 0;
+  double max_lease = 0;
   uint64_t trace_digest = 0xcbf29ce484222325ULL;  // FNV-style digest of (time, class, slot, manual) of each
   // Failure domains (SimConfig::domains): switch faults, the machines they
   // took (placed ones, and the pipeline replicas those belonged to), the

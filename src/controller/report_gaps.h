@@ -1,11 +1,12 @@
 // The gaps between an agent's consecutive reports as the controller heard
 // them, fleet-wide, over the last few seconds: the liveness lease is learned
-// from them (issue 36). When the controller's own intake lags (a host whose
-// other load starves it, a backlog of commands to write), every agent's gaps
-// widen together, and a lease of a fixed 2 s evicted healthy machines whose
-// reports were on their way; a lease of twice the gaps' 99th percentile
-// widens with them. A histogram of 100 ms buckets per second, five seconds
-// kept: O(1) to add, O(buckets) to read. Not thread-safe (the plane's lock).
+// from them (issue 36; liveness_detector.h). When the controller's own
+// intake lags (a host whose other load starves it, a backlog of commands to
+// write), every agent's gaps widen together, and a lease of a fixed 2 s
+// evicted healthy machines whose reports were on their way; a lease of twice
+// the gaps' 99th percentile widens with them. A histogram of 100 ms buckets
+// per second, five seconds kept: O(1) to add, O(buckets) to read. Not
+// thread-safe (its owner's lock).
 #pragma once
 
 #include <algorithm>
@@ -14,20 +15,22 @@
 
 #include "controller/time.h"
 
-namespace bulwark::plane {
+namespace bulwark::controller {
 
 class ReportGaps {
  public:
-  void Add(controller::Time now, controller::Duration gap) {
+  // `count` gaps of `gap` heard at `now` (the simulator's modelled reports
+  // come many at once).
+  void Add(Time now, Duration gap, int64_t count = 1) {
     Epoch& e = EpochAt(now);
     const int64_t b = std::min<int64_t>(kBuckets - 1, std::max<int64_t>(0, gap.count() / kBucketMs));
-    ++e.counts[static_cast<size_t>(b)];
-    ++e.total;
+    e.counts[static_cast<size_t>(b)] += count;
+    e.total += count;
   }
   // The gap that `q` of those added in the last kEpochs seconds were at most
   // (the top of its bucket); zero when fewer than `min_samples` were added.
-  controller::Duration Quantile(controller::Time now, double q, int64_t min_samples) const {
-    const int64_t second = controller::ToMs(now) / 1000;
+  Duration Quantile(Time now, double q, int64_t min_samples) const {
+    const int64_t second = ToMs(now) / 1000;
     std::array<int64_t, kBuckets> sum{};
     int64_t total = 0;
     for (const Epoch& e : epochs_) {
@@ -35,14 +38,14 @@ class ReportGaps {
       for (size_t b = 0; b < sum.size(); ++b) sum[b] += e.counts[b];
       total += e.total;
     }
-    if (total < min_samples || total == 0) return controller::Duration(0);
+    if (total < min_samples || total == 0) return Duration(0);
     const double want = q * static_cast<double>(total);
     int64_t seen = 0;
     for (size_t b = 0; b < sum.size(); ++b) {
       seen += sum[b];
-      if (static_cast<double>(seen) >= want) return controller::Duration((static_cast<int64_t>(b) + 1) * kBucketMs);
+      if (static_cast<double>(seen) >= want) return Duration((static_cast<int64_t>(b) + 1) * kBucketMs);
     }
-    return controller::Duration(kBuckets * kBucketMs);
+    return Duration(kBuckets * kBucketMs);
   }
 
  private:
@@ -54,8 +57,8 @@ class ReportGaps {
     int64_t total = 0;
     std::array<int64_t, kBuckets> counts{};
   };
-  Epoch& EpochAt(controller::Time now) {
-    const int64_t second = controller::ToMs(now) / 1000;
+  Epoch& EpochAt(Time now) {
+    const int64_t second = ToMs(now) / 1000;
     Epoch& e = epochs_[static_cast<size_t>(second % kEpochs)];
     if (e.second != second) e = Epoch{second, 0, {}};
     return e;
@@ -63,4 +66,4 @@ class ReportGaps {
   std::array<Epoch, kEpochs> epochs_{};
 };
 
-}  // namespace bulwark::plane
+}  // namespace bulwark::controller
