@@ -100,12 +100,14 @@ Losses ThroughThePlane() {
     }
     if (t % kTick != 0) continue;
     plane.Tick(now);
-    for (const auto& m : plane.StatusJson(now)["machines"]) {
-      if (m["state"] == "evicted" && evicted.insert(m["id"]).second) lost.push_back({m["id"], t});
+    // The status held in a local: a range-for over a member of the
+    // temporary StatusJson returns would read it after its destruction.
+    const auto status = plane.StatusJson(now);
+    for (const auto& m : status["machines"]) {
+      if (m["state"] == "evicted" && evicted.insert(m["id"].get<std::string>()).second) {
+        lost.push_back({m["id"].get<std::string>(), t});
+      }
     }
-  }
-  for (const auto& m : plane.StatusJson(TimeFromMs(kEnd))["machines"]) {
-    if (m["id"] == Id(1)) std::printf("[ debug ] %s\n", m.dump().c_str());
   }
   return lost;
 }
