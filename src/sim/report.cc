@@ -119,7 +119,8 @@ std::string FormatText(const SimConfig& c, const SimResult& r) {
   o << "liveness: " << f.heartbeat_lost + f.heartbeat_lost_with_domain
     << " machines lost for their silence by the core's own rule (controller/liveness_detector.h: learned lease, "
     << "domain skew, mass-silence grace, " << controller::LivenessDetector::kLostPerTick << " a tick), "
-    << f.heartbeat_lost_with_domain << " of them with their switch; agents report every "
+    << f.heartbeat_lost_with_domain << " of them decided with their failure domain (every machine of a rack is, "
+    << "a lone host's loss too: policy_domains.cc tells a switch's burst from it); agents report every "
     << c.costs.report_period << " s, checked every " << c.costs.tick_period << " s (" << f.liveness_checks
     << " checks, while a silent machine could be lost); lease at most " << f.max_lease << " s (heartbeat_timeout "
     << c.costs.heartbeat_timeout << " s); " << f.mass_silences << " mass silences\n";
