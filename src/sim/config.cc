@@ -286,6 +286,10 @@ Status Validate(const SimConfig& c) {
   }
   if (!(c.costs.step > 0)) return Bad("costs.step", "must be > 0 seconds");
   if (!(c.costs.durable_interval > 0)) return Bad("costs.durable_interval", "must be > 0 seconds");
+  // The agents' beats and the plane's checks are on the simulated clock's
+  // milliseconds: under one, every check would come a millisecond apart.
+  if (!(c.costs.report_period >= 0.001)) return Bad("costs.report_period", "must be at least 0.001 seconds (0.5: the agent's)");
+  if (!(c.costs.tick_period >= 0.001)) return Bad("costs.tick_period", "must be at least 0.001 seconds (0.25: the plane's)");
   if (c.return_after < 0) return Bad("return_after", "is negative; give seconds >= 0");
   for (const ScriptedFault& s : c.script) {
     if (s.slot < 0 || s.slot >= c.machines()) {

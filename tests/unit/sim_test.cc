@@ -120,6 +120,7 @@ TEST(Sim, BadConfigIsOneLineNamingTheField) {
                         Case{{{"gpus", 0}}, "gpus"},
                         Case{{{"faults", {{"cosmic_ray", 0.1}}}}, "unknown fault class"},
                         Case{{{"costs", {{"requeue", -5}}}}, "costs.requeue"},
+                        Case{{{"costs", {{"tick_period", 0}}}}, "costs.tick_period: must be at least 0.001 seconds"},
                         Case{{{"policy", {{"hang_fudge", 1}}}}, "policy: unknown field 'hang_fudge'"},
                         Case{{{"elastic", true}, {"tp", 16}, {"pp", 1}}, "elastic: needs machines that each hold whole TP groups"},
                         Case{{{"rendezvous", "carrier-pigeon"}}, "rendezvous: 'carrier-pigeon' is not one of"}}) {
