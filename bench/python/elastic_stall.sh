@@ -34,25 +34,7 @@ trap cleanup EXIT
 
 # The status, retried while a loaded host's controller answers without the
 # job (8 ranks importing torch on 2 cores is such a load).
-status() {
-  local s
-  for _ in $(seq 1 50); do
-    s=$($B status --json 2>/dev/null || true)
-    [[ "$s" == *'"job"'* ]] && { echo "$s"; return; }
-    sleep 0.2
-  done
-  echo '{}'
-}
-field() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {}, {'d': d}))" "$1"; }
-await() {
-  local end=$((SECONDS + $2))
-  while ((SECONDS < end)); do
-    [[ "$(status | field "$1" 2>/dev/null)" == True ]] && return 0
-    sleep 0.2
-  done
-  echo "timed out waiting for: $1" >&2
-  return 1
-}
+source bench/python/common.sh  # the cwd is the repository root
 
 printf '%-3s %-4s %-9s %-10s %-9s %-9s %s\n' W kill stall_s regroup_s step_s detect_s recover_s
 for W in $WIDTHS; do

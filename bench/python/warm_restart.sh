@@ -27,18 +27,7 @@ B=build/bin/bulwark
 cleanup() { $B down >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
-status() { $B status --json 2>/dev/null || echo '{}'; }
-field() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {}, {'d': d}))" "$1"; }
-# Waits up to $2 s for the Python expression $1 over status (d) to hold.
-await() {
-  local end=$((SECONDS + $2))
-  while ((SECONDS < end)); do
-    [[ "$(status | field "$1" 2>/dev/null)" == True ]] && return 0
-    sleep 0.2
-  done
-  echo "timed out waiting for: $1" >&2
-  return 1
-}
+source bench/python/common.sh  # the cwd is the repository root
 
 printf '%-5s %-4s %-10s %-10s %-12s %s\n' mode kill detect_s recover_s kill_to_step path
 for mode in $MODES; do

@@ -265,6 +265,21 @@ class Ring:
         # An empty chunk (a buffer shorter than the world) sends its header only.
         tx = [v for v in (memoryview(head), _bytes(out)) if len(v)]
         rx = [v for v in (memoryview(rx_head), _bytes(into)) if len(v)]
+        self._transfer(tx, rx)
+        if _HEAD.unpack(bytes(rx_head)) != (self.nonce, self._seq):
+            self.close()
+            raise RingError("ring: peer lost: rank %d's predecessor is out of step" % self.rank)
+
+    def _send(self, out):
+        self._transfer([v for v in (_bytes(out),) if len(v)], [])
+
+    def _recv(self, into):
+        self._transfer([], [v for v in (_bytes(into),) if len(v)])
+
+    def _transfer(self, tx, rx):
+        """Writes the pieces `tx` to the successor and fills `rx` from the
+        predecessor, whichever socket is ready first. A failure closes both
+        links (the neighbours' waits end at once) and raises RingError."""
         end = time.monotonic() + self.timeout_s
         try:
             while tx or rx:
@@ -274,38 +289,6 @@ class Ring:
                     tx = _send_some(self.send_sock, tx)
                 if readable:
                     rx = _recv_some(self.recv_sock, rx)
-                    if not rx:
-                        break
-            while tx:  # the receive finished first
-                _, writable = self._wait([], [self.send_sock], end, "its successor")
-                if writable:
-                    tx = _send_some(self.send_sock, tx)
-        except RingError:
-            self.close()
-            raise
-        except OSError as e:
-            self.close()
-            raise RingError("ring: peer lost: rank %d's link failed (%s)" % (self.rank, e))
-        if _HEAD.unpack(bytes(rx_head)) != (self.nonce, self._seq):
-            self.close()
-            raise RingError("ring: peer lost: rank %d's predecessor is out of step" % self.rank)
-
-    def _send(self, out):
-        self._exchange_one(self.send_sock, out, sending=True)
-
-    def _recv(self, into):
-        self._exchange_one(self.recv_sock, into, sending=False)
-
-    def _exchange_one(self, sock, buf, sending):
-        pieces = [v for v in (_bytes(buf),) if len(v)]
-        end = time.monotonic() + self.timeout_s
-        try:
-            while pieces:
-                r, w = self._wait([] if sending else [sock], [sock] if sending else [], end, "a neighbour")
-                if w:
-                    pieces = _send_some(sock, pieces)
-                if r:
-                    pieces = _recv_some(sock, pieces)
         except RingError:
             self.close()
             raise

@@ -5,45 +5,6 @@
 namespace bulwark::sim {
 namespace fleet {
 
-Heartbeats::Options FleetSim::HeartbeatOptions(const SimConfig& c) {
-  Heartbeats::Options o;
-  o.liveness.heartbeat_timeout = Secs(c.costs.heartbeat_timeout);
-  o.liveness.closed_peer_timeout = Secs(c.costs.closed_peer_timeout);
-  o.liveness.reconnect_grace = Secs(c.costs.reconnect_grace);
-  o.report_period = Secs(c.costs.report_period);
-  o.tick_period = Secs(c.costs.tick_period);
-  o.seed = c.seed;
-  return o;
-}
-
-void FleetSim::WatchSilence() {
-  if (liveness_armed_ || !heartbeats_.Watching(ctl_->state())) return;
-  liveness_armed_ = true;
-  Schedule(heartbeats_.NextTick(now_), Kind::kLiveness);
-}
-
-// The plane's tick, for liveness: the core's Check, then the losses it
-// found, alone ones one by one, a domain's as one decision.
-void FleetSim::CheckLiveness() {
-  liveness_armed_ = false;
-  const LivenessDetector::Verdict v = heartbeats_.Check(now_, ctl_->state());
-  FleetStats& f = r_.fleet;
-  f.liveness_checks = heartbeats_.checks();
-  f.max_lease = std::max(f.max_lease, Seconds(v.lease));
-  if (v.mass_silent > 0) ++f.mass_silences;
-  for (const LivenessDetector::Loss& l : v.alone) {
-    ++f.heartbeat_lost;
-    Deliver(MachineHeartbeatLost{l.machine, l.last_heard, now_});
-  }
-  if (!v.with_domain.empty()) {
-    std::vector<Event> lost;
-    for (const LivenessDetector::Loss& l : v.with_domain) lost.push_back(MachineHeartbeatLost{l.machine, l.last_heard, now_});
-    f.heartbeat_lost_with_domain += static_cast<int64_t>(lost.size());
-    DeliverAll(std::move(lost));
-  }
-  WatchSilence();
-}
-
 SimConfig FleetSim::WithFittedAllowance(SimConfig c, SimResult& r) {
   const Duration fitted = Secs(2 * c.RestartSeconds());
   if (c.fit_first_step_allowance && c.policy.hang_first_step < fitted) {
@@ -583,50 +544,6 @@ Status FleetSim::Run() {
   return Status::OK();
 }
 
-void FleetSim::Finish() {
-  if (!r_.fleet.stopped) {
-    SyncProgress();
-  }
-  r_.fleet.high_water = std::max(high_water_, reported_);
-  const Time end = r_.fleet.stopped ? now_ : end_;
-  ArmResult& a = r_.arms[0];
-  // A stopped job accrues no ledger time; the rest of the horizon is lost,
-  // so the arm's wall is always the horizon.
-  const TimeBreakdown b = ctl_->Cumulative(end);
-  a.wall = Seconds(end_ - Time{});
-  for (int i = 0; i < kNumTimeCategories; ++i) a.by_category[i] = Seconds(b.by_category[i]);
-  const double productive = a.by_category[static_cast<int>(TimeCategory::kProductive)];
-  a.ettr = a.wall > 0 ? productive / a.wall : 0;
-  a.checkpoint_stall =
-      c_.costs.memory_checkpoints ? productive * c_.costs.memory_block_per_step / c_.costs.step
-                                  : productive * c_.costs.durable_write / (c_.costs.durable_interval + c_.costs.durable_write);
-  a.ettr_with_stalls = a.wall > 0 ? (productive - a.checkpoint_stall) / a.wall : 0;
-  // Progress itself: the new steps the job reached, at the full-width step
-  // time. The ledger approximates it (a step below full width counts its
-  // replicas' share, not its slower pace).
-  a.ettr_by_steps = a.wall > 0 ? static_cast<double>(r_.fleet.high_water) * c_.costs.step / a.wall : 0;
-  r_.fleet.timeline = ctl_->Timeline(end);
-  a.window_min_ettr = MinWindowEttr(r_.fleet.timeline, c_.policy.ledger_window);
-  a.longest_unproductive = LongestUnproductive(r_.fleet.timeline);
-
-  double detect = 0, recover = 0;
-  int64_t closed = 0;
-  for (const Incident& inc : ctl_->incidents()) {
-    ++r_.fleet.incidents[IncidentClassName(inc.cls)][ResolutionName(inc.resolution)];
-    if (!inc.domain.empty()) ++r_.fleet.domain_incidents;
-    if (inc.recovered && inc.RecoverDuration()) {
-      detect += Seconds(inc.DetectDuration());
-      recover += Seconds(*inc.RecoverDuration());
-      ++closed;
-    }
-  }
-  r_.fleet.incident_count = static_cast<int64_t>(ctl_->incidents().size());
-  CountOutOfService();
-  if (closed > 0) {
-    r_.fleet.mean_detect = detect / closed;
-    r_.fleet.mean_recover = recover / closed;
-  }
-}
 }  // namespace fleet
 
 Status RunBulwark(const SimConfig& config, SimResult& result) {
