@@ -31,7 +31,6 @@ int64 sum, the same bits in any order, so the ring's order does not matter.
 """
 
 import errno
-import os
 import select
 import socket
 import struct
@@ -188,7 +187,7 @@ class Ring:
                 if old is not None:
                     old.close()
                 listener.early[(nonce, r)] = s
-                _forget_old(listener, nonce)
+                _forget_old(listener)
             else:
                 s.close()
 
@@ -347,7 +346,7 @@ def _read_exactly(s, n, end):
     return bytes(buf)
 
 
-def _forget_old(listener, newest):
+def _forget_old(listener):
     """At most a few early HELLOs are kept: the newest generations'."""
     if len(listener.early) > 16:
         for key in sorted(listener.early)[: len(listener.early) - 16]:
